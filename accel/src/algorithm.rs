@@ -1,0 +1,211 @@
+//! ESP transforms by strongSwan proposal keyword, with the wire parameters
+//! (key, IV, ICV and block sizes) that the dataplane lays packets out by.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// An ESP transform: one cipher and one integrity algorithm, or one AEAD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// AES-GCM-128 with a 16-byte ICV (RFC 4106).
+    Aes128Gcm16,
+    /// AES-GCM-256 with a 16-byte ICV (RFC 4106).
+    Aes256Gcm16,
+    /// AES-CBC-128 (RFC 3602) with HMAC-SHA1-96 (RFC 2404).
+    Aes128Sha1,
+    /// AES-CBC-256 (RFC 3602) with HMAC-SHA-256-128 (RFC 4868).
+    Aes256Sha256,
+    /// 3DES-EDE-CBC (RFC 2451) with HMAC-SHA1-96 (RFC 2404).
+    TripleDesSha1,
+    /// ESP-NULL (RFC 2410) with HMAC-SHA1-96: integrity only.
+    NullSha1,
+    /// Neither encryption nor integrity. Insecure: the benchmark baseline only.
+    Null,
+}
+
+/// The confidentiality half of a transform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CipherKind {
+    AesGcm,
+    AesCbc,
+    TripleDesCbc,
+    Null,
+}
+
+/// The integrity half of a transform (AEADs carry their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntegrityKind {
+    HmacSha1_96,
+    HmacSha256_128,
+    /// Integrity comes from the AEAD cipher.
+    Aead,
+    None,
+}
+
+/// A proposal keyword that names no transform espgw implements.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown ESP proposal `{keyword}`; expected one of: {}", Algorithm::KEYWORDS.join(", "))]
+pub struct UnknownAlgorithm {
+    pub keyword: String,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::Aes128Gcm16,
+        Algorithm::Aes256Gcm16,
+        Algorithm::Aes128Sha1,
+        Algorithm::Aes256Sha256,
+        Algorithm::TripleDesSha1,
+        Algorithm::NullSha1,
+        Algorithm::Null,
+    ];
+
+    pub const KEYWORDS: [&'static str; 7] = [
+        "aes128gcm16",
+        "aes256gcm16",
+        "aes128-sha1",
+        "aes256-sha256",
+        "3des-sha1",
+        "null-sha1",
+        "null",
+    ];
+
+    /// The strongSwan ESP proposal keyword.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Algorithm::Aes128Gcm16 => "aes128gcm16",
+            Algorithm::Aes256Gcm16 => "aes256gcm16",
+            Algorithm::Aes128Sha1 => "aes128-sha1",
+            Algorithm::Aes256Sha256 => "aes256-sha256",
+            Algorithm::TripleDesSha1 => "3des-sha1",
+            Algorithm::NullSha1 => "null-sha1",
+            Algorithm::Null => "null",
+        }
+    }
+
+    pub fn cipher(self) -> CipherKind {
+        match self {
+            Algorithm::Aes128Gcm16 | Algorithm::Aes256Gcm16 => CipherKind::AesGcm,
+            Algorithm::Aes128Sha1 | Algorithm::Aes256Sha256 => CipherKind::AesCbc,
+            Algorithm::TripleDesSha1 => CipherKind::TripleDesCbc,
+            Algorithm::NullSha1 | Algorithm::Null => CipherKind::Null,
+        }
+    }
+
+    pub fn integrity(self) -> IntegrityKind {
+        match self {
+            Algorithm::Aes128Gcm16 | Algorithm::Aes256Gcm16 => IntegrityKind::Aead,
+            Algorithm::Aes128Sha1 | Algorithm::TripleDesSha1 | Algorithm::NullSha1 => {
+                IntegrityKind::HmacSha1_96
+            }
+            Algorithm::Aes256Sha256 => IntegrityKind::HmacSha256_128,
+            Algorithm::Null => IntegrityKind::None,
+        }
+    }
+
+    pub fn is_aead(self) -> bool {
+        self.integrity() == IntegrityKind::Aead
+    }
+
+    /// True for the transform that must be explicitly allowed: it protects nothing.
+    pub fn is_insecure(self) -> bool {
+        self == Algorithm::Null
+    }
+
+    /// Encryption key length in bytes. For GCM this is RFC 4106 §8.1 KEYMAT:
+    /// the AES key followed by the 4-byte salt.
+    pub fn enc_key_len(self) -> usize {
+        match self {
+            Algorithm::Aes128Gcm16 => 16 + 4,
+            Algorithm::Aes256Gcm16 => 32 + 4,
+            Algorithm::Aes128Sha1 => 16,
+            Algorithm::Aes256Sha256 => 32,
+            Algorithm::TripleDesSha1 => 24,
+            Algorithm::NullSha1 | Algorithm::Null => 0,
+        }
+    }
+
+    /// Integrity key length in bytes (RFC 2404 §3: 160 bits; RFC 4868 §2.1.1: 256 bits).
+    pub fn auth_key_len(self) -> usize {
+        match self.integrity() {
+            IntegrityKind::HmacSha1_96 => 20,
+            IntegrityKind::HmacSha256_128 => 32,
+            IntegrityKind::Aead | IntegrityKind::None => 0,
+        }
+    }
+
+    /// Bytes of explicit IV carried in each packet.
+    pub fn iv_len(self) -> usize {
+        match self.cipher() {
+            CipherKind::AesGcm => 8, // RFC 4106 §3.1
+            CipherKind::AesCbc => 16,
+            CipherKind::TripleDesCbc => 8,
+            CipherKind::Null => 0,
+        }
+    }
+
+    /// Bytes of Integrity Check Value at the end of each packet.
+    pub fn icv_len(self) -> usize {
+        match self.integrity() {
+            IntegrityKind::Aead => 16,
+            IntegrityKind::HmacSha1_96 => 12,
+            IntegrityKind::HmacSha256_128 => 16,
+            IntegrityKind::None => 0,
+        }
+    }
+
+    /// What the payload+padding+trailer must be a multiple of: the cipher's
+    /// block, and at least 4 so the ICV stays 32-bit aligned (RFC 4303 §2.4).
+    pub fn pad_align(self) -> usize {
+        match self.cipher() {
+            CipherKind::AesCbc => 16,
+            CipherKind::TripleDesCbc => 8,
+            CipherKind::AesGcm | CipherKind::Null => 4,
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.keyword())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = UnknownAlgorithm;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.keyword() == s)
+            .ok_or_else(|| UnknownAlgorithm {
+                keyword: s.to_owned(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keywords_round_trip() {
+        for (alg, kw) in Algorithm::ALL.iter().zip(Algorithm::KEYWORDS) {
+            assert_eq!(alg.keyword(), kw);
+            assert_eq!(kw.parse::<Algorithm>().unwrap(), *alg);
+        }
+        let err = "aes128".parse::<Algorithm>().unwrap_err();
+        assert!(err.to_string().contains("aes128gcm16"));
+    }
+
+    #[test]
+    fn layout_parameters_follow_the_rfcs() {
+        assert_eq!(Algorithm::Aes128Gcm16.enc_key_len(), 20);
+        assert_eq!(Algorithm::Aes256Gcm16.icv_len(), 16);
+        assert_eq!(Algorithm::Aes128Sha1.icv_len(), 12);
+        assert_eq!(Algorithm::Aes256Sha256.auth_key_len(), 32);
+        assert_eq!(Algorithm::TripleDesSha1.pad_align(), 8);
+        assert_eq!(Algorithm::Null.pad_align(), 4);
+        assert!(Algorithm::Null.is_insecure());
+    }
+}

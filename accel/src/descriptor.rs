@@ -1,0 +1,118 @@
+//! Descriptors: one unit of work handed across the offload boundary.
+//!
+//! Modelled on the Freescale SEC `IPSEC_ESP` descriptor (HMAC-only data,
+//! cipher IV, cipher data with an ICV extent) and on Intel ipsec-mb jobs
+//! (offsets and lengths, chain order, status). Regions are byte offsets into
+//! the packet buffer the descriptor travels with, so the engine works in
+//! place and nothing is copied to describe a packet.
+
+use std::ops::Range;
+
+/// A byte range of the packet buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Region {
+    pub offset: u32,
+    pub len: u32,
+}
+
+impl Region {
+    pub fn new(offset: usize, len: usize) -> Self {
+        Region {
+            offset: offset as u32,
+            len: len as u32,
+        }
+    }
+
+    pub fn range(self) -> Range<usize> {
+        self.offset as usize..self.end()
+    }
+
+    pub fn end(self) -> usize {
+        self.offset as usize + self.len as usize
+    }
+}
+
+/// Outbound packets are encrypted then authenticated; inbound packets are
+/// verified then decrypted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Encrypt,
+    Decrypt,
+}
+
+/// What a descriptor asks the engine to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DescriptorKind {
+    /// Cipher and integrity (or the AEAD) in one walk over the data.
+    SinglePass,
+    /// The cipher alone (first half of a dual-pass encrypt, second of a decrypt).
+    CipherOnly,
+    /// The integrity function alone: compute the ICV when encrypting,
+    /// verify it when decrypting.
+    MacOnly,
+}
+
+/// What the engine wrote back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Not yet processed.
+    Pending,
+    Done,
+    /// The ICV did not verify; the payload was left undecrypted.
+    AuthFailed,
+    /// The engine could not process the descriptor.
+    Error(DescriptorError),
+}
+
+/// Why an engine refused a descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    /// A region lies outside the buffer, or regions are not in ESP order.
+    #[error("descriptor regions do not fit the buffer or are out of ESP order")]
+    BadRegions,
+    /// The cipher region is not a whole number of cipher blocks.
+    #[error("cipher region is not a multiple of the cipher block size")]
+    Misaligned,
+    /// The descriptor kind makes no sense for the session's algorithm
+    /// (for example a MAC-only pass for an AEAD).
+    #[error("descriptor kind is not supported for this algorithm")]
+    Unsupported,
+}
+
+/// One ESP crypto request. `auth_only` is the SPI and low sequence number;
+/// it, the IV and the cipher region must be contiguous and in that order,
+/// which is how they lie in an ESP packet (RFC 4303 §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptor {
+    pub kind: DescriptorKind,
+    pub direction: Direction,
+    /// SPI and sequence number: authenticated, not encrypted.
+    pub auth_only: Region,
+    /// High 32 bits of an extended sequence number; authenticated but never
+    /// transmitted (RFC 4303 §2.2.1, RFC 4106 §5).
+    pub esn_high: Option<u32>,
+    pub iv: Region,
+    /// Payload, padding, pad length and next header.
+    pub cipher: Region,
+    pub icv: Region,
+    pub status: Status,
+}
+
+impl Descriptor {
+    /// Checks the regions against a buffer of `buf_len` bytes and against
+    /// each other, so engines can index without panicking.
+    pub fn validate(&self, buf_len: usize) -> Result<(), DescriptorError> {
+        let contiguous = self.auth_only.end() == self.iv.offset as usize
+            && self.iv.end() == self.cipher.offset as usize
+            && self.cipher.end() == self.icv.offset as usize;
+        if !contiguous || self.icv.end() > buf_len {
+            return Err(DescriptorError::BadRegions);
+        }
+        Ok(())
+    }
+
+    /// The bytes the integrity function covers: SPI, sequence, IV, ciphertext.
+    pub fn authenticated(&self) -> Range<usize> {
+        self.auth_only.offset as usize..self.cipher.end()
+    }
+}

@@ -1,0 +1,20 @@
+//! Security Policy and Security Association databases (RFC 4301 §4.4).
+//!
+//! Owns traffic selectors, the ordered SPD (protect / bypass / discard),
+//! the SAD with per-SA sequence numbers, ESN anti-replay windows, lifetimes
+//! and counters. Does no I/O, reads no clock (time is passed in as a
+//! `Duration` since an epoch the caller chooses) and contains no
+//! cryptography: an SA carries its crypto context as an opaque `C`.
+
+pub mod replay;
+pub mod sad;
+pub mod selector;
+pub mod spd;
+
+pub use replay::{ReplayError, ReplayWindow, MAX_WINDOW};
+pub use sad::{
+    Lifetime, Limits, Mode, SaCounters, SaDirection, SaEvent, SaId, SaParams, SaState, Sad, SadError,
+    SecurityAssociation, SequenceError,
+};
+pub use selector::{proto, FlowKey, Ipv4Prefix, PortRange, ProtocolSelector, Selector, SelectorError};
+pub use spd::{Action, Decision, Policy, PolicyDirection, Spd};

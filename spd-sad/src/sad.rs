@@ -1,0 +1,560 @@
+//! The Security Association Database (RFC 4301 §4.4.2): per-SA sequence
+//! state, anti-replay window, lifetimes and counters, looked up by SPI on the
+//! way in and by policy on the way out.
+//!
+//! Generic over `C`, the crypto context an SA carries (an `accel` session in
+//! espgw), so this crate stays free of cryptography. Dropping an SA drops its
+//! context, which is where keys are zeroized.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use crate::replay::{ReplayError, ReplayWindow};
+use crate::selector::{FlowKey, Selector};
+
+/// Index of an SA in its database. Stable while the SA exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SaId(pub u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SaDirection {
+    /// We encapsulate with it.
+    Outbound,
+    /// We decapsulate with it.
+    Inbound,
+}
+
+impl fmt::Display for SaDirection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SaDirection::Outbound => "out",
+            SaDirection::Inbound => "in",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The whole inner IP packet is protected and a new outer header added.
+    Tunnel,
+    /// ESP is inserted after the packet's own IP header.
+    Transport,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Tunnel => "tunnel",
+            Mode::Transport => "transport",
+        })
+    }
+}
+
+/// Limits of one kind (soft or hard); `None` means unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    pub bytes: Option<u64>,
+    pub packets: Option<u64>,
+    pub seconds: Option<u64>,
+}
+
+impl Limits {
+    fn reached(&self, bytes: u64, packets: u64, age: Duration) -> bool {
+        self.bytes.is_some_and(|b| bytes >= b)
+            || self.packets.is_some_and(|p| packets >= p)
+            || self.seconds.is_some_and(|s| age >= Duration::from_secs(s))
+    }
+}
+
+/// RFC 4301 §4.4.2.1 lifetimes: whichever limit comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lifetime {
+    pub soft: Limits,
+    pub hard: Limits,
+}
+
+/// Where an SA is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaState {
+    Active,
+    /// A soft limit was reached; the SA still works and a rekey should start.
+    SoftExpired,
+    /// A hard limit was reached (or the sequence space is used up); the SA
+    /// must not be used again.
+    HardExpired,
+}
+
+/// Things the control plane should hear about. Produced only on state
+/// transitions, never per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaEvent {
+    SoftExpired(SaId),
+    HardExpired(SaId),
+}
+
+/// Per-SA counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SaCounters {
+    pub packets: u64,
+    /// Bytes of protected (inner) data.
+    pub bytes: u64,
+    pub auth_failed: u64,
+    pub replay: u64,
+    pub policy_mismatch: u64,
+    pub malformed: u64,
+    pub expired: u64,
+    pub seq_overflow: u64,
+}
+
+/// The configuration an SA is created from.
+#[derive(Debug, Clone)]
+pub struct SaParams {
+    pub name: String,
+    pub direction: SaDirection,
+    pub spi: u32,
+    pub mode: Mode,
+    /// Our end (outer source for outbound, expected outer destination for inbound).
+    pub local: Ipv4Addr,
+    pub remote: Ipv4Addr,
+    pub esn: bool,
+    pub replay_window: u32,
+    pub lifetime: Lifetime,
+    /// For inbound SAs: what may arrive through this SA (RFC 4301 §5.2
+    /// step 4). Empty means anything.
+    pub selectors: Vec<Selector>,
+}
+
+/// Why an outbound SA cannot give out another sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceError {
+    /// RFC 4303 §3.3.3: the counter must not cycle; the SA needs rekeying.
+    #[error("sequence number space exhausted; the SA must be rekeyed")]
+    Exhausted,
+}
+
+/// One security association.
+pub struct SecurityAssociation<C> {
+    params: SaParams,
+    /// Outbound: last sequence number used (the first packet gets 1).
+    last_seq: u64,
+    replay: ReplayWindow,
+    installed_at: Duration,
+    state: SaState,
+    pub counters: SaCounters,
+    crypto: C,
+}
+
+impl<C> fmt::Debug for SecurityAssociation<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecurityAssociation")
+            .field("name", &self.params.name)
+            .field("spi", &format_args!("{:#010x}", self.params.spi))
+            .field("direction", &self.params.direction)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> SecurityAssociation<C> {
+    pub fn new(params: SaParams, crypto: C, now: Duration) -> Self {
+        SecurityAssociation {
+            replay: ReplayWindow::new(params.replay_window, params.esn),
+            params,
+            last_seq: 0,
+            installed_at: now,
+            state: SaState::Active,
+            counters: SaCounters::default(),
+            crypto,
+        }
+    }
+
+    pub fn params(&self) -> &SaParams {
+        &self.params
+    }
+
+    pub fn name(&self) -> &str {
+        &self.params.name
+    }
+
+    pub fn spi(&self) -> u32 {
+        self.params.spi
+    }
+
+    pub fn crypto(&self) -> &C {
+        &self.crypto
+    }
+
+    pub fn state(&self) -> SaState {
+        self.state
+    }
+
+    pub fn replay_window(&self) -> &ReplayWindow {
+        &self.replay
+    }
+
+    /// Starts the outbound counter after `seq` (tests use this to cross 2^32).
+    pub fn set_last_sequence(&mut self, seq: u64) {
+        self.last_seq = seq;
+    }
+
+    /// Resumes the inbound window at `top`.
+    pub fn set_replay_top(&mut self, top: u64) {
+        self.replay = ReplayWindow::with_top(self.params.replay_window, self.params.esn, top);
+    }
+
+    pub fn last_sequence(&self) -> u64 {
+        self.last_seq
+    }
+
+    pub fn age(&self, now: Duration) -> Duration {
+        now.saturating_sub(self.installed_at)
+    }
+
+    /// Takes the next outbound sequence number. Without ESN the last usable
+    /// one is 2^32 − 1; with ESN, 2^64 − 1.
+    pub fn next_sequence(&mut self) -> Result<u64, SequenceError> {
+        let limit = if self.params.esn {
+            u64::MAX
+        } else {
+            u64::from(u32::MAX)
+        };
+        if self.last_seq >= limit {
+            self.counters.seq_overflow += 1;
+            return Err(SequenceError::Exhausted);
+        }
+        self.last_seq += 1;
+        Ok(self.last_seq)
+    }
+
+    /// Inbound: infers and checks the sequence number without changing state.
+    pub fn check_replay(&self, seq_low: u32) -> Result<u64, ReplayError> {
+        self.replay.check(seq_low)
+    }
+
+    /// Inbound: records an authenticated sequence number.
+    pub fn accept_sequence(&mut self, seq: u64) {
+        self.replay.update(seq);
+    }
+
+    /// True while the SA may carry traffic at time `now`.
+    pub fn is_usable(&self, now: Duration) -> bool {
+        self.state != SaState::HardExpired
+            && !self
+                .params
+                .lifetime
+                .hard
+                .reached(self.counters.bytes, self.counters.packets, self.age(now))
+    }
+
+    /// Whether an inner packet may have arrived through this SA.
+    pub fn admits(&self, flow: &FlowKey) -> bool {
+        self.params.selectors.is_empty() || self.params.selectors.iter().any(|s| s.matches(flow))
+    }
+
+    /// Counts one packet of `bytes` and moves the lifetime state on; returns
+    /// the transition, if any.
+    pub fn account(&mut self, bytes: usize, now: Duration) -> Option<SaState> {
+        self.counters.packets += 1;
+        self.counters.bytes += bytes as u64;
+        self.refresh_state(now)
+    }
+
+    /// Re-evaluates lifetimes at `now`; returns a transition, if any.
+    pub fn refresh_state(&mut self, now: Duration) -> Option<SaState> {
+        let age = self.age(now);
+        let (bytes, packets) = (self.counters.bytes, self.counters.packets);
+        let exhausted = !self.params.esn && self.last_seq >= u64::from(u32::MAX);
+        let new_state = if self.params.lifetime.hard.reached(bytes, packets, age) || exhausted {
+            SaState::HardExpired
+        } else if self.params.lifetime.soft.reached(bytes, packets, age) {
+            SaState::SoftExpired
+        } else {
+            SaState::Active
+        };
+        let rank = |s: SaState| match s {
+            SaState::Active => 0,
+            SaState::SoftExpired => 1,
+            SaState::HardExpired => 2,
+        };
+        // States only move forward.
+        if rank(new_state) > rank(self.state) {
+            self.state = new_state;
+            Some(new_state)
+        } else {
+            None
+        }
+    }
+
+    /// Marks the SA unusable now (sequence exhaustion, operator action).
+    pub fn expire(&mut self) -> bool {
+        let changed = self.state != SaState::HardExpired;
+        self.state = SaState::HardExpired;
+        changed
+    }
+}
+
+/// Why an SA could not be installed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SadError {
+    #[error("SPI {spi:#x} is already used by inbound SA `{existing}`")]
+    DuplicateSpi { spi: u32, existing: String },
+    #[error("an SA named `{0}` already exists")]
+    DuplicateName(String),
+    #[error("SPIs 0-255 are reserved (RFC 4303 §2.1); {0:#x} cannot be used")]
+    ReservedSpi(u32),
+}
+
+/// All SAs of a gateway.
+pub struct Sad<C> {
+    slots: Vec<Option<SecurityAssociation<C>>>,
+    by_spi: HashMap<u32, SaId>,
+    events: Vec<SaEvent>,
+}
+
+impl<C> Default for Sad<C> {
+    fn default() -> Self {
+        Sad {
+            slots: Vec::new(),
+            by_spi: HashMap::new(),
+            events: Vec::new(),
+        }
+    }
+}
+
+impl<C> Sad<C> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, params: SaParams, crypto: C, now: Duration) -> Result<SaId, SadError> {
+        if params.spi < 256 {
+            return Err(SadError::ReservedSpi(params.spi));
+        }
+        if self.iter().any(|(_, sa)| sa.name() == params.name) {
+            return Err(SadError::DuplicateName(params.name));
+        }
+        if params.direction == SaDirection::Inbound {
+            if let Some(existing) = self.by_spi.get(&params.spi).and_then(|id| self.get(*id)) {
+                return Err(SadError::DuplicateSpi {
+                    spi: params.spi,
+                    existing: existing.name().to_owned(),
+                });
+            }
+        }
+        let id = match self.slots.iter().position(Option::is_none) {
+            Some(free) => SaId(free as u32),
+            None => {
+                self.slots.push(None);
+                SaId(self.slots.len() as u32 - 1)
+            }
+        };
+        if params.direction == SaDirection::Inbound {
+            self.by_spi.insert(params.spi, id);
+        }
+        self.slots[id.0 as usize] = Some(SecurityAssociation::new(params, crypto, now));
+        Ok(id)
+    }
+
+    /// Removes an SA; its crypto context is dropped (and zeroized) with it.
+    pub fn remove(&mut self, id: SaId) -> Option<SecurityAssociation<C>> {
+        let sa = self.slots.get_mut(id.0 as usize)?.take()?;
+        if sa.params.direction == SaDirection::Inbound && self.by_spi.get(&sa.params.spi) == Some(&id) {
+            self.by_spi.remove(&sa.params.spi);
+        }
+        Some(sa)
+    }
+
+    pub fn get(&self, id: SaId) -> Option<&SecurityAssociation<C>> {
+        self.slots.get(id.0 as usize)?.as_ref()
+    }
+
+    pub fn get_mut(&mut self, id: SaId) -> Option<&mut SecurityAssociation<C>> {
+        self.slots.get_mut(id.0 as usize)?.as_mut()
+    }
+
+    pub fn find(&self, name: &str) -> Option<SaId> {
+        self.iter().find(|(_, sa)| sa.name() == name).map(|(id, _)| id)
+    }
+
+    /// Inbound lookup (RFC 4301 §4.1): by SPI, and the outer destination must
+    /// be the SA's local address.
+    pub fn lookup_inbound(&self, spi: u32, dst: Ipv4Addr) -> Option<SaId> {
+        let id = *self.by_spi.get(&spi)?;
+        let sa = self.get(id)?;
+        (sa.params.local == dst).then_some(id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (SaId, &SecurityAssociation<C>)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|sa| (SaId(i as u32), sa)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records a lifetime transition of `id` for the control plane.
+    pub fn note_transition(&mut self, id: SaId, state: SaState) {
+        match state {
+            SaState::SoftExpired => self.events.push(SaEvent::SoftExpired(id)),
+            SaState::HardExpired => self.events.push(SaEvent::HardExpired(id)),
+            SaState::Active => {}
+        }
+    }
+
+    /// Re-evaluates time-based lifetimes of every SA.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        let mut transitions = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(state) = slot.as_mut().and_then(|sa| sa.refresh_state(now)) {
+                transitions.push((SaId(i as u32), state));
+            }
+        }
+        for (id, state) in transitions {
+            self.note_transition(id, state);
+        }
+    }
+
+    /// Next pending lifetime event, oldest first.
+    pub fn poll_event(&mut self) -> Option<SaEvent> {
+        if self.events.is_empty() {
+            None
+        } else {
+            Some(self.events.remove(0))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(name: &str, direction: SaDirection, spi: u32) -> SaParams {
+        SaParams {
+            name: name.into(),
+            direction,
+            spi,
+            mode: Mode::Tunnel,
+            local: "10.0.0.1".parse().unwrap(),
+            remote: "10.0.0.2".parse().unwrap(),
+            esn: false,
+            replay_window: 64,
+            lifetime: Lifetime::default(),
+            selectors: vec![],
+        }
+    }
+
+    #[test]
+    fn inbound_lookup_by_spi_and_destination() {
+        let mut sad: Sad<()> = Sad::new();
+        let id = sad
+            .insert(params("in", SaDirection::Inbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        let out = sad
+            .insert(params("out", SaDirection::Outbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        assert_ne!(id, out);
+        assert_eq!(sad.lookup_inbound(0x1000, "10.0.0.1".parse().unwrap()), Some(id));
+        assert_eq!(sad.lookup_inbound(0x1000, "10.0.0.9".parse().unwrap()), None);
+        assert_eq!(sad.lookup_inbound(0x1001, "10.0.0.1".parse().unwrap()), None);
+        assert!(matches!(
+            sad.insert(params("in2", SaDirection::Inbound, 0x1000), (), Duration::ZERO),
+            Err(SadError::DuplicateSpi { .. })
+        ));
+        assert!(matches!(
+            sad.insert(params("x", SaDirection::Inbound, 7), (), Duration::ZERO),
+            Err(SadError::ReservedSpi(7))
+        ));
+        assert!(sad.remove(id).is_some());
+        assert_eq!(sad.lookup_inbound(0x1000, "10.0.0.1".parse().unwrap()), None);
+        assert_eq!(sad.find("out"), Some(out));
+    }
+
+    #[test]
+    fn sequence_numbers_start_at_one_and_stop_before_wrapping() {
+        let mut sa = SecurityAssociation::new(params("o", SaDirection::Outbound, 0x1000), (), Duration::ZERO);
+        assert_eq!(sa.next_sequence(), Ok(1));
+        assert_eq!(sa.next_sequence(), Ok(2));
+        sa.set_last_sequence(u64::from(u32::MAX) - 1);
+        assert_eq!(sa.next_sequence(), Ok(u64::from(u32::MAX)));
+        assert_eq!(sa.next_sequence(), Err(SequenceError::Exhausted));
+        assert_eq!(sa.refresh_state(Duration::ZERO), Some(SaState::HardExpired));
+        let mut esn = SecurityAssociation::new(
+            SaParams {
+                esn: true,
+                ..params("e", SaDirection::Outbound, 0x1001)
+            },
+            (),
+            Duration::ZERO,
+        );
+        esn.set_last_sequence(u64::from(u32::MAX));
+        assert_eq!(esn.next_sequence(), Ok(1 << 32));
+    }
+
+    #[test]
+    fn lifetimes_soft_then_hard_whichever_first() {
+        let mut p = params("o", SaDirection::Outbound, 0x1000);
+        p.lifetime = Lifetime {
+            soft: Limits {
+                bytes: Some(1000),
+                packets: None,
+                seconds: Some(50),
+            },
+            hard: Limits {
+                bytes: None,
+                packets: Some(20),
+                seconds: Some(60),
+            },
+        };
+        let mut sa = SecurityAssociation::new(p.clone(), (), Duration::from_secs(100));
+        assert_eq!(sa.account(500, Duration::from_secs(101)), None);
+        assert_eq!(
+            sa.account(500, Duration::from_secs(101)),
+            Some(SaState::SoftExpired)
+        );
+        assert!(sa.is_usable(Duration::from_secs(101)));
+        for _ in 0..17 {
+            assert_eq!(sa.account(1, Duration::from_secs(102)), None);
+        }
+        assert_eq!(
+            sa.account(1, Duration::from_secs(102)),
+            Some(SaState::HardExpired)
+        );
+        assert!(!sa.is_usable(Duration::from_secs(102)));
+
+        let mut timed = SecurityAssociation::new(p, (), Duration::from_secs(100));
+        assert_eq!(timed.refresh_state(Duration::from_secs(149)), None);
+        assert_eq!(
+            timed.refresh_state(Duration::from_secs(150)),
+            Some(SaState::SoftExpired)
+        );
+        assert!(!timed.is_usable(Duration::from_secs(160)));
+        assert_eq!(
+            timed.refresh_state(Duration::from_secs(160)),
+            Some(SaState::HardExpired)
+        );
+    }
+
+    #[test]
+    fn timeouts_raise_events() {
+        let mut p = params("o", SaDirection::Outbound, 0x1000);
+        p.lifetime.soft.seconds = Some(1);
+        p.lifetime.hard.seconds = Some(2);
+        let mut sad = Sad::new();
+        let id = sad.insert(p, (), Duration::ZERO).unwrap();
+        sad.handle_timeout(Duration::from_millis(1500));
+        sad.handle_timeout(Duration::from_millis(1600));
+        sad.handle_timeout(Duration::from_secs(3));
+        assert_eq!(sad.poll_event(), Some(SaEvent::SoftExpired(id)));
+        assert_eq!(sad.poll_event(), Some(SaEvent::HardExpired(id)));
+        assert_eq!(sad.poll_event(), None);
+    }
+}

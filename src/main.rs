@@ -1,1 +1,138 @@
-fn main() {}
+//! `espgw`: the command line. Parses flags, loads configuration and wires
+//! the crates together; everything else lives in the workspace crates.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use accel::{EngineKind, SoftEngine};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use dataplane::{Gateway, Port};
+use ike_stub::Config;
+
+mod report;
+
+#[derive(Parser)]
+#[command(
+    name = "espgw",
+    version,
+    about = "Userspace IPsec ESP gateway with a look-aside crypto offload boundary"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a configuration file and print a summary.
+    CheckConfig {
+        /// The gateway configuration (TOML).
+        file: PathBuf,
+    },
+    /// Run the gateway offline over a capture file.
+    Pcap(PcapArgs),
+    /// Measure the ESP data path in memory across packet sizes and algorithms.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct PcapArgs {
+    /// The gateway configuration (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// The interface every input frame arrives on.
+    #[arg(long, value_enum)]
+    from: Side,
+    /// Input capture (pcap; Ethernet or raw IPv4).
+    #[arg(long = "in", value_name = "IN.pcap")]
+    input: PathBuf,
+    /// Output capture: every frame the gateway transmits, in order.
+    #[arg(long = "out", value_name = "OUT.pcap")]
+    output: PathBuf,
+    /// Write counters as JSON here.
+    #[arg(long, value_name = "STATS.json")]
+    stats: Option<PathBuf>,
+    /// Crypto engine (overrides the config's [accel] engine).
+    #[arg(long)]
+    engine: Option<EngineKind>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Side {
+    Inside,
+    Outside,
+}
+
+impl From<Side> for Port {
+    fn from(side: Side) -> Port {
+        match side {
+            Side::Inside => Port::Inside,
+            Side::Outside => Port::Outside,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::CheckConfig { file } => check_config(&file),
+        Command::Pcap(args) => pcap(&args),
+        Command::Bench(args) => bench::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("espgw: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(file: &Path) -> Result<()> {
+    let config = Config::load(file)?;
+    print!("{}", report::config_summary(&config));
+    Ok(())
+}
+
+fn make_engine(kind: EngineKind) -> Box<dyn accel::Engine> {
+    match kind {
+        EngineKind::Soft => Box::new(SoftEngine),
+    }
+}
+
+fn pcap(args: &PcapArgs) -> Result<()> {
+    let config = Config::load(&args.config)?;
+    let input = File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
+    let (reader, link) = dataplane::io::pcap::open(BufReader::new(input))
+        .with_context(|| format!("{}", args.input.display()))?;
+    let engine = make_engine(args.engine.unwrap_or(config.engine));
+    let mut gateway: Gateway = config
+        .build_gateway(link, engine, Duration::ZERO)
+        .with_context(|| format!("cannot install {}", args.config.display()))?;
+    let output =
+        File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
+    let mut output = BufWriter::new(output);
+    let run = dataplane::io::pcap::run(&mut gateway, args.from.into(), reader, &mut output)
+        .with_context(|| format!("{} -> {}", args.input.display(), args.output.display()))?;
+    output
+        .flush()
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    if let Some(path) = &args.stats {
+        let json = report::stats_json(&gateway);
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    eprintln!("{}", report::pcap_summary(&gateway, &run));
+    Ok(())
+}

@@ -1,1 +1,27 @@
+//! The packet path.
+//!
+//! Owns packet buffers and their pool, wire views, ESP encapsulation and
+//! decapsulation (split into prepare/finish around the `accel` boundary),
+//! the sans-IO [`Gateway`] that classifies, protects, verifies and routes a
+//! batch of frames, and the I/O drivers that move frames in and out (pcap
+//! files today). Must not do cryptography itself (that is `accel`'s), parse
+//! configuration (that is `ike-stub`'s) or read the clock in the core:
+//! drivers pass `now` in.
+//!
+//! Invariants: every received frame gets exactly one verdict and is counted
+//! once (`Stats::balanced`); malformed input is a counted drop, never a
+//! panic; nothing on the per-packet path allocates or logs.
 
+pub mod buffer;
+pub mod esp;
+pub mod gateway;
+pub mod io;
+pub mod route;
+pub mod stats;
+pub mod wire;
+
+pub use buffer::{PacketBuf, PacketPool};
+pub use gateway::{Gateway, GatewaySetup, LinkLayer, Verdict};
+pub use route::{Interface, Port, Route};
+pub use smoltcp::wire::EthernetAddress;
+pub use stats::{DropReason, Stats};

@@ -1,0 +1,230 @@
+//! Packet buffers with headroom and tailroom, from a pool allocated once.
+//!
+//! A frame is received at `HEADROOM` so that encapsulation can prepend the
+//! outer IPv4 header, ESP header and IV, and append padding, trailer and ICV,
+//! without moving the payload. The pool recycles buffers, so the fast path
+//! never allocates; the pool is also what an engine would register as its
+//! DMA-visible memory.
+
+/// Bytes reserved in front of a received frame: Ethernet (14) + outer IPv4
+/// with options (60) + ESP header (8) + the largest IV (16), rounded up.
+pub const HEADROOM: usize = 128;
+/// Bytes reserved behind the largest accepted frame: at most 255 bytes of
+/// padding, pad length, next header and the largest ICV (16).
+pub const TAILROOM: usize = 288;
+/// The largest frame the gateway accepts (an Ethernet frame of 1500 bytes of
+/// payload plus a VLAN tag and FCS would fit; jumbo frames do not).
+pub const MAX_FRAME: usize = 1536 + 512;
+/// Size of every pool buffer.
+pub const BUFFER_SIZE: usize = HEADROOM + MAX_FRAME + TAILROOM;
+
+/// One packet: a fixed buffer and the window `start..end` that holds data.
+pub struct PacketBuf {
+    storage: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl std::fmt::Debug for PacketBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacketBuf")
+            .field("start", &self.start)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl PacketBuf {
+    fn new() -> Self {
+        PacketBuf {
+            storage: vec![0u8; BUFFER_SIZE].into_boxed_slice(),
+            start: HEADROOM,
+            end: HEADROOM,
+        }
+    }
+
+    /// Empties the buffer and restores the default headroom.
+    pub fn reset(&mut self) {
+        self.start = HEADROOM;
+        self.end = HEADROOM;
+    }
+
+    /// Replaces the contents with `frame`; `false` if it is larger than
+    /// [`MAX_FRAME`].
+    pub fn fill(&mut self, frame: &[u8]) -> bool {
+        if frame.len() > MAX_FRAME {
+            return false;
+        }
+        self.reset();
+        self.end = self.start + frame.len();
+        self.storage[self.start..self.end].copy_from_slice(frame);
+        true
+    }
+
+    pub fn data(&self) -> &[u8] {
+        &self.storage[self.start..self.end]
+    }
+
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.end]
+    }
+
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    pub fn headroom(&self) -> usize {
+        self.start
+    }
+
+    pub fn tailroom(&self) -> usize {
+        self.storage.len() - self.end
+    }
+
+    /// Grows the data `n` bytes to the front; the new bytes are returned
+    /// for the caller to fill. `None` if the headroom is too small.
+    pub fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {
+        let start = self.start.checked_sub(n)?;
+        self.start = start;
+        Some(&mut self.storage[start..start + n])
+    }
+
+    /// Grows the data `n` bytes at the back. `None` if the tailroom is too small.
+    pub fn append(&mut self, n: usize) -> Option<&mut [u8]> {
+        if self.tailroom() < n {
+            return None;
+        }
+        let end = self.end;
+        self.end += n;
+        Some(&mut self.storage[end..end + n])
+    }
+
+    /// Drops `n` bytes from the front; `false` (and no change) if shorter.
+    pub fn trim_front(&mut self, n: usize) -> bool {
+        if n > self.len() {
+            return false;
+        }
+        self.start += n;
+        true
+    }
+
+    /// Keeps only the first `len` bytes; `false` (and no change) if shorter.
+    pub fn truncate(&mut self, len: usize) -> bool {
+        if len > self.len() {
+            return false;
+        }
+        self.end = self.start + len;
+        true
+    }
+
+    /// Moves the first `len` bytes of data `by` bytes towards the front,
+    /// growing the data at the front (used to open a gap behind an IP
+    /// header for transport mode). `false` if the headroom is too small.
+    pub fn open_gap_after(&mut self, len: usize, by: usize) -> bool {
+        if len > self.len() || self.start < by {
+            return false;
+        }
+        let from = self.start;
+        self.storage.copy_within(from..from + len, from - by);
+        self.start -= by;
+        true
+    }
+
+    /// The inverse of [`open_gap_after`](Self::open_gap_after): moves the
+    /// first `len` bytes `by` bytes towards the back, over a gap.
+    pub fn close_gap_after(&mut self, len: usize, by: usize) -> bool {
+        if len + by > self.len() {
+            return false;
+        }
+        let from = self.start;
+        self.storage.copy_within(from..from + len, from + by);
+        self.start += by;
+        true
+    }
+}
+
+/// A fixed set of buffers, allocated up front.
+pub struct PacketPool {
+    free: Vec<PacketBuf>,
+    capacity: usize,
+}
+
+impl PacketPool {
+    pub fn new(capacity: usize) -> Self {
+        PacketPool {
+            free: (0..capacity).map(|_| PacketBuf::new()).collect(),
+            capacity,
+        }
+    }
+
+    /// A buffer, or `None` when every buffer is in use.
+    pub fn alloc(&mut self) -> Option<PacketBuf> {
+        let mut buf = self.free.pop()?;
+        buf.reset();
+        Some(buf)
+    }
+
+    pub fn free(&mut self, buf: PacketBuf) {
+        debug_assert!(
+            self.free.len() < self.capacity,
+            "buffer returned twice or from another pool"
+        );
+        self.free.push(buf);
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn available(&self) -> usize {
+        self.free.len()
+    }
+
+    pub fn in_use(&self) -> usize {
+        self.capacity - self.free.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepend_append_and_trim_stay_in_bounds() {
+        let mut pool = PacketPool::new(2);
+        let mut buf = pool.alloc().unwrap();
+        assert!(buf.fill(&[1, 2, 3, 4]));
+        assert_eq!(buf.headroom(), HEADROOM);
+        buf.prepend(2).unwrap().copy_from_slice(&[9, 9]);
+        buf.append(1).unwrap()[0] = 7;
+        assert_eq!(buf.data(), &[9, 9, 1, 2, 3, 4, 7]);
+        assert!(buf.prepend(HEADROOM).is_none());
+        assert!(buf.append(buf.tailroom() + 1).is_none());
+        assert!(buf.trim_front(2));
+        assert!(buf.truncate(4));
+        assert_eq!(buf.data(), &[1, 2, 3, 4]);
+        assert!(!buf.trim_front(5));
+        assert!(!buf.truncate(5));
+        assert!(!buf.fill(&vec![0; MAX_FRAME + 1]));
+        assert_eq!(pool.in_use(), 1);
+        pool.free(buf);
+        assert_eq!(pool.available(), 2);
+    }
+
+    #[test]
+    fn gaps_open_and_close_behind_a_header() {
+        let mut pool = PacketPool::new(1);
+        let mut buf = pool.alloc().unwrap();
+        buf.fill(&[1, 2, 3, 10, 11]);
+        assert!(buf.open_gap_after(3, 2));
+        buf.data_mut()[3..5].copy_from_slice(&[0xaa, 0xbb]);
+        assert_eq!(buf.data(), &[1, 2, 3, 0xaa, 0xbb, 10, 11]);
+        assert!(buf.close_gap_after(3, 2));
+        assert_eq!(buf.data(), &[1, 2, 3, 10, 11]);
+        assert!(!buf.close_gap_after(4, 2));
+    }
+}

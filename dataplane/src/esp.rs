@@ -1,0 +1,343 @@
+//! ESP encapsulation and decapsulation (RFC 4303), split into *prepare* and
+//! *finish* halves around the offload boundary, working in place in a
+//! [`PacketBuf`] whose data is an IPv4 packet.
+//!
+//! Prepare writes every header, the sequence number, IV, padding and trailer
+//! and returns the descriptor; the engine runs it over the bytes from the
+//! ESP header on; finish checks the status and, inbound, updates the replay
+//! window (only now that the ICV has verified), checks the trailer and
+//! strips ESP.
+
+use std::time::Duration;
+
+use accel::{Algorithm, CipherKind, Descriptor, DescriptorKind, Direction, Region, Session, Status};
+use rand::Rng;
+use smoltcp::wire::{IpProtocol, Ipv4Packet};
+use spd_sad::{proto, Mode, ReplayError, SaDirection, SaId, SaState, Sad, SecurityAssociation};
+
+use crate::buffer::PacketBuf;
+use crate::stats::DropReason;
+use crate::wire::esp::{self, EspPacket, EspTrailer};
+
+/// RFC 4303 §2.6: next header 59 marks a dummy packet to be discarded.
+pub const NEXT_HEADER_NONE: u8 = 59;
+/// IP-in-IP: the next header of a tunnel-mode IPv4 payload.
+pub const NEXT_HEADER_IPV4: u8 = 4;
+/// IPv4 header length without options.
+pub const IPV4_HEADER_LEN: usize = 20;
+
+/// What the outbound half needs besides the SA.
+pub struct OutboundContext<'a, R: Rng> {
+    pub rng: &'a mut R,
+    /// IPv4 identification for a new outer header.
+    pub ip_id: u16,
+    /// TTL of a new outer header.
+    pub outer_ttl: u8,
+    pub now: Duration,
+}
+
+/// A packet between the two halves.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    pub sa: SaId,
+    pub desc: Descriptor,
+    /// Offset of the ESP header in the packet data.
+    pub esp_offset: usize,
+    /// Full (ESN-inferred) sequence number, inbound only.
+    pub seq: u64,
+    /// Bytes of protected data, for lifetimes.
+    pub protected_len: usize,
+}
+
+fn descriptor(direction: Direction, alg: Algorithm, cipher_len: usize, esn_high: Option<u32>) -> Descriptor {
+    let iv_len = alg.iv_len();
+    Descriptor {
+        kind: DescriptorKind::SinglePass,
+        direction,
+        auth_only: Region::new(0, esp::HEADER_LEN),
+        esn_high,
+        iv: Region::new(esp::HEADER_LEN, iv_len),
+        cipher: Region::new(esp::HEADER_LEN + iv_len, cipher_len),
+        icv: Region::new(esp::HEADER_LEN + iv_len + cipher_len, alg.icv_len()),
+        status: Status::Pending,
+    }
+}
+
+/// Header length of a packet the caller has already checked.
+fn ip_header_len(data: &[u8]) -> usize {
+    usize::from(data[0] & 0x0f) * 4
+}
+
+/// Outbound prepare: `buf` holds the (already forwarded, TTL-decremented)
+/// IPv4 packet; on return it holds the ESP packet awaiting crypto.
+pub fn encapsulate_prepare<R: Rng>(
+    sa_id: SaId,
+    sa: &mut SecurityAssociation<Session>,
+    buf: &mut PacketBuf,
+    ctx: OutboundContext<'_, R>,
+) -> Result<Pending, DropReason> {
+    if !sa.is_usable(ctx.now) {
+        sa.counters.expired += 1;
+        return Err(DropReason::SaExpired);
+    }
+    let alg = sa.crypto().algorithm();
+    let params = sa.params();
+    let (mode, spi, local, remote, esn) = (params.mode, params.spi, params.local, params.remote, params.esn);
+    let inner = Ipv4Packet::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
+    let (inner_tos, inner_df, inner_proto) = (
+        inner.dscp() << 2 | inner.ecn(),
+        inner.dont_frag(),
+        u8::from(inner.next_header()),
+    );
+    let is_fragment = inner.more_frags() || inner.frag_offset() != 0;
+    let header_len = usize::from(inner.header_len());
+    let (protected_start, next_header) = match mode {
+        Mode::Tunnel => (0, NEXT_HEADER_IPV4),
+        // RFC 4301 §4.1: transport mode carries whole packets only.
+        Mode::Transport if is_fragment => return Err(DropReason::Unsupported),
+        Mode::Transport => (header_len, inner_proto),
+    };
+    let payload_len = buf.len() - protected_start;
+    let pad_len = EspTrailer::pad_len_for(payload_len, alg.pad_align());
+    let cipher_len = payload_len + pad_len + esp::TRAILER_LEN;
+    let esp_overhead = esp::HEADER_LEN + alg.iv_len();
+    let outer_len = match mode {
+        Mode::Tunnel => IPV4_HEADER_LEN,
+        Mode::Transport => header_len,
+    };
+    if buf.tailroom() < pad_len + esp::TRAILER_LEN + alg.icv_len()
+        || buf.headroom() < esp_overhead + IPV4_HEADER_LEN
+        || outer_len + esp_overhead + cipher_len + alg.icv_len() > usize::from(u16::MAX)
+    {
+        return Err(DropReason::NoBufferSpace);
+    }
+    let seq = match sa.next_sequence() {
+        Ok(seq) => seq,
+        // The caller retires the SA (see `note_exhausted`).
+        Err(_) => return Err(DropReason::SeqOverflow),
+    };
+
+    let trailer = buf
+        .append(pad_len + esp::TRAILER_LEN + alg.icv_len())
+        .ok_or(DropReason::NoBufferSpace)?;
+    let (trailer, icv) = trailer.split_at_mut(pad_len + esp::TRAILER_LEN);
+    EspTrailer::emit(trailer, next_header);
+    icv.fill(0);
+
+    let esp_offset = match mode {
+        Mode::Tunnel => {
+            buf.prepend(esp_overhead).ok_or(DropReason::NoBufferSpace)?;
+            buf.prepend(IPV4_HEADER_LEN).ok_or(DropReason::NoBufferSpace)?;
+            IPV4_HEADER_LEN
+        }
+        Mode::Transport => {
+            if !buf.open_gap_after(header_len, esp_overhead) {
+                return Err(DropReason::NoBufferSpace);
+            }
+            header_len
+        }
+    };
+    let total_len = buf.len() as u16;
+    let data = buf.data_mut();
+    {
+        let (header, rest) = data.split_at_mut(esp_offset);
+        let mut esp_packet = EspPacket::new_unchecked(&mut rest[..esp::HEADER_LEN]);
+        esp_packet.set_spi(spi);
+        esp_packet.set_sequence_number(seq as u32);
+        let iv = &mut rest[esp::HEADER_LEN..esp_overhead];
+        match alg.cipher() {
+            // RFC 4106 §3.1: the IV must not repeat under one key; the
+            // 64-bit sequence number never does.
+            CipherKind::AesGcm => iv.copy_from_slice(&seq.to_be_bytes()),
+            // RFC 3602 §3 / RFC 2451: CBC IVs must be unpredictable.
+            CipherKind::AesCbc | CipherKind::TripleDesCbc => ctx.rng.fill_bytes(iv),
+            CipherKind::Null => {}
+        }
+        let mut ip = Ipv4Packet::new_unchecked(header);
+        match mode {
+            Mode::Tunnel => {
+                ip.set_version(4);
+                ip.set_header_len(IPV4_HEADER_LEN as u8);
+                // RFC 4301 §5.1.2.1: DSCP copied; ECN copied (RFC 6040 normal mode).
+                ip.set_dscp(inner_tos >> 2);
+                ip.set_ecn(inner_tos & 0x3);
+                ip.set_ident(ctx.ip_id);
+                ip.clear_flags();
+                // RFC 4301 §8.1: DF copied from the inner header.
+                ip.set_dont_frag(inner_df);
+                ip.set_frag_offset(0);
+                ip.set_hop_limit(ctx.outer_ttl);
+                ip.set_src_addr(local);
+                ip.set_dst_addr(remote);
+            }
+            Mode::Transport => {}
+        }
+        ip.set_next_header(IpProtocol::from(proto::ESP));
+        ip.set_total_len(total_len);
+        ip.fill_checksum();
+    }
+    let esn_high = esn.then_some((seq >> 32) as u32);
+    Ok(Pending {
+        sa: sa_id,
+        desc: descriptor(Direction::Encrypt, alg, cipher_len, esn_high),
+        esp_offset,
+        seq,
+        protected_len: payload_len,
+    })
+}
+
+/// Outbound finish: the engine has run; account the packet.
+pub fn encapsulate_finish(
+    sad: &mut Sad<Session>,
+    pending: &Pending,
+    now: Duration,
+) -> Result<(), DropReason> {
+    if pending.desc.status != Status::Done {
+        return Err(DropReason::EngineError);
+    }
+    if let Some(sa) = sad.get_mut(pending.sa) {
+        if let Some(state) = sa.account(pending.protected_len, now) {
+            sad.note_transition(pending.sa, state);
+        }
+    }
+    Ok(())
+}
+
+/// Inbound prepare: `buf` holds an IPv4 packet with protocol ESP addressed
+/// to us. Checks lengths, finds the SA, checks the replay window (without
+/// updating it) and builds the descriptor.
+pub fn decapsulate_prepare(
+    sad: &mut Sad<Session>,
+    buf: &mut PacketBuf,
+    now: Duration,
+) -> Result<Pending, DropReason> {
+    let data = buf.data();
+    let header_len = ip_header_len(data);
+    let ip = Ipv4Packet::new_unchecked(data);
+    let dst = ip.dst_addr();
+    let esp_packet = EspPacket::new_checked(&data[header_len..]).map_err(|_| DropReason::Malformed)?;
+    let sa_id = sad
+        .lookup_inbound(esp_packet.spi(), dst)
+        .ok_or(DropReason::UnknownSpi)?;
+    let sa = sad.get_mut(sa_id).ok_or(DropReason::UnknownSpi)?;
+    let alg = sa.crypto().algorithm();
+    let esp_len = data.len() - header_len;
+    let overhead = esp::HEADER_LEN + alg.iv_len() + alg.icv_len();
+    // RFC 4303 §2.4: the ciphertext is whole blocks, and at least a trailer.
+    let cipher_len = match esp_len.checked_sub(overhead) {
+        Some(n) if n >= esp::TRAILER_LEN && n % alg.pad_align() == 0 => n,
+        _ => {
+            sa.counters.malformed += 1;
+            return Err(DropReason::Malformed);
+        }
+    };
+    if !sa.is_usable(now) {
+        sa.counters.expired += 1;
+        return Err(DropReason::SaExpired);
+    }
+    let seq = match sa.check_replay(esp_packet.sequence_number()) {
+        Ok(seq) => seq,
+        Err(ReplayError::Duplicate(_) | ReplayError::TooOld(_) | ReplayError::Invalid) => {
+            sa.counters.replay += 1;
+            return Err(DropReason::Replay);
+        }
+    };
+    let esn_high = sa.params().esn.then_some((seq >> 32) as u32);
+    Ok(Pending {
+        sa: sa_id,
+        desc: descriptor(Direction::Decrypt, alg, cipher_len, esn_high),
+        esp_offset: header_len,
+        seq,
+        protected_len: 0,
+    })
+}
+
+/// What an authenticated inbound packet turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decapsulated {
+    /// `buf` now holds the inner IPv4 packet.
+    Packet,
+    /// A dummy packet (next header 59): authenticated, then discarded.
+    Dummy,
+}
+
+/// Inbound finish: checks the engine status, updates the replay window,
+/// checks the trailer and strips ESP, leaving the inner IPv4 packet.
+pub fn decapsulate_finish(
+    sad: &mut Sad<Session>,
+    buf: &mut PacketBuf,
+    pending: &Pending,
+    now: Duration,
+) -> Result<Decapsulated, DropReason> {
+    let sa = sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
+    match pending.desc.status {
+        Status::Done => {}
+        Status::AuthFailed => {
+            sa.counters.auth_failed += 1;
+            return Err(DropReason::AuthFailed);
+        }
+        Status::Pending | Status::Error(_) => return Err(DropReason::EngineError),
+    }
+    // RFC 4303 §3.4.3: the window moves only for authenticated packets.
+    sa.accept_sequence(pending.seq);
+    let mode = sa.params().mode;
+    let cipher = pending.desc.cipher.range();
+    let esp_offset = pending.esp_offset;
+    let plain = &buf.data()[esp_offset + cipher.start..esp_offset + cipher.end];
+    let (trailer, payload_len) = match EspTrailer::parse(plain) {
+        Ok(parsed) => parsed,
+        Err(_) => {
+            sa.counters.malformed += 1;
+            return Err(DropReason::Malformed);
+        }
+    };
+    if trailer.next_header == NEXT_HEADER_NONE {
+        return Ok(Decapsulated::Dummy);
+    }
+    let malformed = |sa: &mut SecurityAssociation<Session>| {
+        sa.counters.malformed += 1;
+        DropReason::Malformed
+    };
+    let esp_overhead = cipher.start;
+    match mode {
+        Mode::Tunnel => {
+            if trailer.next_header != NEXT_HEADER_IPV4 {
+                return Err(malformed(sa));
+            }
+            buf.trim_front(esp_offset + esp_overhead);
+            buf.truncate(payload_len);
+            // RFC 4303 §2.7: tunnel-mode TFC padding may follow the inner
+            // packet; its own total length says where it ends.
+            let inner_len = match Ipv4Packet::new_checked(buf.data()) {
+                Ok(inner) if inner.version() == 4 && inner.verify_checksum() => {
+                    usize::from(inner.total_len())
+                }
+                _ => return Err(malformed(sa)),
+            };
+            buf.truncate(inner_len);
+        }
+        Mode::Transport => {
+            buf.truncate(esp_offset + esp_overhead + payload_len);
+            buf.close_gap_after(esp_offset, esp_overhead);
+            let total_len = buf.len() as u16;
+            let mut ip = Ipv4Packet::new_unchecked(buf.data_mut());
+            ip.set_next_header(IpProtocol::from(trailer.next_header));
+            ip.set_total_len(total_len);
+            ip.fill_checksum();
+        }
+    }
+    let protected_len = buf.len();
+    if let Some(state) = sa.account(protected_len, now) {
+        sad.note_transition(pending.sa, state);
+    }
+    Ok(Decapsulated::Packet)
+}
+
+/// Marks an SA hard-expired after the counter ran out, raising the event once.
+pub fn note_exhausted(sad: &mut Sad<Session>, id: SaId) {
+    if let Some(sa) = sad.get_mut(id) {
+        if sa.params().direction == SaDirection::Outbound && sa.expire() {
+            sad.note_transition(id, SaState::HardExpired);
+        }
+    }
+}

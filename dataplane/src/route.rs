@@ -1,0 +1,160 @@
+//! Interfaces, IPv4 routes (longest-prefix match) and neighbours.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use smoltcp::wire::EthernetAddress;
+use spd_sad::Ipv4Prefix;
+
+/// The two sides of the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Port {
+    /// The protected network: plaintext.
+    Inside,
+    /// The untrusted network: ESP to peers.
+    Outside,
+}
+
+impl Port {
+    pub fn index(self) -> usize {
+        match self {
+            Port::Inside => 0,
+            Port::Outside => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Port::Inside => "inside",
+            Port::Outside => "outside",
+        }
+    }
+}
+
+impl fmt::Display for Port {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A gateway interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    pub port: Port,
+    /// The operating-system device (`eth0`, `veth-a`).
+    pub device: String,
+    pub address: Ipv4Addr,
+    /// The connected network.
+    pub network: Ipv4Prefix,
+    pub mac: EthernetAddress,
+    pub mtu: u16,
+}
+
+/// A configured route; `via` is `None` for a directly connected network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub destination: Ipv4Prefix,
+    pub via: Option<Ipv4Addr>,
+    pub port: Port,
+}
+
+/// Where a packet goes next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextHop {
+    pub port: Port,
+    pub address: Ipv4Addr,
+}
+
+/// Routes ordered longest prefix first.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingTable {
+    routes: Vec<Route>,
+}
+
+impl RoutingTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, route: Route) {
+        let at = self
+            .routes
+            .partition_point(|r| r.destination.len() >= route.destination.len());
+        self.routes.insert(at, route);
+    }
+
+    pub fn lookup(&self, dst: Ipv4Addr) -> Option<NextHop> {
+        self.routes
+            .iter()
+            .find(|r| r.destination.contains(dst))
+            .map(|r| NextHop {
+                port: r.port,
+                address: r.via.unwrap_or(dst),
+            })
+    }
+
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+}
+
+/// Statically configured neighbours (offline operation has no ARP).
+#[derive(Debug, Clone, Default)]
+pub struct Neighbors {
+    entries: HashMap<Ipv4Addr, EthernetAddress>,
+}
+
+impl Neighbors {
+    pub fn insert(&mut self, address: Ipv4Addr, mac: EthernetAddress) {
+        self.entries.insert(address, mac);
+    }
+
+    pub fn lookup(&self, address: Ipv4Addr) -> Option<EthernetAddress> {
+        self.entries.get(&address).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_prefix_wins() {
+        let mut table = RoutingTable::new();
+        table.add(Route {
+            destination: "0.0.0.0/0".parse().unwrap(),
+            via: Some("10.0.0.254".parse().unwrap()),
+            port: Port::Outside,
+        });
+        table.add(Route {
+            destination: "192.168.1.0/24".parse().unwrap(),
+            via: None,
+            port: Port::Inside,
+        });
+        table.add(Route {
+            destination: "192.168.0.0/16".parse().unwrap(),
+            via: Some("10.0.0.2".parse().unwrap()),
+            port: Port::Outside,
+        });
+        let hop = table.lookup("192.168.1.9".parse().unwrap()).unwrap();
+        assert_eq!(
+            (hop.port, hop.address),
+            (Port::Inside, "192.168.1.9".parse().unwrap())
+        );
+        let hop = table.lookup("192.168.7.9".parse().unwrap()).unwrap();
+        assert_eq!(hop.address, "10.0.0.2".parse::<Ipv4Addr>().unwrap());
+        let hop = table.lookup("8.8.8.8".parse().unwrap()).unwrap();
+        assert_eq!(hop.address, "10.0.0.254".parse::<Ipv4Addr>().unwrap());
+        assert!(RoutingTable::new().lookup("8.8.8.8".parse().unwrap()).is_none());
+    }
+}

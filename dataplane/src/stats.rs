@@ -1,0 +1,145 @@
+//! Gateway counters. Drop reasons index a fixed array, so counting a drop
+//! is one increment and never allocates.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// Why a packet was not forwarded. Every dropped packet is counted under
+/// exactly one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// No SPD entry matched (the default is discard, RFC 4301 §4.4.1).
+    NoPolicy,
+    /// A `discard` policy matched.
+    PolicyDiscard,
+    /// Inbound: the inner packet is not allowed through the SA it arrived
+    /// on, or plaintext arrived that policy says must be protected.
+    PolicyMismatch,
+    /// Inbound ESP with an SPI (and destination) no SA has.
+    UnknownSpi,
+    /// The ICV did not verify.
+    AuthFailed,
+    /// Duplicate or too old for the anti-replay window.
+    Replay,
+    /// Failed a length, alignment, header, padding or next-header check.
+    Malformed,
+    /// The SA's hard lifetime is over.
+    SaExpired,
+    /// The SA has used up its sequence numbers (RFC 4303 §3.3.3).
+    SeqOverflow,
+    /// No route to the destination.
+    NoRoute,
+    /// TTL would reach zero.
+    TtlExpired,
+    /// Not IPv4 (IPv6, unknown EtherType) — this gateway forwards IPv4 only.
+    Unsupported,
+    /// The crypto engine reported an error for the packet.
+    EngineError,
+    /// No buffer room to encapsulate (frame too large).
+    NoBufferSpace,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 14] = [
+        DropReason::NoPolicy,
+        DropReason::PolicyDiscard,
+        DropReason::PolicyMismatch,
+        DropReason::UnknownSpi,
+        DropReason::AuthFailed,
+        DropReason::Replay,
+        DropReason::Malformed,
+        DropReason::SaExpired,
+        DropReason::SeqOverflow,
+        DropReason::NoRoute,
+        DropReason::TtlExpired,
+        DropReason::Unsupported,
+        DropReason::EngineError,
+        DropReason::NoBufferSpace,
+    ];
+
+    /// The name used in stats output.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::NoPolicy => "no_policy",
+            DropReason::PolicyDiscard => "policy_discard",
+            DropReason::PolicyMismatch => "policy_mismatch",
+            DropReason::UnknownSpi => "unknown_spi",
+            DropReason::AuthFailed => "auth_failed",
+            DropReason::Replay => "replay",
+            DropReason::Malformed => "malformed",
+            DropReason::SaExpired => "sa_expired",
+            DropReason::SeqOverflow => "seq_overflow",
+            DropReason::NoRoute => "no_route",
+            DropReason::TtlExpired => "ttl_expired",
+            DropReason::Unsupported => "unsupported",
+            DropReason::EngineError => "engine_error",
+            DropReason::NoBufferSpace => "no_buffer_space",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Drop counters, one per reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropCounters([u64; DropReason::ALL.len()]);
+
+impl DropCounters {
+    pub fn count(&mut self, reason: DropReason) {
+        self.0[reason.index()] += 1;
+    }
+
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.0[reason.index()]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.into_iter().map(|r| (r, self.get(r)))
+    }
+}
+
+impl Serialize for DropCounters {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(DropReason::ALL.len()))?;
+        for (reason, n) in self.iter() {
+            map.serialize_entry(reason.name(), &n)?;
+        }
+        map.end()
+    }
+}
+
+/// Gateway-wide counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub encapsulated: u64,
+    pub decapsulated: u64,
+    pub bypassed: u64,
+    /// Packets addressed to the gateway itself and consumed by it.
+    pub local_delivered: u64,
+    /// ESP dummy packets (next header 59, RFC 4303 §2.6), silently consumed.
+    pub dummy_packets: u64,
+    pub drops: DropCounters,
+}
+
+impl Stats {
+    /// Every received packet is either transmitted, consumed or dropped.
+    pub fn balanced(&self) -> bool {
+        self.rx_packets == self.tx_packets + self.local_delivered + self.dummy_packets + self.drops.total()
+    }
+}

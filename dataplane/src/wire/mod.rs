@@ -1,0 +1,9 @@
+//! Zero-copy views over packet bytes. Ethernet and IPv4 come from
+//! `smoltcp::wire`; ESP, which smoltcp does not have, lives here in the
+//! same manner; so does the flow-key extraction the SPD needs.
+
+pub mod esp;
+pub mod flow;
+
+pub use esp::{EspPacket, EspTrailer};
+pub use flow::flow_key;

@@ -1,0 +1,857 @@
+//! Loading and validating a gateway configuration (TOML), and installing it
+//! into a [`Gateway`].
+
+use std::net::Ipv4Addr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use accel::{Algorithm, Engine, EngineKind, Session};
+use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, LinkLayer, Port, Route};
+use spd_sad::{
+    Action, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange, ProtocolSelector,
+    SaDirection, SaParams, Selector, MAX_WINDOW,
+};
+use zeroize::Zeroizing;
+
+use crate::error::{ConfigError, ConfigErrorKind, Locator};
+use crate::raw::{RawConfig, RawLifetime, RawPolicy, RawPorts, RawSa, RawTunnel, S};
+
+/// Default anti-replay window (packets).
+pub const DEFAULT_REPLAY_WINDOW: u32 = 64;
+/// Default priority of policies and tunnels; lower is consulted first.
+pub const DEFAULT_PRIORITY: u32 = 100;
+/// Default TTL of outer tunnel headers.
+pub const DEFAULT_OUTER_TTL: u8 = 64;
+
+/// A validated SA with its keys.
+#[derive(Clone)]
+pub struct SaConfig {
+    pub params: SaParams,
+    pub algorithm: Algorithm,
+    pub enc_key: Zeroizing<Vec<u8>>,
+    pub auth_key: Zeroizing<Vec<u8>>,
+}
+
+impl std::fmt::Debug for SaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaConfig")
+            .field("params", &self.params)
+            .field("algorithm", &self.algorithm)
+            .field("keys", &"<redacted>")
+            .finish()
+    }
+}
+
+/// What a configured policy does; SAs are named until installation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyAction {
+    Protect(String),
+    Bypass,
+    Discard,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyConfig {
+    pub name: String,
+    pub direction: PolicyDirection,
+    pub priority: u32,
+    pub selector: Selector,
+    pub action: PolicyAction,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub path: PathBuf,
+    pub name: String,
+    pub allow_insecure_null: bool,
+    pub engine: EngineKind,
+    pub inside: Interface,
+    pub outside: Interface,
+    pub routes: Vec<Route>,
+    pub neighbors: Vec<(Ipv4Addr, EthernetAddress)>,
+    pub outer_ttl: u8,
+    pub sas: Vec<SaConfig>,
+    pub policies: Vec<PolicyConfig>,
+}
+
+/// Why a validated configuration could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("SA `{sa}`: {source}")]
+    Session {
+        sa: String,
+        #[source]
+        source: accel::SessionError,
+    },
+    #[error(transparent)]
+    Sad(#[from] spd_sad::SadError),
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            kind: ConfigErrorKind::Io(e.to_string()),
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Validates `text`; `path` is used in error messages.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let loc = Locator::new(path, text);
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|e| loc.error(e.span(), ConfigErrorKind::Syntax(e.message().to_owned())))?;
+        Validator { loc: &loc, raw: &raw }.validate(path)
+    }
+
+    /// The gateway's static setup, for frames of `link`.
+    pub fn setup(&self, link: LinkLayer) -> GatewaySetup {
+        GatewaySetup {
+            inside: self.inside.clone(),
+            outside: self.outside.clone(),
+            routes: self.routes.clone(),
+            neighbors: self.neighbors.clone(),
+            link,
+            outer_ttl: self.outer_ttl,
+        }
+    }
+
+    /// Builds a gateway with every SA and policy of this configuration
+    /// installed at time `now`.
+    pub fn build_gateway(
+        &self,
+        link: LinkLayer,
+        engine: Box<dyn Engine>,
+        now: Duration,
+    ) -> Result<Gateway, InstallError> {
+        let mut gateway = Gateway::new(self.setup(link), engine);
+        self.install(&mut gateway, now)?;
+        Ok(gateway)
+    }
+
+    /// Registers a session per SA, installs SAs, then policies.
+    pub fn install(&self, gateway: &mut Gateway, now: Duration) -> Result<(), InstallError> {
+        for sa in &self.sas {
+            let session = Session::new(sa.algorithm, &sa.enc_key, &sa.auth_key).map_err(|source| {
+                InstallError::Session {
+                    sa: sa.params.name.clone(),
+                    source,
+                }
+            })?;
+            let mut params = sa.params.clone();
+            if params.direction == SaDirection::Inbound {
+                params.selectors = self.inbound_selectors(&params.name);
+            }
+            gateway.install_sa(params, session, now)?;
+        }
+        for policy in &self.policies {
+            let action = match &policy.action {
+                PolicyAction::Protect(name) => match gateway.sad().find(name) {
+                    Some(id) => Action::Protect(id),
+                    // Validation guarantees the name exists.
+                    None => Action::Discard,
+                },
+                PolicyAction::Bypass => Action::Bypass,
+                PolicyAction::Discard => Action::Discard,
+            };
+            gateway.spd_mut().insert(Policy {
+                name: policy.name.clone(),
+                direction: policy.direction,
+                priority: policy.priority,
+                selector: policy.selector,
+                action,
+            });
+        }
+        Ok(())
+    }
+
+    /// What may arrive through inbound SA `name`: the selectors of the
+    /// inbound policies that name it (RFC 4301 §5.2).
+    pub fn inbound_selectors(&self, name: &str) -> Vec<Selector> {
+        self.policies
+            .iter()
+            .filter(|p| {
+                p.direction == PolicyDirection::In && p.action == PolicyAction::Protect(name.to_owned())
+            })
+            .map(|p| p.selector)
+            .collect()
+    }
+
+    pub fn sa(&self, name: &str) -> Option<&SaConfig> {
+        self.sas.iter().find(|s| s.params.name == name)
+    }
+}
+
+struct Validator<'a> {
+    loc: &'a Locator<'a>,
+    raw: &'a RawConfig,
+}
+
+fn span<T>(s: &S<T>) -> Option<Range<usize>> {
+    Some(s.span())
+}
+
+impl Validator<'_> {
+    fn err<T>(&self, at: Option<Range<usize>>, kind: ConfigErrorKind) -> Result<T, ConfigError> {
+        Err(self.loc.error(at, kind))
+    }
+
+    fn value<T>(&self, at: &S<String>, what: &str, example: &str) -> Result<T, ConfigError>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+    {
+        at.get_ref().parse::<T>().or_else(|e| {
+            self.err(
+                span(at),
+                ConfigErrorKind::Value(format!(
+                    "{what}: {e}{}",
+                    if example.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (for example {example})")
+                    }
+                )),
+            )
+        })
+    }
+
+    fn addr(&self, at: &S<String>, what: &str) -> Result<Ipv4Addr, ConfigError> {
+        at.get_ref().parse::<Ipv4Addr>().or_else(|_| {
+            self.err(
+                span(at),
+                ConfigErrorKind::Value(format!(
+                    "{what} `{}` is not an IPv4 address (for example 10.0.0.1)",
+                    at.get_ref()
+                )),
+            )
+        })
+    }
+
+    fn mac(&self, at: &S<String>) -> Result<EthernetAddress, ConfigError> {
+        let parts: Vec<_> = at.get_ref().split(':').collect();
+        let bytes: Option<Vec<u8>> = (parts.len() == 6)
+            .then(|| {
+                parts
+                    .iter()
+                    .map(|p| u8::from_str_radix(p, 16).ok().filter(|_| p.len() == 2))
+                    .collect()
+            })
+            .flatten();
+        match bytes {
+            Some(b) => Ok(EthernetAddress::from_bytes(&b)),
+            None => self.err(
+                span(at),
+                ConfigErrorKind::Value(format!(
+                    "`{}` is not a MAC address; write six hex pairs separated by colons, e.g. 02:00:00:00:00:01",
+                    at.get_ref()
+                )),
+            ),
+        }
+    }
+
+    fn validate(&self, path: &Path) -> Result<Config, ConfigError> {
+        let raw = self.raw;
+        let engine = match &raw.accel.engine {
+            Some(e) => self.value::<EngineKind>(e, "[accel] engine", "")?,
+            None => EngineKind::default(),
+        };
+        let (inside, outside) = self.interfaces()?;
+        let connected = [&inside, &outside];
+        let mut routes = Vec::new();
+        for r in &raw.route {
+            let r = r.get_ref();
+            let destination: Ipv4Prefix =
+                self.value(&r.destination, "route destination", "192.168.2.0/24")?;
+            let via = r.via.as_ref().map(|v| self.addr(v, "route via")).transpose()?;
+            let port = match (&r.interface, via) {
+                (Some(name), _) => self.port(name)?,
+                (None, Some(gw)) => match connected.iter().find(|i| i.network.contains(gw)) {
+                    Some(i) => i.port,
+                    None => {
+                        return self.err(
+                            r.via.as_ref().and_then(|v| span(v)),
+                            ConfigErrorKind::Value(format!(
+                                "next hop {gw} is on neither interface's network; add `interface = \"inside\"` or `\"outside\"`"
+                            )),
+                        );
+                    }
+                },
+                (None, None) => {
+                    return self.err(
+                        span(&r.destination),
+                        ConfigErrorKind::Value("a route needs `via` (a next hop) or `interface`".into()),
+                    );
+                }
+            };
+            routes.push(Route {
+                destination,
+                via,
+                port,
+            });
+        }
+        let mut neighbors = Vec::new();
+        for n in &raw.neighbor {
+            let n = n.get_ref();
+            neighbors.push((self.addr(&n.address, "neighbor address")?, self.mac(&n.mac)?));
+        }
+        let mut sas = Vec::new();
+        let mut policies = Vec::new();
+        for s in &raw.sa {
+            sas.push((span(&s.get_ref().name), self.sa(s.get_ref())?));
+        }
+        for t in &raw.tunnel {
+            let (out_sa, in_sa, out_policy, in_policy) = self.tunnel(t.get_ref())?;
+            sas.push((span(&t.get_ref().name), out_sa));
+            sas.push((span(&t.get_ref().name), in_sa));
+            policies.push((span(&t.get_ref().name), out_policy));
+            policies.push((span(&t.get_ref().name), in_policy));
+        }
+        for p in &raw.policy {
+            policies.push((span(&p.get_ref().name), self.policy(p.get_ref())?));
+        }
+        self.cross_check(&sas, &policies)?;
+        Ok(Config {
+            path: path.to_path_buf(),
+            name: raw.gateway.name.clone().unwrap_or_else(|| {
+                path.file_stem()
+                    .map_or_else(|| "espgw".to_owned(), |s| s.to_string_lossy().into_owned())
+            }),
+            allow_insecure_null: raw.gateway.allow_insecure_null,
+            engine,
+            inside,
+            outside,
+            routes,
+            neighbors,
+            outer_ttl: raw
+                .gateway
+                .outer_ttl
+                .as_ref()
+                .map_or(DEFAULT_OUTER_TTL, |t| *t.get_ref()),
+            sas: sas.into_iter().map(|(_, s)| s).collect(),
+            policies: policies.into_iter().map(|(_, p)| p).collect(),
+        })
+    }
+
+    fn port(&self, name: &S<String>) -> Result<Port, ConfigError> {
+        match name.get_ref().as_str() {
+            "inside" => Ok(Port::Inside),
+            "outside" => Ok(Port::Outside),
+            other => self.err(
+                span(name),
+                ConfigErrorKind::Interfaces(format!(
+                    "interface name `{other}` must be `inside` or `outside`"
+                )),
+            ),
+        }
+    }
+
+    fn interfaces(&self) -> Result<(Interface, Interface), ConfigError> {
+        let mut found: [Option<Interface>; 2] = [None, None];
+        for i in &self.raw.interface {
+            let at = span(i);
+            let i = i.get_ref();
+            let port = self.port(&i.name)?;
+            let (address, len) = match i.address.get_ref().split_once('/') {
+                Some((a, l)) => (
+                    a.parse::<Ipv4Addr>().ok(),
+                    l.parse::<u8>().ok().filter(|l| *l <= 32),
+                ),
+                None => (None, None),
+            };
+            let (Some(address), Some(len)) = (address, len) else {
+                return self.err(
+                    span(&i.address),
+                    ConfigErrorKind::Value(format!(
+                        "interface address `{}` must be address/prefix-length, e.g. 192.168.1.1/24",
+                        i.address.get_ref()
+                    )),
+                );
+            };
+            let mask = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(len))
+            };
+            let network =
+                Ipv4Prefix::new(Ipv4Addr::from(u32::from(address) & mask), len).unwrap_or(Ipv4Prefix::ANY);
+            let mac = match &i.mac {
+                Some(m) => self.mac(m)?,
+                // A locally administered address derived from the IP address.
+                None => {
+                    let o = address.octets();
+                    EthernetAddress([0x02, 0x00, o[0], o[1], o[2], o[3]])
+                }
+            };
+            let mtu = i.mtu.as_ref().map_or(1500, |m| *m.get_ref());
+            if !(576..=9000).contains(&mtu) {
+                return self.err(
+                    i.mtu.as_ref().and_then(span),
+                    ConfigErrorKind::Value(format!("MTU {mtu} is out of range; use 576 to 9000")),
+                );
+            }
+            if found[port.index()].is_some() {
+                return self.err(
+                    at,
+                    ConfigErrorKind::Interfaces(format!("interface `{port}` is defined twice")),
+                );
+            }
+            found[port.index()] = Some(Interface {
+                port,
+                device: i.device.clone(),
+                address,
+                network,
+                mac,
+                mtu,
+            });
+        }
+        match found {
+            [Some(inside), Some(outside)] => Ok((inside, outside)),
+            [None, _] => self.err(None, ConfigErrorKind::Interfaces("no [[interface]] named `inside`; a gateway needs an `inside` and an `outside` interface".into())),
+            [_, None] => self.err(None, ConfigErrorKind::Interfaces("no [[interface]] named `outside`; a gateway needs an `inside` and an `outside` interface".into())),
+        }
+    }
+
+    fn algorithm(&self, proposal: &S<String>) -> Result<Algorithm, ConfigError> {
+        let alg: Algorithm = proposal
+            .get_ref()
+            .parse()
+            .map_err(|e: accel::UnknownAlgorithm| self.loc.error(span(proposal), e.into()))?;
+        if alg.is_insecure() && !self.raw.gateway.allow_insecure_null {
+            return self.err(span(proposal), ConfigErrorKind::InsecureNull);
+        }
+        Ok(alg)
+    }
+
+    fn key(
+        &self,
+        key: Option<&S<String>>,
+        field: &str,
+        expected: usize,
+        alg: Algorithm,
+        near: Option<Range<usize>>,
+    ) -> Result<Zeroizing<Vec<u8>>, ConfigError> {
+        let Some(key) = key else {
+            if expected == 0 {
+                return Ok(Zeroizing::new(Vec::new()));
+            }
+            return self.err(
+                near,
+                ConfigErrorKind::Key(format!(
+                    "{alg} needs `{field}`: {expected} bytes as {} hex digits",
+                    expected * 2
+                )),
+            );
+        };
+        let text = key.get_ref().trim();
+        let text = text.strip_prefix("0x").unwrap_or(text).replace(':', "");
+        let bytes = match hex::decode(&text) {
+            Ok(b) => Zeroizing::new(b),
+            Err(_) => {
+                return self.err(
+                    span(key),
+                    ConfigErrorKind::Key(format!(
+                        "`{field}` is not hexadecimal (digits 0-9 and a-f, optional 0x prefix)"
+                    )),
+                );
+            }
+        };
+        if bytes.len() != expected {
+            let salt = if alg.is_aead() {
+                ", the AES key followed by the 4-byte salt"
+            } else {
+                ""
+            };
+            return self.err(
+                span(key),
+                ConfigErrorKind::Key(if expected == 0 {
+                    format!("{alg} takes no `{field}`; remove it")
+                } else {
+                    format!(
+                        "`{field}` for {alg} must be {expected} bytes ({} hex digits{salt}), not {} bytes",
+                        expected * 2,
+                        bytes.len()
+                    )
+                }),
+            );
+        }
+        Ok(bytes)
+    }
+
+    fn lifetime(&self, raw: Option<&S<RawLifetime>>) -> Result<Lifetime, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(Lifetime::default());
+        };
+        let l = raw.get_ref();
+        let lifetime = Lifetime {
+            soft: Limits {
+                bytes: l.soft_bytes,
+                packets: l.soft_packets,
+                seconds: l.soft_seconds,
+            },
+            hard: Limits {
+                bytes: l.hard_bytes,
+                packets: l.hard_packets,
+                seconds: l.hard_seconds,
+            },
+        };
+        for (what, soft, hard) in [
+            ("bytes", l.soft_bytes, l.hard_bytes),
+            ("packets", l.soft_packets, l.hard_packets),
+            ("seconds", l.soft_seconds, l.hard_seconds),
+        ] {
+            if let (Some(s), Some(h)) = (soft, hard) {
+                if s > h {
+                    return self.err(
+                        span(raw),
+                        ConfigErrorKind::Value(format!(
+                            "soft_{what} ({s}) is above hard_{what} ({h}); the soft limit must come first"
+                        )),
+                    );
+                }
+            }
+        }
+        Ok(lifetime)
+    }
+
+    fn mode(&self, mode: Option<&S<String>>) -> Result<Mode, ConfigError> {
+        match mode.map(|m| (m, m.get_ref().as_str())) {
+            None | Some((_, "tunnel")) => Ok(Mode::Tunnel),
+            Some((_, "transport")) => Ok(Mode::Transport),
+            Some((m, other)) => self.err(
+                span(m),
+                ConfigErrorKind::Value(format!("mode `{other}` is not `tunnel` or `transport`")),
+            ),
+        }
+    }
+
+    fn replay_window(&self, window: Option<&S<u32>>, esn: bool) -> Result<u32, ConfigError> {
+        let size = window.map_or(DEFAULT_REPLAY_WINDOW, |w| *w.get_ref());
+        if size > MAX_WINDOW {
+            return self.err(
+                window.and_then(span),
+                ConfigErrorKind::Value(format!(
+                    "replay_window {size} is above the maximum of {MAX_WINDOW}"
+                )),
+            );
+        }
+        if esn && size == 0 {
+            // RFC 4303 §2.2.1: ESN needs the window to infer the high bits.
+            return self.err(
+                window.and_then(span),
+                ConfigErrorKind::Value(
+                    "ESN needs an anti-replay window; set replay_window to at least 1".into(),
+                ),
+            );
+        }
+        Ok(size)
+    }
+
+    fn spi(&self, spi: &S<u32>) -> Result<u32, ConfigError> {
+        let value = *spi.get_ref();
+        if value < 256 {
+            return self.err(
+                span(spi),
+                ConfigErrorKind::Value(format!(
+                    "SPI {value} is reserved (RFC 4303 §2.1); use a value of 256 or more"
+                )),
+            );
+        }
+        Ok(value)
+    }
+
+    /// Checks that keys are usable by creating (and dropping) a session.
+    fn check_session(&self, sa: &SaConfig, at: Option<Range<usize>>) -> Result<(), ConfigError> {
+        Session::new(sa.algorithm, &sa.enc_key, &sa.auth_key)
+            .map(drop)
+            .or_else(|e| self.err(at, ConfigErrorKind::Key(format!("SA `{}`: {e}", sa.params.name))))
+    }
+
+    fn sa(&self, s: &RawSa) -> Result<SaConfig, ConfigError> {
+        let direction = match s.direction.get_ref().as_str() {
+            "out" => SaDirection::Outbound,
+            "in" => SaDirection::Inbound,
+            other => {
+                return self.err(
+                    span(&s.direction),
+                    ConfigErrorKind::Value(format!("SA direction `{other}` must be `out` or `in`")),
+                );
+            }
+        };
+        let algorithm = self.algorithm(&s.proposal)?;
+        let sa = SaConfig {
+            params: SaParams {
+                name: s.name.get_ref().clone(),
+                direction,
+                spi: self.spi(&s.spi)?,
+                mode: self.mode(s.mode.as_ref())?,
+                local: self.addr(&s.local, "local")?,
+                remote: self.addr(&s.remote, "remote")?,
+                esn: s.esn,
+                replay_window: self.replay_window(s.replay_window.as_ref(), s.esn)?,
+                lifetime: self.lifetime(s.lifetime.as_ref())?,
+                selectors: Vec::new(),
+            },
+            algorithm,
+            enc_key: self.key(
+                s.enc_key.as_ref(),
+                "enc_key",
+                algorithm.enc_key_len(),
+                algorithm,
+                span(&s.proposal),
+            )?,
+            auth_key: self.key(
+                s.auth_key.as_ref(),
+                "auth_key",
+                algorithm.auth_key_len(),
+                algorithm,
+                span(&s.proposal),
+            )?,
+        };
+        self.check_session(&sa, s.enc_key.as_ref().and_then(span).or(span(&s.name)))?;
+        Ok(sa)
+    }
+
+    fn tunnel(&self, t: &RawTunnel) -> Result<(SaConfig, SaConfig, PolicyConfig, PolicyConfig), ConfigError> {
+        let name = t.name.get_ref();
+        let algorithm = self.algorithm(&t.proposal)?;
+        let mode = self.mode(t.mode.as_ref())?;
+        let local = self.addr(&t.local, "local")?;
+        let remote = self.addr(&t.remote, "remote")?;
+        let subnet =
+            |s: Option<&S<String>>, host: Ipv4Addr, field: &str| -> Result<Ipv4Prefix, ConfigError> {
+                match s {
+                    Some(s) => self.value(s, field, "192.168.1.0/24"),
+                    None if mode == Mode::Transport => Ok(Ipv4Prefix::host(host)),
+                    None => self.err(
+                        span(&t.name),
+                        ConfigErrorKind::Value(format!(
+                            "tunnel `{name}` needs `{field}` (the network behind this end)"
+                        )),
+                    ),
+                }
+            };
+        let local_subnet = subnet(t.local_subnet.as_ref(), local, "local_subnet")?;
+        let remote_subnet = subnet(t.remote_subnet.as_ref(), remote, "remote_subnet")?;
+        let protocol = match &t.protocol {
+            Some(p) => self.value(p, "protocol", "udp")?,
+            None => ProtocolSelector::Any,
+        };
+        let replay_window = self.replay_window(t.replay_window.as_ref(), t.esn)?;
+        let lifetime = self.lifetime(t.lifetime.as_ref())?;
+        let near = span(&t.proposal);
+        let make_sa = |suffix: &str,
+                       direction,
+                       spi: &S<u32>,
+                       enc: Option<&S<String>>,
+                       auth: Option<&S<String>>,
+                       (l, r)|
+         -> Result<SaConfig, ConfigError> {
+            let enc_field = format!("enc_key_{suffix}");
+            let auth_field = format!("auth_key_{suffix}");
+            let sa = SaConfig {
+                params: SaParams {
+                    name: format!("{name}-{suffix}"),
+                    direction,
+                    spi: self.spi(spi)?,
+                    mode,
+                    local: l,
+                    remote: r,
+                    esn: t.esn,
+                    replay_window,
+                    lifetime,
+                    selectors: Vec::new(),
+                },
+                algorithm,
+                enc_key: self.key(enc, &enc_field, algorithm.enc_key_len(), algorithm, near.clone())?,
+                auth_key: self.key(
+                    auth,
+                    &auth_field,
+                    algorithm.auth_key_len(),
+                    algorithm,
+                    near.clone(),
+                )?,
+            };
+            self.check_session(&sa, enc.and_then(span).or(span(&t.name)))?;
+            Ok(sa)
+        };
+        let out_sa = make_sa(
+            "out",
+            SaDirection::Outbound,
+            &t.spi_out,
+            t.enc_key_out.as_ref(),
+            t.auth_key_out.as_ref(),
+            (local, remote),
+        )?;
+        let in_sa = make_sa(
+            "in",
+            SaDirection::Inbound,
+            &t.spi_in,
+            t.enc_key_in.as_ref(),
+            t.auth_key_in.as_ref(),
+            (local, remote),
+        )?;
+        let priority = t.priority.unwrap_or(DEFAULT_PRIORITY);
+        let selector = |src, dst| Selector {
+            src,
+            dst,
+            protocol,
+            src_ports: PortRange::ANY,
+            dst_ports: PortRange::ANY,
+        };
+        let out_policy = PolicyConfig {
+            name: format!("{name}-out"),
+            direction: PolicyDirection::Out,
+            priority,
+            selector: selector(local_subnet, remote_subnet),
+            action: PolicyAction::Protect(out_sa.params.name.clone()),
+        };
+        let in_policy = PolicyConfig {
+            name: format!("{name}-in"),
+            direction: PolicyDirection::In,
+            priority,
+            selector: selector(remote_subnet, local_subnet),
+            action: PolicyAction::Protect(in_sa.params.name.clone()),
+        };
+        Ok((out_sa, in_sa, out_policy, in_policy))
+    }
+
+    fn ports(&self, ports: Option<&S<RawPorts>>) -> Result<PortRange, ConfigError> {
+        match ports {
+            None => Ok(PortRange::ANY),
+            Some(p) => match p.get_ref() {
+                RawPorts::Number(n) => Ok(PortRange { first: *n, last: *n }),
+                RawPorts::Text(t) => t.parse().or_else(|e: spd_sad::SelectorError| {
+                    self.err(span(p), ConfigErrorKind::Value(e.to_string()))
+                }),
+            },
+        }
+    }
+
+    fn policy(&self, p: &RawPolicy) -> Result<PolicyConfig, ConfigError> {
+        let direction = match p.direction.get_ref().as_str() {
+            "out" => PolicyDirection::Out,
+            "in" => PolicyDirection::In,
+            other => {
+                return self.err(
+                    span(&p.direction),
+                    ConfigErrorKind::Value(format!("policy direction `{other}` must be `out` or `in`")),
+                );
+            }
+        };
+        let prefix = |s: Option<&S<String>>, field: &str| -> Result<Ipv4Prefix, ConfigError> {
+            s.map_or(Ok(Ipv4Prefix::ANY), |s| self.value(s, field, "192.168.1.0/24"))
+        };
+        let selector = Selector {
+            src: prefix(p.source.as_ref(), "source")?,
+            dst: prefix(p.destination.as_ref(), "destination")?,
+            protocol: match &p.protocol {
+                Some(s) => self.value(s, "protocol", "udp")?,
+                None => ProtocolSelector::Any,
+            },
+            src_ports: self.ports(p.source_ports.as_ref())?,
+            dst_ports: self.ports(p.destination_ports.as_ref())?,
+        };
+        let action = match (p.action.get_ref().as_str(), &p.sa) {
+            ("protect", Some(sa)) => PolicyAction::Protect(sa.get_ref().clone()),
+            ("protect", None) => {
+                return self.err(
+                    span(&p.action),
+                    ConfigErrorKind::Value(
+                        "a `protect` policy needs `sa = \"NAME\"` naming the SA to use".into(),
+                    ),
+                );
+            }
+            ("bypass" | "discard", Some(sa)) => {
+                return self.err(
+                    span(sa),
+                    ConfigErrorKind::Value(format!(
+                        "only `protect` policies name an SA; remove `sa` or make the action `protect`"
+                    )),
+                );
+            }
+            ("bypass", None) => PolicyAction::Bypass,
+            ("discard", None) => PolicyAction::Discard,
+            (other, _) => {
+                return self.err(
+                    span(&p.action),
+                    ConfigErrorKind::Value(format!(
+                        "action `{other}` must be `protect`, `bypass` or `discard`"
+                    )),
+                );
+            }
+        };
+        Ok(PolicyConfig {
+            name: p.name.get_ref().clone(),
+            direction,
+            priority: p.priority.unwrap_or(DEFAULT_PRIORITY),
+            selector,
+            action,
+        })
+    }
+
+    fn cross_check(
+        &self,
+        sas: &[(Option<Range<usize>>, SaConfig)],
+        policies: &[(Option<Range<usize>>, PolicyConfig)],
+    ) -> Result<(), ConfigError> {
+        for (i, (at, sa)) in sas.iter().enumerate() {
+            let earlier = &sas[..i];
+            if earlier.iter().any(|(_, e)| e.params.name == sa.params.name) {
+                return self.err(at.clone(), ConfigErrorKind::DuplicateName(sa.params.name.clone()));
+            }
+            if sa.params.direction == SaDirection::Inbound {
+                if let Some((_, first)) = earlier.iter().find(|(_, e)| {
+                    e.params.direction == SaDirection::Inbound && e.params.spi == sa.params.spi
+                }) {
+                    return self.err(
+                        at.clone(),
+                        ConfigErrorKind::DuplicateSpi {
+                            spi: sa.params.spi,
+                            first: first.params.name.clone(),
+                            second: sa.params.name.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        for (i, (at, policy)) in policies.iter().enumerate() {
+            if policies[..i].iter().any(|(_, e)| e.name == policy.name) {
+                return self.err(at.clone(), ConfigErrorKind::DuplicateName(policy.name.clone()));
+            }
+            let PolicyAction::Protect(name) = &policy.action else {
+                continue;
+            };
+            let Some((_, sa)) = sas.iter().find(|(_, s)| &s.params.name == name) else {
+                return self.err(
+                    at.clone(),
+                    ConfigErrorKind::MissingSa {
+                        policy: policy.name.clone(),
+                        sa: name.clone(),
+                    },
+                );
+            };
+            let matches = matches!(
+                (policy.direction, sa.params.direction),
+                (PolicyDirection::Out, SaDirection::Outbound) | (PolicyDirection::In, SaDirection::Inbound)
+            );
+            if !matches {
+                return self.err(
+                    at.clone(),
+                    ConfigErrorKind::WrongSaDirection {
+                        policy: policy.name.clone(),
+                        sa: name.clone(),
+                        direction: policy.direction.to_string(),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+}

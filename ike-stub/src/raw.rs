@@ -1,0 +1,144 @@
+//! The configuration file as written, before validation. Fields that can
+//! be wrong in ways TOML does not catch keep their spans for error messages.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+pub(crate) type S<T> = Spanned<T>;
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    #[serde(default)]
+    pub gateway: RawGateway,
+    #[serde(default)]
+    pub accel: RawAccel,
+    #[serde(default)]
+    pub interface: Vec<S<RawInterface>>,
+    #[serde(default)]
+    pub route: Vec<S<RawRoute>>,
+    #[serde(default)]
+    pub neighbor: Vec<S<RawNeighbor>>,
+    #[serde(default)]
+    pub sa: Vec<S<RawSa>>,
+    #[serde(default)]
+    pub policy: Vec<S<RawPolicy>>,
+    #[serde(default)]
+    pub tunnel: Vec<S<RawTunnel>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGateway {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub allow_insecure_null: bool,
+    pub outer_ttl: Option<S<u8>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccel {
+    pub engine: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawInterface {
+    pub name: S<String>,
+    pub device: String,
+    pub address: S<String>,
+    pub mac: Option<S<String>>,
+    pub mtu: Option<S<u16>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    pub destination: S<String>,
+    pub via: Option<S<String>>,
+    pub interface: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNeighbor {
+    pub address: S<String>,
+    pub mac: S<String>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLifetime {
+    pub soft_bytes: Option<u64>,
+    pub hard_bytes: Option<u64>,
+    pub soft_packets: Option<u64>,
+    pub hard_packets: Option<u64>,
+    pub soft_seconds: Option<u64>,
+    pub hard_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSa {
+    pub name: S<String>,
+    pub direction: S<String>,
+    pub spi: S<u32>,
+    pub mode: Option<S<String>>,
+    pub local: S<String>,
+    pub remote: S<String>,
+    pub proposal: S<String>,
+    pub enc_key: Option<S<String>>,
+    pub auth_key: Option<S<String>>,
+    #[serde(default)]
+    pub esn: bool,
+    pub replay_window: Option<S<u32>>,
+    pub lifetime: Option<S<RawLifetime>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPolicy {
+    pub name: S<String>,
+    pub direction: S<String>,
+    pub priority: Option<u32>,
+    pub source: Option<S<String>>,
+    pub destination: Option<S<String>>,
+    pub protocol: Option<S<String>>,
+    pub source_ports: Option<S<RawPorts>>,
+    pub destination_ports: Option<S<RawPorts>>,
+    pub action: S<String>,
+    pub sa: Option<S<String>>,
+}
+
+/// Ports as `53`, `"53"`, `"1024-65535"` or `"any"`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(untagged)]
+pub(crate) enum RawPorts {
+    Number(u16),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTunnel {
+    pub name: S<String>,
+    pub local: S<String>,
+    pub remote: S<String>,
+    pub local_subnet: Option<S<String>>,
+    pub remote_subnet: Option<S<String>>,
+    pub protocol: Option<S<String>>,
+    pub mode: Option<S<String>>,
+    pub proposal: S<String>,
+    pub spi_out: S<u32>,
+    pub spi_in: S<u32>,
+    pub enc_key_out: Option<S<String>>,
+    pub auth_key_out: Option<S<String>>,
+    pub enc_key_in: Option<S<String>>,
+    pub auth_key_in: Option<S<String>>,
+    #[serde(default)]
+    pub esn: bool,
+    pub replay_window: Option<S<u32>>,
+    pub priority: Option<u32>,
+    pub lifetime: Option<S<RawLifetime>>,
+}

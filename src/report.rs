@@ -1,0 +1,132 @@
+//! Human and JSON renderings of configurations and counters. Key material
+//! is never rendered.
+
+use std::fmt::Write;
+
+use dataplane::io::pcap::PcapRun;
+use dataplane::Gateway;
+use ike_stub::{Config, PolicyAction};
+use serde_json::{json, Value};
+
+pub fn config_summary(config: &Config) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: OK ({})", config.path.display(), config.name);
+    for iface in [&config.inside, &config.outside] {
+        let _ = writeln!(
+            out,
+            "  interface {:<7} device {:<10} {}/{} mac {} mtu {}",
+            iface.port,
+            iface.device,
+            iface.address,
+            iface.network.len(),
+            iface.mac,
+            iface.mtu
+        );
+    }
+    for route in &config.routes {
+        let via = route
+            .via
+            .map_or_else(|| "direct".to_owned(), |v| format!("via {v}"));
+        let _ = writeln!(out, "  route {} {} dev {}", route.destination, via, route.port);
+    }
+    for (addr, mac) in &config.neighbors {
+        let _ = writeln!(out, "  neighbor {addr} lladdr {mac}");
+    }
+    let _ = writeln!(out, "  engine {}", config.engine);
+    for sa in &config.sas {
+        let p = &sa.params;
+        let (from, to) = match p.direction {
+            spd_sad::SaDirection::Outbound => (p.local, p.remote),
+            spd_sad::SaDirection::Inbound => (p.remote, p.local),
+        };
+        let _ = writeln!(
+            out,
+            "  sa {:<20} {:<3} spi {:#010x} {} {} {} -> {} esn {} replay {}",
+            p.name,
+            p.direction,
+            p.spi,
+            p.mode,
+            sa.algorithm,
+            from,
+            to,
+            if p.esn { "on" } else { "off" },
+            p.replay_window
+        );
+    }
+    for policy in &config.policies {
+        let action = match &policy.action {
+            PolicyAction::Protect(sa) => format!("protect with {sa}"),
+            PolicyAction::Bypass => "bypass".into(),
+            PolicyAction::Discard => "discard".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  policy {:<20} {:<3} prio {:<5} {} : {}",
+            policy.name, policy.direction, policy.priority, policy.selector, action
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {} SAs, {} policies; unmatched traffic is discarded",
+        config.sas.len(),
+        config.policies.len()
+    );
+    out
+}
+
+/// The `--stats` document.
+pub fn stats_json(gateway: &Gateway) -> Value {
+    let stats = gateway.stats();
+    let mut doc = serde_json::to_value(stats).unwrap_or(Value::Null);
+    let sas: Vec<Value> = gateway
+        .sad()
+        .iter()
+        .map(|(_, sa)| {
+            let c = sa.counters;
+            json!({
+                "name": sa.name(),
+                "spi": format!("{:#010x}", sa.spi()),
+                "direction": sa.params().direction.to_string(),
+                "mode": sa.params().mode.to_string(),
+                "proposal": sa.crypto().algorithm().keyword(),
+                "state": format!("{:?}", sa.state()).to_lowercase(),
+                "packets": c.packets,
+                "bytes": c.bytes,
+                "last_sequence": sa.last_sequence(),
+                "replay_top": sa.replay_window().top(),
+                "drops": {
+                    "auth_failed": c.auth_failed,
+                    "replay": c.replay,
+                    "policy_mismatch": c.policy_mismatch,
+                    "malformed": c.malformed,
+                    "sa_expired": c.expired,
+                    "seq_overflow": c.seq_overflow,
+                }
+            })
+        })
+        .collect();
+    if let Value::Object(map) = &mut doc {
+        map.insert("sas".into(), Value::Array(sas));
+    }
+    doc
+}
+
+pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
+    let s = gateway.stats();
+    let mut out = format!(
+        "{} frames in, {} out: {} encapsulated, {} decapsulated, {} bypassed, {} to the gateway",
+        run.frames_in, run.frames_out, s.encapsulated, s.decapsulated, s.bypassed, s.local_delivered
+    );
+    let drops: Vec<String> = s
+        .drops
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    if drops.is_empty() {
+        out.push_str("; no drops");
+    } else {
+        let _ = write!(out, "; dropped: {}", drops.join(", "));
+    }
+    out
+}

@@ -76,6 +76,12 @@ pub fn encapsulate_prepare<R: Rng>(
     buf: &mut PacketBuf,
     ctx: OutboundContext<'_, R>,
 ) -> Result<Pending, DropReason> {
+    // An SA that ran out of sequence numbers is also hard-expired; name the
+    // more specific reason.
+    if sa.sequence_exhausted() {
+        sa.counters.seq_overflow += 1;
+        return Err(DropReason::SeqOverflow);
+    }
     if !sa.is_usable(ctx.now) {
         sa.counters.expired += 1;
         return Err(DropReason::SaExpired);

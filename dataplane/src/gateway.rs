@@ -17,7 +17,7 @@ use crate::buffer::PacketBuf;
 use crate::esp::{self, Decapsulated, OutboundContext};
 use crate::route::{Interface, Neighbors, Port, Route, RoutingTable};
 use crate::stats::{DropReason, Stats};
-use crate::wire::flow_key;
+use crate::wire::{flow_key, EspPacket};
 
 /// What the frames of a driver look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,7 +225,7 @@ impl Gateway {
                 }
             }
             Port::Outside => {
-                if flow.protocol == proto::ESP && self.is_local_esp(flow.dst) {
+                if flow.protocol == proto::ESP && self.is_esp_for_us(buf, flow.dst) {
                     if is_fragment {
                         // Reassembly before decapsulation is not implemented yet.
                         return Err(DropReason::Malformed);
@@ -269,9 +269,19 @@ impl Gateway {
         }
     }
 
-    /// ESP addressed to one of our addresses or to a local SA endpoint.
-    fn is_local_esp(&self, dst: Ipv4Addr) -> bool {
-        self.is_local(dst) || self.sad.iter().any(|(_, sa)| sa.params().local == dst)
+    /// ESP that this gateway terminates: addressed to it (an unknown SPI is
+    /// then its error to count), or carrying the SPI of one of its inbound
+    /// SAs. Other ESP is transit traffic for the SPD.
+    fn is_esp_for_us(&self, buf: &PacketBuf, dst: Ipv4Addr) -> bool {
+        if self.is_local(dst) {
+            return true;
+        }
+        let data = buf.data();
+        let header_len = usize::from(data[0] & 0x0f) * 4;
+        match EspPacket::new_checked(&data[header_len..]) {
+            Ok(esp) => self.sad.lookup_inbound(esp.spi(), dst).is_some(),
+            Err(_) => false,
+        }
     }
 
     fn strip_link_header(&self, buf: &mut PacketBuf) -> Result<(), DropReason> {

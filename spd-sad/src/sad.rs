@@ -212,15 +212,20 @@ impl<C> SecurityAssociation<C> {
         now.saturating_sub(self.installed_at)
     }
 
-    /// Takes the next outbound sequence number. Without ESN the last usable
-    /// one is 2^32 − 1; with ESN, 2^64 − 1.
-    pub fn next_sequence(&mut self) -> Result<u64, SequenceError> {
+    /// True once an outbound SA has sent its last sequence number.
+    pub fn sequence_exhausted(&self) -> bool {
         let limit = if self.params.esn {
             u64::MAX
         } else {
             u64::from(u32::MAX)
         };
-        if self.last_seq >= limit {
+        self.last_seq >= limit
+    }
+
+    /// Takes the next outbound sequence number. Without ESN the last usable
+    /// one is 2^32 − 1; with ESN, 2^64 − 1.
+    pub fn next_sequence(&mut self) -> Result<u64, SequenceError> {
+        if self.sequence_exhausted() {
             self.counters.seq_overflow += 1;
             return Err(SequenceError::Exhausted);
         }
@@ -265,7 +270,7 @@ impl<C> SecurityAssociation<C> {
     pub fn refresh_state(&mut self, now: Duration) -> Option<SaState> {
         let age = self.age(now);
         let (bytes, packets) = (self.counters.bytes, self.counters.packets);
-        let exhausted = !self.params.esn && self.last_seq >= u64::from(u32::MAX);
+        let exhausted = self.sequence_exhausted();
         let new_state = if self.params.lifetime.hard.reached(bytes, packets, age) || exhausted {
             SaState::HardExpired
         } else if self.params.lifetime.soft.reached(bytes, packets, age) {
@@ -378,12 +383,14 @@ impl<C> Sad<C> {
         self.iter().find(|(_, sa)| sa.name() == name).map(|(id, _)| id)
     }
 
-    /// Inbound lookup (RFC 4301 §4.1): by SPI, and the outer destination must
-    /// be the SA's local address.
+    /// Inbound lookup (RFC 4301 §4.1): by SPI. A tunnel-mode packet must
+    /// also be addressed to the SA's local end; a transport-mode packet keeps
+    /// its own destination (a host behind us when we protect forwarded
+    /// traffic), and for unicast the SPI alone identifies the SA.
     pub fn lookup_inbound(&self, spi: u32, dst: Ipv4Addr) -> Option<SaId> {
         let id = *self.by_spi.get(&spi)?;
         let sa = self.get(id)?;
-        (sa.params.local == dst).then_some(id)
+        (sa.params.mode == Mode::Transport || sa.params.local == dst).then_some(id)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (SaId, &SecurityAssociation<C>)> {

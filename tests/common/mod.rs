@@ -1,0 +1,201 @@
+//! Shared helpers for the gateway integration tests: two gateways joined
+//! back to back in memory, configured from generated TOML, and a small
+//! packet builder.
+#![allow(dead_code)]
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use accel::{Algorithm, SoftEngine};
+use dataplane::{DropReason, Gateway, LinkLayer, PacketBuf, PacketPool, Port, Verdict};
+use ike_stub::Config;
+use smoltcp::wire::{IpProtocol, Ipv4Packet};
+
+pub const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
+pub const HOST_B: Ipv4Addr = Ipv4Addr::new(192, 168, 2, 20);
+
+/// Deterministic key bytes of `len`, different per `seed`.
+pub fn key_hex(len: usize, seed: u8) -> String {
+    (0..len)
+        .map(|i| format!("{:02x}", (i as u8).wrapping_mul(7).wrapping_add(seed)))
+        .collect()
+}
+
+/// TOML for one end of an `alg` tunnel. `a` is the 192.168.1.0/24 end.
+pub fn tunnel_config(alg: Algorithm, mode: &str, esn: bool, a: bool, extra: &str) -> String {
+    let (me, peer, my_net, peer_net, my_in, peer_gw) = if a {
+        (
+            "10.0.0.1",
+            "10.0.0.2",
+            "192.168.1",
+            "192.168.2",
+            "192.168.1.1",
+            "10.0.0.2",
+        )
+    } else {
+        (
+            "10.0.0.2",
+            "10.0.0.1",
+            "192.168.2",
+            "192.168.1",
+            "192.168.2.1",
+            "10.0.0.1",
+        )
+    };
+    let (spi_out, spi_in) = if a { (0x1001, 0x1002) } else { (0x1002, 0x1001) };
+    let (seed_out, seed_in) = if a { (1, 2) } else { (2, 1) };
+    let keys = |dir: &str, seed: u8| {
+        let mut s = String::new();
+        if alg.enc_key_len() > 0 {
+            s += &format!("enc_key_{dir} = \"{}\"\n", key_hex(alg.enc_key_len(), seed));
+        }
+        if alg.auth_key_len() > 0 {
+            s += &format!(
+                "auth_key_{dir} = \"{}\"\n",
+                key_hex(alg.auth_key_len(), seed + 100)
+            );
+        }
+        s
+    };
+    let subnets = if mode == "transport" {
+        // Transport mode keeps the packet's own addresses: protect traffic
+        // between the host networks as it is forwarded.
+        format!("local_subnet = \"{my_net}.0/24\"\nremote_subnet = \"{peer_net}.0/24\"\n")
+    } else {
+        format!("local_subnet = \"{my_net}.0/24\"\nremote_subnet = \"{peer_net}.0/24\"\n")
+    };
+    format!(
+        r#"
+[gateway]
+allow_insecure_null = true
+
+[[interface]]
+name = "inside"
+device = "in0"
+address = "{my_in}/24"
+
+[[interface]]
+name = "outside"
+device = "out0"
+address = "{me}/24"
+
+[[route]]
+destination = "{peer_net}.0/24"
+via = "{peer_gw}"
+
+[[tunnel]]
+name = "t"
+local = "{me}"
+remote = "{peer}"
+{subnets}proposal = "{alg}"
+mode = "{mode}"
+spi_out = {spi_out}
+spi_in = {spi_in}
+{keys_out}{keys_in}esn = {esn}
+replay_window = 64
+{extra}
+"#,
+        keys_out = keys("out", seed_out),
+        keys_in = keys("in", seed_in),
+    )
+}
+
+pub fn gateway_from(toml: &str) -> Gateway {
+    let config = Config::parse(Path::new("test.toml"), toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    config
+        .build_gateway(LinkLayer::RawIp, Box::new(SoftEngine), Duration::ZERO)
+        .expect("config installs")
+}
+
+/// Site A and site B of one tunnel, raw-IP framing.
+pub struct Pair {
+    pub a: Gateway,
+    pub b: Gateway,
+    pub pool: PacketPool,
+    pub now: Duration,
+}
+
+impl Pair {
+    pub fn new(alg: Algorithm, mode: &str, esn: bool) -> Pair {
+        Self::with_extra(alg, mode, esn, "")
+    }
+
+    pub fn with_extra(alg: Algorithm, mode: &str, esn: bool, extra: &str) -> Pair {
+        Pair {
+            a: gateway_from(&tunnel_config(alg, mode, esn, true, extra)),
+            b: gateway_from(&tunnel_config(alg, mode, esn, false, extra)),
+            pool: PacketPool::new(8),
+            now: Duration::ZERO,
+        }
+    }
+
+    /// Runs `packet` into A's inside port; returns A's verdict and output.
+    pub fn encapsulate(&mut self, packet: &[u8]) -> (Verdict, Vec<u8>) {
+        run(&mut self.a, &mut self.pool, self.now, Port::Inside, packet)
+    }
+
+    /// Runs `frame` into B's outside port.
+    pub fn decapsulate(&mut self, frame: &[u8]) -> (Verdict, Vec<u8>) {
+        run(&mut self.b, &mut self.pool, self.now, Port::Outside, frame)
+    }
+}
+
+/// One frame through one gateway.
+pub fn run(
+    gw: &mut Gateway,
+    pool: &mut PacketPool,
+    now: Duration,
+    from: Port,
+    frame: &[u8],
+) -> (Verdict, Vec<u8>) {
+    let mut buf: PacketBuf = pool.alloc().expect("pool has a buffer");
+    assert!(buf.fill(frame));
+    let verdict = gw.handle_frame(now, from, &mut buf);
+    let out = buf.data().to_vec();
+    pool.free(buf);
+    (verdict, out)
+}
+
+pub fn dropped(verdict: Verdict) -> Option<DropReason> {
+    match verdict {
+        Verdict::Drop(r) => Some(r),
+        _ => None,
+    }
+}
+
+/// An IPv4/UDP packet with `payload_len` bytes of payload.
+pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, seed: u8) -> Vec<u8> {
+    let udp_len = 8 + payload_len;
+    let total = 20 + udp_len;
+    let mut p = vec![0u8; total];
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut p[..]);
+        ip.set_version(4);
+        ip.set_header_len(20);
+        ip.set_total_len(total as u16);
+        ip.set_ident(u16::from(seed) * 3 + payload_len as u16);
+        ip.set_dont_frag(true);
+        ip.set_hop_limit(64);
+        ip.set_next_header(IpProtocol::Udp);
+        ip.set_src_addr(src);
+        ip.set_dst_addr(dst);
+        ip.fill_checksum();
+    }
+    p[20..22].copy_from_slice(&4000u16.to_be_bytes());
+    p[22..24].copy_from_slice(&5000u16.to_be_bytes());
+    p[24..26].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    for (i, b) in p[28..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_add(seed);
+    }
+    p
+}
+
+/// `packet` as it looks after `hops` forwarding hops (TTL down, checksum redone).
+pub fn after_hops(packet: &[u8], hops: u8) -> Vec<u8> {
+    let mut p = packet.to_vec();
+    let mut ip = Ipv4Packet::new_unchecked(&mut p[..]);
+    ip.set_hop_limit(ip.hop_limit() - hops);
+    ip.fill_checksum();
+    p
+}

@@ -1,0 +1,405 @@
+//! The ESP data path end to end: two gateways back to back in memory, every
+//! algorithm and mode, and every way an inbound packet can be wrong.
+
+mod common;
+
+use accel::Algorithm;
+use common::*;
+use dataplane::{DropReason, Port, Verdict};
+use spd_sad::SaDirection;
+
+const MODES: [&str; 2] = ["tunnel", "transport"];
+
+/// A → B for one packet; asserts B forwards exactly the original (two hops).
+fn assert_round_trip(pair: &mut Pair, packet: &[u8]) -> Vec<u8> {
+    let (verdict, esp) = pair.encapsulate(packet);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside), "A must encapsulate");
+    let (verdict, inner) = pair.decapsulate(&esp);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside), "B must decapsulate");
+    assert_eq!(inner, after_hops(packet, 2));
+    esp
+}
+
+#[test]
+fn every_algorithm_mode_and_size_round_trips() {
+    for alg in Algorithm::ALL {
+        for mode in MODES {
+            let mut pair = Pair::new(alg, mode, false);
+            for payload in (0..=1472).step_by(if alg == Algorithm::TripleDesSha1 { 7 } else { 1 }) {
+                let packet = udp_packet(HOST_A, HOST_B, payload, payload as u8);
+                let esp = assert_round_trip(&mut pair, &packet);
+                // Both modes keep a 20-byte IP header in front of ESP.
+                let cipher_len = esp.len() - 20 - 8 - alg.iv_len() - alg.icv_len();
+                let protected = if mode == "tunnel" {
+                    packet.len()
+                } else {
+                    packet.len() - 20
+                };
+                let pad = cipher_len - 2 - protected;
+                assert_eq!(
+                    cipher_len % alg.pad_align(),
+                    0,
+                    "{alg} {mode} {payload}: whole blocks"
+                );
+                assert!(pad < alg.pad_align(), "{alg} {mode} {payload}: minimal padding");
+            }
+            assert!(pair.a.stats().balanced() && pair.b.stats().balanced());
+            assert_eq!(pair.b.stats().drops.total(), 0);
+        }
+    }
+}
+
+#[test]
+fn outer_header_and_sequence_numbers_are_right() {
+    let mut pair = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
+    for expected_seq in 1u32..=3 {
+        let mut packet = udp_packet(HOST_A, HOST_B, 100, 1);
+        if expected_seq == 3 {
+            // DF clear on the inner header: clear on the outer header too.
+            packet[6] = 0;
+            let mut ip = smoltcp::wire::Ipv4Packet::new_unchecked(&mut packet[..]);
+            ip.fill_checksum();
+        }
+        let (_, esp) = pair.encapsulate(&packet);
+        let outer = smoltcp::wire::Ipv4Packet::new_checked(&esp[..]).unwrap();
+        assert!(outer.verify_checksum());
+        assert_eq!(usize::from(outer.total_len()), esp.len());
+        assert_eq!(outer.src_addr().to_string(), "10.0.0.1");
+        assert_eq!(outer.dst_addr().to_string(), "10.0.0.2");
+        assert_eq!(u8::from(outer.next_header()), 50);
+        assert_eq!(outer.dont_frag(), expected_seq != 3);
+        assert_eq!(&esp[20..24], &0x1001u32.to_be_bytes());
+        assert_eq!(&esp[24..28], &expected_seq.to_be_bytes());
+        // RFC 4106 §3.1: the GCM IV is the 64-bit sequence number.
+        assert_eq!(&esp[28..36], &u64::from(expected_seq).to_be_bytes());
+    }
+}
+
+#[test]
+fn cbc_ivs_are_random() {
+    let mut pair = Pair::new(Algorithm::Aes128Sha1, "tunnel", false);
+    let packet = udp_packet(HOST_A, HOST_B, 64, 1);
+    let ivs: Vec<Vec<u8>> = (0..16)
+        .map(|_| pair.encapsulate(&packet).1[28..44].to_vec())
+        .collect();
+    for (i, iv) in ivs.iter().enumerate() {
+        assert!(ivs[..i].iter().all(|other| other != iv), "IVs repeat");
+    }
+}
+
+#[test]
+fn replays_are_dropped_and_reordering_within_the_window_accepted() {
+    for esn in [false, true] {
+        let mut pair = Pair::new(Algorithm::Aes128Sha1, "tunnel", esn);
+        let packets: Vec<Vec<u8>> = (0..100)
+            .map(|i| pair.encapsulate(&udp_packet(HOST_A, HOST_B, 40, i as u8)).1)
+            .collect();
+        // Deliver 99 first, then the rest in reverse: 36..=98 fit the
+        // 64-packet window, older ones do not.
+        assert_eq!(pair.decapsulate(&packets[99]).0, Verdict::Forward(Port::Inside));
+        for (i, esp) in packets.iter().enumerate().take(99).rev() {
+            let verdict = pair.decapsulate(esp).0;
+            if i >= 36 {
+                assert_eq!(verdict, Verdict::Forward(Port::Inside), "seq {}", i + 1);
+            } else if esn {
+                // RFC 4303 A2.2: with ESN a low value left of the window is
+                // read as the next 2^32 subspace, whose ICV cannot verify.
+                assert_eq!(dropped(verdict), Some(DropReason::AuthFailed), "seq {}", i + 1);
+            } else {
+                assert_eq!(dropped(verdict), Some(DropReason::Replay), "seq {}", i + 1);
+            }
+        }
+        // Every accepted packet again: duplicates.
+        for esp in &packets[36..] {
+            assert_eq!(dropped(pair.decapsulate(esp).0), Some(DropReason::Replay));
+        }
+        let old_reason_count = if esn { 36 } else { 36 + 64 };
+        let too_old = if esn {
+            DropReason::AuthFailed
+        } else {
+            DropReason::Replay
+        };
+        assert_eq!(pair.b.stats().drops.get(too_old), old_reason_count);
+        assert_eq!(
+            pair.b.stats().drops.get(DropReason::Replay),
+            64 + if esn { 0 } else { 36 }
+        );
+        assert_eq!(pair.b.stats().decapsulated, 64);
+    }
+}
+
+/// Sets A's outbound counter and B's inbound window so the next packets
+/// cross `seq`.
+fn start_near(pair: &mut Pair, seq: u64) {
+    let out = pair.a.sad().find("t-out").unwrap();
+    pair.a.sad_mut().get_mut(out).unwrap().set_last_sequence(seq);
+    let inbound = pair.b.sad().find("t-in").unwrap();
+    pair.b.sad_mut().get_mut(inbound).unwrap().set_replay_top(seq);
+}
+
+#[test]
+fn esn_crosses_two_to_the_32_for_every_algorithm() {
+    for alg in Algorithm::ALL {
+        let mut pair = Pair::new(alg, "tunnel", true);
+        start_near(&mut pair, u64::from(u32::MAX) - 3);
+        let mut wire = Vec::new();
+        for i in 0..8 {
+            wire.push(assert_round_trip(&mut pair, &udp_packet(HOST_A, HOST_B, 50, i)));
+        }
+        let sa = pair
+            .b
+            .sad()
+            .find("t-in")
+            .and_then(|id| pair.b.sad().get(id))
+            .unwrap();
+        assert_eq!(sa.replay_window().top(), (1 << 32) + 4);
+        // Only the low 32 bits travel: the fourth packet (2^32) carries 0.
+        assert_eq!(&wire[3][24..28], &0u32.to_be_bytes());
+        // A replay across the wrap is still a replay.
+        assert_eq!(dropped(pair.decapsulate(&wire[2]).0), Some(DropReason::Replay));
+        assert_eq!(dropped(pair.decapsulate(&wire[6]).0), Some(DropReason::Replay));
+    }
+}
+
+#[test]
+fn without_esn_the_sa_stops_before_the_counter_wraps() {
+    let mut pair = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
+    start_near(&mut pair, u64::from(u32::MAX) - 1);
+    assert_round_trip(&mut pair, &udp_packet(HOST_A, HOST_B, 10, 0));
+    let (verdict, _) = pair.encapsulate(&udp_packet(HOST_A, HOST_B, 10, 1));
+    assert_eq!(dropped(verdict), Some(DropReason::SeqOverflow));
+    assert_eq!(
+        pair.a.poll_event(),
+        Some(spd_sad::SaEvent::HardExpired(pair.a.sad().find("t-out").unwrap()))
+    );
+    let (verdict, _) = pair.encapsulate(&udp_packet(HOST_A, HOST_B, 10, 2));
+    assert_eq!(dropped(verdict), Some(DropReason::SeqOverflow), "stays exhausted");
+    assert_eq!(pair.a.stats().drops.get(DropReason::SeqOverflow), 2);
+}
+
+#[test]
+fn tampering_anywhere_is_caught() {
+    for alg in Algorithm::ALL.into_iter().filter(|a| *a != Algorithm::Null) {
+        let mut pair = Pair::new(alg, "tunnel", false);
+        let esp = pair.encapsulate(&udp_packet(HOST_A, HOST_B, 77, 3)).1;
+        for byte in 20..esp.len() {
+            for bit in [0x01u8, 0x80] {
+                let mut bad = esp.clone();
+                bad[byte] ^= bit;
+                let reason = dropped(pair.decapsulate(&bad).0);
+                let expected = match byte {
+                    20..=23 => DropReason::UnknownSpi,
+                    _ => DropReason::AuthFailed,
+                };
+                // A flipped sequence number can also look replayed or be
+                // read as far ahead; either way it must not be accepted.
+                if (24..28).contains(&byte) {
+                    assert!(
+                        matches!(reason, Some(DropReason::AuthFailed | DropReason::Replay)),
+                        "{alg} byte {byte}: {reason:?}"
+                    );
+                } else {
+                    assert_eq!(reason, Some(expected), "{alg} byte {byte} bit {bit:#x}");
+                }
+            }
+        }
+        // The untouched packet still verifies: failures did not move the window.
+        assert_eq!(pair.decapsulate(&esp).0, Verdict::Forward(Port::Inside));
+        assert_eq!(pair.b.stats().decapsulated, 1);
+    }
+}
+
+#[test]
+fn truncation_at_every_length_is_dropped_without_panic() {
+    for alg in Algorithm::ALL {
+        let mut pair = Pair::new(alg, "tunnel", false);
+        let esp = pair.encapsulate(&udp_packet(HOST_A, HOST_B, 120, 9)).1;
+        for len in 0..esp.len() {
+            let mut cut = esp[..len].to_vec();
+            // Keep the IP header consistent so the ESP checks are reached.
+            if len >= 20 {
+                let mut ip = smoltcp::wire::Ipv4Packet::new_unchecked(&mut cut[..]);
+                ip.set_total_len(len as u16);
+                ip.fill_checksum();
+            }
+            let reason = dropped(pair.decapsulate(&cut).0);
+            assert!(reason.is_some(), "{alg}: truncated to {len} bytes was accepted");
+            if len >= 28 && alg != Algorithm::Null {
+                assert!(
+                    matches!(reason, Some(DropReason::Malformed | DropReason::AuthFailed)),
+                    "{alg} len {len}: {reason:?}"
+                );
+            }
+        }
+        assert!(pair.b.stats().balanced());
+    }
+}
+
+/// Re-signs a null-sha1 ESP packet after its plaintext trailer was edited.
+fn resign_null_sha1(esp: &mut [u8], auth_key_seed: u8) {
+    let key = hex::decode(key_hex(20, auth_key_seed + 100)).unwrap();
+    let session = accel::Session::new(Algorithm::NullSha1, &[], &key).unwrap();
+    let body = esp.len() - 20 - 8 - 12;
+    let mut desc = accel::Descriptor {
+        kind: accel::DescriptorKind::MacOnly,
+        direction: accel::Direction::Encrypt,
+        auth_only: accel::Region::new(0, 8),
+        esn_high: None,
+        iv: accel::Region::new(8, 0),
+        cipher: accel::Region::new(8, body),
+        icv: accel::Region::new(8 + body, 12),
+        status: accel::Status::Pending,
+    };
+    use accel::Engine;
+    accel::SoftEngine.process(&session, &mut desc, &mut esp[20..]);
+    assert_eq!(desc.status, accel::Status::Done);
+}
+
+#[test]
+fn bad_padding_and_next_header_are_malformed_even_when_authentic() {
+    let mut pair = Pair::new(Algorithm::NullSha1, "tunnel", false);
+    // 41 bytes of payload + 28 of headers = 69; 69 + 2 = 71 → 1 pad byte to 72.
+    let packet = udp_packet(HOST_A, HOST_B, 41, 5);
+    let esp = pair.encapsulate(&packet).1;
+    let trailer = esp.len() - 12 - 3;
+    assert_eq!(
+        &esp[trailer..trailer + 3],
+        &[1, 1, 4],
+        "pad 1, pad length 1, next header 4"
+    );
+    assert_eq!(pair.decapsulate(&esp).0, Verdict::Forward(Port::Inside));
+    let cases: [(&str, usize, u8, DropReason); 3] = [
+        ("padding byte", trailer, 7, DropReason::Malformed),
+        ("pad length", trailer + 1, 200, DropReason::Malformed),
+        ("next header", trailer + 2, 41, DropReason::Malformed),
+    ];
+    for (what, at, value, expected) in cases {
+        // A fresh packet each time: an authentic packet uses up its sequence number.
+        let mut bad = pair.encapsulate(&packet).1;
+        bad[at] = value;
+        resign_null_sha1(&mut bad, 1);
+        assert_eq!(dropped(pair.decapsulate(&bad).0), Some(expected), "{what}");
+    }
+    // Next header 59 marks a dummy packet: authenticated, then consumed quietly.
+    let mut dummy = pair.encapsulate(&packet).1;
+    dummy[trailer + 2] = 59;
+    resign_null_sha1(&mut dummy, 1);
+    assert_eq!(pair.decapsulate(&dummy).0, Verdict::Consumed);
+    assert_eq!(pair.b.stats().dummy_packets, 1);
+}
+
+#[test]
+fn inbound_policy_is_enforced_after_decapsulation() {
+    let mut pair = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
+    // Plaintext from the peer's protected network must have come through ESP.
+    let plain = udp_packet(HOST_B, HOST_A, 10, 0);
+    let (verdict, _) = common::run(&mut pair.a, &mut pair.pool, pair.now, Port::Outside, &plain);
+    assert_eq!(dropped(verdict), Some(DropReason::PolicyMismatch));
+
+    // A peer whose outbound policy is wider than our inbound SA allows:
+    // the inner packet is authentic but not allowed through that SA.
+    let wide = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "")
+        .replace(
+            "remote_subnet = \"192.168.2.0/24\"",
+            "remote_subnet = \"0.0.0.0/0\"",
+        )
+        .replace("destination = \"192.168.2.0/24\"", "destination = \"0.0.0.0/0\"");
+    let mut wide_a = gateway_from(&wide);
+    let stray = udp_packet(HOST_A, "172.16.0.1".parse().unwrap(), 10, 0);
+    let (verdict, esp) = common::run(&mut wide_a, &mut pair.pool, pair.now, Port::Inside, &stray);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    assert_eq!(
+        dropped(pair.decapsulate(&esp).0),
+        Some(DropReason::PolicyMismatch)
+    );
+    let sa = pair.b.sad().get(pair.b.sad().find("t-in").unwrap()).unwrap();
+    assert_eq!(sa.counters.policy_mismatch, 1);
+}
+
+#[test]
+fn outbound_policy_routing_and_ttl() {
+    let extra = r#"
+[[policy]]
+name = "no-telnet"
+direction = "out"
+priority = 5
+destination = "192.168.2.0/24"
+protocol = "tcp"
+destination_ports = 23
+action = "discard"
+
+[[policy]]
+name = "clear-dns"
+direction = "out"
+priority = 6
+protocol = "udp"
+destination_ports = "5000"
+destination = "192.168.3.0/24"
+action = "bypass"
+"#;
+    let mut pair = Pair::with_extra(Algorithm::Aes128Gcm16, "tunnel", false, extra);
+    let mut telnet = udp_packet(HOST_A, HOST_B, 10, 0);
+    telnet[9] = 6;
+    telnet[22..24].copy_from_slice(&23u16.to_be_bytes());
+    let mut ip = smoltcp::wire::Ipv4Packet::new_unchecked(&mut telnet[..]);
+    ip.fill_checksum();
+    assert_eq!(
+        dropped(pair.encapsulate(&telnet).0),
+        Some(DropReason::PolicyDiscard)
+    );
+    // Nothing matches traffic to 10.9.9.9: the default is discard.
+    let stray = udp_packet(HOST_A, "10.9.9.9".parse().unwrap(), 10, 0);
+    assert_eq!(dropped(pair.encapsulate(&stray).0), Some(DropReason::NoPolicy));
+    // Bypassed, but there is no route to 192.168.3.0/24.
+    let clear = udp_packet(HOST_A, "192.168.3.3".parse().unwrap(), 10, 0);
+    assert_eq!(dropped(pair.encapsulate(&clear).0), Some(DropReason::NoRoute));
+    // TTL 1 cannot be forwarded.
+    let ttl1 = {
+        let mut p = udp_packet(HOST_A, HOST_B, 10, 0);
+        let mut ip = smoltcp::wire::Ipv4Packet::new_unchecked(&mut p[..]);
+        ip.set_hop_limit(1);
+        ip.fill_checksum();
+        p
+    };
+    assert_eq!(dropped(pair.encapsulate(&ttl1).0), Some(DropReason::TtlExpired));
+    let stats = pair.a.stats();
+    assert_eq!(stats.drops.total(), 4);
+    assert!(stats.balanced());
+}
+
+#[test]
+fn hard_lifetime_stops_the_sa() {
+    let extra = "[tunnel.lifetime]\nsoft_packets = 3\nhard_packets = 5\n";
+    let mut pair = Pair::with_extra(Algorithm::Aes256Sha256, "tunnel", false, extra);
+    for i in 0..5 {
+        assert_round_trip(&mut pair, &udp_packet(HOST_A, HOST_B, 10, i));
+    }
+    let out = pair.a.sad().find("t-out").unwrap();
+    assert_eq!(pair.a.poll_event(), Some(spd_sad::SaEvent::SoftExpired(out)));
+    assert_eq!(pair.a.poll_event(), Some(spd_sad::SaEvent::HardExpired(out)));
+    assert_eq!(
+        dropped(pair.encapsulate(&udp_packet(HOST_A, HOST_B, 10, 9)).0),
+        Some(DropReason::SaExpired)
+    );
+    let inbound = pair.b.sad().get(pair.b.sad().find("t-in").unwrap()).unwrap();
+    assert_eq!(inbound.params().direction, SaDirection::Inbound);
+    assert_eq!(inbound.counters.packets, 5);
+}
+
+#[test]
+fn wrong_keys_and_unknown_spis_are_refused() {
+    let mut pair = Pair::new(Algorithm::Aes128Sha1, "tunnel", false);
+    // B configured with A's SPIs but other keys.
+    let other = tunnel_config(Algorithm::Aes128Sha1, "tunnel", false, false, "")
+        .replace(&key_hex(20, 101), &key_hex(20, 55));
+    let mut wrong_b = gateway_from(&other);
+    let esp = pair.encapsulate(&udp_packet(HOST_A, HOST_B, 30, 0)).1;
+    let (verdict, _) = common::run(&mut wrong_b, &mut pair.pool, pair.now, Port::Outside, &esp);
+    assert_eq!(dropped(verdict), Some(DropReason::AuthFailed));
+    let mut unknown = esp.clone();
+    unknown[20..24].copy_from_slice(&0xdead_beefu32.to_be_bytes());
+    assert_eq!(
+        dropped(pair.decapsulate(&unknown).0),
+        Some(DropReason::UnknownSpi)
+    );
+}

@@ -1,0 +1,282 @@
+//! Every configuration mistake names file, line and column and says what to do.
+
+use std::path::Path;
+
+use ike_stub::{Config, ConfigErrorKind, PolicyAction};
+use spd_sad::{Mode, PolicyDirection, SaDirection};
+
+const BASE: &str = r#"[gateway]
+name = "t"
+
+[[interface]]
+name = "inside"
+device = "eth0"
+address = "192.168.1.1/24"
+
+[[interface]]
+name = "outside"
+device = "eth1"
+address = "10.0.0.1/24"
+"#;
+
+const SA: &str = r#"
+[[sa]]
+name = "out1"
+direction = "out"
+spi = 0x2001
+local = "10.0.0.1"
+remote = "10.0.0.2"
+proposal = "aes128-sha1"
+enc_key = "00112233445566778899aabbccddeeff"
+auth_key = "0102030405060708090a0b0c0d0e0f1011121314"
+"#;
+
+fn parse(text: &str) -> Result<Config, ike_stub::ConfigError> {
+    Config::parse(Path::new("gw.toml"), text)
+}
+
+/// Parses `BASE + extra`, expects an error at `line:column` (of the whole
+/// text) whose message contains `needle`.
+fn expect_error(extra: &str, line: usize, column: usize, needle: &str) -> ConfigErrorKind {
+    let text = format!("{BASE}{extra}");
+    let err = parse(&text).expect_err("config must be rejected");
+    let shown = err.to_string();
+    assert!(shown.starts_with("gw.toml:"), "{shown}");
+    assert_eq!((err.line, err.column), (line, column), "{shown}\n---\n{text}");
+    assert!(shown.contains(needle), "`{needle}` missing from: {shown}");
+    err.kind
+}
+
+/// Line of the first occurrence of `needle` in `BASE + extra` (1-based).
+fn line_of(extra: &str, needle: &str) -> usize {
+    let text = format!("{BASE}{extra}");
+    text.lines()
+        .position(|l| l.contains(needle))
+        .expect("needle present")
+        + 1
+}
+
+#[test]
+fn a_good_config_loads() {
+    let config = parse(&format!("{BASE}{SA}")).unwrap();
+    assert_eq!(config.sas.len(), 1);
+    assert_eq!(config.sas[0].params.direction, SaDirection::Outbound);
+    assert_eq!(config.inside.network.to_string(), "192.168.1.0/24");
+    assert!(
+        !format!("{:?}", config).contains("00112233"),
+        "keys must not appear in Debug"
+    );
+}
+
+#[test]
+fn unknown_proposal() {
+    let extra = SA.replace("aes128-sha1", "aes128-md5");
+    let line = line_of(&extra, "aes128-md5");
+    let kind = expect_error(
+        &extra,
+        line,
+        12,
+        "unknown ESP proposal `aes128-md5`; expected one of",
+    );
+    assert!(matches!(kind, ConfigErrorKind::UnknownProposal(_)));
+}
+
+#[test]
+fn wrong_key_length_says_the_right_length() {
+    let extra = SA.replace("00112233445566778899aabbccddeeff", "001122");
+    let line = line_of(&extra, "enc_key");
+    expect_error(&extra, line, 11, "must be 16 bytes (32 hex digits), not 3 bytes");
+    let gcm = SA
+        .replace("aes128-sha1", "aes128gcm16")
+        .replace("auth_key = \"0102030405060708090a0b0c0d0e0f1011121314\"\n", "");
+    let line = line_of(&gcm, "enc_key");
+    expect_error(
+        &gcm,
+        line,
+        11,
+        "must be 20 bytes (40 hex digits, the AES key followed by the 4-byte salt)",
+    );
+    let missing = SA.replace("auth_key = \"0102030405060708090a0b0c0d0e0f1011121314\"\n", "");
+    let line = line_of(&missing, "proposal");
+    expect_error(
+        &missing,
+        line,
+        12,
+        "aes128-sha1 needs `auth_key`: 20 bytes as 40 hex digits",
+    );
+    let not_hex = SA.replace(
+        "00112233445566778899aabbccddeeff",
+        "zz112233445566778899aabbccddeeff",
+    );
+    expect_error(&not_hex, line_of(&not_hex, "enc_key"), 11, "is not hexadecimal");
+}
+
+#[test]
+fn policy_naming_a_missing_sa() {
+    let extra = format!(
+        "{SA}\n[[policy]]\nname = \"p\"\ndirection = \"out\"\ndestination = \"192.168.2.0/24\"\naction = \"protect\"\nsa = \"nope\"\n"
+    );
+    let line = line_of(&extra, "name = \"p\"");
+    let kind = expect_error(
+        &extra,
+        line,
+        8,
+        "protects with SA `nope`, but no SA has that name",
+    );
+    assert!(matches!(kind, ConfigErrorKind::MissingSa { .. }));
+}
+
+#[test]
+fn policy_direction_must_match_its_sa() {
+    let extra =
+        format!("{SA}\n[[policy]]\nname = \"p\"\ndirection = \"in\"\naction = \"protect\"\nsa = \"out1\"\n");
+    expect_error(&extra, line_of(&extra, "name = \"p\""), 8, "is not an in SA");
+}
+
+#[test]
+fn duplicate_inbound_spi() {
+    let inbound = SA.replace("\"out\"", "\"in\"");
+    let extra = format!("{inbound}{}", inbound.replace("out1", "in2"));
+    let line = line_of(&extra, "in2");
+    let kind = expect_error(
+        &extra,
+        line,
+        8,
+        "inbound SPI 0x2001 is used by both `out1` and `in2`",
+    );
+    assert!(matches!(kind, ConfigErrorKind::DuplicateSpi { spi: 0x2001, .. }));
+}
+
+#[test]
+fn unknown_field_and_syntax_errors_point_at_the_spot() {
+    let extra = SA.replace("remote =", "remtoe =");
+    let line = line_of(&extra, "remtoe");
+    expect_error(&extra, line, 1, "unknown field `remtoe`");
+    let extra = SA.replace("spi = 0x2001", "spi = \"0x2001\"");
+    expect_error(&extra, line_of(&extra, "spi ="), 7, "invalid type");
+    let broken = "\n[[sa]\nname = 1\n";
+    expect_error(broken, line_of(broken, "[[sa]"), 6, "unclosed array table");
+}
+
+#[test]
+fn insecure_null_needs_explicit_consent() {
+    let null = SA
+        .replace("aes128-sha1", "null")
+        .replace("enc_key = \"00112233445566778899aabbccddeeff\"\n", "")
+        .replace("auth_key = \"0102030405060708090a0b0c0d0e0f1011121314\"\n", "");
+    expect_error(
+        &null,
+        line_of(&null, "proposal"),
+        12,
+        "allow_insecure_null = true",
+    );
+    let allowed = format!(
+        "{}{null}",
+        BASE.replace("name = \"t\"", "name = \"t\"\nallow_insecure_null = true")
+    );
+    assert!(parse(&allowed).is_ok());
+}
+
+#[test]
+fn selectors_lifetimes_macs_and_spis_are_checked() {
+    let p =
+        "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\nsource = \"192.168.1.5/24\"\naction = \"bypass\"\n";
+    expect_error(p, line_of(p, "source"), 10, "did you mean 192.168.1.0/24");
+    let ports =
+        "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\ndestination_ports = \"9-1\"\naction = \"bypass\"\n";
+    expect_error(
+        ports,
+        line_of(ports, "destination_ports"),
+        21,
+        "is not a port range",
+    );
+    let life = format!("{SA}[sa.lifetime]\nsoft_bytes = 10\nhard_bytes = 5\n");
+    expect_error(
+        &life,
+        line_of(&life, "[sa.lifetime]"),
+        1,
+        "soft_bytes (10) is above hard_bytes (5)",
+    );
+    let spi = SA.replace("0x2001", "17");
+    expect_error(&spi, line_of(&spi, "spi ="), 7, "SPI 17 is reserved");
+    let mac = "\n[[neighbor]]\naddress = \"10.0.0.2\"\nmac = \"02:00:00:00:00\"\n";
+    expect_error(mac, line_of(mac, "mac ="), 7, "is not a MAC address");
+    let window = SA.replace("auth_key", "replay_window = 100000\nauth_key");
+    expect_error(
+        &window,
+        line_of(&window, "replay_window"),
+        17,
+        "above the maximum of 65536",
+    );
+}
+
+#[test]
+fn interfaces_must_be_inside_and_outside() {
+    let text = BASE.replace("name = \"outside\"", "name = \"wan\"");
+    let err = parse(&text).unwrap_err();
+    assert!(err.to_string().contains("must be `inside` or `outside`"), "{err}");
+    let only_inside = &BASE[..BASE.find("[[interface]]\nname = \"outside\"").unwrap()];
+    let err = parse(only_inside).unwrap_err();
+    assert!(
+        err.to_string().contains("no [[interface]] named `outside`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tunnels_expand_into_two_sas_and_two_policies() {
+    let tunnel = r#"
+[[tunnel]]
+name = "x"
+local = "10.0.0.1"
+remote = "10.0.0.2"
+local_subnet = "192.168.1.0/24"
+remote_subnet = "192.168.2.0/24"
+proposal = "aes256gcm16"
+spi_out = 0x3001
+spi_in = 0x3002
+enc_key_out = "000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f01020304"
+enc_key_in = "100102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f01020304"
+esn = true
+replay_window = 4096
+"#;
+    let config = parse(&format!("{BASE}{tunnel}")).unwrap();
+    let out = config.sa("x-out").unwrap();
+    let inbound = config.sa("x-in").unwrap();
+    assert_eq!((out.params.spi, inbound.params.spi), (0x3001, 0x3002));
+    assert_eq!(inbound.params.direction, SaDirection::Inbound);
+    assert_eq!(inbound.params.mode, Mode::Tunnel);
+    assert!(inbound.params.esn && inbound.params.replay_window == 4096);
+    let selectors = config.inbound_selectors("x-in");
+    assert_eq!(selectors.len(), 1);
+    assert_eq!(selectors[0].src.to_string(), "192.168.2.0/24");
+    let out_policy = config
+        .policies
+        .iter()
+        .find(|p| p.direction == PolicyDirection::Out)
+        .unwrap();
+    assert_eq!(out_policy.action, PolicyAction::Protect("x-out".into()));
+    assert_eq!(out_policy.selector.dst.to_string(), "192.168.2.0/24");
+    // A tunnel needs its subnets unless it is transport mode.
+    let no_subnet = tunnel.replace("local_subnet = \"192.168.1.0/24\"\n", "");
+    expect_error(
+        &no_subnet,
+        line_of(&no_subnet, "name = \"x\""),
+        8,
+        "needs `local_subnet`",
+    );
+}
+
+#[test]
+fn shipped_configs_are_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            count += 1;
+        }
+    }
+    assert!(count >= 2, "configs/ must hold site-a and site-b");
+}

@@ -269,14 +269,17 @@ replay_window = 4096
 
 #[test]
 fn shipped_configs_are_valid() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
     let mut count = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-            count += 1;
+    for dir in [root.clone(), root.join("algorithms")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                count += 1;
+            }
         }
     }
-    assert!(count >= 2, "configs/ must hold site-a and site-b");
+    // site-a, site-b and a pair per algorithm.
+    assert_eq!(count, 2 + 2 * accel::Algorithm::ALL.len());
 }

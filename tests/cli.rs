@@ -1,0 +1,257 @@
+//! The `espgw` command line: check-config and the offline pcap mode, run as
+//! a user would run them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
+
+mod common;
+
+fn espgw() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_espgw"))
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("espgw-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ethernet(packet: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x02, 0, 0, 0, 0x01, 0x01, 0x02, 0, 0, 0, 0x01, 0x10, 0x08, 0x00];
+    frame.extend_from_slice(packet);
+    frame
+}
+
+fn write_pcap(path: &Path, datalink: DataLink, frames: &[Vec<u8>]) {
+    let file = std::fs::File::create(path).unwrap();
+    let header = PcapHeader {
+        datalink,
+        ..PcapHeader::default()
+    };
+    let mut writer = PcapWriter::with_header(file, header).unwrap();
+    for (i, frame) in frames.iter().enumerate() {
+        let packet = PcapPacket::new(Duration::from_millis(i as u64), frame.len() as u32, frame);
+        writer.write_packet(&packet).unwrap();
+    }
+}
+
+fn read_pcap(path: &Path) -> (DataLink, Vec<Vec<u8>>) {
+    let mut reader = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let datalink = reader.header().datalink;
+    let mut frames = Vec::new();
+    while let Some(packet) = reader.next_packet() {
+        frames.push(packet.unwrap().data.into_owned());
+    }
+    (datalink, frames)
+}
+
+fn run_pcap(config: &Path, from: &str, input: &Path, output: &Path, stats: &Path) {
+    let result = espgw()
+        .args(["pcap", "--config"])
+        .arg(config)
+        .args(["--from", from, "--in"])
+        .arg(input)
+        .arg("--out")
+        .arg(output)
+        .arg("--stats")
+        .arg(stats)
+        .output()
+        .unwrap();
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+}
+
+fn stats(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn check_config_accepts_good_and_names_the_spot_of_bad() {
+    let ok = espgw()
+        .arg("check-config")
+        .arg(repo("configs/site-a.toml"))
+        .output()
+        .unwrap();
+    assert!(ok.status.success());
+    let summary = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        summary.contains("OK (site-a)") && summary.contains("a-b-out"),
+        "{summary}"
+    );
+    assert!(!summary.contains("000102030405"), "keys must never be printed");
+
+    let dir = temp_dir("check");
+    let bad = dir.join("bad.toml");
+    let text = std::fs::read_to_string(repo("configs/site-a.toml"))
+        .unwrap()
+        .replace("proposal = \"aes128gcm16\"", "proposal = \"aes128gcm8\"");
+    std::fs::write(&bad, &text).unwrap();
+    let line = text.lines().position(|l| l.contains("aes128gcm8")).unwrap() + 1;
+    let out = espgw().arg("check-config").arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("bad.toml:{line}:12: unknown ESP proposal `aes128gcm8`")),
+        "{err}"
+    );
+}
+
+/// Every shipped algorithm pair: site A encapsulates a capture from its
+/// inside, site B decapsulates A's output; B's output is the input, two hops on.
+#[test]
+fn pcap_round_trip_through_every_shipped_pair() {
+    let dir = temp_dir("pairs");
+    let packets: Vec<Vec<u8>> = [0usize, 1, 17, 100, 600, 1400]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| common::udp_packet(common::HOST_A, common::HOST_B, n, i as u8))
+        .collect();
+    let input = dir.join("in.pcap");
+    write_pcap(
+        &input,
+        DataLink::ETHERNET,
+        &packets.iter().map(|p| ethernet(p)).collect::<Vec<_>>(),
+    );
+    for alg in accel::Algorithm::ALL {
+        let (esp, out) = (
+            dir.join(format!("{alg}-esp.pcap")),
+            dir.join(format!("{alg}-out.pcap")),
+        );
+        let (stats_a, stats_b) = (
+            dir.join(format!("{alg}-a.json")),
+            dir.join(format!("{alg}-b.json")),
+        );
+        run_pcap(
+            &repo(&format!("configs/algorithms/{alg}-a.toml")),
+            "inside",
+            &input,
+            &esp,
+            &stats_a,
+        );
+        run_pcap(
+            &repo(&format!("configs/algorithms/{alg}-b.toml")),
+            "outside",
+            &esp,
+            &out,
+            &stats_b,
+        );
+        let (link, wire) = read_pcap(&esp);
+        assert_eq!(link, DataLink::ETHERNET);
+        for frame in &wire {
+            assert_eq!(
+                &frame[..6],
+                &[0x02, 0, 0, 0, 0, 0x02],
+                "{alg}: next hop MAC from the neighbour table"
+            );
+            assert_eq!(frame[14 + 9], 50, "{alg}: only ESP on the outside");
+        }
+        let (_, delivered) = read_pcap(&out);
+        assert_eq!(delivered.len(), packets.len(), "{alg}");
+        for (got, sent) in delivered.iter().zip(&packets) {
+            assert_eq!(&got[14..], &common::after_hops(sent, 2)[..], "{alg}");
+            assert_eq!(
+                &got[..6],
+                &[0x02, 0, 0, 0, 0x02, 0x20],
+                "{alg}: host MAC from the neighbour table"
+            );
+        }
+        let a = stats(&stats_a);
+        let b = stats(&stats_b);
+        assert_eq!(a["encapsulated"], 6, "{alg}");
+        assert_eq!(b["decapsulated"], 6, "{alg}");
+        assert_eq!(b["tx_packets"], 6);
+        for key in [
+            "no_policy",
+            "policy_discard",
+            "policy_mismatch",
+            "unknown_spi",
+            "auth_failed",
+            "replay",
+            "malformed",
+            "sa_expired",
+            "seq_overflow",
+            "no_route",
+            "ttl_expired",
+        ] {
+            assert_eq!(b["drops"][key], 0, "{alg}: drops.{key}");
+        }
+        let sa_in = b["sas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["direction"] == "in")
+            .unwrap();
+        assert_eq!(sa_in["packets"], 6);
+        assert_eq!(sa_in["proposal"], alg.keyword());
+    }
+}
+
+#[test]
+fn raw_ipv4_captures_keep_their_linktype() {
+    let dir = temp_dir("raw");
+    let packets = vec![common::udp_packet(common::HOST_A, common::HOST_B, 33, 1)];
+    for datalink in [DataLink::RAW, DataLink::IPV4] {
+        let input = dir.join("in.pcap");
+        write_pcap(&input, datalink, &packets);
+        let (esp, out, s) = (dir.join("esp.pcap"), dir.join("out.pcap"), dir.join("s.json"));
+        run_pcap(&repo("configs/site-a.toml"), "inside", &input, &esp, &s);
+        run_pcap(&repo("configs/site-b.toml"), "outside", &esp, &out, &s);
+        let (link, frames) = read_pcap(&out);
+        assert_eq!(link, datalink);
+        assert_eq!(frames, vec![common::after_hops(&packets[0], 2)]);
+    }
+}
+
+#[test]
+fn garbage_frames_are_counted_not_fatal() {
+    let dir = temp_dir("garbage");
+    let mut frames: Vec<Vec<u8>> = vec![vec![], vec![0xff; 5], vec![0x45; 60], ethernet(&[0x60; 40])];
+    frames.push(vec![0u8; 9000]);
+    frames.push(ethernet(&common::udp_packet(
+        common::HOST_A,
+        common::HOST_B,
+        10,
+        0,
+    )));
+    let input = dir.join("in.pcap");
+    write_pcap(&input, DataLink::ETHERNET, &frames);
+    let (out, s) = (dir.join("out.pcap"), dir.join("s.json"));
+    run_pcap(&repo("configs/site-a.toml"), "inside", &input, &out, &s);
+    let stats = stats(&s);
+    assert_eq!(stats["rx_packets"], 6);
+    assert_eq!(stats["tx_packets"], 1);
+    // Empty, 5 bytes and 9000 bytes are malformed; EtherType 0x4545 and an
+    // IPv6 packet are not IPv4.
+    assert_eq!(stats["drops"]["malformed"], 3);
+    assert_eq!(stats["drops"]["unsupported"], 2);
+}
+
+#[test]
+fn unsupported_linktype_is_a_clear_error() {
+    let dir = temp_dir("linktype");
+    let input = dir.join("in.pcap");
+    write_pcap(&input, DataLink::LINUX_SLL, &[vec![0; 20]]);
+    let out = espgw()
+        .args(["pcap", "--config"])
+        .arg(repo("configs/site-a.toml"))
+        .args(["--from", "inside", "--in"])
+        .arg(&input)
+        .arg("--out")
+        .arg(dir.join("out.pcap"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("linktype 1") && err.contains("101 and 228"), "{err}");
+}

@@ -115,7 +115,7 @@ where
     C: BlockCipherEncrypt + BlockCipherDecrypt + Clone,
 {
     let block_size = C::block_size();
-    if data.len() % block_size != 0 {
+    if !data.len().is_multiple_of(block_size) {
         return Err(DescriptorError::Misaligned);
     }
     let (blocks, rest) = Array::slice_as_chunks_mut(data);

@@ -231,7 +231,7 @@ pub fn decapsulate_prepare(
     let overhead = esp::HEADER_LEN + alg.iv_len() + alg.icv_len();
     // RFC 4303 §2.4: the ciphertext is whole blocks, and at least a trailer.
     let cipher_len = match esp_len.checked_sub(overhead) {
-        Some(n) if n >= esp::TRAILER_LEN && n % alg.pad_align() == 0 => n,
+        Some(n) if n >= esp::TRAILER_LEN && n.is_multiple_of(alg.pad_align()) => n,
         _ => {
             sa.counters.malformed += 1;
             return Err(DropReason::Malformed);

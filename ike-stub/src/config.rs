@@ -276,7 +276,7 @@ impl Validator<'_> {
                     Some(i) => i.port,
                     None => {
                         return self.err(
-                            r.via.as_ref().and_then(|v| span(v)),
+                            r.via.as_ref().and_then(span),
                             ConfigErrorKind::Value(format!(
                                 "next hop {gw} is on neither interface's network; add `interface = \"inside\"` or `\"outside\"`"
                             )),
@@ -771,9 +771,9 @@ impl Validator<'_> {
             ("bypass" | "discard", Some(sa)) => {
                 return self.err(
                     span(sa),
-                    ConfigErrorKind::Value(format!(
-                        "only `protect` policies name an SA; remove `sa` or make the action `protect`"
-                    )),
+                    ConfigErrorKind::Value(
+                        "only `protect` policies name an SA; remove `sa` or make the action `protect`".into(),
+                    ),
                 );
             }
             ("bypass", None) => PolicyAction::Bypass,

@@ -73,7 +73,7 @@ pub fn run<R: Read, W: Write>(
     let mut pool = PacketPool::new(BATCH);
     let mut bufs = Vec::with_capacity(BATCH);
     let mut stamps = Vec::with_capacity(BATCH);
-    let mut verdicts = vec![Verdict::Consumed; BATCH];
+    let mut verdicts = [Verdict::Consumed; BATCH];
     let mut epoch: Option<Duration> = None;
     let mut run = PcapRun::default();
     let mut done = false;

@@ -219,7 +219,8 @@ def scapy_to_espgw(args, case, keys, name):
     n = len(inner)
     expect_drops(stats)
     expect(stats["decapsulated"] == n, f"decapsulated {stats['decapsulated']}, expected {n}")
-    expect(sa_stats(stats, SPI_IN)["packets"] == n, f"inbound SA packets {sa_stats(stats, SPI_IN)['packets']} != {n}")
+    sa_packets = sa_stats(stats, SPI_IN)["packets"]
+    expect(sa_packets == n, f"inbound SA packets {sa_packets}, expected {n}")
     if case.mode == "transport":
         expect(stats["local_delivered"] == n, f"local_delivered {stats['local_delivered']}, expected {n}")
         expect(not out, f"{len(out)} frames forwarded; transport packets for the gateway must be consumed")
@@ -273,7 +274,8 @@ def espgw_to_scapy(args, case, keys, name):
         expect(got == want, f"packet {i}: decrypted {got.hex()}\n  expected {want.hex()}")
     if a.aead:
         for i, iv in enumerate(ivs):
-            expect(iv == struct.pack("!Q", i + 1), f"packet {i}: GCM IV {iv.hex()} is not the sequence number {i + 1}")
+            expect(iv == struct.pack("!Q", i + 1),
+                   f"packet {i}: GCM IV {iv.hex()} is not the sequence number {i + 1}")
     elif a.iv_len:
         expect(len(set(ivs)) == n, f"CBC IVs repeat: {[iv.hex() for iv in ivs]}")
     return n

@@ -1,0 +1,306 @@
+//! Timing loops. Each cell runs batches through the real gateway for a
+//! fixed wall-clock slice, several times after a warm-up, and keeps the
+//! per-repetition rates; every packet that comes out is checked against
+//! what went in, so a fast wrong answer fails the run instead of winning it.
+
+use std::time::{Duration, Instant};
+
+use accel::{Algorithm, Descriptor, DescriptorKind, Direction, Engine, Region, Session, SoftEngine, Status};
+use anyhow::{bail, ensure, Context};
+use dataplane::{Gateway, PacketBuf, PacketPool, Port, Verdict};
+use smoltcp::wire::{IpProtocol, Ipv4Packet};
+
+/// Frames per call into the gateway.
+pub const BATCH: usize = 32;
+
+/// Bytes of Ethernet header plus FCS: a 64-byte frame carries 46 bytes of IP.
+pub const FRAME_OVERHEAD: usize = 18;
+
+/// The smallest frame size the sweep accepts (an IPv4/UDP header fits).
+pub const MIN_FRAME: usize = 64;
+
+/// Ethernet frame (without FCS) holding an IPv4/UDP packet, so that the
+/// frame on the wire with FCS is `frame_size` bytes.
+pub fn plaintext_frame(frame_size: usize, seed: u8) -> Vec<u8> {
+    let ip_len = frame_size - FRAME_OVERHEAD;
+    let mut frame = vec![0u8; 14 + ip_len];
+    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
+    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x10]);
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[14..]);
+        ip.set_version(4);
+        ip.set_header_len(20);
+        ip.set_total_len(ip_len as u16);
+        ip.set_hop_limit(64);
+        ip.set_next_header(IpProtocol::Udp);
+        ip.set_src_addr([192, 168, 1, 10].into());
+        ip.set_dst_addr([192, 168, 2, 20].into());
+        ip.fill_checksum();
+    }
+    let udp = &mut frame[34..];
+    udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
+    udp[2..4].copy_from_slice(&5000u16.to_be_bytes());
+    udp[4..6].copy_from_slice(&((ip_len - 20) as u16).to_be_bytes());
+    for (i, b) in udp[8..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
+    }
+    frame
+}
+
+/// The IP packet of `frame` after `hops` forwarding hops.
+pub fn expected_ip(frame: &[u8], hops: u8) -> Vec<u8> {
+    let mut ip = frame[14..].to_vec();
+    let mut view = Ipv4Packet::new_unchecked(&mut ip[..]);
+    view.set_hop_limit(view.hop_limit() - hops);
+    view.fill_checksum();
+    ip
+}
+
+/// Rates of one cell.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Samples {
+    /// Nanoseconds per packet, one per repetition.
+    pub ns_per_packet: Vec<f64>,
+    pub packets: u64,
+}
+
+impl Samples {
+    pub fn median(&self) -> f64 {
+        let mut v = self.ns_per_packet.clone();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+
+    /// (max − min) / median, as a fraction.
+    pub fn spread(&self) -> f64 {
+        let min = self.ns_per_packet.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.ns_per_packet.iter().copied().fold(0.0, f64::max);
+        (max - min) / self.median()
+    }
+}
+
+/// How long and how often to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub slice: Duration,
+    pub repetitions: usize,
+}
+
+/// Runs `step` (which processes one batch and returns how many packets it
+/// handled) for a warm-up slice and then `repetitions` timed slices.
+fn time_slices(timing: Timing, mut step: impl FnMut() -> anyhow::Result<usize>) -> anyhow::Result<Samples> {
+    let warm_up = Instant::now();
+    while warm_up.elapsed() < timing.slice / 2 {
+        step()?;
+    }
+    let mut samples = Samples {
+        ns_per_packet: Vec::with_capacity(timing.repetitions),
+        packets: 0,
+    };
+    for _ in 0..timing.repetitions {
+        let start = Instant::now();
+        let mut packets = 0usize;
+        while start.elapsed() < timing.slice {
+            packets += step()?;
+        }
+        let elapsed = start.elapsed();
+        samples.packets += packets as u64;
+        samples
+            .ns_per_packet
+            .push(elapsed.as_nanos() as f64 / packets.max(1) as f64);
+    }
+    Ok(samples)
+}
+
+/// A batch of pool buffers, refilled from template frames each step as a
+/// NIC would DMA fresh frames into them.
+struct Batch {
+    pool: PacketPool,
+    bufs: Vec<PacketBuf>,
+    verdicts: [Verdict; BATCH],
+}
+
+impl Batch {
+    fn new() -> Self {
+        let mut pool = PacketPool::new(BATCH);
+        let bufs = (0..BATCH).filter_map(|_| pool.alloc()).collect();
+        Batch {
+            pool,
+            bufs,
+            verdicts: [Verdict::Consumed; BATCH],
+        }
+    }
+
+    fn fill(&mut self, frame: &[u8]) {
+        for buf in &mut self.bufs {
+            buf.fill(frame);
+        }
+    }
+
+    fn run(&mut self, gateway: &mut Gateway, from: Port) {
+        gateway.handle_batch(Duration::ZERO, from, &mut self.bufs, &mut self.verdicts);
+    }
+
+    fn check_forwarded(&self, to: Port) -> anyhow::Result<()> {
+        for verdict in &self.verdicts {
+            if *verdict != Verdict::Forward(to) {
+                bail!("expected every packet forwarded to {to}, got {verdict:?}");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        for buf in self.bufs.drain(..) {
+            self.pool.free(buf);
+        }
+    }
+}
+
+/// One gateway's outbound path (A, inside → outside).
+pub fn encapsulate(gateway: &mut Gateway, frame: &[u8], timing: Timing) -> anyhow::Result<Samples> {
+    let mut batch = Batch::new();
+    time_slices(timing, || {
+        batch.fill(frame);
+        batch.run(gateway, Port::Inside);
+        batch.check_forwarded(Port::Outside)?;
+        Ok(BATCH)
+    })
+}
+
+/// One gateway's inbound path (B, outside → inside) over copies of one
+/// ESP frame; B's replay window must be off so the copies are accepted.
+/// Every output is compared with the original packet.
+pub fn decapsulate(
+    gateway: &mut Gateway,
+    esp_frame: &[u8],
+    expected: &[u8],
+    timing: Timing,
+) -> anyhow::Result<Samples> {
+    let mut batch = Batch::new();
+    time_slices(timing, || {
+        batch.fill(esp_frame);
+        batch.run(gateway, Port::Outside);
+        batch.check_forwarded(Port::Inside)?;
+        for buf in &batch.bufs {
+            ensure!(
+                buf.data().get(14..) == Some(expected),
+                "decapsulated packet differs from what was sent"
+            );
+        }
+        Ok(BATCH)
+    })
+}
+
+/// A then B, in memory, with B's replay window on; every packet checked.
+pub fn round_trip(
+    a: &mut Gateway,
+    b: &mut Gateway,
+    frame: &[u8],
+    expected: &[u8],
+    timing: Timing,
+) -> anyhow::Result<Samples> {
+    let mut batch = Batch::new();
+    time_slices(timing, || {
+        batch.fill(frame);
+        batch.run(a, Port::Inside);
+        batch.check_forwarded(Port::Outside)?;
+        batch.run(b, Port::Outside);
+        batch.check_forwarded(Port::Inside)?;
+        for buf in &batch.bufs {
+            ensure!(
+                buf.data().get(14..) == Some(expected),
+                "round-tripped packet differs from what was sent"
+            );
+        }
+        Ok(BATCH)
+    })
+}
+
+/// The ESP frame A makes of `frame` (for the decapsulation cell).
+pub fn one_esp_frame(a: &mut Gateway, frame: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut batch = Batch::new();
+    batch.fill(frame);
+    let Some(buf) = batch.bufs.get_mut(0) else {
+        bail!("no buffer");
+    };
+    match a.handle_frame(Duration::ZERO, Port::Inside, buf) {
+        Verdict::Forward(Port::Outside) => Ok(buf.data().to_vec()),
+        other => bail!("site A did not encapsulate: {other:?}"),
+    }
+}
+
+/// The raw primitive over `payload_len` bytes laid out as ESP would lay
+/// them out, without any ESP work: single-pass encrypt, then verify+decrypt.
+pub fn raw_crypto(
+    algorithm: Algorithm,
+    payload_len: usize,
+    timing: Timing,
+) -> anyhow::Result<(Samples, Samples)> {
+    let enc_key: Vec<u8> = (0..algorithm.enc_key_len()).map(|i| i as u8 * 3 + 1).collect();
+    let auth_key: Vec<u8> = (0..algorithm.auth_key_len()).map(|i| i as u8 * 5 + 2).collect();
+    let session = Session::new(algorithm, &enc_key, &auth_key).context("raw crypto session")?;
+    let align = algorithm.pad_align();
+    let cipher_len = (payload_len + 2).div_ceil(align) * align;
+    let iv_len = algorithm.iv_len();
+    let total = 8 + iv_len + cipher_len + algorithm.icv_len();
+    let descriptor = |direction| Descriptor {
+        kind: DescriptorKind::SinglePass,
+        direction,
+        auth_only: Region::new(0, 8),
+        esn_high: None,
+        iv: Region::new(8, iv_len),
+        cipher: Region::new(8 + iv_len, cipher_len),
+        icv: Region::new(8 + iv_len + cipher_len, algorithm.icv_len()),
+        status: Status::Pending,
+    };
+    let mut engine = SoftEngine;
+    let plain: Vec<u8> = (0..total).map(|i| i as u8).collect();
+    let mut bufs = vec![plain.clone(); BATCH];
+    let mut counter = 0u64;
+    let encrypt = time_slices(timing, || {
+        for buf in &mut bufs {
+            counter += 1;
+            buf[8..8 + iv_len.min(8)].copy_from_slice(&counter.to_be_bytes()[..iv_len.min(8)]);
+            let mut desc = descriptor(Direction::Encrypt);
+            engine.process(&session, &mut desc, buf);
+            ensure!(
+                desc.status == Status::Done,
+                "raw encrypt failed: {:?}",
+                desc.status
+            );
+        }
+        Ok(BATCH)
+    })?;
+    let mut sealed = plain.clone();
+    let mut desc = descriptor(Direction::Encrypt);
+    engine.process(&session, &mut desc, &mut sealed);
+    let mut check = sealed.clone();
+    let mut desc = descriptor(Direction::Decrypt);
+    engine.process(&session, &mut desc, &mut check);
+    ensure!(
+        desc.status == Status::Done && check[..8 + iv_len + cipher_len] == plain[..8 + iv_len + cipher_len],
+        "raw decrypt does not invert encrypt"
+    );
+    let decrypt = time_slices(timing, || {
+        for buf in &mut bufs {
+            buf.copy_from_slice(&sealed);
+            let mut desc = descriptor(Direction::Decrypt);
+            engine.process(&session, &mut desc, buf);
+            ensure!(
+                desc.status == Status::Done,
+                "raw decrypt failed: {:?}",
+                desc.status
+            );
+        }
+        Ok(BATCH)
+    })?;
+    Ok((encrypt, decrypt))
+}

@@ -1,0 +1,125 @@
+//! What the sweep measures: scenarios, and the pair of gateways each one
+//! runs through, configured from generated TOML exactly as a user would.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use accel::{Algorithm, SoftEngine};
+use dataplane::{Gateway, LinkLayer};
+use ike_stub::Config;
+
+/// One row group of the sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// Plain IPv4 forwarding through the same pipeline, no IPsec.
+    Ipv4Forward,
+    /// ESP with a transform, on an engine.
+    Esp { algorithm: Algorithm },
+    /// The transform's primitive alone over a buffer of the same size: the
+    /// ceiling the ESP path is measured against.
+    RawCrypto { algorithm: Algorithm },
+}
+
+impl Scenario {
+    pub fn name(&self) -> String {
+        match self {
+            Scenario::Ipv4Forward => "ipv4-fwd".into(),
+            Scenario::Esp {
+                algorithm: Algorithm::Null,
+            } => "esp-null".into(),
+            Scenario::Esp { algorithm } => format!("{algorithm}/soft"),
+            Scenario::RawCrypto { algorithm } => format!("{algorithm}/raw"),
+        }
+    }
+}
+
+impl serde::Serialize for Scenario {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.name())
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+fn key_hex(len: usize, seed: u8) -> String {
+    (0..len)
+        .map(|i| format!("{:02x}", (i as u8).wrapping_mul(13).wrapping_add(seed)))
+        .collect()
+}
+
+/// Configuration text of one end; `a` is the 192.168.1.0/24 side.
+pub fn config_text(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> String {
+    let (me, peer, my_net, peer_net) = if a {
+        ("10.0.0.1", "10.0.0.2", "192.168.1", "192.168.2")
+    } else {
+        ("10.0.0.2", "10.0.0.1", "192.168.2", "192.168.1")
+    };
+    let mut text = format!(
+        r#"[gateway]
+name = "bench-{side}"
+allow_insecure_null = true
+
+[[interface]]
+name = "inside"
+device = "bench-in"
+address = "{my_net}.1/24"
+
+[[interface]]
+name = "outside"
+device = "bench-out"
+address = "{me}/24"
+
+[[route]]
+destination = "{peer_net}.0/24"
+via = "{peer}"
+
+[[neighbor]]
+address = "{peer}"
+mac = "02:00:00:00:00:0{peer_id}"
+"#,
+        side = if a { "a" } else { "b" },
+        peer_id = if a { 2 } else { 1 },
+    );
+    match algorithm {
+        None => {
+            text += &format!(
+                "\n[[policy]]\nname = \"fwd-out\"\ndirection = \"out\"\nsource = \"{my_net}.0/24\"\ndestination = \"{peer_net}.0/24\"\naction = \"bypass\"\n\n[[policy]]\nname = \"fwd-in\"\ndirection = \"in\"\nsource = \"{peer_net}.0/24\"\ndestination = \"{my_net}.0/24\"\naction = \"bypass\"\n"
+            );
+        }
+        Some(alg) => {
+            let (spi_out, spi_in, seed_out, seed_in) = if a {
+                (0x1001, 0x1002, 1, 2)
+            } else {
+                (0x1002, 0x1001, 2, 1)
+            };
+            let mut keys = String::new();
+            for (dir, seed) in [("out", seed_out), ("in", seed_in)] {
+                if alg.enc_key_len() > 0 {
+                    keys += &format!("enc_key_{dir} = \"{}\"\n", key_hex(alg.enc_key_len(), seed));
+                }
+                if alg.auth_key_len() > 0 {
+                    keys += &format!(
+                        "auth_key_{dir} = \"{}\"\n",
+                        key_hex(alg.auth_key_len(), seed + 50)
+                    );
+                }
+            }
+            text += &format!(
+                "\n[[tunnel]]\nname = \"t\"\nlocal = \"{me}\"\nremote = \"{peer}\"\nlocal_subnet = \"{my_net}.0/24\"\nremote_subnet = \"{peer_net}.0/24\"\nproposal = \"{alg}\"\nspi_out = {spi_out}\nspi_in = {spi_in}\n{keys}replay_window = {replay_window}\n"
+            );
+        }
+    }
+    text
+}
+
+/// A gateway for one end of `algorithm` (`None`: plain forwarding).
+pub fn gateway(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> anyhow::Result<Gateway> {
+    let text = config_text(algorithm, a, replay_window);
+    let config = Config::parse(Path::new("<bench>"), &text)?;
+    Ok(config.build_gateway(LinkLayer::Ethernet, Box::new(SoftEngine), Duration::ZERO)?)
+}

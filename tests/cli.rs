@@ -31,14 +31,21 @@ fn ethernet(packet: &[u8]) -> Vec<u8> {
 }
 
 fn write_pcap(path: &Path, datalink: DataLink, frames: &[Vec<u8>]) {
+    let stamps: Vec<Duration> = (0..frames.len())
+        .map(|i| Duration::from_millis(i as u64))
+        .collect();
+    write_pcap_at(path, datalink, frames, &stamps);
+}
+
+fn write_pcap_at(path: &Path, datalink: DataLink, frames: &[Vec<u8>], stamps: &[Duration]) {
     let file = std::fs::File::create(path).unwrap();
     let header = PcapHeader {
         datalink,
         ..PcapHeader::default()
     };
     let mut writer = PcapWriter::with_header(file, header).unwrap();
-    for (i, frame) in frames.iter().enumerate() {
-        let packet = PcapPacket::new(Duration::from_millis(i as u64), frame.len() as u32, frame);
+    for (frame, stamp) in frames.iter().zip(stamps) {
+        let packet = PcapPacket::new(*stamp, frame.len() as u32, frame);
         writer.write_packet(&packet).unwrap();
     }
 }
@@ -254,4 +261,34 @@ fn unsupported_linktype_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("linktype 1") && err.contains("101 and 228"), "{err}");
+}
+
+/// Lifetimes in seconds run on the capture's clock.
+#[test]
+fn second_lifetimes_follow_capture_timestamps() {
+    let dir = temp_dir("lifetime");
+    let config = dir.join("short.toml");
+    let text = std::fs::read_to_string(repo("configs/site-a.toml"))
+        .unwrap()
+        .replace("soft_seconds = 3000", "soft_seconds = 1")
+        .replace("hard_seconds = 3600", "hard_seconds = 2");
+    std::fs::write(&config, text).unwrap();
+    let packet = ethernet(&common::udp_packet(common::HOST_A, common::HOST_B, 10, 0));
+    let stamps = [1000, 1500, 2600, 3100].map(Duration::from_millis);
+    let input = dir.join("in.pcap");
+    write_pcap_at(&input, DataLink::ETHERNET, &vec![packet; 4], &stamps);
+    let (out, s) = (dir.join("out.pcap"), dir.join("s.json"));
+    run_pcap(&config, "inside", &input, &out, &s);
+    let stats = stats(&s);
+    // 0, 0.5 and 1.6 s after the first frame: sent (soft limit passed at
+    // 1 s); 2.1 s: past the 2 s hard limit.
+    assert_eq!(stats["encapsulated"], 3);
+    assert_eq!(stats["drops"]["sa_expired"], 1);
+    let sa_out = stats["sas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["direction"] == "out")
+        .unwrap();
+    assert_eq!(sa_out["state"], "hardexpired");
 }

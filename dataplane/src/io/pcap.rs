@@ -75,6 +75,7 @@ pub fn run<R: Read, W: Write>(
     let mut stamps = Vec::with_capacity(BATCH);
     let mut verdicts = [Verdict::Consumed; BATCH];
     let mut epoch: Option<Duration> = None;
+    let mut clock = Duration::ZERO;
     let mut run = PcapRun::default();
     let mut done = false;
     while !done {
@@ -100,15 +101,15 @@ pub fn run<R: Read, W: Write>(
             break;
         }
         let start = epoch.unwrap_or_default();
-        // Captures can be out of order; time never runs backwards for the gateway.
-        let now = stamps
-            .iter()
-            .max()
-            .copied()
-            .unwrap_or_default()
-            .saturating_sub(start);
         let n = bufs.len();
-        gateway.handle_batch(now, from, &mut bufs, &mut verdicts[..n]);
+        // Offline, each frame keeps its own capture time; time never runs
+        // backwards for the gateway even if the capture is out of order.
+        for ((buf, verdict), stamp) in bufs.iter_mut().zip(verdicts.iter_mut()).zip(&stamps) {
+            let now = stamp.saturating_sub(start).max(clock);
+            clock = now;
+            gateway.handle_timeout(now);
+            *verdict = gateway.handle_frame(now, from, buf);
+        }
         for ((buf, verdict), stamp) in bufs.drain(..).zip(&verdicts[..n]).zip(stamps.drain(..)) {
             if let Verdict::Forward(_) = verdict {
                 let packet = PcapPacket::new(stamp, buf.len() as u32, buf.data());

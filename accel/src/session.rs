@@ -1,13 +1,16 @@
 //! Sessions: an SA's algorithm and expanded keys, registered once with an
 //! engine and used for every packet of that SA.
 //!
-//! Key material lives only here. Expanded AES/DES schedules zeroize on drop
-//! (RustCrypto's `zeroize` feature); raw key bytes are held in `Zeroizing`
-//! buffers; `Debug` prints the algorithm and session id, never keys.
+//! Key material lives only here, and never appears in `Debug`. Ciphers are
+//! `aws-lc-rs` keys: AWS-LC keeps them in its own allocations and cleanses
+//! them when they are freed (`OPENSSL_free` zeroes before it frees). The
+//! keyed HMAC state is RustCrypto's, built with its `zeroize` feature and
+//! additionally held in a box that is wiped on drop.
 
 use std::fmt;
 
-use aes::cipher::{array::Array, KeyInit};
+use aws_lc_rs::cipher::{DecryptingKey, EncryptingKey, UnboundCipherKey};
+use hmac::{Hmac, KeyInit};
 use zeroize::Zeroizing;
 
 use crate::algorithm::{Algorithm, CipherKind, IntegrityKind};
@@ -32,7 +35,7 @@ pub enum SessionError {
     },
     /// A 3DES key whose three parts are not independent degenerates to
     /// single DES (RFC 2451 §2.3 asks implementations to reject it).
-    #[error("3des-sha1 key has repeated 8-byte parts, which reduces 3DES to single DES")]
+    #[error("3des-sha1 key has repeated 8-byte parts, which weakens 3DES towards single DES; use three different parts")]
     DegenerateTripleDesKey,
     /// The crypto library refused the key.
     #[error("the crypto library rejected the {algorithm} key")]
@@ -46,17 +49,20 @@ pub struct SessionId(pub u64);
 
 pub(crate) enum CipherState {
     AesGcm {
-        key: Wiped<ring::aead::LessSafeKey>,
+        key: aws_lc_rs::aead::LessSafeKey,
         salt: Zeroizing<[u8; 4]>,
     },
-    Aes128Cbc(Box<aes::Aes128>),
-    Aes256Cbc(Box<aes::Aes256>),
-    TripleDesCbc(Box<des::TdesEde3>),
+    /// AES-CBC or 3DES-CBC; AWS-LC keys are one-directional.
+    Cbc {
+        encrypt: Box<EncryptingKey>,
+        decrypt: Box<DecryptingKey>,
+    },
     Null,
 }
 
 pub(crate) enum MacState {
-    Hmac(Wiped<ring::hmac::Key>),
+    HmacSha1(Wiped<Hmac<sha1::Sha1>>),
+    HmacSha256(Wiped<Hmac<sha2::Sha256>>),
     None,
 }
 
@@ -102,50 +108,61 @@ impl Session {
                 got: auth_key.len(),
             });
         }
+        let rejected = |_| SessionError::Rejected { algorithm };
         let cipher = match algorithm.cipher() {
             CipherKind::AesGcm => {
                 let (key, salt) = enc_key.split_at(enc_key.len() - 4);
-                let ring_alg = if key.len() == 16 {
-                    &ring::aead::AES_128_GCM
+                let aead = if key.len() == 16 {
+                    &aws_lc_rs::aead::AES_128_GCM
                 } else {
-                    &ring::aead::AES_256_GCM
+                    &aws_lc_rs::aead::AES_256_GCM
                 };
-                let unbound = ring::aead::UnboundKey::new(ring_alg, key)
-                    .map_err(|_| SessionError::Rejected { algorithm })?;
+                let unbound = aws_lc_rs::aead::UnboundKey::new(aead, key).map_err(rejected)?;
                 let mut salt_bytes = Zeroizing::new([0u8; 4]);
                 salt_bytes.copy_from_slice(salt);
                 CipherState::AesGcm {
-                    key: Wiped::new(ring::aead::LessSafeKey::new(unbound)),
+                    key: aws_lc_rs::aead::LessSafeKey::new(unbound),
                     salt: salt_bytes,
                 }
             }
-            CipherKind::AesCbc if enc_key.len() == 16 => CipherState::Aes128Cbc(Box::new(aes::Aes128::new(
-                &Array::try_from(enc_key).map_err(|_| SessionError::Rejected { algorithm })?,
-            ))),
-            CipherKind::AesCbc => CipherState::Aes256Cbc(Box::new(aes::Aes256::new(
-                &Array::try_from(enc_key).map_err(|_| SessionError::Rejected { algorithm })?,
-            ))),
-            CipherKind::TripleDesCbc => {
-                let (k1, rest) = enc_key.split_at(8);
-                let (k2, k3) = rest.split_at(8);
-                if k1 == k2 || k2 == k3 {
-                    return Err(SessionError::DegenerateTripleDesKey);
+            CipherKind::AesCbc | CipherKind::TripleDesCbc => {
+                let cipher = match (algorithm.cipher(), enc_key.len()) {
+                    (CipherKind::AesCbc, 16) => &aws_lc_rs::cipher::AES_128,
+                    (CipherKind::AesCbc, _) => &aws_lc_rs::cipher::AES_256,
+                    _ => {
+                        // RFC 2451 §2.3 / NIST SP 800-67: the three DES keys must
+                        // differ, or 3DES degenerates towards single DES.
+                        let (k1, rest) = enc_key.split_at(8);
+                        let (k2, k3) = rest.split_at(8);
+                        if k1 == k2 || k2 == k3 || k1 == k3 {
+                            return Err(SessionError::DegenerateTripleDesKey);
+                        }
+                        #[allow(deprecated)]
+                        &aws_lc_rs::cipher::DES_EDE3_FOR_LEGACY_USE_ONLY
+                    }
+                };
+                CipherState::Cbc {
+                    encrypt: Box::new(
+                        EncryptingKey::cbc(UnboundCipherKey::new(cipher, enc_key).map_err(rejected)?)
+                            .map_err(rejected)?,
+                    ),
+                    decrypt: Box::new(
+                        DecryptingKey::cbc(UnboundCipherKey::new(cipher, enc_key).map_err(rejected)?)
+                            .map_err(rejected)?,
+                    ),
                 }
-                CipherState::TripleDesCbc(Box::new(des::TdesEde3::new(
-                    &Array::try_from(enc_key).map_err(|_| SessionError::Rejected { algorithm })?,
-                )))
             }
             CipherKind::Null => CipherState::Null,
         };
         let mac = match algorithm.integrity() {
-            IntegrityKind::HmacSha1_96 => MacState::Hmac(Wiped::new(ring::hmac::Key::new(
-                ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
-                auth_key,
-            ))),
-            IntegrityKind::HmacSha256_128 => MacState::Hmac(Wiped::new(ring::hmac::Key::new(
-                ring::hmac::HMAC_SHA256,
-                auth_key,
-            ))),
+            IntegrityKind::HmacSha1_96 => MacState::HmacSha1(Wiped::new(
+                Hmac::<sha1::Sha1>::new_from_slice(auth_key)
+                    .map_err(|_| SessionError::Rejected { algorithm })?,
+            )),
+            IntegrityKind::HmacSha256_128 => MacState::HmacSha256(Wiped::new(
+                Hmac::<sha2::Sha256>::new_from_slice(auth_key)
+                    .map_err(|_| SessionError::Rejected { algorithm })?,
+            )),
             IntegrityKind::Aead | IntegrityKind::None => MacState::None,
         };
         Ok(Session {

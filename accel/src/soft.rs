@@ -2,10 +2,9 @@
 //! computes on the CPU shares: cipher, MAC and AEAD over a descriptor's
 //! regions, in place.
 
-use aes::cipher::{
-    array::Array, BlockCipherDecrypt, BlockCipherEncrypt, BlockModeDecrypt, BlockModeEncrypt, InnerIvInit,
-};
-use subtle::ConstantTimeEq;
+use aws_lc_rs::cipher::{DecryptionContext, EncryptionContext};
+use aws_lc_rs::iv::FixedLength;
+use hmac::Mac;
 
 use crate::descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, Status};
 use crate::session::{CipherState, MacState, Session};
@@ -61,7 +60,7 @@ fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<boo
     let mut nonce = [0u8; 12];
     nonce[..4].copy_from_slice(&salt[..]);
     nonce[4..].copy_from_slice(&buf[desc.iv.range()]);
-    let nonce = ring::aead::Nonce::assume_unique_for_key(nonce);
+    let nonce = aws_lc_rs::aead::Nonce::assume_unique_for_key(nonce);
     // RFC 4106 §5: AAD = SPI ‖ seq (32-bit) or SPI ‖ seq_hi ‖ seq_lo (ESN).
     let auth_only = &buf[desc.auth_only.range()];
     if auth_only.len() != 8 {
@@ -80,7 +79,7 @@ fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<boo
             8
         }
     };
-    let aad = ring::aead::Aad::from(&aad[..aad_len]);
+    let aad = aws_lc_rs::aead::Aad::from(&aad[..aad_len]);
     match desc.direction {
         Direction::Encrypt => {
             let tag = key
@@ -90,71 +89,84 @@ fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<boo
             Ok(true)
         }
         Direction::Decrypt => {
-            let tag =
-                ring::aead::Tag::try_from(&buf[desc.icv.range()]).map_err(|_| DescriptorError::BadRegions)?;
+            let (data, icv) = buf[..desc.icv.end()].split_at_mut(desc.icv.offset as usize);
             Ok(key
-                .open_in_place_separate_tag(nonce, aad, tag, &mut buf[desc.cipher.range()], 0..)
+                .open_in_place_separate_tag(nonce, aad, icv, &mut data[desc.cipher.range()])
                 .is_ok())
         }
     }
 }
 
 fn cipher_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<(), DescriptorError> {
-    let (iv_bytes, data) = buf[desc.iv.offset as usize..desc.cipher.end()].split_at_mut(desc.iv.len as usize);
-    match &session.cipher {
-        CipherState::Aes128Cbc(cipher) => cbc::<aes::Aes128>(cipher, iv_bytes, data, desc.direction),
-        CipherState::Aes256Cbc(cipher) => cbc::<aes::Aes256>(cipher, iv_bytes, data, desc.direction),
-        CipherState::TripleDesCbc(cipher) => cbc::<des::TdesEde3>(cipher, iv_bytes, data, desc.direction),
-        CipherState::Null => Ok(()),
-        CipherState::AesGcm { .. } => Err(DescriptorError::Unsupported),
-    }
-}
-
-fn cbc<C>(cipher: &C, iv: &[u8], data: &mut [u8], direction: Direction) -> Result<(), DescriptorError>
-where
-    C: BlockCipherEncrypt + BlockCipherDecrypt + Clone,
-{
-    let block_size = C::block_size();
-    if !data.len().is_multiple_of(block_size) {
+    let (encrypt, decrypt) = match &session.cipher {
+        CipherState::Cbc { encrypt, decrypt } => (encrypt, decrypt),
+        CipherState::Null => return Ok(()),
+        CipherState::AesGcm { .. } => return Err(DescriptorError::Unsupported),
+    };
+    let block = session.algorithm().pad_align();
+    if !(desc.cipher.len as usize).is_multiple_of(block) {
         return Err(DescriptorError::Misaligned);
     }
-    let (blocks, rest) = Array::slice_as_chunks_mut(data);
-    debug_assert!(rest.is_empty());
-    match direction {
-        Direction::Encrypt => {
-            let mut mode = cbc::Encryptor::<C>::inner_iv_slice_init(cipher.clone(), iv)
-                .map_err(|_| DescriptorError::BadRegions)?;
-            mode.encrypt_blocks(blocks);
+    let (iv, data) = buf[desc.iv.offset as usize..desc.cipher.end()].split_at_mut(desc.iv.len as usize);
+    let failed = |_| DescriptorError::BadRegions;
+    match (desc.direction, iv.len()) {
+        (Direction::Encrypt, 16) => {
+            let iv: [u8; 16] = iv.try_into().map_err(|_| DescriptorError::BadRegions)?;
+            encrypt
+                .less_safe_encrypt(data, EncryptionContext::Iv128(FixedLength::from(iv)))
+                .map_err(failed)?;
         }
-        Direction::Decrypt => {
-            let mut mode = cbc::Decryptor::<C>::inner_iv_slice_init(cipher.clone(), iv)
-                .map_err(|_| DescriptorError::BadRegions)?;
-            mode.decrypt_blocks(blocks);
+        (Direction::Encrypt, 8) => {
+            let iv: [u8; 8] = iv.try_into().map_err(|_| DescriptorError::BadRegions)?;
+            encrypt
+                .less_safe_encrypt(data, EncryptionContext::Iv64(FixedLength::from(iv)))
+                .map_err(failed)?;
         }
+        (Direction::Decrypt, 16) => {
+            let iv: [u8; 16] = iv.try_into().map_err(|_| DescriptorError::BadRegions)?;
+            decrypt
+                .decrypt(data, DecryptionContext::Iv128(FixedLength::from(iv)))
+                .map_err(failed)?;
+        }
+        (Direction::Decrypt, 8) => {
+            let iv: [u8; 8] = iv.try_into().map_err(|_| DescriptorError::BadRegions)?;
+            decrypt
+                .decrypt(data, DecryptionContext::Iv64(FixedLength::from(iv)))
+                .map_err(failed)?;
+        }
+        _ => return Err(DescriptorError::BadRegions),
     }
     Ok(())
 }
 
 /// Computes the ICV (encrypt) or checks it in constant time (decrypt).
 fn mac_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<bool, DescriptorError> {
-    let MacState::Hmac(key) = &session.mac else {
-        return Ok(true); // null integrity: nothing to compute or check
-    };
-    let mut ctx = ring::hmac::Context::with_key(key);
-    ctx.update(&buf[desc.authenticated()]);
+    match &session.mac {
+        MacState::HmacSha1(key) => hmac_pass(&**key, desc, buf),
+        MacState::HmacSha256(key) => hmac_pass(&**key, desc, buf),
+        // Null integrity: nothing to compute or check.
+        MacState::None => Ok(true),
+    }
+}
+
+fn hmac_pass<M: Mac + Clone>(key: &M, desc: &Descriptor, buf: &mut [u8]) -> Result<bool, DescriptorError> {
+    // The keyed inner/outer state was computed once per session; each packet
+    // starts from a copy of it.
+    let mut mac = key.clone();
+    mac.update(&buf[desc.authenticated()]);
     // RFC 4303 §2.2.1: with ESN the high 32 bits are appended to the
     // authenticated data, after the payload, but never sent.
     if let Some(high) = desc.esn_high {
-        ctx.update(&high.to_be_bytes());
+        mac.update(&high.to_be_bytes());
     }
-    let tag = ctx.sign();
     let icv = &mut buf[desc.icv.range()];
-    let truncated = tag.as_ref().get(..icv.len()).ok_or(DescriptorError::BadRegions)?;
     match desc.direction {
         Direction::Encrypt => {
-            icv.copy_from_slice(truncated);
+            let tag = mac.finalize().into_bytes();
+            icv.copy_from_slice(tag.get(..icv.len()).ok_or(DescriptorError::BadRegions)?);
             Ok(true)
         }
-        Direction::Decrypt => Ok(bool::from(icv.ct_eq(truncated))),
+        // Constant-time comparison of the leftmost icv.len() bytes.
+        Direction::Decrypt => Ok(mac.verify_truncated_left(icv).is_ok()),
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use accel::{EngineKind, SoftEngine};
+use accel::{BufferPolicy, EngineKind, EngineSpec, Style};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use dataplane::{Gateway, Port};
@@ -56,9 +56,37 @@ struct PcapArgs {
     /// Write counters as JSON here.
     #[arg(long, value_name = "STATS.json")]
     stats: Option<PathBuf>,
-    /// Crypto engine (overrides the config's [accel] engine).
+    #[command(flatten)]
+    accel: AccelArgs,
+}
+
+/// Engine choices that override the config's `[accel]` section.
+#[derive(clap::Args)]
+struct AccelArgs {
+    /// Crypto engine: soft, sec or afalg.
     #[arg(long)]
     engine: Option<EngineKind>,
+    /// Submission style: sync, dual-pass or async.
+    #[arg(long)]
+    style: Option<Style>,
+    /// Buffer policy: registered or per-request.
+    #[arg(long)]
+    buffers: Option<BufferPolicy>,
+}
+
+impl AccelArgs {
+    /// The config's engine and style with these flags applied.
+    fn apply(&self, config: &Config) -> (EngineSpec, Style) {
+        let mut spec = config.engine.clone();
+        if let Some(kind) = self.engine {
+            spec.kind = kind;
+        }
+        if let Some(buffers) = self.buffers {
+            spec.buffers = buffers;
+            spec.sec.buffers = buffers;
+        }
+        (spec, self.style.unwrap_or(config.style))
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -105,20 +133,15 @@ fn check_config(file: &Path) -> Result<()> {
     Ok(())
 }
 
-fn make_engine(kind: EngineKind) -> Box<dyn accel::Engine> {
-    match kind {
-        EngineKind::Soft => Box::new(SoftEngine),
-    }
-}
-
 fn pcap(args: &PcapArgs) -> Result<()> {
     let config = Config::load(&args.config)?;
     let input = File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
     let (reader, link) = dataplane::io::pcap::open(BufReader::new(input))
         .with_context(|| format!("{}", args.input.display()))?;
-    let engine = make_engine(args.engine.unwrap_or(config.engine));
+    let (spec, style) = args.accel.apply(&config);
+    let engine = accel::build_engine(&spec)?;
     let mut gateway: Gateway = config
-        .build_gateway(link, engine, Duration::ZERO)
+        .build_gateway(link, engine, style, Duration::ZERO)
         .with_context(|| format!("cannot install {}", args.config.display()))?;
     let output =
         File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;

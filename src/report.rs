@@ -32,7 +32,27 @@ pub fn config_summary(config: &Config) -> String {
     for (addr, mac) in &config.neighbors {
         let _ = writeln!(out, "  neighbor {addr} lladdr {mac}");
     }
-    let _ = writeln!(out, "  engine {}", config.engine);
+    let e = &config.engine;
+    let _ = write!(
+        out,
+        "  engine {} style {} buffers {}",
+        e.kind, config.style, e.buffers
+    );
+    if e.kind == accel::EngineKind::Sec {
+        let _ = write!(
+            out,
+            " channels {} fifo {} completion {} rate {}",
+            e.sec.channels,
+            e.sec.fifo_depth,
+            e.sec.completion.name(),
+            if e.sec.rate.is_some() {
+                "modelled"
+            } else {
+                "host speed"
+            }
+        );
+    }
+    let _ = writeln!(out);
     for sa in &config.sas {
         let p = &sa.params;
         let (from, to) = match p.direction {
@@ -105,8 +125,17 @@ pub fn stats_json(gateway: &Gateway) -> Value {
             })
         })
         .collect();
+    let engine = gateway.engine_counters();
     if let Value::Object(map) = &mut doc {
         map.insert("sas".into(), Value::Array(sas));
+        map.insert(
+            "engine".into(),
+            json!({
+                "kind": gateway.engine_kind().name(),
+                "style": gateway.style().name(),
+                "counters": engine,
+            }),
+        );
     }
     doc
 }

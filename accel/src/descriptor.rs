@@ -77,6 +77,9 @@ pub enum DescriptorError {
     /// (for example a MAC-only pass for an AEAD).
     #[error("descriptor kind is not supported for this algorithm")]
     Unsupported,
+    /// The engine failed (an injected fault, a channel reset, a device error).
+    #[error("the engine reported a fault")]
+    Fault,
 }
 
 /// One ESP crypto request. `auth_only` is the SPI and low sequence number;

@@ -1,24 +1,35 @@
 //! The look-aside offload boundary.
 //!
 //! Owns every cryptographic primitive espgw uses: algorithms and their wire
-//! parameters, sessions (an SA's expanded keys, registered once), the
-//! descriptors that carry one packet's crypto across the boundary, and the
-//! engines behind it. Knows nothing of policies, SAs' sequence state or
-//! packet headers beyond the regions a descriptor names; must not do I/O on
-//! the packet path or log per packet.
+//! parameters, sessions (an SA's expanded keys, registered once), the packet
+//! buffers that are the boundary's registered memory, descriptors and jobs
+//! that carry one packet's crypto across the boundary, and the engines behind
+//! it. Knows nothing of policies, SAs' sequence state or packet headers
+//! beyond the regions a descriptor names; must not log per packet.
 //!
 //! Invariants: a descriptor's regions are validated before any engine
 //! indexes a buffer; an inbound packet is never decrypted unless its ICV
-//! verified (AEADs check inside the primitive); keys never appear in `Debug`.
+//! verified (AEADs check inside the primitive); keys never appear in `Debug`;
+//! every job submitted to an engine comes back exactly once, through `poll`
+//! or `reclaim`, with its buffer.
 
 pub mod algorithm;
+pub mod buffer;
 pub mod descriptor;
 pub mod engine;
+pub mod job;
+pub mod sec;
 pub mod session;
 pub mod soft;
 mod wiped;
 
 pub use algorithm::{Algorithm, CipherKind, IntegrityKind, UnknownAlgorithm};
+pub use buffer::{PacketBuf, PacketPool};
 pub use descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, Region, Status};
-pub use engine::{Engine, EngineKind, SoftEngine};
+pub use engine::{
+    build_engine, BusBytes, Engine, EngineCounters, EngineError, EngineKind, EngineSpec, SoftEngine,
+    UnknownEngine,
+};
+pub use job::{BufferPolicy, Job, Style, UnknownBufferPolicy, UnknownStyle};
+pub use sec::{Completion, FaultPlan, RateModel, SecConfig, SecEngine};
 pub use session::{Session, SessionError, SessionId};

@@ -60,7 +60,7 @@ fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<boo
     let mut nonce = [0u8; 12];
     nonce[..4].copy_from_slice(&salt[..]);
     nonce[4..].copy_from_slice(&buf[desc.iv.range()]);
-    let nonce = aws_lc_rs::aead::Nonce::assume_unique_for_key(nonce);
+    let nonce = ring::aead::Nonce::assume_unique_for_key(nonce);
     // RFC 4106 §5: AAD = SPI ‖ seq (32-bit) or SPI ‖ seq_hi ‖ seq_lo (ESN).
     let auth_only = &buf[desc.auth_only.range()];
     if auth_only.len() != 8 {
@@ -79,7 +79,7 @@ fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<boo
             8
         }
     };
-    let aad = aws_lc_rs::aead::Aad::from(&aad[..aad_len]);
+    let aad = ring::aead::Aad::from(&aad[..aad_len]);
     match desc.direction {
         Direction::Encrypt => {
             let tag = key
@@ -89,9 +89,10 @@ fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<boo
             Ok(true)
         }
         Direction::Decrypt => {
-            let (data, icv) = buf[..desc.icv.end()].split_at_mut(desc.icv.offset as usize);
+            let tag =
+                ring::aead::Tag::try_from(&buf[desc.icv.range()]).map_err(|_| DescriptorError::BadRegions)?;
             Ok(key
-                .open_in_place_separate_tag(nonce, aad, icv, &mut data[desc.cipher.range()])
+                .open_in_place_separate_tag(nonce, aad, tag, &mut buf[desc.cipher.range()], 0..)
                 .is_ok())
         }
     }

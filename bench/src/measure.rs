@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use accel::{Algorithm, Descriptor, DescriptorKind, Direction, Engine, Region, Session, SoftEngine, Status};
+use accel::{Algorithm, Descriptor, DescriptorKind, Direction, Region, Session, Status};
 use anyhow::{bail, ensure, Context};
+use dataplane::gateway::Output;
 use dataplane::{Gateway, PacketBuf, PacketPool, Port, Verdict};
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
 
@@ -118,11 +119,12 @@ fn time_slices(timing: Timing, mut step: impl FnMut() -> anyhow::Result<usize>) 
 }
 
 /// A batch of pool buffers, refilled from template frames each step as a
-/// NIC would DMA fresh frames into them.
+/// NIC would DMA fresh frames into them, run through a gateway and waited
+/// for (an asynchronous engine keeps the whole batch in flight).
 struct Batch {
     pool: PacketPool,
     bufs: Vec<PacketBuf>,
-    verdicts: [Verdict; BATCH],
+    out: Vec<Output>,
 }
 
 impl Batch {
@@ -132,7 +134,7 @@ impl Batch {
         Batch {
             pool,
             bufs,
-            verdicts: [Verdict::Consumed; BATCH],
+            out: Vec::with_capacity(BATCH),
         }
     }
 
@@ -142,17 +144,28 @@ impl Batch {
         }
     }
 
-    fn run(&mut self, gateway: &mut Gateway, from: Port) {
-        gateway.handle_batch(Duration::ZERO, from, &mut self.bufs, &mut self.verdicts);
-    }
-
-    fn check_forwarded(&self, to: Port) -> anyhow::Result<()> {
-        for verdict in &self.verdicts {
-            if *verdict != Verdict::Forward(to) {
-                bail!("expected every packet forwarded to {to}, got {verdict:?}");
-            }
+    /// Runs the batch through `gateway`; every frame must be forwarded to
+    /// `to`. The buffers come back in `bufs`, in completion order.
+    fn run(&mut self, gateway: &mut Gateway, from: Port, to: Port) -> anyhow::Result<()> {
+        gateway.handle_batch(Duration::ZERO, from, &mut self.bufs, &mut self.out);
+        if self.out.len() < BATCH {
+            gateway.flush(Duration::ZERO, &mut self.out);
         }
-        Ok(())
+        let mut wrong = None;
+        for (buf, verdict) in self.out.drain(..) {
+            if verdict != Verdict::Forward(to) {
+                wrong = Some(verdict);
+            }
+            self.bufs.push(buf);
+        }
+        match wrong {
+            None if self.bufs.len() == BATCH => Ok(()),
+            None => bail!(
+                "{} of {BATCH} frames did not come back from the engine",
+                BATCH - self.bufs.len()
+            ),
+            Some(verdict) => bail!("expected every packet forwarded to {to}, got {verdict:?}"),
+        }
     }
 }
 
@@ -169,8 +182,7 @@ pub fn encapsulate(gateway: &mut Gateway, frame: &[u8], timing: Timing) -> anyho
     let mut batch = Batch::new();
     time_slices(timing, || {
         batch.fill(frame);
-        batch.run(gateway, Port::Inside);
-        batch.check_forwarded(Port::Outside)?;
+        batch.run(gateway, Port::Inside, Port::Outside)?;
         Ok(BATCH)
     })
 }
@@ -187,8 +199,7 @@ pub fn decapsulate(
     let mut batch = Batch::new();
     time_slices(timing, || {
         batch.fill(esp_frame);
-        batch.run(gateway, Port::Outside);
-        batch.check_forwarded(Port::Inside)?;
+        batch.run(gateway, Port::Outside, Port::Inside)?;
         for buf in &batch.bufs {
             ensure!(
                 buf.data().get(14..) == Some(expected),
@@ -210,10 +221,8 @@ pub fn round_trip(
     let mut batch = Batch::new();
     time_slices(timing, || {
         batch.fill(frame);
-        batch.run(a, Port::Inside);
-        batch.check_forwarded(Port::Outside)?;
-        batch.run(b, Port::Outside);
-        batch.check_forwarded(Port::Inside)?;
+        batch.run(a, Port::Inside, Port::Outside)?;
+        batch.run(b, Port::Outside, Port::Inside)?;
         for buf in &batch.bufs {
             ensure!(
                 buf.data().get(14..) == Some(expected),
@@ -226,13 +235,18 @@ pub fn round_trip(
 
 /// The ESP frame A makes of `frame` (for the decapsulation cell).
 pub fn one_esp_frame(a: &mut Gateway, frame: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut batch = Batch::new();
-    batch.fill(frame);
-    let Some(buf) = batch.bufs.get_mut(0) else {
+    let mut pool = PacketPool::new(1);
+    let Some(mut buf) = pool.alloc() else {
         bail!("no buffer");
     };
-    match a.handle_frame(Duration::ZERO, Port::Inside, buf) {
-        Verdict::Forward(Port::Outside) => Ok(buf.data().to_vec()),
+    buf.fill(frame);
+    let Some((buf, verdict)) = a.handle_frame(Duration::ZERO, Port::Inside, buf) else {
+        bail!("the engine did not return the frame");
+    };
+    let esp = buf.data().to_vec();
+    pool.free(buf);
+    match verdict {
+        Verdict::Forward(Port::Outside) => Ok(esp),
         other => bail!("site A did not encapsulate: {other:?}"),
     }
 }
@@ -261,7 +275,6 @@ pub fn raw_crypto(
         icv: Region::new(8 + iv_len + cipher_len, algorithm.icv_len()),
         status: Status::Pending,
     };
-    let mut engine = SoftEngine;
     let plain: Vec<u8> = (0..total).map(|i| i as u8).collect();
     let mut bufs = vec![plain.clone(); BATCH];
     let mut counter = 0u64;
@@ -270,7 +283,7 @@ pub fn raw_crypto(
             counter += 1;
             buf[8..8 + iv_len.min(8)].copy_from_slice(&counter.to_be_bytes()[..iv_len.min(8)]);
             let mut desc = descriptor(Direction::Encrypt);
-            engine.process(&session, &mut desc, buf);
+            accel::soft::process(&session, &mut desc, buf);
             ensure!(
                 desc.status == Status::Done,
                 "raw encrypt failed: {:?}",
@@ -281,10 +294,10 @@ pub fn raw_crypto(
     })?;
     let mut sealed = plain.clone();
     let mut desc = descriptor(Direction::Encrypt);
-    engine.process(&session, &mut desc, &mut sealed);
+    accel::soft::process(&session, &mut desc, &mut sealed);
     let mut check = sealed.clone();
     let mut desc = descriptor(Direction::Decrypt);
-    engine.process(&session, &mut desc, &mut check);
+    accel::soft::process(&session, &mut desc, &mut check);
     ensure!(
         desc.status == Status::Done && check[..8 + iv_len + cipher_len] == plain[..8 + iv_len + cipher_len],
         "raw decrypt does not invert encrypt"
@@ -293,7 +306,7 @@ pub fn raw_crypto(
         for buf in &mut bufs {
             buf.copy_from_slice(&sealed);
             let mut desc = descriptor(Direction::Decrypt);
-            engine.process(&session, &mut desc, buf);
+            accel::soft::process(&session, &mut desc, buf);
             ensure!(
                 desc.status == Status::Done,
                 "raw decrypt failed: {:?}",

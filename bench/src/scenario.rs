@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, SoftEngine};
+use accel::{Algorithm, EngineSpec, Style};
 use dataplane::{Gateway, LinkLayer};
 use ike_stub::Config;
 
@@ -117,9 +117,11 @@ mac = "02:00:00:00:00:0{peer_id}"
     text
 }
 
-/// A gateway for one end of `algorithm` (`None`: plain forwarding).
+/// A gateway for one end of `algorithm` (`None`: plain forwarding), on
+/// the soft engine.
 pub fn gateway(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> anyhow::Result<Gateway> {
     let text = config_text(algorithm, a, replay_window);
     let config = Config::parse(Path::new("<bench>"), &text)?;
-    Ok(config.build_gateway(LinkLayer::Ethernet, Box::new(SoftEngine), Duration::ZERO)?)
+    let engine = accel::build_engine(&EngineSpec::default())?;
+    Ok(config.build_gateway(LinkLayer::Ethernet, engine, Style::Async, Duration::ZERO)?)
 }

@@ -8,6 +8,7 @@
 //! window (only now that the ICV has verified), checks the trailer and
 //! strips ESP.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use accel::{Algorithm, CipherKind, Descriptor, DescriptorKind, Direction, Region, Session, Status};
@@ -72,7 +73,7 @@ fn ip_header_len(data: &[u8]) -> usize {
 /// IPv4 packet; on return it holds the ESP packet awaiting crypto.
 pub fn encapsulate_prepare<R: Rng>(
     sa_id: SaId,
-    sa: &mut SecurityAssociation<Session>,
+    sa: &mut SecurityAssociation<Arc<Session>>,
     buf: &mut PacketBuf,
     ctx: OutboundContext<'_, R>,
 ) -> Result<Pending, DropReason> {
@@ -194,7 +195,7 @@ pub fn encapsulate_prepare<R: Rng>(
 
 /// Outbound finish: the engine has run; account the packet.
 pub fn encapsulate_finish(
-    sad: &mut Sad<Session>,
+    sad: &mut Sad<Arc<Session>>,
     pending: &Pending,
     now: Duration,
 ) -> Result<(), DropReason> {
@@ -213,7 +214,7 @@ pub fn encapsulate_finish(
 /// to us. Checks lengths, finds the SA, checks the replay window (without
 /// updating it) and builds the descriptor.
 pub fn decapsulate_prepare(
-    sad: &mut Sad<Session>,
+    sad: &mut Sad<Arc<Session>>,
     buf: &mut PacketBuf,
     now: Duration,
 ) -> Result<Pending, DropReason> {
@@ -270,7 +271,7 @@ pub enum Decapsulated {
 /// Inbound finish: checks the engine status, updates the replay window,
 /// checks the trailer and strips ESP, leaving the inner IPv4 packet.
 pub fn decapsulate_finish(
-    sad: &mut Sad<Session>,
+    sad: &mut Sad<Arc<Session>>,
     buf: &mut PacketBuf,
     pending: &Pending,
     now: Duration,
@@ -283,6 +284,12 @@ pub fn decapsulate_finish(
             return Err(DropReason::AuthFailed);
         }
         Status::Pending | Status::Error(_) => return Err(DropReason::EngineError),
+    }
+    // Another copy of this sequence number may have been verified while this
+    // one was with the engine: check again before the window moves.
+    if sa.recheck_replay(pending.seq).is_err() {
+        sa.counters.replay += 1;
+        return Err(DropReason::Replay);
     }
     // RFC 4303 §3.4.3: the window moves only for authenticated packets.
     sa.accept_sequence(pending.seq);
@@ -300,7 +307,7 @@ pub fn decapsulate_finish(
     if trailer.next_header == NEXT_HEADER_NONE {
         return Ok(Decapsulated::Dummy);
     }
-    let malformed = |sa: &mut SecurityAssociation<Session>| {
+    let malformed = |sa: &mut SecurityAssociation<Arc<Session>>| {
         sa.counters.malformed += 1;
         DropReason::Malformed
     };
@@ -340,7 +347,7 @@ pub fn decapsulate_finish(
 }
 
 /// Marks an SA hard-expired after the counter ran out, raising the event once.
-pub fn note_exhausted(sad: &mut Sad<Session>, id: SaId) {
+pub fn note_exhausted(sad: &mut Sad<Arc<Session>>, id: SaId) {
     if let Some(sa) = sad.get_mut(id) {
         if sa.params().direction == SaDirection::Outbound && sa.expire() {
             sad.note_transition(id, SaState::HardExpired);

@@ -1,20 +1,26 @@
 //! The sans-IO gateway core: classify, protect or verify, route.
 //!
 //! A driver hands in a batch of received frames with the port they arrived
-//! on and the current time; the gateway rewrites each buffer in place and
-//! returns one verdict per frame. It reads no clock, does no I/O and does
-//! not allocate per packet.
+//! on and the current time. Frames that need no crypto get their verdict at
+//! once; the others are prepared (headers, sequence number, padding,
+//! descriptor) and handed to the engine as jobs, in the submission style the
+//! gateway was built with. Completed jobs are finished (ICV status, replay
+//! window, trailer, policy) and routed. Every frame comes back to the driver
+//! exactly once with its verdict, in `handle_batch`, `poll` or `flush`.
+//! The core reads no clock and does no I/O of its own; it does call the
+//! engine, which may block in `wait`.
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use accel::{Engine, Session};
+use accel::{Descriptor, DescriptorKind, Direction, Engine, Job, Session, Status, Style};
 use rand::rngs::StdRng;
 use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
 use spd_sad::{proto, Action, PolicyDirection, SaEvent, SaId, SaParams, Sad, SadError, Spd};
 
 use crate::buffer::PacketBuf;
-use crate::esp::{self, Decapsulated, OutboundContext};
+use crate::esp::{self, Decapsulated, OutboundContext, Pending};
 use crate::route::{Interface, Neighbors, Port, Route, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use crate::wire::{flow_key, EspPacket};
@@ -47,6 +53,76 @@ pub struct GatewaySetup {
     pub link: LinkLayer,
     /// TTL of the outer header of tunnel-mode packets.
     pub outer_ttl: u8,
+    /// How packets' crypto is handed to the engine.
+    pub style: Style,
+}
+
+/// A frame handed back to the driver.
+pub type Output = (PacketBuf, Verdict);
+
+/// How long a job may stay with the engine before the gateway gives up on
+/// it (a stalled channel, a lost completion).
+pub const JOB_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// How often a full engine is waited on (1 ms each) before the packet is
+/// dropped as `engine_busy`.
+const SUBMIT_RETRIES: usize = 1000;
+
+/// Where a packet is in its trip through the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// One single-pass descriptor.
+    Single,
+    /// Dual-pass or sync, first descriptor (cipher out, MAC in).
+    First,
+    /// Second descriptor (MAC out, cipher in).
+    Second,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    pending: Pending,
+    direction: Direction,
+    phase: Phase,
+    submitted_at: Duration,
+    /// Given up on (timed out); the completion, if it ever comes, is dropped.
+    abandoned: bool,
+}
+
+/// Jobs in flight, indexed by the job's `user` cookie. Slots are reused, so
+/// steady state allocates nothing.
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    live: usize,
+}
+
+impl Slab {
+    fn insert(&mut self, entry: InFlight) -> usize {
+        self.live += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(entry);
+                i
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut InFlight> {
+        self.slots.get_mut(i)?.as_mut()
+    }
+
+    fn remove(&mut self, i: usize) -> Option<InFlight> {
+        let entry = self.slots.get_mut(i)?.take()?;
+        self.free.push(i);
+        self.live -= 1;
+        Some(entry)
+    }
 }
 
 /// The gateway core.
@@ -56,12 +132,35 @@ pub struct Gateway {
     neighbors: Neighbors,
     link: LinkLayer,
     outer_ttl: u8,
+    style: Style,
     spd: Spd,
-    sad: Sad<Session>,
+    sad: Sad<Arc<Session>>,
     engine: Box<dyn Engine>,
     rng: StdRng,
     next_ip_id: u16,
     stats: Stats,
+    in_flight: Slab,
+    /// Completed jobs, reused between polls.
+    completions: Vec<Job>,
+    /// Second-pass jobs the engine could not take yet.
+    deferred: Vec<Job>,
+    last_now: Duration,
+}
+
+/// Where a packet goes once the gateway is done with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Look up the route and transmit.
+    Route,
+    /// Addressed to the gateway: consumed.
+    Consume,
+}
+
+/// What classification decided for one frame.
+enum Classified {
+    Done(Result<Next, DropReason>),
+    Encapsulate(SaId),
+    Decapsulate,
 }
 
 impl Gateway {
@@ -87,12 +186,17 @@ impl Gateway {
             neighbors,
             link: setup.link,
             outer_ttl: setup.outer_ttl,
+            style: setup.style,
             spd: Spd::new(),
             sad: Sad::new(),
             engine,
             rng: rand::make_rng(),
             next_ip_id: 1,
             stats: Stats::default(),
+            in_flight: Slab::default(),
+            completions: Vec::with_capacity(256),
+            deferred: Vec::with_capacity(64),
+            last_now: Duration::ZERO,
         }
     }
 
@@ -108,11 +212,11 @@ impl Gateway {
         &mut self.spd
     }
 
-    pub fn sad(&self) -> &Sad<Session> {
+    pub fn sad(&self) -> &Sad<Arc<Session>> {
         &self.sad
     }
 
-    pub fn sad_mut(&mut self) -> &mut Sad<Session> {
+    pub fn sad_mut(&mut self) -> &mut Sad<Arc<Session>> {
         &mut self.sad
     }
 
@@ -128,8 +232,21 @@ impl Gateway {
         self.link
     }
 
+    pub fn style(&self) -> Style {
+        self.style
+    }
+
     pub fn engine_kind(&self) -> accel::EngineKind {
         self.engine.kind()
+    }
+
+    pub fn engine_counters(&self) -> accel::EngineCounters {
+        self.engine.counters()
+    }
+
+    /// Packets handed to the engine and not yet returned to the driver.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.live
     }
 
     /// Installs an SA with its registered session.
@@ -139,32 +256,40 @@ impl Gateway {
         session: Session,
         now: Duration,
     ) -> Result<SaId, SadError> {
-        self.sad.insert(params, session, now)
+        self.sad.insert(params, Arc::new(session), now)
     }
 
-    /// Re-evaluates time-based lifetimes.
-    pub fn handle_timeout(&mut self, now: Duration) {
+    /// Re-evaluates time-based lifetimes, and gives up on jobs the engine
+    /// has held longer than [`JOB_TIMEOUT`].
+    pub fn handle_timeout(&mut self, now: Duration, out: &mut Vec<Output>) {
+        self.last_now = self.last_now.max(now);
         self.sad.handle_timeout(now);
+        let overdue = self
+            .in_flight
+            .slots
+            .iter()
+            .flatten()
+            .any(|f| !f.abandoned && now.saturating_sub(f.submitted_at) > JOB_TIMEOUT);
+        if overdue {
+            for entry in self.in_flight.slots.iter_mut().flatten() {
+                if now.saturating_sub(entry.submitted_at) > JOB_TIMEOUT {
+                    entry.abandoned = true;
+                }
+            }
+            // Lost completions come back through a channel reset.
+            let mut lost = std::mem::take(&mut self.completions);
+            self.engine.reclaim(&mut lost);
+            for job in lost.drain(..) {
+                self.complete(now, job, out);
+            }
+            self.completions = lost;
+        }
     }
 
     /// Next SA lifetime event for the control plane.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<SaEvent> {
         self.sad.poll_event()
-    }
-
-    /// Processes a batch of frames received on `from`. `verdicts` gets one
-    /// entry per buffer, in order.
-    pub fn handle_batch(
-        &mut self,
-        now: Duration,
-        from: Port,
-        bufs: &mut [PacketBuf],
-        verdicts: &mut [Verdict],
-    ) {
-        for (buf, verdict) in bufs.iter_mut().zip(verdicts.iter_mut()) {
-            *verdict = self.handle_frame(now, from, buf);
-        }
     }
 
     /// Counts a frame a driver received but could not hand in (too large
@@ -174,10 +299,88 @@ impl Gateway {
         self.stats.drops.count(reason);
     }
 
-    /// Processes one frame.
-    pub fn handle_frame(&mut self, now: Duration, from: Port, buf: &mut PacketBuf) -> Verdict {
-        self.stats.rx_packets += 1;
-        let verdict = match self.process(now, from, buf) {
+    /// Processes the frames in `bufs` (draining it), received on `from`.
+    /// Frames whose fate is known are appended to `out` with their verdict;
+    /// the rest follow from `poll` or `flush` once the engine is done.
+    pub fn handle_batch(
+        &mut self,
+        now: Duration,
+        from: Port,
+        bufs: &mut Vec<PacketBuf>,
+        out: &mut Vec<Output>,
+    ) {
+        self.last_now = self.last_now.max(now);
+        for mut buf in bufs.drain(..) {
+            self.stats.rx_packets += 1;
+            match self.classify(now, from, &mut buf) {
+                Classified::Done(result) => self.emit(buf, result, out),
+                Classified::Encapsulate(sa) => self.start_encapsulation(now, sa, buf, out),
+                Classified::Decapsulate => self.start_decapsulation(now, buf, out),
+            }
+        }
+        self.poll(now, out);
+    }
+
+    /// Finishes whatever the engine has completed, without waiting.
+    pub fn poll(&mut self, now: Duration, out: &mut Vec<Output>) {
+        self.last_now = self.last_now.max(now);
+        self.retry_deferred();
+        let mut done = std::mem::take(&mut self.completions);
+        self.engine.poll(&mut done);
+        for job in done.drain(..) {
+            self.complete(now, job, out);
+        }
+        self.completions = done;
+    }
+
+    /// Blocks until the engine may have completions, at most `timeout`.
+    pub fn wait(&mut self, timeout: Duration) {
+        if self.in_flight.live > 0 {
+            self.engine.wait(timeout);
+        }
+    }
+
+    /// Waits for every job in flight and finishes it (shutdown, end of a
+    /// capture). Jobs the engine holds past [`JOB_TIMEOUT`] of waiting are
+    /// reclaimed and dropped, so every buffer comes back.
+    pub fn flush(&mut self, now: Duration, out: &mut Vec<Output>) {
+        let mut waited = Duration::ZERO;
+        let step = Duration::from_millis(1);
+        while self.in_flight.live > 0 {
+            self.poll(now, out);
+            if self.in_flight.live == 0 {
+                break;
+            }
+            self.engine.wait(step);
+            waited += step;
+            if waited > JOB_TIMEOUT * 4 {
+                // The engine's clock for timeouts is the wait itself here.
+                self.handle_timeout(now + JOB_TIMEOUT * 2 + waited, out);
+            }
+            if waited > JOB_TIMEOUT * 40 {
+                break;
+            }
+        }
+    }
+
+    /// One frame, start to finish, for tools and tests that handle frames
+    /// one at a time: waits for the engine if the frame needs crypto.
+    /// `None` only if the engine never gave the buffer back.
+    pub fn handle_frame(&mut self, now: Duration, from: Port, buf: PacketBuf) -> Option<Output> {
+        let mut bufs = vec![buf];
+        let mut out = Vec::with_capacity(1);
+        self.handle_batch(now, from, &mut bufs, &mut out);
+        if out.is_empty() {
+            self.flush(now, &mut out);
+        }
+        out.pop()
+    }
+
+    fn emit(&mut self, mut buf: PacketBuf, result: Result<Next, DropReason>, out: &mut Vec<Output>) {
+        let verdict = match result.and_then(|next| match next {
+            Next::Route => self.route_and_frame(&mut buf).map(Some),
+            Next::Consume => Ok(None),
+        }) {
             Ok(Some(port)) => Verdict::Forward(port),
             Ok(None) => Verdict::Consumed,
             Err(reason) => Verdict::Drop(reason),
@@ -187,19 +390,21 @@ impl Gateway {
             Verdict::Consumed => {}
             Verdict::Drop(reason) => self.stats.drops.count(reason),
         }
-        verdict
+        out.push((buf, verdict));
     }
 
     fn is_local(&self, addr: Ipv4Addr) -> bool {
         self.interfaces.iter().any(|i| i.address == addr)
     }
 
-    fn process(
-        &mut self,
-        now: Duration,
-        from: Port,
-        buf: &mut PacketBuf,
-    ) -> Result<Option<Port>, DropReason> {
+    fn classify(&mut self, _now: Duration, from: Port, buf: &mut PacketBuf) -> Classified {
+        match self.classify_inner(from, buf) {
+            Ok(c) => c,
+            Err(reason) => Classified::Done(Err(reason)),
+        }
+    }
+
+    fn classify_inner(&mut self, from: Port, buf: &mut PacketBuf) -> Result<Classified, DropReason> {
         self.strip_link_header(buf)?;
         check_ipv4(buf)?;
         let ip = Ipv4Packet::new_unchecked(buf.data());
@@ -209,19 +414,19 @@ impl Gateway {
             Port::Inside => {
                 if self.is_local(flow.dst) {
                     self.stats.local_delivered += 1;
-                    return Ok(None);
+                    return Ok(Classified::Done(Ok(Next::Consume)));
                 }
                 match self.spd.lookup(PolicyDirection::Out, &flow).action {
                     Action::Protect(sa) => {
                         decrement_ttl(buf)?;
-                        self.encapsulate(now, sa, buf)?;
-                        self.stats.encapsulated += 1;
+                        Ok(Classified::Encapsulate(sa))
                     }
                     Action::Bypass => {
                         decrement_ttl(buf)?;
                         self.stats.bypassed += 1;
+                        Ok(Classified::Done(Ok(Next::Route)))
                     }
-                    Action::Discard => return Err(self.no_policy_or_discard(PolicyDirection::Out, &flow)),
+                    Action::Discard => Err(self.no_policy_or_discard(PolicyDirection::Out, &flow)),
                 }
             }
             Port::Outside => {
@@ -230,36 +435,23 @@ impl Gateway {
                         // Reassembly before decapsulation is not implemented yet.
                         return Err(DropReason::Malformed);
                     }
-                    match self.decapsulate(now, buf)? {
-                        Decapsulated::Dummy => {
-                            self.stats.dummy_packets += 1;
-                            return Ok(None);
-                        }
-                        Decapsulated::Packet => self.stats.decapsulated += 1,
-                    }
-                    let inner_dst = Ipv4Packet::new_unchecked(buf.data()).dst_addr();
-                    if self.is_local(inner_dst) {
-                        self.stats.local_delivered += 1;
-                        return Ok(None);
-                    }
-                    decrement_ttl(buf)?;
-                } else {
-                    // RFC 4301 §5.2: plaintext must be allowed by a bypass policy.
-                    match self.spd.lookup(PolicyDirection::In, &flow).action {
-                        Action::Protect(_) => return Err(DropReason::PolicyMismatch),
-                        Action::Discard => return Err(self.no_policy_or_discard(PolicyDirection::In, &flow)),
-                        Action::Bypass => {}
-                    }
-                    if self.is_local(flow.dst) {
-                        self.stats.local_delivered += 1;
-                        return Ok(None);
-                    }
-                    decrement_ttl(buf)?;
-                    self.stats.bypassed += 1;
+                    return Ok(Classified::Decapsulate);
                 }
+                // RFC 4301 §5.2: plaintext must be allowed by a bypass policy.
+                match self.spd.lookup(PolicyDirection::In, &flow).action {
+                    Action::Protect(_) => return Err(DropReason::PolicyMismatch),
+                    Action::Discard => return Err(self.no_policy_or_discard(PolicyDirection::In, &flow)),
+                    Action::Bypass => {}
+                }
+                if self.is_local(flow.dst) {
+                    self.stats.local_delivered += 1;
+                    return Ok(Classified::Done(Ok(Next::Consume)));
+                }
+                decrement_ttl(buf)?;
+                self.stats.bypassed += 1;
+                Ok(Classified::Done(Ok(Next::Route)))
             }
         }
-        self.route_and_frame(buf).map(Some)
     }
 
     fn no_policy_or_discard(&self, direction: PolicyDirection, flow: &spd_sad::FlowKey) -> DropReason {
@@ -296,53 +488,201 @@ impl Gateway {
         Ok(())
     }
 
-    fn encapsulate(&mut self, now: Duration, sa_id: SaId, buf: &mut PacketBuf) -> Result<(), DropReason> {
+    fn start_encapsulation(&mut self, now: Duration, sa_id: SaId, mut buf: PacketBuf, out: &mut Vec<Output>) {
         let ip_id = self.next_ip_id;
         self.next_ip_id = self.next_ip_id.wrapping_add(1);
-        let sa = self.sad.get_mut(sa_id).ok_or(DropReason::SaExpired)?;
+        let Some(sa) = self.sad.get_mut(sa_id) else {
+            return self.emit(buf, Err(DropReason::SaExpired), out);
+        };
         let ctx = OutboundContext {
             rng: &mut self.rng,
             ip_id,
             outer_ttl: self.outer_ttl,
             now,
         };
-        let mut pending = match esp::encapsulate_prepare(sa_id, sa, buf, ctx) {
-            Ok(p) => p,
-            Err(DropReason::SeqOverflow) => {
-                esp::note_exhausted(&mut self.sad, sa_id);
-                return Err(DropReason::SeqOverflow);
+        match esp::encapsulate_prepare(sa_id, sa, &mut buf, ctx) {
+            Ok(pending) => {
+                let session = Arc::clone(sa.crypto());
+                self.launch(now, pending, Direction::Encrypt, session, buf, out);
             }
-            Err(e) => return Err(e),
-        };
-        let session = sa.crypto();
-        self.engine.process(
-            session,
-            &mut pending.desc,
-            &mut buf.data_mut()[pending.esp_offset..],
-        );
-        esp::encapsulate_finish(&mut self.sad, &pending, now)
-    }
-
-    fn decapsulate(&mut self, now: Duration, buf: &mut PacketBuf) -> Result<Decapsulated, DropReason> {
-        let mut pending = esp::decapsulate_prepare(&mut self.sad, buf, now)?;
-        let sa = self.sad.get(pending.sa).ok_or(DropReason::UnknownSpi)?;
-        self.engine.process(
-            sa.crypto(),
-            &mut pending.desc,
-            &mut buf.data_mut()[pending.esp_offset..],
-        );
-        let result = esp::decapsulate_finish(&mut self.sad, buf, &pending, now)?;
-        if result == Decapsulated::Packet {
-            // RFC 4301 §5.2 step 4: the inner packet must match the SA's selectors.
-            let inner = Ipv4Packet::new_unchecked(buf.data());
-            let flow = flow_key(&inner);
-            let sa = self.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
-            if !sa.admits(&flow) {
-                sa.counters.policy_mismatch += 1;
-                return Err(DropReason::PolicyMismatch);
+            Err(reason) => {
+                if reason == DropReason::SeqOverflow {
+                    esp::note_exhausted(&mut self.sad, sa_id);
+                }
+                self.emit(buf, Err(reason), out);
             }
         }
-        Ok(result)
+    }
+
+    fn start_decapsulation(&mut self, now: Duration, mut buf: PacketBuf, out: &mut Vec<Output>) {
+        match esp::decapsulate_prepare(&mut self.sad, &mut buf, now) {
+            Ok(pending) => match self.sad.get(pending.sa) {
+                Some(sa) => {
+                    let session = Arc::clone(sa.crypto());
+                    self.launch(now, pending, Direction::Decrypt, session, buf, out);
+                }
+                None => self.emit(buf, Err(DropReason::UnknownSpi), out),
+            },
+            Err(reason) => self.emit(buf, Err(reason), out),
+        }
+    }
+
+    /// The descriptor kinds for a packet in this gateway's style: AEADs are
+    /// always single-pass (GCM cannot be split); otherwise sync and
+    /// dual-pass run cipher then MAC outbound, MAC then cipher inbound.
+    fn first_phase(&self, session: &Session) -> Phase {
+        if self.style == Style::Async || session.algorithm().is_aead() {
+            Phase::Single
+        } else {
+            Phase::First
+        }
+    }
+
+    fn kind_for(direction: Direction, phase: Phase) -> DescriptorKind {
+        match (phase, direction) {
+            (Phase::Single, _) => DescriptorKind::SinglePass,
+            (Phase::First, Direction::Encrypt) | (Phase::Second, Direction::Decrypt) => {
+                DescriptorKind::CipherOnly
+            }
+            (Phase::First, Direction::Decrypt) | (Phase::Second, Direction::Encrypt) => {
+                DescriptorKind::MacOnly
+            }
+        }
+    }
+
+    fn launch(
+        &mut self,
+        now: Duration,
+        pending: Pending,
+        direction: Direction,
+        session: Arc<Session>,
+        buf: PacketBuf,
+        out: &mut Vec<Output>,
+    ) {
+        let phase = self.first_phase(&session);
+        let mut desc: Descriptor = pending.desc;
+        desc.kind = Self::kind_for(direction, phase);
+        let slot = self.in_flight.insert(InFlight {
+            pending,
+            direction,
+            phase,
+            submitted_at: now,
+            abandoned: false,
+        });
+        let job = Job::new(session, desc, buf, pending.esp_offset, slot as u64);
+        self.submit(now, job, out);
+        if self.style == Style::Sync {
+            self.wait_for(now, slot, out);
+        }
+    }
+
+    /// Submits with back-pressure: a full engine is drained and waited on;
+    /// if it stays full the packet is dropped as `engine_busy`.
+    fn submit(&mut self, now: Duration, mut job: Job, out: &mut Vec<Output>) {
+        for _ in 0..SUBMIT_RETRIES {
+            match self.engine.submit(job) {
+                Ok(()) => return,
+                Err(back) => job = back,
+            }
+            self.poll(now, out);
+            self.engine.wait(Duration::from_millis(1));
+        }
+        let slot = job.user as usize;
+        self.in_flight.remove(slot);
+        self.emit(job.buf, Err(DropReason::EngineBusy), out);
+    }
+
+    /// Low-level synchronous style: the caller waits for this packet.
+    fn wait_for(&mut self, now: Duration, slot: usize, out: &mut Vec<Output>) {
+        let mut waited = Duration::ZERO;
+        while self.in_flight.slots.get(slot).is_some_and(Option::is_some) {
+            self.poll(now, out);
+            if self.in_flight.slots.get(slot).is_some_and(Option::is_some) {
+                self.engine.wait(Duration::from_micros(100));
+                waited += Duration::from_micros(100);
+                if waited > JOB_TIMEOUT {
+                    self.handle_timeout(now + JOB_TIMEOUT * 2, out);
+                    if waited > JOB_TIMEOUT * 40 {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn retry_deferred(&mut self) {
+        while let Some(job) = self.deferred.pop() {
+            if let Err(back) = self.engine.submit(job) {
+                self.deferred.push(back);
+                return;
+            }
+        }
+    }
+
+    /// A job came back from the engine.
+    fn complete(&mut self, now: Duration, mut job: Job, out: &mut Vec<Output>) {
+        let slot = job.user as usize;
+        let Some(entry) = self.in_flight.get_mut(slot).copied() else {
+            // Not ours: cannot happen, but never lose a buffer.
+            return self.emit(job.buf, Err(DropReason::EngineError), out);
+        };
+        if entry.abandoned {
+            self.in_flight.remove(slot);
+            return self.emit(job.buf, Err(DropReason::EngineTimeout), out);
+        }
+        if entry.phase == Phase::First && job.desc.status == Status::Done {
+            if let Some(e) = self.in_flight.get_mut(slot) {
+                e.phase = Phase::Second;
+            }
+            job.desc.kind = Self::kind_for(entry.direction, Phase::Second);
+            job.desc.status = Status::Pending;
+            if let Err(back) = self.engine.submit(job) {
+                self.deferred.push(back);
+            }
+            return;
+        }
+        self.in_flight.remove(slot);
+        let mut pending = entry.pending;
+        pending.desc.status = job.desc.status;
+        let mut buf = job.buf;
+        let result = match entry.direction {
+            Direction::Encrypt => esp::encapsulate_finish(&mut self.sad, &pending, now).map(|()| {
+                self.stats.encapsulated += 1;
+                Next::Route
+            }),
+            Direction::Decrypt => self.finish_decapsulation(now, &mut buf, &pending),
+        };
+        self.emit(buf, result, out);
+    }
+
+    fn finish_decapsulation(
+        &mut self,
+        now: Duration,
+        buf: &mut PacketBuf,
+        pending: &Pending,
+    ) -> Result<Next, DropReason> {
+        match esp::decapsulate_finish(&mut self.sad, buf, pending, now)? {
+            Decapsulated::Dummy => {
+                self.stats.dummy_packets += 1;
+                return Ok(Next::Consume);
+            }
+            Decapsulated::Packet => {}
+        }
+        // RFC 4301 §5.2 step 4: the inner packet must match the SA's selectors.
+        let inner = Ipv4Packet::new_unchecked(buf.data());
+        let flow = flow_key(&inner);
+        let sa = self.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
+        if !sa.admits(&flow) {
+            sa.counters.policy_mismatch += 1;
+            return Err(DropReason::PolicyMismatch);
+        }
+        self.stats.decapsulated += 1;
+        if self.is_local(flow.dst) {
+            self.stats.local_delivered += 1;
+            return Ok(Next::Consume);
+        }
+        decrement_ttl(buf)?;
+        Ok(Next::Route)
     }
 
     /// Chooses the port and next hop and writes the link-layer header.

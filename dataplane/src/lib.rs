@@ -12,7 +12,6 @@
 //! once (`Stats::balanced`); malformed input is a counted drop, never a
 //! panic; nothing on the per-packet path allocates or logs.
 
-pub mod buffer;
 pub mod esp;
 pub mod gateway;
 pub mod io;
@@ -20,7 +19,7 @@ pub mod route;
 pub mod stats;
 pub mod wire;
 
-pub use buffer::{PacketBuf, PacketPool};
+pub use accel::buffer::{self, PacketBuf, PacketPool};
 pub use gateway::{Gateway, GatewaySetup, LinkLayer, Verdict};
 pub use route::{Interface, Port, Route};
 pub use smoltcp::wire::EthernetAddress;

@@ -38,10 +38,14 @@ pub enum DropReason {
     EngineError,
     /// No buffer room to encapsulate (frame too large).
     NoBufferSpace,
+    /// The engine stayed full; the packet could not be submitted.
+    EngineBusy,
+    /// The engine held the packet too long (stalled channel, lost completion).
+    EngineTimeout,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::NoPolicy,
         DropReason::PolicyDiscard,
         DropReason::PolicyMismatch,
@@ -56,6 +60,8 @@ impl DropReason {
         DropReason::Unsupported,
         DropReason::EngineError,
         DropReason::NoBufferSpace,
+        DropReason::EngineBusy,
+        DropReason::EngineTimeout,
     ];
 
     /// The name used in stats output.
@@ -75,6 +81,8 @@ impl DropReason {
             DropReason::Unsupported => "unsupported",
             DropReason::EngineError => "engine_error",
             DropReason::NoBufferSpace => "no_buffer_space",
+            DropReason::EngineBusy => "engine_busy",
+            DropReason::EngineTimeout => "engine_timeout",
         }
     }
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use accel::SoftEngine;
+use accel::{EngineSpec, Style};
 use dataplane::{Gateway, LinkLayer};
 use ike_stub::Config;
 
@@ -13,7 +13,8 @@ pub fn gateway(config: &str, link: LinkLayer) -> Gateway {
         .join("../configs")
         .join(config);
     let config = Config::load(&path).expect("shipped config is valid");
+    let engine = accel::build_engine(&EngineSpec::default()).expect("the soft engine builds");
     config
-        .build_gateway(link, Box::new(SoftEngine), Duration::ZERO)
+        .build_gateway(link, engine, Style::Async, Duration::ZERO)
         .expect("shipped config installs")
 }

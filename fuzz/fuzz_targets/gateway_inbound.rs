@@ -27,7 +27,8 @@ fuzz_target!(|data: &[u8]| {
     let mut pool = PacketPool::new(1);
     let Some(mut buf) = pool.alloc() else { return };
     if buf.fill(frame) {
-        let _ = gateway.handle_frame(std::time::Duration::ZERO, Port::Outside, &mut buf);
+        let output = gateway.handle_frame(std::time::Duration::ZERO, Port::Outside, buf);
+        assert!(output.is_some(), "every frame comes back");
     }
     assert!(gateway.stats().balanced());
 });

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use accel::{Algorithm, Engine, EngineKind, Session};
+use accel::{
+    Algorithm, BufferPolicy, Completion, Engine, EngineKind, EngineSpec, RateModel, SecConfig, Session, Style,
+};
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, LinkLayer, Port, Route};
 use spd_sad::{
     Action, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange, ProtocolSelector,
@@ -67,7 +69,10 @@ pub struct Config {
     pub path: PathBuf,
     pub name: String,
     pub allow_insecure_null: bool,
-    pub engine: EngineKind,
+    /// The `[accel]` section: which engine, and how it is set up.
+    pub engine: EngineSpec,
+    /// How crypto is submitted to the engine.
+    pub style: Style,
     pub inside: Interface,
     pub outside: Interface,
     pub routes: Vec<Route>,
@@ -110,8 +115,9 @@ impl Config {
         Validator { loc: &loc, raw: &raw }.validate(path)
     }
 
-    /// The gateway's static setup, for frames of `link`.
-    pub fn setup(&self, link: LinkLayer) -> GatewaySetup {
+    /// The gateway's static setup, for frames of `link`, submitting crypto
+    /// in `style`.
+    pub fn setup(&self, link: LinkLayer, style: Style) -> GatewaySetup {
         GatewaySetup {
             inside: self.inside.clone(),
             outside: self.outside.clone(),
@@ -119,18 +125,20 @@ impl Config {
             neighbors: self.neighbors.clone(),
             link,
             outer_ttl: self.outer_ttl,
+            style,
         }
     }
 
     /// Builds a gateway with every SA and policy of this configuration
-    /// installed at time `now`.
+    /// installed at time `now`, on `engine`, submitting in `style`.
     pub fn build_gateway(
         &self,
         link: LinkLayer,
         engine: Box<dyn Engine>,
+        style: Style,
         now: Duration,
     ) -> Result<Gateway, InstallError> {
-        let mut gateway = Gateway::new(self.setup(link), engine);
+        let mut gateway = Gateway::new(self.setup(link, style), engine);
         self.install(&mut gateway, now)?;
         Ok(gateway)
     }
@@ -258,10 +266,7 @@ impl Validator<'_> {
 
     fn validate(&self, path: &Path) -> Result<Config, ConfigError> {
         let raw = self.raw;
-        let engine = match &raw.accel.engine {
-            Some(e) => self.value::<EngineKind>(e, "[accel] engine", "")?,
-            None => EngineKind::default(),
-        };
+        let (engine, style) = self.accel()?;
         let (inside, outside) = self.interfaces()?;
         let connected = [&inside, &outside];
         let mut routes = Vec::new();
@@ -325,6 +330,7 @@ impl Validator<'_> {
             }),
             allow_insecure_null: raw.gateway.allow_insecure_null,
             engine,
+            style,
             inside,
             outside,
             routes,
@@ -337,6 +343,65 @@ impl Validator<'_> {
             sas: sas.into_iter().map(|(_, s)| s).collect(),
             policies: policies.into_iter().map(|(_, p)| p).collect(),
         })
+    }
+
+    fn accel(&self) -> Result<(EngineSpec, Style), ConfigError> {
+        let a = &self.raw.accel;
+        let kind = match &a.engine {
+            Some(e) => self.value::<EngineKind>(e, "[accel] engine", "")?,
+            None => EngineKind::default(),
+        };
+        let style = match &a.style {
+            Some(s) => self.value::<Style>(s, "[accel] style", "")?,
+            None => Style::default(),
+        };
+        let buffers = match &a.buffers {
+            Some(b) => self.value::<BufferPolicy>(b, "[accel] buffers", "")?,
+            None => BufferPolicy::default(),
+        };
+        let mut sec = SecConfig::default();
+        let positive = |v: Option<&S<usize>>, what: &str, default: usize| -> Result<usize, ConfigError> {
+            match v {
+                None => Ok(default),
+                Some(n) if (1..=1024).contains(n.get_ref()) => Ok(*n.get_ref()),
+                Some(n) => self.err(
+                    span(n),
+                    ConfigErrorKind::Value(format!("[accel] {what} must be between 1 and 1024")),
+                ),
+            }
+        };
+        sec.channels = positive(a.channels.as_ref(), "channels", sec.channels)?;
+        sec.fifo_depth = positive(a.fifo_depth.as_ref(), "fifo_depth", sec.fifo_depth)?;
+        sec.completion = match a.completion.as_ref().map(|c| (c, c.get_ref().as_str())) {
+            None | Some((_, "interrupt")) => Completion::Interrupt,
+            Some((_, "polling")) => Completion::Polling,
+            Some((_, "coalesced")) => Completion::Coalesced {
+                count: positive(a.coalesce_count.as_ref(), "coalesce_count", 8)?,
+                timeout: std::time::Duration::from_micros(
+                    a.coalesce_usecs.as_ref().map_or(50, |u| *u.get_ref()),
+                ),
+            },
+            Some((c, other)) => {
+                return self.err(
+                    span(c),
+                    ConfigErrorKind::Value(format!(
+                        "[accel] completion `{other}` must be `interrupt`, `polling` or `coalesced`"
+                    )),
+                );
+            }
+        };
+        sec.rate = match a.rate.as_ref().map(|r| (r, r.get_ref().as_str())) {
+            None | Some((_, "none")) => None,
+            Some((_, "sec2-266mhz")) => Some(RateModel::sec2_266mhz()),
+            Some((r, other)) => {
+                return self.err(
+                    span(r),
+                    ConfigErrorKind::Value(format!("[accel] rate `{other}` must be `none` or `sec2-266mhz`")),
+                );
+            }
+        };
+        sec.buffers = buffers;
+        Ok((EngineSpec { kind, buffers, sec }, style))
     }
 
     fn port(&self, name: &S<String>) -> Result<Port, ConfigError> {

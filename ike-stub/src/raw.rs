@@ -40,6 +40,14 @@ pub(crate) struct RawGateway {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAccel {
     pub engine: Option<S<String>>,
+    pub style: Option<S<String>>,
+    pub buffers: Option<S<String>>,
+    pub channels: Option<S<usize>>,
+    pub fifo_depth: Option<S<usize>>,
+    pub completion: Option<S<String>>,
+    pub coalesce_count: Option<S<usize>>,
+    pub coalesce_usecs: Option<S<u64>>,
+    pub rate: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -80,11 +80,17 @@ impl ReplayWindow {
     /// without changing any state.
     pub fn check(&self, seq_low: u32) -> Result<u64, ReplayError> {
         let seq = self.infer(seq_low)?;
+        self.check_full(seq).map(|()| seq)
+    }
+
+    /// Checks a full 64-bit sequence number (already inferred) against the
+    /// window, without changing any state.
+    pub fn check_full(&self, seq: u64) -> Result<(), ReplayError> {
         if seq == 0 {
             return Err(ReplayError::Invalid);
         }
         if self.size == 0 || seq > self.top {
-            return Ok(seq);
+            return Ok(());
         }
         if self.top - seq >= u64::from(self.size) {
             return Err(ReplayError::TooOld(seq));
@@ -92,7 +98,7 @@ impl ReplayWindow {
         if self.bit(seq) {
             return Err(ReplayError::Duplicate(seq));
         }
-        Ok(seq)
+        Ok(())
     }
 
     fn infer(&self, seq_low: u32) -> Result<u64, ReplayError> {

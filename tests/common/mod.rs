@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, SoftEngine};
+use accel::{Algorithm, EngineSpec, Style};
 use dataplane::{DropReason, Gateway, LinkLayer, PacketBuf, PacketPool, Port, Verdict};
 use ike_stub::Config;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
@@ -102,9 +102,15 @@ replay_window = 64
 }
 
 pub fn gateway_from(toml: &str) -> Gateway {
+    gateway_on(toml, &EngineSpec::default(), Style::Async)
+}
+
+/// A gateway from `toml` on the engine `spec` describes, in `style`.
+pub fn gateway_on(toml: &str, spec: &EngineSpec, style: Style) -> Gateway {
     let config = Config::parse(Path::new("test.toml"), toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    let engine = accel::build_engine(spec).expect("engine builds");
     config
-        .build_gateway(LinkLayer::RawIp, Box::new(SoftEngine), Duration::ZERO)
+        .build_gateway(LinkLayer::RawIp, engine, style, Duration::ZERO)
         .expect("config installs")
 }
 
@@ -122,9 +128,13 @@ impl Pair {
     }
 
     pub fn with_extra(alg: Algorithm, mode: &str, esn: bool, extra: &str) -> Pair {
+        Self::on(alg, mode, esn, extra, &EngineSpec::default(), Style::Async)
+    }
+
+    pub fn on(alg: Algorithm, mode: &str, esn: bool, extra: &str, spec: &EngineSpec, style: Style) -> Pair {
         Pair {
-            a: gateway_from(&tunnel_config(alg, mode, esn, true, extra)),
-            b: gateway_from(&tunnel_config(alg, mode, esn, false, extra)),
+            a: gateway_on(&tunnel_config(alg, mode, esn, true, extra), spec, style),
+            b: gateway_on(&tunnel_config(alg, mode, esn, false, extra), spec, style),
             pool: PacketPool::new(8),
             now: Duration::ZERO,
         }
@@ -151,7 +161,9 @@ pub fn run(
 ) -> (Verdict, Vec<u8>) {
     let mut buf: PacketBuf = pool.alloc().expect("pool has a buffer");
     assert!(buf.fill(frame));
-    let verdict = gw.handle_frame(now, from, &mut buf);
+    let (buf, verdict) = gw
+        .handle_frame(now, from, buf)
+        .expect("the engine returns every buffer");
     let out = buf.data().to_vec();
     pool.free(buf);
     (verdict, out)

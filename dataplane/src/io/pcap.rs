@@ -1,7 +1,7 @@
 //! Offline driver: every frame of a capture is handled as if it arrived on
 //! one port; what the gateway transmits (on either port) is written to an
-//! output capture of the same link type, in order, with the input frame's
-//! timestamp.
+//! output capture of the same link type, in the order the gateway transmits
+//! it, stamped with the capture time at which it left.
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -10,11 +10,12 @@ use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 
 use crate::buffer::{PacketPool, MAX_FRAME};
-use crate::gateway::{Gateway, LinkLayer, Verdict};
+use crate::gateway::{Gateway, LinkLayer, Output, Verdict};
 use crate::route::Port;
 use crate::stats::DropReason;
 
-/// Frames handled per call into the gateway.
+/// Buffers per batch of frames; the pool holds several batches so an
+/// asynchronous engine can keep many packets in flight.
 pub const BATCH: usize = 32;
 
 /// Why a capture could not be processed.
@@ -28,6 +29,10 @@ pub enum PcapDriverError {
         "input link type {0:?} is not supported; espgw reads Ethernet (linktype 1) and raw IPv4 (linktypes 101 and 228)"
     )]
     UnsupportedLinkType(DataLink),
+    #[error("every packet buffer is held by the engine and none came back")]
+    PoolExhausted,
+    #[error("{0} packet buffers did not come back from the engine")]
+    BuffersLost(usize),
 }
 
 /// The link layer of a capture's link type, if espgw reads it.
@@ -70,54 +75,68 @@ pub fn run<R: Read, W: Write>(
         ..PcapHeader::default()
     };
     let mut writer = PcapWriter::with_header(output, out_header).map_err(PcapDriverError::Write)?;
-    let mut pool = PacketPool::new(BATCH);
+    // Room for a batch being read plus everything the engine may hold.
+    let mut pool = PacketPool::new(BATCH * 8);
     let mut bufs = Vec::with_capacity(BATCH);
-    let mut stamps = Vec::with_capacity(BATCH);
-    let mut verdicts = [Verdict::Consumed; BATCH];
+    let mut out: Vec<Output> = Vec::with_capacity(BATCH * 8);
     let mut epoch: Option<Duration> = None;
     let mut clock = Duration::ZERO;
     let mut run = PcapRun::default();
-    let mut done = false;
-    while !done {
-        while bufs.len() < BATCH {
-            let Some(packet) = reader.next_packet() else {
-                done = true;
-                break;
-            };
-            let packet = packet.map_err(PcapDriverError::Read)?;
-            run.frames_in += 1;
-            epoch.get_or_insert(packet.timestamp);
-            if packet.data.len() > MAX_FRAME {
-                gateway.count_driver_drop(DropReason::Malformed);
-                continue;
-            }
-            // The batch never holds more buffers than the pool has.
-            let Some(mut buf) = pool.alloc() else { break };
-            buf.fill(&packet.data);
-            bufs.push(buf);
-            stamps.push(packet.timestamp);
-        }
-        if bufs.is_empty() {
-            break;
-        }
-        let start = epoch.unwrap_or_default();
-        let n = bufs.len();
+    while let Some(packet) = reader.next_packet() {
+        let packet = packet.map_err(PcapDriverError::Read)?;
+        run.frames_in += 1;
+        let start = *epoch.get_or_insert(packet.timestamp);
         // Offline, each frame keeps its own capture time; time never runs
         // backwards for the gateway even if the capture is out of order.
-        for ((buf, verdict), stamp) in bufs.iter_mut().zip(verdicts.iter_mut()).zip(&stamps) {
-            let now = stamp.saturating_sub(start).max(clock);
-            clock = now;
-            gateway.handle_timeout(now);
-            *verdict = gateway.handle_frame(now, from, buf);
+        clock = packet.timestamp.saturating_sub(start).max(clock);
+        if packet.data.len() > MAX_FRAME {
+            gateway.count_driver_drop(DropReason::Malformed);
+            continue;
         }
-        for ((buf, verdict), stamp) in bufs.drain(..).zip(&verdicts[..n]).zip(stamps.drain(..)) {
-            if let Verdict::Forward(_) = verdict {
-                let packet = PcapPacket::new(stamp, buf.len() as u32, buf.data());
-                writer.write_packet(&packet).map_err(PcapDriverError::Write)?;
-                run.frames_out += 1;
+        let mut buf = loop {
+            match pool.alloc() {
+                Some(buf) => break buf,
+                // Every buffer is with the engine: wait for some to come back.
+                None => {
+                    gateway.wait(Duration::from_millis(1));
+                    gateway.poll(clock, &mut out);
+                    write_out(&mut writer, &mut pool, &mut out, clock + start, &mut run)?;
+                    if pool.available() == 0 && gateway.in_flight() == 0 {
+                        return Err(PcapDriverError::PoolExhausted);
+                    }
+                }
             }
-            pool.free(buf);
-        }
+        };
+        buf.fill(&packet.data);
+        bufs.push(buf);
+        gateway.handle_timeout(clock, &mut out);
+        gateway.handle_batch(clock, from, &mut bufs, &mut out);
+        write_out(&mut writer, &mut pool, &mut out, clock + start, &mut run)?;
+    }
+    gateway.flush(clock, &mut out);
+    let stamp = clock + epoch.unwrap_or_default();
+    write_out(&mut writer, &mut pool, &mut out, stamp, &mut run)?;
+    if pool.in_use() != 0 {
+        return Err(PcapDriverError::BuffersLost(pool.in_use()));
     }
     Ok(run)
+}
+
+/// Writes forwarded frames and returns every buffer to the pool.
+fn write_out<W: Write>(
+    writer: &mut PcapWriter<W>,
+    pool: &mut PacketPool,
+    out: &mut Vec<Output>,
+    stamp: Duration,
+    run: &mut PcapRun,
+) -> Result<(), PcapDriverError> {
+    for (buf, verdict) in out.drain(..) {
+        if let Verdict::Forward(_) = verdict {
+            let packet = PcapPacket::new(stamp, buf.len() as u32, buf.data());
+            writer.write_packet(&packet).map_err(PcapDriverError::Write)?;
+            run.frames_out += 1;
+        }
+        pool.free(buf);
+    }
+    Ok(())
 }

@@ -1,10 +1,13 @@
-//! Packet buffers with headroom and tailroom, from a pool allocated once.
+//! Packet buffers with headroom and tailroom, from a pool allocated once:
+//! the registered memory of the offload boundary.
 //!
 //! A frame is received at `HEADROOM` so that encapsulation can prepend the
 //! outer IPv4 header, ESP header and IV, and append padding, trailer and ICV,
 //! without moving the payload. The pool recycles buffers, so the fast path
-//! never allocates; the pool is also what an engine would register as its
-//! DMA-visible memory.
+//! never allocates. A job carries its buffer to the engine by moving the
+//! buffer's handle (the heap pointer), never by copying the bytes: that is
+//! the `registered` buffer policy. The `per-request` policy copies into a
+//! freshly allocated bounce buffer instead.
 
 /// Bytes reserved in front of a received frame: Ethernet (14) + outer IPv4
 /// with options (60) + ESP header (8) + the largest IV (16), rounded up.

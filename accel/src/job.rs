@@ -1,0 +1,159 @@
+//! Jobs: a descriptor travelling with its session and its buffer.
+//!
+//! The buffer moves into the engine with the job and comes back with the
+//! completion, so ownership says who may touch the bytes: while a job is in
+//! flight, only the engine can.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::buffer::PacketBuf;
+use crate::descriptor::Descriptor;
+use crate::session::Session;
+
+/// One unit of work for an engine.
+pub struct Job {
+    pub session: Arc<Session>,
+    pub desc: Descriptor,
+    pub buf: PacketBuf,
+    /// Where the descriptor's regions start in `buf.data()` (the ESP header).
+    pub offset: usize,
+    /// The submitter's cookie, returned untouched.
+    pub user: u64,
+    /// The per-request policy's bounce buffer while the job is in flight.
+    pub(crate) bounce: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("session", &self.session.id())
+            .field("desc", &self.desc)
+            .field("offset", &self.offset)
+            .field("user", &self.user)
+            .finish()
+    }
+}
+
+impl Job {
+    pub fn new(session: Arc<Session>, desc: Descriptor, buf: PacketBuf, offset: usize, user: u64) -> Job {
+        Job {
+            session,
+            desc,
+            buf,
+            offset,
+            user,
+            bounce: None,
+        }
+    }
+
+    /// The bytes the descriptor's regions index.
+    pub fn region_bytes(&mut self) -> &mut [u8] {
+        let offset = self.offset.min(self.buf.len());
+        &mut self.buf.data_mut()[offset..]
+    }
+
+    /// Runs the descriptor here, in the calling thread.
+    pub fn run_inline(&mut self) {
+        let session = Arc::clone(&self.session);
+        let mut desc = self.desc;
+        crate::soft::process(&session, &mut desc, self.region_bytes());
+        self.desc = desc;
+    }
+}
+
+/// How the dataplane hands a packet's crypto to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Style {
+    /// Low-level: the cipher, then the MAC, as two requests the caller
+    /// waits for one after the other, packet by packet.
+    Sync,
+    /// Two descriptors per packet (cipher, then MAC); the second is
+    /// submitted when the first completes; many packets in flight.
+    DualPass,
+    /// High-level: one single-pass descriptor per packet, many in flight,
+    /// completions reaped in batches.
+    #[default]
+    Async,
+}
+
+impl Style {
+    pub const ALL: [Style; 3] = [Style::Sync, Style::DualPass, Style::Async];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Style::Sync => "sync",
+            Style::DualPass => "dual-pass",
+            Style::Async => "async",
+        }
+    }
+}
+
+impl fmt::Display for Style {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A style name that is not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown submission style `{0}`; expected sync, dual-pass or async")]
+pub struct UnknownStyle(pub String);
+
+impl FromStr for Style {
+    type Err = UnknownStyle;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Style::ALL
+            .into_iter()
+            .find(|st| st.name() == s)
+            .ok_or_else(|| UnknownStyle(s.to_owned()))
+    }
+}
+
+/// How packet bytes reach the engine (the TrustZone study's two cases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BufferPolicy {
+    /// The pool is registered once; jobs carry buffer handles (zero copy).
+    #[default]
+    Registered,
+    /// Each request allocates and registers a bounce buffer, copies the
+    /// packet in and the result out, and releases it.
+    PerRequest,
+}
+
+impl BufferPolicy {
+    pub const ALL: [BufferPolicy; 2] = [BufferPolicy::Registered, BufferPolicy::PerRequest];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BufferPolicy::Registered => "registered",
+            BufferPolicy::PerRequest => "per-request",
+        }
+    }
+}
+
+impl fmt::Display for BufferPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A buffer policy name that is not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown buffer policy `{0}`; expected registered or per-request")]
+pub struct UnknownBufferPolicy(pub String);
+
+impl FromStr for BufferPolicy {
+    type Err = UnknownBufferPolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BufferPolicy::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| UnknownBufferPolicy(s.to_owned()))
+    }
+}

@@ -244,6 +244,14 @@ impl Gateway {
         self.engine.counters()
     }
 
+    /// Makes CBC IVs a deterministic function of `seed`. Only for tests and
+    /// reproducible captures: IVs must otherwise be unpredictable, which is
+    /// what the default OS-seeded generator gives.
+    pub fn set_iv_seed(&mut self, seed: u64) {
+        use rand::SeedableRng;
+        self.rng = StdRng::seed_from_u64(seed);
+    }
+
     /// Packets handed to the engine and not yet returned to the driver.
     pub fn in_flight(&self) -> usize {
         self.in_flight.live

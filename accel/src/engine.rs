@@ -227,9 +227,15 @@ pub fn build_engine(spec: &EngineSpec) -> Result<Box<dyn Engine>, EngineError> {
             buffers: spec.buffers,
             ..spec.sec.clone()
         })),
+        #[cfg(target_os = "linux")]
+        EngineKind::Afalg => Box::new(
+            crate::afalg::AfalgEngine::new(spec.buffers)
+                .map_err(|e| EngineError::AfalgUnavailable(e.to_string()))?,
+        ),
+        #[cfg(not(target_os = "linux"))]
         EngineKind::Afalg => {
             return Err(EngineError::AfalgUnavailable(
-                "the AF_ALG engine is not built yet".into(),
+                "AF_ALG exists only on Linux".into(),
             ));
         }
     })

@@ -72,6 +72,10 @@ pub(crate) enum MacState {
 pub struct Session {
     id: SessionId,
     algorithm: Algorithm,
+    /// The raw keys, for engines that are given keys rather than schedules
+    /// (the kernel crypto API, a hardware descriptor's key pointer).
+    pub(crate) raw_enc_key: Zeroizing<Vec<u8>>,
+    pub(crate) raw_auth_key: Zeroizing<Vec<u8>>,
     pub(crate) cipher: CipherState,
     pub(crate) mac: MacState,
 }
@@ -176,6 +180,8 @@ impl Session {
         Ok(Session {
             id: next_session_id(),
             algorithm,
+            raw_enc_key: Zeroizing::new(enc_key.to_vec()),
+            raw_auth_key: Zeroizing::new(auth_key.to_vec()),
             cipher,
             mac,
         })

@@ -13,7 +13,7 @@ pub mod scenario;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use accel::Algorithm;
+use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, RateModel, SecConfig, Style};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -48,6 +48,18 @@ pub struct BenchArgs {
     /// Also write every cell as CSV here.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// Engine for the ESP scenarios: soft, sec or afalg.
+    #[arg(long, default_value_t = EngineKind::Soft)]
+    pub engine: EngineKind,
+    /// Submission style: sync, dual-pass or async.
+    #[arg(long, default_value_t = Style::Async)]
+    pub style: Style,
+    /// Buffer policy: registered or per-request.
+    #[arg(long, default_value_t = BufferPolicy::Registered)]
+    pub buffers: BufferPolicy,
+    /// Rate model of the sec engine: `none` (host speed) or `sec2-266mhz`.
+    #[arg(long, default_value = "none")]
+    pub rate: String,
 }
 
 /// What a cell measured.
@@ -105,6 +117,8 @@ impl Cell {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Sweep {
     pub cells: Vec<Cell>,
+    /// Engine and style of the ESP scenarios.
+    pub engine: String,
     pub machine: report::Machine,
     pub slice_ms: u64,
     pub repetitions: usize,
@@ -146,6 +160,23 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         slice: Duration::from_millis(args.slice_ms.max(1)),
         repetitions: args.repetitions,
     };
+    let rate = match args.rate.as_str() {
+        "none" => None,
+        "sec2-266mhz" => Some(RateModel::sec2_266mhz()),
+        other => bail!("--rate `{other}`: expected none or sec2-266mhz"),
+    };
+    let engine = scenario::EngineSetup {
+        spec: EngineSpec {
+            kind: args.engine,
+            buffers: args.buffers,
+            sec: SecConfig {
+                buffers: args.buffers,
+                rate,
+                ..SecConfig::default()
+            },
+        },
+        style: args.style,
+    };
     let scenarios = scenarios(&args.algorithms);
     progress.set_length((scenarios.len() * args.sizes.len()) as u64);
     let mut cells = Vec::new();
@@ -153,7 +184,7 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         for &size in &args.sizes {
             progress.set_message(format!("{scenario} {size} B"));
             cells.extend(
-                measure_cell(*scenario, size, timing)
+                measure_cell(*scenario, size, timing, &engine)
                     .with_context(|| format!("{scenario} at {size} bytes"))?,
             );
             progress.inc(1);
@@ -161,13 +192,19 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
     }
     Ok(Sweep {
         cells,
+        engine: engine.label(),
         machine: report::Machine::detect(),
         slice_ms: args.slice_ms,
         repetitions: args.repetitions,
     })
 }
 
-fn measure_cell(scenario: Scenario, frame_size: usize, timing: Timing) -> anyhow::Result<Vec<Cell>> {
+fn measure_cell(
+    scenario: Scenario,
+    frame_size: usize,
+    timing: Timing,
+    engine: &scenario::EngineSetup,
+) -> anyhow::Result<Vec<Cell>> {
     let cell = |path, samples| Cell {
         scenario,
         path,
@@ -185,14 +222,14 @@ fn measure_cell(scenario: Scenario, frame_size: usize, timing: Timing) -> anyhow
     let frame = measure::plaintext_frame(frame_size, frame_size as u8);
     let expected = measure::expected_ip(&frame, 2);
     // Encapsulation alone, and the ESP frame it makes for decapsulation alone.
-    let mut a = scenario::gateway(algorithm, true, 64)?;
+    let mut a = scenario::gateway(algorithm, true, 64, engine)?;
     let encap = measure::encapsulate(&mut a, &frame, timing)?;
     let esp_frame = measure::one_esp_frame(&mut a, &frame)?;
     // Decapsulation alone replays one frame, so B's window is off here.
-    let mut b = scenario::gateway(algorithm, false, 0)?;
+    let mut b = scenario::gateway(algorithm, false, 0, engine)?;
     let decap = measure::decapsulate(&mut b, &esp_frame, &expected, timing)?;
-    let mut a = scenario::gateway(algorithm, true, 64)?;
-    let mut b = scenario::gateway(algorithm, false, 64)?;
+    let mut a = scenario::gateway(algorithm, true, 64, engine)?;
+    let mut b = scenario::gateway(algorithm, false, 64, engine)?;
     let round_trip = measure::round_trip(&mut a, &mut b, &frame, &expected, timing)?;
     Ok(vec![
         cell(Path::Encap, encap),

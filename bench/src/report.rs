@@ -53,11 +53,12 @@ pub fn table(sweep: &Sweep) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "espgw bench: {} ({} cores); medians of {} × {} ms after warm-up; engine soft; cycles = time × {} (estimate, not a counter)",
+        "espgw bench: {} ({} cores); medians of {} × {} ms after warm-up; ESP on {}; cycles = time × {} (estimate, not a counter)",
         sweep.machine.cpu,
         sweep.machine.cores,
         sweep.repetitions,
         sweep.slice_ms,
+        sweep.engine,
         sweep.machine.mhz.map_or_else(|| "unknown clock".into(), |m| format!("{m:.0} MHz")),
     );
     let _ = writeln!(out);
@@ -210,7 +211,7 @@ pub fn json(sweep: &Sweep) -> Value {
         "machine": sweep.machine,
         "slice_ms": sweep.slice_ms,
         "repetitions": sweep.repetitions,
-        "engine": "soft",
+        "engine": sweep.engine,
         "cells": cells,
     })
 }

@@ -28,7 +28,7 @@ impl Scenario {
             Scenario::Esp {
                 algorithm: Algorithm::Null,
             } => "esp-null".into(),
-            Scenario::Esp { algorithm } => format!("{algorithm}/soft"),
+            Scenario::Esp { algorithm } => format!("{algorithm}/esp"),
             Scenario::RawCrypto { algorithm } => format!("{algorithm}/raw"),
         }
     }
@@ -117,11 +117,28 @@ mac = "02:00:00:00:00:0{peer_id}"
     text
 }
 
-/// A gateway for one end of `algorithm` (`None`: plain forwarding), on
-/// the soft engine.
-pub fn gateway(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> anyhow::Result<Gateway> {
+/// The engine every ESP scenario of a sweep runs on.
+#[derive(Debug, Clone, Default)]
+pub struct EngineSetup {
+    pub spec: EngineSpec,
+    pub style: Style,
+}
+
+impl EngineSetup {
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.spec.kind, self.style)
+    }
+}
+
+/// A gateway for one end of `algorithm` (`None`: plain forwarding).
+pub fn gateway(
+    algorithm: Option<Algorithm>,
+    a: bool,
+    replay_window: u32,
+    engine: &EngineSetup,
+) -> anyhow::Result<Gateway> {
     let text = config_text(algorithm, a, replay_window);
     let config = Config::parse(Path::new("<bench>"), &text)?;
-    let engine = accel::build_engine(&EngineSpec::default())?;
-    Ok(config.build_gateway(LinkLayer::Ethernet, engine, Style::Async, Duration::ZERO)?)
+    let built = accel::build_engine(&engine.spec)?;
+    Ok(config.build_gateway(LinkLayer::Ethernet, built, engine.style, Duration::ZERO)?)
 }

@@ -174,9 +174,9 @@ fn crypt(
             (*cmsg).cmsg_len = libc::CMSG_LEN(data.len() as u32) as usize;
             std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(cmsg), data.len());
             used += space;
-            msg.msg_controllen = used;
+            // The whole buffer stays declared while building, so the next
+            // header's room is checked against it; trimmed to `used` below.
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-            msg.msg_controllen = CMSG_ROOM;
             Ok(())
         };
         if let Some(enc) = encrypt {

@@ -72,6 +72,9 @@ struct AccelArgs {
     /// Buffer policy: registered or per-request.
     #[arg(long)]
     buffers: Option<BufferPolicy>,
+    /// How the afalg engine reaches the kernel: sync or io-uring.
+    #[arg(long)]
+    afalg_io: Option<accel::afalg::AfalgIo>,
 }
 
 impl AccelArgs {
@@ -84,6 +87,9 @@ impl AccelArgs {
         if let Some(buffers) = self.buffers {
             spec.buffers = buffers;
             spec.sec.buffers = buffers;
+        }
+        if let Some(io) = self.afalg_io {
+            spec.afalg_io = io;
         }
         (spec, self.style.unwrap_or(config.style))
     }

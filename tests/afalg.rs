@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use accel::afalg::AfalgIo;
 use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, SecConfig, Style};
 use common::*;
 use dataplane::gateway::Output;
@@ -43,6 +44,18 @@ fn through(gw: &mut Gateway, from: Port, frames: &[Vec<u8>]) -> Vec<(Verdict, Ve
     results
 }
 
+fn combos() -> Vec<(Style, BufferPolicy, AfalgIo)> {
+    let mut list = Vec::new();
+    for style in Style::ALL {
+        for buffers in BufferPolicy::ALL {
+            for io in [AfalgIo::Sync, AfalgIo::IoUring] {
+                list.push((style, buffers, io));
+            }
+        }
+    }
+    list
+}
+
 #[test]
 fn afalg_gives_the_same_bytes_as_soft() {
     if !available() {
@@ -58,13 +71,14 @@ fn afalg_gives_the_same_bytes_as_soft() {
             let mut reference_pair = Pair::on(alg, "tunnel", esn, "", &soft, Style::Async);
             reference_pair.a.set_iv_seed(3);
             let reference = through(&mut reference_pair.a, Port::Inside, &frames);
-            for style in Style::ALL {
-                for buffers in BufferPolicy::ALL {
-                    let what = format!("{alg} esn={esn} {style} {buffers}");
+            for (style, buffers, io) in combos() {
+                {
+                    let what = format!("{alg} esn={esn} {style} {buffers} {io}");
                     let spec = EngineSpec {
                         kind: EngineKind::Afalg,
                         buffers,
                         sec: SecConfig::default(),
+                        afalg_io: io,
                     };
                     let mut pair = Pair::on(alg, "tunnel", esn, "", &spec, style);
                     pair.a.set_iv_seed(3);

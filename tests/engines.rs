@@ -54,6 +54,7 @@ fn spec(kind: EngineKind, buffers: BufferPolicy) -> EngineSpec {
             buffers,
             ..SecConfig::default()
         },
+        ..EngineSpec::default()
     }
 }
 
@@ -126,6 +127,7 @@ fn sec_pair(alg: Algorithm, style: Style, sec: SecConfig) -> Pair {
         kind: EngineKind::Sec,
         buffers: sec.buffers,
         sec,
+        ..EngineSpec::default()
     };
     Pair::on(alg, "tunnel", false, "", &spec, style)
 }

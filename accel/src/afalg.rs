@@ -18,8 +18,16 @@
 //! when it does not match.
 //!
 //! Submission is synchronous (`sendmsg` then `read`, in the caller's
-//! thread). Where the kernel has no AF_ALG (`CONFIG_CRYPTO_USER_API_AEAD`
-//! off), [`probe`] says so and the engine cannot be built.
+//! thread) or asynchronous through io_uring: a linked `sendmsg` + `readv`
+//! pair per packet, each on its own operation socket, many in flight,
+//! completions reaped in `poll` (single-pass descriptors; the cipher-only
+//! and MAC-only passes of the dual-pass and sync styles stay synchronous).
+//! Where the kernel has no AF_ALG (`CONFIG_CRYPTO_USER_API_AEAD` off),
+//! [`probe`] says so and the engine cannot be built.
+
+// A full ring hands the job back by value: boxing it would allocate per
+// packet.
+#![allow(clippy::result_large_err)]
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
@@ -48,6 +56,8 @@ pub enum AfalgError {
         "the kernel has AF_ALG but no `{template}` AEAD ({reason}); it needs CONFIG_CRYPTO_USER_API_AEAD and the template's modules"
     )]
     NoTemplate { template: String, reason: String },
+    #[error("io_uring is unavailable ({0}); use the synchronous AF_ALG I/O (`afalg_io = \"sync\"`)")]
+    NoIoUring(String),
 }
 
 /// Checks that the kernel offers AF_ALG AEAD sockets (`rfc4106(gcm(aes))`
@@ -108,7 +118,7 @@ fn setsockopt(fd: &OwnedFd, opt: libc::c_int, value: Option<&[u8]>, len: usize) 
 
 /// A bound, keyed transform and one operation socket on it.
 struct AlgSocket {
-    _tfm: OwnedFd,
+    tfm: OwnedFd,
     op: OwnedFd,
 }
 
@@ -122,21 +132,184 @@ impl AlgSocket {
         if authsize > 0 {
             setsockopt(&tfm, libc::ALG_SET_AEAD_AUTHSIZE, None, authsize)?;
         }
-        // SAFETY: accept(2) on our own bound socket, no peer address wanted.
-        let op = unsafe { libc::accept(tfm.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut()) };
-        if op < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(AlgSocket {
-            _tfm: tfm,
-            // SAFETY: op is a fresh descriptor owned from here on.
-            op: unsafe { OwnedFd::from_raw_fd(op) },
-        })
+        let op = accept_op(&tfm)?;
+        Ok(AlgSocket { tfm, op })
     }
 }
 
-/// One AF_ALG request: operation, IV and associated-data length as control
-/// messages, data as a gather list; then the result scattered back.
+/// Another operation socket on a keyed transform: each one carries one
+/// request at a time, so asynchronous submission uses several.
+fn accept_op(tfm: &OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: accept(2) on our own bound socket, no peer address wanted.
+    let op = unsafe { libc::accept(tfm.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut()) };
+    if op < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: op is a fresh descriptor owned from here on.
+    Ok(unsafe { OwnedFd::from_raw_fd(op) })
+}
+
+const CMSG_ROOM: usize = 128;
+
+/// One AF_ALG request with everything the kernel reads or writes during
+/// it: the control messages (operation, IV, associated-data length), the
+/// input copy and the scatter list for the result. Boxed, so the pointers
+/// the message holds stay valid while io_uring works on it.
+struct Request {
+    input: Vec<u8>,
+    /// Receives the ESN high word the kernel writes back.
+    scratch: [u8; 4],
+    control: [u64; CMSG_ROOM / 8],
+    control_len: usize,
+    iov_in: libc::iovec,
+    iov_out: [libc::iovec; 3],
+    iov_out_len: usize,
+    msg: libc::msghdr,
+    /// Bytes the read must return.
+    expected: usize,
+}
+
+// SAFETY: the raw pointers point into the request itself or into the job's
+// packet buffer, which travels with the request; nothing is shared.
+unsafe impl Send for Request {}
+
+impl Request {
+    fn new(
+        encrypt: Option<bool>,
+        iv: Option<&[u8]>,
+        assoclen: Option<u32>,
+        input: Vec<u8>,
+    ) -> io::Result<Box<Request>> {
+        let mut req = Box::new(Request {
+            input,
+            scratch: [0; 4],
+            control: [0; CMSG_ROOM / 8],
+            control_len: 0,
+            iov_in: libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            },
+            iov_out: [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; 3],
+            iov_out_len: 0,
+            // SAFETY: msghdr is plain data; zero is its empty value.
+            msg: unsafe { std::mem::zeroed() },
+            expected: 0,
+        });
+        let mut used = 0usize;
+        req.msg.msg_control = req.control.as_mut_ptr().cast();
+        req.msg.msg_controllen = CMSG_ROOM;
+        // SAFETY: the control buffer is CMSG_ROOM bytes, aligned for cmsghdr,
+        // zeroed, and declared whole while headers are written, so
+        // CMSG_NXTHDR checks each header's room against it.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&req.msg);
+            let mut put = |kind: libc::c_int, data: &[u8]| -> io::Result<()> {
+                let space = libc::CMSG_SPACE(data.len() as u32) as usize;
+                if cmsg.is_null() || used + space > CMSG_ROOM {
+                    return Err(io::Error::other("AF_ALG control messages do not fit"));
+                }
+                (*cmsg).cmsg_level = libc::SOL_ALG;
+                (*cmsg).cmsg_type = kind;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(data.len() as u32) as usize;
+                std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(cmsg), data.len());
+                used += space;
+                cmsg = libc::CMSG_NXTHDR(&req.msg, cmsg);
+                Ok(())
+            };
+            if let Some(enc) = encrypt {
+                let op: u32 = if enc {
+                    libc::ALG_OP_ENCRYPT as u32
+                } else {
+                    libc::ALG_OP_DECRYPT as u32
+                };
+                put(libc::ALG_SET_OP, &op.to_ne_bytes())?;
+            }
+            if let Some(iv) = iv {
+                // struct af_alg_iv { u32 ivlen; u8 iv[]; }
+                let mut ivmsg = [0u8; 4 + 16];
+                let n = iv.len().min(16);
+                ivmsg[..4].copy_from_slice(&(n as u32).to_ne_bytes());
+                ivmsg[4..4 + n].copy_from_slice(&iv[..n]);
+                put(libc::ALG_SET_IV, &ivmsg[..4 + n])?;
+            }
+            if let Some(assoclen) = assoclen {
+                put(libc::ALG_SET_AEAD_ASSOCLEN, &assoclen.to_ne_bytes())?;
+            }
+        }
+        req.control_len = used;
+        req.iov_in = libc::iovec {
+            iov_base: req.input.as_mut_ptr().cast(),
+            iov_len: req.input.len(),
+        };
+        req.msg.msg_iov = &mut req.iov_in;
+        req.msg.msg_iovlen = 1;
+        req.msg.msg_controllen = used;
+        if used == 0 {
+            req.msg.msg_control = std::ptr::null_mut();
+        }
+        Ok(req)
+    }
+
+    /// Where the result goes; the slices must outlive the request.
+    fn scatter_into(&mut self, outputs: &mut [&mut [u8]]) {
+        self.iov_out_len = outputs.len().min(3);
+        self.expected = 0;
+        for (slot, out) in self.iov_out.iter_mut().zip(outputs.iter_mut()) {
+            *slot = libc::iovec {
+                iov_base: out.as_mut_ptr().cast(),
+                iov_len: out.len(),
+            };
+            self.expected += out.len();
+        }
+    }
+
+    /// Like `scatter_into`, with the request's own scratch word between
+    /// `head` and `tail` (where the kernel writes the ESN high bits back).
+    fn scatter_around_scratch(&mut self, head: &mut [u8], tail: &mut [u8]) {
+        let scratch: *mut u8 = self.scratch.as_mut_ptr();
+        self.iov_out = [
+            libc::iovec {
+                iov_base: head.as_mut_ptr().cast(),
+                iov_len: head.len(),
+            },
+            libc::iovec {
+                iov_base: scratch.cast(),
+                iov_len: 4,
+            },
+            libc::iovec {
+                iov_base: tail.as_mut_ptr().cast(),
+                iov_len: tail.len(),
+            },
+        ];
+        self.iov_out_len = 3;
+        self.expected = head.len() + 4 + tail.len();
+    }
+
+    /// `sendmsg` then `readv`, in this thread.
+    fn run(&mut self, fd: RawFd) -> io::Result<usize> {
+        // SAFETY: msg points at this request's own live storage.
+        let sent = unsafe { libc::sendmsg(fd, &self.msg, 0) };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if sent as usize != self.input.len() {
+            return Err(io::Error::other("AF_ALG accepted only part of the request"));
+        }
+        // The read must ask for exactly the result size: a larger one blocks
+        // waiting for more input.
+        // SAFETY: the iovecs point at live, writable buffers (scatter_into).
+        let got = unsafe { libc::readv(fd, self.iov_out.as_ptr(), self.iov_out_len as i32) };
+        if got < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(got as usize)
+    }
+}
+
+/// One AF_ALG request run synchronously.
 fn crypt(
     fd: RawFd,
     encrypt: Option<bool>,
@@ -145,86 +318,9 @@ fn crypt(
     input: &[&[u8]],
     output: &mut [&mut [u8]],
 ) -> io::Result<usize> {
-    const CMSG_ROOM: usize = 128;
-    let mut control = [0u64; CMSG_ROOM / 8];
-    let mut used = 0usize;
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    let iovecs: Vec<libc::iovec> = input
-        .iter()
-        .map(|s| libc::iovec {
-            iov_base: s.as_ptr() as *mut libc::c_void,
-            iov_len: s.len(),
-        })
-        .collect();
-    msg.msg_iov = iovecs.as_ptr() as *mut libc::iovec;
-    msg.msg_iovlen = iovecs.len();
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = CMSG_ROOM;
-    // SAFETY: the control buffer is CMSG_ROOM bytes, aligned for cmsghdr,
-    // and every header written below stays inside it (checked by `room`).
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        let mut put = |level_type: libc::c_int, data: &[u8]| -> io::Result<()> {
-            let space = libc::CMSG_SPACE(data.len() as u32) as usize;
-            if cmsg.is_null() || used + space > CMSG_ROOM {
-                return Err(io::Error::other("AF_ALG control messages do not fit"));
-            }
-            (*cmsg).cmsg_level = libc::SOL_ALG;
-            (*cmsg).cmsg_type = level_type;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(data.len() as u32) as usize;
-            std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(cmsg), data.len());
-            used += space;
-            // The whole buffer stays declared while building, so the next
-            // header's room is checked against it; trimmed to `used` below.
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-            Ok(())
-        };
-        if let Some(enc) = encrypt {
-            let op: u32 = if enc {
-                libc::ALG_OP_ENCRYPT as u32
-            } else {
-                libc::ALG_OP_DECRYPT as u32
-            };
-            put(libc::ALG_SET_OP, &op.to_ne_bytes())?;
-        }
-        if let Some(iv) = iv {
-            let mut ivmsg = [0u8; 4 + 16];
-            ivmsg[..4].copy_from_slice(&(iv.len() as u32).to_ne_bytes());
-            ivmsg[4..4 + iv.len()].copy_from_slice(iv);
-            put(libc::ALG_SET_IV, &ivmsg[..4 + iv.len()])?;
-        }
-        if let Some(assoclen) = assoclen {
-            put(libc::ALG_SET_AEAD_ASSOCLEN, &assoclen.to_ne_bytes())?;
-        }
-    }
-    msg.msg_controllen = used;
-    if used == 0 {
-        msg.msg_control = std::ptr::null_mut();
-    }
-    let expected: usize = input.iter().map(|s| s.len()).sum();
-    // SAFETY: msg points at live iovecs and control data for the call.
-    let sent = unsafe { libc::sendmsg(fd, &msg, 0) };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if sent as usize != expected {
-        return Err(io::Error::other("AF_ALG accepted only part of the request"));
-    }
-    let out_iovecs: Vec<libc::iovec> = output
-        .iter_mut()
-        .map(|s| libc::iovec {
-            iov_base: s.as_mut_ptr().cast(),
-            iov_len: s.len(),
-        })
-        .collect();
-    // The read must ask for exactly the result size: a larger one blocks
-    // waiting for more input.
-    // SAFETY: the iovecs point at live, writable buffers.
-    let got = unsafe { libc::readv(fd, out_iovecs.as_ptr(), out_iovecs.len() as i32) };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(got as usize)
+    let mut req = Request::new(encrypt, iv, assoclen, input.concat())?;
+    req.scatter_into(output);
+    req.run(fd)
 }
 
 /// The AEAD template, key blob and ICV size for an algorithm.
@@ -269,31 +365,261 @@ fn aead_template(
 struct Registered {
     session: Weak<Session>,
     aead: Option<AlgSocket>,
+    /// Idle extra operation sockets on the AEAD transform (io_uring).
+    aead_spare: Vec<OwnedFd>,
     cipher: Option<AlgSocket>,
     mac: Option<AlgSocket>,
+}
+
+/// How requests reach the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AfalgIo {
+    /// `sendmsg` then `read` in the caller's thread.
+    Sync,
+    /// Linked `sendmsg` + `readv` pairs on an io_uring, many in flight,
+    /// each on its own operation socket.
+    #[default]
+    IoUring,
+}
+
+impl AfalgIo {
+    pub fn name(self) -> &'static str {
+        match self {
+            AfalgIo::Sync => "sync",
+            AfalgIo::IoUring => "io-uring",
+        }
+    }
+}
+
+impl std::str::FromStr for AfalgIo {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "sync" => Ok(AfalgIo::Sync),
+            "io-uring" => Ok(AfalgIo::IoUring),
+            other => Err(format!("unknown AF_ALG I/O `{other}`; expected sync or io-uring")),
+        }
+    }
+}
+
+impl std::fmt::Display for AfalgIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Requests the ring may hold at once (two entries each).
+const URING_REQUESTS: usize = 128;
+
+/// A request in flight on the io_uring.
+struct InFlight {
+    job: Job,
+    req: Box<Request>,
+    fd: OwnedFd,
+    session: SessionId,
+    send_failed: bool,
 }
 
 /// The AF_ALG engine; see the module documentation.
 pub struct AfalgEngine {
     buffers: BufferPolicy,
+    io: AfalgIo,
     sessions: HashMap<SessionId, Registered>,
     done: VecDeque<Job>,
     counters: EngineCounters,
+    ring: Option<io_uring::IoUring>,
+    slots: Vec<Option<InFlight>>,
+    free_slots: Vec<usize>,
+    on_ring: usize,
 }
 
 impl AfalgEngine {
-    /// Probes the kernel first; fails with the reason when AF_ALG is missing.
-    pub fn new(buffers: BufferPolicy) -> Result<AfalgEngine, AfalgError> {
+    /// Probes the kernel first; fails with the reason when AF_ALG (or, for
+    /// `io-uring`, io_uring) is missing.
+    pub fn new(buffers: BufferPolicy, io: AfalgIo) -> Result<AfalgEngine, AfalgError> {
         probe()?;
+        let ring = match io {
+            AfalgIo::Sync => None,
+            AfalgIo::IoUring => Some(
+                io_uring::IoUring::new((URING_REQUESTS * 2) as u32)
+                    .map_err(|e| AfalgError::NoIoUring(e.to_string()))?,
+            ),
+        };
         Ok(AfalgEngine {
             buffers,
+            io,
             sessions: HashMap::new(),
             done: VecDeque::with_capacity(256),
             counters: EngineCounters {
                 per_channel: vec![0],
                 ..EngineCounters::default()
             },
+            ring,
+            slots: (0..URING_REQUESTS).map(|_| None).collect(),
+            free_slots: (0..URING_REQUESTS).rev().collect(),
+            on_ring: 0,
         })
+    }
+
+    pub fn io(&self) -> AfalgIo {
+        self.io
+    }
+
+    /// Puts a single-pass job on the ring: a linked `sendmsg` + `readv`
+    /// on an idle operation socket of its session.
+    fn submit_uring(&mut self, mut job: Job) -> Result<(), Job> {
+        let Some(slot) = self.free_slots.pop() else {
+            self.counters.ring_full += 1;
+            return Err(job);
+        };
+        let session = Arc::clone(&job.session);
+        let desc = job.desc;
+        let prepared = (|| -> Result<(OwnedFd, Box<Request>), DescriptorError> {
+            if self.sessions.len() > 64 {
+                self.sweep();
+            }
+            let entry = self.sessions.entry(session.id()).or_insert_with(|| Registered {
+                session: Arc::downgrade(&session),
+                aead: None,
+                aead_spare: Vec::new(),
+                cipher: None,
+                mac: None,
+            });
+            if entry.aead.is_none() {
+                let (name, key, authsize) =
+                    aead_template(session.algorithm(), desc.esn_high.is_some(), &session)
+                        .ok_or(DescriptorError::Unsupported)?;
+                entry.aead =
+                    Some(AlgSocket::open("aead", &name, &key, authsize).map_err(|_| DescriptorError::Fault)?);
+            }
+            let tfm = &entry.aead.as_ref().ok_or(DescriptorError::Fault)?.tfm;
+            let fd = match entry.aead_spare.pop() {
+                Some(fd) => fd,
+                None => accept_op(tfm).map_err(|_| DescriptorError::Fault)?,
+            };
+            let bytes: &mut [u8] = match job.bounce.as_mut() {
+                Some(bounce) => bounce,
+                None => job.region_bytes(),
+            };
+            desc.validate(bytes.len())?;
+            let req = aead_request(&desc, bytes).map_err(|_| DescriptorError::Fault)?;
+            Ok((fd, req))
+        })();
+        let (fd, req) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                self.free_slots.push(slot);
+                job.desc.status = Status::Error(e);
+                self.finish(job);
+                return Ok(());
+            }
+        };
+        let raw = fd.as_raw_fd();
+        let send = io_uring::opcode::SendMsg::new(io_uring::types::Fd(raw), &req.msg)
+            .build()
+            .flags(io_uring::squeue::Flags::IO_LINK)
+            .user_data((slot as u64) << 1);
+        let read = io_uring::opcode::Readv::new(
+            io_uring::types::Fd(raw),
+            req.iov_out.as_ptr(),
+            req.iov_out_len as u32,
+        )
+        .build()
+        .user_data(((slot as u64) << 1) | 1);
+        let Some(ring) = self.ring.as_mut() else {
+            self.free_slots.push(slot);
+            return Err(job);
+        };
+        // SAFETY: the entries point into `req` and the job's buffer, both
+        // kept alive in `slots[slot]` until both completions are reaped.
+        let pushed = unsafe {
+            let mut sq = ring.submission();
+            if sq.capacity() - sq.len() < 2 {
+                false
+            } else {
+                sq.push(&send).is_ok() && sq.push(&read).is_ok()
+            }
+        };
+        if !pushed {
+            self.free_slots.push(slot);
+            if let Some(entry) = self.sessions.get_mut(&session.id()) {
+                entry.aead_spare.push(fd);
+            }
+            self.counters.ring_full += 1;
+            return Err(job);
+        }
+        self.slots[slot] = Some(InFlight {
+            job,
+            req,
+            fd,
+            session: session.id(),
+            send_failed: false,
+        });
+        self.on_ring += 1;
+        let _ = ring.submit();
+        Ok(())
+    }
+
+    /// Reaps ring completions into the done queue.
+    fn reap(&mut self) {
+        let Some(ring) = self.ring.as_mut() else { return };
+        let mut finished = Vec::new();
+        for cqe in ring.completion() {
+            let slot = (cqe.user_data() >> 1) as usize;
+            let is_read = cqe.user_data() & 1 == 1;
+            let Some(entry) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            if !is_read {
+                if cqe.result() < 0 {
+                    entry.send_failed = true;
+                }
+                continue;
+            }
+            let result = if entry.send_failed {
+                Err(io::Error::other("sendmsg failed"))
+            } else if cqe.result() < 0 {
+                Err(io::Error::from_raw_os_error(-cqe.result()))
+            } else {
+                Ok(cqe.result() as usize)
+            };
+            finished.push((slot, result));
+        }
+        for (slot, result) in finished {
+            let Some(mut entry) = self.slots.get_mut(slot).and_then(Option::take) else {
+                continue;
+            };
+            self.free_slots.push(slot);
+            self.on_ring -= 1;
+            let outcome = aead_outcome(result, entry.req.expected);
+            entry.job.desc.status = match outcome {
+                Ok(true) => Status::Done,
+                Ok(false) => Status::AuthFailed,
+                Err(e) => Status::Error(e),
+            };
+            // A socket that saw an error other than a failed ICV is not reused.
+            if outcome.is_ok() {
+                if let Some(reg) = self.sessions.get_mut(&entry.session) {
+                    reg.aead_spare.push(entry.fd);
+                }
+            }
+            self.finish(entry.job);
+        }
+    }
+
+    /// Copies a bounce buffer back, counts, and queues the job for `poll`.
+    fn finish(&mut self, mut job: Job) {
+        if let Some(bounce) = job.bounce.take() {
+            let dst = job.region_bytes();
+            let n = dst.len().min(bounce.len());
+            dst[..n].copy_from_slice(&bounce[..n]);
+        }
+        if matches!(job.desc.status, Status::Error(_)) {
+            self.counters.errors += 1;
+        }
+        self.done.push_back(job);
     }
 
     /// Closes the sockets of sessions that no longer exist, so the kernel
@@ -319,6 +645,7 @@ impl AfalgEngine {
         let entry = self.sessions.entry(session.id()).or_insert_with(|| Registered {
             session: Arc::downgrade(session),
             aead: None,
+            aead_spare: Vec::new(),
             cipher: None,
             mac: None,
         });
@@ -413,11 +740,10 @@ impl AfalgEngine {
     }
 }
 
-/// A single-pass AEAD request over the ESP bytes, in place.
-fn aead_pass(fd: RawFd, desc: &crate::Descriptor, bytes: &mut [u8]) -> Result<bool, DescriptorError> {
-    let iv = bytes[desc.iv.range()].to_vec();
-    let aad_len = desc.cipher.offset as usize + if desc.esn_high.is_some() { 4 } else { 0 };
-    let high = desc.esn_high.map(u32::to_be_bytes).unwrap_or_default();
+/// The AF_ALG request for a single-pass AEAD descriptor over the ESP bytes:
+/// the input is copied (SPI ‖ [seq_hi ‖] seq_lo ‖ IV ‖ data [‖ ICV]); the
+/// result scatters back in place, the inserted ESN word into `scratch`.
+fn aead_request(desc: &crate::Descriptor, bytes: &mut [u8]) -> io::Result<Box<Request>> {
     let encrypt = desc.direction == Direction::Encrypt;
     let input_end = if encrypt {
         desc.cipher.end()
@@ -429,38 +755,44 @@ fn aead_pass(fd: RawFd, desc: &crate::Descriptor, bytes: &mut [u8]) -> Result<bo
     } else {
         desc.cipher.end()
     };
-    // The kernel reads from and writes to separate buffers; the input is
-    // copied once so the result can land in place.
-    let input = bytes[..input_end].to_vec();
-    let mut scratch = [0u8; 4];
-    let result = if desc.esn_high.is_some() {
-        // SPI ‖ seq_hi ‖ seq_lo ‖ IV ‖ data
-        let (spi, rest) = input.split_at(4);
-        let (spi_out, rest_out) = bytes[..output_end].split_at_mut(4);
-        crypt(
-            fd,
-            Some(encrypt),
-            Some(&iv),
-            Some(aad_len as u32),
-            &[spi, &high, rest],
-            &mut [spi_out, &mut scratch, rest_out],
-        )
-    } else {
-        crypt(
-            fd,
-            Some(encrypt),
-            Some(&iv),
-            Some(aad_len as u32),
-            &[&input],
-            &mut [&mut bytes[..output_end]],
-        )
-    };
+    let esn = desc.esn_high.map(u32::to_be_bytes);
+    let aad_len = desc.cipher.offset as usize + if esn.is_some() { 4 } else { 0 };
+    let iv = bytes[desc.iv.range()].to_vec();
+    let mut input = Vec::with_capacity(input_end + 4);
+    match esn {
+        Some(high) => {
+            input.extend_from_slice(&bytes[..4]);
+            input.extend_from_slice(&high);
+            input.extend_from_slice(&bytes[4..input_end]);
+        }
+        None => input.extend_from_slice(&bytes[..input_end]),
+    }
+    let mut req = Request::new(Some(encrypt), Some(&iv), Some(aad_len as u32), input)?;
+    match esn {
+        Some(_) => {
+            let (spi, rest) = bytes[..output_end].split_at_mut(4);
+            req.scatter_around_scratch(spi, rest);
+        }
+        None => req.scatter_into(&mut [&mut bytes[..output_end]]),
+    }
+    Ok(req)
+}
+
+/// What a finished AEAD read means.
+fn aead_outcome(result: io::Result<usize>, expected: usize) -> Result<bool, DescriptorError> {
     match result {
-        Ok(n) if n == output_end + if desc.esn_high.is_some() { 4 } else { 0 } => Ok(true),
+        Ok(n) if n == expected => Ok(true),
         Ok(_) => Err(DescriptorError::Fault),
         Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => Ok(false),
         Err(_) => Err(DescriptorError::Fault),
     }
+}
+
+/// A single-pass AEAD request over the ESP bytes, synchronously.
+fn aead_pass(fd: RawFd, desc: &crate::Descriptor, bytes: &mut [u8]) -> Result<bool, DescriptorError> {
+    let mut req = aead_request(desc, bytes).map_err(|_| DescriptorError::Fault)?;
+    let expected = req.expected;
+    aead_outcome(req.run(fd), expected)
 }
 
 impl Engine for AfalgEngine {
@@ -469,6 +801,21 @@ impl Engine for AfalgEngine {
     }
 
     fn submit(&mut self, mut job: Job) -> Result<(), Job> {
+        // null/null has nothing for the kernel to do: it completes inline.
+        let has_work = job.session.algorithm() != Algorithm::Null;
+        if self.io == AfalgIo::IoUring && job.desc.kind == DescriptorKind::SinglePass && has_work {
+            if self.buffers == BufferPolicy::PerRequest {
+                job.bounce = Some(job.region_bytes().to_vec());
+                self.counters.bounce_buffers += 1;
+            }
+            self.counters.submitted += 1;
+            if let Some(c) = self.counters.per_channel.first_mut() {
+                *c += 1;
+            }
+            return self
+                .submit_uring(job)
+                .inspect_err(|_| self.counters.submitted -= 1);
+        }
         let session = Arc::clone(&job.session);
         let desc = job.desc;
         let result = match self.buffers {
@@ -485,30 +832,38 @@ impl Engine for AfalgEngine {
         job.desc.status = match result {
             Ok(true) => Status::Done,
             Ok(false) => Status::AuthFailed,
-            Err(e) => {
-                self.counters.errors += 1;
-                Status::Error(e)
-            }
+            Err(e) => Status::Error(e),
         };
         self.counters.submitted += 1;
         if let Some(c) = self.counters.per_channel.first_mut() {
             *c += 1;
         }
-        self.done.push_back(job);
+        self.finish(job);
         Ok(())
     }
 
     fn poll(&mut self, out: &mut Vec<Job>) -> usize {
+        self.reap();
         let n = self.done.len();
         self.counters.completed += n as u64;
         out.extend(self.done.drain(..));
         n
     }
 
-    fn wait(&mut self, _timeout: Duration) {}
+    fn wait(&mut self, timeout: Duration) {
+        if !self.done.is_empty() || self.on_ring == 0 {
+            return;
+        }
+        if let Some(ring) = self.ring.as_mut() {
+            let ts = io_uring::types::Timespec::from(timeout);
+            let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+            // A timeout (ETIME) or an interrupted wait just returns.
+            let _ = ring.submitter().submit_with_args(1, &args);
+        }
+    }
 
     fn in_flight(&self) -> usize {
-        self.done.len()
+        self.done.len() + self.on_ring
     }
 
     fn counters(&self) -> EngineCounters {

@@ -209,6 +209,9 @@ pub struct EngineSpec {
     pub buffers: BufferPolicy,
     /// Settings of the `sec` engine model (its buffer policy is `buffers`).
     pub sec: crate::sec::SecConfig,
+    /// How the `afalg` engine talks to the kernel.
+    #[cfg(target_os = "linux")]
+    pub afalg_io: crate::afalg::AfalgIo,
 }
 
 /// Why an engine could not be built.
@@ -229,7 +232,7 @@ pub fn build_engine(spec: &EngineSpec) -> Result<Box<dyn Engine>, EngineError> {
         })),
         #[cfg(target_os = "linux")]
         EngineKind::Afalg => Box::new(
-            crate::afalg::AfalgEngine::new(spec.buffers)
+            crate::afalg::AfalgEngine::new(spec.buffers, spec.afalg_io)
                 .map_err(|e| EngineError::AfalgUnavailable(e.to_string()))?,
         ),
         #[cfg(not(target_os = "linux"))]

@@ -174,6 +174,7 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
                 rate,
                 ..SecConfig::default()
             },
+            ..EngineSpec::default()
         },
         style: args.style,
     };

@@ -401,7 +401,21 @@ impl Validator<'_> {
             }
         };
         sec.buffers = buffers;
-        Ok((EngineSpec { kind, buffers, sec }, style))
+        let afalg_io = match &a.afalg_io {
+            Some(io) => io.get_ref().parse().or_else(|e: String| {
+                self.err(span(io), ConfigErrorKind::Value(format!("[accel] afalg_io: {e}")))
+            })?,
+            None => accel::afalg::AfalgIo::default(),
+        };
+        Ok((
+            EngineSpec {
+                kind,
+                buffers,
+                sec,
+                afalg_io,
+            },
+            style,
+        ))
     }
 
     fn port(&self, name: &S<String>) -> Result<Port, ConfigError> {

@@ -48,6 +48,7 @@ pub(crate) struct RawAccel {
     pub coalesce_count: Option<S<usize>>,
     pub coalesce_usecs: Option<S<u64>>,
     pub rate: Option<S<String>>,
+    pub afalg_io: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -60,6 +60,9 @@ pub struct BenchArgs {
     /// Rate model of the sec engine: `none` (host speed) or `sec2-266mhz`.
     #[arg(long, default_value = "none")]
     pub rate: String,
+    /// Completion signalling of the sec engine: interrupt, polling or coalesced.
+    #[arg(long, default_value = "interrupt")]
+    pub completion: String,
 }
 
 /// What a cell measured.
@@ -165,6 +168,15 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         "sec2-266mhz" => Some(RateModel::sec2_266mhz()),
         other => bail!("--rate `{other}`: expected none or sec2-266mhz"),
     };
+    let completion = match args.completion.as_str() {
+        "interrupt" => accel::Completion::Interrupt,
+        "polling" => accel::Completion::Polling,
+        "coalesced" => accel::Completion::Coalesced {
+            count: 8,
+            timeout: Duration::from_micros(50),
+        },
+        other => bail!("--completion `{other}`: expected interrupt, polling or coalesced"),
+    };
     let engine = scenario::EngineSetup {
         spec: EngineSpec {
             kind: args.engine,
@@ -172,6 +184,7 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
             sec: SecConfig {
                 buffers: args.buffers,
                 rate,
+                completion,
                 ..SecConfig::default()
             },
             ..EngineSpec::default()

@@ -352,18 +352,24 @@ impl Gateway {
     /// capture). Jobs the engine holds past [`JOB_TIMEOUT`] of waiting are
     /// reclaimed and dropped, so every buffer comes back.
     pub fn flush(&mut self, now: Duration, out: &mut Vec<Output>) {
-        let mut waited = Duration::ZERO;
-        let step = Duration::from_millis(1);
+        // Flushing blocks on the engine, so it measures its own waiting in
+        // wall-clock time: completions can wake it far more often than the
+        // step below.
+        let start = std::time::Instant::now();
+        let mut reclaimed = false;
         while self.in_flight.live > 0 {
             self.poll(now, out);
             if self.in_flight.live == 0 {
                 break;
             }
-            self.engine.wait(step);
-            waited += step;
-            if waited > JOB_TIMEOUT * 4 {
+            self.engine.wait(Duration::from_millis(1));
+            let waited = start.elapsed();
+            if waited > JOB_TIMEOUT && !reclaimed {
                 // The engine's clock for timeouts is the wait itself here.
-                self.handle_timeout(now + JOB_TIMEOUT * 2 + waited, out);
+                self.handle_timeout(now + JOB_TIMEOUT + waited, out);
+                reclaimed = true;
+            } else if waited > JOB_TIMEOUT * 2 {
+                self.handle_timeout(now + JOB_TIMEOUT + waited, out);
             }
             if waited > JOB_TIMEOUT * 40 {
                 break;
@@ -602,17 +608,18 @@ impl Gateway {
 
     /// Low-level synchronous style: the caller waits for this packet.
     fn wait_for(&mut self, now: Duration, slot: usize, out: &mut Vec<Output>) {
-        let mut waited = Duration::ZERO;
+        let start = std::time::Instant::now();
         while self.in_flight.slots.get(slot).is_some_and(Option::is_some) {
             self.poll(now, out);
-            if self.in_flight.slots.get(slot).is_some_and(Option::is_some) {
-                self.engine.wait(Duration::from_micros(100));
-                waited += Duration::from_micros(100);
-                if waited > JOB_TIMEOUT {
-                    self.handle_timeout(now + JOB_TIMEOUT * 2, out);
-                    if waited > JOB_TIMEOUT * 40 {
-                        return;
-                    }
+            if self.in_flight.slots.get(slot).is_none_or(Option::is_none) {
+                return;
+            }
+            self.engine.wait(Duration::from_micros(100));
+            let waited = start.elapsed();
+            if waited > JOB_TIMEOUT {
+                self.handle_timeout(now + JOB_TIMEOUT + waited, out);
+                if waited > JOB_TIMEOUT * 40 {
+                    return;
                 }
             }
         }

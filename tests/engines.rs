@@ -32,14 +32,14 @@ fn through(gw: &mut Gateway, from: Port, frames: &[Vec<u8>]) -> Vec<(Verdict, Ve
                 buf
             })
             .collect();
-        gw.handle_batch(Duration::ZERO, from, &mut bufs, &mut out);
+        gw.handle_batch(Duration::ZERO, from, &mut bufs, &mut out, &mut pool);
         collect(&mut out, &mut pool);
         if pool.available() < 32 {
-            gw.flush(Duration::ZERO, &mut out);
+            gw.flush(Duration::ZERO, &mut out, &mut pool);
             collect(&mut out, &mut pool);
         }
     }
-    gw.flush(Duration::ZERO, &mut out);
+    gw.flush(Duration::ZERO, &mut out, &mut pool);
     collect(&mut out, &mut pool);
     assert_eq!(pool.in_use(), 0, "every buffer comes back to the pool");
     assert_eq!(gw.in_flight(), 0);

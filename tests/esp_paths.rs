@@ -360,9 +360,21 @@ action = "bypass"
         ip.fill_checksum();
         p
     };
-    assert_eq!(dropped(pair.encapsulate(&ttl1).0), Some(DropReason::TtlExpired));
+    // TTL 1 cannot be forwarded: the packet is dropped and an ICMP
+    // time-exceeded goes back to its source from the inside address.
+    let (verdict, icmp) = pair.encapsulate(&ttl1);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let reply = smoltcp::wire::Ipv4Packet::new_checked(&icmp[..]).unwrap();
+    assert!(reply.verify_checksum());
+    assert_eq!(reply.src_addr().to_string(), "192.168.1.1");
+    assert_eq!(reply.dst_addr(), HOST_A);
+    assert_eq!(u8::from(reply.next_header()), 1);
+    assert_eq!(icmp[20], 11, "time exceeded");
+    assert_eq!(&icmp[28..48], &ttl1[..20], "quotes the original header");
     let stats = pair.a.stats();
+    assert_eq!(stats.drops.get(DropReason::TtlExpired), 1);
     assert_eq!(stats.drops.total(), 4);
+    assert_eq!(stats.generated, 1);
     assert!(stats.balanced());
 }
 

@@ -46,10 +46,21 @@ impl PacketBuf {
         }
     }
 
+    /// A placeholder with no storage (allocates nothing), for taking a
+    /// buffer out of a slot.
+    pub fn empty() -> Self {
+        PacketBuf {
+            storage: Box::new([]),
+            start: 0,
+            end: 0,
+        }
+    }
+
     /// Empties the buffer and restores the default headroom.
     pub fn reset(&mut self) {
-        self.start = HEADROOM;
-        self.end = HEADROOM;
+        let headroom = HEADROOM.min(self.storage.len());
+        self.start = headroom;
+        self.end = headroom;
     }
 
     /// Replaces the contents with `frame`; `false` if it is larger than
@@ -150,7 +161,8 @@ impl PacketBuf {
     }
 }
 
-/// A fixed set of buffers, allocated up front.
+/// A fixed set of buffers, allocated up front. The default pool is empty.
+#[derive(Default)]
 pub struct PacketPool {
     free: Vec<PacketBuf>,
     capacity: usize,

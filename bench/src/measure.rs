@@ -147,9 +147,15 @@ impl Batch {
     /// Runs the batch through `gateway`; every frame must be forwarded to
     /// `to`. The buffers come back in `bufs`, in completion order.
     fn run(&mut self, gateway: &mut Gateway, from: Port, to: Port) -> anyhow::Result<()> {
-        gateway.handle_batch(Duration::ZERO, from, &mut self.bufs, &mut self.out);
+        gateway.handle_batch(
+            Duration::ZERO,
+            from,
+            &mut self.bufs,
+            &mut self.out,
+            &mut self.pool,
+        );
         if self.out.len() < BATCH {
-            gateway.flush(Duration::ZERO, &mut self.out);
+            gateway.flush(Duration::ZERO, &mut self.out, &mut self.pool);
         }
         let mut wrong = None;
         for (buf, verdict) in self.out.drain(..) {
@@ -240,7 +246,7 @@ pub fn one_esp_frame(a: &mut Gateway, frame: &[u8]) -> anyhow::Result<Vec<u8>> {
         bail!("no buffer");
     };
     buf.fill(frame);
-    let Some((buf, verdict)) = a.handle_frame(Duration::ZERO, Port::Inside, buf) else {
+    let Some((buf, verdict)) = a.handle_frame(Duration::ZERO, Port::Inside, buf, &mut pool).pop() else {
         bail!("the engine did not return the frame");
     };
     let esp = buf.data().to_vec();

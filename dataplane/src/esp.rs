@@ -69,6 +69,29 @@ fn ip_header_len(data: &[u8]) -> usize {
     usize::from(data[0] & 0x0f) * 4
 }
 
+/// Size of `packet` (an IPv4 packet) once `alg` protects it in `mode`, and
+/// the largest packet that still fits `mtu` (for ICMP fragmentation-needed).
+pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, mtu: usize) -> (usize, usize) {
+    let header_len = ip_header_len(packet);
+    let (outer, protected, kept) = match mode {
+        Mode::Tunnel => (IPV4_HEADER_LEN, packet.len(), 0),
+        Mode::Transport => (header_len, packet.len() - header_len, header_len),
+    };
+    let align = alg.pad_align();
+    let size = |protected: usize| {
+        outer
+            + esp::HEADER_LEN
+            + alg.iv_len()
+            + (protected + esp::TRAILER_LEN).div_ceil(align) * align
+            + alg.icv_len()
+    };
+    let fixed = outer + esp::HEADER_LEN + alg.iv_len() + alg.icv_len();
+    // The largest protected length whose padded form fits.
+    let room = mtu.saturating_sub(fixed) / align * align;
+    let fits = room.saturating_sub(esp::TRAILER_LEN) + kept;
+    (size(protected), fits)
+}
+
 /// Outbound prepare: `buf` holds the (already forwarded, TTL-decremented)
 /// IPv4 packet; on return it holds the ESP packet awaiting crypto.
 pub fn encapsulate_prepare<R: Rng>(

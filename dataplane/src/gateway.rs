@@ -19,9 +19,11 @@ use rand::rngs::StdRng;
 use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
 use spd_sad::{proto, Action, PolicyDirection, SaEvent, SaId, SaParams, Sad, SadError, Spd};
 
-use crate::buffer::PacketBuf;
+use crate::buffer::{PacketBuf, PacketPool};
 use crate::esp::{self, Decapsulated, OutboundContext, Pending};
-use crate::route::{Interface, Neighbors, Port, Route, RoutingTable};
+use crate::icmp;
+use crate::neighbor::{Neighbors, Queued, Waiting};
+use crate::route::{Interface, Port, Route, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use crate::wire::{flow_key, EspPacket};
 
@@ -55,6 +57,9 @@ pub struct GatewaySetup {
     pub outer_ttl: u8,
     /// How packets' crypto is handed to the engine.
     pub style: Style,
+    /// Resolve next hops by ARP. Off for offline work (captures), where a
+    /// next hop without a static entry gets the zero MAC.
+    pub resolve_neighbors: bool,
 }
 
 /// A frame handed back to the driver.
@@ -130,6 +135,12 @@ pub struct Gateway {
     interfaces: [Interface; 2],
     routes: RoutingTable,
     neighbors: Neighbors,
+    resolve_neighbors: bool,
+    /// The driver's pool, lent for the duration of a call, for frames the
+    /// gateway originates (ARP requests, fragments).
+    pool: PacketPool,
+    /// Scratch for packets released or expired from the neighbour queue.
+    waiting: Vec<Waiting>,
     link: LinkLayer,
     outer_ttl: u8,
     style: Style,
@@ -159,6 +170,7 @@ enum Next {
 /// What classification decided for one frame.
 enum Classified {
     Done(Result<Next, DropReason>),
+    Arp(icmp::Arp),
     Encapsulate(SaId),
     Decapsulate,
 }
@@ -178,12 +190,15 @@ impl Gateway {
         }
         let mut neighbors = Neighbors::default();
         for (addr, mac) in &setup.neighbors {
-            neighbors.insert(*addr, *mac);
+            neighbors.insert_static(*addr, *mac);
         }
         Gateway {
             interfaces: [setup.inside, setup.outside],
             routes,
             neighbors,
+            resolve_neighbors: setup.resolve_neighbors,
+            pool: PacketPool::default(),
+            waiting: Vec::with_capacity(64),
             link: setup.link,
             outer_ttl: setup.outer_ttl,
             style: setup.style,
@@ -267,9 +282,22 @@ impl Gateway {
         self.sad.insert(params, Arc::new(session), now)
     }
 
-    /// Re-evaluates time-based lifetimes, and gives up on jobs the engine
-    /// has held longer than [`JOB_TIMEOUT`].
-    pub fn handle_timeout(&mut self, now: Duration, out: &mut Vec<Output>) {
+    /// Re-evaluates time-based lifetimes, gives up on jobs the engine has
+    /// held longer than [`JOB_TIMEOUT`], repeats due ARP requests and drops
+    /// packets whose next hop never answered.
+    pub fn handle_timeout(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+        self.lend(pool, |gw| gw.timeout(now, out));
+    }
+
+    /// Runs `f` with the driver's pool lent to the gateway.
+    fn lend<R>(&mut self, pool: &mut PacketPool, f: impl FnOnce(&mut Self) -> R) -> R {
+        self.pool = std::mem::take(pool);
+        let result = f(self);
+        *pool = std::mem::take(&mut self.pool);
+        result
+    }
+
+    fn timeout(&mut self, now: Duration, out: &mut Vec<Output>) {
         self.last_now = self.last_now.max(now);
         self.sad.handle_timeout(now);
         let overdue = self
@@ -292,6 +320,19 @@ impl Gateway {
             }
             self.completions = lost;
         }
+        if self.neighbors.pending() > 0 {
+            let mut expired = std::mem::take(&mut self.waiting);
+            let mut retry = Vec::new();
+            self.neighbors.expire(now, &mut expired, &mut retry);
+            for w in expired.drain(..) {
+                self.stats.drops.count(DropReason::NeighborUnreachable);
+                out.push((w.buf, Verdict::Drop(DropReason::NeighborUnreachable)));
+            }
+            self.waiting = expired;
+            for (hop, port) in retry {
+                self.send_arp_request(hop, port, out);
+            }
+        }
     }
 
     /// Next SA lifetime event for the control plane.
@@ -309,28 +350,39 @@ impl Gateway {
 
     /// Processes the frames in `bufs` (draining it), received on `from`.
     /// Frames whose fate is known are appended to `out` with their verdict;
-    /// the rest follow from `poll` or `flush` once the engine is done.
+    /// the rest follow from `poll`, `flush` or `handle_timeout` once the
+    /// engine is done (or the next hop resolved). `pool` is the driver's:
+    /// frames the gateway originates are taken from it, and every output
+    /// goes back to it.
     pub fn handle_batch(
         &mut self,
         now: Duration,
         from: Port,
         bufs: &mut Vec<PacketBuf>,
         out: &mut Vec<Output>,
+        pool: &mut PacketPool,
     ) {
-        self.last_now = self.last_now.max(now);
-        for mut buf in bufs.drain(..) {
-            self.stats.rx_packets += 1;
-            match self.classify(now, from, &mut buf) {
-                Classified::Done(result) => self.emit(buf, result, out),
-                Classified::Encapsulate(sa) => self.start_encapsulation(now, sa, buf, out),
-                Classified::Decapsulate => self.start_decapsulation(now, buf, out),
+        self.lend(pool, |gw| {
+            gw.last_now = gw.last_now.max(now);
+            for mut buf in bufs.drain(..) {
+                gw.stats.rx_packets += 1;
+                match gw.classify(now, from, &mut buf) {
+                    Classified::Done(result) => gw.emit(buf, result, out),
+                    Classified::Arp(arp) => gw.handle_arp(now, from, buf, arp, out),
+                    Classified::Encapsulate(sa) => gw.start_encapsulation(now, sa, buf, out),
+                    Classified::Decapsulate => gw.start_decapsulation(now, buf, out),
+                }
             }
-        }
-        self.poll(now, out);
+            gw.reap(now, out);
+        });
     }
 
     /// Finishes whatever the engine has completed, without waiting.
-    pub fn poll(&mut self, now: Duration, out: &mut Vec<Output>) {
+    pub fn poll(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+        self.lend(pool, |gw| gw.reap(now, out));
+    }
+
+    fn reap(&mut self, now: Duration, out: &mut Vec<Output>) {
         self.last_now = self.last_now.max(now);
         self.retry_deferred();
         let mut done = std::mem::take(&mut self.completions);
@@ -351,14 +403,33 @@ impl Gateway {
     /// Waits for every job in flight and finishes it (shutdown, end of a
     /// capture). Jobs the engine holds past [`JOB_TIMEOUT`] of waiting are
     /// reclaimed and dropped, so every buffer comes back.
-    pub fn flush(&mut self, now: Duration, out: &mut Vec<Output>) {
+    pub fn flush(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+        self.lend(pool, |gw| gw.drain_engine(now, out));
+    }
+
+    /// Stops: waits for the engine, then hands back every packet still
+    /// parked for ARP, dropped as `neighbor_unreachable`.
+    pub fn shutdown(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+        self.lend(pool, |gw| {
+            gw.drain_engine(now, out);
+            let mut parked = std::mem::take(&mut gw.waiting);
+            gw.neighbors.drain(&mut parked);
+            for w in parked.drain(..) {
+                gw.stats.drops.count(DropReason::NeighborUnreachable);
+                out.push((w.buf, Verdict::Drop(DropReason::NeighborUnreachable)));
+            }
+            gw.waiting = parked;
+        });
+    }
+
+    fn drain_engine(&mut self, now: Duration, out: &mut Vec<Output>) {
         // Flushing blocks on the engine, so it measures its own waiting in
         // wall-clock time: completions can wake it far more often than the
         // step below.
         let start = std::time::Instant::now();
         let mut reclaimed = false;
         while self.in_flight.live > 0 {
-            self.poll(now, out);
+            self.reap(now, out);
             if self.in_flight.live == 0 {
                 break;
             }
@@ -366,10 +437,10 @@ impl Gateway {
             let waited = start.elapsed();
             if waited > JOB_TIMEOUT && !reclaimed {
                 // The engine's clock for timeouts is the wait itself here.
-                self.handle_timeout(now + JOB_TIMEOUT + waited, out);
+                self.timeout(now + JOB_TIMEOUT + waited, out);
                 reclaimed = true;
             } else if waited > JOB_TIMEOUT * 2 {
-                self.handle_timeout(now + JOB_TIMEOUT + waited, out);
+                self.timeout(now + JOB_TIMEOUT + waited, out);
             }
             if waited > JOB_TIMEOUT * 40 {
                 break;
@@ -379,24 +450,33 @@ impl Gateway {
 
     /// One frame, start to finish, for tools and tests that handle frames
     /// one at a time: waits for the engine if the frame needs crypto.
-    /// `None` only if the engine never gave the buffer back.
-    pub fn handle_frame(&mut self, now: Duration, from: Port, buf: PacketBuf) -> Option<Output> {
+    /// Returns everything the gateway sent because of it (usually one
+    /// frame; an ARP request and fragments add more).
+    pub fn handle_frame(
+        &mut self,
+        now: Duration,
+        from: Port,
+        buf: PacketBuf,
+        pool: &mut PacketPool,
+    ) -> Vec<Output> {
         let mut bufs = vec![buf];
         let mut out = Vec::with_capacity(1);
-        self.handle_batch(now, from, &mut bufs, &mut out);
-        if out.is_empty() {
-            self.flush(now, &mut out);
+        self.handle_batch(now, from, &mut bufs, &mut out, pool);
+        if self.in_flight.live > 0 {
+            self.flush(now, &mut out, pool);
         }
-        out.pop()
+        out
     }
 
     fn emit(&mut self, mut buf: PacketBuf, result: Result<Next, DropReason>, out: &mut Vec<Output>) {
-        let verdict = match result.and_then(|next| match next {
-            Next::Route => self.route_and_frame(&mut buf).map(Some),
-            Next::Consume => Ok(None),
-        }) {
-            Ok(Some(port)) => Verdict::Forward(port),
-            Ok(None) => Verdict::Consumed,
+        let verdict = match result {
+            Ok(Next::Consume) => Verdict::Consumed,
+            Ok(Next::Route) => match self.route(&mut buf, out) {
+                Ok(Some(port)) => Verdict::Forward(port),
+                // Parked for ARP, or split into fragments already sent.
+                Ok(None) => return,
+                Err(reason) => Verdict::Drop(reason),
+            },
             Err(reason) => Verdict::Drop(reason),
         };
         match verdict {
@@ -407,6 +487,230 @@ impl Gateway {
         out.push((buf, verdict));
     }
 
+    /// Routes an IPv4 packet: next hop, MTU, link-layer header. `Ok(None)`
+    /// when the buffer was parked waiting for ARP (it comes back later).
+    fn route(&mut self, buf: &mut PacketBuf, out: &mut Vec<Output>) -> Result<Option<Port>, DropReason> {
+        let dst = Ipv4Packet::new_unchecked(buf.data()).dst_addr();
+        let hop = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
+        if self.link == LinkLayer::RawIp {
+            return Ok(Some(hop.port));
+        }
+        let mtu = usize::from(self.interfaces[hop.port.index()].mtu);
+        if buf.len() > mtu {
+            let ip = Ipv4Packet::new_unchecked(buf.data());
+            if ip.dont_frag() {
+                return Err(DropReason::FragNeeded);
+            }
+            return self.fragment(buf, mtu, hop, out).map(|()| None);
+        }
+        let mac = match self.neighbors.lookup(hop.address, self.last_now) {
+            Some(mac) => mac,
+            // Offline there is no ARP: an unknown neighbour gets the zero MAC.
+            None if !self.resolve_neighbors => EthernetAddress([0; 6]),
+            None => {
+                let parked = std::mem::replace(buf, PacketBuf::empty());
+                match self.neighbors.park(hop.address, hop.port, parked, self.last_now) {
+                    Queued::Parked { request } => {
+                        if request {
+                            self.send_arp_request(hop.address, hop.port, out);
+                        }
+                        return Ok(None);
+                    }
+                    Queued::Full(back) => {
+                        *buf = back;
+                        return Err(DropReason::NeighborQueueFull);
+                    }
+                }
+            }
+        };
+        self.frame(buf, mac, hop.port)?;
+        Ok(Some(hop.port))
+    }
+
+    /// Splits an IPv4 packet larger than `mtu` into fragments (RFC 791),
+    /// each routed to `hop`; the first stays in `buf`, the others come from
+    /// the driver's pool.
+    fn fragment(
+        &mut self,
+        buf: &mut PacketBuf,
+        mtu: usize,
+        hop: crate::route::NextHop,
+        out: &mut Vec<Output>,
+    ) -> Result<(), DropReason> {
+        let header_len = usize::from(buf.data()[0] & 0x0f) * 4;
+        let chunk = (mtu - header_len) / 8 * 8;
+        let payload_len = buf.len() - header_len;
+        if chunk == 0 {
+            return Err(DropReason::FragNeeded);
+        }
+        let (base_offset, more_after) = {
+            let ip = Ipv4Packet::new_unchecked(buf.data());
+            (usize::from(ip.frag_offset()), ip.more_frags())
+        };
+        let pieces = payload_len.div_ceil(chunk);
+        let mut extra = Vec::with_capacity(pieces.saturating_sub(1));
+        for i in 1..pieces {
+            let Some(mut piece) = self.pool.alloc() else {
+                for b in extra {
+                    self.pool.free(b);
+                }
+                return Err(DropReason::NoBufferSpace);
+            };
+            let start = header_len + i * chunk;
+            let end = (start + chunk).min(buf.len());
+            let data = buf.data();
+            let ok = piece.append(header_len + end - start).map(|room| {
+                room[..header_len].copy_from_slice(&data[..header_len]);
+                room[header_len..].copy_from_slice(&data[start..end]);
+            });
+            if ok.is_none() {
+                self.pool.free(piece);
+                return Err(DropReason::NoBufferSpace);
+            }
+            let total = piece.len() as u16;
+            let mut ip = Ipv4Packet::new_unchecked(piece.data_mut());
+            ip.set_total_len(total);
+            ip.set_frag_offset((base_offset + i * chunk) as u16);
+            ip.set_more_frags(i + 1 < pieces || more_after);
+            ip.fill_checksum();
+            extra.push(piece);
+        }
+        buf.truncate(header_len + chunk);
+        let total = buf.len() as u16;
+        let mut ip = Ipv4Packet::new_unchecked(buf.data_mut());
+        ip.set_total_len(total);
+        ip.set_more_frags(true);
+        ip.fill_checksum();
+        // Every fragment goes the same way; the first one below, the rest now.
+        let mac = match self.link {
+            LinkLayer::RawIp => None,
+            LinkLayer::Ethernet => match self.neighbors.lookup(hop.address, self.last_now) {
+                Some(mac) => Some(mac),
+                None if !self.resolve_neighbors => Some(EthernetAddress([0; 6])),
+                None => None,
+            },
+        };
+        let first = std::mem::replace(buf, PacketBuf::empty());
+        for piece in std::iter::once(first).chain(extra) {
+            self.stats.generated += 1;
+            let mut piece = piece;
+            match (self.link, mac) {
+                (LinkLayer::RawIp, _) => {
+                    self.stats.tx_packets += 1;
+                    out.push((piece, Verdict::Forward(hop.port)));
+                }
+                (LinkLayer::Ethernet, Some(mac)) => match self.frame(&mut piece, mac, hop.port) {
+                    Ok(()) => {
+                        self.stats.tx_packets += 1;
+                        out.push((piece, Verdict::Forward(hop.port)));
+                    }
+                    Err(reason) => {
+                        self.stats.drops.count(reason);
+                        out.push((piece, Verdict::Drop(reason)));
+                    }
+                },
+                (LinkLayer::Ethernet, None) => {
+                    match self.neighbors.park(hop.address, hop.port, piece, self.last_now) {
+                        Queued::Parked { request } => {
+                            if request {
+                                self.send_arp_request(hop.address, hop.port, out);
+                            }
+                        }
+                        Queued::Full(back) => {
+                            self.stats.drops.count(DropReason::NeighborQueueFull);
+                            out.push((back, Verdict::Drop(DropReason::NeighborQueueFull)));
+                        }
+                    }
+                }
+            }
+        }
+        // The original packet became the first fragment: not generated.
+        self.stats.generated -= 1;
+        Ok(())
+    }
+
+    fn frame(&self, buf: &mut PacketBuf, dst_mac: EthernetAddress, port: Port) -> Result<(), DropReason> {
+        let src_mac = self.interfaces[port.index()].mac;
+        let header = buf
+            .prepend(EthernetFrame::<&[u8]>::header_len())
+            .ok_or(DropReason::NoBufferSpace)?;
+        let mut frame = EthernetFrame::new_unchecked(header);
+        frame.set_dst_addr(dst_mac);
+        frame.set_src_addr(src_mac);
+        frame.set_ethertype(EthernetProtocol::Ipv4);
+        Ok(())
+    }
+
+    fn send_arp_request(&mut self, target: Ipv4Addr, port: Port, out: &mut Vec<Output>) {
+        let iface = &self.interfaces[port.index()];
+        let (mac, addr) = (iface.mac, iface.address);
+        let Some(mut buf) = self.pool.alloc() else {
+            // No buffer now; the request is repeated from handle_timeout.
+            return;
+        };
+        if icmp::arp_request(&mut buf, (mac, addr), target) {
+            self.stats.generated += 1;
+            self.stats.tx_packets += 1;
+            out.push((buf, Verdict::Forward(port)));
+        } else {
+            self.pool.free(buf);
+        }
+    }
+
+    /// ARP (Ethernet only): answer requests for our addresses, learn
+    /// senders, release packets that waited for them.
+    fn handle_arp(
+        &mut self,
+        now: Duration,
+        from: Port,
+        mut buf: PacketBuf,
+        arp: icmp::Arp,
+        out: &mut Vec<Output>,
+    ) {
+        let iface = &self.interfaces[from.index()];
+        let (our_mac, our_ip) = (iface.mac, iface.address);
+        let for_us = arp.target_ip == our_ip;
+        // RFC 826: update an entry we have, or create one when addressed.
+        if for_us || self.neighbors.lookup(arp.sender_ip, now).is_some() || self.is_waited_for(arp.sender_ip)
+        {
+            self.neighbors.learn(arp.sender_ip, arp.sender_mac, now);
+            self.release(arp.sender_ip, arp.sender_mac, out);
+        }
+        self.stats.local_delivered += 1;
+        if for_us
+            && arp.operation == smoltcp::wire::ArpOperation::Request
+            && icmp::arp_reply_in_place(&mut buf, &arp, our_mac)
+        {
+            self.stats.generated += 1;
+            self.stats.tx_packets += 1;
+            out.push((buf, Verdict::Forward(from)));
+        } else {
+            out.push((buf, Verdict::Consumed));
+        }
+    }
+
+    fn is_waited_for(&self, address: Ipv4Addr) -> bool {
+        self.neighbors.pending() > 0 && self.neighbors.is_pending(address)
+    }
+
+    fn release(&mut self, address: Ipv4Addr, mac: EthernetAddress, out: &mut Vec<Output>) {
+        let mut ready = std::mem::take(&mut self.waiting);
+        self.neighbors.release(address, &mut ready);
+        for mut w in ready.drain(..) {
+            match self.frame(&mut w.buf, mac, w.port) {
+                Ok(()) => {
+                    self.stats.tx_packets += 1;
+                    out.push((w.buf, Verdict::Forward(w.port)));
+                }
+                Err(reason) => {
+                    self.stats.drops.count(reason);
+                    out.push((w.buf, Verdict::Drop(reason)));
+                }
+            }
+        }
+        self.waiting = ready;
+    }
+
     fn is_local(&self, addr: Ipv4Addr) -> bool {
         self.interfaces.iter().any(|i| i.address == addr)
     }
@@ -414,12 +718,39 @@ impl Gateway {
     fn classify(&mut self, _now: Duration, from: Port, buf: &mut PacketBuf) -> Classified {
         match self.classify_inner(from, buf) {
             Ok(c) => c,
+            // RFC 1812 §5.3.1: tell the source its packet died here.
+            Err(DropReason::TtlExpired) if icmp::may_answer_with_error(buf.data()) => {
+                let from_addr = self.interfaces[from.index()].address;
+                if icmp::error_in_place(buf, icmp::kind::TIME_EXCEEDED, 0, 0, from_addr) {
+                    self.stats.drops.count(DropReason::TtlExpired);
+                    self.stats.generated += 1;
+                    Classified::Done(Ok(Next::Route))
+                } else {
+                    Classified::Done(Err(DropReason::TtlExpired))
+                }
+            }
             Err(reason) => Classified::Done(Err(reason)),
         }
     }
 
+    /// An ICMP echo request to one of our addresses becomes its reply.
+    fn answer_echo(&mut self, buf: &mut PacketBuf, flow: &spd_sad::FlowKey) -> Option<Classified> {
+        if flow.protocol != proto::ICMP {
+            return None;
+        }
+        let header_len = usize::from(buf.data()[0] & 0x0f) * 4;
+        if buf.data().get(header_len) != Some(&icmp::kind::ECHO_REQUEST) || !icmp::echo_reply_in_place(buf) {
+            return None;
+        }
+        self.stats.local_delivered += 1;
+        self.stats.generated += 1;
+        Some(Classified::Done(Ok(Next::Route)))
+    }
+
     fn classify_inner(&mut self, from: Port, buf: &mut PacketBuf) -> Result<Classified, DropReason> {
-        self.strip_link_header(buf)?;
+        if let Some(arp) = self.strip_link_header(buf)? {
+            return Ok(Classified::Arp(arp));
+        }
         check_ipv4(buf)?;
         let ip = Ipv4Packet::new_unchecked(buf.data());
         let flow = flow_key(&ip);
@@ -427,6 +758,9 @@ impl Gateway {
         match from {
             Port::Inside => {
                 if self.is_local(flow.dst) {
+                    if let Some(reply) = self.answer_echo(buf, &flow) {
+                        return Ok(reply);
+                    }
                     self.stats.local_delivered += 1;
                     return Ok(Classified::Done(Ok(Next::Consume)));
                 }
@@ -458,6 +792,9 @@ impl Gateway {
                     Action::Bypass => {}
                 }
                 if self.is_local(flow.dst) {
+                    if let Some(reply) = self.answer_echo(buf, &flow) {
+                        return Ok(reply);
+                    }
                     self.stats.local_delivered += 1;
                     return Ok(Classified::Done(Ok(Next::Consume)));
                 }
@@ -490,16 +827,23 @@ impl Gateway {
         }
     }
 
-    fn strip_link_header(&self, buf: &mut PacketBuf) -> Result<(), DropReason> {
+    /// Removes the Ethernet header; ARP frames come back parsed instead.
+    fn strip_link_header(&self, buf: &mut PacketBuf) -> Result<Option<icmp::Arp>, DropReason> {
         if self.link == LinkLayer::RawIp {
-            return Ok(());
+            return Ok(None);
         }
         let frame = EthernetFrame::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
-        if frame.ethertype() != EthernetProtocol::Ipv4 {
-            return Err(DropReason::Unsupported);
+        match frame.ethertype() {
+            EthernetProtocol::Ipv4 => {}
+            EthernetProtocol::Arp => {
+                return icmp::parse_arp(frame.payload())
+                    .map(Some)
+                    .ok_or(DropReason::Malformed);
+            }
+            _ => return Err(DropReason::Unsupported),
         }
         buf.trim_front(EthernetFrame::<&[u8]>::header_len());
-        Ok(())
+        Ok(None)
     }
 
     fn start_encapsulation(&mut self, now: Duration, sa_id: SaId, mut buf: PacketBuf, out: &mut Vec<Output>) {
@@ -508,6 +852,29 @@ impl Gateway {
         let Some(sa) = self.sad.get_mut(sa_id) else {
             return self.emit(buf, Err(DropReason::SaExpired), out);
         };
+        // RFC 4301 §8.1 / RFC 1191: with DF set, a packet that will not fit
+        // the outside MTU once protected is refused with the MTU it must meet.
+        let mtu = usize::from(self.interfaces[Port::Outside.index()].mtu);
+        let (size, fits) = esp::protected_size(buf.data(), sa.crypto().algorithm(), sa.params().mode, mtu);
+        let dont_fragment = Ipv4Packet::new_unchecked(buf.data()).dont_frag();
+        if size > mtu && dont_fragment {
+            let from = self.interfaces[Port::Inside.index()].address;
+            let next_hop_mtu = u32::try_from(fits).unwrap_or(0);
+            if icmp::may_answer_with_error(buf.data())
+                && icmp::error_in_place(
+                    &mut buf,
+                    icmp::kind::DEST_UNREACHABLE,
+                    icmp::kind::FRAG_NEEDED,
+                    next_hop_mtu,
+                    from,
+                )
+            {
+                self.stats.drops.count(DropReason::FragNeeded);
+                self.stats.generated += 1;
+                return self.emit(buf, Ok(Next::Route), out);
+            }
+            return self.emit(buf, Err(DropReason::FragNeeded), out);
+        }
         let ctx = OutboundContext {
             rng: &mut self.rng,
             ip_id,
@@ -598,7 +965,7 @@ impl Gateway {
                 Ok(()) => return,
                 Err(back) => job = back,
             }
-            self.poll(now, out);
+            self.reap(now, out);
             self.engine.wait(Duration::from_millis(1));
         }
         let slot = job.user as usize;
@@ -610,14 +977,14 @@ impl Gateway {
     fn wait_for(&mut self, now: Duration, slot: usize, out: &mut Vec<Output>) {
         let start = std::time::Instant::now();
         while self.in_flight.slots.get(slot).is_some_and(Option::is_some) {
-            self.poll(now, out);
+            self.reap(now, out);
             if self.in_flight.slots.get(slot).is_none_or(Option::is_none) {
                 return;
             }
             self.engine.wait(Duration::from_micros(100));
             let waited = start.elapsed();
             if waited > JOB_TIMEOUT {
-                self.handle_timeout(now + JOB_TIMEOUT + waited, out);
+                self.timeout(now + JOB_TIMEOUT + waited, out);
                 if waited > JOB_TIMEOUT * 40 {
                     return;
                 }
@@ -698,28 +1065,6 @@ impl Gateway {
         }
         decrement_ttl(buf)?;
         Ok(Next::Route)
-    }
-
-    /// Chooses the port and next hop and writes the link-layer header.
-    fn route_and_frame(&mut self, buf: &mut PacketBuf) -> Result<Port, DropReason> {
-        let dst = Ipv4Packet::new_unchecked(buf.data()).dst_addr();
-        let hop = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
-        if self.link == LinkLayer::Ethernet {
-            // Offline there is no ARP: an unknown neighbour gets the zero MAC.
-            let dst_mac = self
-                .neighbors
-                .lookup(hop.address)
-                .unwrap_or(EthernetAddress([0; 6]));
-            let src_mac = self.interfaces[hop.port.index()].mac;
-            let header = buf
-                .prepend(EthernetFrame::<&[u8]>::header_len())
-                .ok_or(DropReason::NoBufferSpace)?;
-            let mut frame = EthernetFrame::new_unchecked(header);
-            frame.set_dst_addr(dst_mac);
-            frame.set_src_addr(src_mac);
-            frame.set_ethertype(EthernetProtocol::Ipv4);
-        }
-        Ok(hop.port)
     }
 }
 

@@ -14,7 +14,9 @@
 
 pub mod esp;
 pub mod gateway;
+pub mod icmp;
 pub mod io;
+pub mod neighbor;
 pub mod route;
 pub mod stats;
 pub mod wire;

@@ -1,6 +1,5 @@
 //! Interfaces, IPv4 routes (longest-prefix match) and neighbours.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 
@@ -97,30 +96,6 @@ impl RoutingTable {
 
     pub fn routes(&self) -> &[Route] {
         &self.routes
-    }
-}
-
-/// Statically configured neighbours (offline operation has no ARP).
-#[derive(Debug, Clone, Default)]
-pub struct Neighbors {
-    entries: HashMap<Ipv4Addr, EthernetAddress>,
-}
-
-impl Neighbors {
-    pub fn insert(&mut self, address: Ipv4Addr, mac: EthernetAddress) {
-        self.entries.insert(address, mac);
-    }
-
-    pub fn lookup(&self, address: Ipv4Addr) -> Option<EthernetAddress> {
-        self.entries.get(&address).copied()
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 

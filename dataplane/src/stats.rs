@@ -42,10 +42,17 @@ pub enum DropReason {
     EngineBusy,
     /// The engine held the packet too long (stalled channel, lost completion).
     EngineTimeout,
+    /// The next hop did not answer ARP in time.
+    NeighborUnreachable,
+    /// Too many packets already wait for ARP.
+    NeighborQueueFull,
+    /// DF set and the packet does not fit the outside MTU once protected
+    /// (an ICMP fragmentation-needed went back).
+    FragNeeded,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 16] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::NoPolicy,
         DropReason::PolicyDiscard,
         DropReason::PolicyMismatch,
@@ -62,6 +69,9 @@ impl DropReason {
         DropReason::NoBufferSpace,
         DropReason::EngineBusy,
         DropReason::EngineTimeout,
+        DropReason::NeighborUnreachable,
+        DropReason::NeighborQueueFull,
+        DropReason::FragNeeded,
     ];
 
     /// The name used in stats output.
@@ -83,6 +93,9 @@ impl DropReason {
             DropReason::NoBufferSpace => "no_buffer_space",
             DropReason::EngineBusy => "engine_busy",
             DropReason::EngineTimeout => "engine_timeout",
+            DropReason::NeighborUnreachable => "neighbor_unreachable",
+            DropReason::NeighborQueueFull => "neighbor_queue_full",
+            DropReason::FragNeeded => "frag_needed",
         }
     }
 
@@ -142,12 +155,17 @@ pub struct Stats {
     pub local_delivered: u64,
     /// ESP dummy packets (next header 59, RFC 4303 §2.6), silently consumed.
     pub dummy_packets: u64,
+    /// Frames the gateway originated: ARP requests and replies, ICMP echo
+    /// replies and errors, extra fragments.
+    pub generated: u64,
     pub drops: DropCounters,
 }
 
 impl Stats {
-    /// Every received packet is either transmitted, consumed or dropped.
+    /// Every received packet is transmitted, consumed or dropped; every
+    /// transmitted frame was received or generated.
     pub fn balanced(&self) -> bool {
-        self.rx_packets == self.tx_packets + self.local_delivered + self.dummy_packets + self.drops.total()
+        self.rx_packets + self.generated
+            == self.tx_packets + self.local_delivered + self.dummy_packets + self.drops.total()
     }
 }

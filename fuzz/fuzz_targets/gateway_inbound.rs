@@ -27,8 +27,8 @@ fuzz_target!(|data: &[u8]| {
     let mut pool = PacketPool::new(1);
     let Some(mut buf) = pool.alloc() else { return };
     if buf.fill(frame) {
-        let output = gateway.handle_frame(std::time::Duration::ZERO, Port::Outside, buf);
-        assert!(output.is_some(), "every frame comes back");
+        let outputs = gateway.handle_frame(std::time::Duration::ZERO, Port::Outside, buf, &mut pool);
+        assert_eq!(outputs.len(), 1, "every frame comes back once");
     }
     assert!(gateway.stats().balanced());
 });

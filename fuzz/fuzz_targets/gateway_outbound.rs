@@ -17,11 +17,14 @@ fuzz_target!(|frame: &[u8]| {
     if !buf.fill(frame) {
         return;
     }
-    let Some((buf, verdict)) = a.handle_frame(std::time::Duration::ZERO, Port::Inside, buf) else {
+    let Some((buf, verdict)) = a
+        .handle_frame(std::time::Duration::ZERO, Port::Inside, buf, &mut pool)
+        .pop()
+    else {
         panic!("every frame comes back");
     };
     if verdict == Verdict::Forward(Port::Outside) && a.stats().encapsulated == 1 {
-        let output = b.handle_frame(std::time::Duration::ZERO, Port::Outside, buf);
+        let output = b.handle_frame(std::time::Duration::ZERO, Port::Outside, buf, &mut pool).pop();
         assert!(
             !matches!(
                 output,

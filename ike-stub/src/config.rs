@@ -126,6 +126,8 @@ impl Config {
             link,
             outer_ttl: self.outer_ttl,
             style,
+            // Offline work has no ARP; `espgw run` turns resolution on.
+            resolve_neighbors: false,
         }
     }
 

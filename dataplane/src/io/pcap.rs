@@ -99,7 +99,7 @@ pub fn run<R: Read, W: Write>(
                 // Every buffer is with the engine: wait for some to come back.
                 None => {
                     gateway.wait(Duration::from_millis(1));
-                    gateway.poll(clock, &mut out);
+                    gateway.poll(clock, &mut out, &mut pool);
                     write_out(&mut writer, &mut pool, &mut out, clock + start, &mut run)?;
                     if pool.available() == 0 && gateway.in_flight() == 0 {
                         return Err(PcapDriverError::PoolExhausted);
@@ -109,11 +109,11 @@ pub fn run<R: Read, W: Write>(
         };
         buf.fill(&packet.data);
         bufs.push(buf);
-        gateway.handle_timeout(clock, &mut out);
-        gateway.handle_batch(clock, from, &mut bufs, &mut out);
+        gateway.handle_timeout(clock, &mut out, &mut pool);
+        gateway.handle_batch(clock, from, &mut bufs, &mut out, &mut pool);
         write_out(&mut writer, &mut pool, &mut out, clock + start, &mut run)?;
     }
-    gateway.flush(clock, &mut out);
+    gateway.shutdown(clock, &mut out, &mut pool);
     let stamp = clock + epoch.unwrap_or_default();
     write_out(&mut writer, &mut pool, &mut out, stamp, &mut run)?;
     if pool.in_use() != 0 {

@@ -1,0 +1,356 @@
+//! The gateway's own L2/L3 duties: ARP (answering, resolving, queueing,
+//! expiry), ICMP echo, time exceeded, fragmentation needed, and
+//! fragmentation after encapsulation.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use accel::{Algorithm, EngineSpec, Style};
+use common::*;
+use dataplane::gateway::Output;
+use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
+use ike_stub::Config;
+use smoltcp::wire::{ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
+
+const GW_INSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x01];
+const HOST_A_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x10];
+const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x00, 0x02];
+
+/// Site A on Ethernet with ARP resolution on and no static neighbours.
+fn site_a(alg: Algorithm, outside_mtu: u16) -> Gateway {
+    let text = tunnel_config(alg, "tunnel", false, true, "")
+        .replace("mtu = 9000", &format!("mtu = {outside_mtu}"))
+        .replace(
+            "address = \"192.168.1.1/24\"",
+            "address = \"192.168.1.1/24\"\nmac = \"02:00:00:00:01:01\"",
+        )
+        .replace(
+            "address = \"10.0.0.1/24\"",
+            "address = \"10.0.0.1/24\"\nmac = \"02:00:00:00:00:01\"",
+        );
+    let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
+    setup.resolve_neighbors = true;
+    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
+    config.install(&mut gw, Duration::ZERO).unwrap();
+    gw
+}
+
+fn ether(dst: [u8; 6], src: [u8; 6], ethertype: EthernetProtocol, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + payload.len()];
+    let mut frame = EthernetFrame::new_unchecked(&mut f[..]);
+    frame.set_dst_addr(EthernetAddress(dst));
+    frame.set_src_addr(EthernetAddress(src));
+    frame.set_ethertype(ethertype);
+    f[14..].copy_from_slice(payload);
+    f
+}
+
+fn arp(op: ArpOperation, sender: ([u8; 6], [u8; 4]), target: ([u8; 6], [u8; 4])) -> Vec<u8> {
+    let mut p = vec![0u8; 28];
+    let mut a = ArpPacket::new_unchecked(&mut p[..]);
+    a.set_hardware_type(smoltcp::wire::ArpHardware::Ethernet);
+    a.set_protocol_type(EthernetProtocol::Ipv4);
+    a.set_hardware_len(6);
+    a.set_protocol_len(4);
+    a.set_operation(op);
+    a.set_source_hardware_addr(&sender.0);
+    a.set_source_protocol_addr(&sender.1);
+    a.set_target_hardware_addr(&target.0);
+    a.set_target_protocol_addr(&target.1);
+    p
+}
+
+fn send(
+    gw: &mut Gateway,
+    pool: &mut PacketPool,
+    now: Duration,
+    from: Port,
+    frame: &[u8],
+) -> Vec<(Verdict, Vec<u8>)> {
+    let mut buf = pool.alloc().expect("buffer");
+    assert!(buf.fill(frame));
+    let outputs = gw.handle_frame(now, from, buf, pool);
+    collect(outputs, pool)
+}
+
+fn collect(outputs: Vec<Output>, pool: &mut PacketPool) -> Vec<(Verdict, Vec<u8>)> {
+    outputs
+        .into_iter()
+        .map(|(buf, verdict)| {
+            let bytes = buf.data().to_vec();
+            pool.free(buf);
+            (verdict, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn answers_arp_for_its_own_address_only() {
+    let mut gw = site_a(Algorithm::Aes128Gcm16, 1500);
+    let mut pool = PacketPool::new(8);
+    let request = arp(
+        ArpOperation::Request,
+        (HOST_A_MAC, [192, 168, 1, 10]),
+        ([0; 6], [192, 168, 1, 1]),
+    );
+    let out = send(
+        &mut gw,
+        &mut pool,
+        Duration::ZERO,
+        Port::Inside,
+        &ether([0xff; 6], HOST_A_MAC, EthernetProtocol::Arp, &request),
+    );
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, Verdict::Forward(Port::Inside));
+    let reply = &out[0].1;
+    assert_eq!(&reply[..6], &HOST_A_MAC);
+    let a = ArpPacket::new_checked(&reply[14..]).unwrap();
+    assert_eq!(a.operation(), ArpOperation::Reply);
+    assert_eq!(a.source_hardware_addr(), &GW_INSIDE_MAC);
+    assert_eq!(a.source_protocol_addr(), &[192, 168, 1, 1]);
+    // A request for someone else is consumed without a reply.
+    let other = arp(
+        ArpOperation::Request,
+        (HOST_A_MAC, [192, 168, 1, 10]),
+        ([0; 6], [192, 168, 1, 77]),
+    );
+    let out = send(
+        &mut gw,
+        &mut pool,
+        Duration::ZERO,
+        Port::Inside,
+        &ether([0xff; 6], HOST_A_MAC, EthernetProtocol::Arp, &other),
+    );
+    assert_eq!(out[0].0, Verdict::Consumed);
+    assert!(gw.stats().balanced());
+    assert_eq!(pool.in_use(), 0);
+}
+
+#[test]
+fn resolves_next_hops_and_queues_until_the_reply() {
+    let mut gw = site_a(Algorithm::Aes128Gcm16, 1500);
+    let mut pool = PacketPool::new(32);
+    let packet = udp_packet(HOST_A, HOST_B, 100, 1);
+    let frame = ether(GW_INSIDE_MAC, HOST_A_MAC, EthernetProtocol::Ipv4, &packet);
+    // Three packets to an unresolved next hop: one ARP request, all parked.
+    let mut requests = 0;
+    for i in 0..3 {
+        let out = send(
+            &mut gw,
+            &mut pool,
+            Duration::from_millis(i * 10),
+            Port::Inside,
+            &frame,
+        );
+        for (verdict, bytes) in &out {
+            assert_eq!(*verdict, Verdict::Forward(Port::Outside));
+            assert_eq!(&bytes[12..14], &[0x08, 0x06], "only ARP goes out while resolving");
+            let a = ArpPacket::new_checked(&bytes[14..]).unwrap();
+            assert_eq!(a.operation(), ArpOperation::Request);
+            assert_eq!(a.target_protocol_addr(), &[10, 0, 0, 2]);
+            requests += 1;
+        }
+    }
+    assert_eq!(requests, 1, "requests for one next hop are rate limited");
+    // The peer answers: the three ESP packets leave, addressed to it.
+    let reply = arp(
+        ArpOperation::Reply,
+        (PEER_MAC, [10, 0, 0, 2]),
+        ([0x02, 0, 0, 0, 0, 1], [10, 0, 0, 1]),
+    );
+    let out = send(
+        &mut gw,
+        &mut pool,
+        Duration::from_millis(50),
+        Port::Outside,
+        &ether([0x02, 0, 0, 0, 0, 1], PEER_MAC, EthernetProtocol::Arp, &reply),
+    );
+    let esp: Vec<_> = out
+        .iter()
+        .filter(|(v, _)| *v == Verdict::Forward(Port::Outside))
+        .collect();
+    assert_eq!(esp.len(), 3);
+    for (_, bytes) in esp {
+        assert_eq!(&bytes[..6], &PEER_MAC);
+        assert_eq!(bytes[14 + 9], 50);
+    }
+    // Now resolved: the next packet goes straight out.
+    let out = send(
+        &mut gw,
+        &mut pool,
+        Duration::from_millis(60),
+        Port::Inside,
+        &frame,
+    );
+    assert_eq!(out.len(), 1);
+    assert_eq!(&out[0].1[..6], &PEER_MAC);
+    assert!(gw.stats().balanced());
+    assert_eq!(pool.in_use(), 0);
+}
+
+#[test]
+fn unanswered_arp_drops_the_queue_after_a_timeout() {
+    let mut gw = site_a(Algorithm::Aes128Gcm16, 1500);
+    let mut pool = PacketPool::new(32);
+    let frame = ether(
+        GW_INSIDE_MAC,
+        HOST_A_MAC,
+        EthernetProtocol::Ipv4,
+        &udp_packet(HOST_A, HOST_B, 10, 1),
+    );
+    send(&mut gw, &mut pool, Duration::ZERO, Port::Inside, &frame);
+    let mut out = Vec::new();
+    gw.handle_timeout(Duration::from_millis(1500), &mut out, &mut pool);
+    let retried = collect(std::mem::take(&mut out), &mut pool);
+    assert_eq!(retried.len(), 1, "the request is repeated after a second");
+    gw.handle_timeout(Duration::from_secs(4), &mut out, &mut pool);
+    let expired = collect(out, &mut pool);
+    assert!(expired
+        .iter()
+        .any(|(v, _)| *v == Verdict::Drop(DropReason::NeighborUnreachable)));
+    assert_eq!(gw.stats().drops.get(DropReason::NeighborUnreachable), 1);
+    assert!(gw.stats().balanced());
+    assert_eq!(pool.in_use(), 0, "parked buffers come back");
+}
+
+#[test]
+fn answers_ping_to_its_own_address() {
+    let mut gw = site_a(Algorithm::Aes128Gcm16, 1500);
+    let mut pool = PacketPool::new(8);
+    // Learn the host first so the reply can be framed.
+    let request = arp(
+        ArpOperation::Request,
+        (HOST_A_MAC, [192, 168, 1, 10]),
+        ([0; 6], [192, 168, 1, 1]),
+    );
+    send(
+        &mut gw,
+        &mut pool,
+        Duration::ZERO,
+        Port::Inside,
+        &ether([0xff; 6], HOST_A_MAC, EthernetProtocol::Arp, &request),
+    );
+    let mut ping = udp_packet(HOST_A, "192.168.1.1".parse().unwrap(), 12, 0);
+    ping[9] = 1;
+    ping[20..28].copy_from_slice(&[8, 0, 0, 0, 0x12, 0x34, 0, 1]);
+    let sum = !smoltcp::wire::checksum::data(&ping[20..]);
+    ping[22..24].copy_from_slice(&sum.to_be_bytes());
+    Ipv4Packet::new_unchecked(&mut ping[..]).fill_checksum();
+    let out = send(
+        &mut gw,
+        &mut pool,
+        Duration::ZERO,
+        Port::Inside,
+        &ether(GW_INSIDE_MAC, HOST_A_MAC, EthernetProtocol::Ipv4, &ping),
+    );
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, Verdict::Forward(Port::Inside));
+    let reply = &out[0].1[14..];
+    assert_eq!(reply[20], 0, "echo reply");
+    assert_eq!(Ipv4Packet::new_checked(reply).unwrap().dst_addr(), HOST_A);
+    assert_eq!(
+        smoltcp::wire::checksum::data(&reply[20..]),
+        0xffff,
+        "valid ICMP checksum"
+    );
+}
+
+#[test]
+fn df_packets_too_big_for_the_tunnel_get_frag_needed_and_others_are_fragmented() {
+    let mtu = 1400;
+    let mut gw = site_a(Algorithm::Aes128Sha1, mtu);
+    let mut pool = PacketPool::new(16);
+    let learn = arp(
+        ArpOperation::Reply,
+        (PEER_MAC, [10, 0, 0, 2]),
+        ([0; 6], [10, 0, 0, 1]),
+    );
+    send(
+        &mut gw,
+        &mut pool,
+        Duration::ZERO,
+        Port::Outside,
+        &ether([0x02, 0, 0, 0, 0, 1], PEER_MAC, EthernetProtocol::Arp, &learn),
+    );
+    let host = arp(
+        ArpOperation::Request,
+        (HOST_A_MAC, [192, 168, 1, 10]),
+        ([0; 6], [192, 168, 1, 1]),
+    );
+    send(
+        &mut gw,
+        &mut pool,
+        Duration::ZERO,
+        Port::Inside,
+        &ether([0xff; 6], HOST_A_MAC, EthernetProtocol::Arp, &host),
+    );
+
+    // 1372-byte packet with DF: its ESP form (20 + 8 + 16 + 1376 + 12 = 1432) exceeds 1400.
+    let big = udp_packet(HOST_A, HOST_B, 1344, 0);
+    let out = send(
+        &mut gw,
+        &mut pool,
+        Duration::ZERO,
+        Port::Inside,
+        &ether(GW_INSIDE_MAC, HOST_A_MAC, EthernetProtocol::Ipv4, &big),
+    );
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, Verdict::Forward(Port::Inside));
+    let icmp = &out[0].1[14..];
+    assert_eq!((icmp[20], icmp[21]), (3, 4), "fragmentation needed");
+    let next_hop_mtu = u16::from_be_bytes([icmp[26], icmp[27]]);
+    // The advertised size must fit once protected; one block more must not.
+    let (fits, _) = dataplane::esp::protected_size(
+        &udp_packet(HOST_A, HOST_B, usize::from(next_hop_mtu) - 28, 0),
+        Algorithm::Aes128Sha1,
+        spd_sad::Mode::Tunnel,
+        usize::from(mtu),
+    );
+    assert!(fits <= usize::from(mtu), "{next_hop_mtu} → {fits}");
+    let (over, _) = dataplane::esp::protected_size(
+        &udp_packet(HOST_A, HOST_B, usize::from(next_hop_mtu) - 28 + 16, 0),
+        Algorithm::Aes128Sha1,
+        spd_sad::Mode::Tunnel,
+        usize::from(mtu),
+    );
+    assert!(over > usize::from(mtu));
+    assert_eq!(gw.stats().drops.get(DropReason::FragNeeded), 1);
+
+    // The same packet without DF is encapsulated, then fragmented.
+    let mut no_df = big.clone();
+    no_df[6] = 0;
+    Ipv4Packet::new_unchecked(&mut no_df[..]).fill_checksum();
+    let out = send(
+        &mut gw,
+        &mut pool,
+        Duration::ZERO,
+        Port::Inside,
+        &ether(GW_INSIDE_MAC, HOST_A_MAC, EthernetProtocol::Ipv4, &no_df),
+    );
+    assert_eq!(out.len(), 2, "two fragments");
+    let mut reassembled = Vec::new();
+    for (i, (verdict, frame)) in out.iter().enumerate() {
+        assert_eq!(*verdict, Verdict::Forward(Port::Outside));
+        assert!(frame.len() - 14 <= usize::from(mtu));
+        let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!(ip.more_frags(), i == 0);
+        assert_eq!(usize::from(ip.frag_offset()), reassembled.len());
+        reassembled.extend_from_slice(&frame[14 + 20..]);
+    }
+    assert_eq!(
+        reassembled.len(),
+        8 + 16 + 1376 + 12,
+        "the whole ESP packet, in order"
+    );
+    assert_eq!(
+        gw.stats().generated,
+        2 + 1,
+        "ARP reply + ICMP + one extra fragment"
+    );
+    assert!(gw.stats().balanced());
+    assert_eq!(pool.in_use(), 0);
+}

@@ -354,3 +354,129 @@ fn df_packets_too_big_for_the_tunnel_get_frag_needed_and_others_are_fragmented()
     assert!(gw.stats().balanced());
     assert_eq!(pool.in_use(), 0);
 }
+
+/// Fragments of one ESP packet, made by site A with a small outside MTU,
+/// as raw IPv4 packets.
+fn esp_fragments() -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut a = site_a(Algorithm::Aes128Sha1, 1400);
+    let mut pool = PacketPool::new(16);
+    let learn = arp(
+        ArpOperation::Reply,
+        (PEER_MAC, [10, 0, 0, 2]),
+        ([0; 6], [10, 0, 0, 1]),
+    );
+    send(
+        &mut a,
+        &mut pool,
+        Duration::ZERO,
+        Port::Outside,
+        &ether([0x02, 0, 0, 0, 0, 1], PEER_MAC, EthernetProtocol::Arp, &learn),
+    );
+    let mut packet = udp_packet(HOST_A, HOST_B, 1344, 9);
+    packet[6] = 0; // DF clear
+    Ipv4Packet::new_unchecked(&mut packet[..]).fill_checksum();
+    let out = send(
+        &mut a,
+        &mut pool,
+        Duration::ZERO,
+        Port::Inside,
+        &ether(GW_INSIDE_MAC, HOST_A_MAC, EthernetProtocol::Ipv4, &packet),
+    );
+    assert_eq!(out.len(), 2);
+    (packet, out.into_iter().map(|(_, f)| f[14..].to_vec()).collect())
+}
+
+fn site_b() -> Gateway {
+    gateway_from(&tunnel_config(Algorithm::Aes128Sha1, "tunnel", false, false, ""))
+}
+
+fn feed(
+    gw: &mut Gateway,
+    pool: &mut PacketPool,
+    now: Duration,
+    frames: &[Vec<u8>],
+) -> Vec<(Verdict, Vec<u8>)> {
+    frames
+        .iter()
+        .flat_map(|f| send(gw, pool, now, Port::Outside, f))
+        .collect()
+}
+
+#[test]
+fn fragmented_esp_is_reassembled_in_any_order() {
+    let (packet, fragments) = esp_fragments();
+    for order in [[0, 1], [1, 0]] {
+        let mut b = site_b();
+        let mut pool = PacketPool::new(8);
+        let frames: Vec<Vec<u8>> = order.iter().map(|&i| fragments[i].clone()).collect();
+        let out = feed(&mut b, &mut pool, Duration::ZERO, &frames);
+        let delivered: Vec<_> = out
+            .iter()
+            .filter(|(v, _)| *v == Verdict::Forward(Port::Inside))
+            .collect();
+        assert_eq!(delivered.len(), 1, "{order:?}");
+        assert_eq!(delivered[0].1, after_hops(&packet, 2));
+        assert_eq!(b.stats().fragments_absorbed, 2);
+        assert!(b.stats().balanced());
+        assert_eq!(pool.in_use(), 0);
+    }
+}
+
+#[test]
+fn overlapping_fragments_drop_the_datagram() {
+    let (_, fragments) = esp_fragments();
+    let mut b = site_b();
+    let mut pool = PacketPool::new(8);
+    // The first fragment twice: the copy overlaps.
+    let out = feed(
+        &mut b,
+        &mut pool,
+        Duration::ZERO,
+        &[fragments[0].clone(), fragments[0].clone(), fragments[1].clone()],
+    );
+    assert!(
+        out.iter().all(|(v, _)| *v != Verdict::Forward(Port::Inside)),
+        "nothing delivered"
+    );
+    assert!(b.stats().drops.get(DropReason::ReassemblyFailed) >= 1);
+    // The last fragment started a datagram of its own; stopping frees it.
+    let mut out = Vec::new();
+    b.shutdown(Duration::ZERO, &mut out, &mut pool);
+    collect(out, &mut pool);
+    assert!(b.stats().balanced());
+    assert_eq!(pool.in_use(), 0);
+    // Forged: a piece that lands inside the first fragment's range.
+    let mut inner = fragments[1].clone();
+    Ipv4Packet::new_unchecked(&mut inner[..]).set_frag_offset(8);
+    Ipv4Packet::new_unchecked(&mut inner[..]).fill_checksum();
+    let mut b = site_b();
+    feed(&mut b, &mut pool, Duration::ZERO, &[fragments[0].clone(), inner]);
+    assert_eq!(
+        b.stats().drops.get(DropReason::ReassemblyFailed),
+        2,
+        "the fragment and its datagram"
+    );
+    let mut out = Vec::new();
+    b.shutdown(Duration::ZERO, &mut out, &mut pool);
+    collect(out, &mut pool);
+    assert!(b.stats().balanced());
+    assert_eq!(pool.in_use(), 0);
+}
+
+#[test]
+fn incomplete_datagrams_time_out_and_free_their_buffers() {
+    let (_, fragments) = esp_fragments();
+    let mut b = site_b();
+    let mut pool = PacketPool::new(8);
+    feed(&mut b, &mut pool, Duration::ZERO, &fragments[..1]);
+    assert_eq!(pool.in_use(), 1, "the datagram being built holds one buffer");
+    let mut out = Vec::new();
+    b.handle_timeout(Duration::from_secs(5), &mut out, &mut pool);
+    assert!(out.is_empty(), "still waiting");
+    b.handle_timeout(Duration::from_secs(16), &mut out, &mut pool);
+    let dropped = collect(out, &mut pool);
+    assert_eq!(dropped.len(), 1);
+    assert_eq!(dropped[0].0, Verdict::Drop(DropReason::ReassemblyTimeout));
+    assert!(b.stats().balanced());
+    assert_eq!(pool.in_use(), 0);
+}

@@ -23,6 +23,7 @@ use crate::buffer::{PacketBuf, PacketPool};
 use crate::esp::{self, Decapsulated, OutboundContext, Pending};
 use crate::icmp;
 use crate::neighbor::{Neighbors, Queued, Waiting};
+use crate::reassembly::{Reassembled, Reassembler};
 use crate::route::{Interface, Port, Route, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use crate::wire::{flow_key, EspPacket};
@@ -141,6 +142,9 @@ pub struct Gateway {
     pool: PacketPool,
     /// Scratch for packets released or expired from the neighbour queue.
     waiting: Vec<Waiting>,
+    reassembler: Reassembler,
+    /// Scratch for buffers the reassembler gives up.
+    spent: Vec<PacketBuf>,
     link: LinkLayer,
     outer_ttl: u8,
     style: Style,
@@ -171,6 +175,8 @@ enum Next {
 enum Classified {
     Done(Result<Next, DropReason>),
     Arp(icmp::Arp),
+    /// A fragment of ESP addressed to us: reassemble first.
+    Fragment,
     Encapsulate(SaId),
     Decapsulate,
 }
@@ -199,6 +205,8 @@ impl Gateway {
             resolve_neighbors: setup.resolve_neighbors,
             pool: PacketPool::default(),
             waiting: Vec::with_capacity(64),
+            reassembler: Reassembler::default(),
+            spent: Vec::with_capacity(8),
             link: setup.link,
             outer_ttl: setup.outer_ttl,
             style: setup.style,
@@ -320,6 +328,12 @@ impl Gateway {
             }
             self.completions = lost;
         }
+        if self.reassembler.in_progress() > 0 {
+            let mut spent = std::mem::take(&mut self.spent);
+            self.reassembler.expire(now, &mut spent);
+            self.spent = spent;
+            self.give_up_spent(DropReason::ReassemblyTimeout, out);
+        }
         if self.neighbors.pending() > 0 {
             let mut expired = std::mem::take(&mut self.waiting);
             let mut retry = Vec::new();
@@ -369,6 +383,7 @@ impl Gateway {
                 match gw.classify(now, from, &mut buf) {
                     Classified::Done(result) => gw.emit(buf, result, out),
                     Classified::Arp(arp) => gw.handle_arp(now, from, buf, arp, out),
+                    Classified::Fragment => gw.reassemble(now, buf, out),
                     Classified::Encapsulate(sa) => gw.start_encapsulation(now, sa, buf, out),
                     Classified::Decapsulate => gw.start_decapsulation(now, buf, out),
                 }
@@ -412,6 +427,10 @@ impl Gateway {
     pub fn shutdown(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
         self.lend(pool, |gw| {
             gw.drain_engine(now, out);
+            let mut spent = std::mem::take(&mut gw.spent);
+            gw.reassembler.drain(&mut spent);
+            gw.spent = spent;
+            gw.give_up_spent(DropReason::ReassemblyTimeout, out);
             let mut parked = std::mem::take(&mut gw.waiting);
             gw.neighbors.drain(&mut parked);
             for w in parked.drain(..) {
@@ -778,11 +797,10 @@ impl Gateway {
                 }
             }
             Port::Outside => {
+                if flow.protocol == proto::ESP && is_fragment && self.is_local(flow.dst) {
+                    return Ok(Classified::Fragment);
+                }
                 if flow.protocol == proto::ESP && self.is_esp_for_us(buf, flow.dst) {
-                    if is_fragment {
-                        // Reassembly before decapsulation is not implemented yet.
-                        return Err(DropReason::Malformed);
-                    }
                     return Ok(Classified::Decapsulate);
                 }
                 // RFC 4301 §5.2: plaintext must be allowed by a bypass policy.
@@ -892,6 +910,35 @@ impl Gateway {
                 }
                 self.emit(buf, Err(reason), out);
             }
+        }
+    }
+
+    /// Collects ESP fragments; a completed datagram goes on to decapsulation.
+    fn reassemble(&mut self, now: Duration, buf: PacketBuf, out: &mut Vec<Output>) {
+        let result = self.reassembler.insert(buf, now, &mut self.pool, &mut self.spent);
+        self.give_up_spent(DropReason::ReassemblyFailed, out);
+        match result {
+            Reassembled::Held(fragment) => {
+                self.stats.fragments_absorbed += 1;
+                out.push((fragment, Verdict::Consumed));
+            }
+            Reassembled::Complete { datagram, spent } => {
+                self.stats.fragments_absorbed += 1;
+                out.push((spent, Verdict::Consumed));
+                // The datagram's buffer came from the pool: a new frame.
+                self.stats.generated += 1;
+                self.start_decapsulation(now, datagram, out);
+            }
+            Reassembled::Dropped(fragment, _) => self.emit(fragment, Err(DropReason::ReassemblyFailed), out),
+        }
+    }
+
+    /// Hands back datagram buffers the reassembler gave up on.
+    fn give_up_spent(&mut self, reason: DropReason, out: &mut Vec<Output>) {
+        while let Some(buf) = self.spent.pop() {
+            self.stats.generated += 1;
+            self.stats.drops.count(reason);
+            out.push((buf, Verdict::Drop(reason)));
         }
     }
 

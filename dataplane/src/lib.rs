@@ -17,6 +17,7 @@ pub mod gateway;
 pub mod icmp;
 pub mod io;
 pub mod neighbor;
+pub mod reassembly;
 pub mod route;
 pub mod stats;
 pub mod wire;

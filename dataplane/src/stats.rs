@@ -49,10 +49,15 @@ pub enum DropReason {
     /// DF set and the packet does not fit the outside MTU once protected
     /// (an ICMP fragmentation-needed went back).
     FragNeeded,
+    /// Inbound fragments that could not be reassembled (overlap, too large,
+    /// too many in progress).
+    ReassemblyFailed,
+    /// Fragments of a datagram that never completed.
+    ReassemblyTimeout,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 21] = [
         DropReason::NoPolicy,
         DropReason::PolicyDiscard,
         DropReason::PolicyMismatch,
@@ -72,6 +77,8 @@ impl DropReason {
         DropReason::NeighborUnreachable,
         DropReason::NeighborQueueFull,
         DropReason::FragNeeded,
+        DropReason::ReassemblyFailed,
+        DropReason::ReassemblyTimeout,
     ];
 
     /// The name used in stats output.
@@ -96,6 +103,8 @@ impl DropReason {
             DropReason::NeighborUnreachable => "neighbor_unreachable",
             DropReason::NeighborQueueFull => "neighbor_queue_full",
             DropReason::FragNeeded => "frag_needed",
+            DropReason::ReassemblyFailed => "reassembly_failed",
+            DropReason::ReassemblyTimeout => "reassembly_timeout",
         }
     }
 
@@ -158,6 +167,8 @@ pub struct Stats {
     /// Frames the gateway originated: ARP requests and replies, ICMP echo
     /// replies and errors, extra fragments.
     pub generated: u64,
+    /// Inbound fragments copied into a datagram being reassembled.
+    pub fragments_absorbed: u64,
     pub drops: DropCounters,
 }
 
@@ -166,6 +177,10 @@ impl Stats {
     /// transmitted frame was received or generated.
     pub fn balanced(&self) -> bool {
         self.rx_packets + self.generated
-            == self.tx_packets + self.local_delivered + self.dummy_packets + self.drops.total()
+            == self.tx_packets
+                + self.local_delivered
+                + self.dummy_packets
+                + self.fragments_absorbed
+                + self.drops.total()
     }
 }

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dataplane::{Gateway, Port};
 use ike_stub::Config;
 
+mod demo;
 mod report;
 
 #[derive(Parser)]
@@ -37,6 +38,23 @@ enum Command {
     Pcap(PcapArgs),
     /// Measure the ESP data path in memory across packet sizes and algorithms.
     Bench(bench::BenchArgs),
+    /// Forward between the config's inside and outside interfaces (root).
+    Run(RunArgs),
+    /// Build a four-namespace demo network, run two gateways and show ESP
+    /// on the wire (root).
+    Demo(demo::DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The gateway configuration (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// Write final counters as JSON here when stopping.
+    #[arg(long, value_name = "STATS.json")]
+    stats: Option<PathBuf>,
+    #[command(flatten)]
+    accel: AccelArgs,
 }
 
 #[derive(clap::Args)]
@@ -123,6 +141,8 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => check_config(&file),
         Command::Pcap(args) => pcap(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Run(args) => run(&args),
+        Command::Demo(args) => demo::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -163,5 +183,54 @@ fn pcap(args: &PcapArgs) -> Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     eprintln!("{}", report::pcap_summary(&gateway, &run));
+    Ok(())
+}
+
+fn run(args: &RunArgs) -> Result<()> {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use dataplane::io::afpacket::AfPacket;
+
+    let config = Config::load(&args.config)?;
+    let (spec, style) = args.accel.apply(&config);
+    let inside = AfPacket::open(&config.inside.device)
+        .with_context(|| format!("interface `inside` (device `{}`)", config.inside.device))?;
+    let outside = AfPacket::open(&config.outside.device)
+        .with_context(|| format!("interface `outside` (device `{}`)", config.outside.device))?;
+    let engine = accel::build_engine(&spec)?;
+    let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
+    setup.resolve_neighbors = true;
+    let mut gateway = Gateway::new(setup, engine);
+    config
+        .install(&mut gateway, Duration::ZERO)
+        .with_context(|| format!("cannot install {}", args.config.display()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing the signal handler")?;
+    }
+    tracing::info!(
+        name = %config.name,
+        inside = %config.inside.device,
+        outside = %config.outside.device,
+        engine = %spec.kind,
+        style = %style,
+        "forwarding"
+    );
+    let summary = dataplane::io::run::run(&mut gateway, &inside, &outside, &stop)?;
+    tracing::info!(
+        frames_in = summary.frames_in,
+        frames_out = summary.frames_out,
+        "stopped"
+    );
+    if let Some(path) = &args.stats {
+        let json = report::stats_json(&gateway);
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    eprintln!(
+        "{} stopped: {} frames in, {} out, {} send errors",
+        config.name, summary.frames_in, summary.frames_out, summary.send_errors
+    );
     Ok(())
 }

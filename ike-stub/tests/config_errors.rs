@@ -280,6 +280,6 @@ fn shipped_configs_are_valid() {
             }
         }
     }
-    // site-a, site-b and a pair per algorithm.
-    assert_eq!(count, 2 + 2 * accel::Algorithm::ALL.len());
+    // site-a, site-b, demo-a, demo-b and a pair per algorithm.
+    assert_eq!(count, 4 + 2 * accel::Algorithm::ALL.len());
 }

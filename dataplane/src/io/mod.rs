@@ -1,4 +1,8 @@
 //! Drivers: they move frames between the outside world and the sans-IO
 //! [`Gateway`](crate::Gateway) and nothing else.
 
+#[cfg(target_os = "linux")]
+pub mod afpacket;
 pub mod pcap;
+#[cfg(target_os = "linux")]
+pub mod run;

@@ -1,0 +1,222 @@
+//! AF_PACKET driver: raw Ethernet frames from and to a Linux interface,
+//! received in batches with `recvmmsg` straight into pool buffers (at their
+//! headroom) and sent with `sendmmsg`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::buffer::{PacketBuf, PacketPool, MAX_FRAME};
+
+/// Why an interface could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum AfPacketError {
+    #[error("interface `{0}` does not exist")]
+    NoSuchInterface(String),
+    #[error("opening a packet socket needs CAP_NET_RAW (run espgw as root): {0}")]
+    Permission(io::Error),
+    #[error("cannot open a packet socket on `{device}`: {source}")]
+    Io {
+        device: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One interface, opened for raw frames in promiscuous mode.
+pub struct AfPacket {
+    fd: OwnedFd,
+    device: String,
+}
+
+const ETH_P_ALL: u16 = 0x0003;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+
+impl AfPacket {
+    /// Opens `device` for forwarding: our own transmissions are not read back.
+    pub fn open(device: &str) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(device, true)
+    }
+
+    /// Opens `device` to watch everything on it, both directions.
+    pub fn open_capture(device: &str) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(device, false)
+    }
+
+    fn open_with(device: &str, ignore_outgoing: bool) -> Result<AfPacket, AfPacketError> {
+        let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
+        // SAFETY: if_nametoindex reads a NUL-terminated string.
+        let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if index == 0 {
+            return Err(AfPacketError::NoSuchInterface(device.to_owned()));
+        }
+        let io_err = |source| AfPacketError::Io {
+            device: device.to_owned(),
+            source,
+        };
+        // SAFETY: plain socket(2).
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                i32::from(ETH_P_ALL.to_be()),
+            )
+        };
+        if raw < 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => AfPacketError::Permission(e),
+                _ => io_err(e),
+            });
+        }
+        // SAFETY: raw is a fresh descriptor owned from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: sockaddr_ll is plain data.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = ETH_P_ALL.to_be();
+        addr.sll_ifindex = index as i32;
+        // SAFETY: addr is a valid sockaddr_ll of the size given.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(io_err(io::Error::last_os_error()));
+        }
+        // Frames for the peers' MACs, not only ours: the gateway answers for
+        // its own addresses itself.
+        let mreq = libc::packet_mreq {
+            mr_ifindex: index as i32,
+            mr_type: libc::PACKET_MR_PROMISC as u16,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        set_option(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq).map_err(io_err)?;
+        if ignore_outgoing {
+            // Our own transmissions must not come back as input.
+            let one: libc::c_int = 1;
+            set_option(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &one).map_err(io_err)?;
+        }
+        Ok(AfPacket {
+            fd,
+            device: device.to_owned(),
+        })
+    }
+
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    pub fn as_raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// Receives up to `max` frames into buffers from `pool`, appended to
+    /// `bufs`; returns how many (0 when nothing is waiting).
+    pub fn recv_batch(
+        &self,
+        pool: &mut PacketPool,
+        bufs: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> io::Result<usize> {
+        let mut taken: Vec<PacketBuf> = Vec::with_capacity(max);
+        while taken.len() < max {
+            match pool.alloc() {
+                Some(mut buf) => {
+                    buf.reset();
+                    if buf.append(MAX_FRAME).is_none() {
+                        pool.free(buf);
+                        break;
+                    }
+                    taken.push(buf);
+                }
+                None => break,
+            }
+        }
+        if taken.is_empty() {
+            return Ok(0);
+        }
+        let mut iovecs: Vec<libc::iovec> = taken
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.data_mut().as_mut_ptr().cast(),
+                iov_len: MAX_FRAME,
+            })
+            .collect();
+        let mut headers: Vec<libc::mmsghdr> = iovecs
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: mmsghdr is plain data; zero is its empty value.
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                h.msg_hdr.msg_iov = iov;
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
+        // SAFETY: headers point at iovecs that point into live buffers.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                headers.as_mut_ptr(),
+                headers.len() as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let received = if n < 0 {
+            let e = io::Error::last_os_error();
+            for buf in taken {
+                pool.free(buf);
+            }
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        } else {
+            n as usize
+        };
+        for (i, mut buf) in taken.into_iter().enumerate() {
+            if i < received {
+                let len = headers[i].msg_len as usize;
+                // A frame that filled the buffer may have been cut: drop it
+                // at the gateway as too long rather than pass it on.
+                buf.truncate(len.min(MAX_FRAME));
+                bufs.push(buf);
+            } else {
+                pool.free(buf);
+            }
+        }
+        Ok(received)
+    }
+
+    /// Sends one frame.
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        // SAFETY: frame is a live, readable slice for the call.
+        let r = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+fn set_option<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: value points at a live T of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,631 @@
+//! `espgw demo`: four network namespaces (hostA, gwA, gwB, hostB) joined by
+//! veth pairs, two gateways from `configs/demo-{a,b}.toml`, ping, UDP and
+//! TCP traffic both ways, a capture of the gwA–gwB link that must hold only
+//! ESP (and ARP), a short report, and everything removed again, also on
+//! Ctrl-C or failure.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use accel::{Algorithm, BufferPolicy, EngineKind, Style};
+use anyhow::{bail, ensure, Context, Result};
+
+const NAMESPACES: [&str; 4] = ["espgw-hostA", "espgw-gwA", "espgw-gwB", "espgw-hostB"];
+const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
+const HOST_B: Ipv4Addr = Ipv4Addr::new(192, 168, 2, 20);
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// ESP proposal for the tunnel.
+    #[arg(long, default_value_t = Algorithm::Aes128Gcm16)]
+    algorithm: Algorithm,
+    /// Crypto engine of both gateways.
+    #[arg(long, default_value_t = EngineKind::Soft)]
+    engine: EngineKind,
+    /// Submission style of both gateways.
+    #[arg(long, default_value_t = Style::Async)]
+    style: Style,
+    /// Buffer policy of both gateways.
+    #[arg(long, default_value_t = BufferPolicy::Registered)]
+    buffers: BufferPolicy,
+    /// Bytes sent over the TCP connection.
+    #[arg(long, default_value_t = 2_000_000)]
+    tcp_bytes: usize,
+    /// Keep the work directory (configs, stats, gateway logs).
+    #[arg(long)]
+    keep: bool,
+}
+
+/// Everything the demo created, removed on drop.
+struct Lab {
+    gateways: Vec<Child>,
+    dir: PathBuf,
+    keep: bool,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in &mut self.gateways {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+        for child in &mut self.gateways {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        remove_namespaces();
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn remove_namespaces() {
+    for ns in NAMESPACES {
+        let _ = Command::new("ip")
+            .args(["netns", "del", ns])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let status = Command::new("ip")
+        .args(args)
+        .status()
+        .with_context(|| format!("running `ip {}`", args.join(" ")))?;
+    ensure!(status.success(), "`ip {}` failed", args.join(" "));
+    Ok(())
+}
+
+fn in_ns(ns: &str, cmd: &[&str]) -> Result<()> {
+    let status = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("running `{}` in {ns}", cmd.join(" ")))?;
+    ensure!(status.success(), "`{}` failed in {ns}", cmd.join(" "));
+    Ok(())
+}
+
+fn check_prerequisites() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("espgw demo needs root (network namespaces, veth pairs and raw sockets); run it with sudo");
+    }
+    for (tool, package) in [
+        ("ip", "iproute2"),
+        ("ethtool", "ethtool"),
+        ("ping", "iputils-ping"),
+    ] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ensure!(
+            found,
+            "espgw demo needs `{tool}`; install the `{package}` package"
+        );
+    }
+    Ok(())
+}
+
+/// Builds the four namespaces and three veth pairs.
+fn build_topology() -> Result<()> {
+    remove_namespaces();
+    for ns in NAMESPACES {
+        ip(&["netns", "add", ns])?;
+        in_ns(ns, &["ip", "link", "set", "lo", "up"])?;
+        // Only IPv4 in this lab: no router solicitations or ND noise.
+        in_ns(ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+    }
+    let pairs = [
+        ("ha0", "espgw-hostA", "a-in", "espgw-gwA"),
+        ("a-out", "espgw-gwA", "b-out", "espgw-gwB"),
+        ("b-in", "espgw-gwB", "hb0", "espgw-hostB"),
+    ];
+    for (left, left_ns, right, right_ns) in pairs {
+        ip(&[
+            "link", "add", left, "netns", left_ns, "type", "veth", "peer", "name", right, "netns", right_ns,
+        ])?;
+        for (dev, ns) in [(left, left_ns), (right, right_ns)] {
+            // The gateways see frames as the wire carries them: no
+            // segmentation or checksum offload left for later.
+            in_ns(
+                ns,
+                &[
+                    "ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
+                ],
+            )?;
+            in_ns(ns, &["ip", "link", "set", dev, "up"])?;
+        }
+    }
+    // The hosts have addresses and default routes; the gateway namespaces
+    // have none: espgw answers ARP and ICMP for its addresses itself.
+    in_ns(
+        "espgw-hostA",
+        &["ip", "addr", "add", "192.168.1.10/24", "dev", "ha0"],
+    )?;
+    in_ns(
+        "espgw-hostA",
+        &["ip", "route", "add", "default", "via", "192.168.1.1"],
+    )?;
+    in_ns(
+        "espgw-hostB",
+        &["ip", "addr", "add", "192.168.2.20/24", "dev", "hb0"],
+    )?;
+    in_ns(
+        "espgw-hostB",
+        &["ip", "route", "add", "default", "via", "192.168.2.1"],
+    )?;
+    Ok(())
+}
+
+/// The shipped demo config, with another proposal and fitting keys if asked.
+fn demo_config(side: &str, algorithm: Algorithm, dir: &Path) -> Result<PathBuf> {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("configs/demo-{side}.toml"));
+    let mut text =
+        std::fs::read_to_string(&shipped).with_context(|| format!("reading {}", shipped.display()))?;
+    if algorithm != Algorithm::Aes128Gcm16 {
+        let key = |len: usize, seed: u8| -> String {
+            (0..len)
+                .map(|i| format!("{:02x}", (i as u8).wrapping_add(seed)))
+                .collect()
+        };
+        let (out_seed, in_seed) = if side == "a" { (0x00, 0x20) } else { (0x20, 0x00) };
+        let mut keys = String::new();
+        for (dir, seed) in [("out", out_seed), ("in", in_seed)] {
+            if algorithm.enc_key_len() > 0 {
+                keys += &format!("enc_key_{dir} = \"{}\"\n", key(algorithm.enc_key_len(), seed));
+            }
+            if algorithm.auth_key_len() > 0 {
+                keys += &format!(
+                    "auth_key_{dir} = \"{}\"\n",
+                    key(algorithm.auth_key_len(), seed + 0x10)
+                );
+            }
+        }
+        text = text
+            .lines()
+            .filter(|l| !l.starts_with("enc_key_") && !l.starts_with("auth_key_"))
+            .map(|l| {
+                if l.starts_with("proposal = ") {
+                    format!("proposal = \"{algorithm}\"\n{keys}")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        if algorithm.is_insecure() {
+            text = text.replacen("[gateway]\n", "[gateway]\nallow_insecure_null = true\n", 1);
+        }
+    }
+    let path = dir.join(format!("demo-{side}.toml"));
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+fn start_gateway(ns: &str, config: &Path, stats: &Path, log: &Path, args: &DemoArgs) -> Result<Child> {
+    let exe = std::env::current_exe().context("locating the espgw binary")?;
+    let log = File::create(log)?;
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(exe)
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .arg("--stats")
+        .arg(stats)
+        .args([
+            "--engine",
+            args.engine.name(),
+            "--style",
+            args.style.name(),
+            "--buffers",
+            args.buffers.name(),
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting the gateway in {ns}"))
+}
+
+/// Moves the calling thread into network namespace `ns`.
+fn enter(ns: &str) -> Result<()> {
+    let file =
+        File::open(format!("/var/run/netns/{ns}")).with_context(|| format!("opening namespace {ns}"))?;
+    // SAFETY: setns on a namespace file we opened; affects only this thread.
+    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    ensure!(
+        r == 0,
+        "entering namespace {ns}: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
+}
+
+#[derive(Default)]
+struct Wire {
+    frames: AtomicU64,
+    esp: AtomicU64,
+    arp: AtomicU64,
+    plaintext: AtomicU64,
+    other: AtomicU64,
+    sample: std::sync::Mutex<Option<Vec<u8>>>,
+}
+
+/// Watches the gwA–gwB link from inside gwA until `stop`.
+fn capture(wire: Arc<Wire>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<()>> {
+    thread::spawn(move || {
+        enter("espgw-gwA")?;
+        let socket = dataplane::io::afpacket::AfPacket::open_capture("a-out")?;
+        let mut pool = dataplane::PacketPool::new(64);
+        let mut bufs = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            if socket.recv_batch(&mut pool, &mut bufs, 64)? == 0 {
+                thread::sleep(Duration::from_millis(2));
+            }
+            for buf in bufs.drain(..) {
+                let frame = buf.data();
+                wire.frames.fetch_add(1, Ordering::Relaxed);
+                match (frame.get(12..14), frame.get(14 + 9)) {
+                    (Some([0x08, 0x06]), _) => wire.arp.fetch_add(1, Ordering::Relaxed),
+                    (Some([0x08, 0x00]), Some(50)) => {
+                        if let Ok(mut sample) = wire.sample.lock() {
+                            if sample.is_none() && frame.len() > 200 {
+                                *sample = Some(frame.to_vec());
+                            }
+                        }
+                        wire.esp.fetch_add(1, Ordering::Relaxed)
+                    }
+                    (Some([0x08, 0x00]), _) => wire.plaintext.fetch_add(1, Ordering::Relaxed),
+                    _ => wire.other.fetch_add(1, Ordering::Relaxed),
+                };
+                pool.free(buf);
+            }
+        }
+        Ok(())
+    })
+}
+
+struct Results {
+    ping: String,
+    ping_ok: bool,
+    udp_sent: usize,
+    udp_echoed: usize,
+    tcp_bytes: usize,
+    tcp_seconds: f64,
+    tcp_ok: bool,
+}
+
+fn ping() -> (String, bool) {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            "espgw-hostA",
+            "ping",
+            "-c",
+            "5",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+        ])
+        .arg(HOST_B.to_string())
+        .output();
+    match out {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let summary = text
+                .lines()
+                .filter(|l| l.contains("packets transmitted") || l.contains("rtt"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            (summary, out.status.success())
+        }
+        Err(e) => (format!("ping failed to run: {e}"), false),
+    }
+}
+
+/// UDP echo and a TCP stream, hostA → hostB and back.
+fn udp_and_tcp(tcp_bytes: usize) -> Result<(usize, usize, usize, f64, bool)> {
+    let ready = Arc::new(AtomicBool::new(false));
+    let server_ready = Arc::clone(&ready);
+    let server = thread::spawn(move || -> Result<()> {
+        enter("espgw-hostB")?;
+        let udp = UdpSocket::bind(SocketAddrV4::new(HOST_B, 7000))?;
+        udp.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let tcp = TcpListener::bind(SocketAddrV4::new(HOST_B, 7001))?;
+        server_ready.store(true, Ordering::Release);
+        let udp_thread = thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                match udp.recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        let _ = udp.send_to(&buf[..n], from);
+                    }
+                    Err(_) => {
+                        if buf[0] == 0xff {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        let (mut stream, _) = tcp.accept()?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut total = 0u64;
+        let mut sum = 0u64;
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let n = stream.read(&mut chunk)?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            sum = chunk[..n]
+                .iter()
+                .fold(sum, |s, &b| s.wrapping_mul(31).wrapping_add(u64::from(b)));
+        }
+        stream.write_all(&total.to_be_bytes())?;
+        stream.write_all(&sum.to_be_bytes())?;
+        drop(udp_thread);
+        Ok(())
+    });
+    while !ready.load(Ordering::Acquire) {
+        if server.is_finished() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let client = thread::spawn(move || -> Result<(usize, usize, usize, f64, bool)> {
+        enter("espgw-hostA")?;
+        let udp = UdpSocket::bind(SocketAddrV4::new(HOST_A, 0))?;
+        udp.set_read_timeout(Some(Duration::from_millis(500)))?;
+        let sent = 200usize;
+        let mut echoed = 0;
+        let mut buf = [0u8; 2048];
+        for i in 0..sent {
+            let payload: Vec<u8> = (0..(i * 7) % 1400 + 1).map(|j| (j + i) as u8 & 0x7f).collect();
+            udp.send_to(&payload, SocketAddrV4::new(HOST_B, 7000))?;
+            if let Ok((n, _)) = udp.recv_from(&mut buf) {
+                if buf[..n] == payload[..] {
+                    echoed += 1;
+                }
+            }
+        }
+        let mut stream =
+            TcpStream::connect_timeout(&SocketAddrV4::new(HOST_B, 7001).into(), Duration::from_secs(5))?;
+        stream.set_read_timeout(Some(Duration::from_secs(15)))?;
+        let data: Vec<u8> = (0..tcp_bytes).map(|i| (i * 13 % 251) as u8).collect();
+        let expected = data
+            .iter()
+            .fold(0u64, |s, &b| s.wrapping_mul(31).wrapping_add(u64::from(b)));
+        let start = Instant::now();
+        stream.write_all(&data)?;
+        stream.shutdown(std::net::Shutdown::Write)?;
+        let mut answer = [0u8; 16];
+        stream.read_exact(&mut answer)?;
+        let seconds = start.elapsed().as_secs_f64();
+        let total = u64::from_be_bytes(answer[..8].try_into().unwrap_or_default());
+        let sum = u64::from_be_bytes(answer[8..].try_into().unwrap_or_default());
+        Ok((
+            sent,
+            echoed,
+            tcp_bytes,
+            seconds,
+            total == tcp_bytes as u64 && sum == expected,
+        ))
+    });
+    let result = client
+        .join()
+        .map_err(|_| anyhow::anyhow!("the traffic client panicked"))??;
+    let _ = server.join();
+    Ok(result)
+}
+
+fn drops_line(stats: &serde_json::Value) -> String {
+    let drops: Vec<String> = stats["drops"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    if drops.is_empty() {
+        "none".into()
+    } else {
+        drops.join(", ")
+    }
+}
+
+pub fn run(args: &DemoArgs) -> Result<()> {
+    check_prerequisites()?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
+    }
+    let dir = std::env::temp_dir().join(format!("espgw-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut lab = Lab {
+        gateways: Vec::new(),
+        dir: dir.clone(),
+        keep: args.keep,
+    };
+    eprintln!("building hostA — gwA — gwB — hostB ...");
+    build_topology()?;
+    let (config_a, config_b) = (
+        demo_config("a", args.algorithm, &dir)?,
+        demo_config("b", args.algorithm, &dir)?,
+    );
+    let (stats_a, stats_b) = (dir.join("gwA.json"), dir.join("gwB.json"));
+    lab.gateways.push(start_gateway(
+        "espgw-gwA",
+        &config_a,
+        &stats_a,
+        &dir.join("gwA.log"),
+        args,
+    )?);
+    lab.gateways.push(start_gateway(
+        "espgw-gwB",
+        &config_b,
+        &stats_b,
+        &dir.join("gwB.log"),
+        args,
+    )?);
+    thread::sleep(Duration::from_millis(500));
+    for (child, name) in lab.gateways.iter_mut().zip(["gwA", "gwB"]) {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+            bail!("gateway {name} exited ({status}):\n{log}");
+        }
+    }
+    let wire = Arc::new(Wire::default());
+    let stop_capture = Arc::new(AtomicBool::new(false));
+    let capturer = capture(Arc::clone(&wire), Arc::clone(&stop_capture));
+    thread::sleep(Duration::from_millis(200));
+    ensure!(!interrupted.load(Ordering::Relaxed), "interrupted");
+
+    eprintln!("sending ping, UDP and TCP from hostA to hostB ...");
+    let (ping_summary, ping_ok) = ping();
+    ensure!(!interrupted.load(Ordering::Relaxed), "interrupted");
+    let (udp_sent, udp_echoed, tcp_bytes, tcp_seconds, tcp_ok) = udp_and_tcp(args.tcp_bytes)?;
+    let results = Results {
+        ping: ping_summary,
+        ping_ok,
+        udp_sent,
+        udp_echoed,
+        tcp_bytes,
+        tcp_seconds,
+        tcp_ok,
+    };
+    thread::sleep(Duration::from_millis(200));
+    stop_capture.store(true, Ordering::Relaxed);
+    let capture_result = capturer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the capture panicked"))?;
+    capture_result.context("capturing the gwA–gwB link")?;
+
+    // Stop the gateways so they write their final counters.
+    for mut child in std::mem::take(&mut lab.gateways) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
+    }
+    let read_stats = |p: &Path| -> serde_json::Value {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    let (a, b) = (read_stats(&stats_a), read_stats(&stats_b));
+
+    let frames = wire.frames.load(Ordering::Relaxed);
+    let esp = wire.esp.load(Ordering::Relaxed);
+    let plaintext = wire.plaintext.load(Ordering::Relaxed);
+    println!(
+        "espgw demo: {} tunnel, engine {}, style {}, buffers {}",
+        args.algorithm, args.engine, args.style, args.buffers
+    );
+    println!("  ping  hostA → hostB: {}", results.ping);
+    println!(
+        "  udp   {} datagrams of 1..1400 bytes, {} echoed back intact",
+        results.udp_sent, results.udp_echoed
+    );
+    println!(
+        "  tcp   {} bytes in {:.2} s = {:.1} Mbit/s, {}",
+        results.tcp_bytes,
+        results.tcp_seconds,
+        results.tcp_bytes as f64 * 8.0 / results.tcp_seconds.max(1e-9) / 1e6,
+        if results.tcp_ok {
+            "byte count and checksum match"
+        } else {
+            "MISMATCH"
+        }
+    );
+    println!(
+        "  wire  gwA–gwB link: {frames} frames: {esp} ESP, {} ARP, {plaintext} plaintext IPv4, {} other → {}",
+        wire.arp.load(Ordering::Relaxed),
+        wire.other.load(Ordering::Relaxed),
+        if plaintext == 0 {
+            "no plaintext leaked"
+        } else {
+            "PLAINTEXT LEAKED"
+        }
+    );
+    if let Ok(sample) = wire.sample.lock() {
+        if let Some(f) = sample.as_ref() {
+            let spi = u32::from_be_bytes([f[34], f[35], f[36], f[37]]);
+            let seq = u32::from_be_bytes([f[38], f[39], f[40], f[41]]);
+            println!(
+                "  esp   sample: {}.{}.{}.{} → {}.{}.{}.{} SPI {spi:#010x} seq {seq} {} bytes: {}…",
+                f[26],
+                f[27],
+                f[28],
+                f[29],
+                f[30],
+                f[31],
+                f[32],
+                f[33],
+                f.len() - 14,
+                f[42..58].iter().map(|b| format!("{b:02x}")).collect::<String>()
+            );
+        }
+    }
+    for (name, s) in [("gwA", &a), ("gwB", &b)] {
+        println!(
+            "  {name}   rx {} tx {} encapsulated {} decapsulated {} generated {} · drops: {}",
+            s["rx_packets"],
+            s["tx_packets"],
+            s["encapsulated"],
+            s["decapsulated"],
+            s["generated"],
+            drops_line(s)
+        );
+    }
+    drop(lab);
+    let leftover: Vec<&str> = NAMESPACES
+        .iter()
+        .copied()
+        .filter(|ns| Path::new(&format!("/var/run/netns/{ns}")).exists())
+        .collect();
+    println!(
+        "  clean {}",
+        if leftover.is_empty() {
+            "all namespaces and veth pairs removed".to_owned()
+        } else {
+            format!("LEFT BEHIND: {leftover:?}")
+        }
+    );
+    let all_ok = results.ping_ok
+        && results.udp_echoed == results.udp_sent
+        && results.tcp_ok
+        && esp > 0
+        && plaintext == 0
+        && leftover.is_empty();
+    ensure!(all_ok, "the demo found a problem (see above)");
+    println!("  ok");
+    Ok(())
+}

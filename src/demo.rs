@@ -596,13 +596,14 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     }
     for (name, s) in [("gwA", &a), ("gwB", &b)] {
         println!(
-            "  {name}   rx {} tx {} encapsulated {} decapsulated {} generated {} · drops: {}",
+            "  {name}   rx {} tx {} encapsulated {} decapsulated {} generated {} · drops: {} · kernel socket drops {}",
             s["rx_packets"],
             s["tx_packets"],
             s["encapsulated"],
             s["decapsulated"],
             s["generated"],
-            drops_line(s)
+            drops_line(s),
+            s["kernel_drops"]
         );
     }
     drop(lab);

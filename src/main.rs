@@ -224,13 +224,17 @@ fn run(args: &RunArgs) -> Result<()> {
         "stopped"
     );
     if let Some(path) = &args.stats {
-        let json = report::stats_json(&gateway);
+        let mut json = report::stats_json(&gateway);
+        if let serde_json::Value::Object(map) = &mut json {
+            map.insert("kernel_drops".into(), summary.kernel_drops.into());
+            map.insert("send_errors".into(), summary.send_errors.into());
+        }
         std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     eprintln!(
-        "{} stopped: {} frames in, {} out, {} send errors",
-        config.name, summary.frames_in, summary.frames_out, summary.send_errors
+        "{} stopped: {} frames in, {} out, {} send errors, {} dropped by the kernel before espgw read them",
+        config.name, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
     );
     Ok(())
 }

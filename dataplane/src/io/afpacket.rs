@@ -96,6 +96,11 @@ impl AfPacket {
             mr_address: [0; 8],
         };
         set_option(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq).map_err(io_err)?;
+        // Room for bursts while the gateway is busy (root may exceed rmem_max).
+        let rcvbuf: libc::c_int = 8 << 20;
+        if set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf).is_err() {
+            let _ = set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf);
+        }
         if ignore_outgoing {
             // Our own transmissions must not come back as input.
             let one: libc::c_int = 1;
@@ -191,6 +196,31 @@ impl AfPacket {
             }
         }
         Ok(received)
+    }
+
+    /// Frames the kernel dropped on this socket because it was full, since
+    /// the last call (`PACKET_STATISTICS` resets on read).
+    pub fn kernel_drops(&self) -> u64 {
+        let mut stats = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: stats and len are live and sized for PACKET_STATISTICS.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut stats as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if r < 0 {
+            0
+        } else {
+            u64::from(stats.tp_drops)
+        }
     }
 
     /// Sends one frame.

@@ -21,6 +21,8 @@ pub struct RunSummary {
     pub frames_in: u64,
     pub frames_out: u64,
     pub send_errors: u64,
+    /// Frames the kernel dropped before espgw could read them (socket full).
+    pub kernel_drops: u64,
 }
 
 /// Forwards until `stop` is set. `clock` is the gateway's time since start.
@@ -63,6 +65,7 @@ pub fn run(
         gateway.poll(now, &mut out, &mut pool);
         if now.saturating_sub(last_timeout) >= Duration::from_millis(100) {
             gateway.handle_timeout(now, &mut out, &mut pool);
+            summary.kernel_drops += inside.kernel_drops() + outside.kernel_drops();
             last_timeout = now;
         }
         transmit(&mut out, &mut pool, inside, outside, &mut summary);
@@ -74,6 +77,7 @@ pub fn run(
             gateway.wait(Duration::from_micros(200));
         }
     }
+    summary.kernel_drops += inside.kernel_drops() + outside.kernel_drops();
     gateway.shutdown(start.elapsed(), &mut out, &mut pool);
     transmit(&mut out, &mut pool, inside, outside, &mut summary);
     if pool.in_use() != 0 {

@@ -528,6 +528,10 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("the capture panicked"))?;
     capture_result.context("capturing the gwA–gwB link")?;
 
+    // Ask gwA over its control socket, as `espgw sa list` would.
+    let sa_list = crate::control::ask(&crate::control::default_path("demo-a"), "sa list")
+        .map(|doc| crate::report::sa_table(&doc))
+        .unwrap_or_else(|e| format!("control socket: {e}\n"));
     // Stop the gateways so they write their final counters.
     for mut child in std::mem::take(&mut lab.gateways) {
         // SAFETY: kill(2) on our own child.
@@ -605,6 +609,10 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             drops_line(s),
             s["kernel_drops"]
         );
+    }
+    println!("  gwA's SAs (espgw sa list --config configs/demo-a.toml):");
+    for line in sa_list.lines() {
+        println!("        {line}");
     }
     drop(lab);
     let leftover: Vec<&str> = NAMESPACES

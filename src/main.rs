@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dataplane::{Gateway, Port};
 use ike_stub::Config;
 
+mod control;
 mod demo;
 mod report;
 
@@ -43,6 +44,50 @@ enum Command {
     /// Build a four-namespace demo network, run two gateways and show ESP
     /// on the wire (root).
     Demo(demo::DemoArgs),
+    /// Counters of a running gateway.
+    Stats(QueryArgs),
+    /// Security associations of a running gateway.
+    Sa {
+        #[command(subcommand)]
+        command: SaCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SaCommand {
+    /// Every SA with its SPI, mode, proposal, counters and state.
+    List(QueryArgs),
+    /// One SA in detail.
+    Show {
+        /// The SA's name.
+        name: String,
+        #[command(flatten)]
+        query: QueryArgs,
+    },
+}
+
+/// How to reach a running gateway.
+#[derive(clap::Args)]
+struct QueryArgs {
+    /// The gateway's control socket.
+    #[arg(long, conflicts_with = "config")]
+    socket: Option<PathBuf>,
+    /// Or the gateway's configuration (the socket is /run/espgw/NAME.sock).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print the raw JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl QueryArgs {
+    fn socket(&self) -> Result<PathBuf> {
+        match (&self.socket, &self.config) {
+            (Some(path), _) => Ok(path.clone()),
+            (None, Some(config)) => Ok(control::default_path(&Config::load(config)?.name)),
+            (None, None) => anyhow::bail!("say which gateway: --socket PATH or --config FILE"),
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -53,6 +98,9 @@ struct RunArgs {
     /// Write final counters as JSON here when stopping.
     #[arg(long, value_name = "STATS.json")]
     stats: Option<PathBuf>,
+    /// Control socket for `espgw stats` and `espgw sa` (default /run/espgw/NAME.sock).
+    #[arg(long)]
+    control: Option<PathBuf>,
     #[command(flatten)]
     accel: AccelArgs,
 }
@@ -143,6 +191,11 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Run(args) => run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Stats(query) => show(&query, "stats", report::stats_table),
+        Command::Sa { command } => match command {
+            SaCommand::List(query) => show(&query, "sa list", report::sa_table),
+            SaCommand::Show { name, query } => show(&query, &format!("sa show {name}"), report::sa_table),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -217,7 +270,19 @@ fn run(args: &RunArgs) -> Result<()> {
         style = %style,
         "forwarding"
     );
-    let summary = dataplane::io::run::run(&mut gateway, &inside, &outside, &stop)?;
+    let control_path = args
+        .control
+        .clone()
+        .unwrap_or_else(|| control::default_path(&config.name));
+    let requests = control::listen(&control_path)?;
+    let mut answer = |gw: &mut Gateway, summary: &dataplane::io::run::RunSummary| {
+        while let Ok(request) = requests.try_recv() {
+            let reply = report::answer(gw, summary.kernel_drops, &request.line);
+            let _ = request.reply.send(reply.to_string());
+        }
+    };
+    let summary = dataplane::io::run::run(&mut gateway, &inside, &outside, &stop, &mut answer)?;
+    let _ = std::fs::remove_file(&control_path);
     tracing::info!(
         frames_in = summary.frames_in,
         frames_out = summary.frames_out,
@@ -236,5 +301,15 @@ fn run(args: &RunArgs) -> Result<()> {
         "{} stopped: {} frames in, {} out, {} send errors, {} dropped by the kernel before espgw read them",
         config.name, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
     );
+    Ok(())
+}
+
+fn show(query: &QueryArgs, request: &str, table: fn(&serde_json::Value) -> String) -> Result<()> {
+    let answer = control::ask(&query.socket()?, request)?;
+    if query.json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        print!("{}", table(&answer));
+    }
     Ok(())
 }

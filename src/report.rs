@@ -159,3 +159,83 @@ pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
     }
     out
 }
+
+/// The answer to one control-socket request.
+pub fn answer(gateway: &Gateway, kernel_drops: u64, request: &str) -> Value {
+    let mut doc = stats_json(gateway);
+    if let Value::Object(map) = &mut doc {
+        map.insert("kernel_drops".into(), kernel_drops.into());
+    }
+    let words: Vec<&str> = request.split_whitespace().collect();
+    match words.as_slice() {
+        ["stats"] => doc,
+        ["sa", "list"] => json!({ "sas": doc["sas"] }),
+        ["sa", "show", name] => match doc["sas"]
+            .as_array()
+            .and_then(|sas| sas.iter().find(|s| s["name"] == *name))
+        {
+            Some(sa) => json!({ "sas": [sa] }),
+            None => json!({ "error": format!("no SA named `{name}`") }),
+        },
+        _ => json!({ "error": format!("unknown request `{request}`; try stats, sa list or sa show NAME") }),
+    }
+}
+
+/// `espgw stats` as a table.
+pub fn stats_table(doc: &Value) -> String {
+    let mut out = String::new();
+    for key in [
+        "rx_packets",
+        "tx_packets",
+        "encapsulated",
+        "decapsulated",
+        "bypassed",
+        "local_delivered",
+        "generated",
+        "fragments_absorbed",
+        "kernel_drops",
+    ] {
+        let _ = writeln!(out, "{key:<20} {}", doc[key]);
+    }
+    let _ = writeln!(out, "drops:");
+    if let Some(drops) = doc["drops"].as_object() {
+        for (reason, n) in drops.iter().filter(|(_, n)| n.as_u64().unwrap_or(0) > 0) {
+            let _ = writeln!(out, "  {reason:<18} {n}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "engine: {} style {}",
+        doc["engine"]["kind"], doc["engine"]["style"]
+    );
+    out
+}
+
+/// `espgw sa list` as a table; never shows key material.
+pub fn sa_table(doc: &Value) -> String {
+    let mut out = format!(
+        "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>10} {:>12} {:>10}\n",
+        "name", "dir", "spi", "mode", "proposal", "state", "packets", "bytes", "last seq"
+    );
+    for sa in doc["sas"].as_array().into_iter().flatten() {
+        let text = |k: &str| sa[k].as_str().unwrap_or("-").to_owned();
+        let _ = writeln!(
+            out,
+            "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>10} {:>12} {:>10}",
+            text("name"),
+            text("direction"),
+            text("spi"),
+            text("mode"),
+            text("proposal"),
+            text("state"),
+            sa["packets"],
+            sa["bytes"],
+            if text("direction") == "in" {
+                sa["replay_top"].to_string()
+            } else {
+                sa["last_sequence"].to_string()
+            },
+        );
+    }
+    out
+}

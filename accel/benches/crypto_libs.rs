@@ -357,7 +357,10 @@ fn hmac_sha256(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
+    // The figures go to the README through scripts/crypto-table.py; no
+    // criterion charts (they would need a font when built beside `bench`).
     Criterion::default()
+        .without_plots()
         .sample_size(20)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2))

@@ -7,6 +7,7 @@
 //! batches through public entry points.
 
 pub mod measure;
+pub mod plot;
 pub mod report;
 pub mod scenario;
 
@@ -48,6 +49,9 @@ pub struct BenchArgs {
     /// Also write every cell as CSV here.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// Also draw charts (SVG and PNG) into this directory, creating it.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
     /// Engine for the ESP scenarios: soft, sec or afalg.
     #[arg(long, default_value_t = EngineKind::Soft)]
     pub engine: EngineKind,
@@ -268,6 +272,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if let Some(path) = &args.csv {
         report::write_csv(&sweep, path).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for path in plot::write_charts(&sweep, dir)? {
+            eprintln!("wrote {}", path.display());
+        }
     }
     Ok(())
 }

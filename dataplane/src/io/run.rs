@@ -26,11 +26,15 @@ pub struct RunSummary {
 }
 
 /// Forwards until `stop` is set. `clock` is the gateway's time since start.
+/// `on_tick` is called between batches (and at least every 50 ms) with the
+/// gateway and the counters so far: the place for operations requests,
+/// which must not block.
 pub fn run(
     gateway: &mut Gateway,
     inside: &AfPacket,
     outside: &AfPacket,
     stop: &AtomicBool,
+    on_tick: &mut dyn FnMut(&mut Gateway, &RunSummary),
 ) -> std::io::Result<RunSummary> {
     let mut pool = PacketPool::new(POOL);
     let mut bufs = Vec::with_capacity(BATCH);
@@ -69,6 +73,7 @@ pub fn run(
             last_timeout = now;
         }
         transmit(&mut out, &mut pool, inside, outside, &mut summary);
+        on_tick(gateway, &summary);
         if idle && gateway.in_flight() == 0 {
             // Nothing to do: sleep until a frame arrives (or 50 ms pass, for timers).
             // SAFETY: fds is a live array of two pollfd.

@@ -101,6 +101,9 @@ struct RunArgs {
     /// Control socket for `espgw stats` and `espgw sa` (default /run/espgw/NAME.sock).
     #[arg(long)]
     control: Option<PathBuf>,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
     #[command(flatten)]
     accel: AccelArgs,
 }
@@ -241,67 +244,159 @@ fn pcap(args: &PcapArgs) -> Result<()> {
 
 fn run(args: &RunArgs) -> Result<()> {
     use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     use dataplane::io::afpacket::AfPacket;
+    use dataplane::io::run::{RunSummary, Sockets};
 
     let config = Config::load(&args.config)?;
     let (spec, style) = args.accel.apply(&config);
-    let inside = AfPacket::open(&config.inside.device)
-        .with_context(|| format!("interface `inside` (device `{}`)", config.inside.device))?;
-    let outside = AfPacket::open(&config.outside.device)
-        .with_context(|| format!("interface `outside` (device `{}`)", config.outside.device))?;
-    let engine = accel::build_engine(&spec)?;
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, 64);
+    let open = |device: &str, role: &str, worker: bool, group: u16| -> Result<AfPacket> {
+        let socket = if worker {
+            AfPacket::open_worker(device, group)
+        } else {
+            AfPacket::open(device)
+        };
+        socket.with_context(|| format!("interface `{role}` (device `{device}`)"))
+    };
+    // One fanout group per interface and process, shared by its workers
+    // (a group holds sockets of one device only).
+    let group = ((std::process::id() & 0x7fff) as u16) << 1;
+    let mut sockets = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let many = workers > 1;
+        let mut s = Sockets::single(
+            open(&config.inside.device, "inside", many, group)?,
+            open(&config.outside.device, "outside", many, group + 1)?,
+        );
+        if many {
+            s.receive
+                .push((Port::Inside, AfPacket::open_arp(&config.inside.device)?));
+            s.receive
+                .push((Port::Outside, AfPacket::open_arp(&config.outside.device)?));
+        }
+        sockets.push(s);
+    }
     let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
     setup.resolve_neighbors = true;
-    let mut gateway = Gateway::new(setup, engine);
+    let mut first = Gateway::new(setup, accel::build_engine(&spec)?);
     config
-        .install(&mut gateway, Duration::ZERO)
+        .install(&mut first, Duration::ZERO)
         .with_context(|| format!("cannot install {}", args.config.display()))?;
+    let mut gateways = vec![first];
+    for _ in 1..workers {
+        let fork = gateways[0].fork(accel::build_engine(&spec)?);
+        gateways.push(fork);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing the signal handler")?;
     }
+    let control_path = args
+        .control
+        .clone()
+        .unwrap_or_else(|| control::default_path(&config.name));
+    let requests = control::listen(&control_path)?;
+    // Each worker publishes its counters now and then (not per packet);
+    // worker 0 answers the control socket from all of them.
+    let published: Arc<Mutex<Vec<(dataplane::Stats, u64)>>> =
+        Arc::new(Mutex::new(vec![(dataplane::Stats::default(), 0); workers]));
     tracing::info!(
         name = %config.name,
         inside = %config.inside.device,
         outside = %config.outside.device,
         engine = %spec.kind,
         style = %style,
+        workers,
         "forwarding"
     );
-    let control_path = args
-        .control
-        .clone()
-        .unwrap_or_else(|| control::default_path(&config.name));
-    let requests = control::listen(&control_path)?;
-    let mut answer = |gw: &mut Gateway, summary: &dataplane::io::run::RunSummary| {
-        while let Ok(request) = requests.try_recv() {
-            let reply = report::answer(gw, summary.kernel_drops, &request.line);
-            let _ = request.reply.send(reply.to_string());
-        }
-    };
-    let summary = dataplane::io::run::run(&mut gateway, &inside, &outside, &stop, &mut answer)?;
+    let results: Vec<std::io::Result<RunSummary>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = gateways
+            .iter_mut()
+            .zip(&sockets)
+            .enumerate()
+            .map(|(index, (gateway, sockets))| {
+                let stop = Arc::clone(&stop);
+                let published = Arc::clone(&published);
+                let requests = requests.clone();
+                scope.spawn(move || {
+                    let mut ticks = 0u32;
+                    let mut tick = |gw: &mut Gateway, summary: &RunSummary| {
+                        ticks = ticks.wrapping_add(1);
+                        if ticks.is_multiple_of(64) {
+                            if let Ok(mut p) = published.lock() {
+                                p[index] = (*gw.stats(), summary.kernel_drops);
+                            }
+                        }
+                        if index == 0 {
+                            while let Ok(request) = requests.try_recv() {
+                                if let Ok(mut p) = published.lock() {
+                                    p[0] = (*gw.stats(), summary.kernel_drops);
+                                }
+                                let (total, kernel_drops) = sum(&published);
+                                let reply = report::answer(gw, total, kernel_drops, &request.line);
+                                let _ = request.reply.send(reply.to_string());
+                            }
+                        }
+                    };
+                    dataplane::io::run::run(gateway, sockets, &stop, &mut tick)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("a worker panicked")))
+            })
+            .collect()
+    });
     let _ = std::fs::remove_file(&control_path);
+    let mut summary = RunSummary::default();
+    for result in results {
+        summary.add(&result?);
+    }
+    let mut total = dataplane::Stats::default();
+    for gateway in &gateways {
+        total.add(gateway.stats());
+    }
     tracing::info!(
         frames_in = summary.frames_in,
         frames_out = summary.frames_out,
         "stopped"
     );
     if let Some(path) = &args.stats {
-        let mut json = report::stats_json(&gateway);
+        let json = report::answer(&gateways[0], total, summary.kernel_drops, "stats");
+        let mut json = json;
         if let serde_json::Value::Object(map) = &mut json {
-            map.insert("kernel_drops".into(), summary.kernel_drops.into());
             map.insert("send_errors".into(), summary.send_errors.into());
+            map.insert("workers".into(), workers.into());
         }
         std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     eprintln!(
-        "{} stopped: {} frames in, {} out, {} send errors, {} dropped by the kernel before espgw read them",
-        config.name, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
+        "{} stopped: {} workers, {} frames in, {} out, {} send errors, {} dropped by the kernel before espgw read them",
+        config.name, workers, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
     );
     Ok(())
+}
+
+/// The counters every worker published, added up.
+fn sum(published: &std::sync::Mutex<Vec<(dataplane::Stats, u64)>>) -> (dataplane::Stats, u64) {
+    let mut total = dataplane::Stats::default();
+    let mut kernel_drops = 0;
+    if let Ok(p) = published.lock() {
+        for (stats, drops) in p.iter() {
+            total.add(stats);
+            kernel_drops += drops;
+        }
+    }
+    (total, kernel_drops)
 }
 
 fn show(query: &QueryArgs, request: &str, table: fn(&serde_json::Value) -> String) -> Result<()> {

@@ -102,7 +102,7 @@ pub fn stats_json(gateway: &Gateway) -> Value {
         .sad()
         .iter()
         .map(|(_, sa)| {
-            let c = sa.counters;
+            let c = sa.counters();
             json!({
                 "name": sa.name(),
                 "spi": format!("{:#010x}", sa.spi()),
@@ -160,10 +160,15 @@ pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
     out
 }
 
-/// The answer to one control-socket request.
-pub fn answer(gateway: &Gateway, kernel_drops: u64, request: &str) -> Value {
+/// The answer to one control-socket request. `total` is every worker's
+/// counters added up; SAs are described from `gateway` (their packet and
+/// byte counts are shared by all workers).
+pub fn answer(gateway: &Gateway, total: dataplane::Stats, kernel_drops: u64, request: &str) -> Value {
     let mut doc = stats_json(gateway);
-    if let Value::Object(map) = &mut doc {
+    if let (Value::Object(map), Ok(Value::Object(summed))) = (&mut doc, serde_json::to_value(total)) {
+        for (key, value) in summed {
+            map.insert(key, value);
+        }
         map.insert("kernel_drops".into(), kernel_drops.into());
     }
     let words: Vec<&str> = request.split_whitespace().collect();

@@ -312,7 +312,7 @@ fn inbound_policy_is_enforced_after_decapsulation() {
         Some(DropReason::PolicyMismatch)
     );
     let sa = pair.b.sad().get(pair.b.sad().find("t-in").unwrap()).unwrap();
-    assert_eq!(sa.counters.policy_mismatch, 1);
+    assert_eq!(sa.counters().policy_mismatch, 1);
 }
 
 #[test]
@@ -394,7 +394,7 @@ fn hard_lifetime_stops_the_sa() {
     );
     let inbound = pair.b.sad().get(pair.b.sad().find("t-in").unwrap()).unwrap();
     assert_eq!(inbound.params().direction, SaDirection::Inbound);
-    assert_eq!(inbound.counters.packets, 5);
+    assert_eq!(inbound.counters().packets, 5);
 }
 
 #[test]

@@ -103,11 +103,11 @@ pub fn encapsulate_prepare<R: Rng>(
     // An SA that ran out of sequence numbers is also hard-expired; name the
     // more specific reason.
     if sa.sequence_exhausted() {
-        sa.counters.seq_overflow += 1;
+        sa.counters_mut().seq_overflow += 1;
         return Err(DropReason::SeqOverflow);
     }
     if !sa.is_usable(ctx.now) {
-        sa.counters.expired += 1;
+        sa.counters_mut().expired += 1;
         return Err(DropReason::SaExpired);
     }
     let alg = sa.crypto().algorithm();
@@ -257,18 +257,18 @@ pub fn decapsulate_prepare(
     let cipher_len = match esp_len.checked_sub(overhead) {
         Some(n) if n >= esp::TRAILER_LEN && n.is_multiple_of(alg.pad_align()) => n,
         _ => {
-            sa.counters.malformed += 1;
+            sa.counters_mut().malformed += 1;
             return Err(DropReason::Malformed);
         }
     };
     if !sa.is_usable(now) {
-        sa.counters.expired += 1;
+        sa.counters_mut().expired += 1;
         return Err(DropReason::SaExpired);
     }
     let seq = match sa.check_replay(esp_packet.sequence_number()) {
         Ok(seq) => seq,
         Err(ReplayError::Duplicate(_) | ReplayError::TooOld(_) | ReplayError::Invalid) => {
-            sa.counters.replay += 1;
+            sa.counters_mut().replay += 1;
             return Err(DropReason::Replay);
         }
     };
@@ -303,7 +303,7 @@ pub fn decapsulate_finish(
     match pending.desc.status {
         Status::Done => {}
         Status::AuthFailed => {
-            sa.counters.auth_failed += 1;
+            sa.counters_mut().auth_failed += 1;
             return Err(DropReason::AuthFailed);
         }
         Status::Pending | Status::Error(_) => return Err(DropReason::EngineError),
@@ -311,7 +311,7 @@ pub fn decapsulate_finish(
     // Another copy of this sequence number may have been verified while this
     // one was with the engine: check again before the window moves.
     if sa.recheck_replay(pending.seq).is_err() {
-        sa.counters.replay += 1;
+        sa.counters_mut().replay += 1;
         return Err(DropReason::Replay);
     }
     // RFC 4303 §3.4.3: the window moves only for authenticated packets.
@@ -323,7 +323,7 @@ pub fn decapsulate_finish(
     let (trailer, payload_len) = match EspTrailer::parse(plain) {
         Ok(parsed) => parsed,
         Err(_) => {
-            sa.counters.malformed += 1;
+            sa.counters_mut().malformed += 1;
             return Err(DropReason::Malformed);
         }
     };
@@ -331,7 +331,7 @@ pub fn decapsulate_finish(
         return Ok(Decapsulated::Dummy);
     }
     let malformed = |sa: &mut SecurityAssociation<Arc<Session>>| {
-        sa.counters.malformed += 1;
+        sa.counters_mut().malformed += 1;
         DropReason::Malformed
     };
     let esp_overhead = cipher.start;

@@ -61,6 +61,9 @@ pub struct GatewaySetup {
     /// Resolve next hops by ARP. Off for offline work (captures), where a
     /// next hop without a static entry gets the zero MAC.
     pub resolve_neighbors: bool,
+    /// Answer ARP requests for our addresses. With several workers, every
+    /// worker learns from ARP but only one answers.
+    pub answer_arp: bool,
 }
 
 /// A frame handed back to the driver.
@@ -133,6 +136,8 @@ impl Slab {
 
 /// The gateway core.
 pub struct Gateway {
+    /// What it was built from, for forks.
+    setup: GatewaySetup,
     interfaces: [Interface; 2],
     routes: RoutingTable,
     neighbors: Neighbors,
@@ -199,6 +204,7 @@ impl Gateway {
             neighbors.insert_static(*addr, *mac);
         }
         Gateway {
+            setup: setup.clone(),
             interfaces: [setup.inside, setup.outside],
             routes,
             neighbors,
@@ -265,6 +271,23 @@ impl Gateway {
 
     pub fn engine_counters(&self) -> accel::EngineCounters {
         self.engine.counters()
+    }
+
+    /// A copy for another worker thread, on its own engine: same routes,
+    /// policies and SAs; the SAs share their sequence counters and usage
+    /// with this gateway's, so sequence numbers stay unique and lifetimes
+    /// count every worker's packets. Inbound replay windows are the
+    /// receiving worker's own: the driver must send all packets of an
+    /// inbound SA to one worker (it hashes on the outer addresses).
+    pub fn fork(&self, engine: Box<dyn Engine>) -> Gateway {
+        let setup = GatewaySetup {
+            answer_arp: false,
+            ..self.setup.clone()
+        };
+        let mut copy = Gateway::new(setup, engine);
+        copy.spd = self.spd.clone();
+        copy.sad = self.sad.fork();
+        copy
     }
 
     /// Makes CBC IVs a deterministic function of `seed`. Only for tests and
@@ -1102,7 +1125,7 @@ impl Gateway {
         let flow = flow_key(&inner);
         let sa = self.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
         if !sa.admits(&flow) {
-            sa.counters.policy_mismatch += 1;
+            sa.counters_mut().policy_mismatch += 1;
             return Err(DropReason::PolicyMismatch);
         }
         self.stats.decapsulated += 1;

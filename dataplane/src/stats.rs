@@ -136,6 +136,12 @@ impl DropCounters {
         self.0.iter().sum()
     }
 
+    pub fn add(&mut self, other: &DropCounters) {
+        for (mine, theirs) in self.0.iter_mut().zip(other.0.iter()) {
+            *mine += theirs;
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
         DropReason::ALL.into_iter().map(|r| (r, self.get(r)))
     }
@@ -173,6 +179,20 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Adds another worker's counters.
+    pub fn add(&mut self, other: &Stats) {
+        self.rx_packets += other.rx_packets;
+        self.tx_packets += other.tx_packets;
+        self.encapsulated += other.encapsulated;
+        self.decapsulated += other.decapsulated;
+        self.bypassed += other.bypassed;
+        self.local_delivered += other.local_delivered;
+        self.dummy_packets += other.dummy_packets;
+        self.generated += other.generated;
+        self.fragments_absorbed += other.fragments_absorbed;
+        self.drops.add(&other.drops);
+    }
+
     /// Every received packet is transmitted, consumed or dropped; every
     /// transmitted frame was received or generated.
     pub fn balanced(&self) -> bool {

@@ -128,6 +128,7 @@ impl Config {
             style,
             // Offline work has no ARP; `espgw run` turns resolution on.
             resolve_neighbors: false,
+            answer_arp: true,
         }
     }
 

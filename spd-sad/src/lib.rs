@@ -13,8 +13,8 @@ pub mod spd;
 
 pub use replay::{ReplayError, ReplayWindow, MAX_WINDOW};
 pub use sad::{
-    Lifetime, Limits, Mode, SaCounters, SaDirection, SaEvent, SaId, SaParams, SaState, Sad, SadError,
-    SecurityAssociation, SequenceError,
+    Lifetime, Limits, Mode, SaCounters, SaDirection, SaEvent, SaId, SaParams, SaShared, SaState, Sad,
+    SadError, SecurityAssociation, SequenceError,
 };
 pub use selector::{proto, FlowKey, Ipv4Prefix, PortRange, ProtocolSelector, Selector, SelectorError};
 pub use spd::{Action, Decision, Policy, PolicyDirection, Spd};

@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::replay::{ReplayError, ReplayWindow};
@@ -134,15 +136,27 @@ pub enum SequenceError {
     Exhausted,
 }
 
+/// The part of an SA that every worker's copy shares: the outbound
+/// sequence counter (so numbers stay unique across workers) and the usage
+/// that lifetimes are measured against.
+#[derive(Debug, Default)]
+pub struct SaShared {
+    /// Outbound: last sequence number used (the first packet gets 1).
+    last_seq: AtomicU64,
+    packets: AtomicU64,
+    bytes: AtomicU64,
+}
+
 /// One security association.
 pub struct SecurityAssociation<C> {
     params: SaParams,
-    /// Outbound: last sequence number used (the first packet gets 1).
-    last_seq: u64,
+    shared: Arc<SaShared>,
+    /// Inbound: owned by the one worker that receives this SA's packets.
     replay: ReplayWindow,
     installed_at: Duration,
     state: SaState,
-    pub counters: SaCounters,
+    /// This copy's drop counters (packets and bytes live in `shared`).
+    counters: SaCounters,
     crypto: C,
 }
 
@@ -162,7 +176,7 @@ impl<C> SecurityAssociation<C> {
         SecurityAssociation {
             replay: ReplayWindow::new(params.replay_window, params.esn),
             params,
-            last_seq: 0,
+            shared: Arc::new(SaShared::default()),
             installed_at: now,
             state: SaState::Active,
             counters: SaCounters::default(),
@@ -196,7 +210,39 @@ impl<C> SecurityAssociation<C> {
 
     /// Starts the outbound counter after `seq` (tests use this to cross 2^32).
     pub fn set_last_sequence(&mut self, seq: u64) {
-        self.last_seq = seq;
+        self.shared.last_seq.store(seq, Ordering::Relaxed);
+    }
+
+    /// Counters: packets and bytes over every worker, drops of this copy.
+    pub fn counters(&self) -> SaCounters {
+        SaCounters {
+            packets: self.shared.packets.load(Ordering::Relaxed),
+            bytes: self.shared.bytes.load(Ordering::Relaxed),
+            ..self.counters
+        }
+    }
+
+    /// This copy's drop counters, to count into.
+    pub fn counters_mut(&mut self) -> &mut SaCounters {
+        &mut self.counters
+    }
+
+    /// A copy for another worker: same parameters, keys and shared
+    /// counters; its own replay window (only one worker receives an
+    /// inbound SA's packets) and its own drop counters.
+    pub fn fork(&self) -> SecurityAssociation<C>
+    where
+        C: Clone,
+    {
+        SecurityAssociation {
+            params: self.params.clone(),
+            shared: Arc::clone(&self.shared),
+            replay: self.replay.clone(),
+            installed_at: self.installed_at,
+            state: self.state,
+            counters: SaCounters::default(),
+            crypto: self.crypto.clone(),
+        }
     }
 
     /// Resumes the inbound window at `top`.
@@ -205,7 +251,7 @@ impl<C> SecurityAssociation<C> {
     }
 
     pub fn last_sequence(&self) -> u64 {
-        self.last_seq
+        self.shared.last_seq.load(Ordering::Relaxed)
     }
 
     pub fn age(&self, now: Duration) -> Duration {
@@ -214,23 +260,35 @@ impl<C> SecurityAssociation<C> {
 
     /// True once an outbound SA has sent its last sequence number.
     pub fn sequence_exhausted(&self) -> bool {
-        let limit = if self.params.esn {
+        self.last_sequence() >= self.sequence_limit()
+    }
+
+    fn sequence_limit(&self) -> u64 {
+        if self.params.esn {
             u64::MAX
         } else {
             u64::from(u32::MAX)
-        };
-        self.last_seq >= limit
+        }
     }
 
     /// Takes the next outbound sequence number. Without ESN the last usable
     /// one is 2^32 − 1; with ESN, 2^64 − 1.
     pub fn next_sequence(&mut self) -> Result<u64, SequenceError> {
-        if self.sequence_exhausted() {
-            self.counters.seq_overflow += 1;
-            return Err(SequenceError::Exhausted);
+        let limit = self.sequence_limit();
+        // Workers share the counter: claim the next number atomically.
+        let claimed = self
+            .shared
+            .last_seq
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                (last < limit).then_some(last + 1)
+            });
+        match claimed {
+            Ok(last) => Ok(last + 1),
+            Err(_) => {
+                self.counters.seq_overflow += 1;
+                Err(SequenceError::Exhausted)
+            }
         }
-        self.last_seq += 1;
-        Ok(self.last_seq)
     }
 
     /// Inbound: infers and checks the sequence number without changing state.
@@ -252,11 +310,11 @@ impl<C> SecurityAssociation<C> {
     /// True while the SA may carry traffic at time `now`.
     pub fn is_usable(&self, now: Duration) -> bool {
         self.state != SaState::HardExpired
-            && !self
-                .params
-                .lifetime
-                .hard
-                .reached(self.counters.bytes, self.counters.packets, self.age(now))
+            && !self.params.lifetime.hard.reached(
+                self.shared.bytes.load(Ordering::Relaxed),
+                self.shared.packets.load(Ordering::Relaxed),
+                self.age(now),
+            )
     }
 
     /// Whether an inner packet may have arrived through this SA.
@@ -267,15 +325,18 @@ impl<C> SecurityAssociation<C> {
     /// Counts one packet of `bytes` and moves the lifetime state on; returns
     /// the transition, if any.
     pub fn account(&mut self, bytes: usize, now: Duration) -> Option<SaState> {
-        self.counters.packets += 1;
-        self.counters.bytes += bytes as u64;
+        self.shared.packets.fetch_add(1, Ordering::Relaxed);
+        self.shared.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         self.refresh_state(now)
     }
 
     /// Re-evaluates lifetimes at `now`; returns a transition, if any.
     pub fn refresh_state(&mut self, now: Duration) -> Option<SaState> {
         let age = self.age(now);
-        let (bytes, packets) = (self.counters.bytes, self.counters.packets);
+        let (bytes, packets) = (
+            self.shared.bytes.load(Ordering::Relaxed),
+            self.shared.packets.load(Ordering::Relaxed),
+        );
         let exhausted = self.sequence_exhausted();
         let new_state = if self.params.lifetime.hard.reached(bytes, packets, age) || exhausted {
             SaState::HardExpired
@@ -366,6 +427,23 @@ impl<C> Sad<C> {
         }
         self.slots[id.0 as usize] = Some(SecurityAssociation::new(params, crypto, now));
         Ok(id)
+    }
+
+    /// A copy of the whole database for another worker (see
+    /// [`SecurityAssociation::fork`]).
+    pub fn fork(&self) -> Sad<C>
+    where
+        C: Clone,
+    {
+        Sad {
+            slots: self
+                .slots
+                .iter()
+                .map(|s| s.as_ref().map(SecurityAssociation::fork))
+                .collect(),
+            by_spi: self.by_spi.clone(),
+            events: Vec::new(),
+        }
     }
 
     /// Removes an SA; its crypto context is dropped (and zeroized) with it.

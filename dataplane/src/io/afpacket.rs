@@ -30,20 +30,43 @@ pub struct AfPacket {
 }
 
 const ETH_P_ALL: u16 = 0x0003;
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_ARP: u16 = 0x0806;
+const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_FANOUT_HASH: u32 = 0;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
 impl AfPacket {
     /// Opens `device` for forwarding: our own transmissions are not read back.
     pub fn open(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true)
+        Self::open_with(device, true, ETH_P_ALL, None)
     }
 
     /// Opens `device` to watch everything on it, both directions.
     pub fn open_capture(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, false)
+        Self::open_with(device, false, ETH_P_ALL, None)
     }
 
-    fn open_with(device: &str, ignore_outgoing: bool) -> Result<AfPacket, AfPacketError> {
+    /// Opens `device` for one worker of several: IPv4 frames only, spread
+    /// over the workers of fanout `group` by the kernel's flow hash, so a
+    /// flow (and every packet of one ESP tunnel: same outer addresses)
+    /// always reaches the same worker.
+    pub fn open_worker(device: &str, group: u16) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(device, true, ETH_P_IP, Some(group))
+    }
+
+    /// Opens `device` for ARP frames only, not shared out: every worker
+    /// learns every neighbour.
+    pub fn open_arp(device: &str) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(device, true, ETH_P_ARP, None)
+    }
+
+    fn open_with(
+        device: &str,
+        ignore_outgoing: bool,
+        protocol: u16,
+        fanout: Option<u16>,
+    ) -> Result<AfPacket, AfPacketError> {
         let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
         // SAFETY: if_nametoindex reads a NUL-terminated string.
         let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
@@ -59,7 +82,7 @@ impl AfPacket {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                i32::from(ETH_P_ALL.to_be()),
+                i32::from(protocol.to_be()),
             )
         };
         if raw < 0 {
@@ -74,7 +97,7 @@ impl AfPacket {
         // SAFETY: sockaddr_ll is plain data.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = ETH_P_ALL.to_be();
+        addr.sll_protocol = protocol.to_be();
         addr.sll_ifindex = index as i32;
         // SAFETY: addr is a valid sockaddr_ll of the size given.
         let r = unsafe {
@@ -100,6 +123,10 @@ impl AfPacket {
         let rcvbuf: libc::c_int = 8 << 20;
         if set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf).is_err() {
             let _ = set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf);
+        }
+        if let Some(group) = fanout {
+            let arg: u32 = u32::from(group) | (PACKET_FANOUT_HASH << 16);
+            set_option(&fd, libc::SOL_PACKET, PACKET_FANOUT, &arg).map_err(io_err)?;
         }
         if ignore_outgoing {
             // Our own transmissions must not come back as input.

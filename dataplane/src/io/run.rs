@@ -26,13 +26,50 @@ pub struct RunSummary {
 }
 
 /// Forwards until `stop` is set. `clock` is the gateway's time since start.
-/// `on_tick` is called between batches (and at least every 50 ms) with the
-/// gateway and the counters so far: the place for operations requests,
-/// which must not block.
+/// The sockets of one worker: where frames come from (several per port
+/// with workers: the shared-out IPv4 socket and the private ARP one), and
+/// the socket each port transmits on.
+pub struct Sockets {
+    pub receive: Vec<(Port, AfPacket)>,
+    pub inside: AfPacket,
+    pub outside: AfPacket,
+}
+
+impl Sockets {
+    /// One worker alone: one socket per interface does everything.
+    pub fn single(inside: AfPacket, outside: AfPacket) -> Sockets {
+        Sockets {
+            receive: Vec::new(),
+            inside,
+            outside,
+        }
+    }
+
+    fn transmit_on(&self, port: Port) -> &AfPacket {
+        match port {
+            Port::Inside => &self.inside,
+            Port::Outside => &self.outside,
+        }
+    }
+
+    fn receivers(&self) -> Vec<(Port, &AfPacket)> {
+        let mut list: Vec<(Port, &AfPacket)> =
+            vec![(Port::Inside, &self.inside), (Port::Outside, &self.outside)];
+        list.extend(self.receive.iter().map(|(p, s)| (*p, s)));
+        list
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        self.receivers().iter().map(|(_, s)| s.kernel_drops()).sum()
+    }
+}
+
+/// Forwards until `stop` is set. `on_tick` is called between batches (and
+/// at least every 50 ms) with the gateway and the counters so far: the
+/// place for operations requests, which must not block.
 pub fn run(
     gateway: &mut Gateway,
-    inside: &AfPacket,
-    outside: &AfPacket,
+    sockets: &Sockets,
     stop: &AtomicBool,
     on_tick: &mut dyn FnMut(&mut Gateway, &RunSummary),
 ) -> std::io::Result<RunSummary> {
@@ -42,49 +79,45 @@ pub fn run(
     let mut summary = RunSummary::default();
     let start = Instant::now();
     let mut last_timeout = Duration::ZERO;
-    let ports = [(Port::Inside, inside), (Port::Outside, outside)];
-    let mut fds = [
-        libc::pollfd {
-            fd: inside.as_raw_fd(),
+    let receivers = sockets.receivers();
+    let mut fds: Vec<libc::pollfd> = receivers
+        .iter()
+        .map(|(_, s)| libc::pollfd {
+            fd: s.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        },
-        libc::pollfd {
-            fd: outside.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+        })
+        .collect();
     while !stop.load(Ordering::Relaxed) {
         let now = start.elapsed();
         let mut idle = true;
-        for (port, device) in ports {
+        for (port, device) in &receivers {
             let n = device.recv_batch(&mut pool, &mut bufs, BATCH)?;
             if n > 0 {
                 idle = false;
                 summary.frames_in += n as u64;
-                gateway.handle_batch(now, port, &mut bufs, &mut out, &mut pool);
+                gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
             }
         }
         gateway.poll(now, &mut out, &mut pool);
         if now.saturating_sub(last_timeout) >= Duration::from_millis(100) {
             gateway.handle_timeout(now, &mut out, &mut pool);
-            summary.kernel_drops += inside.kernel_drops() + outside.kernel_drops();
+            summary.kernel_drops += sockets.kernel_drops();
             last_timeout = now;
         }
-        transmit(&mut out, &mut pool, inside, outside, &mut summary);
+        transmit(&mut out, &mut pool, sockets, &mut summary);
         on_tick(gateway, &summary);
         if idle && gateway.in_flight() == 0 {
             // Nothing to do: sleep until a frame arrives (or 50 ms pass, for timers).
-            // SAFETY: fds is a live array of two pollfd.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, 50) };
+            // SAFETY: fds is a live array of pollfd of the length given.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
         } else if idle {
             gateway.wait(Duration::from_micros(200));
         }
     }
-    summary.kernel_drops += inside.kernel_drops() + outside.kernel_drops();
+    summary.kernel_drops += sockets.kernel_drops();
     gateway.shutdown(start.elapsed(), &mut out, &mut pool);
-    transmit(&mut out, &mut pool, inside, outside, &mut summary);
+    transmit(&mut out, &mut pool, sockets, &mut summary);
     if pool.in_use() != 0 {
         return Err(std::io::Error::other(format!(
             "{} buffers were not returned",
@@ -94,24 +127,23 @@ pub fn run(
     Ok(summary)
 }
 
-fn transmit(
-    out: &mut Vec<Output>,
-    pool: &mut PacketPool,
-    inside: &AfPacket,
-    outside: &AfPacket,
-    summary: &mut RunSummary,
-) {
+fn transmit(out: &mut Vec<Output>, pool: &mut PacketPool, sockets: &Sockets, summary: &mut RunSummary) {
     for (buf, verdict) in out.drain(..) {
         if let Verdict::Forward(port) = verdict {
-            let device = match port {
-                Port::Inside => inside,
-                Port::Outside => outside,
-            };
-            match device.send(buf.data()) {
+            match sockets.transmit_on(port).send(buf.data()) {
                 Ok(()) => summary.frames_out += 1,
                 Err(_) => summary.send_errors += 1,
             }
         }
         pool.free(buf);
+    }
+}
+
+impl RunSummary {
+    pub fn add(&mut self, other: &RunSummary) {
+        self.frames_in += other.frames_in;
+        self.frames_out += other.frames_out;
+        self.send_errors += other.send_errors;
+        self.kernel_drops += other.kernel_drops;
     }
 }

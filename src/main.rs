@@ -247,14 +247,20 @@ fn run(args: &RunArgs) -> Result<()> {
     use std::sync::{Arc, Mutex};
 
     use dataplane::io::afpacket::AfPacket;
-    use dataplane::io::run::{RunSummary, Sockets};
+    use dataplane::io::run::{Device, RunSummary, Sockets};
+    use dataplane::io::tun::Tun;
 
     let config = Config::load(&args.config)?;
     let (spec, style) = args.accel.apply(&config);
+    let tun_inside = config.inside.kind == dataplane::InterfaceKind::Tun;
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 64);
+    if tun_inside && workers > 1 {
+        tracing::info!("a TUN inside is served by one worker");
+    }
+    let workers = if tun_inside { 1 } else { workers };
     let open = |device: &str, role: &str, worker: bool, group: u16| -> Result<AfPacket> {
         let socket = if worker {
             AfPacket::open_worker(device, group)
@@ -269,9 +275,17 @@ fn run(args: &RunArgs) -> Result<()> {
     let mut sockets = Vec::with_capacity(workers);
     for _ in 0..workers {
         let many = workers > 1;
+        let inside = if tun_inside {
+            Device::Tun(
+                Tun::open(&config.inside.device)
+                    .with_context(|| format!("interface `inside` (TUN `{}`)", config.inside.device))?,
+            )
+        } else {
+            Device::Packet(open(&config.inside.device, "inside", many, group)?)
+        };
         let mut s = Sockets::single(
-            open(&config.inside.device, "inside", many, group)?,
-            open(&config.outside.device, "outside", many, group + 1)?,
+            inside,
+            Device::Packet(open(&config.outside.device, "outside", many, group + 1)?),
         );
         if many {
             s.receive

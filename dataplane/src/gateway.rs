@@ -64,6 +64,9 @@ pub struct GatewaySetup {
     /// Answer ARP requests for our addresses. With several workers, every
     /// worker learns from ARP but only one answers.
     pub answer_arp: bool,
+    /// The inside port's framing when it differs from `link` (a TUN device
+    /// carries bare IPv4 while the outside is Ethernet).
+    pub inside_link: Option<LinkLayer>,
 }
 
 /// A frame handed back to the driver.
@@ -259,6 +262,14 @@ impl Gateway {
 
     pub fn link(&self) -> LinkLayer {
         self.link
+    }
+
+    /// The framing of one port.
+    fn link_of(&self, port: Port) -> LinkLayer {
+        match port {
+            Port::Inside => self.setup.inside_link.unwrap_or(self.link),
+            Port::Outside => self.link,
+        }
     }
 
     pub fn style(&self) -> Style {
@@ -534,9 +545,6 @@ impl Gateway {
     fn route(&mut self, buf: &mut PacketBuf, out: &mut Vec<Output>) -> Result<Option<Port>, DropReason> {
         let dst = Ipv4Packet::new_unchecked(buf.data()).dst_addr();
         let hop = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
-        if self.link == LinkLayer::RawIp {
-            return Ok(Some(hop.port));
-        }
         let mtu = usize::from(self.interfaces[hop.port.index()].mtu);
         if buf.len() > mtu {
             let ip = Ipv4Packet::new_unchecked(buf.data());
@@ -544,6 +552,9 @@ impl Gateway {
                 return Err(DropReason::FragNeeded);
             }
             return self.fragment(buf, mtu, hop, out).map(|()| None);
+        }
+        if self.link_of(hop.port) == LinkLayer::RawIp {
+            return Ok(Some(hop.port));
         }
         let mac = match self.neighbors.lookup(hop.address, self.last_now) {
             Some(mac) => mac,
@@ -624,7 +635,8 @@ impl Gateway {
         ip.set_more_frags(true);
         ip.fill_checksum();
         // Every fragment goes the same way; the first one below, the rest now.
-        let mac = match self.link {
+        let link = self.link_of(hop.port);
+        let mac = match link {
             LinkLayer::RawIp => None,
             LinkLayer::Ethernet => match self.neighbors.lookup(hop.address, self.last_now) {
                 Some(mac) => Some(mac),
@@ -636,7 +648,7 @@ impl Gateway {
         for piece in std::iter::once(first).chain(extra) {
             self.stats.generated += 1;
             let mut piece = piece;
-            match (self.link, mac) {
+            match (link, mac) {
                 (LinkLayer::RawIp, _) => {
                     self.stats.tx_packets += 1;
                     out.push((piece, Verdict::Forward(hop.port)));
@@ -790,7 +802,7 @@ impl Gateway {
     }
 
     fn classify_inner(&mut self, from: Port, buf: &mut PacketBuf) -> Result<Classified, DropReason> {
-        if let Some(arp) = self.strip_link_header(buf)? {
+        if let Some(arp) = self.strip_link_header(from, buf)? {
             return Ok(Classified::Arp(arp));
         }
         check_ipv4(buf)?;
@@ -869,8 +881,8 @@ impl Gateway {
     }
 
     /// Removes the Ethernet header; ARP frames come back parsed instead.
-    fn strip_link_header(&self, buf: &mut PacketBuf) -> Result<Option<icmp::Arp>, DropReason> {
-        if self.link == LinkLayer::RawIp {
+    fn strip_link_header(&self, from: Port, buf: &mut PacketBuf) -> Result<Option<icmp::Arp>, DropReason> {
+        if self.link_of(from) == LinkLayer::RawIp {
             return Ok(None);
         }
         let frame = EthernetFrame::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;

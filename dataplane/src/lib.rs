@@ -24,6 +24,6 @@ pub mod wire;
 
 pub use accel::buffer::{self, PacketBuf, PacketPool};
 pub use gateway::{Gateway, GatewaySetup, LinkLayer, Verdict};
-pub use route::{Interface, Port, Route};
+pub use route::{Interface, InterfaceKind, Port, Route};
 pub use smoltcp::wire::EthernetAddress;
 pub use stats::{DropReason, Stats};

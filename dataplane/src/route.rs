@@ -38,10 +38,22 @@ impl fmt::Display for Port {
     }
 }
 
+/// What kind of device an interface is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InterfaceKind {
+    /// An Ethernet device, read raw with AF_PACKET.
+    #[default]
+    Ethernet,
+    /// A TUN device espgw creates: bare IPv4 packets, routed into it by
+    /// the host itself.
+    Tun,
+}
+
 /// A gateway interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interface {
     pub port: Port,
+    pub kind: InterfaceKind,
     /// The operating-system device (`eth0`, `veth-a`).
     pub device: String,
     pub address: Ipv4Addr,

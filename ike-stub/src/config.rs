@@ -10,7 +10,7 @@ use std::time::Duration;
 use accel::{
     Algorithm, BufferPolicy, Completion, Engine, EngineKind, EngineSpec, RateModel, SecConfig, Session, Style,
 };
-use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, LinkLayer, Port, Route};
+use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
 use spd_sad::{
     Action, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange, ProtocolSelector,
     SaDirection, SaParams, Selector, MAX_WINDOW,
@@ -129,6 +129,8 @@ impl Config {
             // Offline work has no ARP; `espgw run` turns resolution on.
             resolve_neighbors: false,
             answer_arp: true,
+            // A TUN inside carries bare IPv4.
+            inside_link: (self.inside.kind == InterfaceKind::Tun).then_some(LinkLayer::RawIp),
         }
     }
 
@@ -478,6 +480,27 @@ impl Validator<'_> {
                     ConfigErrorKind::Value(format!("MTU {mtu} is out of range; use 576 to 9000")),
                 );
             }
+            let kind = match i.kind.as_ref().map(|k| (k, k.get_ref().as_str())) {
+                None | Some((_, "ethernet")) => InterfaceKind::Ethernet,
+                Some((_, "tun")) if port == Port::Inside => InterfaceKind::Tun,
+                Some((k, "tun")) => {
+                    return self.err(
+                        span(k),
+                        ConfigErrorKind::Interfaces(
+                            "only the `inside` interface can be a TUN device; the outside needs Ethernet for ESP to peers"
+                                .into(),
+                        ),
+                    );
+                }
+                Some((k, other)) => {
+                    return self.err(
+                        span(k),
+                        ConfigErrorKind::Interfaces(format!(
+                            "interface kind `{other}` must be `ethernet` or `tun`"
+                        )),
+                    );
+                }
+            };
             if found[port.index()].is_some() {
                 return self.err(
                     at,
@@ -486,6 +509,7 @@ impl Validator<'_> {
             }
             found[port.index()] = Some(Interface {
                 port,
+                kind,
                 device: i.device.clone(),
                 address,
                 network,

@@ -56,6 +56,7 @@ pub(crate) struct RawAccel {
 pub(crate) struct RawInterface {
     pub name: S<String>,
     pub device: String,
+    pub kind: Option<S<String>>,
     pub address: S<String>,
     pub mac: Option<S<String>>,
     pub mtu: Option<S<u16>>,

@@ -283,3 +283,23 @@ fn shipped_configs_are_valid() {
     // site-a, site-b, demo-a, demo-b and a pair per algorithm.
     assert_eq!(count, 4 + 2 * accel::Algorithm::ALL.len());
 }
+
+#[test]
+fn only_the_inside_can_be_a_tun() {
+    let tun_inside = BASE.replace("device = \"eth0\"", "device = \"espgw0\"\nkind = \"tun\"");
+    let config = parse(&tun_inside).unwrap();
+    assert_eq!(config.inside.kind, dataplane::InterfaceKind::Tun);
+    for (kind, message) in [
+        ("tun", "only the `inside` interface can be a TUN device"),
+        ("wifi", "must be `ethernet` or `tun`"),
+    ] {
+        let text = BASE.replace(
+            "device = \"eth1\"",
+            &format!("device = \"eth1\"\nkind = \"{kind}\""),
+        );
+        let err = parse(&text).unwrap_err();
+        let line = text.lines().position(|l| l.starts_with("kind")).unwrap() + 1;
+        assert_eq!((err.line, err.column), (line, 8), "{err}");
+        assert!(err.to_string().contains(message), "{err}");
+    }
+}

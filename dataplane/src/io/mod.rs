@@ -6,3 +6,5 @@ pub mod afpacket;
 pub mod pcap;
 #[cfg(target_os = "linux")]
 pub mod run;
+#[cfg(target_os = "linux")]
+pub mod tun;

@@ -7,6 +7,48 @@ use std::time::{Duration, Instant};
 use crate::buffer::PacketPool;
 use crate::gateway::{Gateway, Output, Verdict};
 use crate::io::afpacket::AfPacket;
+use crate::io::tun::Tun;
+
+/// A device frames come from and go to.
+pub enum Device {
+    Packet(AfPacket),
+    Tun(Tun),
+}
+
+impl Device {
+    fn recv_batch(
+        &self,
+        pool: &mut PacketPool,
+        bufs: &mut Vec<crate::buffer::PacketBuf>,
+        max: usize,
+    ) -> std::io::Result<usize> {
+        match self {
+            Device::Packet(s) => s.recv_batch(pool, bufs, max),
+            Device::Tun(t) => t.recv_batch(pool, bufs, max),
+        }
+    }
+
+    fn send(&self, frame: &[u8]) -> std::io::Result<()> {
+        match self {
+            Device::Packet(s) => s.send(frame),
+            Device::Tun(t) => t.send(frame),
+        }
+    }
+
+    fn as_raw_fd(&self) -> i32 {
+        match self {
+            Device::Packet(s) => s.as_raw_fd(),
+            Device::Tun(t) => t.as_raw_fd(),
+        }
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        match self {
+            Device::Packet(s) => s.kernel_drops(),
+            Device::Tun(_) => 0,
+        }
+    }
+}
 use crate::route::Port;
 
 /// Frames taken from one interface per turn.
@@ -25,19 +67,18 @@ pub struct RunSummary {
     pub kernel_drops: u64,
 }
 
-/// Forwards until `stop` is set. `clock` is the gateway's time since start.
 /// The sockets of one worker: where frames come from (several per port
 /// with workers: the shared-out IPv4 socket and the private ARP one), and
 /// the socket each port transmits on.
 pub struct Sockets {
     pub receive: Vec<(Port, AfPacket)>,
-    pub inside: AfPacket,
-    pub outside: AfPacket,
+    pub inside: Device,
+    pub outside: Device,
 }
 
 impl Sockets {
     /// One worker alone: one socket per interface does everything.
-    pub fn single(inside: AfPacket, outside: AfPacket) -> Sockets {
+    pub fn single(inside: Device, outside: Device) -> Sockets {
         Sockets {
             receive: Vec::new(),
             inside,
@@ -45,22 +86,58 @@ impl Sockets {
         }
     }
 
-    fn transmit_on(&self, port: Port) -> &AfPacket {
+    fn transmit_on(&self, port: Port) -> &Device {
         match port {
             Port::Inside => &self.inside,
             Port::Outside => &self.outside,
         }
     }
 
-    fn receivers(&self) -> Vec<(Port, &AfPacket)> {
-        let mut list: Vec<(Port, &AfPacket)> =
-            vec![(Port::Inside, &self.inside), (Port::Outside, &self.outside)];
-        list.extend(self.receive.iter().map(|(p, s)| (*p, s)));
+    fn receivers(&self) -> Vec<(Port, Receiver<'_>)> {
+        let mut list = vec![
+            (Port::Inside, Receiver::Device(&self.inside)),
+            (Port::Outside, Receiver::Device(&self.outside)),
+        ];
+        list.extend(self.receive.iter().map(|(p, s)| (*p, Receiver::Packet(s))));
         list
     }
 
     fn kernel_drops(&self) -> u64 {
         self.receivers().iter().map(|(_, s)| s.kernel_drops()).sum()
+    }
+}
+
+/// Something to read frames from.
+enum Receiver<'a> {
+    Device(&'a Device),
+    Packet(&'a AfPacket),
+}
+
+impl Receiver<'_> {
+    fn recv_batch(
+        &self,
+        pool: &mut PacketPool,
+        bufs: &mut Vec<crate::buffer::PacketBuf>,
+        max: usize,
+    ) -> std::io::Result<usize> {
+        match self {
+            Receiver::Device(d) => d.recv_batch(pool, bufs, max),
+            Receiver::Packet(s) => s.recv_batch(pool, bufs, max),
+        }
+    }
+
+    fn as_raw_fd(&self) -> i32 {
+        match self {
+            Receiver::Device(d) => d.as_raw_fd(),
+            Receiver::Packet(s) => s.as_raw_fd(),
+        }
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        match self {
+            Receiver::Device(d) => d.kernel_drops(),
+            Receiver::Packet(s) => s.kernel_drops(),
+        }
     }
 }
 

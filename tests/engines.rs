@@ -311,3 +311,41 @@ fn completion_modes_all_deliver() {
         }
     }
 }
+
+#[test]
+fn stopping_with_descriptors_in_flight_returns_every_buffer() {
+    // A slow modelled part keeps a whole batch in flight.
+    let mut pair = sec_pair(
+        Algorithm::Aes128Sha1,
+        Style::Async,
+        SecConfig {
+            rate: Some(RateModel::sec2_266mhz()),
+            ..SecConfig::default()
+        },
+    );
+    let mut pool = PacketPool::new(64);
+    let mut bufs: Vec<_> = frames(48)
+        .iter()
+        .map(|f| {
+            let mut buf = pool.alloc().unwrap();
+            buf.fill(f);
+            buf
+        })
+        .collect();
+    let mut out: Vec<Output> = Vec::new();
+    pair.a
+        .handle_batch(Duration::ZERO, Port::Inside, &mut bufs, &mut out, &mut pool);
+    assert!(pair.a.in_flight() > 0, "work is still with the engine");
+    pair.a.shutdown(Duration::ZERO, &mut out, &mut pool);
+    assert_eq!(pair.a.in_flight(), 0);
+    assert_eq!(out.len(), 48, "every packet got its verdict");
+    assert!(
+        out.iter().all(|(_, v)| *v == Verdict::Forward(Port::Outside)),
+        "drained, not dropped"
+    );
+    for (buf, _) in out {
+        pool.free(buf);
+    }
+    assert_eq!(pool.in_use(), 0);
+    assert!(pair.a.stats().balanced());
+}

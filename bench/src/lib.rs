@@ -14,12 +14,14 @@ pub mod scenario;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, RateModel, SecConfig, Style};
+use accel::{Algorithm, BufferPolicy, EngineKind, RateModel, Style};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::measure::{Samples, Timing, FRAME_OVERHEAD, MIN_FRAME};
-use crate::scenario::Scenario;
+use dataplane::Gateway;
+
+use crate::scenario::{CompletionMode, Knobs, Scenario};
 
 pub const DEFAULT_SIZES: [usize; 7] = [64, 128, 256, 512, 1024, 1420, 1518];
 pub const DEFAULT_ALGORITHMS: [Algorithm; 3] = [
@@ -41,7 +43,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 60)]
     pub slice_ms: u64,
     /// Timed repetitions per cell (after a warm-up); the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 7)]
     pub repetitions: usize,
     /// Also write every cell as JSON here.
     #[arg(long)]
@@ -52,13 +54,15 @@ pub struct BenchArgs {
     /// Also draw charts (SVG and PNG) into this directory, creating it.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
-    /// Engine for the ESP scenarios: soft, sec or afalg.
-    #[arg(long, default_value_t = EngineKind::Soft)]
-    pub engine: EngineKind,
-    /// Submission style: sync, dual-pass or async.
-    #[arg(long, default_value_t = Style::Async)]
-    pub style: Style,
-    /// Buffer policy: registered or per-request.
+    /// Sweep only this engine (soft, sec or afalg). Default: soft inline and
+    /// the sec engine model.
+    #[arg(long)]
+    pub engine: Option<EngineKind>,
+    /// Sweep only this submission style (sync, dual-pass or async).
+    /// Default: soft in its inline single pass (async), sec in all three.
+    #[arg(long)]
+    pub style: Option<Style>,
+    /// Buffer policy of the ESP scenarios: registered or per-request.
     #[arg(long, default_value_t = BufferPolicy::Registered)]
     pub buffers: BufferPolicy,
     /// Rate model of the sec engine: `none` (host speed) or `sec2-266mhz`.
@@ -95,6 +99,31 @@ impl Path {
             Path::Decrypt => "decrypt",
         }
     }
+
+    /// Gateways a packet crosses on this path.
+    pub fn gateways(self) -> usize {
+        match self {
+            Path::Encap | Path::Decap => 1,
+            Path::RoundTrip => 2,
+            Path::Encrypt | Path::Decrypt => 0,
+        }
+    }
+}
+
+/// Per-packet figures from the engine's counters over a cell.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Metrics {
+    /// Bytes the `sec` engine moved across its modelled bus per packet
+    /// (descriptors, keys/context, data in, data out), from counter deltas
+    /// over the whole cell. `None` where there is no bus (soft, afalg, raw).
+    pub bus_bytes_per_packet: Option<f64>,
+    /// Bytes moved through memory per packet: each frame in from and out to
+    /// the (modelled) NIC, plus the engine's bus bytes. `ipv4-fwd` moves
+    /// 2 × frame bytes per gateway by this definition. `None` for raw rows.
+    pub moved_bytes_per_packet: Option<f64>,
+    /// Busy time of the engine's busiest execution unit over the cell's
+    /// wall-clock time (round trip: both engines' busiest units summed).
+    pub engine_utilisation: Option<f64>,
 }
 
 /// One measured cell.
@@ -104,6 +133,7 @@ pub struct Cell {
     pub path: Path,
     pub frame_size: usize,
     pub samples: Samples,
+    pub metrics: Metrics,
 }
 
 impl Cell {
@@ -118,14 +148,30 @@ impl Cell {
     pub fn gbit_per_second(&self) -> f64 {
         self.packets_per_second() * self.frame_size as f64 * 8.0 / 1e9
     }
+
+    /// What `ipv4-fwd` moves on the same path: 2 × frame bytes per gateway.
+    pub fn ipv4_fwd_bytes(&self) -> Option<f64> {
+        let gateways = self.path.gateways();
+        (gateways > 0).then(|| (2 * gateways * self.frame_size) as f64)
+    }
+
+    /// Moved bytes per packet over `ipv4-fwd`'s, as a fraction (0.25 = +25%).
+    pub fn moved_over_ipv4_fwd(&self) -> Option<f64> {
+        Some(self.metrics.moved_bytes_per_packet? / self.ipv4_fwd_bytes()? - 1.0)
+    }
 }
 
 /// Results of a sweep, plus what is needed to read them.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Sweep {
     pub cells: Vec<Cell>,
-    /// Engine and style of the ESP scenarios.
+    /// Engines and styles of the ESP scenarios, buffers, completion, rate.
     pub engine: String,
+    /// Buffer policy and completion of the main ESP scenarios; cells with
+    /// other knobs are the registration and completion comparison.
+    pub knobs: Knobs,
+    /// Rate model of the sec engine (`none` or `sec2-266mhz`).
+    pub rate: String,
     pub machine: report::Machine,
     pub slice_ms: u64,
     pub repetitions: usize,
@@ -137,20 +183,117 @@ impl Sweep {
             .iter()
             .find(|c| c.scenario == scenario && c.path == path && c.frame_size == frame_size)
     }
+
+    /// Scenarios in sweep order.
+    pub fn scenarios(&self) -> Vec<Scenario> {
+        let mut list: Vec<Scenario> = Vec::new();
+        for c in &self.cells {
+            if !list.contains(&c.scenario) {
+                list.push(c.scenario);
+            }
+        }
+        list
+    }
+
+    /// Frame sizes measured, ascending.
+    pub fn sizes(&self) -> Vec<usize> {
+        let mut sizes: Vec<usize> = self.cells.iter().map(|c| c.frame_size).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
+    }
+
+    /// Whether `scenario` is one of the registration/completion comparison
+    /// cells rather than a row of the main sweep.
+    pub fn is_extra(&self, scenario: &Scenario) -> bool {
+        matches!(scenario, Scenario::Esp { knobs, .. } if *knobs != self.knobs)
+    }
 }
 
-fn scenarios(algorithms: &[Algorithm]) -> Vec<Scenario> {
-    let mut list = vec![
-        Scenario::Ipv4Forward,
-        Scenario::Esp {
-            algorithm: Algorithm::Null,
-        },
-    ];
+/// Engines and styles the ESP scenarios run on: `--engine` and `--style`
+/// narrow the default of soft inline plus sec in all three styles.
+pub fn engine_styles(engine: Option<EngineKind>, style: Option<Style>) -> Vec<(EngineKind, Style)> {
+    let kinds = engine.map_or_else(|| vec![EngineKind::Soft, EngineKind::Sec], |k| vec![k]);
+    kinds
+        .into_iter()
+        .flat_map(|kind| match style {
+            Some(style) => vec![(kind, style)],
+            // Soft runs inline: its natural form is one single pass.
+            None if kind == EngineKind::Soft => vec![(kind, Style::Async)],
+            None => Style::ALL.iter().map(|&s| (kind, s)).collect(),
+        })
+        .collect()
+}
+
+/// The main scenarios: the two baselines, then per algorithm every engine
+/// and style, then the raw ceiling. `esp-null` runs on the first engine.
+pub fn scenarios(algorithms: &[Algorithm], engines: &[(EngineKind, Style)], knobs: Knobs) -> Vec<Scenario> {
+    let esp = |algorithm, (engine, style): (EngineKind, Style)| Scenario::Esp {
+        algorithm,
+        engine,
+        style,
+        knobs,
+    };
+    let mut list = vec![Scenario::Ipv4Forward];
+    if let Some(&first) = engines.first() {
+        list.push(esp(Algorithm::Null, first));
+    }
+    let mut seen = Vec::new();
     for &algorithm in algorithms.iter().filter(|a| **a != Algorithm::Null) {
-        list.push(Scenario::Esp { algorithm });
+        if seen.contains(&algorithm) {
+            continue;
+        }
+        seen.push(algorithm);
+        for &pair in engines {
+            list.push(esp(algorithm, pair));
+        }
         list.push(Scenario::RawCrypto { algorithm });
     }
     list
+}
+
+/// The registration and completion comparison: for one algorithm
+/// (aes128-sha1 if swept) on sec/async, the other buffer policy and the
+/// other two completion modes, at two sizes (64 and 1420 if swept, else
+/// the smallest and largest). Empty when sec/async is not swept.
+pub fn extra_scenarios(
+    algorithms: &[Algorithm],
+    engines: &[(EngineKind, Style)],
+    knobs: Knobs,
+    sizes: &[usize],
+) -> (Vec<Scenario>, Vec<usize>) {
+    let Some(algorithm) = algorithms
+        .iter()
+        .copied()
+        .find(|a| *a == Algorithm::Aes128Sha1)
+        .or_else(|| algorithms.iter().copied().find(|a| *a != Algorithm::Null))
+    else {
+        return (Vec::new(), Vec::new());
+    };
+    if !engines.contains(&(EngineKind::Sec, Style::Async)) {
+        return (Vec::new(), Vec::new());
+    }
+    let esp = |knobs| Scenario::Esp {
+        algorithm,
+        engine: EngineKind::Sec,
+        style: Style::Async,
+        knobs,
+    };
+    let mut list = Vec::new();
+    for buffers in BufferPolicy::ALL.into_iter().filter(|b| *b != knobs.buffers) {
+        list.push(esp(Knobs { buffers, ..knobs }));
+    }
+    for completion in CompletionMode::ALL.into_iter().filter(|c| *c != knobs.completion) {
+        list.push(esp(Knobs { completion, ..knobs }));
+    }
+    let mut chosen: Vec<usize> = [64, 1420].into_iter().filter(|s| sizes.contains(s)).collect();
+    if chosen.is_empty() {
+        chosen.extend(sizes.iter().min());
+        chosen.extend(sizes.iter().max());
+    }
+    chosen.sort_unstable();
+    chosen.dedup();
+    (list, chosen)
 }
 
 /// Runs the sweep described by `args`.
@@ -172,87 +315,157 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         "sec2-266mhz" => Some(RateModel::sec2_266mhz()),
         other => bail!("--rate `{other}`: expected none or sec2-266mhz"),
     };
-    let completion = match args.completion.as_str() {
-        "interrupt" => accel::Completion::Interrupt,
-        "polling" => accel::Completion::Polling,
-        "coalesced" => accel::Completion::Coalesced {
-            count: 8,
-            timeout: Duration::from_micros(50),
-        },
-        other => bail!("--completion `{other}`: expected interrupt, polling or coalesced"),
+    let knobs = Knobs {
+        buffers: args.buffers,
+        completion: CompletionMode::parse(&args.completion)?,
     };
-    let engine = scenario::EngineSetup {
-        spec: EngineSpec {
-            kind: args.engine,
-            buffers: args.buffers,
-            sec: SecConfig {
-                buffers: args.buffers,
-                rate,
-                completion,
-                ..SecConfig::default()
-            },
-            ..EngineSpec::default()
-        },
-        style: args.style,
-    };
-    let scenarios = scenarios(&args.algorithms);
-    progress.set_length((scenarios.len() * args.sizes.len()) as u64);
-    let mut cells = Vec::new();
-    for scenario in &scenarios {
-        for &size in &args.sizes {
-            progress.set_message(format!("{scenario} {size} B"));
-            cells.extend(
-                measure_cell(*scenario, size, timing, &engine)
-                    .with_context(|| format!("{scenario} at {size} bytes"))?,
-            );
-            progress.inc(1);
-        }
+    let engines = engine_styles(args.engine, args.style);
+    let main = scenarios(&args.algorithms, &engines, knobs);
+    let (extras, extra_sizes) = extra_scenarios(&args.algorithms, &engines, knobs, &args.sizes);
+    let mut plan: Vec<(Scenario, usize)> = Vec::new();
+    for scenario in &main {
+        plan.extend(args.sizes.iter().map(|&size| (*scenario, size)));
     }
+    for scenario in &extras {
+        plan.extend(extra_sizes.iter().map(|&size| (*scenario, size)));
+    }
+    progress.set_length(plan.len() as u64);
+    let mut cells = Vec::new();
+    for (scenario, size) in plan {
+        progress.set_message(format!("{scenario} {size} B"));
+        cells.extend(
+            measure_cell(scenario, size, timing, rate)
+                .with_context(|| format!("{scenario} at {size} bytes"))?,
+        );
+        progress.inc(1);
+    }
+    let labels: Vec<String> = engines
+        .iter()
+        .map(|&(engine, style)| match (engine, style) {
+            (EngineKind::Soft, Style::Async) => "soft inline".to_owned(),
+            _ => format!("{engine}/{style}"),
+        })
+        .collect();
     Ok(Sweep {
         cells,
-        engine: engine.label(),
+        engine: format!(
+            "{}; buffers {}, completion {}, rate {}",
+            labels.join(", "),
+            knobs.buffers,
+            knobs.completion,
+            args.rate
+        ),
+        knobs,
+        rate: args.rate.clone(),
         machine: report::Machine::detect(),
         slice_ms: args.slice_ms,
         repetitions: args.repetitions,
     })
 }
 
+/// Engine counters of one gateway, to take deltas over a measurement.
+struct Probe {
+    bus: u64,
+    busiest_ns: Vec<u64>,
+}
+
+impl Probe {
+    fn take(gateway: &Gateway) -> Probe {
+        let counters = gateway.engine_counters();
+        Probe {
+            bus: counters.bus.total(),
+            busiest_ns: counters.eu_busy_ns.iter().map(|(_, ns)| *ns).collect(),
+        }
+    }
+
+    /// (bus bytes, busiest unit's busy ns) since `self`.
+    fn since(&self, gateway: &Gateway) -> (u64, u64) {
+        let now = Probe::take(gateway);
+        let busiest = now
+            .busiest_ns
+            .iter()
+            .zip(self.busiest_ns.iter().chain(std::iter::repeat(&0)))
+            .map(|(after, before)| after.saturating_sub(*before))
+            .max()
+            .unwrap_or(0);
+        (now.bus.saturating_sub(self.bus), busiest)
+    }
+}
+
+/// Metrics of a path from counter deltas over its measurement: `wire` is
+/// the bytes in from and out to the NICs per packet, `deltas` the (bus,
+/// busy ns) of each gateway's engine.
+fn metrics(engine: EngineKind, samples: &Samples, wire: usize, deltas: &[(u64, u64)]) -> Metrics {
+    let packets = samples.processed.max(1) as f64;
+    let has_bus = engine == EngineKind::Sec;
+    let bus = has_bus.then(|| deltas.iter().map(|d| d.0).sum::<u64>() as f64 / packets);
+    Metrics {
+        bus_bytes_per_packet: bus,
+        moved_bytes_per_packet: Some(wire as f64 + bus.unwrap_or(0.0)),
+        engine_utilisation: has_bus
+            .then(|| deltas.iter().map(|d| d.1).sum::<u64>() as f64 / samples.wall_ns.max(1) as f64),
+    }
+}
+
 fn measure_cell(
     scenario: Scenario,
     frame_size: usize,
     timing: Timing,
-    engine: &scenario::EngineSetup,
+    rate: Option<RateModel>,
 ) -> anyhow::Result<Vec<Cell>> {
-    let cell = |path, samples| Cell {
+    let cell = |path, samples, metrics| Cell {
         scenario,
         path,
         frame_size,
         samples,
+        metrics,
     };
-    let algorithm = match scenario {
+    let (algorithm, kind) = match scenario {
         Scenario::RawCrypto { algorithm } => {
             let (encrypt, decrypt) = measure::raw_crypto(algorithm, frame_size - FRAME_OVERHEAD, timing)?;
-            return Ok(vec![cell(Path::Encrypt, encrypt), cell(Path::Decrypt, decrypt)]);
+            return Ok(vec![
+                cell(Path::Encrypt, encrypt, Metrics::default()),
+                cell(Path::Decrypt, decrypt, Metrics::default()),
+            ]);
         }
-        Scenario::Ipv4Forward => None,
-        Scenario::Esp { algorithm } => Some(algorithm),
+        Scenario::Ipv4Forward => (None, EngineKind::Soft),
+        Scenario::Esp {
+            algorithm, engine, ..
+        } => (Some(algorithm), engine),
     };
+    let engine = scenario::EngineSetup::for_scenario(&scenario, rate);
     let frame = measure::plaintext_frame(frame_size, frame_size as u8);
     let expected = measure::expected_ip(&frame, 2);
-    // Encapsulation alone, and the ESP frame it makes for decapsulation alone.
-    let mut a = scenario::gateway(algorithm, true, 64, engine)?;
-    let encap = measure::encapsulate(&mut a, &frame, timing)?;
-    let esp_frame = measure::one_esp_frame(&mut a, &frame)?;
-    // Decapsulation alone replays one frame, so B's window is off here.
-    let mut b = scenario::gateway(algorithm, false, 0, engine)?;
-    let decap = measure::decapsulate(&mut b, &esp_frame, &expected, timing)?;
-    let mut a = scenario::gateway(algorithm, true, 64, engine)?;
-    let mut b = scenario::gateway(algorithm, false, 64, engine)?;
-    let round_trip = measure::round_trip(&mut a, &mut b, &frame, &expected, timing)?;
+    // The ESP frame(s) A makes (two fragments once ESP no longer fits the
+    // MTU), for decapsulation alone; then encapsulation alone.
+    let mut a = scenario::gateway(algorithm, true, 64, &engine)?;
+    let esp_frames = measure::esp_frames(&mut a, &frame)?;
+    let fragments = esp_frames.len();
+    let probe = Probe::take(&a);
+    let encap = measure::encapsulate(&mut a, &frame, fragments, timing)?;
+    let encap_delta = probe.since(&a);
+    // On the wire with their FCS (ipv4-fwd: the forwarded frame, same size).
+    let esp_size: usize = esp_frames.iter().map(|f| f.len() + 4).sum();
+    // Decapsulation alone replays one packet, so B's window is off here.
+    let mut b = scenario::gateway(algorithm, false, 0, &engine)?;
+    let probe = Probe::take(&b);
+    let decap = measure::decapsulate(&mut b, &esp_frames, &expected, timing)?;
+    let decap_delta = probe.since(&b);
+    // Stop these engines' channel threads before the round trip starts.
+    drop((a, b));
+    let mut a = scenario::gateway(algorithm, true, 64, &engine)?;
+    let mut b = scenario::gateway(algorithm, false, 64, &engine)?;
+    let (probe_a, probe_b) = (Probe::take(&a), Probe::take(&b));
+    let round_trip = measure::round_trip(&mut a, &mut b, &frame, fragments, &expected, timing)?;
+    let round_deltas = [probe_a.since(&a), probe_b.since(&b)];
+    let wire = frame_size + esp_size;
+    let encap_metrics = metrics(kind, &encap, wire, &[encap_delta]);
+    let decap_metrics = metrics(kind, &decap, wire, &[decap_delta]);
+    let round_metrics = metrics(kind, &round_trip, 2 * wire, &round_deltas);
     Ok(vec![
-        cell(Path::Encap, encap),
-        cell(Path::Decap, decap),
-        cell(Path::RoundTrip, round_trip),
+        cell(Path::Encap, encap, encap_metrics),
+        cell(Path::Decap, decap, decap_metrics),
+        cell(Path::RoundTrip, round_trip, round_metrics),
     ])
 }
 
@@ -280,4 +493,178 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[Scenario]) -> Vec<String> {
+        list.iter().map(Scenario::name).collect()
+    }
+
+    #[test]
+    fn default_sweep_has_every_engine_and_style() {
+        let engines = engine_styles(None, None);
+        let list = scenarios(&DEFAULT_ALGORITHMS, &engines, Knobs::default());
+        assert_eq!(
+            names(&list),
+            [
+                "ipv4-fwd",
+                "esp-null",
+                "aes128gcm16/soft",
+                "aes128gcm16/sec/sync",
+                "aes128gcm16/sec/dual-pass",
+                "aes128gcm16/sec/async",
+                "aes128gcm16/raw",
+                "aes128-sha1/soft",
+                "aes128-sha1/sec/sync",
+                "aes128-sha1/sec/dual-pass",
+                "aes128-sha1/sec/async",
+                "aes128-sha1/raw",
+                "3des-sha1/soft",
+                "3des-sha1/sec/sync",
+                "3des-sha1/sec/dual-pass",
+                "3des-sha1/sec/async",
+                "3des-sha1/raw",
+            ]
+        );
+        let (extras, sizes) =
+            extra_scenarios(&DEFAULT_ALGORITHMS, &engines, Knobs::default(), &DEFAULT_SIZES);
+        assert_eq!(
+            names(&extras),
+            [
+                "aes128-sha1/sec/async+per-request",
+                "aes128-sha1/sec/async+polling",
+                "aes128-sha1/sec/async+coalesced",
+            ]
+        );
+        assert_eq!(sizes, [64, 1420]);
+    }
+
+    #[test]
+    fn engine_and_style_narrow_the_sweep() {
+        assert_eq!(
+            engine_styles(Some(EngineKind::Soft), None),
+            [(EngineKind::Soft, Style::Async)]
+        );
+        assert_eq!(
+            engine_styles(Some(EngineKind::Sec), None),
+            [
+                (EngineKind::Sec, Style::Sync),
+                (EngineKind::Sec, Style::DualPass),
+                (EngineKind::Sec, Style::Async)
+            ]
+        );
+        assert_eq!(
+            engine_styles(None, Some(Style::Sync)),
+            [(EngineKind::Soft, Style::Sync), (EngineKind::Sec, Style::Sync)]
+        );
+        let engines = engine_styles(Some(EngineKind::Sec), Some(Style::DualPass));
+        let knobs = Knobs {
+            buffers: BufferPolicy::PerRequest,
+            completion: CompletionMode::Polling,
+        };
+        let list = scenarios(&[Algorithm::Aes128Sha1], &engines, knobs);
+        assert_eq!(
+            names(&list),
+            [
+                "ipv4-fwd",
+                "esp-null/sec/dual-pass+per-request+polling",
+                "aes128-sha1/sec/dual-pass+per-request+polling",
+                "aes128-sha1/raw",
+            ]
+        );
+        // No sec/async in the sweep: no comparison cells.
+        let (extras, _) = extra_scenarios(&[Algorithm::Aes128Sha1], &engines, knobs, &[64]);
+        assert!(extras.is_empty());
+        // Sizes without 64 and 1420: the smallest and the largest.
+        let engines = engine_styles(None, None);
+        let (extras, sizes) = extra_scenarios(&[Algorithm::Aes128Gcm16], &engines, knobs, &[512, 128, 1024]);
+        assert_eq!(
+            names(&extras),
+            [
+                "aes128gcm16/sec/async+polling",
+                "aes128gcm16/sec/async+per-request",
+                "aes128gcm16/sec/async+per-request+coalesced",
+            ]
+        );
+        assert_eq!(sizes, [128, 1024]);
+    }
+
+    fn cell(scenario: Scenario, path: Path, frame_size: usize, ns: f64) -> Cell {
+        Cell {
+            scenario,
+            path,
+            frame_size,
+            samples: Samples {
+                ns_per_packet: vec![ns],
+                packets: 1,
+                processed: 1,
+                wall_ns: ns as u64,
+            },
+            metrics: Metrics::default(),
+        }
+    }
+
+    fn sweep_of(cells: Vec<Cell>) -> Sweep {
+        Sweep {
+            cells,
+            engine: "test".into(),
+            knobs: Knobs::default(),
+            rate: "none".into(),
+            machine: report::Machine {
+                cpu: "test CPU".into(),
+                cores: 2,
+                mhz: None,
+            },
+            slice_ms: 1,
+            repetitions: 1,
+        }
+    }
+
+    #[test]
+    fn crossover_is_the_first_size_where_async_wins() {
+        let alg = Algorithm::Aes128Sha1;
+        let sync = Scenario::esp(alg, EngineKind::Sec, Style::Sync);
+        let async_ = Scenario::esp(alg, EngineKind::Sec, Style::Async);
+        let build = |pairs: &[(usize, f64, f64)]| {
+            sweep_of(
+                pairs
+                    .iter()
+                    .flat_map(|&(s, a, b)| {
+                        [
+                            cell(sync, Path::RoundTrip, s, a),
+                            cell(async_, Path::RoundTrip, s, b),
+                        ]
+                    })
+                    .collect(),
+            )
+        };
+        let sweep = build(&[(64, 100.0, 150.0), (128, 200.0, 190.0), (256, 300.0, 250.0)]);
+        assert_eq!(report::crossover(&sweep, sync, async_), Some((128, true)));
+        let text = report::derived(&sweep);
+        assert!(
+            text.contains("async overtakes sync at 128 B and stays ahead"),
+            "{text}"
+        );
+        let sweep = build(&[(64, 100.0, 150.0), (128, 200.0, 190.0), (256, 300.0, 350.0)]);
+        assert_eq!(report::crossover(&sweep, sync, async_), Some((128, false)));
+        let sweep = build(&[(64, 100.0, 150.0), (128, 200.0, 290.0)]);
+        assert_eq!(report::crossover(&sweep, sync, async_), None);
+        let sweep = build(&[(64, 100.0, 50.0)]);
+        assert_eq!(report::crossover(&sweep, sync, async_), Some((64, true)));
+    }
+
+    #[test]
+    fn moved_bytes_are_compared_with_two_frames_per_gateway() {
+        let mut c = cell(Scenario::Ipv4Forward, Path::Encap, 100, 1.0);
+        c.metrics.moved_bytes_per_packet = Some(250.0);
+        assert_eq!(c.ipv4_fwd_bytes(), Some(200.0));
+        assert_eq!(c.moved_over_ipv4_fwd(), Some(0.25));
+        c.path = Path::RoundTrip;
+        assert_eq!(c.ipv4_fwd_bytes(), Some(400.0));
+        c.path = Path::Encrypt;
+        assert_eq!(c.moved_over_ipv4_fwd(), None);
+    }
 }

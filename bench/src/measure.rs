@@ -63,7 +63,13 @@ pub fn expected_ip(frame: &[u8], hops: u8) -> Vec<u8> {
 pub struct Samples {
     /// Nanoseconds per packet, one per repetition.
     pub ns_per_packet: Vec<f64>,
+    /// Packets in the timed repetitions.
     pub packets: u64,
+    /// Packets processed in all, warm-up included (engine counters count
+    /// these, so per-packet figures from counter deltas divide by this).
+    pub processed: u64,
+    /// Wall-clock nanoseconds of the whole cell, warm-up included.
+    pub wall_ns: u64,
 }
 
 impl Samples {
@@ -96,12 +102,15 @@ pub struct Timing {
 /// handled) for a warm-up slice and then `repetitions` timed slices.
 fn time_slices(timing: Timing, mut step: impl FnMut() -> anyhow::Result<usize>) -> anyhow::Result<Samples> {
     let warm_up = Instant::now();
+    let mut processed = 0u64;
     while warm_up.elapsed() < timing.slice / 2 {
-        step()?;
+        processed += step()? as u64;
     }
     let mut samples = Samples {
         ns_per_packet: Vec::with_capacity(timing.repetitions),
         packets: 0,
+        processed: 0,
+        wall_ns: 0,
     };
     for _ in 0..timing.repetitions {
         let start = Instant::now();
@@ -115,12 +124,16 @@ fn time_slices(timing: Timing, mut step: impl FnMut() -> anyhow::Result<usize>) 
             .ns_per_packet
             .push(elapsed.as_nanos() as f64 / packets.max(1) as f64);
     }
+    samples.processed = processed + samples.packets;
+    samples.wall_ns = warm_up.elapsed().as_nanos() as u64;
     Ok(samples)
 }
 
 /// A batch of pool buffers, refilled from template frames each step as a
 /// NIC would DMA fresh frames into them, run through a gateway and waited
-/// for (an asynchronous engine keeps the whole batch in flight).
+/// for (an asynchronous engine keeps the whole batch in flight). The pool
+/// has room beyond the batch for the fragments of packets that no longer
+/// fit the tunnel's MTU after encapsulation (1518-byte frames).
 struct Batch {
     pool: PacketPool,
     bufs: Vec<PacketBuf>,
@@ -129,24 +142,41 @@ struct Batch {
 
 impl Batch {
     fn new() -> Self {
-        let mut pool = PacketPool::new(BATCH);
+        let mut pool = PacketPool::new(BATCH * 4);
         let bufs = (0..BATCH).filter_map(|_| pool.alloc()).collect();
         Batch {
             pool,
             bufs,
-            out: Vec::with_capacity(BATCH),
+            out: Vec::with_capacity(BATCH * 2),
         }
     }
 
-    fn fill(&mut self, frame: &[u8]) {
-        for buf in &mut self.bufs {
-            buf.fill(frame);
+    /// Fills `n` buffers with `frames` in turn (the fragments of one
+    /// datagram, or one whole frame).
+    fn fill(&mut self, frames: &[Vec<u8>], n: usize) {
+        while self.bufs.len() > n {
+            if let Some(buf) = self.bufs.pop() {
+                self.pool.free(buf);
+            }
+        }
+        while self.bufs.len() < n {
+            match self.pool.alloc() {
+                Some(buf) => self.bufs.push(buf),
+                None => break,
+            }
+        }
+        for (i, buf) in self.bufs.iter_mut().enumerate() {
+            buf.fill(&frames[i % frames.len()]);
         }
     }
 
     /// Runs the batch through `gateway`; every frame must be forwarded to
-    /// `to`. The buffers come back in `bufs`, in completion order.
-    fn run(&mut self, gateway: &mut Gateway, from: Port, to: Port) -> anyhow::Result<()> {
+    /// `to`, and `expect` frames must come out. The buffers come back in
+    /// `bufs`, in completion order.
+    fn run(&mut self, gateway: &mut Gateway, from: Port, to: Port, expect: usize) -> anyhow::Result<()> {
+        // Fragments that reassembly keeps (all but a datagram's last) come
+        // back as consumed; nothing else may.
+        let may_consume = self.bufs.len() > expect;
         gateway.handle_batch(
             Duration::ZERO,
             from,
@@ -154,21 +184,25 @@ impl Batch {
             &mut self.out,
             &mut self.pool,
         );
-        if self.out.len() < BATCH {
+        if gateway.in_flight() > 0 {
             gateway.flush(Duration::ZERO, &mut self.out, &mut self.pool);
         }
         let mut wrong = None;
         for (buf, verdict) in self.out.drain(..) {
-            if verdict != Verdict::Forward(to) {
-                wrong = Some(verdict);
+            match verdict {
+                Verdict::Forward(port) if port == to => self.bufs.push(buf),
+                Verdict::Consumed if may_consume => self.pool.free(buf),
+                other => {
+                    wrong = Some(other);
+                    self.pool.free(buf);
+                }
             }
-            self.bufs.push(buf);
         }
         match wrong {
-            None if self.bufs.len() == BATCH => Ok(()),
+            None if self.bufs.len() == expect => Ok(()),
             None => bail!(
-                "{} of {BATCH} frames did not come back from the engine",
-                BATCH - self.bufs.len()
+                "{} frames came out of the gateway, expected {expect}",
+                self.bufs.len()
             ),
             Some(verdict) => bail!("expected every packet forwarded to {to}, got {verdict:?}"),
         }
@@ -183,36 +217,46 @@ impl Drop for Batch {
     }
 }
 
-/// One gateway's outbound path (A, inside → outside).
-pub fn encapsulate(gateway: &mut Gateway, frame: &[u8], timing: Timing) -> anyhow::Result<Samples> {
+/// One gateway's outbound path (A, inside → outside); each packet leaves
+/// as `fragments` frames.
+pub fn encapsulate(
+    gateway: &mut Gateway,
+    frame: &[u8],
+    fragments: usize,
+    timing: Timing,
+) -> anyhow::Result<Samples> {
     let mut batch = Batch::new();
+    let frames = [frame.to_vec()];
     time_slices(timing, || {
-        batch.fill(frame);
-        batch.run(gateway, Port::Inside, Port::Outside)?;
+        batch.fill(&frames, BATCH);
+        batch.run(gateway, Port::Inside, Port::Outside, BATCH * fragments)?;
         Ok(BATCH)
     })
 }
 
 /// One gateway's inbound path (B, outside → inside) over copies of one
-/// ESP frame; B's replay window must be off so the copies are accepted.
-/// Every output is compared with the original packet.
+/// ESP packet (its fragments in order, if it was fragmented); B's replay
+/// window must be off so the copies are accepted. Every output is
+/// compared with the original packet.
 pub fn decapsulate(
     gateway: &mut Gateway,
-    esp_frame: &[u8],
+    esp_frames: &[Vec<u8>],
     expected: &[u8],
     timing: Timing,
 ) -> anyhow::Result<Samples> {
     let mut batch = Batch::new();
+    let fragments = esp_frames.len().max(1);
+    let packets = (BATCH / fragments).max(1);
     time_slices(timing, || {
-        batch.fill(esp_frame);
-        batch.run(gateway, Port::Outside, Port::Inside)?;
+        batch.fill(esp_frames, packets * fragments);
+        batch.run(gateway, Port::Outside, Port::Inside, packets)?;
         for buf in &batch.bufs {
             ensure!(
                 buf.data().get(14..) == Some(expected),
                 "decapsulated packet differs from what was sent"
             );
         }
-        Ok(BATCH)
+        Ok(packets)
     })
 }
 
@@ -221,14 +265,16 @@ pub fn round_trip(
     a: &mut Gateway,
     b: &mut Gateway,
     frame: &[u8],
+    fragments: usize,
     expected: &[u8],
     timing: Timing,
 ) -> anyhow::Result<Samples> {
     let mut batch = Batch::new();
+    let frames = [frame.to_vec()];
     time_slices(timing, || {
-        batch.fill(frame);
-        batch.run(a, Port::Inside, Port::Outside)?;
-        batch.run(b, Port::Outside, Port::Inside)?;
+        batch.fill(&frames, BATCH);
+        batch.run(a, Port::Inside, Port::Outside, BATCH * fragments)?;
+        batch.run(b, Port::Outside, Port::Inside, BATCH)?;
         for buf in &batch.bufs {
             ensure!(
                 buf.data().get(14..) == Some(expected),
@@ -239,21 +285,30 @@ pub fn round_trip(
     })
 }
 
-/// The ESP frame A makes of `frame` (for the decapsulation cell).
-pub fn one_esp_frame(a: &mut Gateway, frame: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut pool = PacketPool::new(1);
+/// The frames A makes of `frame`: one ESP frame, or its fragments when the
+/// ESP packet does not fit the outside MTU (for the decapsulation cell).
+pub fn esp_frames(a: &mut Gateway, frame: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
+    let mut pool = PacketPool::new(8);
     let Some(mut buf) = pool.alloc() else {
         bail!("no buffer");
     };
     buf.fill(frame);
-    let Some((buf, verdict)) = a.handle_frame(Duration::ZERO, Port::Inside, buf, &mut pool).pop() else {
+    let outputs = a.handle_frame(Duration::ZERO, Port::Inside, buf, &mut pool);
+    if outputs.is_empty() {
         bail!("the engine did not return the frame");
-    };
-    let esp = buf.data().to_vec();
-    pool.free(buf);
-    match verdict {
-        Verdict::Forward(Port::Outside) => Ok(esp),
-        other => bail!("site A did not encapsulate: {other:?}"),
+    }
+    let mut frames = Vec::new();
+    let mut wrong = None;
+    for (buf, verdict) in outputs {
+        if verdict != Verdict::Forward(Port::Outside) {
+            wrong = Some(verdict);
+        }
+        frames.push(buf.data().to_vec());
+        pool.free(buf);
+    }
+    match wrong {
+        None => Ok(frames),
+        Some(other) => bail!("site A did not encapsulate: {other:?}"),
     }
 }
 

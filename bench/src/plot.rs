@@ -26,8 +26,8 @@ const HEIGHT: u32 = 620;
 const LEGEND_WIDTH: u32 = 250;
 const FONT: &str = "sans-serif";
 
-/// Distinguishable line colours (Tableau 10).
-const COLORS: [RGBColor; 10] = [
+/// Distinguishable line colours (Tableau 10, then lighter Tableau 20 tones).
+const COLORS: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -38,6 +38,12 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(174, 199, 232),
+    RGBColor(255, 187, 120),
+    RGBColor(152, 223, 138),
+    RGBColor(255, 152, 150),
+    RGBColor(197, 176, 213),
+    RGBColor(196, 156, 148),
 ];
 
 /// One line of a chart: (frame size, value) points sorted by size.
@@ -60,7 +66,9 @@ struct Chart {
 ///   the encrypt cells) against frame size;
 /// * `cycles`: estimated CPU cycles per packet of the round trip (only when
 ///   the machine's clock is known);
-/// * `encap-ns`: nanoseconds per packet of encapsulation alone.
+/// * `encap-ns`: nanoseconds per packet of encapsulation alone;
+/// * `moved-bytes`: bytes moved per packet by the outbound gateway (frame in,
+///   engine bus bytes, frame out; `ipv4-fwd` is 2 × frame bytes).
 ///
 /// The y axis is logarithmic when a chart's values span 10x or more.
 pub fn write_charts(sweep: &Sweep, dir: &FsPath) -> anyhow::Result<Vec<PathBuf>> {
@@ -104,6 +112,19 @@ pub fn write_charts(sweep: &Sweep, dir: &FsPath) -> anyhow::Result<Vec<PathBuf>>
                 _ => Some((Path::Encap, "encap")),
             },
             |cell| cell.ns(),
+        ),
+    });
+    charts.push(Chart {
+        stem: "moved-bytes",
+        title: "Bytes moved per packet, outbound gateway (NIC in + engine bus + NIC out)".into(),
+        y_desc: "bytes per packet",
+        series: series(
+            sweep,
+            |scenario| match scenario {
+                Scenario::RawCrypto { .. } => None,
+                _ => Some((Path::Encap, "encap")),
+            },
+            |cell| cell.metrics.moved_bytes_per_packet.unwrap_or(f64::NAN),
         ),
     });
     let note = format!(
@@ -162,6 +183,8 @@ fn series(
     }
     scenarios
         .into_iter()
+        // The registration/completion comparison cells have two sizes only.
+        .filter(|scenario| !sweep.is_extra(scenario))
         .filter_map(|scenario| {
             let (path, label) = pick(&scenario)?;
             let mut points: Vec<(f64, f64)> = sweep
@@ -297,8 +320,8 @@ mod tests {
     use super::*;
     use crate::measure::Samples;
     use crate::report::Machine;
-    use crate::Cell;
-    use accel::Algorithm;
+    use crate::{Cell, Metrics};
+    use accel::{Algorithm, EngineKind, Style};
 
     fn cell(scenario: Scenario, path: Path, frame_size: usize, ns: f64) -> Cell {
         Cell {
@@ -308,6 +331,12 @@ mod tests {
             samples: Samples {
                 ns_per_packet: vec![ns],
                 packets: 1,
+                processed: 1,
+                wall_ns: ns as u64,
+            },
+            metrics: Metrics {
+                moved_bytes_per_packet: (path == Path::Encap).then_some(2.0 * frame_size as f64 + 100.0),
+                ..Metrics::default()
             },
         }
     }
@@ -315,23 +344,14 @@ mod tests {
     #[test]
     fn writes_svg_and_png_for_each_chart() {
         let gcm = Algorithm::Aes128Gcm16;
+        let esp = Scenario::esp(gcm, EngineKind::Sec, Style::Async);
         let mut cells = Vec::new();
         for size in [64, 512, 1420] {
             let s = size as f64;
             cells.push(cell(Scenario::Ipv4Forward, Path::Encap, size, 50.0));
             cells.push(cell(Scenario::Ipv4Forward, Path::RoundTrip, size, 100.0));
-            cells.push(cell(
-                Scenario::Esp { algorithm: gcm },
-                Path::Encap,
-                size,
-                200.0 + s,
-            ));
-            cells.push(cell(
-                Scenario::Esp { algorithm: gcm },
-                Path::RoundTrip,
-                size,
-                500.0 + s,
-            ));
+            cells.push(cell(esp, Path::Encap, size, 200.0 + s));
+            cells.push(cell(esp, Path::RoundTrip, size, 500.0 + s));
             cells.push(cell(
                 Scenario::RawCrypto { algorithm: gcm },
                 Path::Encrypt,
@@ -341,7 +361,9 @@ mod tests {
         }
         let mut sweep = Sweep {
             cells,
-            engine: "soft/async".into(),
+            engine: "sec/async".into(),
+            knobs: crate::scenario::Knobs::default(),
+            rate: "none".into(),
             machine: Machine {
                 cpu: "test CPU".into(),
                 cores: 2,
@@ -365,11 +387,13 @@ mod tests {
                 "cycles.svg",
                 "cycles.png",
                 "encap-ns.svg",
-                "encap-ns.png"
+                "encap-ns.png",
+                "moved-bytes.svg",
+                "moved-bytes.png"
             ]
         );
         let svg = std::fs::read_to_string(dir.join("throughput.svg")).unwrap();
-        assert!(svg.contains("aes128gcm16/esp (round trip)"));
+        assert!(svg.contains("aes128gcm16/sec/async (round trip)"));
         assert!(svg.contains("aes128gcm16/raw (raw encrypt)"));
         let png = std::fs::read(dir.join("throughput.png")).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
@@ -377,7 +401,7 @@ mod tests {
         // Without a known clock there is no cycles chart.
         sweep.machine.mhz = None;
         let written = write_charts(&sweep, &dir).unwrap();
-        assert_eq!(written.len(), 4);
+        assert_eq!(written.len(), 6);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -5,31 +5,143 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, EngineSpec, Style};
+use accel::{Algorithm, BufferPolicy, Completion, EngineKind, EngineSpec, RateModel, SecConfig, Style};
 use dataplane::{Gateway, LinkLayer};
 use ike_stub::Config;
+
+/// How the `sec` engine signals completions (`--completion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompletionMode {
+    /// Wake the dataplane on every completion.
+    #[default]
+    Interrupt,
+    /// The dataplane spins on the done rings.
+    Polling,
+    /// Wake after 8 completions or 50 µs.
+    Coalesced,
+}
+
+impl CompletionMode {
+    pub const ALL: [CompletionMode; 3] = [
+        CompletionMode::Interrupt,
+        CompletionMode::Polling,
+        CompletionMode::Coalesced,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CompletionMode::Interrupt => "interrupt",
+            CompletionMode::Polling => "polling",
+            CompletionMode::Coalesced => "coalesced",
+        }
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<CompletionMode> {
+        CompletionMode::ALL
+            .into_iter()
+            .find(|m| m.name() == text)
+            .ok_or_else(|| anyhow::anyhow!("--completion `{text}`: expected interrupt, polling or coalesced"))
+    }
+
+    pub fn to_accel(self) -> Completion {
+        match self {
+            CompletionMode::Interrupt => Completion::Interrupt,
+            CompletionMode::Polling => Completion::Polling,
+            CompletionMode::Coalesced => Completion::Coalesced {
+                count: 8,
+                timeout: Duration::from_micros(50),
+            },
+        }
+    }
+}
+
+impl fmt::Display for CompletionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Buffer policy and completion signalling of an ESP scenario. The sweep's
+/// own (`--buffers`, `--completion`) apply to every ESP scenario; the
+/// registration and completion comparison cells change one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+pub struct Knobs {
+    pub buffers: BufferPolicy,
+    /// Only the `sec` engine signals completions; ignored elsewhere.
+    pub completion: CompletionMode,
+}
 
 /// One row group of the sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scenario {
     /// Plain IPv4 forwarding through the same pipeline, no IPsec.
     Ipv4Forward,
-    /// ESP with a transform, on an engine.
-    Esp { algorithm: Algorithm },
+    /// ESP with a transform, on an engine, in a submission style.
+    Esp {
+        algorithm: Algorithm,
+        engine: EngineKind,
+        style: Style,
+        knobs: Knobs,
+    },
     /// The transform's primitive alone over a buffer of the same size: the
     /// ceiling the ESP path is measured against.
     RawCrypto { algorithm: Algorithm },
 }
 
 impl Scenario {
+    /// ESP with the default buffer policy and completion signalling.
+    pub fn esp(algorithm: Algorithm, engine: EngineKind, style: Style) -> Scenario {
+        Scenario::Esp {
+            algorithm,
+            engine,
+            style,
+            knobs: Knobs::default(),
+        }
+    }
+
+    /// `ipv4-fwd`, `esp-null`, `aes128gcm16/soft` (soft inline, single
+    /// pass), `aes128gcm16/sec/async`, `aes128-sha1/sec/async+per-request`,
+    /// `aes128-sha1/sec/async+polling`, `aes128gcm16/raw`.
     pub fn name(&self) -> String {
-        match self {
+        match *self {
             Scenario::Ipv4Forward => "ipv4-fwd".into(),
             Scenario::Esp {
-                algorithm: Algorithm::Null,
-            } => "esp-null".into(),
-            Scenario::Esp { algorithm } => format!("{algorithm}/esp"),
+                algorithm,
+                engine,
+                style,
+                knobs,
+            } => {
+                let mut name = if algorithm == Algorithm::Null {
+                    "esp-null".to_owned()
+                } else {
+                    algorithm.to_string()
+                };
+                let inline = engine == EngineKind::Soft && style == Style::Async;
+                let mut suffix = String::new();
+                if knobs.buffers != BufferPolicy::Registered {
+                    suffix += &format!("+{}", knobs.buffers);
+                }
+                if engine == EngineKind::Sec && knobs.completion != CompletionMode::Interrupt {
+                    suffix += &format!("+{}", knobs.completion);
+                }
+                if !(algorithm == Algorithm::Null && inline && suffix.is_empty()) {
+                    if inline {
+                        name += "/soft";
+                    } else {
+                        name += &format!("/{engine}/{style}");
+                    }
+                }
+                name + &suffix
+            }
             Scenario::RawCrypto { algorithm } => format!("{algorithm}/raw"),
+        }
+    }
+
+    pub fn algorithm(&self) -> Option<Algorithm> {
+        match *self {
+            Scenario::Ipv4Forward => None,
+            Scenario::Esp { algorithm, .. } | Scenario::RawCrypto { algorithm } => Some(algorithm),
         }
     }
 }
@@ -117,7 +229,7 @@ mac = "02:00:00:00:00:0{peer_id}"
     text
 }
 
-/// The engine every ESP scenario of a sweep runs on.
+/// The engine one scenario runs on.
 #[derive(Debug, Clone, Default)]
 pub struct EngineSetup {
     pub spec: EngineSpec,
@@ -125,6 +237,30 @@ pub struct EngineSetup {
 }
 
 impl EngineSetup {
+    /// The engine of `scenario` (plain forwarding and raw crypto: inline
+    /// software); `rate` is the `sec` engine's rate model.
+    pub fn for_scenario(scenario: &Scenario, rate: Option<RateModel>) -> EngineSetup {
+        match *scenario {
+            Scenario::Esp {
+                engine, style, knobs, ..
+            } => EngineSetup {
+                spec: EngineSpec {
+                    kind: engine,
+                    buffers: knobs.buffers,
+                    sec: SecConfig {
+                        buffers: knobs.buffers,
+                        rate,
+                        completion: knobs.completion.to_accel(),
+                        ..SecConfig::default()
+                    },
+                    ..EngineSpec::default()
+                },
+                style,
+            },
+            _ => EngineSetup::default(),
+        }
+    }
+
     pub fn label(&self) -> String {
         format!("{}/{}", self.spec.kind, self.style)
     }

@@ -288,10 +288,14 @@ fn run(args: &RunArgs) -> Result<()> {
             Device::Packet(open(&config.outside.device, "outside", many, group + 1)?),
         );
         if many {
-            s.receive
-                .push((Port::Inside, AfPacket::open_arp(&config.inside.device)?));
-            s.receive
-                .push((Port::Outside, AfPacket::open_arp(&config.outside.device)?));
+            s.receive.push((
+                Port::Inside,
+                Device::Packet(AfPacket::open_arp(&config.inside.device)?),
+            ));
+            s.receive.push((
+                Port::Outside,
+                Device::Packet(AfPacket::open_arp(&config.outside.device)?),
+            ));
         }
         sockets.push(s);
     }

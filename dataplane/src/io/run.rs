@@ -71,7 +71,7 @@ pub struct RunSummary {
 /// with workers: the shared-out IPv4 socket and the private ARP one), and
 /// the socket each port transmits on.
 pub struct Sockets {
-    pub receive: Vec<(Port, AfPacket)>,
+    pub receive: Vec<(Port, Device)>,
     pub inside: Device,
     pub outside: Device,
 }
@@ -93,51 +93,14 @@ impl Sockets {
         }
     }
 
-    fn receivers(&self) -> Vec<(Port, Receiver<'_>)> {
-        let mut list = vec![
-            (Port::Inside, Receiver::Device(&self.inside)),
-            (Port::Outside, Receiver::Device(&self.outside)),
-        ];
-        list.extend(self.receive.iter().map(|(p, s)| (*p, Receiver::Packet(s))));
+    fn receivers(&self) -> Vec<(Port, &Device)> {
+        let mut list = vec![(Port::Inside, &self.inside), (Port::Outside, &self.outside)];
+        list.extend(self.receive.iter().map(|(p, d)| (*p, d)));
         list
     }
 
     fn kernel_drops(&self) -> u64 {
         self.receivers().iter().map(|(_, s)| s.kernel_drops()).sum()
-    }
-}
-
-/// Something to read frames from.
-enum Receiver<'a> {
-    Device(&'a Device),
-    Packet(&'a AfPacket),
-}
-
-impl Receiver<'_> {
-    fn recv_batch(
-        &self,
-        pool: &mut PacketPool,
-        bufs: &mut Vec<crate::buffer::PacketBuf>,
-        max: usize,
-    ) -> std::io::Result<usize> {
-        match self {
-            Receiver::Device(d) => d.recv_batch(pool, bufs, max),
-            Receiver::Packet(s) => s.recv_batch(pool, bufs, max),
-        }
-    }
-
-    fn as_raw_fd(&self) -> i32 {
-        match self {
-            Receiver::Device(d) => d.as_raw_fd(),
-            Receiver::Packet(s) => s.as_raw_fd(),
-        }
-    }
-
-    fn kernel_drops(&self) -> u64 {
-        match self {
-            Receiver::Device(d) => d.kernel_drops(),
-            Receiver::Packet(s) => s.kernel_drops(),
-        }
     }
 }
 

@@ -29,6 +29,9 @@ pub struct AfPacket {
     device: String,
 }
 
+/// Most frames one `recv_batch` takes.
+pub const MAX_BATCH: usize = 64;
+
 const ETH_P_ALL: u16 = 0x0003;
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_ARP: u16 = 0x0806;
@@ -147,82 +150,72 @@ impl AfPacket {
         self.fd.as_raw_fd()
     }
 
-    /// Receives up to `max` frames into buffers from `pool`, appended to
-    /// `bufs`; returns how many (0 when nothing is waiting).
+    /// Receives up to `max` (at most [`MAX_BATCH`]) frames into buffers
+    /// from `pool`, appended to `bufs`; returns how many (0 when nothing is
+    /// waiting). The scatter lists live on the stack: no allocation.
     pub fn recv_batch(
         &self,
         pool: &mut PacketPool,
         bufs: &mut Vec<PacketBuf>,
         max: usize,
     ) -> io::Result<usize> {
-        let mut taken: Vec<PacketBuf> = Vec::with_capacity(max);
-        while taken.len() < max {
-            match pool.alloc() {
-                Some(mut buf) => {
-                    buf.reset();
-                    if buf.append(MAX_FRAME).is_none() {
-                        pool.free(buf);
-                        break;
-                    }
-                    taken.push(buf);
-                }
-                None => break,
+        let mut taken: [Option<PacketBuf>; MAX_BATCH] = std::array::from_fn(|_| None);
+        let mut count = 0;
+        while count < max.min(MAX_BATCH) {
+            let Some(mut buf) = pool.alloc() else { break };
+            buf.reset();
+            if buf.append(MAX_FRAME).is_none() {
+                pool.free(buf);
+                break;
             }
+            taken[count] = Some(buf);
+            count += 1;
         }
-        if taken.is_empty() {
+        if count == 0 {
             return Ok(0);
         }
-        let mut iovecs: Vec<libc::iovec> = taken
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.data_mut().as_mut_ptr().cast(),
-                iov_len: MAX_FRAME,
-            })
-            .collect();
-        let mut headers: Vec<libc::mmsghdr> = iovecs
-            .iter_mut()
-            .map(|iov| {
-                // SAFETY: mmsghdr is plain data; zero is its empty value.
-                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_iov = iov;
-                h.msg_hdr.msg_iovlen = 1;
-                h
-            })
-            .collect();
-        // SAFETY: headers point at iovecs that point into live buffers.
+        // SAFETY: iovec and mmsghdr are plain data; zero is their empty value.
+        let mut iovecs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut headers: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        for i in 0..count {
+            if let Some(buf) = taken[i].as_mut() {
+                iovecs[i] = libc::iovec {
+                    iov_base: buf.data_mut().as_mut_ptr().cast(),
+                    iov_len: MAX_FRAME,
+                };
+            }
+            headers[i].msg_hdr.msg_iov = &mut iovecs[i];
+            headers[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: the first `count` headers point at iovecs that point into
+        // live buffers of MAX_FRAME bytes.
         let n = unsafe {
             libc::recvmmsg(
                 self.fd.as_raw_fd(),
                 headers.as_mut_ptr(),
-                headers.len() as u32,
+                count as u32,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
-        let received = if n < 0 {
-            let e = io::Error::last_os_error();
-            for buf in taken {
-                pool.free(buf);
-            }
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        } else {
-            n as usize
-        };
-        for (i, mut buf) in taken.into_iter().enumerate() {
+        // Read errno before anything else can touch it.
+        let error = (n < 0).then(io::Error::last_os_error);
+        let received = if n < 0 { 0 } else { n as usize };
+        for (i, slot) in taken.iter_mut().enumerate().take(count) {
+            let Some(mut buf) = slot.take() else { continue };
             if i < received {
-                let len = headers[i].msg_len as usize;
-                // A frame that filled the buffer may have been cut: drop it
-                // at the gateway as too long rather than pass it on.
-                buf.truncate(len.min(MAX_FRAME));
+                // A frame that filled the buffer may have been cut: the
+                // gateway's length checks then refuse it.
+                buf.truncate((headers[i].msg_len as usize).min(MAX_FRAME));
                 bufs.push(buf);
             } else {
                 pool.free(buf);
             }
         }
-        Ok(received)
+        match error {
+            Some(e) if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Err(e),
+            _ => Ok(received),
+        }
     }
 
     /// Frames the kernel dropped on this socket because it was full, since

@@ -95,3 +95,38 @@ fn demo_passes_traffic_only_as_esp_and_cleans_up() {
         "namespaces left behind"
     );
 }
+
+/// `espgw bench --io` compares the receive methods on a veth pair.
+#[test]
+fn io_comparison_runs_every_method() {
+    if let Err(reason) = can_run() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("the I/O comparison must run in CI: {reason}");
+        }
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args(["bench", "--io", "--sizes", "64", "--slice-ms", "20"])
+        .output()
+        .expect("espgw bench --io runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for method in ["recvmmsg", "pnet", "io_uring"] {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(method))
+            .unwrap_or_else(|| panic!("{table}"));
+        let rate: f64 = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        assert!(rate > 0.0, "{method} received nothing: {table}");
+    }
+    assert!(table.contains("fastest at 64 B"), "{table}");
+}

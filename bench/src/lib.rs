@@ -6,6 +6,7 @@
 //! must not reach into the dataplane's internals or time anything but whole
 //! batches through public entry points.
 
+pub mod io;
 pub mod measure;
 pub mod plot;
 pub mod report;
@@ -33,6 +34,10 @@ pub const DEFAULT_ALGORITHMS: [Algorithm; 3] = [
 /// `espgw bench` options.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
+    /// Instead of the sweep: compare ways of reading frames from an
+    /// interface (recvmmsg, pnet, io_uring) on a veth pair (root).
+    #[arg(long)]
+    pub io: bool,
     /// Ethernet frame sizes in bytes, FCS included (64..=1518).
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SIZES)]
     pub sizes: Vec<usize>,
@@ -471,6 +476,20 @@ fn measure_cell(
 
 /// The `espgw bench` command.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.io {
+        let sizes: Vec<usize> = if args.sizes == DEFAULT_SIZES {
+            vec![64, 1518]
+        } else {
+            args.sizes.clone()
+        };
+        let results = io::compare(&sizes, Duration::from_millis(args.slice_ms.max(1) * 10))?;
+        print!("{}", io::table(&results));
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&results)? + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        return Ok(());
+    }
     let progress = ProgressBar::new(0).with_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} cells  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),

@@ -1,0 +1,283 @@
+//! `espgw bench --io` (root): which way of reading frames from an
+//! interface is fastest here. A sender floods one end of a veth pair in a
+//! private network namespace; each receiver method drains the other end
+//! for the same time, copying every frame into a pool buffer as the
+//! gateway needs it:
+//! - `recvmmsg`: the AF_PACKET driver espgw uses (batches of 64);
+//! - `pnet`: the `pnet_datalink` channel (one frame per call);
+//! - `io_uring`: 64 `recvmsg` requests kept queued on an io_uring.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use dataplane::buffer::MAX_FRAME;
+use dataplane::io::afpacket::AfPacket;
+use dataplane::PacketPool;
+
+const NS: &str = "espgw-iobench";
+
+/// One method's result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct IoResult {
+    pub method: &'static str,
+    pub frame_size: usize,
+    pub frames_per_second: f64,
+    pub gbit_per_second: f64,
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let status = Command::new("ip").args(args).status().context("running ip")?;
+    ensure!(status.success(), "`ip {}` failed", args.join(" "));
+    Ok(())
+}
+
+fn enter() -> Result<()> {
+    let file = File::open(format!("/var/run/netns/{NS}"))?;
+    // SAFETY: setns on a namespace file we opened; affects this thread only.
+    ensure!(
+        unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } == 0,
+        "cannot enter {NS}"
+    );
+    Ok(())
+}
+
+struct Namespace;
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", NS]).status();
+    }
+}
+
+fn setup() -> Result<Namespace> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("espgw bench --io needs root (a network namespace and raw sockets)");
+    }
+    let _ = Command::new("ip").args(["netns", "del", NS]).status();
+    ip(&["netns", "add", NS])?;
+    let guard = Namespace;
+    ip(&[
+        "-n", NS, "link", "add", "io0", "type", "veth", "peer", "name", "io1",
+    ])?;
+    ip(&["-n", NS, "link", "set", "io0", "up"])?;
+    ip(&["-n", NS, "link", "set", "io1", "up"])?;
+    Ok(guard)
+}
+
+/// A frame the kernel will not answer or forward: to a unicast MAC nobody
+/// has, ethertype IPv4, a valid header.
+fn frame(size: usize) -> Vec<u8> {
+    let mut f = vec![0u8; size - 4];
+    f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x99, 0x99]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x99, 0x01]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    let ip_len = (size - 18) as u16;
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f
+}
+
+/// Floods io0 until `stop`.
+fn sender(size: usize, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<()>> {
+    thread::spawn(move || {
+        enter()?;
+        let socket = AfPacket::open("io0")?;
+        let f = frame(size);
+        while !stop.load(Ordering::Relaxed) {
+            // A full queue just means the receiver is behind.
+            let _ = socket.send(&f);
+        }
+        Ok(())
+    })
+}
+
+type Receiver = fn(&AtomicBool, &AtomicU64) -> Result<()>;
+
+fn with_recvmmsg(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
+    let socket = AfPacket::open("io1")?;
+    let mut pool = PacketPool::new(128);
+    let mut bufs = Vec::with_capacity(64);
+    while !stop.load(Ordering::Relaxed) {
+        let n = socket.recv_batch(&mut pool, &mut bufs, 64)?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        for buf in bufs.drain(..) {
+            pool.free(buf);
+        }
+    }
+    Ok(())
+}
+
+fn with_pnet(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
+    let interface = pnet_datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == "io1")
+        .context("io1 not found")?;
+    let config = pnet_datalink::Config {
+        read_timeout: Some(Duration::from_millis(20)),
+        ..Default::default()
+    };
+    let mut rx = match pnet_datalink::channel(&interface, config)? {
+        pnet_datalink::Channel::Ethernet(_, rx) => rx,
+        _ => bail!("pnet offered no Ethernet channel"),
+    };
+    let mut pool = PacketPool::new(4);
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok(data) = rx.next() {
+            if let Some(mut buf) = pool.alloc() {
+                buf.fill(data);
+                pool.free(buf);
+            }
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+fn with_io_uring(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
+    const DEPTH: usize = 64;
+    let socket = AfPacket::open("io1")?;
+    let mut ring = io_uring::IoUring::new(DEPTH as u32 * 2)?;
+    let mut pool = PacketPool::new(DEPTH);
+    let mut bufs: Vec<dataplane::PacketBuf> = (0..DEPTH).filter_map(|_| pool.alloc()).collect();
+    let mut iovecs: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| {
+            b.reset();
+            let room = b
+                .append(MAX_FRAME)
+                .map_or(std::ptr::null_mut(), |r| r.as_mut_ptr());
+            libc::iovec {
+                iov_base: room.cast(),
+                iov_len: MAX_FRAME,
+            }
+        })
+        .collect();
+    // SAFETY: msghdr is plain data.
+    let mut headers: Vec<libc::msghdr> = iovecs
+        .iter_mut()
+        .map(|iov| {
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_iov = iov;
+            h.msg_iovlen = 1;
+            h
+        })
+        .collect();
+    let fd = io_uring::types::Fd(socket.as_raw_fd());
+    let push = |ring: &mut io_uring::IoUring, headers: &mut [libc::msghdr], i: usize| {
+        let entry = io_uring::opcode::RecvMsg::new(fd, &mut headers[i])
+            .build()
+            .user_data(i as u64);
+        // SAFETY: the header, iovec and buffer live until the completion is reaped.
+        let _ = unsafe { ring.submission().push(&entry) };
+    };
+    for i in 0..DEPTH {
+        push(&mut ring, &mut headers, i);
+    }
+    let ts = io_uring::types::Timespec::from(Duration::from_millis(20));
+    while !stop.load(Ordering::Relaxed) {
+        let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+        let _ = ring.submitter().submit_with_args(1, &args);
+        let done: Vec<(usize, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data() as usize, c.result()))
+            .collect();
+        for (i, result) in done {
+            if result > 0 {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            push(&mut ring, &mut headers, i);
+        }
+    }
+    // Drain: cancel by closing the socket after the ring is gone.
+    drop(ring);
+    for buf in bufs {
+        pool.free(buf);
+    }
+    Ok(())
+}
+
+/// Runs each method for `duration` per frame size.
+pub fn compare(sizes: &[usize], duration: Duration) -> Result<Vec<IoResult>> {
+    let _namespace = setup()?;
+    let methods: [(&'static str, Receiver); 3] = [
+        ("recvmmsg", with_recvmmsg),
+        ("pnet", with_pnet),
+        ("io_uring", with_io_uring),
+    ];
+    let mut results = Vec::new();
+    for &size in sizes {
+        for (name, method) in methods {
+            let stop = Arc::new(AtomicBool::new(false));
+            let count = Arc::new(AtomicU64::new(0));
+            let (rx_stop, rx_count) = (Arc::clone(&stop), Arc::clone(&count));
+            let receiver = thread::spawn(move || -> Result<()> {
+                enter()?;
+                method(&rx_stop, &rx_count)
+            });
+            thread::sleep(Duration::from_millis(100));
+            let send = sender(size, Arc::clone(&stop));
+            thread::sleep(Duration::from_millis(100));
+            let before = count.load(Ordering::Relaxed);
+            let start = Instant::now();
+            thread::sleep(duration);
+            let received = count.load(Ordering::Relaxed) - before;
+            let elapsed = start.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+            send.join().map_err(|_| anyhow::anyhow!("sender panicked"))??;
+            receiver
+                .join()
+                .map_err(|_| anyhow::anyhow!("{name} panicked"))??;
+            let fps = received as f64 / elapsed;
+            results.push(IoResult {
+                method: name,
+                frame_size: size,
+                frames_per_second: fps,
+                gbit_per_second: fps * size as f64 * 8.0 / 1e9,
+            });
+        }
+    }
+    Ok(results)
+}
+
+/// The comparison as a table, with the verdict.
+pub fn table(results: &[IoResult]) -> String {
+    use std::fmt::Write;
+    let mut out =
+        String::from("frame receive methods on a veth pair (sender and receiver share this machine):\n");
+    let _ = writeln!(
+        out,
+        "{:<10} {:>6} {:>12} {:>8}",
+        "method", "bytes", "kframes/s", "Gbit/s"
+    );
+    for r in results {
+        let _ = writeln!(
+            out,
+            "{:<10} {:>6} {:>12.0} {:>8.2}",
+            r.method,
+            r.frame_size,
+            r.frames_per_second / 1e3,
+            r.gbit_per_second
+        );
+    }
+    let mut sizes: Vec<usize> = results.iter().map(|r| r.frame_size).collect();
+    sizes.dedup();
+    for size in sizes {
+        if let Some(best) = results
+            .iter()
+            .filter(|r| r.frame_size == size)
+            .max_by(|a, b| a.frames_per_second.total_cmp(&b.frames_per_second))
+        {
+            let _ = writeln!(out, "fastest at {size} B: {}", best.method);
+        }
+    }
+    out
+}

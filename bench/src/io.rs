@@ -5,7 +5,9 @@
 //! gateway needs it:
 //! - `recvmmsg`: the AF_PACKET driver espgw uses (batches of 64);
 //! - `pnet`: the `pnet_datalink` channel (one frame per call);
-//! - `io_uring`: 64 `recvmsg` requests kept queued on an io_uring.
+//! - `io_uring`: 64 `recvmsg` requests kept queued on an io_uring;
+//! - `tpacket_v3`: a PACKET_MMAP TPACKET_V3 receive ring (8 blocks of 1 MiB)
+//!   walked in user space.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -205,13 +207,134 @@ fn with_io_uring(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
     Ok(())
 }
 
+/// TPACKET_V3 receive ring: the kernel fills blocks of frames in shared
+/// memory; user space walks a block and hands it back.
+fn with_tpacket_v3(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
+    const BLOCK_SIZE: usize = 1 << 20;
+    const BLOCKS: usize = 8;
+    const FRAME_SIZE: usize = 2048;
+    const TPACKET_V3: libc::c_int = 2;
+    const TP_STATUS_USER: u32 = 1;
+    let name = std::ffi::CString::new("io1")?;
+    // SAFETY: if_nametoindex reads a NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    ensure!(index != 0, "io1 not found");
+    // SAFETY: plain socket(2); closed below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(0x0003u16.to_be())) };
+    ensure!(fd >= 0, "packet socket: {}", std::io::Error::last_os_error());
+    let set = |name: libc::c_int, value: *const libc::c_void, len: usize| -> Result<()> {
+        // SAFETY: value points at `len` readable bytes.
+        let r = unsafe { libc::setsockopt(fd, libc::SOL_PACKET, name, value, len as u32) };
+        ensure!(r == 0, "setsockopt {name}: {}", std::io::Error::last_os_error());
+        Ok(())
+    };
+    let result = (|| -> Result<()> {
+        set(
+            libc::PACKET_VERSION,
+            (&TPACKET_V3 as *const libc::c_int).cast(),
+            4,
+        )?;
+        // struct tpacket_req3
+        let req: [u32; 7] = [
+            BLOCK_SIZE as u32,
+            BLOCKS as u32,
+            FRAME_SIZE as u32,
+            (BLOCK_SIZE / FRAME_SIZE * BLOCKS) as u32,
+            10, // retire a block after 10 ms even if not full
+            0,
+            0,
+        ];
+        set(
+            libc::PACKET_RX_RING,
+            req.as_ptr().cast(),
+            std::mem::size_of_val(&req),
+        )?;
+        // SAFETY: mapping the ring the kernel just allocated for this socket.
+        let ring = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                BLOCK_SIZE * BLOCKS,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        ensure!(
+            ring != libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: sockaddr_ll is plain data.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = 0x0003u16.to_be();
+        addr.sll_ifindex = index as i32;
+        // SAFETY: addr is a valid sockaddr_ll.
+        let bound = unsafe {
+            libc::bind(
+                fd,
+                (&addr as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        ensure!(bound == 0, "bind: {}", std::io::Error::last_os_error());
+        let base = ring.cast::<u8>();
+        let mut pool = PacketPool::new(4);
+        let mut block = 0usize;
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        while !stop.load(Ordering::Relaxed) {
+            // SAFETY: every offset below stays inside the mapped ring, as laid
+            // out by struct tpacket_block_desc / tpacket3_hdr; the block
+            // status word is shared with the kernel, hence volatile access.
+            unsafe {
+                let desc = base.add(block * BLOCK_SIZE);
+                let status = desc.add(8).cast::<u32>();
+                if std::ptr::read_volatile(status) & TP_STATUS_USER == 0 {
+                    libc::poll(&mut pfd, 1, 20);
+                    continue;
+                }
+                std::sync::atomic::fence(Ordering::Acquire);
+                let packets = std::ptr::read_volatile(desc.add(12).cast::<u32>());
+                let mut at = desc.add(std::ptr::read_volatile(desc.add(16).cast::<u32>()) as usize);
+                for _ in 0..packets {
+                    let next = std::ptr::read_volatile(at.cast::<u32>()) as usize;
+                    let snaplen = std::ptr::read_volatile(at.add(12).cast::<u32>()) as usize;
+                    let mac = std::ptr::read_volatile(at.add(24).cast::<u16>()) as usize;
+                    let frame = std::slice::from_raw_parts(at.add(mac), snaplen.min(MAX_FRAME));
+                    if let Some(mut buf) = pool.alloc() {
+                        buf.fill(frame);
+                        pool.free(buf);
+                    }
+                    count.fetch_add(1, Ordering::Relaxed);
+                    at = at.add(next);
+                }
+                std::sync::atomic::fence(Ordering::Release);
+                std::ptr::write_volatile(status, 0);
+            }
+            block = (block + 1) % BLOCKS;
+        }
+        // SAFETY: unmapping what we mapped above.
+        unsafe { libc::munmap(ring, BLOCK_SIZE * BLOCKS) };
+        Ok(())
+    })();
+    // SAFETY: closing the socket opened above.
+    unsafe { libc::close(fd) };
+    result
+}
+
 /// Runs each method for `duration` per frame size.
 pub fn compare(sizes: &[usize], duration: Duration) -> Result<Vec<IoResult>> {
     let _namespace = setup()?;
-    let methods: [(&'static str, Receiver); 3] = [
+    let methods: [(&'static str, Receiver); 4] = [
         ("recvmmsg", with_recvmmsg),
         ("pnet", with_pnet),
         ("io_uring", with_io_uring),
+        ("tpacket_v3", with_tpacket_v3),
     ];
     let mut results = Vec::new();
     for &size in sizes {

@@ -191,6 +191,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::CheckConfig { file } => check_config(&file),
         Command::Pcap(args) => pcap(&args),
+        Command::Bench(args) if args.veth => bench_veth(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Run(args) => run(&args),
         Command::Demo(args) => demo::run(&args),
@@ -424,5 +425,23 @@ fn show(query: &QueryArgs, request: &str, table: fn(&serde_json::Value) -> Strin
     } else {
         print!("{}", table(&answer));
     }
+    Ok(())
+}
+
+fn bench_veth(args: &bench::BenchArgs) -> Result<()> {
+    let mut demo = demo::DemoArgs::for_bench(
+        args.engine.unwrap_or(EngineKind::Soft),
+        args.style.unwrap_or(Style::Async),
+        args.buffers,
+    );
+    if let Some(algorithm) = args.algorithms.first() {
+        demo.set_algorithm(*algorithm);
+    }
+    let report = demo::bench_veth(
+        &args.sizes,
+        Duration::from_millis(args.slice_ms.max(1) * 10),
+        &demo,
+    )?;
+    print!("{report}");
     Ok(())
 }

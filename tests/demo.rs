@@ -3,6 +3,10 @@
 //! and nothing is left behind.
 
 use std::process::Command;
+use std::sync::Mutex;
+
+/// The demo's namespaces have fixed names: one test at a time uses them.
+static TOPOLOGY: Mutex<()> = Mutex::new(());
 
 fn can_run() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
@@ -39,6 +43,7 @@ fn counter(report: &str, gateway: &str, name: &str) -> u64 {
 
 #[test]
 fn demo_passes_traffic_only_as_esp_and_cleans_up() {
+    let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
     if let Err(reason) = can_run() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("the demo test must run in CI: {reason}");
@@ -129,4 +134,47 @@ fn io_comparison_runs_every_method() {
         assert!(rate > 0.0, "{method} received nothing: {table}");
     }
     assert!(table.contains("fastest at 64 B"), "{table}");
+}
+
+/// `espgw bench --veth` forwards real traffic through the demo topology.
+#[test]
+fn veth_bench_reports_forwarding_rates() {
+    let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(reason) = can_run() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("the veth bench must run in CI: {reason}");
+        }
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args(["bench", "--veth", "--sizes", "128,1420", "--slice-ms", "20"])
+        .output()
+        .expect("espgw bench --veth runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for size in ["128", "1420"] {
+        let line = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(size))
+            .unwrap_or_else(|| panic!("{table}"));
+        let received: f64 = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        assert!(received > 0.0, "nothing arrived at {size} bytes: {table}");
+    }
+    let left = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    assert!(
+        !String::from_utf8_lossy(&left.stdout).contains("espgw-"),
+        "namespaces left behind"
+    );
 }

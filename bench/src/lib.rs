@@ -38,6 +38,10 @@ pub struct BenchArgs {
     /// interface (recvmmsg, pnet, io_uring) on a veth pair (root).
     #[arg(long)]
     pub io: bool,
+    /// Instead of the in-memory sweep: forward real traffic through the
+    /// demo's four namespaces and two gateways, per frame size (root).
+    #[arg(long)]
+    pub veth: bool,
     /// Ethernet frame sizes in bytes, FCS included (64..=1518).
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SIZES)]
     pub sizes: Vec<usize>,

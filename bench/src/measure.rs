@@ -68,6 +68,9 @@ pub struct Samples {
     /// Packets processed in all, warm-up included (engine counters count
     /// these, so per-packet figures from counter deltas divide by this).
     pub processed: u64,
+    /// CPU cycles per packet of the measuring thread from the hardware
+    /// counter, one per repetition; empty where the kernel offers none.
+    pub cycles_per_packet: Vec<f64>,
     /// Wall-clock nanoseconds of the whole cell, warm-up included.
     pub wall_ns: u64,
 }
@@ -110,15 +113,25 @@ fn time_slices(timing: Timing, mut step: impl FnMut() -> anyhow::Result<usize>) 
         ns_per_packet: Vec::with_capacity(timing.repetitions),
         packets: 0,
         processed: 0,
+        cycles_per_packet: Vec::new(),
         wall_ns: 0,
     };
+    let counter = CycleCounter::open().ok();
     for _ in 0..timing.repetitions {
+        if let Some(c) = &counter {
+            c.start();
+        }
         let start = Instant::now();
         let mut packets = 0usize;
         while start.elapsed() < timing.slice {
             packets += step()?;
         }
         let elapsed = start.elapsed();
+        if let Some(cycles) = counter.as_ref().and_then(CycleCounter::stop) {
+            samples
+                .cycles_per_packet
+                .push(cycles as f64 / packets.max(1) as f64);
+        }
         samples.packets += packets as u64;
         samples
             .ns_per_packet
@@ -377,4 +390,57 @@ pub fn raw_crypto(
         Ok(BATCH)
     })?;
     Ok((encrypt, decrypt))
+}
+
+/// The CPU-cycles hardware counter of the calling thread (perf_event_open),
+/// where the kernel and the (virtual) CPU offer one.
+pub struct CycleCounter {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl CycleCounter {
+    const ENABLE: libc::c_ulong = 0x2400;
+    const DISABLE: libc::c_ulong = 0x2401;
+    const RESET: libc::c_ulong = 0x2403;
+
+    /// Opens the counter, or says why there is none.
+    pub fn open() -> Result<CycleCounter, String> {
+        use std::os::fd::FromRawFd;
+        // struct perf_event_attr (128 bytes): type PERF_TYPE_HARDWARE (0),
+        // size, config PERF_COUNT_HW_CPU_CYCLES (0), flags: disabled,
+        // exclude_hv.
+        let mut attr = [0u64; 16];
+        attr[0] = 128u64 << 32;
+        attr[5] = 1 | (1 << 6);
+        // SAFETY: perf_event_open reads the attribute block we own; pid 0
+        // and cpu -1 mean this thread on any CPU.
+        let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+        // SAFETY: fd is a fresh descriptor owned from here on.
+        Ok(CycleCounter {
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) },
+        })
+    }
+
+    fn start(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: perf ioctls on our own counter.
+        unsafe {
+            libc::ioctl(self.fd.as_raw_fd(), Self::RESET, 0);
+            libc::ioctl(self.fd.as_raw_fd(), Self::ENABLE, 0);
+        }
+    }
+
+    fn stop(&self) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        let mut value = 0u64;
+        // SAFETY: perf ioctl and an 8-byte read into a u64 we own.
+        let got = unsafe {
+            libc::ioctl(self.fd.as_raw_fd(), Self::DISABLE, 0);
+            libc::read(self.fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8)
+        };
+        (got == 8).then_some(value)
+    }
 }

@@ -332,6 +332,7 @@ mod tests {
                 ns_per_packet: vec![ns],
                 packets: 1,
                 processed: 1,
+                cycles_per_packet: Vec::new(),
                 wall_ns: ns as u64,
             },
             metrics: Metrics {
@@ -368,6 +369,7 @@ mod tests {
                 cpu: "test CPU".into(),
                 cores: 2,
                 mhz: Some(2000.0),
+                no_cycle_counter: Some("test".into()),
             },
             slice_ms: 10,
             repetitions: 2,

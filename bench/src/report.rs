@@ -16,6 +16,8 @@ pub struct Machine {
     pub cores: usize,
     /// Nominal clock used to turn time into estimated cycles.
     pub mhz: Option<f64>,
+    /// Why there is no hardware cycle counter (`None`: there is one).
+    pub no_cycle_counter: Option<String>,
 }
 
 impl Machine {
@@ -32,6 +34,7 @@ impl Machine {
             cpu: field("model name").unwrap_or_else(|| "unknown CPU".into()),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             mhz: field("cpu MHz").and_then(|v| v.parse().ok()),
+            no_cycle_counter: crate::measure::CycleCounter::open().err(),
         }
     }
 
@@ -41,10 +44,18 @@ impl Machine {
     }
 }
 
-fn cycles_text(sweep: &Sweep, ns: f64) -> String {
+/// Cycles per packet of a cell: the hardware counter's median where there
+/// is one, otherwise time × clock.
+fn cycles_text(sweep: &Sweep, cell: &crate::Cell) -> String {
+    let counted = &cell.samples.cycles_per_packet;
+    if !counted.is_empty() {
+        let mut v = counted.clone();
+        v.sort_by(f64::total_cmp);
+        return format!("{:.0}", v[v.len() / 2]);
+    }
     sweep
         .machine
-        .cycles(ns)
+        .cycles(cell.ns())
         .map_or_else(|| "-".into(), |c| format!("{c:.0}"))
 }
 
@@ -57,13 +68,22 @@ pub fn table(sweep: &Sweep) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "espgw bench: {} ({} cores); medians of {} × {} ms after warm-up; ESP on {}; cycles = time × {} (estimate, not a counter)",
+        "espgw bench: {} ({} cores); medians of {} × {} ms after warm-up; ESP on {}; {}",
         sweep.machine.cpu,
         sweep.machine.cores,
         sweep.repetitions,
         sweep.slice_ms,
         sweep.engine,
-        sweep.machine.mhz.map_or_else(|| "unknown clock".into(), |m| format!("{m:.0} MHz")),
+        match &sweep.machine.no_cycle_counter {
+            None => "cycles = the CPU's cycle counter, dataplane thread only".to_owned(),
+            Some(why) => format!(
+                "cycles = time × {} (estimate: no hardware cycle counter here: {why})",
+                sweep
+                    .machine
+                    .mhz
+                    .map_or_else(|| "unknown clock".into(), |m| format!("{m:.0} MHz"))
+            ),
+        },
     );
     let _ = writeln!(out);
     let scenarios = sweep.scenarios();
@@ -122,7 +142,7 @@ pub fn table(sweep: &Sweep) -> String {
                 round.map_or_else(|| "-".into(), |r| format!("{:.0}", r.ns())),
                 headline.packets_per_second() / 1e3,
                 headline.gbit_per_second(),
-                cycles_text(sweep, headline.ns()),
+                cycles_text(sweep, headline),
                 spread * 100.0,
                 opt(m.bus_bytes_per_packet, |v| format!("{v:.0}")),
                 opt(m.moved_bytes_per_packet, |v| format!("{v:.0}")),

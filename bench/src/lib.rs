@@ -42,6 +42,13 @@ pub struct BenchArgs {
     /// demo's four namespaces and two gateways, per frame size (root).
     #[arg(long)]
     pub veth: bool,
+    /// Scenario kinds to run: any of ipv4-fwd, esp-null, esp, raw, extra
+    /// (the buffer and completion comparisons). Default: all.
+    #[arg(long, value_delimiter = ',')]
+    pub scenarios: Vec<String>,
+    /// Pin the measuring (dataplane) thread to this CPU.
+    #[arg(long, value_name = "CPU")]
+    pub pin: Option<usize>,
     /// Ethernet frame sizes in bytes, FCS included (64..=1518).
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SIZES)]
     pub sizes: Vec<usize>,
@@ -329,8 +336,34 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         completion: CompletionMode::parse(&args.completion)?,
     };
     let engines = engine_styles(args.engine, args.style);
-    let main = scenarios(&args.algorithms, &engines, knobs);
-    let (extras, extra_sizes) = extra_scenarios(&args.algorithms, &engines, knobs, &args.sizes);
+    const KINDS: [&str; 5] = ["ipv4-fwd", "esp-null", "esp", "raw", "extra"];
+    if let Some(bad) = args.scenarios.iter().find(|k| !KINDS.contains(&k.as_str())) {
+        bail!(
+            "--scenarios: unknown kind `{bad}`; expected any of {}",
+            KINDS.join(", ")
+        );
+    }
+    let wanted = |kind: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|k| k == kind);
+    let kind_of = |s: &Scenario| match s {
+        Scenario::Ipv4Forward => "ipv4-fwd",
+        Scenario::Esp {
+            algorithm: Algorithm::Null,
+            ..
+        } => "esp-null",
+        Scenario::Esp { .. } => "esp",
+        Scenario::RawCrypto { .. } => "raw",
+    };
+    if let Some(cpu) = args.pin {
+        pin_to(cpu)?;
+    }
+    let main: Vec<Scenario> = scenarios(&args.algorithms, &engines, knobs)
+        .into_iter()
+        .filter(|s| wanted(kind_of(s)))
+        .collect();
+    let (mut extras, extra_sizes) = extra_scenarios(&args.algorithms, &engines, knobs, &args.sizes);
+    if !wanted("extra") {
+        extras.clear();
+    }
     let mut plan: Vec<(Scenario, usize)> = Vec::new();
     for scenario in &main {
         plan.extend(args.sizes.iter().map(|&size| (*scenario, size)));
@@ -692,4 +725,18 @@ mod tests {
         c.path = Path::Encrypt;
         assert_eq!(c.moved_over_ipv4_fwd(), None);
     }
+}
+
+/// Pins the calling thread to one CPU.
+fn pin_to(cpu: usize) -> anyhow::Result<()> {
+    // SAFETY: cpu_set_t is plain data, filled and passed by reference.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        bail!("--pin {cpu}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -551,6 +551,20 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Pins the calling thread to one CPU.
+fn pin_to(cpu: usize) -> anyhow::Result<()> {
+    // SAFETY: cpu_set_t is plain data, filled and passed by reference.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        bail!("--pin {cpu}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -725,18 +739,4 @@ mod tests {
         c.path = Path::Encrypt;
         assert_eq!(c.moved_over_ipv4_fwd(), None);
     }
-}
-
-/// Pins the calling thread to one CPU.
-fn pin_to(cpu: usize) -> anyhow::Result<()> {
-    // SAFETY: cpu_set_t is plain data, filled and passed by reference.
-    let r = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if r != 0 {
-        bail!("--pin {cpu}: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
 }

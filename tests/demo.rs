@@ -26,6 +26,21 @@ fn can_run() -> Result<(), String> {
     Ok(())
 }
 
+/// True when the test can run here. Where it cannot, CI fails (it is root
+/// and installs the tools) and elsewhere the reason is printed.
+fn runnable(what: &str) -> bool {
+    match can_run() {
+        Ok(()) => true,
+        Err(reason) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{what} must run in CI: {reason}")
+        }
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            false
+        }
+    }
+}
+
 fn counter(report: &str, gateway: &str, name: &str) -> u64 {
     let line = report
         .lines()
@@ -44,11 +59,7 @@ fn counter(report: &str, gateway: &str, name: &str) -> u64 {
 #[test]
 fn demo_passes_traffic_only_as_esp_and_cleans_up() {
     let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
-    if let Err(reason) = can_run() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("the demo test must run in CI: {reason}");
-        }
-        eprintln!("skipped: {reason}");
+    if !runnable("the demo test") {
         return;
     }
     for (algorithm, engine) in [("aes128gcm16", "soft"), ("aes128-sha1", "sec")] {
@@ -104,11 +115,7 @@ fn demo_passes_traffic_only_as_esp_and_cleans_up() {
 /// `espgw bench --io` compares the receive methods on a veth pair.
 #[test]
 fn io_comparison_runs_every_method() {
-    if let Err(reason) = can_run() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("the I/O comparison must run in CI: {reason}");
-        }
-        eprintln!("skipped: {reason}");
+    if !runnable("the I/O comparison") {
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
@@ -140,11 +147,7 @@ fn io_comparison_runs_every_method() {
 #[test]
 fn veth_bench_reports_forwarding_rates() {
     let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
-    if let Err(reason) = can_run() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("the veth bench must run in CI: {reason}");
-        }
-        eprintln!("skipped: {reason}");
+    if !runnable("the veth bench") {
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_espgw"))

@@ -76,6 +76,28 @@ fn send(
     collect(outputs, pool)
 }
 
+/// hostA asks for the gateway's inside address (the gateway learns hostA).
+fn host_asks_for_gateway(gw: &mut Gateway, pool: &mut PacketPool) -> Vec<(Verdict, Vec<u8>)> {
+    let request = arp(
+        ArpOperation::Request,
+        (HOST_A_MAC, [192, 168, 1, 10]),
+        ([0; 6], [192, 168, 1, 1]),
+    );
+    let frame = ether([0xff; 6], HOST_A_MAC, EthernetProtocol::Arp, &request);
+    send(gw, pool, Duration::ZERO, Port::Inside, &frame)
+}
+
+/// The peer gateway answers ARP for 10.0.0.2 (the gateway learns it).
+fn peer_announces_itself(gw: &mut Gateway, pool: &mut PacketPool) {
+    let reply = arp(
+        ArpOperation::Reply,
+        (PEER_MAC, [10, 0, 0, 2]),
+        ([0; 6], [10, 0, 0, 1]),
+    );
+    let frame = ether([0x02, 0, 0, 0, 0, 1], PEER_MAC, EthernetProtocol::Arp, &reply);
+    send(gw, pool, Duration::ZERO, Port::Outside, &frame);
+}
+
 fn collect(outputs: Vec<Output>, pool: &mut PacketPool) -> Vec<(Verdict, Vec<u8>)> {
     outputs
         .into_iter()
@@ -91,18 +113,7 @@ fn collect(outputs: Vec<Output>, pool: &mut PacketPool) -> Vec<(Verdict, Vec<u8>
 fn answers_arp_for_its_own_address_only() {
     let mut gw = site_a(Algorithm::Aes128Gcm16, 1500);
     let mut pool = PacketPool::new(8);
-    let request = arp(
-        ArpOperation::Request,
-        (HOST_A_MAC, [192, 168, 1, 10]),
-        ([0; 6], [192, 168, 1, 1]),
-    );
-    let out = send(
-        &mut gw,
-        &mut pool,
-        Duration::ZERO,
-        Port::Inside,
-        &ether([0xff; 6], HOST_A_MAC, EthernetProtocol::Arp, &request),
-    );
+    let out = host_asks_for_gateway(&mut gw, &mut pool);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, Verdict::Forward(Port::Inside));
     let reply = &out[0].1;
@@ -221,18 +232,7 @@ fn answers_ping_to_its_own_address() {
     let mut gw = site_a(Algorithm::Aes128Gcm16, 1500);
     let mut pool = PacketPool::new(8);
     // Learn the host first so the reply can be framed.
-    let request = arp(
-        ArpOperation::Request,
-        (HOST_A_MAC, [192, 168, 1, 10]),
-        ([0; 6], [192, 168, 1, 1]),
-    );
-    send(
-        &mut gw,
-        &mut pool,
-        Duration::ZERO,
-        Port::Inside,
-        &ether([0xff; 6], HOST_A_MAC, EthernetProtocol::Arp, &request),
-    );
+    host_asks_for_gateway(&mut gw, &mut pool);
     let mut ping = udp_packet(HOST_A, "192.168.1.1".parse().unwrap(), 12, 0);
     ping[9] = 1;
     ping[20..28].copy_from_slice(&[8, 0, 0, 0, 0x12, 0x34, 0, 1]);
@@ -263,30 +263,8 @@ fn df_packets_too_big_for_the_tunnel_get_frag_needed_and_others_are_fragmented()
     let mtu = 1400;
     let mut gw = site_a(Algorithm::Aes128Sha1, mtu);
     let mut pool = PacketPool::new(16);
-    let learn = arp(
-        ArpOperation::Reply,
-        (PEER_MAC, [10, 0, 0, 2]),
-        ([0; 6], [10, 0, 0, 1]),
-    );
-    send(
-        &mut gw,
-        &mut pool,
-        Duration::ZERO,
-        Port::Outside,
-        &ether([0x02, 0, 0, 0, 0, 1], PEER_MAC, EthernetProtocol::Arp, &learn),
-    );
-    let host = arp(
-        ArpOperation::Request,
-        (HOST_A_MAC, [192, 168, 1, 10]),
-        ([0; 6], [192, 168, 1, 1]),
-    );
-    send(
-        &mut gw,
-        &mut pool,
-        Duration::ZERO,
-        Port::Inside,
-        &ether([0xff; 6], HOST_A_MAC, EthernetProtocol::Arp, &host),
-    );
+    peer_announces_itself(&mut gw, &mut pool);
+    host_asks_for_gateway(&mut gw, &mut pool);
 
     // 1372-byte packet with DF: its ESP form (20 + 8 + 16 + 1376 + 12 = 1432) exceeds 1400.
     let big = udp_packet(HOST_A, HOST_B, 1344, 0);
@@ -360,18 +338,7 @@ fn df_packets_too_big_for_the_tunnel_get_frag_needed_and_others_are_fragmented()
 fn esp_fragments() -> (Vec<u8>, Vec<Vec<u8>>) {
     let mut a = site_a(Algorithm::Aes128Sha1, 1400);
     let mut pool = PacketPool::new(16);
-    let learn = arp(
-        ArpOperation::Reply,
-        (PEER_MAC, [10, 0, 0, 2]),
-        ([0; 6], [10, 0, 0, 1]),
-    );
-    send(
-        &mut a,
-        &mut pool,
-        Duration::ZERO,
-        Port::Outside,
-        &ether([0x02, 0, 0, 0, 0, 1], PEER_MAC, EthernetProtocol::Arp, &learn),
-    );
+    peer_announces_itself(&mut a, &mut pool);
     let mut packet = udp_packet(HOST_A, HOST_B, 1344, 9);
     packet[6] = 0; // DF clear
     Ipv4Packet::new_unchecked(&mut packet[..]).fill_checksum();

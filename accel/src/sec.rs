@@ -568,14 +568,16 @@ fn execute(shared: &Shared, job: &mut Job, number: u64) {
         counter.fetch_add(value, Ordering::Relaxed);
     }
     let (units, used) = units_for(alg, &job.desc);
-    let mut order: Vec<Unit> = units[..used].iter().map(|(u, _)| *u).collect();
-    // A fixed claiming order keeps channels from deadlocking on units.
-    order.sort_by_key(|u| u.index());
-    order.dedup();
-    let mut guards: Vec<(Unit, MutexGuard<'_, u64>)> = order
-        .iter()
-        .filter_map(|u| lock_unit(shared, *u).map(|g| (*u, g)))
-        .collect();
+    // A descriptor claims at most two units; a fixed claiming order (by
+    // index) keeps channels from deadlocking on them.
+    let (mut first, mut second) = (units[0].0, units[used.max(1) - 1].0);
+    if second.index() < first.index() {
+        std::mem::swap(&mut first, &mut second);
+    }
+    let mut guards = [
+        lock_unit(shared, first),
+        (second != first).then(|| lock_unit(shared, second)).flatten(),
+    ];
     if shared.faults.fail.contains(&number) {
         job.desc.status = Status::Error(DescriptorError::Fault);
     } else {
@@ -605,7 +607,7 @@ fn execute(shared: &Shared, job: &mut Job, number: u64) {
         }
     }
     let busy = start.elapsed().as_nanos() as u64;
-    for (_, guard) in &mut guards {
+    for guard in guards.iter_mut().flatten() {
         **guard += busy;
     }
 }

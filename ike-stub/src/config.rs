@@ -34,6 +34,11 @@ pub struct SaConfig {
     pub algorithm: Algorithm,
     pub enc_key: Zeroizing<Vec<u8>>,
     pub auth_key: Zeroizing<Vec<u8>>,
+    /// Sequence state to start from, like XFRM's `oseq`/`seq`: outbound,
+    /// the last number sent (the first packet gets one more); inbound, the
+    /// highest number already seen. Zero for a new SA; tests of 2^32
+    /// crossings start near the boundary.
+    pub initial_seq: u64,
 }
 
 impl std::fmt::Debug for SaConfig {
@@ -41,6 +46,7 @@ impl std::fmt::Debug for SaConfig {
         f.debug_struct("SaConfig")
             .field("params", &self.params)
             .field("algorithm", &self.algorithm)
+            .field("initial_seq", &self.initial_seq)
             .field("keys", &"<redacted>")
             .finish()
     }
@@ -161,7 +167,15 @@ impl Config {
             if params.direction == SaDirection::Inbound {
                 params.selectors = self.inbound_selectors(&params.name);
             }
-            gateway.install_sa(params, session, now)?;
+            let id = gateway.install_sa(params, session, now)?;
+            if sa.initial_seq > 0 {
+                if let Some(installed) = gateway.sad_mut().get_mut(id) {
+                    match sa.params.direction {
+                        SaDirection::Outbound => installed.set_last_sequence(sa.initial_seq),
+                        SaDirection::Inbound => installed.set_replay_top(sa.initial_seq),
+                    }
+                }
+            }
         }
         for policy in &self.policies {
             let action = match &policy.action {
@@ -719,6 +733,7 @@ impl Validator<'_> {
                 algorithm,
                 span(&s.proposal),
             )?,
+            initial_seq: s.initial_seq.unwrap_or(0),
         };
         self.check_session(&sa, s.enc_key.as_ref().and_then(span).or(span(&s.name)))?;
         Ok(sa)
@@ -757,6 +772,7 @@ impl Validator<'_> {
                        spi: &S<u32>,
                        enc: Option<&S<String>>,
                        auth: Option<&S<String>>,
+                       initial_seq: Option<u64>,
                        (l, r)|
          -> Result<SaConfig, ConfigError> {
             let enc_field = format!("enc_key_{suffix}");
@@ -783,6 +799,7 @@ impl Validator<'_> {
                     algorithm,
                     near.clone(),
                 )?,
+                initial_seq: initial_seq.unwrap_or(0),
             };
             self.check_session(&sa, enc.and_then(span).or(span(&t.name)))?;
             Ok(sa)
@@ -793,6 +810,7 @@ impl Validator<'_> {
             &t.spi_out,
             t.enc_key_out.as_ref(),
             t.auth_key_out.as_ref(),
+            t.initial_seq_out,
             (local, remote),
         )?;
         let in_sa = make_sa(
@@ -801,6 +819,7 @@ impl Validator<'_> {
             &t.spi_in,
             t.enc_key_in.as_ref(),
             t.auth_key_in.as_ref(),
+            t.initial_seq_in,
             (local, remote),
         )?;
         let priority = t.priority.unwrap_or(DEFAULT_PRIORITY);

@@ -104,6 +104,7 @@ pub(crate) struct RawSa {
     pub esn: bool,
     pub replay_window: Option<S<u32>>,
     pub lifetime: Option<S<RawLifetime>>,
+    pub initial_seq: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,4 +152,6 @@ pub(crate) struct RawTunnel {
     pub replay_window: Option<S<u32>>,
     pub priority: Option<u32>,
     pub lifetime: Option<S<RawLifetime>>,
+    pub initial_seq_out: Option<u64>,
+    pub initial_seq_in: Option<u64>,
 }

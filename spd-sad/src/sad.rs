@@ -16,9 +16,31 @@ use std::time::Duration;
 use crate::replay::{ReplayError, ReplayWindow};
 use crate::selector::{FlowKey, Selector};
 
-/// Index of an SA in its database. Stable while the SA exists.
+/// Names one SA of a database while it exists: a slot (low
+/// [`SaId::SLOT_BITS`] bits) and the slot's generation (the high bits).
+/// A slot is reused after its SA is removed, under a new generation, so a
+/// job still in flight for a removed SA finds nothing rather than the SA
+/// that took its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SaId(pub u32);
+
+impl SaId {
+    /// Up to 2^20 SAs at once; 4096 generations before a slot's ids repeat.
+    pub const SLOT_BITS: u32 = 20;
+    const SLOT_MASK: u32 = (1 << Self::SLOT_BITS) - 1;
+
+    fn new(slot: usize, generation: u32) -> SaId {
+        SaId((generation << Self::SLOT_BITS) | (slot as u32 & Self::SLOT_MASK))
+    }
+
+    fn slot(self) -> usize {
+        (self.0 & Self::SLOT_MASK) as usize
+    }
+
+    fn generation(self) -> u32 {
+        self.0 >> Self::SLOT_BITS
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SaDirection {
@@ -127,6 +149,10 @@ pub struct SaParams {
     /// step 4). Empty means anything.
     pub selectors: Vec<Selector>,
 }
+
+/// Sequence numbers an outbound SA keeps in reserve: once fewer are left, it
+/// is soft-expired so that a rekey can finish before the counter runs out.
+pub const SEQUENCE_RESERVE: u64 = 1 << 24;
 
 /// Why an outbound SA cannot give out another sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -338,9 +364,11 @@ impl<C> SecurityAssociation<C> {
             self.shared.packets.load(Ordering::Relaxed),
         );
         let exhausted = self.sequence_exhausted();
+        // Without ESN the counter runs out; rekey while 2^24 numbers are left.
+        let nearly_exhausted = self.last_sequence() >= self.sequence_limit().saturating_sub(SEQUENCE_RESERVE);
         let new_state = if self.params.lifetime.hard.reached(bytes, packets, age) || exhausted {
             SaState::HardExpired
-        } else if self.params.lifetime.soft.reached(bytes, packets, age) {
+        } else if self.params.lifetime.soft.reached(bytes, packets, age) || nearly_exhausted {
             SaState::SoftExpired
         } else {
             SaState::Active
@@ -376,11 +404,19 @@ pub enum SadError {
     DuplicateName(String),
     #[error("SPIs 0-255 are reserved (RFC 4303 §2.1); {0:#x} cannot be used")]
     ReservedSpi(u32),
+    #[error("the SA database is full ({0} SAs)")]
+    Full(usize),
+}
+
+/// One place in the database: its current generation and SA, if any.
+struct Slot<C> {
+    generation: u32,
+    sa: Option<SecurityAssociation<C>>,
 }
 
 /// All SAs of a gateway.
 pub struct Sad<C> {
-    slots: Vec<Option<SecurityAssociation<C>>>,
+    slots: Vec<Slot<C>>,
     by_spi: HashMap<u32, SaId>,
     events: Vec<SaEvent>,
 }
@@ -415,17 +451,25 @@ impl<C> Sad<C> {
                 });
             }
         }
-        let id = match self.slots.iter().position(Option::is_none) {
-            Some(free) => SaId(free as u32),
+        let slot = match self.slots.iter().position(|s| s.sa.is_none()) {
+            Some(free) => free,
+            None if self.slots.len() > SaId::SLOT_MASK as usize => return Err(SadError::Full(self.slots.len())),
             None => {
-                self.slots.push(None);
-                SaId(self.slots.len() as u32 - 1)
+                self.slots.push(Slot {
+                    generation: 0,
+                    sa: None,
+                });
+                self.slots.len() - 1
             }
         };
-        if params.direction == SaDirection::Inbound {
-            self.by_spi.insert(params.spi, id);
+        let entry = &mut self.slots[slot];
+        let id = SaId::new(slot, entry.generation);
+        entry.sa = Some(SecurityAssociation::new(params, crypto, now));
+        if let Some(sa) = &entry.sa {
+            if sa.params.direction == SaDirection::Inbound {
+                self.by_spi.insert(sa.params.spi, id);
+            }
         }
-        self.slots[id.0 as usize] = Some(SecurityAssociation::new(params, crypto, now));
         Ok(id)
     }
 
@@ -439,7 +483,10 @@ impl<C> Sad<C> {
             slots: self
                 .slots
                 .iter()
-                .map(|s| s.as_ref().map(SecurityAssociation::fork))
+                .map(|s| Slot {
+                    generation: s.generation,
+                    sa: s.sa.as_ref().map(SecurityAssociation::fork),
+                })
                 .collect(),
             by_spi: self.by_spi.clone(),
             events: Vec::new(),
@@ -448,7 +495,10 @@ impl<C> Sad<C> {
 
     /// Removes an SA; its crypto context is dropped (and zeroized) with it.
     pub fn remove(&mut self, id: SaId) -> Option<SecurityAssociation<C>> {
-        let sa = self.slots.get_mut(id.0 as usize)?.take()?;
+        let slot = self.slots.get_mut(id.slot()).filter(|s| s.generation == id.generation())?;
+        let sa = slot.sa.take()?;
+        // Ids of the removed SA must never name the next one in this slot.
+        slot.generation = (slot.generation + 1) & (u32::MAX >> SaId::SLOT_BITS);
         if sa.params.direction == SaDirection::Inbound && self.by_spi.get(&sa.params.spi) == Some(&id) {
             self.by_spi.remove(&sa.params.spi);
         }
@@ -456,11 +506,13 @@ impl<C> Sad<C> {
     }
 
     pub fn get(&self, id: SaId) -> Option<&SecurityAssociation<C>> {
-        self.slots.get(id.0 as usize)?.as_ref()
+        let slot = self.slots.get(id.slot())?;
+        (slot.generation == id.generation()).then_some(slot.sa.as_ref()).flatten()
     }
 
     pub fn get_mut(&mut self, id: SaId) -> Option<&mut SecurityAssociation<C>> {
-        self.slots.get_mut(id.0 as usize)?.as_mut()
+        let slot = self.slots.get_mut(id.slot())?;
+        (slot.generation == id.generation()).then_some(slot.sa.as_mut()).flatten()
     }
 
     pub fn find(&self, name: &str) -> Option<SaId> {
@@ -481,7 +533,7 @@ impl<C> Sad<C> {
         self.slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|sa| (SaId(i as u32), sa)))
+            .filter_map(|(i, s)| s.sa.as_ref().map(|sa| (SaId::new(i, s.generation), sa)))
     }
 
     pub fn len(&self) -> usize {
@@ -503,14 +555,13 @@ impl<C> Sad<C> {
 
     /// Re-evaluates time-based lifetimes of every SA.
     pub fn handle_timeout(&mut self, now: Duration) {
-        let mut transitions = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
-            if let Some(state) = slot.as_mut().and_then(|sa| sa.refresh_state(now)) {
-                transitions.push((SaId(i as u32), state));
+            let id = SaId::new(i, slot.generation);
+            match slot.sa.as_mut().and_then(|sa| sa.refresh_state(now)) {
+                Some(SaState::SoftExpired) => self.events.push(SaEvent::SoftExpired(id)),
+                Some(SaState::HardExpired) => self.events.push(SaEvent::HardExpired(id)),
+                Some(SaState::Active) | None => {}
             }
-        }
-        for (id, state) in transitions {
-            self.note_transition(id, state);
         }
     }
 
@@ -567,6 +618,33 @@ mod tests {
         assert!(sad.remove(id).is_some());
         assert_eq!(sad.lookup_inbound(0x1000, "10.0.0.1".parse().unwrap()), None);
         assert_eq!(sad.find("out"), Some(out));
+    }
+
+    #[test]
+    fn removed_ids_never_name_the_sa_that_reuses_their_slot() {
+        let mut sad: Sad<u8> = Sad::new();
+        let first = sad.insert(params("a", SaDirection::Inbound, 0x1000), 1, Duration::ZERO).unwrap();
+        let keep = sad.insert(params("b", SaDirection::Outbound, 0x1001), 2, Duration::ZERO).unwrap();
+        assert_eq!(sad.remove(first).map(|sa| *sa.crypto()), Some(1));
+        let second = sad.insert(params("c", SaDirection::Inbound, 0x1002), 3, Duration::ZERO).unwrap();
+        assert_ne!(first, second, "the reused slot has a new generation");
+        assert!(sad.get(first).is_none());
+        assert!(sad.remove(first).is_none(), "a stale id removes nothing");
+        assert_eq!(sad.get(second).map(|sa| *sa.crypto()), Some(3));
+        assert_eq!(sad.get(keep).map(|sa| *sa.crypto()), Some(2));
+        assert_eq!(sad.iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![second, keep]);
+        assert_eq!(sad.lookup_inbound(0x1002, "10.0.0.1".parse().unwrap()), Some(second));
+        assert_eq!(sad.lookup_inbound(0x1000, "10.0.0.1".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn soft_expiry_before_the_sequence_counter_runs_out() {
+        let mut sa = SecurityAssociation::new(params("o", SaDirection::Outbound, 0x1000), (), Duration::ZERO);
+        sa.set_last_sequence(u64::from(u32::MAX) - SEQUENCE_RESERVE - 1);
+        assert_eq!(sa.refresh_state(Duration::ZERO), None);
+        assert!(sa.next_sequence().is_ok());
+        assert_eq!(sa.refresh_state(Duration::ZERO), Some(SaState::SoftExpired));
+        assert!(sa.is_usable(Duration::ZERO));
     }
 
     #[test]

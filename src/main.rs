@@ -344,7 +344,8 @@ fn run(args: &RunArgs) -> Result<()> {
                 let requests = requests.clone();
                 scope.spawn(move || {
                     let mut ticks = 0u32;
-                    let mut tick = |gw: &mut Gateway, summary: &RunSummary| {
+                    let mut tick = |t: &mut dataplane::io::run::Tick<'_>| {
+                        let (gw, summary) = (&mut *t.gateway, t.summary);
                         ticks = ticks.wrapping_add(1);
                         if ticks.is_multiple_of(64) {
                             if let Ok(mut p) = published.lock() {

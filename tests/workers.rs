@@ -80,7 +80,7 @@ fn a_hard_packet_limit_holds_across_workers() {
         match verdict {
             Verdict::Forward(_) => sent += 1,
             Verdict::Drop(reason) => assert_eq!(reason, DropReason::SaExpired),
-            Verdict::Consumed => panic!("not for the gateway"),
+            Verdict::Consumed | Verdict::Control => panic!("not for the gateway"),
         }
     }
     assert_eq!(sent, 10, "ten packets over both workers, then the SA is spent");

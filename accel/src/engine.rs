@@ -203,7 +203,7 @@ impl Engine for SoftEngine {
 }
 
 /// Everything needed to build an engine.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineSpec {
     pub kind: EngineKind,
     pub buffers: BufferPolicy,

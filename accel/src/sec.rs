@@ -126,7 +126,7 @@ pub struct FaultPlan {
 }
 
 /// Configuration of the engine model.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SecConfig {
     pub channels: usize,
     /// Descriptors a channel's fetch FIFO holds (SEC 2.x: 24).

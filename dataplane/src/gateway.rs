@@ -43,8 +43,16 @@ pub enum Verdict {
     Forward(Port),
     /// Consumed by the gateway (addressed to it, or an ESP dummy packet).
     Consumed,
+    /// A datagram for the control plane (UDP to [`GatewaySetup::control_port`]
+    /// on one of our addresses): the buffer holds the IPv4 packet. The
+    /// driver hands it over, then frees it; drivers without a control
+    /// plane just free it.
+    Control,
     Drop(DropReason),
 }
+
+/// The UDP port of the control plane's exchange: IKE's (RFC 7296 §2).
+pub const CONTROL_PORT: u16 = 500;
 
 /// Everything the gateway is built from, apart from SAs and policies.
 #[derive(Debug, Clone)]
@@ -67,10 +75,26 @@ pub struct GatewaySetup {
     /// The inside port's framing when it differs from `link` (a TUN device
     /// carries bare IPv4 while the outside is Ethernet).
     pub inside_link: Option<LinkLayer>,
+    /// UDP port on which datagrams to our outside address go to the
+    /// control plane (as [`Verdict::Control`]), ahead of the SPD: key
+    /// exchange traffic is always let through (RFC 4301 §5.1, IKE bypass).
+    /// `None`: such datagrams are ordinary local traffic.
+    pub control_port: Option<u16>,
 }
 
 /// A frame handed back to the driver.
 pub type Output = (PacketBuf, Verdict);
+
+/// Why the gateway could not send a control datagram.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatagramError {
+    #[error("no route to {0}")]
+    NoRoute(Ipv4Addr),
+    #[error("no free packet buffer")]
+    NoBuffer,
+    #[error("a {0}-byte datagram does not fit a packet buffer")]
+    TooLarge(usize),
+}
 
 /// How long a job may stay with the engine before the gateway gives up on
 /// it (a stalled channel, a lost completion).
@@ -177,6 +201,8 @@ enum Next {
     Route,
     /// Addressed to the gateway: consumed.
     Consume,
+    /// For the control plane.
+    Control,
 }
 
 /// What classification decided for one frame.
@@ -524,6 +550,7 @@ impl Gateway {
     fn emit(&mut self, mut buf: PacketBuf, result: Result<Next, DropReason>, out: &mut Vec<Output>) {
         let verdict = match result {
             Ok(Next::Consume) => Verdict::Consumed,
+            Ok(Next::Control) => Verdict::Control,
             Ok(Next::Route) => match self.route(&mut buf, out) {
                 Ok(Some(port)) => Verdict::Forward(port),
                 // Parked for ARP, or split into fragments already sent.
@@ -534,10 +561,52 @@ impl Gateway {
         };
         match verdict {
             Verdict::Forward(_) => self.stats.tx_packets += 1,
-            Verdict::Consumed => {}
+            Verdict::Consumed | Verdict::Control => {}
             Verdict::Drop(reason) => self.stats.drops.count(reason),
         }
         out.push((buf, verdict));
+    }
+
+    /// Sends a UDP datagram from our address on the way to `to` (the
+    /// control plane's messages). It takes the normal route, ARP included,
+    /// and no policy applies (IKE bypass). Outputs go to `out`.
+    pub fn send_datagram(
+        &mut self,
+        now: Duration,
+        ports: (u16, u16),
+        to: Ipv4Addr,
+        payload: &[u8],
+        out: &mut Vec<Output>,
+        pool: &mut PacketPool,
+    ) -> Result<(), DatagramError> {
+        let Some(hop) = self.routes.lookup(to) else {
+            return Err(DatagramError::NoRoute(to));
+        };
+        let from = self.interfaces[hop.port.index()].address;
+        let mut buf = pool.alloc().ok_or(DatagramError::NoBuffer)?;
+        if !icmp::udp_datagram(&mut buf, (from, ports.0), (to, ports.1), self.next_ip_id, payload) {
+            pool.free(buf);
+            return Err(DatagramError::TooLarge(payload.len()));
+        }
+        self.next_ip_id = self.next_ip_id.wrapping_add(1);
+        self.lend(pool, |gw| {
+            gw.last_now = gw.last_now.max(now);
+            gw.stats.generated += 1;
+            gw.stats.control_sent += 1;
+            gw.emit(buf, Ok(Next::Route), out);
+        });
+        Ok(())
+    }
+
+    /// UDP to our control port on one of our addresses, unfragmented.
+    fn is_control(&self, flow: &spd_sad::FlowKey, is_fragment: bool) -> bool {
+        let Some(port) = self.setup.control_port else {
+            return false;
+        };
+        flow.protocol == proto::UDP
+            && !is_fragment
+            && flow.ports.is_some_and(|(_, dst)| dst == port)
+            && self.is_local(flow.dst)
     }
 
     /// Routes an IPv4 packet: next hop, MTU, link-layer header. `Ok(None)`
@@ -837,6 +906,11 @@ impl Gateway {
                 }
                 if flow.protocol == proto::ESP && self.is_esp_for_us(buf, flow.dst) {
                     return Ok(Classified::Decapsulate);
+                }
+                if self.is_control(&flow, is_fragment) {
+                    self.stats.local_delivered += 1;
+                    self.stats.control_received += 1;
+                    return Ok(Classified::Done(Ok(Next::Control)));
                 }
                 // RFC 4301 §5.2: plaintext must be allowed by a bypass policy.
                 match self.spd.lookup(PolicyDirection::In, &flow).action {

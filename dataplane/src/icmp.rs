@@ -1,13 +1,14 @@
 //! Messages the gateway itself sends: ARP replies and requests (RFC 826),
 //! ICMP echo replies, time-exceeded and fragmentation-needed errors
-//! (RFC 792, RFC 1191, RFC 1812 §4.3.2). Replies and errors are written
-//! into the buffer of the packet that caused them.
+//! (RFC 792, RFC 1191, RFC 1812 §4.3.2), and the control plane's UDP
+//! datagrams. Replies and errors are written into the buffer of the packet
+//! that caused them.
 
 use std::net::Ipv4Addr;
 
 use smoltcp::wire::{
-    ArpHardware, ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol,
-    Ipv4Packet,
+    ArpHardware, ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress,
+    IpProtocol, Ipv4Packet, UdpPacket,
 };
 
 use crate::buffer::PacketBuf;
@@ -139,6 +140,48 @@ pub fn echo_reply_in_place(buf: &mut PacketBuf) -> bool {
     ip.set_src_addr(dst);
     ip.set_dst_addr(src);
     ip.set_hop_limit(64);
+    ip.fill_checksum();
+    true
+}
+
+/// Writes an IPv4/UDP datagram carrying `payload` into the empty `buf`;
+/// false if it does not fit.
+pub fn udp_datagram(
+    buf: &mut PacketBuf,
+    (from, src_port): (Ipv4Addr, u16),
+    (to, dst_port): (Ipv4Addr, u16),
+    ident: u16,
+    payload: &[u8],
+) -> bool {
+    const HEADERS: usize = 20 + 8;
+    let total = HEADERS + payload.len();
+    let Ok(total_len) = u16::try_from(total) else {
+        return false;
+    };
+    let Some(data) = buf.append(total) else {
+        return false;
+    };
+    data[HEADERS..].copy_from_slice(payload);
+    {
+        let mut udp = UdpPacket::new_unchecked(&mut data[20..]);
+        udp.set_src_port(src_port);
+        udp.set_dst_port(dst_port);
+        udp.set_len(total_len - 20);
+        udp.fill_checksum(&IpAddress::Ipv4(from), &IpAddress::Ipv4(to));
+    }
+    let mut ip = Ipv4Packet::new_unchecked(&mut data[..]);
+    ip.set_version(4);
+    ip.set_header_len(20);
+    ip.set_dscp(0);
+    ip.set_ecn(0);
+    ip.set_total_len(total_len);
+    ip.set_ident(ident);
+    ip.clear_flags();
+    ip.set_frag_offset(0);
+    ip.set_hop_limit(64);
+    ip.set_next_header(IpProtocol::Udp);
+    ip.set_src_addr(from);
+    ip.set_dst_addr(to);
     ip.fill_checksum();
     true
 }

@@ -23,7 +23,7 @@ pub mod stats;
 pub mod wire;
 
 pub use accel::buffer::{self, PacketBuf, PacketPool};
-pub use gateway::{Gateway, GatewaySetup, LinkLayer, Verdict};
+pub use gateway::{DatagramError, Gateway, GatewaySetup, LinkLayer, Output, Verdict, CONTROL_PORT};
 pub use route::{Interface, InterfaceKind, Port, Route};
 pub use smoltcp::wire::EthernetAddress;
 pub use stats::{DropReason, Stats};

@@ -175,6 +175,10 @@ pub struct Stats {
     pub generated: u64,
     /// Inbound fragments copied into a datagram being reassembled.
     pub fragments_absorbed: u64,
+    /// Datagrams handed to the control plane (also in `local_delivered`).
+    pub control_received: u64,
+    /// Datagrams the control plane sent (also in `generated`).
+    pub control_sent: u64,
     pub drops: DropCounters,
 }
 
@@ -190,6 +194,8 @@ impl Stats {
         self.dummy_packets += other.dummy_packets;
         self.generated += other.generated;
         self.fragments_absorbed += other.fragments_absorbed;
+        self.control_received += other.control_received;
+        self.control_sent += other.control_sent;
         self.drops.add(&other.drops);
     }
 

@@ -28,7 +28,7 @@ pub const DEFAULT_PRIORITY: u32 = 100;
 pub const DEFAULT_OUTER_TTL: u8 = 64;
 
 /// A validated SA with its keys.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SaConfig {
     pub params: SaParams,
     pub algorithm: Algorithm,
@@ -69,6 +69,77 @@ pub struct PolicyConfig {
     pub action: PolicyAction,
 }
 
+/// A `[[tunnel]]`: what the control plane needs to rekey it. Its first
+/// SAs and policies are in [`Config::sas`] and [`Config::policies`] under
+/// the names below.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TunnelConfig {
+    pub name: String,
+    pub local: Ipv4Addr,
+    pub remote: Ipv4Addr,
+    pub algorithm: Algorithm,
+    pub mode: Mode,
+    pub esn: bool,
+    pub replay_window: u32,
+    pub lifetime: Lifetime,
+    /// The pre-shared secret the rekey exchange is keyed from; without
+    /// one the tunnel keeps its configured keys until they expire.
+    pub secret: Option<Zeroizing<Vec<u8>>>,
+}
+
+impl TunnelConfig {
+    /// Name of the SA or policy of `direction` in generation `generation`.
+    pub fn sa_name(&self, direction: SaDirection, generation: u32) -> String {
+        match generation {
+            0 => format!("{}-{direction}", self.name),
+            g => format!("{}-{direction}.{g}", self.name),
+        }
+    }
+
+    /// Name of the tunnel's policy of `direction`.
+    pub fn policy_name(&self, direction: PolicyDirection) -> String {
+        format!("{}-{direction}", self.name)
+    }
+}
+
+impl std::fmt::Debug for TunnelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunnelConfig")
+            .field("name", &self.name)
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .field("algorithm", &self.algorithm)
+            .field("mode", &self.mode)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Timing of the rekey exchange (`[rekey]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RekeySettings {
+    /// How long a replaced inbound SA keeps accepting packets that were
+    /// already on their way; replaced SAs are deleted after it.
+    pub grace: Duration,
+    /// First retransmission timeout; doubled on every retry.
+    pub retransmit: Duration,
+    /// Retransmissions before giving up on the peer.
+    pub retries: u32,
+    /// After giving up, when to try again while the SAs still work.
+    pub retry_after: Duration,
+}
+
+impl Default for RekeySettings {
+    fn default() -> Self {
+        RekeySettings {
+            grace: Duration::from_secs(2),
+            retransmit: Duration::from_millis(500),
+            retries: 5,
+            retry_after: Duration::from_secs(30),
+        }
+    }
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -86,6 +157,8 @@ pub struct Config {
     pub outer_ttl: u8,
     pub sas: Vec<SaConfig>,
     pub policies: Vec<PolicyConfig>,
+    pub tunnels: Vec<TunnelConfig>,
+    pub rekey: RekeySettings,
 }
 
 /// Why a validated configuration could not be installed.
@@ -137,6 +210,7 @@ impl Config {
             answer_arp: true,
             // A TUN inside carries bare IPv4.
             inside_link: (self.inside.kind == InterfaceKind::Tun).then_some(LinkLayer::RawIp),
+            control_port: Some(dataplane::CONTROL_PORT),
         }
     }
 
@@ -157,45 +231,20 @@ impl Config {
     /// Registers a session per SA, installs SAs, then policies.
     pub fn install(&self, gateway: &mut Gateway, now: Duration) -> Result<(), InstallError> {
         for sa in &self.sas {
-            let session = Session::new(sa.algorithm, &sa.enc_key, &sa.auth_key).map_err(|source| {
-                InstallError::Session {
-                    sa: sa.params.name.clone(),
-                    source,
-                }
-            })?;
-            let mut params = sa.params.clone();
-            if params.direction == SaDirection::Inbound {
-                params.selectors = self.inbound_selectors(&params.name);
+            let mut sa = sa.clone();
+            if sa.params.direction == SaDirection::Inbound {
+                sa.params.selectors = self.inbound_selectors(&sa.params.name);
             }
-            let id = gateway.install_sa(params, session, now)?;
-            if sa.initial_seq > 0 {
-                if let Some(installed) = gateway.sad_mut().get_mut(id) {
-                    match sa.params.direction {
-                        SaDirection::Outbound => installed.set_last_sequence(sa.initial_seq),
-                        SaDirection::Inbound => installed.set_replay_top(sa.initial_seq),
-                    }
-                }
-            }
+            install_sa(gateway, &sa, now)?;
         }
         for policy in &self.policies {
-            let action = match &policy.action {
-                PolicyAction::Protect(name) => match gateway.sad().find(name) {
-                    Some(id) => Action::Protect(id),
-                    // Validation guarantees the name exists.
-                    None => Action::Discard,
-                },
-                PolicyAction::Bypass => Action::Bypass,
-                PolicyAction::Discard => Action::Discard,
-            };
-            gateway.spd_mut().insert(Policy {
-                name: policy.name.clone(),
-                direction: policy.direction,
-                priority: policy.priority,
-                selector: policy.selector,
-                action,
-            });
+            install_policy(gateway, policy);
         }
         Ok(())
+    }
+
+    pub fn tunnel(&self, name: &str) -> Option<&TunnelConfig> {
+        self.tunnels.iter().find(|t| t.name == name)
     }
 
     /// What may arrive through inbound SA `name`: the selectors of the
@@ -213,6 +262,51 @@ impl Config {
     pub fn sa(&self, name: &str) -> Option<&SaConfig> {
         self.sas.iter().find(|s| s.params.name == name)
     }
+}
+
+/// Installs one SA (its selectors as given) with a new session.
+pub fn install_sa(gateway: &mut Gateway, sa: &SaConfig, now: Duration) -> Result<(), InstallError> {
+    let session = Session::new(sa.algorithm, &sa.enc_key, &sa.auth_key).map_err(|source| {
+        InstallError::Session {
+            sa: sa.params.name.clone(),
+            source,
+        }
+    })?;
+    let id = gateway.install_sa(sa.params.clone(), session, now)?;
+    if sa.initial_seq > 0 {
+        if let Some(installed) = gateway.sad_mut().get_mut(id) {
+            match sa.params.direction {
+                SaDirection::Outbound => installed.set_last_sequence(sa.initial_seq),
+                SaDirection::Inbound => installed.set_replay_top(sa.initial_seq),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The SPD action of `action` in `gateway`: a named SA becomes its id.
+pub fn resolve_action(gateway: &Gateway, action: &PolicyAction) -> Action {
+    match action {
+        PolicyAction::Protect(name) => match gateway.sad().find(name) {
+            Some(id) => Action::Protect(id),
+            // Validation guarantees the name exists; fail closed otherwise.
+            None => Action::Discard,
+        },
+        PolicyAction::Bypass => Action::Bypass,
+        PolicyAction::Discard => Action::Discard,
+    }
+}
+
+/// Inserts one policy, its SA looked up by name.
+pub fn install_policy(gateway: &mut Gateway, policy: &PolicyConfig) {
+    let action = resolve_action(gateway, &policy.action);
+    gateway.spd_mut().insert(Policy {
+        name: policy.name.clone(),
+        direction: policy.direction,
+        priority: policy.priority,
+        selector: policy.selector,
+        action,
+    });
 }
 
 struct Validator<'a> {
@@ -330,8 +424,10 @@ impl Validator<'_> {
         for s in &raw.sa {
             sas.push((span(&s.get_ref().name), self.sa(s.get_ref())?));
         }
+        let mut tunnels = Vec::new();
         for t in &raw.tunnel {
-            let (out_sa, in_sa, out_policy, in_policy) = self.tunnel(t.get_ref())?;
+            let (tunnel, out_sa, in_sa, out_policy, in_policy) = self.tunnel(t.get_ref())?;
+            tunnels.push(tunnel);
             sas.push((span(&t.get_ref().name), out_sa));
             sas.push((span(&t.get_ref().name), in_sa));
             policies.push((span(&t.get_ref().name), out_policy));
@@ -361,7 +457,57 @@ impl Validator<'_> {
                 .map_or(DEFAULT_OUTER_TTL, |t| *t.get_ref()),
             sas: sas.into_iter().map(|(_, s)| s).collect(),
             policies: policies.into_iter().map(|(_, p)| p).collect(),
+            tunnels,
+            rekey: self.rekey()?,
         })
+    }
+
+    fn rekey(&self) -> Result<RekeySettings, ConfigError> {
+        let r = &self.raw.rekey;
+        let mut settings = RekeySettings::default();
+        let ms = |v: &S<u64>, what: &str, range: std::ops::RangeInclusive<u64>| -> Result<Duration, ConfigError> {
+            if range.contains(v.get_ref()) {
+                Ok(Duration::from_millis(*v.get_ref()))
+            } else {
+                self.err(
+                    span(v),
+                    ConfigErrorKind::Value(format!(
+                        "[rekey] {what} must be between {} and {}",
+                        range.start(),
+                        range.end()
+                    )),
+                )
+            }
+        };
+        if let Some(v) = &r.grace_ms {
+            settings.grace = ms(v, "grace_ms", 300..=600_000)?;
+        }
+        if let Some(v) = &r.retransmit_ms {
+            settings.retransmit = ms(v, "retransmit_ms", 10..=60_000)?;
+        }
+        if let Some(v) = &r.retry_after_s {
+            settings.retry_after = ms(v, "retry_after_s", 1..=86_400)? * 1000;
+        }
+        if let Some(v) = &r.retries {
+            if *v.get_ref() > 20 {
+                return self.err(span(v), ConfigErrorKind::Value("[rekey] retries must be at most 20".into()));
+            }
+            settings.retries = *v.get_ref();
+        }
+        Ok(settings)
+    }
+
+    fn secret(&self, secret: &S<String>) -> Result<Zeroizing<Vec<u8>>, ConfigError> {
+        let bytes = Zeroizing::new(secret.get_ref().as_bytes().to_vec());
+        if bytes.len() < 16 {
+            return self.err(
+                span(secret),
+                ConfigErrorKind::Key(
+                    "`secret` must be at least 16 characters; generate one with `openssl rand -hex 32`".into(),
+                ),
+            );
+        }
+        Ok(bytes)
     }
 
     fn accel(&self) -> Result<(EngineSpec, Style), ConfigError> {
@@ -739,8 +885,21 @@ impl Validator<'_> {
         Ok(sa)
     }
 
-    fn tunnel(&self, t: &RawTunnel) -> Result<(SaConfig, SaConfig, PolicyConfig, PolicyConfig), ConfigError> {
+    #[allow(clippy::type_complexity)]
+    fn tunnel(
+        &self,
+        t: &RawTunnel,
+    ) -> Result<(TunnelConfig, SaConfig, SaConfig, PolicyConfig, PolicyConfig), ConfigError> {
         let name = t.name.get_ref();
+        if name.is_empty() || name.len() > crate::message::MAX_NAME || name.contains(char::is_whitespace) {
+            return self.err(
+                span(&t.name),
+                ConfigErrorKind::Value(format!(
+                    "tunnel name `{name}` must be 1 to {} characters without spaces",
+                    crate::message::MAX_NAME
+                )),
+            );
+        }
         let algorithm = self.algorithm(&t.proposal)?;
         let mode = self.mode(t.mode.as_ref())?;
         let local = self.addr(&t.local, "local")?;
@@ -767,6 +926,19 @@ impl Validator<'_> {
         let replay_window = self.replay_window(t.replay_window.as_ref(), t.esn)?;
         let lifetime = self.lifetime(t.lifetime.as_ref())?;
         let near = span(&t.proposal);
+        let secret = t.secret.as_ref().map(|s| self.secret(s)).transpose()?;
+        let no_keys = [&t.enc_key_out, &t.enc_key_in, &t.auth_key_out, &t.auth_key_in]
+            .iter()
+            .all(|k| k.is_none());
+        // With a secret and no keys, both ends derive the first keys alone.
+        let derived = match &secret {
+            Some(secret) if no_keys => Some(crate::prf::TunnelSecrets::derive(secret, name).initial(
+                algorithm,
+                (local, remote),
+                (self.spi(&t.spi_out)?, self.spi(&t.spi_in)?),
+            )),
+            _ => None,
+        };
         let make_sa = |suffix: &str,
                        direction,
                        spi: &S<u32>,
@@ -777,6 +949,27 @@ impl Validator<'_> {
          -> Result<SaConfig, ConfigError> {
             let enc_field = format!("enc_key_{suffix}");
             let auth_field = format!("auth_key_{suffix}");
+            if let Some((out_keys, in_keys)) = &derived {
+                let keys = if direction == SaDirection::Outbound { out_keys } else { in_keys };
+                return Ok(SaConfig {
+                    params: SaParams {
+                        name: format!("{name}-{suffix}"),
+                        direction,
+                        spi: self.spi(spi)?,
+                        mode,
+                        local: l,
+                        remote: r,
+                        esn: t.esn,
+                        replay_window,
+                        lifetime,
+                        selectors: Vec::new(),
+                    },
+                    algorithm,
+                    enc_key: keys.enc.clone(),
+                    auth_key: keys.auth.clone(),
+                    initial_seq: initial_seq.unwrap_or(0),
+                });
+            }
             let sa = SaConfig {
                 params: SaParams {
                     name: format!("{name}-{suffix}"),
@@ -844,7 +1037,18 @@ impl Validator<'_> {
             selector: selector(remote_subnet, local_subnet),
             action: PolicyAction::Protect(in_sa.params.name.clone()),
         };
-        Ok((out_sa, in_sa, out_policy, in_policy))
+        let tunnel = TunnelConfig {
+            name: name.clone(),
+            local,
+            remote,
+            algorithm,
+            mode,
+            esn: t.esn,
+            replay_window,
+            lifetime,
+            secret,
+        };
+        Ok((tunnel, out_sa, in_sa, out_policy, in_policy))
     }
 
     fn ports(&self, ports: Option<&S<RawPorts>>) -> Result<PortRange, ConfigError> {

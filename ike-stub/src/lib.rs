@@ -3,12 +3,20 @@
 //! Owns configuration (TOML: interfaces, routes, neighbours, SAs, policies
 //! and the `[[tunnel]]` shorthand), its validation with errors that name
 //! file, line and column, and the installation of SAs (registering one
-//! `accel` session per SA) and policies into a gateway. Later: lifetimes,
-//! rekeying and IKE. Never touches packets.
+//! `accel` session per SA) and policies into a gateway; and the control
+//! plane (`plane`): rekeying tunnels with a peer over UDP 500 (`message`,
+//! keys from `prf`), retiring replaced SAs, and reloads. It decides what
+//! the SAD and SPD hold; it never touches data packets and never does I/O.
 
 pub mod config;
 pub mod error;
+pub mod message;
+pub mod plane;
+pub mod prf;
 mod raw;
 
-pub use config::{Config, InstallError, PolicyAction, PolicyConfig, SaConfig};
+pub use config::{
+    Config, InstallError, PolicyAction, PolicyConfig, RekeySettings, SaConfig, TunnelConfig,
+};
 pub use error::{ConfigError, ConfigErrorKind};
+pub use plane::{ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, SaCommand, TunnelStatus};

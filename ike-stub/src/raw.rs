@@ -25,6 +25,17 @@ pub(crate) struct RawConfig {
     pub policy: Vec<S<RawPolicy>>,
     #[serde(default)]
     pub tunnel: Vec<S<RawTunnel>>,
+    #[serde(default)]
+    pub rekey: RawRekey,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRekey {
+    pub grace_ms: Option<S<u64>>,
+    pub retransmit_ms: Option<S<u64>>,
+    pub retries: Option<S<u32>>,
+    pub retry_after_s: Option<S<u64>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -154,4 +165,5 @@ pub(crate) struct RawTunnel {
     pub lifetime: Option<S<RawLifetime>>,
     pub initial_seq_out: Option<u64>,
     pub initial_seq_in: Option<u64>,
+    pub secret: Option<S<String>>,
 }

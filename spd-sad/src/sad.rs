@@ -133,7 +133,7 @@ pub struct SaCounters {
 }
 
 /// The configuration an SA is created from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaParams {
     pub name: String,
     pub direction: SaDirection,

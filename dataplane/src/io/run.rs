@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::buffer::PacketPool;
-use crate::gateway::{Gateway, Output, Verdict};
+use crate::buffer::{PacketBuf, PacketPool};
+use crate::gateway::{DatagramError, Gateway, Output, Verdict};
 use crate::io::afpacket::AfPacket;
 use crate::io::tun::Tun;
 
@@ -65,6 +65,9 @@ pub struct RunSummary {
     pub send_errors: u64,
     /// Frames the kernel dropped before espgw could read them (socket full).
     pub kernel_drops: u64,
+    /// Control datagrams dropped because more than [`CONTROL_QUEUE`]
+    /// arrived between two ticks.
+    pub control_overflow: u64,
 }
 
 /// The sockets of one worker: where frames come from (several per port
@@ -104,18 +107,42 @@ impl Sockets {
     }
 }
 
+/// Control datagrams held for the next tick; more in one turn are dropped
+/// (and counted in [`RunSummary::control_overflow`]).
+pub const CONTROL_QUEUE: usize = 64;
+
+/// What the control plane sees between batches: the gateway, the time, the
+/// counters so far, the control datagrams received since the last tick
+/// (IPv4 packets), and a way to send its own.
+pub struct Tick<'a> {
+    pub gateway: &'a mut Gateway,
+    pub now: Duration,
+    pub summary: &'a RunSummary,
+    pub received: &'a [PacketBuf],
+    out: &'a mut Vec<Output>,
+    pool: &'a mut PacketPool,
+}
+
+impl Tick<'_> {
+    /// Sends a UDP datagram from the gateway (see [`Gateway::send_datagram`]).
+    pub fn send_datagram(&mut self, ports: (u16, u16), to: std::net::Ipv4Addr, payload: &[u8]) -> Result<(), DatagramError> {
+        self.gateway.send_datagram(self.now, ports, to, payload, self.out, self.pool)
+    }
+}
+
 /// Forwards until `stop` is set. `on_tick` is called between batches (and
-/// at least every 50 ms) with the gateway and the counters so far: the
-/// place for operations requests, which must not block.
+/// at least every 50 ms): the place for the control plane and operations
+/// requests, which must not block.
 pub fn run(
     gateway: &mut Gateway,
     sockets: &Sockets,
     stop: &AtomicBool,
-    on_tick: &mut dyn FnMut(&mut Gateway, &RunSummary),
+    on_tick: &mut dyn FnMut(&mut Tick<'_>),
 ) -> std::io::Result<RunSummary> {
     let mut pool = PacketPool::new(POOL);
     let mut bufs = Vec::with_capacity(BATCH);
     let mut out: Vec<Output> = Vec::with_capacity(BATCH * 4);
+    let mut control: Vec<PacketBuf> = Vec::with_capacity(CONTROL_QUEUE);
     let mut summary = RunSummary::default();
     let start = Instant::now();
     let mut last_timeout = Duration::ZERO;
@@ -145,8 +172,19 @@ pub fn run(
             summary.kernel_drops += sockets.kernel_drops();
             last_timeout = now;
         }
-        transmit(&mut out, &mut pool, sockets, &mut summary);
-        on_tick(gateway, &summary);
+        transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
+        on_tick(&mut Tick {
+            gateway,
+            now,
+            summary: &summary,
+            received: &control,
+            out: &mut out,
+            pool: &mut pool,
+        });
+        for buf in control.drain(..) {
+            pool.free(buf);
+        }
+        transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
         if idle && gateway.in_flight() == 0 {
             // Nothing to do: sleep until a frame arrives (or 50 ms pass, for timers).
             // SAFETY: fds is a live array of pollfd of the length given.
@@ -157,7 +195,10 @@ pub fn run(
     }
     summary.kernel_drops += sockets.kernel_drops();
     gateway.shutdown(start.elapsed(), &mut out, &mut pool);
-    transmit(&mut out, &mut pool, sockets, &mut summary);
+    transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
+    for buf in control.drain(..) {
+        pool.free(buf);
+    }
     if pool.in_use() != 0 {
         return Err(std::io::Error::other(format!(
             "{} buffers were not returned",
@@ -167,13 +208,27 @@ pub fn run(
     Ok(summary)
 }
 
-fn transmit(out: &mut Vec<Output>, pool: &mut PacketPool, sockets: &Sockets, summary: &mut RunSummary) {
+/// Sends what the gateway forwards, keeps control datagrams for the next
+/// tick, and frees everything else.
+fn transmit(
+    out: &mut Vec<Output>,
+    pool: &mut PacketPool,
+    sockets: &Sockets,
+    summary: &mut RunSummary,
+    control: &mut Vec<PacketBuf>,
+) {
     for (buf, verdict) in out.drain(..) {
-        if let Verdict::Forward(port) = verdict {
-            match sockets.transmit_on(port).send(buf.data()) {
+        match verdict {
+            Verdict::Forward(port) => match sockets.transmit_on(port).send(buf.data()) {
                 Ok(()) => summary.frames_out += 1,
                 Err(_) => summary.send_errors += 1,
+            },
+            Verdict::Control if control.len() < CONTROL_QUEUE => {
+                control.push(buf);
+                continue;
             }
+            Verdict::Control => summary.control_overflow += 1,
+            Verdict::Consumed | Verdict::Drop(_) => {}
         }
         pool.free(buf);
     }
@@ -185,5 +240,6 @@ impl RunSummary {
         self.frames_out += other.frames_out;
         self.send_errors += other.send_errors;
         self.kernel_drops += other.kernel_drops;
+        self.control_overflow += other.control_overflow;
     }
 }

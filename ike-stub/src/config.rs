@@ -266,12 +266,11 @@ impl Config {
 
 /// Installs one SA (its selectors as given) with a new session.
 pub fn install_sa(gateway: &mut Gateway, sa: &SaConfig, now: Duration) -> Result<(), InstallError> {
-    let session = Session::new(sa.algorithm, &sa.enc_key, &sa.auth_key).map_err(|source| {
-        InstallError::Session {
+    let session =
+        Session::new(sa.algorithm, &sa.enc_key, &sa.auth_key).map_err(|source| InstallError::Session {
             sa: sa.params.name.clone(),
             source,
-        }
-    })?;
+        })?;
     let id = gateway.install_sa(sa.params.clone(), session, now)?;
     if sa.initial_seq > 0 {
         if let Some(installed) = gateway.sad_mut().get_mut(id) {
@@ -465,20 +464,21 @@ impl Validator<'_> {
     fn rekey(&self) -> Result<RekeySettings, ConfigError> {
         let r = &self.raw.rekey;
         let mut settings = RekeySettings::default();
-        let ms = |v: &S<u64>, what: &str, range: std::ops::RangeInclusive<u64>| -> Result<Duration, ConfigError> {
-            if range.contains(v.get_ref()) {
-                Ok(Duration::from_millis(*v.get_ref()))
-            } else {
-                self.err(
-                    span(v),
-                    ConfigErrorKind::Value(format!(
-                        "[rekey] {what} must be between {} and {}",
-                        range.start(),
-                        range.end()
-                    )),
-                )
-            }
-        };
+        let ms =
+            |v: &S<u64>, what: &str, range: std::ops::RangeInclusive<u64>| -> Result<Duration, ConfigError> {
+                if range.contains(v.get_ref()) {
+                    Ok(Duration::from_millis(*v.get_ref()))
+                } else {
+                    self.err(
+                        span(v),
+                        ConfigErrorKind::Value(format!(
+                            "[rekey] {what} must be between {} and {}",
+                            range.start(),
+                            range.end()
+                        )),
+                    )
+                }
+            };
         if let Some(v) = &r.grace_ms {
             settings.grace = ms(v, "grace_ms", 300..=600_000)?;
         }
@@ -490,7 +490,10 @@ impl Validator<'_> {
         }
         if let Some(v) = &r.retries {
             if *v.get_ref() > 20 {
-                return self.err(span(v), ConfigErrorKind::Value("[rekey] retries must be at most 20".into()));
+                return self.err(
+                    span(v),
+                    ConfigErrorKind::Value("[rekey] retries must be at most 20".into()),
+                );
             }
             settings.retries = *v.get_ref();
         }
@@ -503,7 +506,8 @@ impl Validator<'_> {
             return self.err(
                 span(secret),
                 ConfigErrorKind::Key(
-                    "`secret` must be at least 16 characters; generate one with `openssl rand -hex 32`".into(),
+                    "`secret` must be at least 16 characters; generate one with `openssl rand -hex 32`"
+                        .into(),
                 ),
             );
         }
@@ -707,10 +711,15 @@ impl Validator<'_> {
             if expected == 0 {
                 return Ok(Zeroizing::new(Vec::new()));
             }
+            let or_secret = if field.ends_with("_out") || field.ends_with("_in") {
+                ", or give the tunnel a `secret` (16 characters or more) to derive every key from"
+            } else {
+                ""
+            };
             return self.err(
                 near,
                 ConfigErrorKind::Key(format!(
-                    "{alg} needs `{field}`: {expected} bytes as {} hex digits",
+                    "{alg} needs `{field}`: {expected} bytes as {} hex digits{or_secret}",
                     expected * 2
                 )),
             );
@@ -950,7 +959,11 @@ impl Validator<'_> {
             let enc_field = format!("enc_key_{suffix}");
             let auth_field = format!("auth_key_{suffix}");
             if let Some((out_keys, in_keys)) = &derived {
-                let keys = if direction == SaDirection::Outbound { out_keys } else { in_keys };
+                let keys = if direction == SaDirection::Outbound {
+                    out_keys
+                } else {
+                    in_keys
+                };
                 return Ok(SaConfig {
                     params: SaParams {
                         name: format!("{name}-{suffix}"),

@@ -15,8 +15,8 @@ pub mod plane;
 pub mod prf;
 mod raw;
 
-pub use config::{
-    Config, InstallError, PolicyAction, PolicyConfig, RekeySettings, SaConfig, TunnelConfig,
-};
+pub use config::{Config, InstallError, PolicyAction, PolicyConfig, RekeySettings, SaConfig, TunnelConfig};
 pub use error::{ConfigError, ConfigErrorKind};
-pub use plane::{ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, SaCommand, TunnelStatus};
+pub use plane::{
+    ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, SaCommand, TunnelStatus,
+};

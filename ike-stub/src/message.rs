@@ -106,7 +106,8 @@ pub fn peek_tunnel(bytes: &[u8]) -> Result<&str, MessageError> {
     if bytes.len() > expected {
         return Err(MessageError::BadLength);
     }
-    std::str::from_utf8(&bytes[HEADER_LEN + 2..HEADER_LEN + 2 + name_len]).map_err(|_| MessageError::Malformed)
+    std::str::from_utf8(&bytes[HEADER_LEN + 2..HEADER_LEN + 2 + name_len])
+        .map_err(|_| MessageError::Malformed)
 }
 
 fn tag(sk_a: &[u8], tunnel: &str) -> [u8; 8] {

@@ -44,7 +44,10 @@ pub enum SaCommand {
     InsertPolicy(PolicyConfig),
     RemovePolicy(String),
     /// Point a `protect` policy at another SA (the switch of a rekey).
-    Repoint { policy: String, sa: String },
+    Repoint {
+        policy: String,
+        sa: String,
+    },
 }
 
 /// Why a command could not be applied to a gateway.
@@ -151,7 +154,9 @@ enum Phase {
     },
     /// We answered a rekey and installed its SAs; we switch when the
     /// initiator says it has.
-    Responded { generation: u32 },
+    Responded {
+        generation: u32,
+    },
 }
 
 impl Phase {
@@ -172,9 +177,9 @@ struct Tunnel {
     generation: u32,
     phase: Phase,
     next_message_id: u32,
-    /// Highest request ID processed from the peer, and our answer to it
-    /// (sent again if the request is retransmitted).
-    peer_request: Option<(u32, Vec<u8>)>,
+    /// Highest request ID seen from the peer, and our answer to it, if we
+    /// gave one (sent again if the request is retransmitted).
+    peer_request: Option<(u32, Option<Vec<u8>>)>,
     /// Replaced SAs and when to delete them; `None`: at their hard expiry
     /// (the peer may still send on them).
     retiring: Vec<(String, Option<Duration>)>,
@@ -217,7 +222,10 @@ impl Tunnel {
 
     /// Every SA of this tunnel that may exist in the gateways.
     fn all_sas(&self) -> Vec<String> {
-        let mut names = vec![self.current(SaDirection::Outbound), self.current(SaDirection::Inbound)];
+        let mut names = vec![
+            self.current(SaDirection::Outbound),
+            self.current(SaDirection::Inbound),
+        ];
         if let Phase::Responded { generation } = self.phase {
             names.push(self.sa(SaDirection::Outbound, generation));
             names.push(self.sa(SaDirection::Inbound, generation));
@@ -263,7 +271,9 @@ pub struct ReloadReport {
 /// Why a new configuration was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReloadError {
-    #[error("the new configuration changes {0}, which needs a restart of espgw; the running configuration stays")]
+    #[error(
+        "the new configuration changes {0}, which needs a restart of espgw; the running configuration stays"
+    )]
     NeedsRestart(String),
 }
 
@@ -385,7 +395,8 @@ impl ControlPlane {
     fn fresh_spi(&mut self) -> u32 {
         loop {
             let spi = self.rng.next_u32();
-            let used = spi < 256 || self.reserved.contains(&spi) || self.inbound_spis.values().any(|s| *s == spi);
+            let used =
+                spi < 256 || self.reserved.contains(&spi) || self.inbound_spis.values().any(|s| *s == spi);
             if !used {
                 self.reserved.insert(spi);
                 return spi;
@@ -410,7 +421,10 @@ impl ControlPlane {
                 SaEvent::SoftExpired(_) => self.counters.soft_expired += 1,
                 SaEvent::HardExpired(_) => {
                     self.counters.hard_expired += 1;
-                    tracing::warn!(sa = name, "hard lifetime reached: its packets now drop as sa_expired");
+                    tracing::warn!(
+                        sa = name,
+                        "hard lifetime reached: its packets now drop as sa_expired"
+                    );
                 }
             }
             return;
@@ -419,7 +433,8 @@ impl ControlPlane {
         match event {
             SaEvent::SoftExpired(_) => {
                 self.counters.soft_expired += 1;
-                let current = tunnel.current(SaDirection::Outbound) == name || tunnel.current(SaDirection::Inbound) == name;
+                let current = tunnel.current(SaDirection::Outbound) == name
+                    || tunnel.current(SaDirection::Inbound) == name;
                 if current && matches!(tunnel.phase, Phase::Established) {
                     if tunnel.secrets.is_some() {
                         self.start_rekey(now, index);
@@ -431,11 +446,19 @@ impl ControlPlane {
             }
             SaEvent::HardExpired(_) => {
                 self.counters.hard_expired += 1;
-                if let Some(at) = tunnel.retiring.iter().position(|(n, deadline)| n == name && deadline.is_none()) {
+                if let Some(at) = tunnel
+                    .retiring
+                    .iter()
+                    .position(|(n, deadline)| n == name && deadline.is_none())
+                {
                     let (old, _) = tunnel.retiring.remove(at);
                     self.command(SaCommand::RemoveSa(old));
                 } else if tunnel.retiring.iter().all(|(n, _)| n != name) {
-                    tunnel.note = Some(format!("{name} reached its hard lifetime; its packets drop as sa_expired"));
+                    let expired = format!("{name} reached its hard lifetime; its packets drop as sa_expired");
+                    tunnel.note = Some(match tunnel.note.take() {
+                        Some(earlier) => format!("{earlier}; then {expired}"),
+                        None => expired,
+                    });
                     tracing::warn!(tunnel = %tunnel.config.name, sa = name, "hard lifetime reached without a rekey: packets drop as sa_expired");
                 }
             }
@@ -535,11 +558,16 @@ impl ControlPlane {
             Some((last, answer)) if message.message_id == *last => {
                 // The peer did not hear our answer: repeat it, do nothing again.
                 self.counters.duplicates += 1;
-                let (to, answer) = (tunnel.config.remote, answer.clone());
-                return self.send(to, answer);
+                if let Some(answer) = answer.clone() {
+                    let to = tunnel.config.remote;
+                    self.send(to, answer);
+                }
+                return;
             }
             _ => {}
         }
+        // Authenticated and new: its ID is used up whatever we make of it.
+        self.tunnels[index].peer_request = Some((message.message_id, None));
         match message.kind {
             Kind::Rekey => self.answer_rekey(now, index, message),
             Kind::Switched => self.answer_switched(now, index, message),
@@ -584,7 +612,13 @@ impl ControlPlane {
         let generation = message.generation;
         let keys = secrets.rekey(tunnel.config.algorithm, &message.nonce, &nonce);
         let inbound = self.sa_config(index, SaDirection::Inbound, generation, spi, keys.first_to_second);
-        let outbound = self.sa_config(index, SaDirection::Outbound, generation, message.spi, keys.second_to_first);
+        let outbound = self.sa_config(
+            index,
+            SaDirection::Outbound,
+            generation,
+            message.spi,
+            keys.second_to_first,
+        );
         let tunnel = &mut self.tunnels[index];
         let Some(secrets) = &tunnel.secrets else { return };
         let answer = Message {
@@ -598,7 +632,7 @@ impl ControlPlane {
             nonce,
         }
         .seal(&secrets.sk_a);
-        tunnel.peer_request = Some((message.message_id, answer.clone()));
+        tunnel.peer_request = Some((message.message_id, Some(answer.clone())));
         tunnel.phase = Phase::Responded { generation };
         let to = tunnel.config.remote;
         tracing::info!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
@@ -631,7 +665,7 @@ impl ControlPlane {
             nonce: [0; NONCE_LEN],
         }
         .seal(&secrets.sk_a);
-        tunnel.peer_request = Some((message.message_id, answer.clone()));
+        tunnel.peer_request = Some((message.message_id, Some(answer.clone())));
         let to = tunnel.config.remote;
         self.send(to, answer);
     }
@@ -640,8 +674,13 @@ impl ControlPlane {
     fn switch_responder(&mut self, now: Duration, index: usize) {
         let grace = self.config.rekey.grace;
         let tunnel = &mut self.tunnels[index];
-        let Phase::Responded { generation } = tunnel.phase else { return };
-        let (old_out, old_in) = (tunnel.current(SaDirection::Outbound), tunnel.current(SaDirection::Inbound));
+        let Phase::Responded { generation } = tunnel.phase else {
+            return;
+        };
+        let (old_out, old_in) = (
+            tunnel.current(SaDirection::Outbound),
+            tunnel.current(SaDirection::Inbound),
+        );
         tunnel.generation = generation;
         tunnel.phase = Phase::Established;
         tunnel.rekeys += 1;
@@ -650,8 +689,14 @@ impl ControlPlane {
         tunnel.retiring.push((old_out, Some(now + grace)));
         tunnel.retiring.push((old_in, Some(now + grace)));
         let repoints = [
-            (tunnel.config.policy_name(PolicyDirection::Out), tunnel.current(SaDirection::Outbound)),
-            (tunnel.config.policy_name(PolicyDirection::In), tunnel.current(SaDirection::Inbound)),
+            (
+                tunnel.config.policy_name(PolicyDirection::Out),
+                tunnel.current(SaDirection::Outbound),
+            ),
+            (
+                tunnel.config.policy_name(PolicyDirection::In),
+                tunnel.current(SaDirection::Inbound),
+            ),
         ];
         tracing::info!(tunnel = %tunnel.config.name, generation, "rekey complete (responder)");
         self.counters.rekeys_completed += 1;
@@ -674,11 +719,25 @@ impl ControlPlane {
                 let (our_nonce, our_spi) = (*nonce, *spi);
                 let Some(secrets) = &tunnel.secrets else { return };
                 let keys = secrets.rekey(tunnel.config.algorithm, &our_nonce, &message.nonce);
-                let inbound = self.sa_config(index, SaDirection::Inbound, generation, our_spi, keys.second_to_first);
-                let outbound =
-                    self.sa_config(index, SaDirection::Outbound, generation, message.spi, keys.first_to_second);
+                let inbound = self.sa_config(
+                    index,
+                    SaDirection::Inbound,
+                    generation,
+                    our_spi,
+                    keys.second_to_first,
+                );
+                let outbound = self.sa_config(
+                    index,
+                    SaDirection::Outbound,
+                    generation,
+                    message.spi,
+                    keys.first_to_second,
+                );
                 let tunnel = &mut self.tunnels[index];
-                let (old_out, old_in) = (tunnel.current(SaDirection::Outbound), tunnel.current(SaDirection::Inbound));
+                let (old_out, old_in) = (
+                    tunnel.current(SaDirection::Outbound),
+                    tunnel.current(SaDirection::Inbound),
+                );
                 tunnel.generation = generation;
                 let Some(secrets) = &tunnel.secrets else { return };
                 let id = tunnel.next_message_id;
@@ -704,8 +763,14 @@ impl ControlPlane {
                 // Nothing more leaves on the old outbound SA once repointed.
                 tunnel.retiring.push((old_out, Some(now + grace)));
                 let repoints = [
-                    (tunnel.config.policy_name(PolicyDirection::Out), tunnel.current(SaDirection::Outbound)),
-                    (tunnel.config.policy_name(PolicyDirection::In), tunnel.current(SaDirection::Inbound)),
+                    (
+                        tunnel.config.policy_name(PolicyDirection::Out),
+                        tunnel.current(SaDirection::Outbound),
+                    ),
+                    (
+                        tunnel.config.policy_name(PolicyDirection::In),
+                        tunnel.current(SaDirection::Inbound),
+                    ),
                 ];
                 let to = tunnel.config.remote;
                 self.command(SaCommand::InstallSa(Box::new(inbound)));
@@ -806,7 +871,8 @@ impl ControlPlane {
                 self.give_up(now, index);
             }
             let tunnel = &mut self.tunnels[index];
-            let retry = matches!(tunnel.phase, Phase::Established) && tunnel.retry_at.is_some_and(|at| at <= now);
+            let retry =
+                matches!(tunnel.phase, Phase::Established) && tunnel.retry_at.is_some_and(|at| at <= now);
             for name in due {
                 self.command(SaCommand::RemoveSa(name));
             }
@@ -865,7 +931,10 @@ impl ControlPlane {
         if old.engine != new.engine || old.style != new.style {
             fixed.push("[accel]");
         }
-        if old.name != new.name || old.outer_ttl != new.outer_ttl || old.allow_insecure_null != new.allow_insecure_null {
+        if old.name != new.name
+            || old.outer_ttl != new.outer_ttl
+            || old.allow_insecure_null != new.allow_insecure_null
+        {
             fixed.push("[gateway]");
         }
         if !fixed.is_empty() {
@@ -874,17 +943,23 @@ impl ControlPlane {
         }
         let mut report = ReloadReport::default();
         let owned = |config: &Config, name: &str| {
-            config
-                .tunnels
-                .iter()
-                .any(|t| [SaDirection::Outbound, SaDirection::Inbound].iter().any(|d| t.sa_name(*d, 0) == name))
+            config.tunnels.iter().any(|t| {
+                [SaDirection::Outbound, SaDirection::Inbound]
+                    .iter()
+                    .any(|d| t.sa_name(*d, 0) == name)
+            })
         };
         // Tunnels.
         let same_tunnel = |t: &TunnelConfig| {
-            let Some(n) = new.tunnel(&t.name) else { return false };
+            let Some(n) = new.tunnel(&t.name) else {
+                return false;
+            };
             let parts_equal = |c: &Config, d: SaDirection| {
                 let name = t.sa_name(d, 0);
-                (c.sa(&name).cloned(), c.policies.iter().find(|p| p.name == name).cloned())
+                (
+                    c.sa(&name).cloned(),
+                    c.policies.iter().find(|p| p.name == name).cloned(),
+                )
             };
             n == t
                 && [SaDirection::Outbound, SaDirection::Inbound]
@@ -932,7 +1007,9 @@ impl ControlPlane {
             .collect();
         let policy_differs = |p: &PolicyConfig, other: &Config| {
             let named_sa_changed = match &p.action {
-                crate::PolicyAction::Protect(sa) => sa_gone.contains(sa) || sa_new.iter().any(|s| &s.params.name == sa),
+                crate::PolicyAction::Protect(sa) => {
+                    sa_gone.contains(sa) || sa_new.iter().any(|s| &s.params.name == sa)
+                }
                 _ => false,
             };
             named_sa_changed || other.policies.iter().find(|q| q.name == p.name) != Some(p)
@@ -954,7 +1031,9 @@ impl ControlPlane {
         // Stop: policies first (traffic then meets the default discard
         // rather than a missing SA), then every SA the tunnel may have.
         for name in &stopping {
-            let Some(index) = self.tunnels.iter().position(|t| &t.config.name == name) else { continue };
+            let Some(index) = self.tunnels.iter().position(|t| &t.config.name == name) else {
+                continue;
+            };
             let tunnel = self.tunnels.remove(index);
             for direction in [PolicyDirection::Out, PolicyDirection::In] {
                 self.command(SaCommand::RemovePolicy(tunnel.config.policy_name(direction)));

@@ -92,7 +92,11 @@ impl std::fmt::Debug for TunnelSecrets {
 
 impl TunnelSecrets {
     pub fn derive(secret: &[u8], tunnel: &str) -> TunnelSecrets {
-        let both = prf_plus(secret, &[b"espgw tunnel keys v1\0", tunnel.as_bytes()], 2 * PRF_LEN);
+        let both = prf_plus(
+            secret,
+            &[b"espgw tunnel keys v1\0", tunnel.as_bytes()],
+            2 * PRF_LEN,
+        );
         TunnelSecrets {
             sk_d: Zeroizing::new(both[..PRF_LEN].to_vec()),
             sk_a: Zeroizing::new(both[PRF_LEN..].to_vec()),
@@ -202,7 +206,10 @@ mod tests {
         assert_eq!((a_out.enc.len(), a_out.auth.len()), (16, 20));
         // Another tunnel name or secret gives other keys.
         let other = TunnelSecrets::derive(b"correct horse battery staple", "u");
-        assert_ne!(other.initial(alg, (a, b), (0x1001, 0x1002)).0.enc[..], a_out.enc[..]);
+        assert_ne!(
+            other.initial(alg, (a, b), (0x1001, 0x1002)).0.enc[..],
+            a_out.enc[..]
+        );
         assert_ne!(secrets.sk_a[..], secrets.sk_d[..]);
     }
 

@@ -453,7 +453,9 @@ impl<C> Sad<C> {
         }
         let slot = match self.slots.iter().position(|s| s.sa.is_none()) {
             Some(free) => free,
-            None if self.slots.len() > SaId::SLOT_MASK as usize => return Err(SadError::Full(self.slots.len())),
+            None if self.slots.len() > SaId::SLOT_MASK as usize => {
+                return Err(SadError::Full(self.slots.len()))
+            }
             None => {
                 self.slots.push(Slot {
                     generation: 0,
@@ -495,7 +497,10 @@ impl<C> Sad<C> {
 
     /// Removes an SA; its crypto context is dropped (and zeroized) with it.
     pub fn remove(&mut self, id: SaId) -> Option<SecurityAssociation<C>> {
-        let slot = self.slots.get_mut(id.slot()).filter(|s| s.generation == id.generation())?;
+        let slot = self
+            .slots
+            .get_mut(id.slot())
+            .filter(|s| s.generation == id.generation())?;
         let sa = slot.sa.take()?;
         // Ids of the removed SA must never name the next one in this slot.
         slot.generation = (slot.generation + 1) & (u32::MAX >> SaId::SLOT_BITS);
@@ -507,12 +512,16 @@ impl<C> Sad<C> {
 
     pub fn get(&self, id: SaId) -> Option<&SecurityAssociation<C>> {
         let slot = self.slots.get(id.slot())?;
-        (slot.generation == id.generation()).then_some(slot.sa.as_ref()).flatten()
+        (slot.generation == id.generation())
+            .then_some(slot.sa.as_ref())
+            .flatten()
     }
 
     pub fn get_mut(&mut self, id: SaId) -> Option<&mut SecurityAssociation<C>> {
         let slot = self.slots.get_mut(id.slot())?;
-        (slot.generation == id.generation()).then_some(slot.sa.as_mut()).flatten()
+        (slot.generation == id.generation())
+            .then_some(slot.sa.as_mut())
+            .flatten()
     }
 
     pub fn find(&self, name: &str) -> Option<SaId> {
@@ -623,17 +632,29 @@ mod tests {
     #[test]
     fn removed_ids_never_name_the_sa_that_reuses_their_slot() {
         let mut sad: Sad<u8> = Sad::new();
-        let first = sad.insert(params("a", SaDirection::Inbound, 0x1000), 1, Duration::ZERO).unwrap();
-        let keep = sad.insert(params("b", SaDirection::Outbound, 0x1001), 2, Duration::ZERO).unwrap();
+        let first = sad
+            .insert(params("a", SaDirection::Inbound, 0x1000), 1, Duration::ZERO)
+            .unwrap();
+        let keep = sad
+            .insert(params("b", SaDirection::Outbound, 0x1001), 2, Duration::ZERO)
+            .unwrap();
         assert_eq!(sad.remove(first).map(|sa| *sa.crypto()), Some(1));
-        let second = sad.insert(params("c", SaDirection::Inbound, 0x1002), 3, Duration::ZERO).unwrap();
+        let second = sad
+            .insert(params("c", SaDirection::Inbound, 0x1002), 3, Duration::ZERO)
+            .unwrap();
         assert_ne!(first, second, "the reused slot has a new generation");
         assert!(sad.get(first).is_none());
         assert!(sad.remove(first).is_none(), "a stale id removes nothing");
         assert_eq!(sad.get(second).map(|sa| *sa.crypto()), Some(3));
         assert_eq!(sad.get(keep).map(|sa| *sa.crypto()), Some(2));
-        assert_eq!(sad.iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![second, keep]);
-        assert_eq!(sad.lookup_inbound(0x1002, "10.0.0.1".parse().unwrap()), Some(second));
+        assert_eq!(
+            sad.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+            vec![second, keep]
+        );
+        assert_eq!(
+            sad.lookup_inbound(0x1002, "10.0.0.1".parse().unwrap()),
+            Some(second)
+        );
         assert_eq!(sad.lookup_inbound(0x1000, "10.0.0.1".parse().unwrap()), None);
     }
 

@@ -93,7 +93,12 @@ impl Spd {
     /// Points the policy called `name` at a new action (a rekeyed SA);
     /// false if there is no such policy.
     pub fn set_action(&mut self, name: &str, action: Action) -> bool {
-        match self.out.iter_mut().chain(self.inbound.iter_mut()).find(|p| p.name == name) {
+        match self
+            .out
+            .iter_mut()
+            .chain(self.inbound.iter_mut())
+            .find(|p| p.name == name)
+        {
             Some(policy) => {
                 policy.action = action;
                 true
@@ -104,7 +109,10 @@ impl Spd {
 
     /// The policy called `name`.
     pub fn get(&self, name: &str) -> Option<&Policy> {
-        self.out.iter().chain(self.inbound.iter()).find(|p| p.name == name)
+        self.out
+            .iter()
+            .chain(self.inbound.iter())
+            .find(|p| p.name == name)
     }
 
     fn list_mut(&mut self, direction: PolicyDirection) -> &mut Vec<Policy> {
@@ -212,19 +220,27 @@ mod tests {
     #[test]
     fn policies_are_repointed_and_removed_by_name() {
         let mut spd = Spd::new();
-        spd.insert(policy("t-out", 100, "10.0.0.0/8", "any", Action::Protect(SaId(0))));
+        spd.insert(policy(
+            "t-out",
+            100,
+            "10.0.0.0/8",
+            "any",
+            Action::Protect(SaId(0)),
+        ));
         spd.insert(policy("other", 200, "any", "any", Action::Bypass));
         assert!(spd.set_action("t-out", Action::Protect(SaId(7))));
         assert!(!spd.set_action("missing", Action::Discard));
         assert_eq!(
-            spd.lookup(PolicyDirection::Out, &flow("10.9.2.3", "1.1.1.1")).action,
+            spd.lookup(PolicyDirection::Out, &flow("10.9.2.3", "1.1.1.1"))
+                .action,
             Action::Protect(SaId(7))
         );
         assert_eq!(spd.get("t-out").map(|p| p.priority), Some(100));
         assert_eq!(spd.remove("t-out").map(|p| p.name), Some("t-out".to_owned()));
         assert!(spd.remove("t-out").is_none());
         assert_eq!(
-            spd.lookup(PolicyDirection::Out, &flow("10.9.2.3", "1.1.1.1")).action,
+            spd.lookup(PolicyDirection::Out, &flow("10.9.2.3", "1.1.1.1"))
+                .action,
             Action::Bypass
         );
     }

@@ -125,8 +125,14 @@ pub struct Tick<'a> {
 
 impl Tick<'_> {
     /// Sends a UDP datagram from the gateway (see [`Gateway::send_datagram`]).
-    pub fn send_datagram(&mut self, ports: (u16, u16), to: std::net::Ipv4Addr, payload: &[u8]) -> Result<(), DatagramError> {
-        self.gateway.send_datagram(self.now, ports, to, payload, self.out, self.pool)
+    pub fn send_datagram(
+        &mut self,
+        ports: (u16, u16),
+        to: std::net::Ipv4Addr,
+        payload: &[u8],
+    ) -> Result<(), DatagramError> {
+        self.gateway
+            .send_datagram(self.now, ports, to, payload, self.out, self.pool)
     }
 }
 

@@ -1,0 +1,584 @@
+//! The control plane between two gateways joined in memory under a virtual
+//! clock: rekeys while traffic flows both ways, hard expiry without a
+//! rekey, a peer that never answers, hostile control messages, reloads.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::Duration;
+
+use accel::{Algorithm, EngineKind, EngineSpec, Style};
+use common::{tunnel_config, udp_packet, HOST_A, HOST_B};
+use dataplane::{DropReason, Gateway, LinkLayer, Output, PacketPool, Port, Verdict, CONTROL_PORT};
+use ike_stub::{Config, ControlPlane, ReloadError};
+
+const SECRET: &str = "secret = \"a test secret, longer than sixteen bytes\"\n";
+/// One-way delay of the wire between the gateways.
+const WIRE_DELAY: Duration = Duration::from_millis(2);
+const STEP: Duration = Duration::from_millis(1);
+
+fn config_text(a: bool, alg: Algorithm, tunnel_extra: &str, sections: &str) -> String {
+    tunnel_config(alg, "tunnel", false, a, &format!("{tunnel_extra}\n{sections}"))
+}
+
+fn parse(text: &str) -> Config {
+    Config::parse(Path::new("test.toml"), text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// One gateway with its control plane, and what reached its inside.
+struct Site {
+    gw: Gateway,
+    plane: ControlPlane,
+    inbox: Vec<Vec<u8>>,
+    /// Sequence numbers of the test packets delivered to this site's inside.
+    delivered: Vec<u32>,
+    drops: Vec<DropReason>,
+    /// ESP frames this site sent, kept to replay later.
+    sent_esp: Vec<Vec<u8>>,
+    /// Control datagrams this site sent.
+    sent_control: Vec<Vec<u8>>,
+}
+
+struct Net {
+    sites: [Site; 2],
+    pool: PacketPool,
+    now: Duration,
+    /// Frames on the wire: arrival time, receiving site, bytes.
+    wire: VecDeque<(Duration, usize, Vec<u8>)>,
+    /// Drop control datagrams to this site (a peer that never answers).
+    mute: [bool; 2],
+    sent: [u32; 2],
+    last_timeout: Duration,
+}
+
+impl Net {
+    fn new(a: &str, b: &str, spec: &EngineSpec) -> Net {
+        let site = |text: &str, seed: u64| {
+            let config = parse(text);
+            let engine = accel::build_engine(spec).expect("engine");
+            let gw = config
+                .build_gateway(LinkLayer::RawIp, engine, Style::Async, Duration::ZERO)
+                .expect("installs");
+            let mut plane = ControlPlane::new(config);
+            plane.set_seed(seed);
+            Site {
+                gw,
+                plane,
+                inbox: Vec::new(),
+                delivered: Vec::new(),
+                drops: Vec::new(),
+                sent_esp: Vec::new(),
+                sent_control: Vec::new(),
+            }
+        };
+        Net {
+            sites: [site(a, 1), site(b, 2)],
+            pool: PacketPool::new(4096),
+            now: Duration::ZERO,
+            wire: VecDeque::new(),
+            mute: [false; 2],
+            sent: [0; 2],
+            last_timeout: Duration::ZERO,
+        }
+    }
+
+    fn route(&mut self, from: usize, outputs: &mut Vec<Output>) {
+        for (buf, verdict) in outputs.drain(..) {
+            let site = &mut self.sites[from];
+            match verdict {
+                Verdict::Forward(Port::Outside) => {
+                    let frame = buf.data().to_vec();
+                    if frame.get(9) == Some(&50) {
+                        site.sent_esp.push(frame.clone());
+                    } else {
+                        site.sent_control.push(frame.clone());
+                    }
+                    self.wire.push_back((self.now + WIRE_DELAY, 1 - from, frame));
+                }
+                Verdict::Forward(Port::Inside) => {
+                    let data = buf.data();
+                    let seq = u32::from_be_bytes([data[28], data[29], data[30], data[31]]);
+                    site.delivered.push(seq);
+                }
+                Verdict::Control => site.inbox.push(buf.data().to_vec()),
+                Verdict::Consumed => {}
+                Verdict::Drop(reason) => site.drops.push(reason),
+            }
+            self.pool.free(buf);
+        }
+    }
+
+    fn inject(&mut self, to: usize, port: Port, frame: &[u8]) {
+        let mut buf = self.pool.alloc().expect("pool has room");
+        assert!(buf.fill(frame));
+        let mut out = Vec::new();
+        let now = self.now;
+        let gw = &mut self.sites[to].gw;
+        gw.handle_batch(now, port, &mut vec![buf], &mut out, &mut self.pool);
+        gw.flush(now, &mut out, &mut self.pool);
+        self.route(to, &mut out);
+    }
+
+    /// Sends test packet number `seq` from site `from`'s inside.
+    fn send(&mut self, from: usize, len: usize) {
+        let seq = self.sent[from];
+        self.sent[from] += 1;
+        let (src, dst) = if from == 0 {
+            (HOST_A, HOST_B)
+        } else {
+            (HOST_B, HOST_A)
+        };
+        let mut packet = udp_packet(src, dst, len.max(4), seq as u8);
+        packet[28..32].copy_from_slice(&seq.to_be_bytes());
+        self.inject(from, Port::Inside, &packet);
+    }
+
+    /// Moves the clock one step: delivers what arrived, runs both control
+    /// planes and the gateways' timers.
+    fn step(&mut self) {
+        self.now += STEP;
+        while self.wire.front().is_some_and(|(at, _, _)| *at <= self.now) {
+            let Some((_, to, frame)) = self.wire.pop_front() else {
+                break;
+            };
+            self.inject(to, Port::Outside, &frame);
+        }
+        let now = self.now;
+        if now - self.last_timeout >= Duration::from_millis(10) {
+            self.last_timeout = now;
+            for s in 0..2 {
+                let mut out = Vec::new();
+                self.sites[s].gw.handle_timeout(now, &mut out, &mut self.pool);
+                self.route(s, &mut out);
+            }
+        }
+        for s in 0..2 {
+            let inbox = std::mem::take(&mut self.sites[s].inbox);
+            let inbox = if self.mute[s] { Vec::new() } else { inbox };
+            let site = &mut self.sites[s];
+            let datagrams = site
+                .plane
+                .service(now, &mut site.gw, inbox.iter().map(Vec::as_slice));
+            for d in datagrams {
+                let mut out = Vec::new();
+                self.sites[s]
+                    .gw
+                    .send_datagram(
+                        now,
+                        (CONTROL_PORT, CONTROL_PORT),
+                        d.to,
+                        &d.payload,
+                        &mut out,
+                        &mut self.pool,
+                    )
+                    .expect("route to the peer");
+                self.route(s, &mut out);
+            }
+        }
+    }
+
+    fn generation(&self, site: usize) -> u32 {
+        self.sites[site].plane.tunnels(self.now)[0].generation
+    }
+
+    fn sa_names(&self, site: usize) -> Vec<String> {
+        let mut names: Vec<String> = self.sites[site]
+            .gw
+            .sad()
+            .iter()
+            .map(|(_, sa)| sa.name().to_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Every test packet arrived exactly once, in order.
+    fn assert_all_delivered_once(&self) {
+        for (to, from) in [(1, 0), (0, 1)] {
+            let got = &self.sites[to].delivered;
+            let expected: Vec<u32> = (0..self.sent[from]).collect();
+            assert_eq!(got.len(), expected.len(), "site {to}: lost or duplicated packets");
+            assert_eq!(*got, expected, "site {to}: every packet exactly once, in order");
+        }
+    }
+}
+
+/// A deterministic mix of packet sizes.
+fn size(i: u32) -> usize {
+    [64usize, 1400, 300, 900, 40, 1200, 576][i as usize % 7]
+}
+
+fn rekey_while_traffic_flows(alg: Algorithm, spec: &EngineSpec, rekeys: u32) {
+    let lifetime = "[tunnel.lifetime]\nsoft_bytes = 20000\nhard_bytes = 400000\n";
+    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+    let mut net = Net::new(
+        &config_text(true, alg, &format!("{SECRET}{lifetime}"), sections),
+        &config_text(false, alg, &format!("{SECRET}{lifetime}"), sections),
+        spec,
+    );
+    let mut i = 0u32;
+    let mut replayed = 0;
+    while net.generation(0) < rekeys || net.generation(1) < rekeys {
+        // Both directions, at slightly different rates so that either end
+        // may hit its soft limit first (and sometimes both at once).
+        net.send(0, size(i));
+        if !i.is_multiple_of(5) {
+            net.send(1, size(i + 3));
+        }
+        // Now and then an attacker replays an old ESP frame at each end.
+        if i % 97 == 50 {
+            for s in 0..2 {
+                let old = net.sites[1 - s].sent_esp.get((i / 2) as usize).cloned();
+                if let Some(frame) = old {
+                    net.inject(s, Port::Outside, &frame);
+                    replayed += 1;
+                }
+            }
+        }
+        net.step();
+        i += 1;
+        assert!(
+            i < 200_000,
+            "rekeys stalled at generations {} / {}",
+            net.generation(0),
+            net.generation(1)
+        );
+    }
+    // Let the last packets land and the grace period end.
+    for _ in 0..400 {
+        net.step();
+    }
+    net.assert_all_delivered_once();
+    for s in 0..2 {
+        let site = &net.sites[s];
+        let counters = site.plane.counters();
+        let replay_drops = site
+            .drops
+            .iter()
+            .filter(|r| matches!(r, DropReason::Replay | DropReason::UnknownSpi))
+            .count();
+        assert_eq!(
+            site.drops.len(),
+            replay_drops,
+            "site {s}: the only drops are replayed frames: {:?}",
+            site.drops
+        );
+        assert_eq!(counters.forged + counters.malformed + counters.truncated, 0);
+        assert!(
+            counters.rekeys_completed >= u64::from(rekeys),
+            "site {s}: {counters:?}"
+        );
+        let generation = net.generation(s);
+        assert_eq!(
+            net.sa_names(s),
+            vec![format!("t-in.{generation}"), format!("t-out.{generation}")],
+            "site {s}: every replaced SA is deleted"
+        );
+        let stats = site.gw.stats();
+        assert!(stats.balanced(), "site {s}: {stats:?}");
+        assert_eq!(stats.control_received, counters.received);
+    }
+    assert!(replayed > 0);
+    assert_eq!(
+        net.sites.iter().map(|s| s.drops.len()).sum::<usize>(),
+        replayed,
+        "every replayed frame was refused"
+    );
+    assert_eq!(net.generation(0), net.generation(1));
+    assert!(net.pool.in_use() == 0, "every buffer came back");
+}
+
+#[test]
+fn a_hundred_rekeys_lose_nothing_and_accept_no_replay() {
+    rekey_while_traffic_flows(Algorithm::Aes128Gcm16, &EngineSpec::default(), 100);
+}
+
+#[test]
+fn rekeys_on_the_sec_engine_model_with_cbc_hmac() {
+    let spec = EngineSpec {
+        kind: EngineKind::Sec,
+        ..EngineSpec::default()
+    };
+    rekey_while_traffic_flows(Algorithm::Aes128Sha1, &spec, 20);
+}
+
+#[test]
+fn both_ends_can_start_and_collisions_resolve() {
+    // Symmetric traffic makes both ends reach the soft limit together.
+    let lifetime = "[tunnel.lifetime]\nsoft_packets = 50\nhard_packets = 5000\n";
+    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+    let alg = Algorithm::Aes256Gcm16;
+    let mut net = Net::new(
+        &config_text(true, alg, &format!("{SECRET}{lifetime}"), sections),
+        &config_text(false, alg, &format!("{SECRET}{lifetime}"), sections),
+        &EngineSpec::default(),
+    );
+    for i in 0..3000 {
+        net.send(0, size(i));
+        net.send(1, size(i));
+        net.step();
+    }
+    for _ in 0..400 {
+        net.step();
+    }
+    net.assert_all_delivered_once();
+    let (a, b) = (net.sites[0].plane.counters(), net.sites[1].plane.counters());
+    assert!(a.collisions + b.collisions > 0, "{a:?} {b:?}");
+    assert!(a.rekeys_completed >= 10 && a.rekeys_completed == b.rekeys_completed);
+    assert!(net.sites.iter().all(|s| s.drops.is_empty()));
+}
+
+#[test]
+fn hard_expiry_without_a_rekey_drops_as_sa_expired() {
+    // No secret: nothing can rekey.
+    let lifetime = "[tunnel.lifetime]\nsoft_packets = 5\nhard_packets = 10\n";
+    let alg = Algorithm::Aes128Gcm16;
+    let mut net = Net::new(
+        &config_text(true, alg, lifetime, ""),
+        &config_text(false, alg, lifetime, ""),
+        &EngineSpec::default(),
+    );
+    for _ in 0..15 {
+        net.send(0, 100);
+        net.step();
+    }
+    assert_eq!(net.sites[1].delivered.len(), 10);
+    assert_eq!(net.sites[0].drops, vec![DropReason::SaExpired; 5]);
+    assert_eq!(net.sites[0].gw.stats().drops.get(DropReason::SaExpired), 5);
+    let status = &net.sites[0].plane.tunnels(net.now)[0];
+    assert!(!status.can_rekey);
+    assert!(
+        status.note.as_deref().is_some_and(|n| n.contains("sa_expired")),
+        "{status:?}"
+    );
+    assert!(net.sites[0].plane.counters().hard_expired >= 1);
+    assert_eq!(
+        net.sites[0].plane.counters().sent,
+        0,
+        "nothing to say without a secret"
+    );
+}
+
+#[test]
+fn a_silent_peer_leaves_the_old_sa_to_its_hard_expiry() {
+    let lifetime = "[tunnel.lifetime]\nsoft_packets = 20\nhard_packets = 400\n";
+    let sections = "[rekey]\nretransmit_ms = 10\nretries = 3\nretry_after_s = 3600\n";
+    let alg = Algorithm::Aes128Gcm16;
+    let mut net = Net::new(
+        &config_text(true, alg, &format!("{SECRET}{lifetime}"), sections),
+        &config_text(false, alg, &format!("{SECRET}{lifetime}"), sections),
+        &EngineSpec::default(),
+    );
+    net.mute = [true, true];
+    for _ in 0..410 {
+        net.send(0, 100);
+        net.step();
+    }
+    for _ in 0..500 {
+        net.step();
+    }
+    let a = net.sites[0].plane.counters();
+    assert_eq!(a.rekeys_started, 1);
+    assert_eq!(a.retransmitted, 3, "{a:?}");
+    assert_eq!(a.gave_up, 1);
+    assert_eq!(net.generation(0), 0);
+    assert_eq!(
+        net.sites[1].delivered.len(),
+        400,
+        "the old SA carried traffic to its hard limit"
+    );
+    assert_eq!(net.sites[0].drops, vec![DropReason::SaExpired; 10]);
+    let note = net.sites[0].plane.tunnels(net.now)[0]
+        .note
+        .clone()
+        .unwrap_or_default();
+    assert!(note.contains("never answered"), "{note}");
+}
+
+#[test]
+fn forged_replayed_and_truncated_control_messages_are_ignored_and_counted() {
+    // A reaches its soft limit long before B: A always initiates.
+    let soon = "[tunnel.lifetime]\nsoft_packets = 30\nhard_packets = 100000\n";
+    let late = "[tunnel.lifetime]\nsoft_packets = 90000\nhard_packets = 100000\n";
+    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+    let alg = Algorithm::Aes128Gcm16;
+    let mut net = Net::new(
+        &config_text(true, alg, &format!("{SECRET}{soon}"), sections),
+        &config_text(false, alg, &format!("{SECRET}{late}"), sections),
+        &EngineSpec::default(),
+    );
+    // Two rekeys, so there are old messages to replay.
+    let mut i = 0;
+    while net.generation(0) < 2 {
+        net.send(0, 200);
+        net.step();
+        i += 1;
+        assert!(i < 10_000);
+    }
+    for _ in 0..50 {
+        net.step();
+    }
+    let before = (net.generation(1), net.sa_names(1), net.sites[1].plane.counters());
+    let old = net.sites[0].sent_control[0].clone();
+    // Replayed: an old request from the first exchange.
+    net.inject(1, Port::Outside, &old);
+    // Forged: one flipped bit in the ICV, in the body, in the header.
+    for at in [old.len() - 1, old.len() - 40, 20 + 8 + 3] {
+        let mut forged = old.clone();
+        forged[at] ^= 0x04;
+        net.inject(1, Port::Outside, &forged);
+    }
+    // Truncated at every length past the UDP header: the IP and UDP
+    // lengths are kept consistent so that the message itself is short.
+    for len in 28..old.len() - 1 {
+        let mut short = old[..len].to_vec();
+        short[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        short[24..26].copy_from_slice(&((len - 20) as u16).to_be_bytes());
+        let mut ip = smoltcp::wire::Ipv4Packet::new_unchecked(&mut short[..]);
+        ip.fill_checksum();
+        net.inject(1, Port::Outside, &short);
+    }
+    net.step();
+    let after = net.sites[1].plane.counters();
+    assert_eq!(after.replayed, before.2.replayed + 1, "{after:?}");
+    // The flipped header byte is in the IKE "SPI" (the tunnel tag): the ICV covers it too.
+    assert_eq!(after.forged, before.2.forged + 3, "{after:?}");
+    assert!(
+        after.truncated >= before.2.truncated + (old.len() - 29) as u64 - 1,
+        "{after:?}"
+    );
+    assert_eq!(after.sent, before.2.sent, "nothing answered");
+    assert_eq!(
+        (net.generation(1), net.sa_names(1)),
+        (before.0, before.1),
+        "nothing changed"
+    );
+    // Traffic still flows, and rekeys still work.
+    let target = net.generation(0) + 1;
+    let mut i = 0;
+    while net.generation(0) < target {
+        net.send(0, 200);
+        net.step();
+        i += 1;
+        assert!(i < 10_000);
+    }
+    for _ in 0..50 {
+        net.step();
+    }
+    net.assert_all_delivered_once();
+}
+
+#[test]
+fn reload_adds_removes_and_keeps_tunnels() {
+    let second = r#"
+[[tunnel]]
+name = "u"
+local = "10.0.0.1"
+remote = "10.0.0.2"
+local_subnet = "192.168.11.0/24"
+remote_subnet = "192.168.12.0/24"
+proposal = "aes128gcm16"
+spi_out = 0x2001
+spi_in = 0x2002
+secret = "another secret, long enough"
+"#;
+    let alg = Algorithm::Aes128Gcm16;
+    let base = config_text(true, alg, SECRET, "");
+    let mut net = Net::new(
+        &base,
+        &config_text(false, alg, SECRET, ""),
+        &EngineSpec::default(),
+    );
+    for _ in 0..5 {
+        net.send(0, 100);
+        net.step();
+    }
+    let packets = |net: &Net| {
+        let sad = net.sites[0].gw.sad();
+        sad.find("t-out")
+            .and_then(|id| sad.get(id))
+            .map(|sa| sa.counters().packets)
+    };
+    assert_eq!(packets(&net), Some(5));
+
+    let now = net.now;
+    let site = &mut net.sites[0];
+    let report = site
+        .plane
+        .reload(parse(&format!("{base}{second}")))
+        .expect("reload");
+    assert_eq!(report.added, vec!["u".to_owned()]);
+    assert_eq!(report.unchanged, vec!["t".to_owned()]);
+    assert!(report.removed.is_empty() && report.changed.is_empty());
+    drop(site.plane.service(now, &mut site.gw, []));
+    assert_eq!(net.sa_names(0), ["t-in", "t-out", "u-in", "u-out"]);
+    assert_eq!(
+        packets(&net),
+        Some(5),
+        "the unchanged tunnel kept its SAs and counters"
+    );
+    assert!(net.sites[0].gw.spd().get("u-out").is_some());
+
+    // A config that changes what cannot change while running is refused.
+    let moved =
+        format!("{base}{second}").replace("address = \"192.168.1.1/24\"", "address = \"192.168.1.2/24\"");
+    let site = &mut net.sites[0];
+    assert!(
+        matches!(site.plane.reload(parse(&moved)), Err(ReloadError::NeedsRestart(what)) if what.contains("[[interface]]"))
+    );
+    assert_eq!(site.plane.counters().reloads_rejected, 1);
+
+    // Removing the first tunnel stops it; changing the second restarts it.
+    let changed = second.replace("0x2002", "0x2003");
+    let without_t = base[..base.find("[[tunnel]]").expect("has a tunnel")].to_owned() + &changed;
+    let report = site.plane.reload(parse(&without_t)).expect("reload");
+    assert_eq!(
+        (report.removed, report.changed),
+        (vec!["t".to_owned()], vec!["u".to_owned()])
+    );
+    drop(site.plane.service(now, &mut site.gw, []));
+    assert_eq!(net.sa_names(0), ["u-in", "u-out"]);
+    let sad = net.sites[0].gw.sad();
+    assert_eq!(
+        sad.find("u-in").and_then(|id| sad.get(id)).map(|sa| sa.spi()),
+        Some(0x2003)
+    );
+    assert!(net.sites[0].gw.spd().get("t-out").is_none());
+    // Traffic of the removed tunnel now meets the default discard.
+    net.send(0, 100);
+    assert_eq!(net.sites[0].drops.last(), Some(&DropReason::NoPolicy));
+}
+
+#[test]
+fn keys_derived_from_the_secret_carry_traffic() {
+    // No keys at all: both ends derive the first generation from the secret.
+    let strip = |text: String| {
+        text.lines()
+            .filter(|l| !l.starts_with("enc_key_") && !l.starts_with("auth_key_"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let alg = Algorithm::Aes256Sha256;
+    let mut net = Net::new(
+        &strip(config_text(true, alg, SECRET, "")),
+        &strip(config_text(false, alg, SECRET, "")),
+        &EngineSpec::default(),
+    );
+    for i in 0..20 {
+        net.send(0, size(i));
+        net.send(1, size(i));
+        net.step();
+    }
+    for _ in 0..5 {
+        net.step();
+    }
+    net.assert_all_delivered_once();
+    // Without keys or a secret the config names the fix.
+    let err = Config::parse(
+        Path::new("x.toml"),
+        &strip(tunnel_config(alg, "tunnel", false, true, "")),
+    )
+    .expect_err("no keys");
+    assert!(err.to_string().contains("secret"), "{err}");
+}

@@ -42,6 +42,33 @@ pub struct DemoArgs {
     /// Keep the work directory (configs, stats, gateway logs).
     #[arg(long)]
     keep: bool,
+    /// Give the tunnel a soft byte lifetime of this size (e.g. 200kB, 1MB,
+    /// 64KiB), so that the gateways rekey over and over while traffic flows.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    rekey_every: Option<u64>,
+}
+
+/// "200kB", "1MB", "64KiB", "5000": a size in bytes.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size; write e.g. 200kB, 1MB or 65536"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        other => return Err(format!("unknown unit `{other}`; use B, kB, KiB, MB, MiB or GB")),
+    };
+    number
+        .checked_mul(scale)
+        .filter(|n| *n >= 1000)
+        .ok_or_else(|| format!("`{text}` is out of range; rekey every 1kB or more"))
 }
 
 /// Everything the demo created, removed on drop.
@@ -178,8 +205,9 @@ fn build_topology() -> Result<()> {
     Ok(())
 }
 
-/// The shipped demo config, with another proposal and fitting keys if asked.
-fn demo_config(side: &str, algorithm: Algorithm, dir: &Path) -> Result<PathBuf> {
+/// The shipped demo config, with another proposal and fitting keys if
+/// asked, and a short byte lifetime for `--rekey-every`.
+fn demo_config(side: &str, algorithm: Algorithm, rekey_every: Option<u64>, dir: &Path) -> Result<PathBuf> {
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("configs/demo-{side}.toml"));
     let mut text =
         std::fs::read_to_string(&shipped).with_context(|| format!("reading {}", shipped.display()))?;
@@ -217,8 +245,19 @@ fn demo_config(side: &str, algorithm: Algorithm, dir: &Path) -> Result<PathBuf> 
             text = text.replacen("[gateway]\n", "[gateway]\nallow_insecure_null = true\n", 1);
         }
     }
+    if let Some(bytes) = rekey_every {
+        // The tunnel is the file's last table, so its lifetime goes last.
+        text += &format!(
+            "\n[tunnel.lifetime]\nsoft_bytes = {bytes}\nhard_bytes = {}\n\n[rekey]\ngrace_ms = 500\nretransmit_ms = 100\n",
+            // Far beyond the soft limit: a rekey takes a few milliseconds,
+            // in which a TCP burst through two workers moves megabytes.
+            bytes * 50
+        );
+    }
     let path = dir.join(format!("demo-{side}.toml"));
     std::fs::write(&path, text)?;
+    // The file holds keys: owner-only, as for a real gateway.
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     Ok(path)
 }
 
@@ -268,6 +307,8 @@ struct Wire {
     esp: AtomicU64,
     arp: AtomicU64,
     plaintext: AtomicU64,
+    /// The gateways' rekey exchange (UDP port 500 between them).
+    control: AtomicU64,
     other: AtomicU64,
     sample: std::sync::Mutex<Option<Vec<u8>>>,
 }
@@ -296,6 +337,9 @@ fn capture(wire: Arc<Wire>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<
                         }
                         wire.esp.fetch_add(1, Ordering::Relaxed)
                     }
+                    (Some([0x08, 0x00]), Some(17)) if is_control(frame) => {
+                        wire.control.fetch_add(1, Ordering::Relaxed)
+                    }
                     (Some([0x08, 0x00]), _) => wire.plaintext.fetch_add(1, Ordering::Relaxed),
                     _ => wire.other.fetch_add(1, Ordering::Relaxed),
                 };
@@ -304,6 +348,93 @@ fn capture(wire: Arc<Wire>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<
         }
         Ok(())
     })
+}
+
+/// UDP between the two gateways' outside addresses, to port 500: their
+/// own rekey exchange, which is meant to be on the wire.
+fn is_control(frame: &[u8]) -> bool {
+    let ip = match frame.get(14..) {
+        Some(ip) if ip.len() >= 28 => ip,
+        _ => return false,
+    };
+    let header = usize::from(ip[0] & 0x0f) * 4;
+    let gateways = [[10, 0, 0, 1], [10, 0, 0, 2]];
+    gateways.contains(&[ip[12], ip[13], ip[14], ip[15]])
+        && gateways.contains(&[ip[16], ip[17], ip[18], ip[19]])
+        && ip.get(header + 2..header + 4) == Some(&dataplane::CONTROL_PORT.to_be_bytes()[..])
+}
+
+/// Counts of one numbered UDP stream.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stream {
+    sent: usize,
+    received: usize,
+    duplicates: usize,
+}
+
+/// Numbered UDP datagrams of `size` bytes, `count` each way at once
+/// (hostA → hostB and back), one every `gap`: steady traffic through the
+/// tunnel while it rekeys. Returns (A → B, B → A).
+fn udp_streams(count: usize, size: usize, gap: Duration) -> Result<(Stream, Stream)> {
+    let receiver = |ns: &'static str, addr: Ipv4Addr| {
+        thread::spawn(move || -> Result<Stream> {
+            enter(ns)?;
+            let socket = UdpSocket::bind(SocketAddrV4::new(addr, 7100))?;
+            socket.set_read_timeout(Some(Duration::from_millis(1500)))?;
+            let mut seen = vec![false; count];
+            let mut stream = Stream::default();
+            let mut buf = [0u8; 2048];
+            // Until the sender has been quiet for the read timeout.
+            while let Ok(n) = socket.recv(&mut buf) {
+                if n >= 4 {
+                    let seq = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+                    match seen.get_mut(seq) {
+                        Some(s) if *s => stream.duplicates += 1,
+                        Some(s) => {
+                            *s = true;
+                            stream.received += 1;
+                        }
+                        None => {}
+                    }
+                }
+            }
+            Ok(stream)
+        })
+    };
+    let sender = |ns: &'static str, from: Ipv4Addr, to: Ipv4Addr| {
+        thread::spawn(move || -> Result<usize> {
+            enter(ns)?;
+            let socket = UdpSocket::bind(SocketAddrV4::new(from, 0))?;
+            let mut payload = vec![0x5au8; size.max(4)];
+            let start = Instant::now();
+            for seq in 0..count {
+                payload[..4].copy_from_slice(&(seq as u32).to_be_bytes());
+                socket.send_to(&payload, SocketAddrV4::new(to, 7100))?;
+                let due = gap * (seq as u32 + 1);
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    thread::sleep(wait);
+                }
+            }
+            Ok(count)
+        })
+    };
+    let (at_b, at_a) = (receiver("espgw-hostB", HOST_B), receiver("espgw-hostA", HOST_A));
+    thread::sleep(Duration::from_millis(100));
+    let (to_b, to_a) = (
+        sender("espgw-hostA", HOST_A, HOST_B),
+        sender("espgw-hostB", HOST_B, HOST_A),
+    );
+    let join = |h: thread::JoinHandle<Result<usize>>| {
+        h.join().map_err(|_| anyhow::anyhow!("a UDP sender panicked"))?
+    };
+    let (sent_b, sent_a) = (join(to_b)?, join(to_a)?);
+    let collect = |h: thread::JoinHandle<Result<Stream>>| {
+        h.join().map_err(|_| anyhow::anyhow!("a UDP receiver panicked"))?
+    };
+    let (mut ab, mut ba) = (collect(at_b)?, collect(at_a)?);
+    ab.sent = sent_b;
+    ba.sent = sent_a;
+    Ok((ab, ba))
 }
 
 struct Results {
@@ -475,8 +606,8 @@ fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, PathBuf)> {
     eprintln!("building hostA — gwA — gwB — hostB ...");
     build_topology()?;
     let (config_a, config_b) = (
-        demo_config("a", args.algorithm, &dir)?,
-        demo_config("b", args.algorithm, &dir)?,
+        demo_config("a", args.algorithm, args.rekey_every, &dir)?,
+        demo_config("b", args.algorithm, args.rekey_every, &dir)?,
     );
     let (stats_a, stats_b) = (dir.join("gwA.json"), dir.join("gwB.json"));
     lab.gateways.push(start_gateway(
@@ -519,6 +650,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let (ping_summary, ping_ok) = ping();
     ensure!(!interrupted.load(Ordering::Relaxed), "interrupted");
     let (udp_sent, udp_echoed, tcp_bytes, tcp_seconds, tcp_ok) = udp_and_tcp(args.tcp_bytes)?;
+    // With rekeys: steady traffic both ways for long enough to rekey again
+    // and again (about 2 MB each way over 2 s).
+    let streams = match args.rekey_every {
+        Some(_) => {
+            eprintln!("streaming numbered UDP both ways while the tunnel rekeys ...");
+            Some(udp_streams(2000, 1000, Duration::from_millis(1))?)
+        }
+        None => None,
+    };
     let results = Results {
         ping: ping_summary,
         ping_ok,
@@ -577,8 +717,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         }
     );
     println!(
-        "  wire  gwA–gwB link: {frames} frames: {esp} ESP, {} ARP, {plaintext} plaintext IPv4, {} other → {}",
+        "  wire  gwA–gwB link: {frames} frames: {esp} ESP, {} ARP, {} rekey exchange (UDP 500), {plaintext} plaintext IPv4, {} other → {}",
         wire.arp.load(Ordering::Relaxed),
+        wire.control.load(Ordering::Relaxed),
         wire.other.load(Ordering::Relaxed),
         if plaintext == 0 {
             "no plaintext leaked"
@@ -617,6 +758,42 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             s["kernel_drops"]
         );
     }
+    let mut nothing_lost = true;
+    if let (Some(every), Some((ab, ba))) = (args.rekey_every, streams) {
+        let rekeys = |s: &serde_json::Value| s["control"]["rekeys_completed"].as_u64().unwrap_or(0);
+        // Packets the gateways lost: every drop but the fragmentation-needed
+        // refusals, which answer TCP's path-MTU probing with ICMP by design.
+        let lost = |s: &serde_json::Value| {
+            s["drops"].as_object().map_or(0, |m| {
+                m.iter()
+                    .filter(|(reason, _)| *reason != "frag_needed")
+                    .filter_map(|(_, v)| v.as_u64())
+                    .sum::<u64>()
+            })
+        };
+        let (lost_a, lost_b) = (lost(&a), lost(&b));
+        let streams_whole =
+            ab.received == ab.sent && ba.received == ba.sent && ab.duplicates + ba.duplicates == 0;
+        nothing_lost = lost_a + lost_b == 0
+            && streams_whole
+            && results.udp_echoed == results.udp_sent
+            && results.tcp_ok
+            && rekeys(&a) > 0
+            && rekeys(&a) == rekeys(&b);
+        println!(
+            "  rekey every {every} bytes: {} rekeys at gwA, {} at gwB (now generation {}); numbered UDP {}/{} hostA→hostB and {}/{} hostB→hostA received, {} duplicates; {} packets lost in the gateways → {}",
+            rekeys(&a),
+            rekeys(&b),
+            a["tunnels"][0]["generation"],
+            ab.received,
+            ab.sent,
+            ba.received,
+            ba.sent,
+            ab.duplicates + ba.duplicates,
+            lost_a + lost_b,
+            if nothing_lost { "nothing lost" } else { "PACKETS LOST" }
+        );
+    }
     println!("  gwA's SAs (espgw sa list --config configs/demo-a.toml):");
     for line in sa_list.lines() {
         println!("        {line}");
@@ -640,6 +817,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         && results.tcp_ok
         && esp > 0
         && plaintext == 0
+        && nothing_lost
         && leftover.is_empty();
     ensure!(all_ok, "the demo found a problem (see above)");
     println!("  ok");
@@ -741,6 +919,7 @@ impl DemoArgs {
             buffers,
             tcp_bytes: 0,
             keep: false,
+            rekey_every: None,
         }
     }
 }

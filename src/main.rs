@@ -14,6 +14,7 @@ use dataplane::{Gateway, Port};
 use ike_stub::Config;
 
 mod control;
+mod daemon;
 mod demo;
 mod report;
 
@@ -46,6 +47,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Counters of a running gateway.
     Stats(QueryArgs),
+    /// Make a running gateway re-read its configuration (as SIGHUP does):
+    /// tunnels added start, removed ones stop, unchanged ones keep their
+    /// SAs; a broken file is refused and the running configuration stays.
+    Reload(QueryArgs),
     /// Security associations of a running gateway.
     Sa {
         #[command(subcommand)]
@@ -57,9 +62,9 @@ enum Command {
 enum SaCommand {
     /// Every SA with its SPI, mode, proposal, counters and state.
     List(QueryArgs),
-    /// One SA in detail.
+    /// One SA, or a tunnel with its current SAs, in detail.
     Show {
-        /// The SA's name.
+        /// The SA's or tunnel's name.
         name: String,
         #[command(flatten)]
         query: QueryArgs,
@@ -91,7 +96,7 @@ impl QueryArgs {
 }
 
 #[derive(clap::Args)]
-struct RunArgs {
+pub(crate) struct RunArgs {
     /// The gateway configuration (TOML).
     #[arg(long)]
     config: PathBuf,
@@ -193,7 +198,8 @@ fn main() -> ExitCode {
         Command::Pcap(args) => pcap(&args),
         Command::Bench(args) if args.veth => bench_veth(&args),
         Command::Bench(args) => bench::run(&args),
-        Command::Run(args) => run(&args),
+        Command::Run(args) => daemon::run(&args),
+        Command::Reload(query) => show(&query, "reload", report::reload_text),
         Command::Demo(args) => demo::run(&args),
         Command::Stats(query) => show(&query, "stats", report::stats_table),
         Command::Sa { command } => match command {
@@ -241,182 +247,6 @@ fn pcap(args: &PcapArgs) -> Result<()> {
     }
     eprintln!("{}", report::pcap_summary(&gateway, &run));
     Ok(())
-}
-
-fn run(args: &RunArgs) -> Result<()> {
-    use std::sync::atomic::AtomicBool;
-    use std::sync::{Arc, Mutex};
-
-    use dataplane::io::afpacket::AfPacket;
-    use dataplane::io::run::{Device, RunSummary, Sockets};
-    use dataplane::io::tun::Tun;
-
-    let config = Config::load(&args.config)?;
-    let (spec, style) = args.accel.apply(&config);
-    let tun_inside = config.inside.kind == dataplane::InterfaceKind::Tun;
-    let workers = args
-        .workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, 64);
-    if tun_inside && workers > 1 {
-        tracing::info!("a TUN inside is served by one worker");
-    }
-    let workers = if tun_inside { 1 } else { workers };
-    let open = |device: &str, role: &str, worker: bool, group: u16| -> Result<AfPacket> {
-        let socket = if worker {
-            AfPacket::open_worker(device, group)
-        } else {
-            AfPacket::open(device)
-        };
-        socket.with_context(|| format!("interface `{role}` (device `{device}`)"))
-    };
-    // One fanout group per interface and process, shared by its workers
-    // (a group holds sockets of one device only).
-    let group = ((std::process::id() & 0x7fff) as u16) << 1;
-    let mut sockets = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let many = workers > 1;
-        let inside = if tun_inside {
-            Device::Tun(
-                Tun::open(&config.inside.device)
-                    .with_context(|| format!("interface `inside` (TUN `{}`)", config.inside.device))?,
-            )
-        } else {
-            Device::Packet(open(&config.inside.device, "inside", many, group)?)
-        };
-        let mut s = Sockets::single(
-            inside,
-            Device::Packet(open(&config.outside.device, "outside", many, group + 1)?),
-        );
-        if many {
-            s.receive.push((
-                Port::Inside,
-                Device::Packet(AfPacket::open_arp(&config.inside.device)?),
-            ));
-            s.receive.push((
-                Port::Outside,
-                Device::Packet(AfPacket::open_arp(&config.outside.device)?),
-            ));
-        }
-        sockets.push(s);
-    }
-    let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
-    setup.resolve_neighbors = true;
-    let mut first = Gateway::new(setup, accel::build_engine(&spec)?);
-    config
-        .install(&mut first, Duration::ZERO)
-        .with_context(|| format!("cannot install {}", args.config.display()))?;
-    let mut gateways = vec![first];
-    for _ in 1..workers {
-        let fork = gateways[0].fork(accel::build_engine(&spec)?);
-        gateways.push(fork);
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing the signal handler")?;
-    }
-    let control_path = args
-        .control
-        .clone()
-        .unwrap_or_else(|| control::default_path(&config.name));
-    let requests = control::listen(&control_path)?;
-    // Each worker publishes its counters now and then (not per packet);
-    // worker 0 answers the control socket from all of them.
-    let published: Arc<Mutex<Vec<(dataplane::Stats, u64)>>> =
-        Arc::new(Mutex::new(vec![(dataplane::Stats::default(), 0); workers]));
-    tracing::info!(
-        name = %config.name,
-        inside = %config.inside.device,
-        outside = %config.outside.device,
-        engine = %spec.kind,
-        style = %style,
-        workers,
-        "forwarding"
-    );
-    let results: Vec<std::io::Result<RunSummary>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = gateways
-            .iter_mut()
-            .zip(&sockets)
-            .enumerate()
-            .map(|(index, (gateway, sockets))| {
-                let stop = Arc::clone(&stop);
-                let published = Arc::clone(&published);
-                let requests = requests.clone();
-                scope.spawn(move || {
-                    let mut ticks = 0u32;
-                    let mut tick = |t: &mut dataplane::io::run::Tick<'_>| {
-                        let (gw, summary) = (&mut *t.gateway, t.summary);
-                        ticks = ticks.wrapping_add(1);
-                        if ticks.is_multiple_of(64) {
-                            if let Ok(mut p) = published.lock() {
-                                p[index] = (*gw.stats(), summary.kernel_drops);
-                            }
-                        }
-                        if index == 0 {
-                            while let Ok(request) = requests.try_recv() {
-                                if let Ok(mut p) = published.lock() {
-                                    p[0] = (*gw.stats(), summary.kernel_drops);
-                                }
-                                let (total, kernel_drops) = sum(&published);
-                                let reply = report::answer(gw, total, kernel_drops, &request.line);
-                                let _ = request.reply.send(reply.to_string());
-                            }
-                        }
-                    };
-                    dataplane::io::run::run(gateway, sockets, &stop, &mut tick)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("a worker panicked")))
-            })
-            .collect()
-    });
-    let _ = std::fs::remove_file(&control_path);
-    let mut summary = RunSummary::default();
-    for result in results {
-        summary.add(&result?);
-    }
-    let mut total = dataplane::Stats::default();
-    for gateway in &gateways {
-        total.add(gateway.stats());
-    }
-    tracing::info!(
-        frames_in = summary.frames_in,
-        frames_out = summary.frames_out,
-        "stopped"
-    );
-    if let Some(path) = &args.stats {
-        let json = report::answer(&gateways[0], total, summary.kernel_drops, "stats");
-        let mut json = json;
-        if let serde_json::Value::Object(map) = &mut json {
-            map.insert("send_errors".into(), summary.send_errors.into());
-            map.insert("workers".into(), workers.into());
-        }
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    eprintln!(
-        "{} stopped: {} workers, {} frames in, {} out, {} send errors, {} dropped by the kernel before espgw read them",
-        config.name, workers, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
-    );
-    Ok(())
-}
-
-/// The counters every worker published, added up.
-fn sum(published: &std::sync::Mutex<Vec<(dataplane::Stats, u64)>>) -> (dataplane::Stats, u64) {
-    let mut total = dataplane::Stats::default();
-    let mut kernel_drops = 0;
-    if let Ok(p) = published.lock() {
-        for (stats, drops) in p.iter() {
-            total.add(stats);
-            kernel_drops += drops;
-        }
-    }
-    (total, kernel_drops)
 }
 
 fn show(query: &QueryArgs, request: &str, table: fn(&serde_json::Value) -> String) -> Result<()> {

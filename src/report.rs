@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use dataplane::io::pcap::PcapRun;
 use dataplane::Gateway;
-use ike_stub::{Config, PolicyAction};
+use ike_stub::{Config, ControlPlane, PolicyAction};
 use serde_json::{json, Value};
 
 pub fn config_summary(config: &Config) -> String {
@@ -98,22 +98,46 @@ pub fn config_summary(config: &Config) -> String {
 pub fn stats_json(gateway: &Gateway) -> Value {
     let stats = gateway.stats();
     let mut doc = serde_json::to_value(stats).unwrap_or(Value::Null);
+    let now = gateway.now();
     let sas: Vec<Value> = gateway
         .sad()
         .iter()
         .map(|(_, sa)| {
             let c = sa.counters();
+            let p = sa.params();
+            let age = sa.age(now);
+            let remaining = |limits: &spd_sad::Limits| {
+                json!({
+                    "bytes": limits.bytes.map(|b| b.saturating_sub(c.bytes)),
+                    "packets": limits.packets.map(|n| n.saturating_sub(c.packets)),
+                    "seconds": limits.seconds.map(|s| s.saturating_sub(age.as_secs())),
+                })
+            };
+            let window = sa.replay_window();
             json!({
                 "name": sa.name(),
                 "spi": format!("{:#010x}", sa.spi()),
-                "direction": sa.params().direction.to_string(),
-                "mode": sa.params().mode.to_string(),
+                "direction": p.direction.to_string(),
+                "mode": p.mode.to_string(),
                 "proposal": sa.crypto().algorithm().keyword(),
+                "local": p.local.to_string(),
+                "remote": p.remote.to_string(),
                 "state": format!("{:?}", sa.state()).to_lowercase(),
+                "age_seconds": age.as_secs_f64(),
                 "packets": c.packets,
                 "bytes": c.bytes,
+                "lifetime_remaining": {
+                    "soft": remaining(&p.lifetime.soft),
+                    "hard": remaining(&p.lifetime.hard),
+                },
+                "esn": p.esn,
                 "last_sequence": sa.last_sequence(),
-                "replay_top": sa.replay_window().top(),
+                "replay_top": window.top(),
+                "replay_window": {
+                    "size": window.size(),
+                    "top": window.top(),
+                    "received_in_window": window.received_in_window().count(),
+                },
                 "drops": {
                     "auth_failed": c.auth_failed,
                     "replay": c.replay,
@@ -162,27 +186,60 @@ pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
 
 /// The answer to one control-socket request. `total` is every worker's
 /// counters added up; SAs are described from `gateway` (their packet and
-/// byte counts are shared by all workers).
-pub fn answer(gateway: &Gateway, total: dataplane::Stats, kernel_drops: u64, request: &str) -> Value {
+/// byte counts are shared by all workers); tunnels and control-plane
+/// counters come from `plane`.
+pub fn answer(
+    gateway: &Gateway,
+    plane: Option<&ControlPlane>,
+    total: dataplane::Stats,
+    kernel_drops: u64,
+    request: &str,
+) -> Value {
     let mut doc = stats_json(gateway);
+    let tunnels = plane.map(|p| p.tunnels(gateway.now())).unwrap_or_default();
     if let (Value::Object(map), Ok(Value::Object(summed))) = (&mut doc, serde_json::to_value(total)) {
         for (key, value) in summed {
             map.insert(key, value);
         }
         map.insert("kernel_drops".into(), kernel_drops.into());
+        if let Some(plane) = plane {
+            map.insert(
+                "control".into(),
+                serde_json::to_value(plane.counters()).unwrap_or(Value::Null),
+            );
+            map.insert(
+                "tunnels".into(),
+                serde_json::to_value(&tunnels).unwrap_or(Value::Null),
+            );
+        }
     }
     let words: Vec<&str> = request.split_whitespace().collect();
     match words.as_slice() {
         ["stats"] => doc,
-        ["sa", "list"] => json!({ "sas": doc["sas"] }),
-        ["sa", "show", name] => match doc["sas"]
-            .as_array()
-            .and_then(|sas| sas.iter().find(|s| s["name"] == *name))
-        {
-            Some(sa) => json!({ "sas": [sa] }),
-            None => json!({ "error": format!("no SA named `{name}`") }),
-        },
-        _ => json!({ "error": format!("unknown request `{request}`; try stats, sa list or sa show NAME") }),
+        ["sa", "list"] => json!({ "sas": doc["sas"], "tunnels": doc["tunnels"] }),
+        ["sa", "show", name] => {
+            let sas = doc["sas"].as_array().cloned().unwrap_or_default();
+            if let Some(sa) = sas.iter().find(|s| s["name"] == *name) {
+                return json!({ "sas": [sa] });
+            }
+            // A tunnel: its status and every SA it has now.
+            match tunnels.iter().find(|t| t.name == *name) {
+                Some(t) => {
+                    let prefix = format!("{}-", t.name);
+                    let mine: Vec<&Value> = sas
+                        .iter()
+                        .filter(|s| s["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+                        .collect();
+                    json!({ "sas": mine, "tunnels": [t] })
+                }
+                None => {
+                    json!({ "error": format!("no SA or tunnel named `{name}`; `espgw sa list` shows them") })
+                }
+            }
+        }
+        _ => {
+            json!({ "error": format!("unknown request `{request}`; try stats, sa list, sa show NAME or reload") })
+        }
     }
 }
 
@@ -219,28 +276,98 @@ pub fn stats_table(doc: &Value) -> String {
 /// `espgw sa list` as a table; never shows key material.
 pub fn sa_table(doc: &Value) -> String {
     let mut out = format!(
-        "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>10} {:>12} {:>10}\n",
-        "name", "dir", "spi", "mode", "proposal", "state", "packets", "bytes", "last seq"
+        "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>8} {:>10} {:>12} {:>14} {:>10}\n",
+        "name",
+        "dir",
+        "spi",
+        "mode",
+        "proposal",
+        "state",
+        "age s",
+        "packets",
+        "bytes",
+        "hard left",
+        "seq/window"
     );
     for sa in doc["sas"].as_array().into_iter().flatten() {
         let text = |k: &str| sa[k].as_str().unwrap_or("-").to_owned();
+        let hard = &sa["lifetime_remaining"]["hard"];
+        let left = [("bytes", "B"), ("packets", "p"), ("seconds", "s")]
+            .iter()
+            .filter_map(|(k, unit)| hard[*k].as_u64().map(|v| format!("{v}{unit}")))
+            .next()
+            .unwrap_or_else(|| "-".into());
+        let window = if text("direction") == "in" {
+            format!("{}/{}", sa["replay_window"]["top"], sa["replay_window"]["size"])
+        } else {
+            sa["last_sequence"].to_string()
+        };
         let _ = writeln!(
             out,
-            "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>10} {:>12} {:>10}",
+            "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>8.1} {:>10} {:>12} {:>14} {:>10}",
             text("name"),
             text("direction"),
             text("spi"),
             text("mode"),
             text("proposal"),
             text("state"),
-            sa["packets"],
-            sa["bytes"],
-            if text("direction") == "in" {
-                sa["replay_top"].to_string()
-            } else {
-                sa["last_sequence"].to_string()
-            },
+            sa["age_seconds"].as_f64().unwrap_or(0.0),
+            sa["packets"].to_string(),
+            sa["bytes"].to_string(),
+            left,
+            window,
         );
     }
+    let tunnels: Vec<&Value> = doc["tunnels"].as_array().into_iter().flatten().collect();
+    if !tunnels.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<16} {:<16} {:<17} {:>4} {:>7} {:<10} note",
+            "tunnel", "peer", "state", "gen", "rekeys", "rekey"
+        );
+        for t in tunnels {
+            let _ = writeln!(
+                out,
+                "{:<16} {:<16} {:<17} {:>4} {:>7} {:<10} {}",
+                t["name"].as_str().unwrap_or("-"),
+                t["remote"].as_str().unwrap_or("-"),
+                t["state"].as_str().unwrap_or("-"),
+                t["generation"].to_string(),
+                t["rekeys"].to_string(),
+                if t["can_rekey"].as_bool() == Some(true) {
+                    "secret"
+                } else {
+                    "manual"
+                },
+                t["note"].as_str().unwrap_or(""),
+            );
+        }
+    }
     out
+}
+
+/// `espgw reload`'s answer as text.
+pub fn reload_text(doc: &Value) -> String {
+    let r = &doc["report"];
+    let list = |k: &str| {
+        let names: Vec<&str> = r[k]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    format!(
+        "reloaded: tunnels added {}, removed {}, changed {}, unchanged {}; {} manual SA/policy changes\n",
+        list("added"),
+        list("removed"),
+        list("changed"),
+        list("unchanged"),
+        r["manual_changes"]
+    )
 }

@@ -335,6 +335,12 @@ impl Gateway {
         self.rng = StdRng::seed_from_u64(seed);
     }
 
+    /// The latest time the gateway was given (for ages and lifetimes in
+    /// reports).
+    pub fn now(&self) -> Duration {
+        self.last_now
+    }
+
     /// Packets handed to the engine and not yet returned to the driver.
     pub fn in_flight(&self) -> usize {
         self.in_flight.live
@@ -348,6 +354,11 @@ impl Gateway {
         now: Duration,
     ) -> Result<SaId, SadError> {
         self.sad.insert(params, Arc::new(session), now)
+    }
+
+    /// Installs a copy of another worker's SA (see [`Sad::adopt`]).
+    pub fn adopt_sa(&mut self, sa: spd_sad::SecurityAssociation<Arc<Session>>) -> Result<SaId, SadError> {
+        self.sad.adopt(sa)
     }
 
     /// Re-evaluates time-based lifetimes, gives up on jobs the engine has

@@ -19,4 +19,5 @@ pub use config::{Config, InstallError, PolicyAction, PolicyConfig, RekeySettings
 pub use error::{ConfigError, ConfigErrorKind};
 pub use plane::{
     ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, SaCommand, TunnelStatus,
+    WorkerCommand,
 };

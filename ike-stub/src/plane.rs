@@ -21,11 +21,14 @@ use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use accel::Session;
 use dataplane::Gateway;
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde::Serialize;
-use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams};
+use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams, SecurityAssociation};
 
 use crate::config::{
     install_policy, install_sa, resolve_action, Config, InstallError, PolicyConfig, RekeySettings, SaConfig,
@@ -84,6 +87,65 @@ impl SaCommand {
     }
 }
 
+/// A command as every worker but the first applies it: a new SA arrives
+/// as a fork of the first worker's, so that all copies share one sequence
+/// counter and one lifetime usage (see [`spd_sad::SecurityAssociation::fork`]).
+pub enum WorkerCommand {
+    Adopt(Box<SecurityAssociation<Arc<Session>>>),
+    Apply(SaCommand),
+}
+
+impl std::fmt::Debug for WorkerCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerCommand::Adopt(sa) => write!(f, "Adopt({})", sa.name()),
+            WorkerCommand::Apply(c) => write!(f, "Apply({c:?})"),
+        }
+    }
+}
+
+impl WorkerCommand {
+    pub fn apply(self, gateway: &mut Gateway, now: Duration) -> Result<(), ApplyError> {
+        match self {
+            WorkerCommand::Adopt(sa) => {
+                gateway
+                    .adopt_sa(*sa)
+                    .map_err(|e| ApplyError::Install(InstallError::Sad(e)))?;
+                Ok(())
+            }
+            WorkerCommand::Apply(command) => command.apply(gateway, now),
+        }
+    }
+}
+
+impl SaCommand {
+    /// Applies the command to the first worker's gateway and returns what
+    /// each other worker must apply for the same effect.
+    pub fn apply_first(
+        self,
+        first: &mut Gateway,
+        now: Duration,
+        others: usize,
+    ) -> Result<Vec<WorkerCommand>, ApplyError> {
+        self.apply(first, now)?;
+        let mut copies = Vec::with_capacity(others);
+        for _ in 0..others {
+            copies.push(match &self {
+                SaCommand::InstallSa(sa) => match first
+                    .sad()
+                    .find(&sa.params.name)
+                    .and_then(|id| first.sad().get(id))
+                {
+                    Some(installed) => WorkerCommand::Adopt(Box::new(installed.fork())),
+                    None => WorkerCommand::Apply(self.clone()),
+                },
+                other => WorkerCommand::Apply(other.clone()),
+            });
+        }
+        Ok(copies)
+    }
+}
+
 /// A control message to send from the gateway's address on `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Datagram {
@@ -104,8 +166,11 @@ pub struct ControlCounters {
     pub duplicates: u64,
     /// Ignored: the ICV did not verify.
     pub forged: u64,
-    /// Ignored: a message ID already used (or a response to no request).
+    /// Ignored: a request with a message ID already used.
     pub replayed: u64,
+    /// Ignored: a response to no outstanding request (a late duplicate of
+    /// one already handled, or a replay).
+    pub stale_responses: u64,
     /// Ignored: shorter or longer than its fields say.
     pub truncated: u64,
     /// Ignored: not IPv4/UDP, not our message format, or a bad field.
@@ -189,6 +254,10 @@ struct Tunnel {
     last_rekey: Option<Duration>,
     /// The latest problem, for `sa show`.
     note: Option<String>,
+    /// SAs of this tunnel that reached their soft limit. One that does so
+    /// while an exchange is under way (or before it is current) gets its
+    /// rekey as soon as the exchange is over.
+    soft_seen: HashSet<String>,
 }
 
 impl Tunnel {
@@ -209,6 +278,7 @@ impl Tunnel {
             rekeys: 0,
             last_rekey: None,
             note: None,
+            soft_seen: HashSet::new(),
         }
     }
 
@@ -412,11 +482,11 @@ impl ControlPlane {
 
     /// An SA lifetime event from the gateway about the SA called `name`.
     pub fn handle_sa_event(&mut self, now: Duration, name: &str, event: SaEvent) {
-        let Some(index) = self.tunnels.iter().position(|t| {
-            t.current(SaDirection::Outbound) == name
-                || t.current(SaDirection::Inbound) == name
-                || t.retiring.iter().any(|(n, _)| n == name)
-        }) else {
+        let Some(index) = self
+            .tunnels
+            .iter()
+            .position(|t| t.all_sas().iter().any(|n| n == name))
+        else {
             match event {
                 SaEvent::SoftExpired(_) => self.counters.soft_expired += 1,
                 SaEvent::HardExpired(_) => {
@@ -433,15 +503,21 @@ impl ControlPlane {
         match event {
             SaEvent::SoftExpired(_) => {
                 self.counters.soft_expired += 1;
+                // Every worker's copy reports it; act once.
+                if !tunnel.soft_seen.insert(name.to_owned()) {
+                    return;
+                }
                 let current = tunnel.current(SaDirection::Outbound) == name
                     || tunnel.current(SaDirection::Inbound) == name;
-                if current && matches!(tunnel.phase, Phase::Established) {
-                    if tunnel.secrets.is_some() {
-                        self.start_rekey(now, index);
-                    } else if tunnel.note.is_none() {
+                if !current {
+                    // Being replaced, or not yet switched to: see rekey_if_pending.
+                } else if tunnel.secrets.is_none() {
+                    if tunnel.note.is_none() {
                         tunnel.note = Some("soft lifetime reached; no `secret`, so no rekey".into());
                         tracing::warn!(tunnel = %tunnel.config.name, sa = name, "soft lifetime reached, but the tunnel has no `secret` to rekey with; it stops at the hard lifetime");
                     }
+                } else if matches!(tunnel.phase, Phase::Established) && tunnel.retry_at.is_none() {
+                    self.start_rekey(now, index);
                 }
             }
             SaEvent::HardExpired(_) => {
@@ -452,8 +528,12 @@ impl ControlPlane {
                     .position(|(n, deadline)| n == name && deadline.is_none())
                 {
                     let (old, _) = tunnel.retiring.remove(at);
+                    tunnel.soft_seen.remove(&old);
                     self.command(SaCommand::RemoveSa(old));
-                } else if tunnel.retiring.iter().all(|(n, _)| n != name) {
+                } else if tunnel.retiring.iter().all(|(n, _)| n != name)
+                    && !tunnel.note.as_deref().is_some_and(|n| n.contains(name))
+                {
+                    // Every worker's copy reports it; say it once.
                     let expired = format!("{name} reached its hard lifetime; its packets drop as sa_expired");
                     tunnel.note = Some(match tunnel.note.take() {
                         Some(earlier) => format!("{earlier}; then {expired}"),
@@ -566,8 +646,6 @@ impl ControlPlane {
             }
             _ => {}
         }
-        // Authenticated and new: its ID is used up whatever we make of it.
-        self.tunnels[index].peer_request = Some((message.message_id, None));
         match message.kind {
             Kind::Rekey => self.answer_rekey(now, index, message),
             Kind::Switched => self.answer_switched(now, index, message),
@@ -583,8 +661,15 @@ impl ControlPlane {
                 self.switch_responder(now, index);
             }
         }
+        // Likewise a rekey for the generation after ours proves the
+        // responder switched, even if its acknowledgement is still on the way.
+        let tunnel = &mut self.tunnels[index];
+        if matches!(tunnel.phase, Phase::Confirming { .. }) && message.generation == tunnel.generation + 1 {
+            self.finish_initiator(now, index);
+        }
         let tunnel = &mut self.tunnels[index];
         if message.generation != tunnel.generation + 1 {
+            // Not recorded as seen: a retransmission may fit later.
             self.counters.out_of_step += 1;
             return;
         }
@@ -594,6 +679,8 @@ impl ControlPlane {
                 self.counters.collisions += 1;
                 // Both asked at once: the higher address's exchange goes on.
                 if u32::from(tunnel.config.local) > u32::from(tunnel.config.remote) {
+                    // The peer drops its request when it sees ours.
+                    tunnel.peer_request = Some((message.message_id, None));
                     return;
                 }
                 let spi = *spi;
@@ -703,6 +790,17 @@ impl ControlPlane {
         for (policy, sa) in repoints {
             self.command(SaCommand::Repoint { policy, sa });
         }
+        self.rekey_if_pending(now, index);
+    }
+
+    /// Starts the rekey a soft expiry asked for during the last exchange.
+    fn rekey_if_pending(&mut self, now: Duration, index: usize) {
+        let tunnel = &mut self.tunnels[index];
+        let due = tunnel.soft_seen.contains(&tunnel.current(SaDirection::Outbound))
+            || tunnel.soft_seen.contains(&tunnel.current(SaDirection::Inbound));
+        if due && matches!(tunnel.phase, Phase::Established) && tunnel.secrets.is_some() {
+            self.start_rekey(now, index);
+        }
     }
 
     fn handle_response(&mut self, now: Duration, index: usize, message: &Message) {
@@ -780,18 +878,29 @@ impl ControlPlane {
                 }
                 self.send(to, wire);
             }
-            (Phase::Confirming { id, old_in, .. }, Kind::Switched) if *id == message.message_id => {
-                let old_in = old_in.clone();
-                tunnel.retiring.push((old_in, Some(now + grace)));
-                tunnel.phase = Phase::Established;
-                tunnel.rekeys += 1;
-                tunnel.last_rekey = Some(now);
-                tunnel.note = None;
-                tracing::info!(tunnel = %tunnel.config.name, generation = tunnel.generation, "rekey complete (initiator)");
-                self.counters.rekeys_completed += 1;
+            (Phase::Confirming { id, .. }, Kind::Switched) if *id == message.message_id => {
+                self.finish_initiator(now, index);
             }
-            _ => self.counters.replayed += 1,
+            _ => self.counters.stale_responses += 1,
         }
+    }
+
+    /// The initiator's exchange is over: the peer sends on the new SAs.
+    fn finish_initiator(&mut self, now: Duration, index: usize) {
+        let grace = self.config.rekey.grace;
+        let tunnel = &mut self.tunnels[index];
+        let Phase::Confirming { old_in, .. } = &tunnel.phase else {
+            return;
+        };
+        let old_in = old_in.clone();
+        tunnel.retiring.push((old_in, Some(now + grace)));
+        tunnel.phase = Phase::Established;
+        tunnel.rekeys += 1;
+        tunnel.last_rekey = Some(now);
+        tunnel.note = None;
+        tracing::info!(tunnel = %tunnel.config.name, generation = tunnel.generation, "rekey complete (initiator)");
+        self.counters.rekeys_completed += 1;
+        self.rekey_if_pending(now, index);
     }
 
     /// The SA of `direction` of a tunnel's generation.
@@ -841,6 +950,9 @@ impl ControlPlane {
                 }
                 _ => true,
             });
+            for name in &due {
+                tunnel.soft_seen.remove(name);
+            }
             let remote = tunnel.config.remote;
             let mut resend = None;
             let mut gave_up = false;

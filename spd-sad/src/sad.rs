@@ -437,11 +437,18 @@ impl<C> Sad<C> {
     }
 
     pub fn insert(&mut self, params: SaParams, crypto: C, now: Duration) -> Result<SaId, SadError> {
+        self.adopt(SecurityAssociation::new(params, crypto, now))
+    }
+
+    /// Takes in an SA made elsewhere: a [`SecurityAssociation::fork`] of
+    /// another worker's, which keeps sharing its sequence counter and usage.
+    pub fn adopt(&mut self, sa: SecurityAssociation<C>) -> Result<SaId, SadError> {
+        let params = &sa.params;
         if params.spi < 256 {
             return Err(SadError::ReservedSpi(params.spi));
         }
-        if self.iter().any(|(_, sa)| sa.name() == params.name) {
-            return Err(SadError::DuplicateName(params.name));
+        if self.iter().any(|(_, existing)| existing.name() == params.name) {
+            return Err(SadError::DuplicateName(params.name.clone()));
         }
         if params.direction == SaDirection::Inbound {
             if let Some(existing) = self.by_spi.get(&params.spi).and_then(|id| self.get(*id)) {
@@ -466,12 +473,10 @@ impl<C> Sad<C> {
         };
         let entry = &mut self.slots[slot];
         let id = SaId::new(slot, entry.generation);
-        entry.sa = Some(SecurityAssociation::new(params, crypto, now));
-        if let Some(sa) = &entry.sa {
-            if sa.params.direction == SaDirection::Inbound {
-                self.by_spi.insert(sa.params.spi, id);
-            }
+        if sa.params.direction == SaDirection::Inbound {
+            self.by_spi.insert(sa.params.spi, id);
         }
+        entry.sa = Some(sa);
         Ok(id)
     }
 

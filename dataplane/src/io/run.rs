@@ -137,7 +137,7 @@ impl Tick<'_> {
 }
 
 /// Forwards until `stop` is set. `on_tick` is called between batches (and
-/// at least every 50 ms): the place for the control plane and operations
+/// at least every 10 ms): the place for the control plane and operations
 /// requests, which must not block.
 pub fn run(
     gateway: &mut Gateway,
@@ -192,9 +192,10 @@ pub fn run(
         }
         transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
         if idle && gateway.in_flight() == 0 {
-            // Nothing to do: sleep until a frame arrives (or 50 ms pass, for timers).
+            // Nothing to do: sleep until a frame arrives, or 10 ms pass: timers, and
+            // commands from the control plane that other workers wait on.
             // SAFETY: fds is a live array of pollfd of the length given.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
         } else if idle {
             gateway.wait(Duration::from_micros(200));
         }

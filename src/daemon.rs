@@ -1,0 +1,421 @@
+//! `espgw run`: opens the interfaces, starts one worker per core with a
+//! gateway each, runs the control plane beside worker 0, answers the
+//! control socket and reloads on SIGHUP.
+//!
+//! Worker 0 owns the [`ControlPlane`]. The other workers pass it the
+//! control datagrams and SA lifetime events they see, and apply its
+//! commands in order, each recording how many it has applied; a control
+//! datagram leaves only once every worker has applied the commands issued
+//! before it (a new inbound SA exists everywhere before the peer hears of
+//! it).
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use dataplane::io::afpacket::AfPacket;
+use dataplane::io::run::{Device, RunSummary, Sockets, Tick};
+use dataplane::io::tun::Tun;
+use dataplane::{Gateway, Port, CONTROL_PORT};
+use ike_stub::{Config, ControlPlane, Datagram, WorkerCommand};
+use serde_json::{json, Value};
+use spd_sad::SaEvent;
+
+use crate::{control, report, RunArgs};
+
+/// What a worker other than worker 0 tells the control plane.
+enum Report {
+    /// A control datagram it received (the IPv4 packet).
+    Datagram(Vec<u8>),
+    /// A lifetime event of the SA with this name.
+    Event(String, SaEvent),
+}
+
+/// A worker's command queue: commands with their sequence numbers.
+type CommandQueue = (Sender<(u64, WorkerCommand)>, Receiver<(u64, WorkerCommand)>);
+
+/// How the workers reach each other.
+struct Links {
+    /// To worker 0, from the others.
+    reports: (Sender<Report>, Receiver<Report>),
+    /// To each worker but 0: commands with their sequence numbers.
+    commands: Vec<CommandQueue>,
+    /// Commands each worker has applied (index 0 unused).
+    applied: Vec<AtomicU64>,
+}
+
+impl Links {
+    fn new(workers: usize) -> Links {
+        Links {
+            reports: bounded(1024),
+            commands: (0..workers).map(|_| unbounded()).collect(),
+            applied: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Commands every other worker has applied.
+    fn applied_everywhere(&self) -> u64 {
+        self.applied[1..]
+            .iter()
+            .map(|a| a.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+}
+
+/// Worker 0's part: the control plane and what waits on it.
+struct Plane {
+    plane: ControlPlane,
+    config_path: std::path::PathBuf,
+    /// Datagrams waiting for the other workers to catch up.
+    pending: VecDeque<Datagram>,
+    /// Commands issued and sent so far.
+    issued: u64,
+    reload: Arc<AtomicBool>,
+}
+
+impl Plane {
+    fn tick(&mut self, t: &mut Tick<'_>, links: &Links, workers: usize) {
+        let now = t.now;
+        while let Some(event) = t.gateway.poll_event() {
+            let (SaEvent::SoftExpired(id) | SaEvent::HardExpired(id)) = event;
+            if let Some(name) = t.gateway.sad().get(id).map(|sa| sa.name().to_owned()) {
+                self.plane.handle_sa_event(now, &name, event);
+            }
+        }
+        for buf in t.received {
+            self.plane.handle_datagram(now, buf.data());
+        }
+        while let Ok(report) = links.reports.1.try_recv() {
+            match report {
+                Report::Datagram(packet) => self.plane.handle_datagram(now, &packet),
+                Report::Event(name, event) => self.plane.handle_sa_event(now, &name, event),
+            }
+        }
+        if self.reload.swap(false, Ordering::Relaxed) {
+            let _ = self.reload();
+        }
+        self.plane.handle_timeout(now);
+        self.apply(t, links, workers);
+    }
+
+    /// Applies new commands here, sends them on to the other workers, and
+    /// sends the datagrams whose commands every worker has applied.
+    fn apply(&mut self, t: &mut Tick<'_>, links: &Links, workers: usize) {
+        let mut commands = Vec::new();
+        self.plane.take_commands(&mut commands);
+        for command in commands {
+            self.issued += 1;
+            let fallback = command.clone();
+            let copies = match command.apply_first(t.gateway, t.now, workers - 1) {
+                Ok(copies) => copies,
+                Err(e) => {
+                    tracing::error!("control plane: {e}");
+                    (1..workers)
+                        .map(|_| WorkerCommand::Apply(fallback.clone()))
+                        .collect()
+                }
+            };
+            for (copy, (tx, _)) in copies.into_iter().zip(&links.commands[1..]) {
+                let _ = tx.send((self.issued, copy));
+            }
+        }
+        let mut datagrams = Vec::new();
+        self.plane.take_datagrams(&mut datagrams);
+        self.pending.extend(datagrams);
+        let ready = links.applied_everywhere();
+        while self.pending.front().is_some_and(|d| d.after_commands <= ready) {
+            let Some(d) = self.pending.pop_front() else { break };
+            if let Err(e) = t.send_datagram((CONTROL_PORT, CONTROL_PORT), d.to, &d.payload) {
+                tracing::warn!(to = %d.to, "control message not sent: {e}");
+            }
+        }
+    }
+
+    /// Re-reads the configuration; on any error the running one stays.
+    fn reload(&mut self) -> Value {
+        let result = Config::load(&self.config_path)
+            .map_err(|e| e.to_string())
+            .and_then(|config| self.plane.reload(config).map_err(|e| e.to_string()));
+        match result {
+            Ok(report) => {
+                tracing::info!(
+                    added = ?report.added,
+                    removed = ?report.removed,
+                    changed = ?report.changed,
+                    unchanged = report.unchanged.len(),
+                    manual_changes = report.manual_changes,
+                    "configuration reloaded"
+                );
+                json!({ "reloaded": true, "report": report })
+            }
+            Err(e) => {
+                tracing::error!("reload refused, the running configuration stays: {e}");
+                json!({ "error": format!("reload refused, the running configuration stays: {e}") })
+            }
+        }
+    }
+}
+
+/// A worker other than 0: applies commands, reports datagrams and events.
+fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
+    let (_, commands) = &links.commands[index];
+    let mut applied = None;
+    while let Ok((seq, command)) = commands.try_recv() {
+        if let Err(e) = command.apply(t.gateway, t.now) {
+            tracing::error!(worker = index, "control plane command: {e}");
+        }
+        applied = Some(seq);
+    }
+    if let Some(seq) = applied {
+        links.applied[index].store(seq, Ordering::Release);
+    }
+    for buf in t.received {
+        let _ = links.reports.0.try_send(Report::Datagram(buf.data().to_vec()));
+    }
+    while let Some(event) = t.gateway.poll_event() {
+        let (SaEvent::SoftExpired(id) | SaEvent::HardExpired(id)) = event;
+        if let Some(name) = t.gateway.sad().get(id).map(|sa| sa.name().to_owned()) {
+            let _ = links.reports.0.try_send(Report::Event(name, event));
+        }
+    }
+}
+
+pub fn run(args: &RunArgs) -> Result<()> {
+    let config = Config::load(&args.config)?;
+    warn_if_readable_by_others(&args.config, &config);
+    let (spec, style) = args.accel.apply(&config);
+    let tun_inside = config.inside.kind == dataplane::InterfaceKind::Tun;
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, 64);
+    if tun_inside && workers > 1 {
+        tracing::info!("a TUN inside is served by one worker");
+    }
+    let workers = if tun_inside { 1 } else { workers };
+    let sockets = open_sockets(&config, workers)?;
+    let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
+    setup.resolve_neighbors = true;
+    let mut first = Gateway::new(setup, accel::build_engine(&spec)?);
+    config
+        .install(&mut first, Duration::ZERO)
+        .with_context(|| format!("cannot install {}", args.config.display()))?;
+    let mut gateways = vec![first];
+    for _ in 1..workers {
+        let fork = gateways[0].fork(accel::build_engine(&spec)?);
+        gateways.push(fork);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing the signal handler")?;
+    }
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))
+        .context("installing the SIGHUP handler")?;
+    let control_path = args
+        .control
+        .clone()
+        .unwrap_or_else(|| control::default_path(&config.name));
+    let requests = control::listen(&control_path)?;
+    // Each worker publishes its counters now and then (not per packet);
+    // worker 0 answers the control socket from all of them.
+    let published: Arc<Mutex<Vec<(dataplane::Stats, u64)>>> =
+        Arc::new(Mutex::new(vec![(dataplane::Stats::default(), 0); workers]));
+    let links = Links::new(workers);
+    let mut plane = Some(Plane {
+        plane: ControlPlane::new(config.clone()),
+        config_path: args.config.clone(),
+        pending: VecDeque::new(),
+        issued: 0,
+        reload,
+    });
+    tracing::info!(
+        name = %config.name,
+        inside = %config.inside.device,
+        outside = %config.outside.device,
+        engine = %spec.kind,
+        style = %style,
+        workers,
+        tunnels = config.tunnels.len(),
+        "forwarding"
+    );
+    let mut final_plane = None;
+    let results: Vec<std::io::Result<RunSummary>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = gateways
+            .iter_mut()
+            .zip(&sockets)
+            .enumerate()
+            .map(|(index, (gateway, sockets))| {
+                let stop = Arc::clone(&stop);
+                let published = Arc::clone(&published);
+                let requests = requests.clone();
+                let links = &links;
+                let mut plane = if index == 0 { plane.take() } else { None };
+                scope.spawn(move || {
+                    let mut ticks = 0u32;
+                    let mut tick = |t: &mut Tick<'_>| {
+                        ticks = ticks.wrapping_add(1);
+                        if ticks.is_multiple_of(64) {
+                            if let Ok(mut p) = published.lock() {
+                                p[index] = (*t.gateway.stats(), t.summary.kernel_drops);
+                            }
+                        }
+                        let Some(plane) = plane.as_mut() else {
+                            return follow(t, index, links);
+                        };
+                        plane.tick(t, links, workers);
+                        while let Ok(request) = requests.try_recv() {
+                            let reply = if request.line == "reload" {
+                                let reply = plane.reload();
+                                plane.apply(t, links, workers);
+                                reply
+                            } else {
+                                if let Ok(mut p) = published.lock() {
+                                    p[0] = (*t.gateway.stats(), t.summary.kernel_drops);
+                                }
+                                let (total, kernel_drops) = sum(&published);
+                                report::answer(
+                                    t.gateway,
+                                    Some(&plane.plane),
+                                    total,
+                                    kernel_drops,
+                                    &request.line,
+                                )
+                            };
+                            let _ = request.reply.send(reply.to_string());
+                        }
+                    };
+                    let result = dataplane::io::run::run(gateway, sockets, &stop, &mut tick);
+                    (result, plane.map(|p| p.plane))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h.join() {
+                Ok((result, plane)) => {
+                    if plane.is_some() {
+                        final_plane = plane;
+                    }
+                    result
+                }
+                Err(_) => Err(std::io::Error::other("a worker panicked")),
+            })
+            .collect()
+    });
+    let _ = std::fs::remove_file(&control_path);
+    let mut summary = RunSummary::default();
+    for result in results {
+        summary.add(&result?);
+    }
+    let mut total = dataplane::Stats::default();
+    for gateway in &gateways {
+        total.add(gateway.stats());
+    }
+    tracing::info!(
+        frames_in = summary.frames_in,
+        frames_out = summary.frames_out,
+        "stopped"
+    );
+    if let Some(path) = &args.stats {
+        let mut json = report::answer(
+            &gateways[0],
+            final_plane.as_ref(),
+            total,
+            summary.kernel_drops,
+            "stats",
+        );
+        if let Value::Object(map) = &mut json {
+            map.insert("send_errors".into(), summary.send_errors.into());
+            map.insert("control_overflow".into(), summary.control_overflow.into());
+            map.insert("workers".into(), workers.into());
+        }
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    eprintln!(
+        "{} stopped: {} workers, {} frames in, {} out, {} send errors, {} dropped by the kernel before espgw read them",
+        config.name, workers, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
+    );
+    Ok(())
+}
+
+/// Keys in a file others can read are keys others may have.
+fn warn_if_readable_by_others(path: &Path, config: &Config) {
+    use std::os::unix::fs::PermissionsExt;
+    let has_keys = config
+        .sas
+        .iter()
+        .any(|s| !s.enc_key.is_empty() || !s.auth_key.is_empty())
+        || config.tunnels.iter().any(|t| t.secret.is_some());
+    if let Ok(meta) = std::fs::metadata(path) {
+        if has_keys && meta.permissions().mode() & 0o044 != 0 {
+            tracing::warn!(
+                file = %path.display(),
+                "the configuration holds keys and is readable by other users; `chmod 600` it"
+            );
+        }
+    }
+}
+
+/// One set of sockets per worker.
+fn open_sockets(config: &Config, workers: usize) -> Result<Vec<Sockets>> {
+    let tun_inside = config.inside.kind == dataplane::InterfaceKind::Tun;
+    let open = |device: &str, role: &str, worker: bool, group: u16| -> Result<AfPacket> {
+        let socket = if worker {
+            AfPacket::open_worker(device, group)
+        } else {
+            AfPacket::open(device)
+        };
+        socket.with_context(|| format!("interface `{role}` (device `{device}`)"))
+    };
+    // One fanout group per interface and process, shared by its workers
+    // (a group holds sockets of one device only).
+    let group = ((std::process::id() & 0x7fff) as u16) << 1;
+    let mut sockets = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let many = workers > 1;
+        let inside = if tun_inside {
+            Device::Tun(
+                Tun::open(&config.inside.device)
+                    .with_context(|| format!("interface `inside` (TUN `{}`)", config.inside.device))?,
+            )
+        } else {
+            Device::Packet(open(&config.inside.device, "inside", many, group)?)
+        };
+        let mut s = Sockets::single(
+            inside,
+            Device::Packet(open(&config.outside.device, "outside", many, group + 1)?),
+        );
+        if many {
+            s.receive.push((
+                Port::Inside,
+                Device::Packet(AfPacket::open_arp(&config.inside.device)?),
+            ));
+            s.receive.push((
+                Port::Outside,
+                Device::Packet(AfPacket::open_arp(&config.outside.device)?),
+            ));
+        }
+        sockets.push(s);
+    }
+    Ok(sockets)
+}
+
+/// The counters every worker published, added up.
+fn sum(published: &Mutex<Vec<(dataplane::Stats, u64)>>) -> (dataplane::Stats, u64) {
+    let mut total = dataplane::Stats::default();
+    let mut kernel_drops = 0;
+    if let Ok(p) = published.lock() {
+        for (stats, drops) in p.iter() {
+            total.add(stats);
+            kernel_drops += drops;
+        }
+    }
+    (total, kernel_drops)
+}

@@ -46,6 +46,11 @@ pub struct DemoArgs {
     /// 64KiB), so that the gateways rekey over and over while traffic flows.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     rekey_every: Option<u64>,
+    /// While traffic flows, make gwA reload a broken configuration (by
+    /// `espgw reload` and by SIGHUP), which it must refuse without losing a
+    /// packet, then a valid one with one more tunnel, which it must take.
+    #[arg(long)]
+    reload_check: bool,
 }
 
 /// "200kB", "1MB", "64KiB", "5000": a size in bytes.
@@ -364,6 +369,51 @@ fn is_control(frame: &[u8]) -> bool {
         && ip.get(header + 2..header + 4) == Some(&dataplane::CONTROL_PORT.to_be_bytes()[..])
 }
 
+/// Makes gwA (process `pid`, reading `config`) reload while traffic flows:
+/// a broken file by `espgw reload` and by SIGHUP, which must be refused,
+/// then the original plus one more tunnel, which must be taken.
+fn reload_check(config: &Path, pid: u32) -> Result<String> {
+    let original = std::fs::read_to_string(config)?;
+    let socket = crate::control::default_path("demo-a");
+    thread::sleep(Duration::from_millis(400));
+    std::fs::write(
+        config,
+        format!("{original}\n[[tunnel]]\nname = \"broken\"\nproposal = \"aes128gcm8\"\n"),
+    )?;
+    let refused = match crate::control::ask(&socket, "reload") {
+        Ok(doc) => bail!("gwA took a broken configuration: {doc}"),
+        Err(e) => e.to_string(),
+    };
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+    thread::sleep(Duration::from_millis(300));
+    let extra = "\n[[tunnel]]\nname = \"extra\"\nlocal = \"10.0.0.1\"\nremote = \"10.0.0.2\"\n\
+                 local_subnet = \"192.168.101.0/24\"\nremote_subnet = \"192.168.102.0/24\"\n\
+                 proposal = \"aes256gcm16\"\nspi_out = 0x2001\nspi_in = 0x2002\n\
+                 secret = \"another published demo secret\"\n";
+    std::fs::write(config, format!("{original}{extra}"))?;
+    let taken = crate::control::ask(&socket, "reload")?;
+    let added = taken["report"]["added"].clone();
+    ensure!(
+        added == serde_json::json!(["extra"]),
+        "gwA's reload added {added}, not [\"extra\"]"
+    );
+    let unchanged = &taken["report"]["unchanged"];
+    ensure!(
+        *unchanged == serde_json::json!(["a-b"]),
+        "gwA's reload did not keep `a-b`: {taken}"
+    );
+    let listed = crate::control::ask(&socket, "sa show extra")?;
+    ensure!(
+        listed["sas"].as_array().is_some_and(|sas| sas.len() == 2),
+        "the new tunnel's SAs are not installed: {listed}"
+    );
+    Ok(format!(
+        "broken config refused twice (espgw reload: \"{}\"; SIGHUP) with traffic flowing; then a valid one taken: tunnels added {added}, `a-b` kept its SAs",
+        refused.lines().next().unwrap_or_default()
+    ))
+}
+
 /// Counts of one numbered UDP stream.
 #[derive(Debug, Clone, Copy, Default)]
 struct Stream {
@@ -652,12 +702,25 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let (udp_sent, udp_echoed, tcp_bytes, tcp_seconds, tcp_ok) = udp_and_tcp(args.tcp_bytes)?;
     // With rekeys: steady traffic both ways for long enough to rekey again
     // and again (about 2 MB each way over 2 s).
-    let streams = match args.rekey_every {
-        Some(_) => {
-            eprintln!("streaming numbered UDP both ways while the tunnel rekeys ...");
-            Some(udp_streams(2000, 1000, Duration::from_millis(1))?)
-        }
-        None => None,
+    let streams = if args.rekey_every.is_some() || args.reload_check {
+        eprintln!("streaming numbered UDP both ways ...");
+        let reloads = args.reload_check.then(|| {
+            let config = lab.dir.join("demo-a.toml");
+            let pid = lab.gateways.first().map_or(0, Child::id);
+            thread::spawn(move || reload_check(&config, pid))
+        });
+        let streams = udp_streams(2000, 1000, Duration::from_millis(1))?;
+        let reloads = match reloads {
+            Some(handle) => Some(
+                handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the reload check panicked"))??,
+            ),
+            None => None,
+        };
+        Some((streams, reloads))
+    } else {
+        None
     };
     let results = Results {
         ping: ping_summary,
@@ -759,7 +822,24 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         );
     }
     let mut nothing_lost = true;
-    if let (Some(every), Some((ab, ba))) = (args.rekey_every, streams) {
+    if let Some((_, Some(reloads))) = &streams {
+        println!("  reload {reloads}");
+    }
+    if let Some(((ab, ba), _)) = &streams {
+        let whole = ab.received == ab.sent && ba.received == ba.sent && ab.duplicates + ba.duplicates == 0;
+        nothing_lost = whole;
+        if args.rekey_every.is_none() {
+            println!(
+                "  udp   numbered: {}/{} hostA→hostB, {}/{} hostB→hostA, {} duplicates",
+                ab.received,
+                ab.sent,
+                ba.received,
+                ba.sent,
+                ab.duplicates + ba.duplicates
+            );
+        }
+    }
+    if let (Some(every), Some(((ab, ba), _))) = (args.rekey_every, &streams) {
         let rekeys = |s: &serde_json::Value| s["control"]["rekeys_completed"].as_u64().unwrap_or(0);
         // Packets the gateways lost: every drop but the fragmentation-needed
         // refusals, which answer TCP's path-MTU probing with ICMP by design.
@@ -774,7 +854,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         let (lost_a, lost_b) = (lost(&a), lost(&b));
         let streams_whole =
             ab.received == ab.sent && ba.received == ba.sent && ab.duplicates + ba.duplicates == 0;
-        nothing_lost = lost_a + lost_b == 0
+        nothing_lost = nothing_lost
+            && lost_a + lost_b == 0
             && streams_whole
             && results.udp_echoed == results.udp_sent
             && results.tcp_ok
@@ -920,6 +1001,7 @@ impl DemoArgs {
             tcp_bytes: 0,
             keep: false,
             rekey_every: None,
+            reload_check: false,
         }
     }
 }

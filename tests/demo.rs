@@ -112,6 +112,54 @@ fn demo_passes_traffic_only_as_esp_and_cleans_up() {
     );
 }
 
+/// Short byte lifetimes make the gateways rekey over and over while
+/// numbered UDP flows both ways; gwA also refuses a broken config (by
+/// `espgw reload` and SIGHUP) and takes a valid one, mid-stream.
+#[test]
+fn demo_rekeys_and_reloads_without_losing_a_packet() {
+    let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
+    if !runnable("the rekey demo") {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args([
+            "demo",
+            "--rekey-every",
+            "200kB",
+            "--reload-check",
+            "--tcp-bytes",
+            "300000",
+        ])
+        .output()
+        .expect("espgw demo runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = report
+        .lines()
+        .find(|l| l.trim_start().starts_with("rekey every"))
+        .unwrap_or_else(|| panic!("no rekey line:\n{report}"));
+    assert!(line.ends_with("nothing lost"), "{line}");
+    assert!(
+        line.contains("2000/2000 hostA→hostB and 2000/2000 hostB→hostA"),
+        "{line}"
+    );
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let rekeys: u64 = words
+        .iter()
+        .position(|w| *w == "rekeys")
+        .and_then(|at| words[at - 1].parse().ok())
+        .unwrap_or(0);
+    // About 2 MB each way at one rekey per 200 kB.
+    assert!(rekeys >= 5, "{line}");
+    assert!(report.contains("broken config refused twice"), "{report}");
+    assert!(report.contains("tunnels added [\"extra\"]"), "{report}");
+    assert!(report.contains("0 plaintext IPv4"), "{report}");
+}
+
 /// `espgw bench --io` compares the receive methods on a veth pair.
 #[test]
 fn io_comparison_runs_every_method() {

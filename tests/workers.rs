@@ -85,3 +85,59 @@ fn a_hard_packet_limit_holds_across_workers() {
     }
     assert_eq!(sent, 10, "ten packets over both workers, then the SA is spent");
 }
+
+/// SAs the control plane installs later (a rekey, a reload) reach the other
+/// workers as forks of the first worker's: one sequence counter, one usage.
+#[test]
+fn sas_installed_later_are_shared_by_every_worker() {
+    use ike_stub::{SaCommand, WorkerCommand};
+    use std::time::Duration;
+
+    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "");
+    let config = ike_stub::Config::parse(std::path::Path::new("t.toml"), &text).unwrap();
+    let mut first = gateway_from(&text);
+    let mut second = first.fork(accel::build_engine(&EngineSpec::default()).unwrap());
+    // A replacement for the outbound SA, as a rekey installs it.
+    let mut sa = config.sa("t-out").unwrap().clone();
+    sa.params.name = "t-out.1".into();
+    sa.params.spi = 0x4444;
+    let commands = [
+        SaCommand::InstallSa(Box::new(sa)),
+        SaCommand::Repoint {
+            policy: "t-out".into(),
+            sa: "t-out.1".into(),
+        },
+    ];
+    for command in commands {
+        for copy in command.apply_first(&mut first, Duration::ZERO, 1).unwrap() {
+            assert!(matches!(copy, WorkerCommand::Adopt(_) | WorkerCommand::Apply(_)));
+            copy.apply(&mut second, Duration::ZERO).unwrap();
+        }
+    }
+    let mut pool = dataplane::PacketPool::new(4);
+    let mut seqs = Vec::new();
+    for i in 0..10u8 {
+        let gateway = if i % 2 == 0 { &mut first } else { &mut second };
+        let (verdict, esp) = run(
+            gateway,
+            &mut pool,
+            Duration::ZERO,
+            Port::Inside,
+            &udp_packet(HOST_A, HOST_B, 64, i),
+        );
+        assert_eq!(verdict, Verdict::Forward(Port::Outside));
+        assert_eq!(u32::from_be_bytes([esp[20], esp[21], esp[22], esp[23]]), 0x4444);
+        seqs.push(u32::from_be_bytes([esp[24], esp[25], esp[26], esp[27]]));
+    }
+    seqs.sort_unstable();
+    assert_eq!(
+        seqs,
+        (1..=10).collect::<Vec<_>>(),
+        "the workers share the new SA's counter"
+    );
+    for gateway in [&first, &second] {
+        let sad = gateway.sad();
+        let sa = sad.get(sad.find("t-out.1").unwrap()).unwrap();
+        assert_eq!(sa.counters().packets, 10);
+    }
+}

@@ -1,6 +1,7 @@
 //! The control socket of a running gateway: a Unix stream socket, created
 //! owner-only, answering one request line per connection with JSON.
-//! Requests: `stats`, `sa list`, `sa show NAME`.
+//! Requests ([`ike_stub::ControlRequest`]): `stats`, `sa list`,
+//! `sa show NAME`, `reload`.
 //!
 //! A listener thread accepts and reads requests; the dataplane answers them
 //! between batches through a bounded channel, so the packet path takes no
@@ -57,7 +58,10 @@ fn serve(mut stream: UnixStream, tx: &Sender<Request>) {
     let Ok(read_half) = stream.try_clone() else { return };
     let mut line = String::new();
     // One bounded line per connection.
-    if BufReader::new(read_half.take(256)).read_line(&mut line).is_err() {
+    if BufReader::new(read_half.take(ike_stub::request::MAX_REQUEST as u64))
+        .read_line(&mut line)
+        .is_err()
+    {
         return;
     }
     let (reply_tx, reply_rx) = bounded(1);

@@ -270,7 +270,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
                         };
                         plane.tick(t, links, workers);
                         while let Ok(request) = requests.try_recv() {
-                            let reply = if request.line == "reload" {
+                            let reply = if ike_stub::ControlRequest::parse(&request.line)
+                                == Ok(ike_stub::ControlRequest::Reload)
+                            {
                                 let reply = plane.reload();
                                 plane.apply(t, links, workers);
                                 reply

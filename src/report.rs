@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use dataplane::io::pcap::PcapRun;
 use dataplane::Gateway;
-use ike_stub::{Config, ControlPlane, PolicyAction};
+use ike_stub::{Config, ControlPlane, ControlRequest, PolicyAction};
 use serde_json::{json, Value};
 
 pub fn config_summary(config: &Config) -> String {
@@ -213,17 +213,16 @@ pub fn answer(
             );
         }
     }
-    let words: Vec<&str> = request.split_whitespace().collect();
-    match words.as_slice() {
-        ["stats"] => doc,
-        ["sa", "list"] => json!({ "sas": doc["sas"], "tunnels": doc["tunnels"] }),
-        ["sa", "show", name] => {
+    match ControlRequest::parse(request) {
+        Ok(ControlRequest::Stats) => doc,
+        Ok(ControlRequest::SaList) => json!({ "sas": doc["sas"], "tunnels": doc["tunnels"] }),
+        Ok(ControlRequest::SaShow(name)) => {
             let sas = doc["sas"].as_array().cloned().unwrap_or_default();
             if let Some(sa) = sas.iter().find(|s| s["name"] == *name) {
                 return json!({ "sas": [sa] });
             }
             // A tunnel: its status and every SA it has now.
-            match tunnels.iter().find(|t| t.name == *name) {
+            match tunnels.iter().find(|t| t.name == name) {
                 Some(t) => {
                     let prefix = format!("{}-", t.name);
                     let mine: Vec<&Value> = sas
@@ -237,9 +236,8 @@ pub fn answer(
                 }
             }
         }
-        _ => {
-            json!({ "error": format!("unknown request `{request}`; try stats, sa list, sa show NAME or reload") })
-        }
+        Ok(ControlRequest::Reload) => json!({ "error": "reload is answered by the control plane" }),
+        Err(e) => json!({ "error": e.to_string() }),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod message;
 pub mod plane;
 pub mod prf;
 mod raw;
+pub mod request;
 
 pub use config::{Config, InstallError, PolicyAction, PolicyConfig, RekeySettings, SaConfig, TunnelConfig};
 pub use error::{ConfigError, ConfigErrorKind};
@@ -21,3 +22,4 @@ pub use plane::{
     ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, SaCommand, TunnelStatus,
     WorkerCommand,
 };
+pub use request::{ControlRequest, RequestError};

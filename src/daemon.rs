@@ -224,8 +224,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let requests = control::listen(&control_path)?;
     // Each worker publishes its counters now and then (not per packet);
     // worker 0 answers the control socket from all of them.
-    let published: Arc<Mutex<Vec<(dataplane::Stats, u64)>>> =
-        Arc::new(Mutex::new(vec![(dataplane::Stats::default(), 0); workers]));
+    let published: Arc<Mutex<Vec<(dataplane::Stats, RunSummary)>>> = Arc::new(Mutex::new(vec![
+        (
+            dataplane::Stats::default(),
+            RunSummary::default()
+        );
+        workers
+    ]));
     let links = Links::new(workers);
     let mut plane = Some(Plane {
         plane: ControlPlane::new(config.clone()),
@@ -262,7 +267,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                         ticks = ticks.wrapping_add(1);
                         if ticks.is_multiple_of(64) {
                             if let Ok(mut p) = published.lock() {
-                                p[index] = (*t.gateway.stats(), t.summary.kernel_drops);
+                                p[index] = (*t.gateway.stats(), *t.summary);
                             }
                         }
                         let Some(plane) = plane.as_mut() else {
@@ -278,16 +283,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
                                 reply
                             } else {
                                 if let Ok(mut p) = published.lock() {
-                                    p[0] = (*t.gateway.stats(), t.summary.kernel_drops);
+                                    p[0] = (*t.gateway.stats(), *t.summary);
                                 }
-                                let (total, kernel_drops) = sum(&published);
-                                report::answer(
-                                    t.gateway,
-                                    Some(&plane.plane),
-                                    total,
-                                    kernel_drops,
-                                    &request.line,
-                                )
+                                let (total, run) = sum(&published);
+                                report::answer(t.gateway, Some(&plane.plane), total, &run, &request.line)
                             };
                             let _ = request.reply.send(reply.to_string());
                         }
@@ -325,13 +324,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         "stopped"
     );
     if let Some(path) = &args.stats {
-        let mut json = report::answer(
-            &gateways[0],
-            final_plane.as_ref(),
-            total,
-            summary.kernel_drops,
-            "stats",
-        );
+        let mut json = report::answer(&gateways[0], final_plane.as_ref(), total, &summary, "stats");
         if let Value::Object(map) = &mut json {
             map.insert("send_errors".into(), summary.send_errors.into());
             map.insert("control_overflow".into(), summary.control_overflow.into());
@@ -410,14 +403,14 @@ fn open_sockets(config: &Config, workers: usize) -> Result<Vec<Sockets>> {
 }
 
 /// The counters every worker published, added up.
-fn sum(published: &Mutex<Vec<(dataplane::Stats, u64)>>) -> (dataplane::Stats, u64) {
+fn sum(published: &Mutex<Vec<(dataplane::Stats, RunSummary)>>) -> (dataplane::Stats, RunSummary) {
     let mut total = dataplane::Stats::default();
-    let mut kernel_drops = 0;
+    let mut run = RunSummary::default();
     if let Ok(p) = published.lock() {
-        for (stats, drops) in p.iter() {
+        for (stats, summary) in p.iter() {
             total.add(stats);
-            kernel_drops += drops;
+            run.add(summary);
         }
     }
-    (total, kernel_drops)
+    (total, run)
 }

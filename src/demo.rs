@@ -51,6 +51,18 @@ pub struct DemoArgs {
     /// packet, then a valid one with one more tunnel, which it must take.
     #[arg(long)]
     reload_check: bool,
+    /// Instead of one round, run mixed traffic for this many seconds and
+    /// check for leaks and unexplained loss (see scripts/soak.sh).
+    #[arg(long, value_name = "SECONDS")]
+    soak: Option<u64>,
+    /// Run both gateways on the `sec` engine model with every N-th
+    /// descriptor failing (fault injection).
+    #[arg(long, value_name = "N")]
+    fail_every: Option<u64>,
+    /// Run both gateways on the `sec` engine model with every N-th
+    /// completion lost (reclaimed after the job timeout).
+    #[arg(long, value_name = "N")]
+    lose_completion_every: Option<u64>,
 }
 
 /// "200kB", "1MB", "64KiB", "5000": a size in bytes.
@@ -77,9 +89,9 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// Everything the demo created, removed on drop.
-struct Lab {
-    gateways: Vec<Child>,
-    dir: PathBuf,
+pub(crate) struct Lab {
+    pub(crate) gateways: Vec<Child>,
+    pub(crate) dir: PathBuf,
     keep: bool,
 }
 
@@ -212,7 +224,8 @@ fn build_topology() -> Result<()> {
 
 /// The shipped demo config, with another proposal and fitting keys if
 /// asked, and a short byte lifetime for `--rekey-every`.
-fn demo_config(side: &str, algorithm: Algorithm, rekey_every: Option<u64>, dir: &Path) -> Result<PathBuf> {
+fn demo_config(side: &str, args: &DemoArgs, dir: &Path) -> Result<PathBuf> {
+    let (algorithm, rekey_every) = (args.algorithm, args.rekey_every);
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("configs/demo-{side}.toml"));
     let mut text =
         std::fs::read_to_string(&shipped).with_context(|| format!("reading {}", shipped.display()))?;
@@ -250,6 +263,16 @@ fn demo_config(side: &str, algorithm: Algorithm, rekey_every: Option<u64>, dir: 
             text = text.replacen("[gateway]\n", "[gateway]\nallow_insecure_null = true\n", 1);
         }
     }
+    if args.fail_every.is_some() || args.lose_completion_every.is_some() {
+        let mut accel = "engine = \"sec\"\n".to_owned();
+        if let Some(n) = args.fail_every {
+            accel += &format!("fail_every = {n}\n");
+        }
+        if let Some(n) = args.lose_completion_every {
+            accel += &format!("lose_completion_every = {n}\n");
+        }
+        text = text.replacen("engine = \"soft\"\n", &accel, 1);
+    }
     if let Some(bytes) = rekey_every {
         // The tunnel is the file's last table, so its lifetime goes last.
         text += &format!(
@@ -269,6 +292,8 @@ fn demo_config(side: &str, algorithm: Algorithm, rekey_every: Option<u64>, dir: 
 fn start_gateway(ns: &str, config: &Path, stats: &Path, log: &Path, args: &DemoArgs) -> Result<Child> {
     let exe = std::env::current_exe().context("locating the espgw binary")?;
     let log = File::create(log)?;
+    let faults = args.fail_every.is_some() || args.lose_completion_every.is_some();
+    let engine = if faults { EngineKind::Sec } else { args.engine };
     Command::new("ip")
         .args(["netns", "exec", ns])
         .arg(exe)
@@ -279,7 +304,7 @@ fn start_gateway(ns: &str, config: &Path, stats: &Path, log: &Path, args: &DemoA
         .arg(stats)
         .args([
             "--engine",
-            args.engine.name(),
+            engine.name(),
             "--style",
             args.style.name(),
             "--buffers",
@@ -416,16 +441,16 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
 
 /// Counts of one numbered UDP stream.
 #[derive(Debug, Clone, Copy, Default)]
-struct Stream {
-    sent: usize,
-    received: usize,
-    duplicates: usize,
+pub(crate) struct Stream {
+    pub(crate) sent: usize,
+    pub(crate) received: usize,
+    pub(crate) duplicates: usize,
 }
 
 /// Numbered UDP datagrams of `size` bytes, `count` each way at once
 /// (hostA → hostB and back), one every `gap`: steady traffic through the
 /// tunnel while it rekeys. Returns (A → B, B → A).
-fn udp_streams(count: usize, size: usize, gap: Duration) -> Result<(Stream, Stream)> {
+pub(crate) fn udp_streams(count: usize, size: usize, gap: Duration) -> Result<(Stream, Stream)> {
     let receiver = |ns: &'static str, addr: Ipv4Addr| {
         thread::spawn(move || -> Result<Stream> {
             enter(ns)?;
@@ -497,7 +522,7 @@ struct Results {
     tcp_ok: bool,
 }
 
-fn ping() -> (String, bool) {
+pub(crate) fn ping() -> (String, bool) {
     let out = Command::new("ip")
         .args([
             "netns",
@@ -528,7 +553,7 @@ fn ping() -> (String, bool) {
 }
 
 /// UDP echo and a TCP stream, hostA → hostB and back.
-fn udp_and_tcp(tcp_bytes: usize) -> Result<(usize, usize, usize, f64, bool)> {
+pub(crate) fn udp_and_tcp(tcp_bytes: usize) -> Result<(usize, usize, usize, f64, bool)> {
     let ready = Arc::new(AtomicBool::new(false));
     let server_ready = Arc::clone(&ready);
     let server = thread::spawn(move || -> Result<()> {
@@ -537,19 +562,16 @@ fn udp_and_tcp(tcp_bytes: usize) -> Result<(usize, usize, usize, f64, bool)> {
         udp.set_read_timeout(Some(Duration::from_millis(200)))?;
         let tcp = TcpListener::bind(SocketAddrV4::new(HOST_B, 7001))?;
         server_ready.store(true, Ordering::Release);
+        // Echoes until the TCP part is over (or 20 s), then frees the port
+        // for the next round.
+        let tcp_done = Arc::new(AtomicBool::new(false));
+        let echo_done = Arc::clone(&tcp_done);
         let udp_thread = thread::spawn(move || {
             let mut buf = [0u8; 2048];
             let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                match udp.recv_from(&mut buf) {
-                    Ok((n, from)) => {
-                        let _ = udp.send_to(&buf[..n], from);
-                    }
-                    Err(_) => {
-                        if buf[0] == 0xff {
-                            break;
-                        }
-                    }
+            while Instant::now() < deadline && !echo_done.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = udp.recv_from(&mut buf) {
+                    let _ = udp.send_to(&buf[..n], from);
                 }
             }
         });
@@ -570,7 +592,8 @@ fn udp_and_tcp(tcp_bytes: usize) -> Result<(usize, usize, usize, f64, bool)> {
         }
         stream.write_all(&total.to_be_bytes())?;
         stream.write_all(&sum.to_be_bytes())?;
-        drop(udp_thread);
+        tcp_done.store(true, Ordering::Relaxed);
+        let _ = udp_thread.join();
         Ok(())
     });
     while !ready.load(Ordering::Acquire) {
@@ -625,7 +648,7 @@ fn udp_and_tcp(tcp_bytes: usize) -> Result<(usize, usize, usize, f64, bool)> {
     Ok(result)
 }
 
-fn drops_line(stats: &serde_json::Value) -> String {
+pub(crate) fn drops_line(stats: &serde_json::Value) -> String {
     let drops: Vec<String> = stats["drops"]
         .as_object()
         .map(|m| {
@@ -644,7 +667,7 @@ fn drops_line(stats: &serde_json::Value) -> String {
 
 /// Builds the topology and starts both gateways; everything goes away
 /// when the returned `Lab` is dropped.
-fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, PathBuf)> {
+pub(crate) fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, PathBuf)> {
     check_prerequisites()?;
     let dir = std::env::temp_dir().join(format!("espgw-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -655,10 +678,7 @@ fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, PathBuf)> {
     };
     eprintln!("building hostA — gwA — gwB — hostB ...");
     build_topology()?;
-    let (config_a, config_b) = (
-        demo_config("a", args.algorithm, args.rekey_every, &dir)?,
-        demo_config("b", args.algorithm, args.rekey_every, &dir)?,
-    );
+    let (config_a, config_b) = (demo_config("a", args, &dir)?, demo_config("b", args, &dir)?);
     let (stats_a, stats_b) = (dir.join("gwA.json"), dir.join("gwB.json"));
     lab.gateways.push(start_gateway(
         "espgw-gwA",
@@ -685,6 +705,9 @@ fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, PathBuf)> {
 }
 
 pub fn run(args: &DemoArgs) -> Result<()> {
+    if let Some(seconds) = args.soak {
+        return crate::soak::run(args, Duration::from_secs(seconds));
+    }
     let interrupted = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
@@ -987,6 +1010,18 @@ pub fn bench_veth(sizes: &[usize], slice: Duration, args: &DemoArgs) -> Result<S
 }
 
 impl DemoArgs {
+    pub(crate) fn rekey_every(&self) -> Option<u64> {
+        self.rekey_every
+    }
+
+    pub(crate) fn fail_every(&self) -> Option<u64> {
+        self.fail_every
+    }
+
+    pub(crate) fn lose_completion_every(&self) -> Option<u64> {
+        self.lose_completion_every
+    }
+
     pub fn set_algorithm(&mut self, algorithm: Algorithm) {
         self.algorithm = algorithm;
     }
@@ -1002,6 +1037,9 @@ impl DemoArgs {
             keep: false,
             rekey_every: None,
             reload_check: false,
+            soak: None,
+            fail_every: None,
+            lose_completion_every: None,
         }
     }
 }

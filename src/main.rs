@@ -17,6 +17,7 @@ mod control;
 mod daemon;
 mod demo;
 mod report;
+mod soak;
 
 #[derive(Parser)]
 #[command(

@@ -192,7 +192,7 @@ pub fn answer(
     gateway: &Gateway,
     plane: Option<&ControlPlane>,
     total: dataplane::Stats,
-    kernel_drops: u64,
+    run: &dataplane::io::run::RunSummary,
     request: &str,
 ) -> Value {
     let mut doc = stats_json(gateway);
@@ -201,7 +201,14 @@ pub fn answer(
         for (key, value) in summed {
             map.insert(key, value);
         }
-        map.insert("kernel_drops".into(), kernel_drops.into());
+        map.insert("kernel_drops".into(), run.kernel_drops.into());
+        map.insert("frames_in".into(), run.frames_in.into());
+        map.insert("frames_out".into(), run.frames_out.into());
+        map.insert("control_overflow".into(), run.control_overflow.into());
+        map.insert(
+            "pool".into(),
+            json!({ "in_use": run.pool_in_use, "capacity": run.pool_capacity }),
+        );
         if let Some(plane) = plane {
             map.insert(
                 "control".into(),

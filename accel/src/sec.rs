@@ -123,6 +123,23 @@ pub struct FaultPlan {
     pub drop_completion: Vec<u64>,
     /// Before fetching this descriptor, its channel stalls for the duration.
     pub stall: Option<(u64, Duration)>,
+    /// Every this-many-th descriptor fails too (soak tests).
+    pub fail_every: Option<u64>,
+    /// Every this-many-th descriptor's completion is lost too.
+    pub drop_completion_every: Option<u64>,
+}
+
+impl FaultPlan {
+    fn fails(&self, number: u64) -> bool {
+        self.fail.contains(&number) || self.fail_every.is_some_and(|n| n > 0 && number.is_multiple_of(n))
+    }
+
+    fn loses_completion(&self, number: u64) -> bool {
+        self.drop_completion.contains(&number)
+            || self
+                .drop_completion_every
+                .is_some_and(|n| n > 0 && number.is_multiple_of(n))
+    }
 }
 
 /// Configuration of the engine model.
@@ -525,7 +542,7 @@ fn channel_loop(shared: &Shared, channel: &Channel) {
         }
         execute(shared, &mut job, number);
         channel.executed.fetch_add(1, Ordering::Relaxed);
-        if shared.faults.drop_completion.contains(&number) {
+        if shared.faults.loses_completion(number) {
             if let Ok(mut lost) = shared.lost.lock() {
                 lost.push(job);
             }
@@ -578,7 +595,7 @@ fn execute(shared: &Shared, job: &mut Job, number: u64) {
         lock_unit(shared, first),
         (second != first).then(|| lock_unit(shared, second)).flatten(),
     ];
-    if shared.faults.fail.contains(&number) {
+    if shared.faults.fails(number) {
         job.desc.status = Status::Error(DescriptorError::Fault);
     } else {
         let session = Arc::clone(&job.session);

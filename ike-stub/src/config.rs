@@ -570,6 +570,27 @@ impl Validator<'_> {
             }
         };
         sec.buffers = buffers;
+        // Fault injection for soak tests: the sec engine model only.
+        for (field, value, what) in [
+            (&a.fail_every, &mut sec.faults.fail_every, "fail_every"),
+            (
+                &a.lose_completion_every,
+                &mut sec.faults.drop_completion_every,
+                "lose_completion_every",
+            ),
+        ] {
+            if let Some(n) = field {
+                if *n.get_ref() < 2 || kind != EngineKind::Sec {
+                    return self.err(
+                        span(n),
+                        ConfigErrorKind::Value(format!(
+                            "[accel] {what} injects faults into the `sec` engine model: set engine = \"sec\" and a period of 2 or more"
+                        )),
+                    );
+                }
+                *value = Some(*n.get_ref());
+            }
+        }
         let afalg_io = match &a.afalg_io {
             Some(io) => io.get_ref().parse().or_else(|e: String| {
                 self.err(span(io), ConfigErrorKind::Value(format!("[accel] afalg_io: {e}")))

@@ -60,6 +60,8 @@ pub(crate) struct RawAccel {
     pub coalesce_usecs: Option<S<u64>>,
     pub rate: Option<S<String>>,
     pub afalg_io: Option<S<String>>,
+    pub fail_every: Option<S<u64>>,
+    pub lose_completion_every: Option<S<u64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -68,6 +68,10 @@ pub struct RunSummary {
     /// Control datagrams dropped because more than [`CONTROL_QUEUE`]
     /// arrived between two ticks.
     pub control_overflow: u64,
+    /// Pool buffers in use and the pool's size, as of the latest tick
+    /// (a soak watches these for leaks).
+    pub pool_in_use: usize,
+    pub pool_capacity: usize,
 }
 
 /// The sockets of one worker: where frames come from (several per port
@@ -179,6 +183,8 @@ pub fn run(
             last_timeout = now;
         }
         transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
+        summary.pool_in_use = pool.in_use();
+        summary.pool_capacity = pool.capacity();
         on_tick(&mut Tick {
             gateway,
             now,
@@ -248,5 +254,7 @@ impl RunSummary {
         self.send_errors += other.send_errors;
         self.kernel_drops += other.kernel_drops;
         self.control_overflow += other.control_overflow;
+        self.pool_in_use += other.pool_in_use;
+        self.pool_capacity += other.pool_capacity;
     }
 }

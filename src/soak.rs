@@ -1,0 +1,241 @@
+//! `espgw demo --soak SECONDS`: the demo topology under mixed traffic for a
+//! bounded time (numbered UDP both ways at several sizes, TCP, ping), with
+//! whatever rekeys and engine faults the flags ask for. It fails if a
+//! gateway dies, if memory or pool buffers grow, if a gateway's counters
+//! do not add up, or if more datagrams are lost than the gateways and the
+//! kernel counted as dropped.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+use crate::demo::{self, DemoArgs};
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("no VmRSS for {pid}"))
+}
+
+fn ask(name: &str) -> Result<Value> {
+    crate::control::ask(&crate::control::default_path(name), "stats")
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
+}
+
+fn drops(v: &Value) -> u64 {
+    v["drops"]
+        .as_object()
+        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+}
+
+/// One gateway's final counters, both sides of the balance: every frame
+/// received or generated was transmitted, consumed or dropped under a reason.
+fn balance(v: &Value) -> (u64, u64) {
+    let came = u(v, "rx_packets") + u(v, "generated");
+    let went = u(v, "tx_packets")
+        + u(v, "local_delivered")
+        + u(v, "dummy_packets")
+        + u(v, "fragments_absorbed")
+        + drops(v);
+    (came, went)
+}
+
+/// What one gateway looked like at a moment.
+struct Sample {
+    rss_kib: u64,
+    pool_in_use: u64,
+}
+
+fn sample(pid: u32, name: &str) -> Result<Sample> {
+    let stats = ask(name)?;
+    Ok(Sample {
+        rss_kib: rss_kib(pid)?,
+        pool_in_use: stats["pool"]["in_use"].as_u64().unwrap_or(0),
+    })
+}
+
+pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
+    }
+    let (mut lab, stats_a, stats_b) = demo::start_lab(args)?;
+    let pids: Vec<u32> = lab.gateways.iter().map(std::process::Child::id).collect();
+    let names = ["demo-a", "demo-b"];
+    // Warm up (ARP, first SAs), then take the baseline.
+    let _ = demo::ping();
+    let _ = demo::udp_streams(200, 500, Duration::from_micros(500))?;
+    let start: Vec<Sample> = pids
+        .iter()
+        .zip(names)
+        .map(|(pid, name)| sample(*pid, name))
+        .collect::<Result<_>>()?;
+    eprintln!(
+        "soaking for {} s: numbered UDP both ways, TCP, ping{}{} ...",
+        duration.as_secs(),
+        args_rekey(args),
+        args_faults(args)
+    );
+    let began = Instant::now();
+    let (mut rounds, mut udp_sent, mut udp_received, mut udp_duplicates) = (0u64, 0usize, 0usize, 0usize);
+    let (mut tcp_ok, mut tcp_bytes, mut pings_ok) = (0u64, 0usize, 0u64);
+    let mut peak_pool = [0u64; 2];
+    let sizes = [64usize, 1400, 576, 1000, 200];
+    while began.elapsed() < duration && !interrupted.load(Ordering::Relaxed) {
+        let size = sizes[rounds as usize % sizes.len()];
+        let (ab, ba) = demo::udp_streams(1000, size, Duration::from_micros(500))?;
+        udp_sent += ab.sent + ba.sent;
+        udp_received += ab.received + ba.received;
+        udp_duplicates += ab.duplicates + ba.duplicates;
+        // TCP and a little ping every other round; TCP retransmits what faults cost it.
+        if rounds % 2 == 0 {
+            match demo::udp_and_tcp(500_000) {
+                Ok((_, _, bytes, _, true)) => {
+                    tcp_ok += 1;
+                    tcp_bytes += bytes;
+                }
+                Ok(_) => bail!("a TCP transfer arrived damaged"),
+                Err(e) => eprintln!(
+                    "  round {rounds}: TCP did not finish ({e:#}); faults can stall a short transfer"
+                ),
+            }
+            if demo::ping().1 {
+                pings_ok += 1;
+            }
+        }
+        for (i, (child, name)) in lab.gateways.iter_mut().zip(["gwA", "gwB"]).enumerate() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(lab.dir.join(format!("{name}.log"))).unwrap_or_default();
+                bail!(
+                    "gateway {name} died ({status}) after {} s:\n{log}",
+                    began.elapsed().as_secs()
+                );
+            }
+            let pool = ask(names[i])?["pool"]["in_use"].as_u64().unwrap_or(0);
+            peak_pool[i] = peak_pool[i].max(pool);
+        }
+        rounds += 1;
+    }
+    let end: Vec<Sample> = pids
+        .iter()
+        .zip(names)
+        .map(|(pid, name)| sample(*pid, name))
+        .collect::<Result<_>>()?;
+    let elapsed = began.elapsed();
+    // Stop the gateways so they drain and write their final counters.
+    for mut child in std::mem::take(&mut lab.gateways) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait()?;
+        ensure!(
+            status.success(),
+            "a gateway stopped with {status}: buffers not returned?"
+        );
+    }
+    let read = |p: &Path| -> Value {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null)
+    };
+    let finals = [read(&stats_a), read(&stats_b)];
+    drop(lab);
+
+    println!(
+        "espgw soak: {} s, {rounds} rounds{}{}",
+        elapsed.as_secs(),
+        args_rekey(args),
+        args_faults(args)
+    );
+    let lost = udp_sent.saturating_sub(udp_received);
+    println!(
+        "  udp   {udp_received}/{udp_sent} numbered datagrams arrived, {lost} lost, {udp_duplicates} duplicates; tcp {tcp_ok} transfers ({tcp_bytes} bytes) intact; ping ok in {pings_ok} rounds"
+    );
+    let mut problems = Vec::new();
+    let mut explained = 0u64;
+    for (i, (name, f)) in ["gwA", "gwB"].iter().zip(&finals).enumerate() {
+        let (came, went) = balance(f);
+        let growth = end[i].rss_kib as i64 - start[i].rss_kib as i64;
+        println!(
+            "  {name}   rss {} → {} KiB ({growth:+} KiB) · pool in use {} → {} (peak {} of {}) · rx {} + generated {} = {came}, tx + consumed + drops = {went} · drops: {} · kernel drops {} · rekeys {}",
+            start[i].rss_kib,
+            end[i].rss_kib,
+            start[i].pool_in_use,
+            end[i].pool_in_use,
+            peak_pool[i],
+            f["pool"]["capacity"],
+            u(f, "rx_packets"),
+            u(f, "generated"),
+            demo::drops_line(f),
+            u(f, "kernel_drops"),
+            f["control"]["rekeys_completed"],
+        );
+        explained += drops(f) + u(f, "kernel_drops") + u(f, "send_errors");
+        if came != went {
+            problems.push(format!(
+                "{name}'s counters do not add up: {came} in, {went} accounted for"
+            ));
+        }
+        // Memory may settle a little (allocator, caches); a leak grows with time.
+        if growth > 8 * 1024 && growth * 10 > start[i].rss_kib as i64 {
+            problems.push(format!("{name}'s memory grew by {growth} KiB"));
+        }
+        if end[i].pool_in_use > start[i].pool_in_use + 256 {
+            problems.push(format!(
+                "{name} holds {} pool buffers, {} at the start",
+                end[i].pool_in_use, start[i].pool_in_use
+            ));
+        }
+    }
+    // Every datagram that did not arrive must be one the gateways or the
+    // kernel counted as dropped (other drops, e.g. of TCP, only add slack).
+    if lost as u64 > explained {
+        problems.push(format!(
+            "{lost} datagrams lost but only {explained} drops counted"
+        ));
+    }
+    if udp_duplicates > 0 {
+        problems.push(format!("{udp_duplicates} duplicated datagrams"));
+    }
+    if args.fail_every().is_none() && args.lose_completion_every().is_none() && lost > 0 {
+        problems.push(format!("{lost} datagrams lost without injected faults"));
+    }
+    if problems.is_empty() {
+        println!("  ok: no crash, no growth, every drop counted under a reason, counters add up");
+        Ok(())
+    } else {
+        for p in &problems {
+            println!("  PROBLEM: {p}");
+        }
+        bail!("the soak found {} problem(s)", problems.len())
+    }
+}
+
+fn args_rekey(args: &DemoArgs) -> String {
+    args.rekey_every()
+        .map_or_else(String::new, |b| format!(", rekey every {b} bytes"))
+}
+
+fn args_faults(args: &DemoArgs) -> String {
+    let mut out = String::new();
+    if let Some(n) = args.fail_every() {
+        out += &format!(", every {n}th descriptor fails");
+    }
+    if let Some(n) = args.lose_completion_every() {
+        out += &format!(", every {n}th completion lost");
+    }
+    out
+}

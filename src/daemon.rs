@@ -10,7 +10,6 @@
 //! it).
 
 use std::collections::VecDeque;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -187,7 +186,9 @@ fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
 
 pub fn run(args: &RunArgs) -> Result<()> {
     let config = Config::load(&args.config)?;
-    warn_if_readable_by_others(&args.config, &config);
+    if let Some(warning) = config.exposed_keys_warning() {
+        tracing::warn!("{warning}");
+    }
     let (spec, style) = args.accel.apply(&config);
     let tun_inside = config.inside.kind == dataplane::InterfaceKind::Tun;
     let workers = args
@@ -338,24 +339,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
         config.name, workers, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
     );
     Ok(())
-}
-
-/// Keys in a file others can read are keys others may have.
-fn warn_if_readable_by_others(path: &Path, config: &Config) {
-    use std::os::unix::fs::PermissionsExt;
-    let has_keys = config
-        .sas
-        .iter()
-        .any(|s| !s.enc_key.is_empty() || !s.auth_key.is_empty())
-        || config.tunnels.iter().any(|t| t.secret.is_some());
-    if let Ok(meta) = std::fs::metadata(path) {
-        if has_keys && meta.permissions().mode() & 0o044 != 0 {
-            tracing::warn!(
-                file = %path.display(),
-                "the configuration holds keys and is readable by other users; `chmod 600` it"
-            );
-        }
-    }
 }
 
 /// One set of sockets per worker.

@@ -217,14 +217,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn check_config(file: &Path) -> Result<()> {
+/// Loads a configuration, warning when its keys are readable by others.
+fn load_config(file: &Path) -> Result<Config> {
     let config = Config::load(file)?;
+    if let Some(warning) = config.exposed_keys_warning() {
+        eprintln!("espgw: warning: {warning}");
+    }
+    Ok(config)
+}
+
+fn check_config(file: &Path) -> Result<()> {
+    let config = load_config(file)?;
     print!("{}", report::config_summary(&config));
     Ok(())
 }
 
 fn pcap(args: &PcapArgs) -> Result<()> {
-    let config = Config::load(&args.config)?;
+    let config = load_config(&args.config)?;
     let input = File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
     let (reader, link) = dataplane::io::pcap::open(BufReader::new(input))
         .with_context(|| format!("{}", args.input.display()))?;

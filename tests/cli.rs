@@ -292,3 +292,86 @@ fn second_lifetimes_follow_capture_timestamps() {
         .unwrap();
     assert_eq!(sa_out["state"], "hardexpired");
 }
+
+/// Keys and secrets stay in the config file: not in summaries, errors,
+/// stats, logs or `Debug` output. A config whose keys others can read is
+/// warned about.
+#[test]
+fn keys_never_leave_the_config() {
+    use std::os::unix::fs::PermissionsExt;
+    let secret = "SECRET-MARKER-0123456789abcdef";
+    let alg = accel::Algorithm::Aes128Sha1;
+    let text = common::tunnel_config(alg, "tunnel", false, true, &format!("secret = \"{secret}\""));
+    let mut hidden: Vec<String> = vec![secret.to_owned()];
+    for (len, seed) in [(16, 1), (16, 2), (20, 101), (20, 102)] {
+        hidden.push(common::key_hex(len, seed));
+    }
+    for key in &hidden[1..] {
+        assert!(text.contains(key.as_str()), "the test knows the config's keys");
+    }
+    let leaks = |what: &str, output: &str| {
+        for h in &hidden {
+            assert!(
+                !output.to_lowercase().contains(&h.to_lowercase()),
+                "{what} shows key material {h}:\n{output}"
+            );
+        }
+    };
+    let dir = temp_dir("secrets");
+    let config = dir.join("gw.toml");
+    std::fs::write(&config, &text).unwrap();
+
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = espgw().arg("check-config").arg(&config).output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    leaks(
+        "check-config",
+        &format!("{}{stderr}", String::from_utf8_lossy(&out.stdout)),
+    );
+
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = espgw().arg("check-config").arg(&config).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).is_empty(),
+        "no warning for an owner-only file"
+    );
+
+    let parsed = ike_stub::Config::load(&config).unwrap();
+    leaks("Debug of the config", &format!("{parsed:?}"));
+
+    // A capture through the gateway, logging everything it logs.
+    let frames: Vec<Vec<u8>> = (0..20)
+        .map(|i| ethernet(&common::udp_packet(common::HOST_A, common::HOST_B, 100, i)))
+        .collect();
+    let (input, output, stats_path) = (dir.join("in.pcap"), dir.join("out.pcap"), dir.join("stats.json"));
+    write_pcap(&input, DataLink::ETHERNET, &frames);
+    let out = espgw()
+        .env("RUST_LOG", "trace")
+        .args(["pcap", "--config"])
+        .arg(&config)
+        .args(["--from", "inside", "--in"])
+        .arg(&input)
+        .arg("--out")
+        .arg(&output)
+        .arg("--stats")
+        .arg(&stats_path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    leaks("pcap's output", &String::from_utf8_lossy(&out.stdout));
+    leaks("pcap's logs", &String::from_utf8_lossy(&out.stderr));
+    leaks("stats", &std::fs::read_to_string(&stats_path).unwrap());
+    assert_eq!(stats(&stats_path)["encapsulated"], 20);
+
+    // A key of the wrong length is refused without being quoted.
+    let short = text.replace(&hidden[1], &hidden[1][..30]);
+    std::fs::write(&config, &short).unwrap();
+    let out = espgw().arg("check-config").arg(&config).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("must be 16 bytes"), "{stderr}");
+    leaks("a key error", &stderr);
+    assert!(!stderr.contains(&hidden[1][..30]), "{stderr}");
+}

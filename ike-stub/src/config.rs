@@ -18,7 +18,7 @@ use spd_sad::{
 use zeroize::Zeroizing;
 
 use crate::error::{ConfigError, ConfigErrorKind, Locator};
-use crate::raw::{RawConfig, RawLifetime, RawPolicy, RawPorts, RawSa, RawTunnel, S};
+use crate::raw::{RawConfig, RawLifetime, RawPolicy, RawPorts, RawSa, RawTunnel, SecretText, S};
 
 /// Default anti-replay window (packets).
 pub const DEFAULT_REPLAY_WINDOW: u32 = 64;
@@ -241,6 +241,26 @@ impl Config {
             install_policy(gateway, policy);
         }
         Ok(())
+    }
+
+    /// A warning when this configuration holds keys or secrets and its
+    /// file can be read by users other than its owner.
+    pub fn exposed_keys_warning(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let has_keys = self
+            .sas
+            .iter()
+            .any(|s| !s.enc_key.is_empty() || !s.auth_key.is_empty())
+            || self.tunnels.iter().any(|t| t.secret.is_some());
+        let mode = std::fs::metadata(&self.path).ok()?.permissions().mode();
+        (has_keys && mode & 0o077 != 0).then(|| {
+            format!(
+                "{} holds keys and can be read by other users (mode {:o}); run `chmod 600 {}`",
+                self.path.display(),
+                mode & 0o777,
+                self.path.display()
+            )
+        })
     }
 
     pub fn tunnel(&self, name: &str) -> Option<&TunnelConfig> {
@@ -500,8 +520,8 @@ impl Validator<'_> {
         Ok(settings)
     }
 
-    fn secret(&self, secret: &S<String>) -> Result<Zeroizing<Vec<u8>>, ConfigError> {
-        let bytes = Zeroizing::new(secret.get_ref().as_bytes().to_vec());
+    fn secret(&self, secret: &S<SecretText>) -> Result<Zeroizing<Vec<u8>>, ConfigError> {
+        let bytes = Zeroizing::new(secret.get_ref().as_str().as_bytes().to_vec());
         if bytes.len() < 16 {
             return self.err(
                 span(secret),
@@ -722,7 +742,7 @@ impl Validator<'_> {
 
     fn key(
         &self,
-        key: Option<&S<String>>,
+        key: Option<&S<SecretText>>,
         field: &str,
         expected: usize,
         alg: Algorithm,
@@ -745,7 +765,7 @@ impl Validator<'_> {
                 )),
             );
         };
-        let text = key.get_ref().trim();
+        let text = key.get_ref().as_str().trim();
         let text = text.strip_prefix("0x").unwrap_or(text).replace(':', "");
         let bytes = match hex::decode(&text) {
             Ok(b) => Zeroizing::new(b),
@@ -972,8 +992,8 @@ impl Validator<'_> {
         let make_sa = |suffix: &str,
                        direction,
                        spi: &S<u32>,
-                       enc: Option<&S<String>>,
-                       auth: Option<&S<String>>,
+                       enc: Option<&S<SecretText>>,
+                       auth: Option<&S<SecretText>>,
                        initial_seq: Option<u64>,
                        (l, r)|
          -> Result<SaConfig, ConfigError> {

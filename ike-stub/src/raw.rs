@@ -6,6 +6,30 @@ use toml::Spanned;
 
 pub(crate) type S<T> = Spanned<T>;
 
+/// Key material as written in the file: never shown by `Debug`, wiped
+/// when dropped.
+#[derive(Deserialize, Clone, PartialEq, Eq)]
+#[serde(transparent)]
+pub(crate) struct SecretText(String);
+
+impl Drop for SecretText {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl SecretText {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
@@ -111,8 +135,8 @@ pub(crate) struct RawSa {
     pub local: S<String>,
     pub remote: S<String>,
     pub proposal: S<String>,
-    pub enc_key: Option<S<String>>,
-    pub auth_key: Option<S<String>>,
+    pub enc_key: Option<S<SecretText>>,
+    pub auth_key: Option<S<SecretText>>,
     #[serde(default)]
     pub esn: bool,
     pub replay_window: Option<S<u32>>,
@@ -156,10 +180,10 @@ pub(crate) struct RawTunnel {
     pub proposal: S<String>,
     pub spi_out: S<u32>,
     pub spi_in: S<u32>,
-    pub enc_key_out: Option<S<String>>,
-    pub auth_key_out: Option<S<String>>,
-    pub enc_key_in: Option<S<String>>,
-    pub auth_key_in: Option<S<String>>,
+    pub enc_key_out: Option<S<SecretText>>,
+    pub auth_key_out: Option<S<SecretText>>,
+    pub enc_key_in: Option<S<SecretText>>,
+    pub auth_key_in: Option<S<SecretText>>,
     #[serde(default)]
     pub esn: bool,
     pub replay_window: Option<S<u32>>,
@@ -167,5 +191,5 @@ pub(crate) struct RawTunnel {
     pub lifetime: Option<S<RawLifetime>>,
     pub initial_seq_out: Option<u64>,
     pub initial_seq_in: Option<u64>,
-    pub secret: Option<S<String>>,
+    pub secret: Option<S<SecretText>>,
 }

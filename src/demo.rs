@@ -51,6 +51,11 @@ pub struct DemoArgs {
     /// packet, then a valid one with one more tunnel, which it must take.
     #[arg(long)]
     reload_check: bool,
+    /// Also measure what floods of bad ESP into gwB (unknown SPI, and the
+    /// tunnel's SPI with sequence numbers that force an ICV check) cost the
+    /// numbered UDP traffic, against a run without a flood.
+    #[arg(long)]
+    flood_check: bool,
     /// Instead of one round, run mixed traffic for this many seconds and
     /// check for leaks and unexplained loss (see scripts/soak.sh).
     #[arg(long, value_name = "SECONDS")]
@@ -439,6 +444,72 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
     ))
 }
 
+/// What one flood did to the numbered UDP streams.
+pub(crate) struct FloodRound {
+    pub(crate) label: &'static str,
+    pub(crate) sent: u64,
+    pub(crate) rate: f64,
+    pub(crate) good: (Stream, Stream),
+}
+
+/// Sends bad ESP from gwA's side of the link to gwB for `duration`, as
+/// fast as one thread can: `spi` with sequence numbers far ahead of any
+/// window (so gwB must check the ICV), random bytes after them.
+fn flood(spi: u32, duration: Duration, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<(u64, f64)>> {
+    thread::spawn(move || {
+        enter("espgw-gwA")?;
+        let socket = dataplane::io::afpacket::AfPacket::open("a-out")?;
+        let mut frame = vec![0u8; 14 + 20 + 8 + 16 + 100];
+        frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+        frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        let total = (frame.len() - 14) as u16;
+        {
+            let mut ip = smoltcp::wire::Ipv4Packet::new_unchecked(&mut frame[14..34]);
+            ip.set_version(4);
+            ip.set_header_len(20);
+            ip.set_total_len(total);
+            ip.set_hop_limit(64);
+            ip.set_next_header(smoltcp::wire::IpProtocol::IpSecEsp);
+            ip.set_src_addr(Ipv4Addr::new(10, 0, 0, 1));
+            ip.set_dst_addr(Ipv4Addr::new(10, 0, 0, 2));
+            ip.fill_checksum();
+        }
+        frame[34..38].copy_from_slice(&spi.to_be_bytes());
+        for (i, b) in frame[42..].iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(29).wrapping_add(7);
+        }
+        let start = Instant::now();
+        let mut sent = 0u64;
+        let mut seq = 1_000_000u32;
+        while start.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+            frame[38..42].copy_from_slice(&seq.to_be_bytes());
+            seq = seq.wrapping_add(1);
+            if socket.send(&frame).is_ok() {
+                sent += 1;
+            }
+        }
+        Ok((sent, sent as f64 / start.elapsed().as_secs_f64().max(1e-9)))
+    })
+}
+
+/// The numbered streams without a flood, then under each kind of flood.
+pub(crate) fn flood_check() -> Result<Vec<FloodRound>> {
+    let mut rounds = Vec::new();
+    for (label, spi) in [("no flood", None), ("unknown SPI", Some(0xdead_beef)), ("tunnel SPI, bad ICV", Some(0x1001))] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flooder = spi.map(|spi| flood(spi, Duration::from_secs(3), Arc::clone(&stop)));
+        let good = udp_streams(2000, 500, Duration::from_millis(1))?;
+        stop.store(true, Ordering::Relaxed);
+        let (sent, rate) = match flooder {
+            Some(h) => h.join().map_err(|_| anyhow::anyhow!("the flooder panicked"))??,
+            None => (0, 0.0),
+        };
+        rounds.push(FloodRound { label, sent, rate, good });
+    }
+    Ok(rounds)
+}
+
 /// Counts of one numbered UDP stream.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Stream {
@@ -725,6 +796,12 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let (udp_sent, udp_echoed, tcp_bytes, tcp_seconds, tcp_ok) = udp_and_tcp(args.tcp_bytes)?;
     // With rekeys: steady traffic both ways for long enough to rekey again
     // and again (about 2 MB each way over 2 s).
+    let floods = if args.flood_check {
+        eprintln!("numbered UDP both ways, alone and under floods of bad ESP ...");
+        Some(flood_check()?)
+    } else {
+        None
+    };
     let streams = if args.rekey_every.is_some() || args.reload_check {
         eprintln!("streaming numbered UDP both ways ...");
         let reloads = args.reload_check.then(|| {
@@ -845,12 +922,29 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         );
     }
     let mut nothing_lost = true;
+    if let Some(floods) = &floods {
+        for f in floods {
+            let (ab, ba) = &f.good;
+            println!(
+                "  flood {:<20} {:>9} bad ESP frames ({:>7.0} /s) · good UDP {:>4}/{} hostA→hostB, {:>4}/{} hostB→hostA",
+                f.label, f.sent, f.rate, ab.received, ab.sent, ba.received, ba.sent
+            );
+        }
+        // A flood may cost good traffic, but must never shut it out.
+        let starved = floods
+            .iter()
+            .any(|f| f.good.0.received * 2 < f.good.0.sent || f.good.1.received * 2 < f.good.1.sent);
+        if starved {
+            println!("  flood STARVED the good traffic (less than half arrived)");
+        }
+        nothing_lost = !starved;
+    }
     if let Some((_, Some(reloads))) = &streams {
         println!("  reload {reloads}");
     }
     if let Some(((ab, ba), _)) = &streams {
         let whole = ab.received == ab.sent && ba.received == ba.sent && ab.duplicates + ba.duplicates == 0;
-        nothing_lost = whole;
+        nothing_lost = nothing_lost && whole;
         if args.rekey_every.is_none() {
             println!(
                 "  udp   numbered: {}/{} hostA→hostB, {}/{} hostB→hostA, {} duplicates",
@@ -1037,6 +1131,7 @@ impl DemoArgs {
             keep: false,
             rekey_every: None,
             reload_check: false,
+            flood_check: false,
             soak: None,
             fail_every: None,
             lose_completion_every: None,

@@ -496,7 +496,11 @@ fn flood(spi: u32, duration: Duration, stop: Arc<AtomicBool>) -> thread::JoinHan
 /// The numbered streams without a flood, then under each kind of flood.
 pub(crate) fn flood_check() -> Result<Vec<FloodRound>> {
     let mut rounds = Vec::new();
-    for (label, spi) in [("no flood", None), ("unknown SPI", Some(0xdead_beef)), ("tunnel SPI, bad ICV", Some(0x1001))] {
+    for (label, spi) in [
+        ("no flood", None),
+        ("unknown SPI", Some(0xdead_beef)),
+        ("tunnel SPI, bad ICV", Some(0x1001)),
+    ] {
         let stop = Arc::new(AtomicBool::new(false));
         let flooder = spi.map(|spi| flood(spi, Duration::from_secs(3), Arc::clone(&stop)));
         let good = udp_streams(2000, 500, Duration::from_millis(1))?;
@@ -505,7 +509,12 @@ pub(crate) fn flood_check() -> Result<Vec<FloodRound>> {
             Some(h) => h.join().map_err(|_| anyhow::anyhow!("the flooder panicked"))??,
             None => (0, 0.0),
         };
-        rounds.push(FloodRound { label, sent, rate, good });
+        rounds.push(FloodRound {
+            label,
+            sent,
+            rate,
+            good,
+        });
     }
     Ok(rounds)
 }

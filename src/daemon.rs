@@ -45,6 +45,8 @@ struct Links {
     commands: Vec<CommandQueue>,
     /// Commands each worker has applied (index 0 unused).
     applied: Vec<AtomicU64>,
+    /// Reports dropped because worker 0's queue was full.
+    reports_dropped: AtomicU64,
 }
 
 impl Links {
@@ -53,6 +55,14 @@ impl Links {
             reports: bounded(1024),
             commands: (0..workers).map(|_| unbounded()).collect(),
             applied: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            reports_dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Sends a report to worker 0, counting it if the queue is full.
+    fn report(&self, report: Report) {
+        if self.reports.0.try_send(report).is_err() {
+            self.reports_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -174,12 +184,12 @@ fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
         links.applied[index].store(seq, Ordering::Release);
     }
     for buf in t.received {
-        let _ = links.reports.0.try_send(Report::Datagram(buf.data().to_vec()));
+        links.report(Report::Datagram(buf.data().to_vec()));
     }
     while let Some(event) = t.gateway.poll_event() {
         let (SaEvent::SoftExpired(id) | SaEvent::HardExpired(id)) = event;
         if let Some(name) = t.gateway.sad().get(id).map(|sa| sa.name().to_owned()) {
-            let _ = links.reports.0.try_send(Report::Event(name, event));
+            links.report(Report::Event(name, event));
         }
     }
 }
@@ -286,7 +296,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
                                 if let Ok(mut p) = published.lock() {
                                     p[0] = (*t.gateway.stats(), *t.summary);
                                 }
-                                let (total, run) = sum(&published);
+                                let (total, mut run) = sum(&published);
+                                run.control_overflow += links.reports_dropped.load(Ordering::Relaxed);
                                 report::answer(t.gateway, Some(&plane.plane), total, &run, &request.line)
                             };
                             let _ = request.reply.send(reply.to_string());

@@ -303,3 +303,52 @@ fn only_the_inside_can_be_a_tun() {
         assert!(err.to_string().contains(message), "{err}");
     }
 }
+
+const TUNNEL: &str = r#"
+[[tunnel]]
+name = "t"
+local = "10.0.0.1"
+remote = "10.0.0.2"
+local_subnet = "192.168.1.0/24"
+remote_subnet = "192.168.2.0/24"
+proposal = "aes128gcm16"
+spi_out = 0x1001
+spi_in = 0x1002
+"#;
+
+#[test]
+fn control_plane_settings_are_checked() {
+    // Neither keys nor a secret.
+    let extra = TUNNEL.to_owned();
+    expect_error(
+        &extra,
+        line_of(&extra, "proposal ="),
+        12,
+        "give the tunnel a `secret`",
+    );
+    // A secret too short to be one.
+    let extra = format!("{TUNNEL}secret = \"short\"\n");
+    expect_error(&extra, line_of(&extra, "secret ="), 10, "at least 16 characters");
+    // A secret alone is enough: both ends derive the keys.
+    let text = format!("{BASE}{TUNNEL}secret = \"sixteen or more characters\"\n");
+    let config = parse(&text).expect("keys derived from the secret");
+    assert_eq!(config.sa("t-out").map(|s| s.enc_key.len()), Some(20));
+    assert!(config.tunnel("t").is_some_and(|t| t.secret.is_some()));
+    // Rekey timing out of range.
+    let extra = format!("{TUNNEL}secret = \"sixteen or more characters\"\n\n[rekey]\ngrace_ms = 5\n");
+    expect_error(
+        &extra,
+        line_of(&extra, "grace_ms"),
+        12,
+        "[rekey] grace_ms must be between 300",
+    );
+    // Fault injection is for the sec engine model only.
+    let extra = "\n[accel]\nfail_every = 100\n".to_owned();
+    expect_error(&extra, line_of(&extra, "fail_every"), 14, "set engine = \"sec\"");
+    let extra = "\n[accel]\nengine = \"sec\"\nlose_completion_every = 1000\n".to_owned();
+    let config = parse(&format!("{BASE}{extra}")).expect("sec with faults");
+    assert_eq!(config.engine.sec.faults.drop_completion_every, Some(1000));
+    // A tunnel name the rekey messages cannot carry.
+    let extra = TUNNEL.replace("name = \"t\"", "name = \"has space\"");
+    expect_error(&extra, line_of(&extra, "has space"), 8, "without spaces");
+}

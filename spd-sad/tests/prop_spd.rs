@@ -1,0 +1,296 @@
+//! Property test: SPD lookup (RFC 4301 §4.4.1) against a naive reference on
+//! random policy sets edited by random insert / remove / set_action /
+//! remove_for_sa sequences.
+//!
+//! The reference keeps one list in insertion order. A lookup filters it by
+//! direction, sorts it stably by priority (so ties keep insertion order),
+//! and takes the first policy whose selector matches, by its own bitwise
+//! matching; no match is the default discard with policy `None`.
+//!
+//! `PROPTEST_CASES` raises the number of cases (default 256).
+
+use std::net::Ipv4Addr;
+
+use proptest::prelude::*;
+use spd_sad::{
+    Action, Decision, FlowKey, Ipv4Prefix, Policy, PolicyDirection, PortRange, ProtocolSelector, SaId,
+    Selector, Spd,
+};
+
+/// Addresses cluster around a few networks so random selectors and flows
+/// overlap often.
+const BASES: [u32; 5] = [0x0a00_0000, 0x0a01_0200, 0xc0a8_0100, 0xc0a8_0200, 0xac10_0000];
+
+fn address() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        4 => (prop::sample::select(&BASES[..]), 0u32..1024).prop_map(|(base, low)| base ^ low),
+        1 => any::<u32>(),
+    ]
+}
+
+fn prefix() -> impl Strategy<Value = Ipv4Prefix> {
+    let len = prop_oneof![1 => Just(0u8), 1 => Just(32u8), 4 => 0u8..=32];
+    (address(), len).prop_map(|(addr, len)| {
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        Ipv4Prefix::new(Ipv4Addr::from(addr & mask), len).expect("host bits cleared")
+    })
+}
+
+const PORTS: [u16; 8] = [0, 22, 53, 80, 443, 1024, 4500, 65535];
+
+fn port() -> impl Strategy<Value = u16> {
+    prop_oneof![3 => prop::sample::select(&PORTS[..]), 1 => any::<u16>()]
+}
+
+fn port_range() -> impl Strategy<Value = PortRange> {
+    prop_oneof![
+        2 => Just(PortRange::ANY),
+        1 => port().prop_map(|p| PortRange { first: p, last: p }),
+        2 => (port(), port()).prop_map(|(a, b)| PortRange {
+            first: a.min(b),
+            last: a.max(b),
+        }),
+    ]
+}
+
+const PROTOCOLS: [u8; 5] = [1, 6, 17, 50, 132];
+
+fn protocol() -> impl Strategy<Value = u8> {
+    prop_oneof![3 => prop::sample::select(&PROTOCOLS[..]), 1 => any::<u8>()]
+}
+
+fn selector() -> impl Strategy<Value = Selector> {
+    (
+        prefix(),
+        prefix(),
+        prop_oneof![1 => Just(ProtocolSelector::Any), 2 => protocol().prop_map(ProtocolSelector::Number)],
+        port_range(),
+        port_range(),
+    )
+        .prop_map(|(src, dst, protocol, src_ports, dst_ports)| Selector {
+            src,
+            dst,
+            protocol,
+            src_ports,
+            dst_ports,
+        })
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        2 => (0u32..4).prop_map(|i| Action::Protect(SaId(i))),
+        1 => Just(Action::Bypass),
+        1 => Just(Action::Discard),
+    ]
+}
+
+fn direction() -> impl Strategy<Value = PolicyDirection> {
+    prop_oneof![Just(PolicyDirection::Out), Just(PolicyDirection::In)]
+}
+
+/// Names from a small pool, so that duplicates (which the SPD allows) and
+/// edits of missing names both happen.
+fn name() -> impl Strategy<Value = String> {
+    (0u8..12).prop_map(|i| format!("p{i}"))
+}
+
+fn policy() -> impl Strategy<Value = Policy> {
+    (
+        name(),
+        direction(),
+        prop_oneof![4 => 0u32..5, 1 => any::<u32>()],
+        selector(),
+        action(),
+    )
+        .prop_map(|(name, direction, priority, selector, action)| Policy {
+            name,
+            direction,
+            priority,
+            selector,
+            action,
+        })
+}
+
+fn flow() -> impl Strategy<Value = FlowKey> {
+    (
+        address(),
+        address(),
+        protocol(),
+        prop_oneof![3 => (port(), port()).prop_map(Some), 1 => Just(None)],
+    )
+        .prop_map(|(src, dst, protocol, ports)| FlowKey {
+            src: Ipv4Addr::from(src),
+            dst: Ipv4Addr::from(dst),
+            protocol,
+            ports,
+        })
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(Policy),
+    Remove(String),
+    SetAction(String, Action),
+    RemoveForSa(SaId),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => policy().prop_map(Op::Insert),
+        2 => name().prop_map(Op::Remove),
+        2 => (name(), action()).prop_map(|(n, a)| Op::SetAction(n, a)),
+        1 => (0u32..4).prop_map(|i| Op::RemoveForSa(SaId(i))),
+    ]
+}
+
+/// The naive SPD: every policy in insertion order.
+#[derive(Default)]
+struct Reference {
+    policies: Vec<Policy>,
+}
+
+fn prefix_contains(prefix: Ipv4Prefix, addr: Ipv4Addr) -> bool {
+    // Compare the first `len` bits one by one.
+    let (net, addr) = (u32::from(prefix.addr()), u32::from(addr));
+    (0..prefix.len()).all(|i| (net >> (31 - i)) & 1 == (addr >> (31 - i)) & 1)
+}
+
+fn matches(sel: &Selector, flow: &FlowKey) -> bool {
+    let protocol = match sel.protocol {
+        ProtocolSelector::Any => true,
+        ProtocolSelector::Number(n) => n == flow.protocol,
+    };
+    let in_range = |r: PortRange, p: u16| r.first <= p && p <= r.last;
+    let any = |r: PortRange| r.first == 0 && r.last == u16::MAX;
+    let ports = match flow.ports {
+        Some((sp, dp)) => in_range(sel.src_ports, sp) && in_range(sel.dst_ports, dp),
+        // OPAQUE ports (RFC 4301 §4.4.1.1): only ANY matches.
+        None => any(sel.src_ports) && any(sel.dst_ports),
+    };
+    prefix_contains(sel.src, flow.src) && prefix_contains(sel.dst, flow.dst) && protocol && ports
+}
+
+impl Reference {
+    /// The policies of `direction` in the order they are consulted.
+    fn ordered(&self, direction: PolicyDirection) -> Vec<&Policy> {
+        let mut list: Vec<&Policy> = self
+            .policies
+            .iter()
+            .filter(|p| p.direction == direction)
+            .collect();
+        list.sort_by_key(|p| p.priority);
+        list
+    }
+
+    fn lookup(&self, direction: PolicyDirection, flow: &FlowKey) -> Decision {
+        for (i, p) in self.ordered(direction).into_iter().enumerate() {
+            if matches(&p.selector, flow) {
+                return Decision {
+                    action: p.action,
+                    policy: Some(i),
+                };
+            }
+        }
+        Decision {
+            action: Action::Discard,
+            policy: None,
+        }
+    }
+
+    /// Where the first policy called `name` is: outbound ones first, each
+    /// direction in lookup order.
+    fn find(&self, name: &str) -> Option<usize> {
+        for direction in [PolicyDirection::Out, PolicyDirection::In] {
+            let first = self.ordered(direction).into_iter().find(|p| p.name == name);
+            if let Some(p) = first {
+                return self.policies.iter().position(|q| std::ptr::eq(q, p));
+            }
+        }
+        None
+    }
+
+    fn apply(&mut self, op: &Op) -> Option<String> {
+        match op {
+            Op::Insert(p) => {
+                self.policies.push(p.clone());
+                None
+            }
+            Op::Remove(name) => self
+                .find(name)
+                .map(|at| format!("{:?}", self.policies.remove(at))),
+            Op::SetAction(name, action) => {
+                let at = self.find(name)?;
+                self.policies[at].action = *action;
+                Some(name.clone())
+            }
+            Op::RemoveForSa(sa) => {
+                self.policies.retain(|p| p.action != Action::Protect(*sa));
+                None
+            }
+        }
+    }
+}
+
+fn apply(spd: &mut Spd, op: &Op) -> Option<String> {
+    match op {
+        Op::Insert(p) => {
+            spd.insert(p.clone());
+            None
+        }
+        Op::Remove(name) => spd.remove(name).map(|p| format!("{p:?}")),
+        Op::SetAction(name, action) => spd.set_action(name, *action).then(|| name.clone()),
+        Op::RemoveForSa(sa) => {
+            spd.remove_for_sa(*sa);
+            None
+        }
+    }
+}
+
+fn check(spd: &Spd, reference: &Reference, flows: &[FlowKey]) -> Result<(), TestCaseError> {
+    prop_assert_eq!(spd.len(), reference.policies.len());
+    for direction in [PolicyDirection::Out, PolicyDirection::In] {
+        let expected: Vec<&Policy> = reference.ordered(direction);
+        let got: Vec<&Policy> = spd.policies(direction).iter().collect();
+        prop_assert_eq!(got, expected, "{} order", direction);
+        for flow in flows {
+            prop_assert_eq!(
+                spd.lookup(direction, flow),
+                reference.lookup(direction, flow),
+                "{} {:?}",
+                direction,
+                flow
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn spd_lookup_agrees_with_a_naive_reference(
+        ops in prop::collection::vec(op(), 0..40),
+        flows in prop::collection::vec(flow(), 1..24),
+    ) {
+        let mut spd = Spd::new();
+        let mut reference = Reference::default();
+        for op in &ops {
+            prop_assert_eq!(apply(&mut spd, op), reference.apply(op), "{:?}", op);
+            check(&spd, &reference, &flows)?;
+        }
+        // Flows built to hit each remaining selector, too.
+        let hits: Vec<FlowKey> = reference
+            .policies
+            .iter()
+            .map(|p| FlowKey {
+                src: p.selector.src.addr(),
+                dst: p.selector.dst.addr(),
+                protocol: match p.selector.protocol {
+                    ProtocolSelector::Any => 17,
+                    ProtocolSelector::Number(n) => n,
+                },
+                ports: Some((p.selector.src_ports.last, p.selector.dst_ports.first)),
+            })
+            .collect();
+        check(&spd, &reference, &hits)?;
+    }
+}

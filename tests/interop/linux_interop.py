@@ -224,6 +224,9 @@ action = "discard"
              "--control", str(sock), "--workers", "1", "--stats", str(stats)],
             stdout=log, stderr=subprocess.STDOUT,
         )
+        # For scripts/linux-interop.sh's cleanup, should this driver die.
+        (self.work / f"{name}.pid").write_text(f"{proc.pid}\n")
+        self.pidfile = self.work / f"{name}.pid"
         deadline = time.time() + 10
         while time.time() < deadline:
             if proc.poll() is not None:
@@ -232,6 +235,8 @@ action = "discard"
                 return proc, sock, stats
             time.sleep(0.05)
         proc.terminate()
+        proc.wait()
+        self.pidfile.unlink(missing_ok=True)
         raise Failure("espgw did not answer on its control socket within 10 s")
 
     def query(self, sock, what, check=True):
@@ -250,7 +255,9 @@ action = "discard"
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+            self.pidfile.unlink(missing_ok=True)
             raise Failure("espgw did not stop within 10 s of SIGTERM")
+        self.pidfile.unlink(missing_ok=True)
         if proc.returncode != 0:
             raise Failure(f"espgw exited with {proc.returncode}")
         return json.loads(stats.read_text())

@@ -105,7 +105,7 @@ echo "== booting the linux-peer VM"
 ip netns exec lpeer ethtool -K lptap0 tx off tso off gso off gro off >/dev/null 2>&1 || true
 vm() { "$peer/run-peer.sh" -e 10.99.0.2 "$1"; }
 vm 'echo 1 >/proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 >/proc/sys/net/ipv6/conf/default/disable_ipv6'
-kernel="$(vm 'uname -r') ($(vm 'cat /proc/version' | grep -Eo 'Debian [0-9][^ ]*' | head -1 || true), $(vm 'uname -m'))"
+kernel="$(vm 'uname -r') ($(vm 'cat /proc/version' | grep -Eo 'Debian [0-9][0-9A-Za-z.+~-]*' | tail -1 || true), $(vm 'uname -m'))"
 echo "peer kernel: $kernel"
 selftest=$(grep -o 'AF_ALG summary: [^=]*' /tmp/linux-peer/run/lptap0.log || echo "AF_ALG summary: ?")
 echo "VM boot: afalg-test known answers: $selftest"

@@ -265,14 +265,17 @@ action = "discard"
     # ---- traffic
 
     def ping_from_host(self, count, size=56, interval=None):
-        pace = ["-i", interval] if interval else ["-A"]
-        r = self.ns("lphost", ["ping", "-n", "-q", *pace, "-c", str(count), "-W", "1", "-s", str(size), VM_PROT])
+        # Expected to succeed: -w waits until every probe is answered (the VM
+        # is emulated and the host may be busy), up to 30 s. Expected to
+        # fail (interval given): give each probe a second.
+        pace = ["-i", interval, "-W", "1"] if interval else ["-A", "-w", "30"]
+        r = self.ns("lphost", ["ping", "-n", "-q", *pace, "-c", str(count), "-s", str(size), VM_PROT])
         m = re.search(r"(\d+) packets transmitted, (\d+) received", r.stdout)
         return (int(m.group(2)) if m else 0), count
 
     def ping_from_vm(self, count, size=56, interval=None):
-        pace = f"-i {interval}" if interval else "-A"
-        out = self.vm(f"ping -q {pace} -c {count} -W 1 -s {size} -I {VM_PROT} {HOST} 2>&1; true")
+        pace = f"-i {interval} -W 1" if interval else "-A -W 10"
+        out = self.vm(f"ping -q {pace} -c {count} -s {size} -I {VM_PROT} {HOST} 2>&1; true")
         m = re.search(r"(\d+) packets transmitted, (\d+) packets received", out)
         return (int(m.group(2)) if m else 0), count
 

@@ -148,14 +148,17 @@ run() {
     fi
 
     echo "== espgw bench: afalg vs soft cost per packet inside the VM (TCG emulation: ratios only)"
-    local args="--sizes 64,1420 --algorithms $BENCH_ALGORITHMS --scenarios esp --slice-ms 40 --repetitions 5"
+    local args="--sizes 64,1420 --algorithms $BENCH_ALGORITHMS --scenarios esp --slice-ms 30 --repetitions 7"
     if vm "cd /tmp && /mnt/host/run /mnt/host/espgw bench --engine soft $args --json /tmp/bench-soft.json >/dev/null 2>&1 &&
            /mnt/host/run /mnt/host/espgw bench --engine afalg $args --json /tmp/bench-afalg.json >/dev/null 2>&1" &&
         vm 'cat /tmp/bench-soft.json' >"$out/bench-soft.json" &&
         vm 'cat /tmp/bench-afalg.json' >"$out/bench-afalg.json" &&
         python3 - "$out/bench-soft.json" "$out/bench-afalg.json" <<'EOF' | tee "$out/bench.txt"
 import json, sys
-soft = {(c["scenario"].split("/")[0], c["path"], c["frame_size"]): c["ns_per_packet"]
+# The fastest repetition: on a shared host the emulated vCPU is preempted at
+# random, and the minimum is the estimate least disturbed by that.
+cost = lambda c: min(c["repetitions_ns"])  # noqa: E731
+soft = {(c["scenario"].split("/")[0], c["path"], c["frame_size"]): cost(c)
         for c in json.load(open(sys.argv[1]))["cells"] if "/soft" in c["scenario"]}
 afalg = [c for c in json.load(open(sys.argv[2]))["cells"] if "/afalg/" in c["scenario"]]
 styles = []
@@ -168,9 +171,9 @@ for c in afalg:
     a = c["scenario"].split("/")[0]
     if a not in algs:
         algs.append(a)
-ns = {(c["scenario"].split("/")[0], c["scenario"].split("/")[2], c["path"], c["frame_size"]): c["ns_per_packet"] for c in afalg}
-print("AF_ALG / soft cost per packet (encapsulation + decapsulation, ns per packet summed), inside the TCG-emulated VM;")
-print("absolute times are emulation times, only the ratios compare; afalg I/O is io_uring (the default)")
+ns = {(c["scenario"].split("/")[0], c["scenario"].split("/")[2], c["path"], c["frame_size"]): cost(c) for c in afalg}
+print("AF_ALG / soft cost per packet (encapsulation + decapsulation ns per packet, fastest of the repetitions),")
+print("inside the TCG-emulated VM: absolute times are emulation times, only the ratios compare; afalg I/O is io_uring")
 head = f"{'algorithm':<15} {'bytes':>5} {'soft ns':>9} " + " ".join(f"{'afalg/' + s + ' ns':>18} {'ratio':>6}" for s in styles)
 print(head)
 for a in algs:

@@ -67,7 +67,7 @@ trap 'exit 130' INT TERM
 
 echo "== dependencies"
 need=
-for t in qemu-system-x86_64 ethtool ping ip python3; do
+for t in qemu-system-x86_64 busybox ethtool ping ip python3; do
     command -v "$t" >/dev/null || need=1
 done
 if [ -n "$need" ] || [ ! -f /tmp/linux-peer/initramfs.gz ] || [ ! -f /tmp/linux-peer/vmlinux ]; then

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# espgw against Linux kernel IPsec, and the AF_ALG engine on a real kernel,
+# both in the linux-peer VM (../shared/tools/linux-peer: Debian's stock
+# kernel under qemu, with XFRM ESP and AF_ALG, which this host's kernel lacks).
+#
+#   sudo scripts/linux-interop.sh          # about 3-4 minutes here; CI runs it
+#
+# Topology (all inside network namespaces this script makes and removes):
+#
+#   netns lphost                 netns lpeer                         qemu, TCG
+#   192.168.1.10 eth0 ── veth ── lpin0 [espgw run] lptap0 ── tap ── eth0 10.99.0.2 (XFRM)
+#                               inside 192.168.1.1  outside 10.99.0.1    prot0 192.168.2.1
+#
+# The host kernel in lpeer keeps only 10.99.0.3 on the tap, to reach the VM's
+# control port; 10.99.0.1 and its MAC belong to espgw alone, so the host
+# kernel neither answers for it nor sees its ESP (the host kernel has no ESP).
+#
+# 1. XFRM interop (tests/interop/linux_interop.py): every algorithm both
+#    support x tunnel/transport x ESN off/on (ESN crossing 2^32 both ways),
+#    replay windows on both sides; ping both ways; the VM's xfrm_stat and
+#    SA counters and espgw's counters checked; wrong key, wrong SPI and a
+#    replay refused and counted.
+# 2. AF_ALG (scripts/afalg-in-vm.sh --run): tests/afalg.rs, `espgw pcap
+#    --engine afalg` against soft, and the afalg/soft cost ratio.
+#
+# Installs its Debian packages when missing, builds the release binaries,
+# prints a summary, exits non-zero on any failure, and always removes the VM,
+# the namespaces and any espgw it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+peer=${LINUX_PEER:-$repo/../shared/tools/linux-peer}
+t0=$(date +%s)
+
+if [ "$(id -u)" != 0 ]; then
+    echo "linux-interop: needs root (network namespaces, TAP, AF_PACKET)" >&2
+    exit 2
+fi
+if [ ! -x "$peer/run-peer.sh" ]; then
+    echo "linux-interop: linux-peer not found at $peer (set LINUX_PEER)" >&2
+    exit 2
+fi
+
+work=$(mktemp -d /tmp/espgw-interop.XXXXXX)
+share=$work/share
+mkdir -p "$share"
+
+stop_all() {
+    # espgw processes the driver started (it removes a pid file on a clean stop).
+    for f in "$work"/xfrm/*.pid; do
+        [ -f "$f" ] || continue
+        kill "$(cat "$f")" 2>/dev/null || true
+    done
+    "$peer/run-peer.sh" --stop lptap0 >/dev/null 2>&1 || true
+    ip netns del lphost 2>/dev/null || true
+    ip netns del lpeer 2>/dev/null || true
+}
+# shellcheck disable=SC2317  # called by the trap
+cleanup() {
+    local rc=$?
+    stop_all
+    if [ "${KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== dependencies"
+need=
+for t in qemu-system-x86_64 busybox ethtool ping ip python3; do
+    command -v "$t" >/dev/null || need=1
+done
+if [ -n "$need" ] || [ ! -f /tmp/linux-peer/initramfs.gz ] || [ ! -f /tmp/linux-peer/vmlinux ]; then
+    "$peer/build-initramfs.sh" --install-deps >"$work/build-initramfs.log" 2>&1 ||
+        { tail -20 "$work/build-initramfs.log"; exit 1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 ethtool iputils-ping >/dev/null
+fi
+echo "linux-peer initramfs: /tmp/linux-peer/initramfs.gz (kernel $(cat /tmp/linux-peer/KVER 2>/dev/null || echo '?'))"
+
+# Builds espgw and the AF_ALG test binary (release), and writes the AF_ALG
+# inputs into the VM's share.
+scripts/afalg-in-vm.sh --prepare "$share"
+espgw=$repo/target/release/espgw
+
+echo "== topology"
+stop_all   # leftovers of an interrupted run
+ip netns add lpeer
+ip netns add lphost
+for ns in lpeer lphost; do
+    # No IPv6: nothing but IPv4 and ARP reaches espgw (it counts the rest).
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+    ip -n "$ns" link set lo up
+done
+ip link add lpin0 netns lpeer type veth peer name eth0 netns lphost
+ip -n lphost addr add 192.168.1.10/24 dev eth0
+ip -n lphost link set eth0 up
+ip -n lphost route add default via 192.168.1.1
+ip -n lpeer link set lpin0 up
+# Full checksums on the wire: espgw reads frames as they are (as the demo does).
+ip netns exec lphost ethtool -K eth0 tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
+ip netns exec lpeer ethtool -K lpin0 tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
+
+echo "== booting the linux-peer VM"
+"$peer/run-peer.sh" -d -m 512 -H 10.99.0.3/24 -S "$share"
+ip netns exec lpeer ethtool -K lptap0 tx off tso off gso off gro off >/dev/null 2>&1 || true
+vm() { "$peer/run-peer.sh" -e 10.99.0.2 "$1"; }
+vm 'echo 1 >/proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 >/proc/sys/net/ipv6/conf/default/disable_ipv6'
+kernel="$(vm 'uname -r') ($(vm 'cat /proc/version' | grep -Eo 'Debian [0-9][0-9A-Za-z.+~-]*' | tail -1 || true), $(vm 'uname -m'))"
+echo "peer kernel: $kernel"
+selftest=$(grep -o 'AF_ALG summary: [^=]*' /tmp/linux-peer/run/lptap0.log || echo "AF_ALG summary: ?")
+echo "VM boot: afalg-test known answers: $selftest"
+
+status=0
+echo "== espgw <-> Linux XFRM"
+python3 tests/interop/linux_interop.py --espgw "$espgw" --peer "$peer" \
+    --workdir "$work/xfrm" --summary "$work/xfrm-summary.txt" || status=1
+
+echo "== AF_ALG engine inside the VM"
+scripts/afalg-in-vm.sh --run "$share" | tee "$work/afalg.txt" || status=1
+
+elapsed=$(($(date +%s) - t0))
+echo
+echo "================ linux-interop summary ================"
+echo "peer: linux-peer VM (qemu TCG), Linux kernel $kernel; $selftest"
+echo "espgw: $(git -C "$repo" describe --always --dirty 2>/dev/null || echo '?'), release build, soft engine, 1 worker"
+echo
+cat "$work/xfrm-summary.txt" 2>/dev/null || echo "XFRM interop: no summary (the driver failed)"
+echo
+grep -E '^(PASS|FAIL) tests/afalg|^pcap: |^FAIL' "$work/afalg.txt" || true
+sed -n '/^AF_ALG \/ soft cost/,/^AF_ALG: /p' "$work/afalg.txt" | sed '$d'
+grep -E '^AF_ALG: ' "$work/afalg.txt" || echo "AF_ALG: no result"
+echo
+xp=$(grep -Eo '^XFRM interop: [0-9]+ passed, [0-9]+ failed' "$work/xfrm-summary.txt" 2>/dev/null | grep -Eo '[0-9]+ passed, [0-9]+ failed' || echo "0 passed, 1 failed")
+ap=$(grep -Eo '^AF_ALG: [0-9]+ passed, [0-9]+ failed' "$work/afalg.txt" | grep -Eo '[0-9]+ passed, [0-9]+ failed' || echo "0 passed, 1 failed")
+passed=$((${xp%% passed*} + ${ap%% passed*}))
+failed=$(($(echo "$xp" | grep -Eo '[0-9]+ failed' | cut -d' ' -f1) + $(echo "$ap" | grep -Eo '[0-9]+ failed' | cut -d' ' -f1)))
+[ "$failed" = 0 ] || status=1
+echo "total time ${elapsed}s"
+echo "linux-interop: $passed passed, $failed failed"
+exit $status

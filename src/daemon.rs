@@ -212,6 +212,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let sockets = open_sockets(&config, workers)?;
     let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
     setup.resolve_neighbors = true;
+    setup.only_own_mac = true;
     let mut first = Gateway::new(setup, accel::build_engine(&spec)?);
     config
         .install(&mut first, Duration::ZERO)

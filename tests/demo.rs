@@ -160,6 +160,41 @@ fn demo_rekeys_and_reloads_without_losing_a_packet() {
     assert!(report.contains("0 plaintext IPv4"), "{report}");
 }
 
+/// Floods of bad ESP into gwB at full speed cost the good traffic little
+/// and never shut it out; every bad frame is counted.
+#[test]
+fn a_flood_of_bad_esp_does_not_starve_good_traffic() {
+    let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
+    if !runnable("the flood check") {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args(["demo", "--flood-check", "--tcp-bytes", "300000"])
+        .output()
+        .expect("espgw demo runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let floods: Vec<&str> = report
+        .lines()
+        .filter(|l| l.trim_start().starts_with("flood "))
+        .collect();
+    assert_eq!(floods.len(), 3, "{report}");
+    assert!(floods[0].contains("2000/2000 hostA→hostB"), "{report}");
+    assert!(!report.contains("STARVED"), "{report}");
+    let gw_b = report
+        .lines()
+        .find(|l| l.trim_start().starts_with("gwB"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        gw_b.contains("unknown_spi") && gw_b.contains("auth_failed"),
+        "{gw_b}"
+    );
+}
+
 /// `espgw bench --io` compares the receive methods on a veth pair.
 #[test]
 fn io_comparison_runs_every_method() {

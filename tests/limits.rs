@@ -118,3 +118,35 @@ fn the_arp_queue_is_bounded_and_counts_what_it_refuses() {
     assert!(stats.balanced(), "{stats:?}");
     assert_eq!(pool.in_use(), 0);
 }
+
+/// Live sockets are promiscuous: frames for other hosts on a shared link
+/// are counted as `other_host`, never forwarded.
+#[test]
+fn frames_for_other_hosts_are_not_ours() {
+    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "").replace(
+        "address = \"192.168.1.1/24\"",
+        "address = \"192.168.1.1/24\"\nmac = \"02:00:00:00:01:01\"",
+    );
+    let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
+    setup.only_own_mac = true;
+    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
+    config.install(&mut gw, Duration::ZERO).unwrap();
+    let mut pool = PacketPool::new(8);
+    let ours = ethernet(&udp_packet(HOST_A, HOST_B, 64, 1));
+    let mut theirs = ours.clone();
+    theirs[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x09, 0x09]);
+    let out = feed(&mut gw, &mut pool, Port::Inside, &[theirs, ours]);
+    let verdicts: Vec<Verdict> = out.iter().map(|(_, v)| *v).collect();
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Drop(DropReason::OtherHost),
+            Verdict::Forward(Port::Outside)
+        ]
+    );
+    for (buf, _) in out {
+        pool.free(buf);
+    }
+    assert!(gw.stats().balanced());
+}

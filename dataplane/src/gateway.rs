@@ -80,6 +80,11 @@ pub struct GatewaySetup {
     /// exchange traffic is always let through (RFC 4301 §5.1, IKE bypass).
     /// `None`: such datagrams are ordinary local traffic.
     pub control_port: Option<u16>,
+    /// Drop unicast frames for other MAC addresses (`other_host`). On for
+    /// live interfaces, whose sockets are promiscuous because the gateway's
+    /// MAC need not be the device's; off for captures, which hold what the
+    /// user wants processed.
+    pub only_own_mac: bool,
 }
 
 /// A frame handed back to the driver.
@@ -971,6 +976,10 @@ impl Gateway {
             return Ok(None);
         }
         let frame = EthernetFrame::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
+        let dst = frame.dst_addr();
+        if self.setup.only_own_mac && dst.is_unicast() && dst != self.interfaces[from.index()].mac {
+            return Err(DropReason::OtherHost);
+        }
         match frame.ethertype() {
             EthernetProtocol::Ipv4 => {}
             EthernetProtocol::Arp => {

@@ -54,10 +54,13 @@ pub enum DropReason {
     ReassemblyFailed,
     /// Fragments of a datagram that never completed.
     ReassemblyTimeout,
+    /// A unicast frame for another host's MAC address, seen because the
+    /// driver's socket is promiscuous (live mode on a shared link).
+    OtherHost,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 21] = [
+    pub const ALL: [DropReason; 22] = [
         DropReason::NoPolicy,
         DropReason::PolicyDiscard,
         DropReason::PolicyMismatch,
@@ -79,6 +82,7 @@ impl DropReason {
         DropReason::FragNeeded,
         DropReason::ReassemblyFailed,
         DropReason::ReassemblyTimeout,
+        DropReason::OtherHost,
     ];
 
     /// The name used in stats output.
@@ -105,6 +109,7 @@ impl DropReason {
             DropReason::FragNeeded => "frag_needed",
             DropReason::ReassemblyFailed => "reassembly_failed",
             DropReason::ReassemblyTimeout => "reassembly_timeout",
+            DropReason::OtherHost => "other_host",
         }
     }
 

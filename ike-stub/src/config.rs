@@ -211,6 +211,7 @@ impl Config {
             // A TUN inside carries bare IPv4.
             inside_link: (self.inside.kind == InterfaceKind::Tun).then_some(LinkLayer::RawIp),
             control_port: Some(dataplane::CONTROL_PORT),
+            only_own_mac: false,
         }
     }
 

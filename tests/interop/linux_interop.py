@@ -364,7 +364,7 @@ action = "discard"
                     problems.append(f"{label} is mode {s.get('mode')} esn {s.get('esn')}, not {mode} esn {esn}")
                 if s.get("replay") != 0 or s.get("failed") != 0:
                     problems.append(f"{label}: replay {s.get('replay')} failed {s.get('failed')}")
-            unexpected = {k: v for k, v in drops.items() if k != "policy_discard"}
+            unexpected = {k: v for k, v in drops.items() if k not in ("policy_discard", "other_host")}
             if unexpected:
                 problems.append(f"espgw drops {unexpected}")
             # Every packet one side sent, the other side accepted.
@@ -408,10 +408,10 @@ action = "discard"
             text += f"; VM XfrmInNoStates +{moved.get('XfrmInNoStates', 0)}; espgw unknown_spi {final['drops']['unknown_spi']}"
         if negative:
             expected = {"wrong-key": "auth_failed", "wrong-spi": "unknown_spi"}.get(negative)
-            unexpected = {k: v for k, v in drops.items() if k not in ("policy_discard", expected)}
+            unexpected = {k: v for k, v in drops.items() if k not in ("policy_discard", "other_host", expected)}
             if unexpected:
                 problems.append(f"espgw drops besides the expected: {unexpected}")
-        text += f"; espgw drops {drops or 'none'} (policy_discard = VM control channel)"
+        text += f"; espgw drops {drops or 'none'} (policy_discard, other_host = VM control channel)"
         return problems, text
 
     def negative_traffic(self):

@@ -56,6 +56,10 @@ pub struct DemoArgs {
     /// numbered UDP traffic, against a run without a flood.
     #[arg(long)]
     flood_check: bool,
+    /// Frames per second of the flood check's floods (default: as fast as
+    /// one thread can send).
+    #[arg(long, value_name = "FRAMES_PER_SECOND")]
+    flood_rate: Option<u64>,
     /// Instead of one round, run mixed traffic for this many seconds and
     /// check for leaks and unexplained loss (see scripts/soak.sh).
     #[arg(long, value_name = "SECONDS")]
@@ -455,7 +459,12 @@ pub(crate) struct FloodRound {
 /// Sends bad ESP from gwA's side of the link to gwB for `duration`, as
 /// fast as one thread can: `spi` with sequence numbers far ahead of any
 /// window (so gwB must check the ICV), random bytes after them.
-fn flood(spi: u32, duration: Duration, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<(u64, f64)>> {
+fn flood(
+    spi: u32,
+    duration: Duration,
+    rate: Option<u64>,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<Result<(u64, f64)>> {
     thread::spawn(move || {
         enter("espgw-gwA")?;
         let socket = dataplane::io::afpacket::AfPacket::open("a-out")?;
@@ -483,6 +492,13 @@ fn flood(spi: u32, duration: Duration, stop: Arc<AtomicBool>) -> thread::JoinHan
         let mut sent = 0u64;
         let mut seq = 1_000_000u32;
         while start.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+            if let Some(rate) = rate {
+                // Paced: never ahead of `rate` frames per second.
+                let due = Duration::from_secs_f64(sent as f64 / rate.max(1) as f64);
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    thread::sleep(wait);
+                }
+            }
             frame[38..42].copy_from_slice(&seq.to_be_bytes());
             seq = seq.wrapping_add(1);
             if socket.send(&frame).is_ok() {
@@ -494,7 +510,7 @@ fn flood(spi: u32, duration: Duration, stop: Arc<AtomicBool>) -> thread::JoinHan
 }
 
 /// The numbered streams without a flood, then under each kind of flood.
-pub(crate) fn flood_check() -> Result<Vec<FloodRound>> {
+pub(crate) fn flood_check(rate: Option<u64>) -> Result<Vec<FloodRound>> {
     let mut rounds = Vec::new();
     for (label, spi) in [
         ("no flood", None),
@@ -502,7 +518,7 @@ pub(crate) fn flood_check() -> Result<Vec<FloodRound>> {
         ("tunnel SPI, bad ICV", Some(0x1001)),
     ] {
         let stop = Arc::new(AtomicBool::new(false));
-        let flooder = spi.map(|spi| flood(spi, Duration::from_secs(3), Arc::clone(&stop)));
+        let flooder = spi.map(|spi| flood(spi, Duration::from_secs(3), rate, Arc::clone(&stop)));
         let good = udp_streams(2000, 500, Duration::from_millis(1))?;
         stop.store(true, Ordering::Relaxed);
         let (sent, rate) = match flooder {
@@ -807,7 +823,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     // and again (about 2 MB each way over 2 s).
     let floods = if args.flood_check {
         eprintln!("numbered UDP both ways, alone and under floods of bad ESP ...");
-        Some(flood_check()?)
+        Some(flood_check(args.flood_rate)?)
     } else {
         None
     };
@@ -1141,6 +1157,7 @@ impl DemoArgs {
             rekey_every: None,
             reload_check: false,
             flood_check: false,
+            flood_rate: None,
             soak: None,
             fail_every: None,
             lose_completion_every: None,

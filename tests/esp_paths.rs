@@ -414,3 +414,28 @@ fn wrong_keys_and_unknown_spis_are_refused() {
         Some(DropReason::UnknownSpi)
     );
 }
+
+/// Next header 59 marks a dummy packet, which the peer discards: a packet
+/// of IP protocol 59 cannot travel in transport mode and is refused.
+#[test]
+fn transport_mode_refuses_protocol_59() {
+    let mut pair = Pair::new(Algorithm::Aes128Gcm16, "transport", false);
+    let mut packet = udp_packet(HOST_A, HOST_B, 32, 9);
+    {
+        let mut ip = smoltcp::wire::Ipv4Packet::new_unchecked(&mut packet[..]);
+        ip.set_next_header(smoltcp::wire::IpProtocol::from(59));
+        ip.fill_checksum();
+    }
+    assert_eq!(
+        dropped(pair.encapsulate(&packet).0),
+        Some(DropReason::Unsupported)
+    );
+    let mut tunnel = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
+    let (verdict, esp) = tunnel.encapsulate(&packet);
+    assert_eq!(
+        verdict,
+        Verdict::Forward(Port::Outside),
+        "tunnel mode carries it (next header 4)"
+    );
+    assert_eq!(tunnel.decapsulate(&esp).0, Verdict::Forward(Port::Inside));
+}

@@ -125,6 +125,9 @@ pub fn encapsulate_prepare<R: Rng>(
         Mode::Tunnel => (0, NEXT_HEADER_IPV4),
         // RFC 4301 §4.1: transport mode carries whole packets only.
         Mode::Transport if is_fragment => return Err(DropReason::Unsupported),
+        // Next header 59 marks a dummy packet, which the peer must discard
+        // (RFC 4303 §2.6): such a payload cannot be carried in transport mode.
+        Mode::Transport if inner_proto == NEXT_HEADER_NONE => return Err(DropReason::Unsupported),
         Mode::Transport => (header_len, inner_proto),
     };
     let payload_len = buf.len() - protected_start;

@@ -231,10 +231,13 @@ pub fn answer(
             // A tunnel: its status and every SA it has now.
             match tunnels.iter().find(|t| t.name == name) {
                 Some(t) => {
-                    let prefix = format!("{}-", t.name);
+                    let names: Vec<&str> = [t.sa_out.as_str(), t.sa_in.as_str()]
+                        .into_iter()
+                        .chain(t.retiring.iter().map(String::as_str))
+                        .collect();
                     let mine: Vec<&Value> = sas
                         .iter()
-                        .filter(|s| s["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+                        .filter(|s| s["name"].as_str().is_some_and(|n| names.contains(&n)))
                         .collect();
                     json!({ "sas": mine, "tunnels": [t] })
                 }

@@ -11,8 +11,10 @@ The host kernel in lpeer holds only 10.99.0.3 on the tap (the VM's control
 port is reached from there); 10.99.0.1 is espgw's alone, with its own MAC, so
 the host kernel neither answers its ARP nor sees its ESP (frames for another
 MAC are PACKET_OTHERHOST to it). espgw reads the tap promiscuously, so it
-also sees the VM's replies on the control channel (10.99.0.2 -> 10.99.0.3);
-a discard policy counts them as `policy_discard`, the only drops allowed.
+also sees the VM's replies on the control channel (10.99.0.2 -> 10.99.0.3),
+addressed to the tap's MAC: it drops them as `other_host` (a discard policy
+for them, counted as `policy_discard`, stays as a second guard). These are
+the only drops allowed.
 
 For each case the VM's SAs are reconfigured with `lp-xfrm` over the control
 port (no reboot), one `espgw run` is started with the matching config, ping
@@ -23,7 +25,7 @@ each way so that ESN cases cross 2^32), and then:
     protocol, state or policy errors);
   - `ip -s xfrm state`: replay 0, failed 0 on both SAs, and the packets each
     kernel SA counted equal those of the matching espgw SA;
-  - espgw's counters: no drops except policy_discard (control channel), no
+  - espgw's counters: no drops except other_host/policy_discard (control channel), no
     kernel socket drops, no engine errors;
   - ESN: both kernel SAs and both espgw SAs are past 2^32.
 Negative cases: wrong keys (the kernel's XfrmInStateProtoError and the SA's

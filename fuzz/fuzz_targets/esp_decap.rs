@@ -56,6 +56,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let outputs = gateway.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
     assert!(!outputs.is_empty(), "the frame came back");
+    if std::env::var_os("FUZZ_DEBUG").is_some() {
+        let verdicts: Vec<_> = outputs.iter().map(|(_, v)| v).collect();
+        eprintln!("selector {selector}: {verdicts:?}");
+    }
     for (buf, verdict) in &outputs {
         if *verdict == Verdict::Forward(Port::Inside) {
             let p = buf.data();

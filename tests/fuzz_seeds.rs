@@ -52,7 +52,11 @@ fn every_fuzz_target_has_seeds() {
     for target in TARGETS {
         let dir = seeds_dir().join(target);
         let n = fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
-        assert!(n > 0, "no seeds in {}; run this test with --ignored", dir.display());
+        assert!(
+            n > 0,
+            "no seeds in {}; run this test with --ignored",
+            dir.display()
+        );
     }
 }
 
@@ -212,12 +216,25 @@ fn write_fuzz_seeds() {
     let mut big = udp_packet(HOST_A, HOST_B, 1460, 4);
     big[6] = 0;
     ipv4_fix_checksum(&mut big);
-    let fragments = through(&mut a, Port::Inside, &ethernet(a_mac, host_a_mac, 0x0800, &big), Port::Outside);
+    let fragments = through(
+        &mut a,
+        Port::Inside,
+        &ethernet(a_mac, host_a_mac, 0x0800, &big),
+        Port::Outside,
+    );
     assert!(fragments.len() >= 2, "{} fragments", fragments.len());
     let raw = |frame: &[u8]| frame[14..].to_vec();
     for (i, f) in esp_frames.iter().enumerate() {
-        write("gateway_inbound", &format!("esp-eth-{i}"), &[&[0u8][..], f].concat());
-        write("gateway_inbound", &format!("esp-raw-{i}"), &[&[0x80u8][..], &raw(f)].concat());
+        write(
+            "gateway_inbound",
+            &format!("esp-eth-{i}"),
+            &[&[0u8][..], f].concat(),
+        );
+        write(
+            "gateway_inbound",
+            &format!("esp-raw-{i}"),
+            &[&[0x80u8][..], &raw(f)].concat(),
+        );
     }
     let joined = |frames: &[Vec<u8>], strip: bool| -> Vec<u8> {
         let mut out = Vec::new();
@@ -229,10 +246,18 @@ fn write_fuzz_seeds() {
         }
         out
     };
-    write("gateway_inbound", "fragments-eth", &[&[0u8][..], &joined(&fragments, false)].concat());
+    write(
+        "gateway_inbound",
+        "fragments-eth",
+        &[&[0u8][..], &joined(&fragments, false)].concat(),
+    );
     let mut reversed = fragments.clone();
     reversed.reverse();
-    write("gateway_inbound", "fragments-raw-reversed", &[&[0x80u8][..], &joined(&reversed, true)].concat());
+    write(
+        "gateway_inbound",
+        "fragments-raw-reversed",
+        &[&[0x80u8][..], &joined(&reversed, true)].concat(),
+    );
     let mut ping = udp_packet(common::HOST_A, "10.0.0.2".parse().unwrap(), 0, 0);
     ping[9] = 1;
     ping.truncate(20);
@@ -240,17 +265,45 @@ fn write_fuzz_seeds() {
     ping[2..4].copy_from_slice(&28u16.to_be_bytes());
     ping[12..16].copy_from_slice(&[10, 0, 0, 1]);
     ipv4_fix_checksum(&mut ping);
-    write("gateway_inbound", "ping-outside", &[&[0u8][..], &ethernet(b_out_mac, peer_mac, 0x0800, &ping)].concat());
-    write("gateway_inbound", "arp-outside", &[&[0u8][..], &arp_request(peer_mac, [10, 0, 0, 1], [10, 0, 0, 2])].concat());
+    write(
+        "gateway_inbound",
+        "ping-outside",
+        &[&[0u8][..], &ethernet(b_out_mac, peer_mac, 0x0800, &ping)].concat(),
+    );
+    write(
+        "gateway_inbound",
+        "arp-outside",
+        &[&[0u8][..], &arp_request(peer_mac, [10, 0, 0, 1], [10, 0, 0, 2])].concat(),
+    );
     let plain = udp_packet(HOST_B, HOST_A, 64, 5);
-    write("gateway_inbound", "plain-inside", &[&[0x40u8][..], &ethernet(b_in_mac, [2, 0, 0, 0, 2, 0x20], 0x0800, &plain)].concat());
-    write("gateway_inbound", "plain-inside-raw", &[&[0xc0u8][..], &plain].concat());
+    write(
+        "gateway_inbound",
+        "plain-inside",
+        &[
+            &[0x40u8][..],
+            &ethernet(b_in_mac, [2, 0, 0, 0, 2, 0x20], 0x0800, &plain),
+        ]
+        .concat(),
+    );
+    write(
+        "gateway_inbound",
+        "plain-inside-raw",
+        &[&[0xc0u8][..], &plain].concat(),
+    );
     let mut ttl1 = plain.clone();
     ttl1[8] = 1;
     ipv4_fix_checksum(&mut ttl1);
-    write("gateway_inbound", "ttl1-inside-raw", &[&[0xc0u8][..], &ttl1].concat());
+    write(
+        "gateway_inbound",
+        "ttl1-inside-raw",
+        &[&[0xc0u8][..], &ttl1].concat(),
+    );
     for (name, frames) in [("esp", &esp_frames), ("fragments", &fragments)] {
-        write("pcap_input", &format!("{name}-eth"), &pcap(DataLink::ETHERNET, frames));
+        write(
+            "pcap_input",
+            &format!("{name}-eth"),
+            &pcap(DataLink::ETHERNET, frames),
+        );
         let raws: Vec<Vec<u8>> = frames.iter().map(|f| raw(f)).collect();
         write("pcap_input", &format!("{name}-raw"), &pcap(DataLink::IPV4, &raws));
     }
@@ -262,7 +315,11 @@ fn write_fuzz_seeds() {
 
     // gateway_outbound: packets from site A's hosts.
     for len in [0, 64, 1000, 1472] {
-        write("gateway_outbound", &format!("udp-{len}"), &udp_packet(HOST_A, HOST_B, len, 7));
+        write(
+            "gateway_outbound",
+            &format!("udp-{len}"),
+            &udp_packet(HOST_A, HOST_B, len, 7),
+        );
     }
     write("gateway_outbound", "udp-no-df", &big);
     let mut options = udp_packet(HOST_A, HOST_B, 16, 8);
@@ -279,7 +336,11 @@ fn write_fuzz_seeds() {
     write("gateway_outbound", "icmp", &icmp);
 
     // esp_trailer: plaintext tails.
-    write("esp_trailer", "tunnel", &[&[0x45u8; 20][..], &[1, 2, 0x02, 4]].concat());
+    write(
+        "esp_trailer",
+        "tunnel",
+        &[&[0x45u8; 20][..], &[1, 2, 0x02, 4]].concat(),
+    );
     write("esp_trailer", "no-padding", &[0x45, 0, 0x00, 4]);
     write("esp_trailer", "dummy", &[1, 2, 3, 3, 59]);
 
@@ -318,7 +379,11 @@ fn write_fuzz_seeds() {
     write(
         "reassembly",
         "too-large",
-        &ops(&[frag_op(0, 3, 8000, false, 800, 0), frag_op(0, 3, 0, true, 8, 0), vec![0xff]]),
+        &ops(&[
+            frag_op(0, 3, 8000, false, 800, 0),
+            frag_op(0, 3, 0, true, 8, 0),
+            vec![0xff],
+        ]),
     );
     let mut raw_ops = vec![4u8];
     for f in &fragments {
@@ -369,16 +434,30 @@ fn write_fuzz_seeds() {
         spi: 0xc0ff_ee01,
         nonce: [0x5a; 32],
     };
-    write("rekey_message", "rekey", &message(Kind::Rekey, false, 1, "a-b").seal(&[0x5c; 32]));
-    write("rekey_message", "switched-response", &message(Kind::Switched, true, 2, "t").seal(&[0x5c; 32]));
-    write("rekey_message", "fields", b"\x00\x02\x00\x00\x00\x01\x00\x00\x00\x01\xc0\xff\xee\x01\x5at");
+    write(
+        "rekey_message",
+        "rekey",
+        &message(Kind::Rekey, false, 1, "a-b").seal(&[0x5c; 32]),
+    );
+    write(
+        "rekey_message",
+        "switched-response",
+        &message(Kind::Switched, true, 2, "t").seal(&[0x5c; 32]),
+    );
+    write(
+        "rekey_message",
+        "fields",
+        b"\x00\x02\x00\x00\x00\x01\x00\x00\x00\x01\xc0\xff\xee\x01\x5at",
+    );
 
     // control_plane: the tunnel's real messages (B is the responder, A's
     // requests arrive) and operation sequences (see the target).
     let sk_a = TunnelSecrets::derive(b"a fuzzing secret, longer than sixteen bytes", "t").sk_a;
     let request = message(Kind::Rekey, false, 1, "t").seal(&sk_a);
     let fields = |kind: u8, flags: u8, id: u8, generation: u8| {
-        vec![kind, flags, id, 0, 0, 0, generation, 0, 0, 0, 0xc0, 0xff, 0xee, 0x02, 0x33]
+        vec![
+            kind, flags, id, 0, 0, 0, generation, 0, 0, 0, 0xc0, 0xff, 0xee, 0x02, 0x33,
+        ]
     };
     let mut sealed_request = vec![1u8, request.len() as u8];
     sealed_request.extend_from_slice(&request);
@@ -392,8 +471,16 @@ fn write_fuzz_seeds() {
     ]
     .concat();
     write("control_plane", "exchange-as-responder", &exchange);
-    let initiated = [vec![4u8, 0], vec![3, 3], vec![2], fields(0, 1, 0, 1), vec![3, 10, 2], fields(1, 1, 1, 1), vec![3, 50]]
-        .concat();
+    let initiated = [
+        vec![4u8, 0],
+        vec![3, 3],
+        vec![2],
+        fields(0, 1, 0, 1),
+        vec![3, 10, 2],
+        fields(1, 1, 1, 1),
+        vec![3, 50],
+    ]
+    .concat();
     write("control_plane", "exchange-as-initiator", &initiated);
     let packet = common::udp_packet("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 0, 0);
     let mut raw_request = packet[..28].to_vec();

@@ -31,7 +31,9 @@ mod wiped;
 // debug assertions; an optimised build without them is a release build, and
 // must never have it.
 #[cfg(all(fuzzing, not(debug_assertions)))]
-compile_error!("`--cfg fuzzing` disables ICV checks and is for `cargo fuzz` builds only (with debug assertions)");
+compile_error!(
+    "`--cfg fuzzing` disables ICV checks and is for `cargo fuzz` builds only (with debug assertions)"
+);
 
 pub use algorithm::{Algorithm, CipherKind, IntegrityKind, UnknownAlgorithm};
 pub use buffer::{PacketBuf, PacketPool};

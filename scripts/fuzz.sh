@@ -8,7 +8,8 @@
 # target starts from its committed seeds (fuzz/seeds/<target>/) and its
 # working corpus (fuzz/corpus/<target>/, not committed, kept between runs).
 # A crash leaves its input in fuzz/artifacts/<target>/ and makes the script
-# exit non-zero once every target has run.
+# exit non-zero once every target has run. libFuzzer's output for each
+# target is kept in fuzz/logs/<target>.log (FUZZ_LOG_DIR).
 #
 # Environment: FUZZ_RSS_MB (default 2048), FUZZ_TIMEOUT (seconds one input
 # may take, default 10), FUZZ_BUILD_ARGS (extra `cargo fuzz build` flags),
@@ -44,8 +45,8 @@ else
     mapfile -t targets < <(cargo fuzz list)
 fi
 
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
+logs=${FUZZ_LOG_DIR:-logs}
+mkdir -p "$logs"
 failed=0
 summary=()
 for target in "${targets[@]}"; do
@@ -56,17 +57,17 @@ for target in "${targets[@]}"; do
     # shellcheck disable=SC2086
     nice -n "$niceness" cargo fuzz run ${FUZZ_BUILD_ARGS:-} "$target" "corpus/$target" "seeds/$target" -- \
         -max_total_time="$seconds" -rss_limit_mb="$rss" -timeout="$timeout" \
-        -print_final_stats=1 >"$logs/$target" 2>&1 || status=$?
+        -print_final_stats=1 >"$logs/$target.log" 2>&1 || status=$?
     after=$(find "artifacts/$target" -type f | wc -l)
-    log="$logs/$target"
+    log="$logs/$target.log"
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     if [ -z "$execs" ]; then
         # A crash ends the run before the final stats: take the last status line.
-        execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')
+        execs=$( (grep -o '^#[0-9]*' "$log" || true) | tail -1 | tr -d '#')
     fi
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-    ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    cov=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
+    ft=$( (grep -o 'ft: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
     corpus=$(find "corpus/$target" -type f | wc -l)
     crashes=$((after - before))
     if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then

@@ -2,7 +2,7 @@
 //! exchange state machine behind it), site B of a tunnel `t` with a shared
 //! secret, driven by a sequence of operations decoded from the input:
 //!
-//! - `op % 6 == 0`: a raw datagram (length byte, then the bytes) as the
+//! - `op % 7 == 0`: a raw datagram (length byte, then the bytes) as the
 //!   gateway would hand it over: IPv4/UDP parsing;
 //! - `1`: the bytes as the UDP payload of a packet from the peer;
 //! - `2`: a message *sealed with the tunnel's real key* from 15 bytes of
@@ -11,11 +11,13 @@
 //! - `3`: time passes (byte × 10 ms) and timeouts run;
 //! - `4`: a soft or hard expiry of one of the tunnel's SAs;
 //! - `5`: the last datagram the plane sent, reflected back as if from the
-//!   peer (an attacker can replay what it sees).
+//!   peer (an attacker can replay what it sees);
+//! - `6`: a UDP packet from the peer with the input's IPv4 total length and
+//!   UDP length (4 bytes), then a length byte and the payload.
 //!
 //! Commands are applied to a gateway built from the same configuration.
 //! Checks: nothing panics; `received` counts every datagram; and as long
-//! as only unauthenticated bytes and time came in (operations 0, 1 and 3
+//! as only unauthenticated bytes and time came in (operations 0, 1, 3 and 6
 //! without a validly sealed message, which only seeds carry), the plane
 //! issues no SA command and sends nothing.
 #![no_main]
@@ -74,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     while let Some((&op, tail)) = rest.split_first() {
         rest = tail;
-        match op % 6 {
+        match op % 7 {
             0 | 1 => {
                 let Some((&len, tail)) = rest.split_first() else {
                     break;
@@ -82,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
                 let len = usize::from(len).min(tail.len());
                 let (bytes, tail) = tail.split_at(len);
                 rest = tail;
-                let packet = if op % 6 == 0 {
+                let packet = if op % 7 == 0 {
                     bytes.to_vec()
                 } else {
                     common::udp_packet(common::GW_A, common::GW_B, (500, 500), bytes)
@@ -158,6 +160,19 @@ fuzz_target!(|data: &[u8]| {
                     plane.handle_sa_event(now, name, event);
                     authentic = true;
                 }
+            }
+            6 => {
+                // A UDP packet from the peer whose IPv4 total length and UDP
+                // length are the input's, whatever the packet's size.
+                let Some(f) = rest.get(..5) else { break };
+                let len = usize::from(f[4]).min(rest.len() - 5);
+                let mut packet =
+                    common::udp_packet(common::GW_A, common::GW_B, (500, 500), &rest[5..5 + len]);
+                rest = &rest[5 + len..];
+                packet[2..4].copy_from_slice(&f[0..2]);
+                packet[24..26].copy_from_slice(&f[2..4]);
+                plane.handle_datagram(now, &packet);
+                delivered += 1;
             }
             _ => {
                 if let Some(payload) = &last_sent {

@@ -19,11 +19,21 @@ pub mod algorithm;
 pub mod buffer;
 pub mod descriptor;
 pub mod engine;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 pub mod job;
 pub mod sec;
 pub mod session;
 pub mod soft;
 mod wiped;
+
+// The ICV bypass (`fuzzing.rs`) exists for `cargo fuzz`, whose builds keep
+// debug assertions; an optimised build without them is a release build, and
+// must never have it.
+#[cfg(all(fuzzing, not(debug_assertions)))]
+compile_error!(
+    "`--cfg fuzzing` disables ICV checks and is for `cargo fuzz` builds only (with debug assertions)"
+);
 
 pub use algorithm::{Algorithm, CipherKind, IntegrityKind, UnknownAlgorithm};
 pub use buffer::{PacketBuf, PacketPool};

@@ -1,7 +1,16 @@
-//! Arbitrary frames arriving on the outside port: Ethernet, IPv4 and ESP
-//! parsing, SA lookup, replay check, decapsulation and trailer checks. The
-//! first byte picks the configuration and link layer.
+//! Arbitrary frames arriving on either port: Ethernet, ARP, IPv4 and ESP
+//! parsing, ICMP, reassembly, SA lookup, replay check, decapsulation (with
+//! the ICV bypass, `accel/src/fuzzing.rs`, so trailers are reached) and
+//! routing. The first byte picks the configuration (`& 3`), the port
+//! (`& 0x40`: inside) and the link layer (`& 0x80`: raw IP, else
+//! Ethernet); the rest is one or more frames, separated by the four bytes
+//! `FRAG` so that fragment sequences can reach reassembly.
+//!
+//! Checks: nothing panics, every buffer comes back to the pool and the
+//! counters balance.
 #![no_main]
+
+use std::time::Duration;
 
 use dataplane::{LinkLayer, PacketPool, Port};
 use libfuzzer_sys::fuzz_target;
@@ -9,13 +18,26 @@ use libfuzzer_sys::fuzz_target;
 #[path = "common.rs"]
 mod common;
 
+const SEPARATOR: &[u8] = b"FRAG";
+
+fn split(mut data: &[u8]) -> Vec<&[u8]> {
+    let mut frames = Vec::new();
+    while let Some(at) = data.windows(SEPARATOR.len()).position(|w| w == SEPARATOR) {
+        frames.push(&data[..at]);
+        data = &data[at + SEPARATOR.len()..];
+    }
+    frames.push(data);
+    frames
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Some((&selector, frame)) = data.split_first() else {
+    let Some((&selector, rest)) = data.split_first() else {
         return;
     };
-    let config = match selector % 3 {
+    let config = match selector & 3 {
         0 => "site-b.toml",
         1 => "algorithms/aes128-sha1-b.toml",
+        2 => "algorithms/3des-sha1-b.toml",
         _ => "algorithms/null-b.toml",
     };
     let link = if selector & 0x80 != 0 {
@@ -23,12 +45,28 @@ fuzz_target!(|data: &[u8]| {
     } else {
         LinkLayer::Ethernet
     };
+    let port = if selector & 0x40 != 0 {
+        Port::Inside
+    } else {
+        Port::Outside
+    };
     let mut gateway = common::gateway(config, link);
-    let mut pool = PacketPool::new(1);
-    let Some(mut buf) = pool.alloc() else { return };
-    if buf.fill(frame) {
-        let outputs = gateway.handle_frame(std::time::Duration::ZERO, Port::Outside, buf, &mut pool);
-        assert_eq!(outputs.len(), 1, "every frame comes back once");
+    let mut pool = PacketPool::new(16);
+    let mut outputs = Vec::new();
+    for (i, frame) in split(rest).into_iter().take(32).enumerate() {
+        let Some(mut buf) = pool.alloc() else { break };
+        if !buf.fill(frame) {
+            pool.free(buf);
+            continue;
+        }
+        let now = Duration::from_millis(i as u64);
+        for (buf, _) in gateway.handle_frame(now, port, buf, &mut pool) {
+            pool.free(buf);
+        }
+        gateway.handle_timeout(now, &mut outputs, &mut pool);
+        for (buf, _) in outputs.drain(..) {
+            pool.free(buf);
+        }
     }
-    assert!(gateway.stats().balanced());
+    common::finish(&mut gateway, outputs, &mut pool);
 });

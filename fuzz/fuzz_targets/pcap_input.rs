@@ -1,8 +1,11 @@
-//! Capture input: any bytes are read as a pcap file and fed to a gateway,
-//! or rejected with an error.
+//! Capture input: any bytes are read as a pcap file and fed to a gateway
+//! (inside or outside port, by the input's length), or rejected with an
+//! error. The driver must never lose a buffer or run out of them, and a
+//! capture that ran through leaves the counters balanced, one received
+//! frame per frame read.
 #![no_main]
 
-use dataplane::io::pcap;
+use dataplane::io::pcap::{self, PcapDriverError};
 use dataplane::Port;
 use libfuzzer_sys::fuzz_target;
 
@@ -13,7 +16,23 @@ fuzz_target!(|data: &[u8]| {
     let Ok((reader, link)) = pcap::open(data) else {
         return;
     };
-    let mut gateway = common::gateway("site-a.toml", link);
+    let (config, port) = if data.len() % 2 == 0 {
+        ("site-a.toml", Port::Inside)
+    } else {
+        ("site-b.toml", Port::Outside)
+    };
+    let mut gateway = common::gateway(config, link);
     let mut out = Vec::new();
-    let _ = pcap::run(&mut gateway, Port::Inside, reader, &mut out);
+    match pcap::run(&mut gateway, port, reader, &mut out) {
+        Ok(run) => {
+            let stats = gateway.stats();
+            assert!(stats.balanced(), "{stats:?}");
+            assert_eq!(run.frames_in, stats.rx_packets);
+            if run.frames_out > 0 {
+                assert!(pcap::open(&out[..]).is_ok(), "our own output does not read back");
+            }
+        }
+        Err(e @ (PcapDriverError::BuffersLost(_) | PcapDriverError::PoolExhausted)) => panic!("{e}"),
+        Err(_) => {}
+    }
 });

@@ -1250,6 +1250,10 @@ pub fn udp_payload(packet: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, &[u8])> {
     }
     let total = usize::from(u16::from_be_bytes([packet[2], packet[3]]));
     let packet = packet.get(..total)?;
+    // The total length may end inside the headers checked above.
+    if packet.len() < header_len + 8 {
+        return None;
+    }
     let src = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
     let dst = Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
     let udp = packet.get(header_len..)?;

@@ -1,0 +1,497 @@
+//! Writes the fuzz targets' seed corpora (`fuzz/seeds/<target>/`) from the
+//! project's own vectors: real ESP from every proposal and mode, the shipped
+//! configurations, captures, control requests and sealed rekey messages.
+//! The seeds are committed; regenerate them with
+//!
+//! ```text
+//! cargo test --test fuzz_seeds -- --ignored
+//! ```
+//!
+//! Without `--ignored` the test only checks that every target has seeds.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use accel::{Algorithm, Descriptor, DescriptorKind, Direction, Region, Session, Status};
+use common::{udp_packet, Pair, HOST_A, HOST_B};
+use dataplane::{LinkLayer, PacketPool, Port, Verdict};
+use ike_stub::message::{Kind, Message};
+use ike_stub::prf::TunnelSecrets;
+use ike_stub::Config;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::DataLink;
+
+const TARGETS: [&str; 10] = [
+    "esp_decap",
+    "gateway_inbound",
+    "gateway_outbound",
+    "esp_trailer",
+    "reassembly",
+    "config",
+    "pcap_input",
+    "control_request",
+    "rekey_message",
+    "control_plane",
+];
+
+fn seeds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds")
+}
+
+fn write(target: &str, name: &str, bytes: &[u8]) {
+    let dir = seeds_dir().join(target);
+    fs::create_dir_all(&dir).expect("create seed directory");
+    fs::write(dir.join(name), bytes).expect("write seed");
+}
+
+#[test]
+fn every_fuzz_target_has_seeds() {
+    for target in TARGETS {
+        let dir = seeds_dir().join(target);
+        let n = fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        assert!(
+            n > 0,
+            "no seeds in {}; run this test with --ignored",
+            dir.display()
+        );
+    }
+}
+
+/// The (encryption, integrity) keys site A sends with in `tests/common`.
+fn a_out_keys(alg: Algorithm) -> (Vec<u8>, Vec<u8>) {
+    let bytes = |len: usize, seed: u8| -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+            .collect()
+    };
+    (bytes(alg.enc_key_len(), 1), bytes(alg.auth_key_len(), 101))
+}
+
+/// `packet` (IPv4 + ESP) decrypted in place, ICV left as it was: what the
+/// fuzzing build's ICV bypass hands to the trailer checks.
+fn decrypted_in_place(alg: Algorithm, esn: bool, packet: &[u8]) -> Vec<u8> {
+    let (enc, auth) = a_out_keys(alg);
+    let session = Session::new(alg, &enc, &auth).expect("keys");
+    let header_len = usize::from(packet[0] & 0x0f) * 4;
+    let mut esp = packet[header_len..].to_vec();
+    let (iv, icv) = (alg.iv_len(), alg.icv_len());
+    let cipher_len = esp.len() - 8 - iv - icv;
+    let mut desc = Descriptor {
+        kind: DescriptorKind::SinglePass,
+        direction: Direction::Decrypt,
+        auth_only: Region::new(0, 8),
+        esn_high: esn.then_some(0),
+        iv: Region::new(8, iv),
+        cipher: Region::new(8 + iv, cipher_len),
+        icv: Region::new(8 + iv + cipher_len, icv),
+        status: Status::Pending,
+    };
+    accel::soft::process(&session, &mut desc, &mut esp);
+    assert_eq!(desc.status, Status::Done, "{alg}");
+    let mut out = packet[..header_len].to_vec();
+    out.extend_from_slice(&esp);
+    out
+}
+
+fn ipv4_fix_checksum(p: &mut [u8]) {
+    smoltcp::wire::Ipv4Packet::new_unchecked(&mut p[..]).fill_checksum();
+}
+
+fn ethernet(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn pcap(datalink: DataLink, frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let header = PcapHeader {
+            datalink,
+            ..PcapHeader::default()
+        };
+        let mut w = PcapWriter::with_header(&mut out, header).expect("pcap header");
+        for (i, f) in frames.iter().enumerate() {
+            let stamp = Duration::from_millis(1_700_000_000_000 + i as u64);
+            w.write_packet(&PcapPacket::new(stamp, f.len() as u32, f))
+                .expect("pcap packet");
+        }
+    }
+    out
+}
+
+fn shipped_gateway(name: &str, link: LinkLayer) -> dataplane::Gateway {
+    let config = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(name))
+        .expect("shipped config");
+    let engine = accel::build_engine(&accel::EngineSpec::default()).expect("engine");
+    config
+        .build_gateway(link, engine, accel::Style::Async, Duration::ZERO)
+        .expect("installs")
+}
+
+/// Everything `gw` sends out of `port` for `frame` arriving on `from`.
+fn through(gw: &mut dataplane::Gateway, from: Port, frame: &[u8], port: Port) -> Vec<Vec<u8>> {
+    let mut pool = PacketPool::new(64);
+    let mut buf = pool.alloc().expect("buffer");
+    assert!(buf.fill(frame));
+    let mut sent = Vec::new();
+    for (buf, verdict) in gw.handle_frame(Duration::ZERO, from, buf, &mut pool) {
+        if verdict == Verdict::Forward(port) {
+            sent.push(buf.data().to_vec());
+        }
+        pool.free(buf);
+    }
+    sent
+}
+
+fn arp_request(sender_mac: [u8; 6], sender_ip: [u8; 4], target_ip: [u8; 4]) -> Vec<u8> {
+    let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1];
+    a.extend_from_slice(&sender_mac);
+    a.extend_from_slice(&sender_ip);
+    a.extend_from_slice(&[0; 6]);
+    a.extend_from_slice(&target_ip);
+    ethernet([0xff; 6], sender_mac, 0x0806, &a)
+}
+
+/// Reassembly op: a generated fragment (see fuzz_targets/reassembly.rs).
+fn frag_op(src: u8, id: u8, offset_units: u16, more: bool, len: u16, step: u8) -> Vec<u8> {
+    let word = offset_units | if more { 0x2000 } else { 0 };
+    let w = word.to_be_bytes();
+    let l = len.to_be_bytes();
+    vec![0x00, src | id << 2, 0, w[0], w[1], l[0], l[1], 0, step, 0]
+}
+
+#[test]
+#[ignore = "writes fuzz/seeds; run with --ignored to regenerate them"]
+fn write_fuzz_seeds() {
+    let _ = fs::remove_dir_all(seeds_dir());
+
+    // esp_decap: per proposal, mode and ESN, real ESP from site A, as the
+    // bypass sees it (decrypted in place), at a few sizes; also as sent.
+    for (index, alg) in Algorithm::ALL.into_iter().enumerate() {
+        for (m, mode) in ["tunnel", "transport"].into_iter().enumerate() {
+            for (e, esn) in [false, true].into_iter().enumerate() {
+                let selector = (index + m * 7 + e * 14) as u8;
+                let mut pair = Pair::new(alg, mode, esn);
+                for len in [0, 33, 1000] {
+                    let (verdict, esp) = pair.encapsulate(&udp_packet(HOST_A, HOST_B, len, 9));
+                    assert_eq!(verdict, Verdict::Forward(Port::Outside), "{alg} {mode}");
+                    let mut seed = vec![selector];
+                    seed.extend_from_slice(&decrypted_in_place(alg, esn, &esp));
+                    write("esp_decap", &format!("{alg}-{mode}-esn{e}-{len}"), &seed);
+                    if len == 33 {
+                        let mut sent = vec![selector];
+                        sent.extend_from_slice(&esp);
+                        write("esp_decap", &format!("{alg}-{mode}-esn{e}-sealed"), &sent);
+                    }
+                }
+            }
+        }
+    }
+
+    // gateway_inbound / pcap_input: site A's real output on Ethernet, ARP,
+    // pings, plaintext for the inside, fragmented ESP.
+    let mut a = shipped_gateway("site-a.toml", LinkLayer::Ethernet);
+    let a_mac = [0x02, 0, 0, 0, 1, 1];
+    let host_a_mac = [0x02, 0, 0, 0, 1, 0x10];
+    let b_in_mac = [0x02, 0, 0, 0, 2, 1];
+    let b_out_mac = [0x02, 0, 0, 0, 0, 2];
+    let peer_mac = [0x02, 0, 0, 0, 0, 1];
+    let mut esp_frames = Vec::new();
+    for len in [0, 100, 1400] {
+        let packet = udp_packet(HOST_A, HOST_B, len, 3);
+        esp_frames.extend(through(
+            &mut a,
+            Port::Inside,
+            &ethernet(a_mac, host_a_mac, 0x0800, &packet),
+            Port::Outside,
+        ));
+    }
+    // Too big for the outside MTU once protected, DF clear: fragments.
+    let mut big = udp_packet(HOST_A, HOST_B, 1460, 4);
+    big[6] = 0;
+    ipv4_fix_checksum(&mut big);
+    let fragments = through(
+        &mut a,
+        Port::Inside,
+        &ethernet(a_mac, host_a_mac, 0x0800, &big),
+        Port::Outside,
+    );
+    assert!(fragments.len() >= 2, "{} fragments", fragments.len());
+    let raw = |frame: &[u8]| frame[14..].to_vec();
+    for (i, f) in esp_frames.iter().enumerate() {
+        write(
+            "gateway_inbound",
+            &format!("esp-eth-{i}"),
+            &[&[0u8][..], f].concat(),
+        );
+        write(
+            "gateway_inbound",
+            &format!("esp-raw-{i}"),
+            &[&[0x80u8][..], &raw(f)].concat(),
+        );
+    }
+    let joined = |frames: &[Vec<u8>], strip: bool| -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, f) in frames.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b"FRAG");
+            }
+            out.extend_from_slice(if strip { &f[14..] } else { f });
+        }
+        out
+    };
+    write(
+        "gateway_inbound",
+        "fragments-eth",
+        &[&[0u8][..], &joined(&fragments, false)].concat(),
+    );
+    let mut reversed = fragments.clone();
+    reversed.reverse();
+    write(
+        "gateway_inbound",
+        "fragments-raw-reversed",
+        &[&[0x80u8][..], &joined(&reversed, true)].concat(),
+    );
+    let mut ping = udp_packet(common::HOST_A, "10.0.0.2".parse().unwrap(), 0, 0);
+    ping[9] = 1;
+    ping.truncate(20);
+    ping.extend_from_slice(&[8, 0, 0xf7, 0xff, 0, 0, 0, 0]);
+    ping[2..4].copy_from_slice(&28u16.to_be_bytes());
+    ping[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    ipv4_fix_checksum(&mut ping);
+    write(
+        "gateway_inbound",
+        "ping-outside",
+        &[&[0u8][..], &ethernet(b_out_mac, peer_mac, 0x0800, &ping)].concat(),
+    );
+    write(
+        "gateway_inbound",
+        "arp-outside",
+        &[&[0u8][..], &arp_request(peer_mac, [10, 0, 0, 1], [10, 0, 0, 2])].concat(),
+    );
+    let plain = udp_packet(HOST_B, HOST_A, 64, 5);
+    write(
+        "gateway_inbound",
+        "plain-inside",
+        &[
+            &[0x40u8][..],
+            &ethernet(b_in_mac, [2, 0, 0, 0, 2, 0x20], 0x0800, &plain),
+        ]
+        .concat(),
+    );
+    write(
+        "gateway_inbound",
+        "plain-inside-raw",
+        &[&[0xc0u8][..], &plain].concat(),
+    );
+    let mut ttl1 = plain.clone();
+    ttl1[8] = 1;
+    ipv4_fix_checksum(&mut ttl1);
+    write(
+        "gateway_inbound",
+        "ttl1-inside-raw",
+        &[&[0xc0u8][..], &ttl1].concat(),
+    );
+    for (name, frames) in [("esp", &esp_frames), ("fragments", &fragments)] {
+        write(
+            "pcap_input",
+            &format!("{name}-eth"),
+            &pcap(DataLink::ETHERNET, frames),
+        );
+        let raws: Vec<Vec<u8>> = frames.iter().map(|f| raw(f)).collect();
+        write("pcap_input", &format!("{name}-raw"), &pcap(DataLink::IPV4, &raws));
+    }
+    let inside: Vec<Vec<u8>> = [0, 64, 1400]
+        .into_iter()
+        .map(|n| ethernet(a_mac, host_a_mac, 0x0800, &udp_packet(HOST_A, HOST_B, n, 6)))
+        .collect();
+    write("pcap_input", "plain-eth", &pcap(DataLink::ETHERNET, &inside));
+
+    // gateway_outbound: packets from site A's hosts.
+    for len in [0, 64, 1000, 1472] {
+        write(
+            "gateway_outbound",
+            &format!("udp-{len}"),
+            &udp_packet(HOST_A, HOST_B, len, 7),
+        );
+    }
+    write("gateway_outbound", "udp-no-df", &big);
+    let mut options = udp_packet(HOST_A, HOST_B, 16, 8);
+    options.splice(20..20, [1, 1, 1, 0]);
+    options[0] = 0x46;
+    let total = options.len() as u16;
+    options[2..4].copy_from_slice(&total.to_be_bytes());
+    ipv4_fix_checksum(&mut options);
+    write("gateway_outbound", "udp-options", &options);
+    let mut icmp = ping.clone();
+    icmp[12..16].copy_from_slice(&HOST_A.octets());
+    icmp[16..20].copy_from_slice(&HOST_B.octets());
+    ipv4_fix_checksum(&mut icmp);
+    write("gateway_outbound", "icmp", &icmp);
+
+    // esp_trailer: plaintext tails.
+    write(
+        "esp_trailer",
+        "tunnel",
+        &[&[0x45u8; 20][..], &[1, 2, 0x02, 4]].concat(),
+    );
+    write("esp_trailer", "no-padding", &[0x45, 0, 0x00, 4]);
+    write("esp_trailer", "dummy", &[1, 2, 3, 3, 59]);
+
+    // reassembly: in order, reversed, overlapping, too large, timeout.
+    let ops = |list: &[Vec<u8>]| -> Vec<u8> { [&[8u8][..], &list.concat()].concat() };
+    write(
+        "reassembly",
+        "in-order",
+        &ops(&[frag_op(0, 0, 0, true, 64, 1), frag_op(0, 0, 8, false, 30, 1)]),
+    );
+    write(
+        "reassembly",
+        "reversed-three",
+        &ops(&[
+            frag_op(1, 2, 16, false, 5, 0),
+            frag_op(1, 2, 8, true, 64, 0),
+            frag_op(1, 2, 0, true, 64, 0),
+        ]),
+    );
+    write(
+        "reassembly",
+        "overlap",
+        &ops(&[frag_op(2, 1, 0, true, 64, 0), frag_op(2, 1, 4, false, 64, 0)]),
+    );
+    write(
+        "reassembly",
+        "interleaved-timeout",
+        &ops(&[
+            frag_op(0, 1, 0, true, 1480, 0),
+            frag_op(3, 1, 0, true, 8, 0),
+            vec![0xfe],
+            frag_op(0, 1, 185, false, 100, 0),
+            frag_op(3, 1, 1, false, 8, 0),
+        ]),
+    );
+    write(
+        "reassembly",
+        "too-large",
+        &ops(&[
+            frag_op(0, 3, 8000, false, 800, 0),
+            frag_op(0, 3, 0, true, 8, 0),
+            vec![0xff],
+        ]),
+    );
+    let mut raw_ops = vec![4u8];
+    for f in &fragments {
+        raw_ops.push(0xf0);
+        let ip = raw(f);
+        raw_ops.push(ip.len().min(255) as u8);
+        raw_ops.extend_from_slice(&ip[..ip.len().min(255)]);
+    }
+    write("reassembly", "raw", &raw_ops);
+
+    // config: the shipped configurations, and generated ones with secrets.
+    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    for dir in [configs.clone(), configs.join("algorithms")] {
+        for entry in fs::read_dir(&dir).expect("configs") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                write("config", &name, &fs::read(&path).expect("read config"));
+            }
+        }
+    }
+    let secret = "secret = \"a fuzzing secret, longer than sixteen bytes\"\n\
+                  [tunnel.lifetime]\nsoft_packets = 1000\nhard_packets = 2000\n\n\
+                  [rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+    let generated = common::tunnel_config(Algorithm::Aes256Sha256, "transport", true, true, secret);
+    write("config", "generated-secret.toml", generated.as_bytes());
+
+    // control_request.
+    for (name, line) in [
+        ("stats", "stats\n"),
+        ("sa-list", "sa list"),
+        ("sa-show", "sa show a-b\n"),
+        ("reload", "reload"),
+        ("unknown", "\x1b[2Jsa  delete\tall"),
+    ] {
+        write("control_request", name, line.as_bytes());
+    }
+
+    // rekey_message: messages sealed under the key the target opens with,
+    // and the same bytes as fields.
+    let message = |kind, response: bool, id: u32, name: &str| Message {
+        kind,
+        response,
+        from_initiator: !response,
+        message_id: id,
+        tunnel: name.into(),
+        generation: 1,
+        spi: 0xc0ff_ee01,
+        nonce: [0x5a; 32],
+    };
+    write(
+        "rekey_message",
+        "rekey",
+        &message(Kind::Rekey, false, 1, "a-b").seal(&[0x5c; 32]),
+    );
+    write(
+        "rekey_message",
+        "switched-response",
+        &message(Kind::Switched, true, 2, "t").seal(&[0x5c; 32]),
+    );
+    write(
+        "rekey_message",
+        "fields",
+        b"\x00\x02\x00\x00\x00\x01\x00\x00\x00\x01\xc0\xff\xee\x01\x5at",
+    );
+
+    // control_plane: the tunnel's real messages (B is the responder, A's
+    // requests arrive) and operation sequences (see the target).
+    let sk_a = TunnelSecrets::derive(b"a fuzzing secret, longer than sixteen bytes", "t").sk_a;
+    let request = message(Kind::Rekey, false, 1, "t").seal(&sk_a);
+    let fields = |kind: u8, flags: u8, id: u8, generation: u8| {
+        vec![
+            kind, flags, id, 0, 0, 0, generation, 0, 0, 0, 0xc0, 0xff, 0xee, 0x02, 0x33,
+        ]
+    };
+    let mut sealed_request = vec![1u8, request.len() as u8];
+    sealed_request.extend_from_slice(&request);
+    write("control_plane", "rekey-request", &sealed_request);
+    let exchange = [
+        vec![2u8],
+        fields(0, 2, 1, 1),
+        vec![3, 5, 2],
+        fields(1, 2, 2, 1),
+        vec![5, 3, 200],
+    ]
+    .concat();
+    write("control_plane", "exchange-as-responder", &exchange);
+    let initiated = [
+        vec![4u8, 0],
+        vec![3, 3],
+        vec![2],
+        fields(0, 1, 0, 1),
+        vec![3, 10, 2],
+        fields(1, 1, 1, 1),
+        vec![3, 50],
+    ]
+    .concat();
+    write("control_plane", "exchange-as-initiator", &initiated);
+    let packet = common::udp_packet("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 0, 0);
+    let mut raw_request = packet[..28].to_vec();
+    raw_request.extend_from_slice(&request);
+    let total = raw_request.len() as u16;
+    raw_request[2..4].copy_from_slice(&total.to_be_bytes());
+    raw_request[24..26].copy_from_slice(&(total - 20).to_be_bytes());
+    ipv4_fix_checksum(&mut raw_request);
+    let mut raw_op = vec![0u8, raw_request.len() as u8];
+    raw_op.extend_from_slice(&raw_request);
+    write("control_plane", "raw-request", &raw_op);
+
+    every_fuzz_target_has_seeds();
+}

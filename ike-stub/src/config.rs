@@ -998,33 +998,32 @@ impl Validator<'_> {
                        initial_seq: Option<u64>,
                        (l, r)|
          -> Result<SaConfig, ConfigError> {
-            let enc_field = format!("enc_key_{suffix}");
-            let auth_field = format!("auth_key_{suffix}");
-            if let Some((out_keys, in_keys)) = &derived {
-                let keys = if direction == SaDirection::Outbound {
-                    out_keys
-                } else {
-                    in_keys
-                };
-                return Ok(SaConfig {
-                    params: SaParams {
-                        name: format!("{name}-{suffix}"),
-                        direction,
-                        spi: self.spi(spi)?,
-                        mode,
-                        local: l,
-                        remote: r,
-                        esn: t.esn,
-                        replay_window,
-                        lifetime,
-                        selectors: Vec::new(),
-                    },
-                    algorithm,
-                    enc_key: keys.enc.clone(),
-                    auth_key: keys.auth.clone(),
-                    initial_seq: initial_seq.unwrap_or(0),
-                });
-            }
+            let (enc_key, auth_key) = match &derived {
+                Some((out_keys, in_keys)) => {
+                    let keys = if direction == SaDirection::Outbound {
+                        out_keys
+                    } else {
+                        in_keys
+                    };
+                    (keys.enc.clone(), keys.auth.clone())
+                }
+                None => (
+                    self.key(
+                        enc,
+                        &format!("enc_key_{suffix}"),
+                        algorithm.enc_key_len(),
+                        algorithm,
+                        near.clone(),
+                    )?,
+                    self.key(
+                        auth,
+                        &format!("auth_key_{suffix}"),
+                        algorithm.auth_key_len(),
+                        algorithm,
+                        near.clone(),
+                    )?,
+                ),
+            };
             let sa = SaConfig {
                 params: SaParams {
                     name: format!("{name}-{suffix}"),
@@ -1039,14 +1038,8 @@ impl Validator<'_> {
                     selectors: Vec::new(),
                 },
                 algorithm,
-                enc_key: self.key(enc, &enc_field, algorithm.enc_key_len(), algorithm, near.clone())?,
-                auth_key: self.key(
-                    auth,
-                    &auth_field,
-                    algorithm.auth_key_len(),
-                    algorithm,
-                    near.clone(),
-                )?,
+                enc_key,
+                auth_key,
                 initial_seq: initial_seq.unwrap_or(0),
             };
             self.check_session(&sa, enc.and_then(span).or(span(&t.name)))?;

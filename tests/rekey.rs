@@ -204,6 +204,53 @@ impl Net {
     }
 }
 
+impl Net {
+    /// Two ends of a tunnel with `SECRET`: `lifetime_a` at A, `lifetime_b`
+    /// at B, and the same `[rekey]` `sections`.
+    fn with_secret(
+        alg: Algorithm,
+        lifetime_a: &str,
+        lifetime_b: &str,
+        sections: &str,
+        spec: &EngineSpec,
+    ) -> Net {
+        Net::new(
+            &config_text(true, alg, &format!("{SECRET}{lifetime_a}"), sections),
+            &config_text(false, alg, &format!("{SECRET}{lifetime_b}"), sections),
+            spec,
+        )
+    }
+
+    /// `steps` steps, each sending one packet from A (and from B if `both`).
+    fn traffic(&mut self, steps: u32, both: bool) {
+        for i in 0..steps {
+            self.send(0, size(i));
+            if both {
+                self.send(1, size(i));
+            }
+            self.step();
+        }
+    }
+
+    /// `steps` steps without new traffic: what is on the wire lands, timers run.
+    fn settle(&mut self, steps: u32) {
+        for _ in 0..steps {
+            self.step();
+        }
+    }
+
+    /// Sends from A until A reaches generation `target`.
+    fn traffic_until_generation(&mut self, target: u32) {
+        let mut i = 0;
+        while self.generation(0) < target {
+            self.send(0, 200);
+            self.step();
+            i += 1;
+            assert!(i < 10_000, "no rekey to generation {target}");
+        }
+    }
+}
+
 /// A deterministic mix of packet sizes.
 fn size(i: u32) -> usize {
     [64usize, 1400, 300, 900, 40, 1200, 576][i as usize % 7]
@@ -212,11 +259,7 @@ fn size(i: u32) -> usize {
 fn rekey_while_traffic_flows(alg: Algorithm, spec: &EngineSpec, rekeys: u32) {
     let lifetime = "[tunnel.lifetime]\nsoft_bytes = 20000\nhard_bytes = 400000\n";
     let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
-    let mut net = Net::new(
-        &config_text(true, alg, &format!("{SECRET}{lifetime}"), sections),
-        &config_text(false, alg, &format!("{SECRET}{lifetime}"), sections),
-        spec,
-    );
+    let mut net = Net::with_secret(alg, lifetime, lifetime, sections, spec);
     let mut i = 0u32;
     let mut replayed = 0;
     while net.generation(0) < rekeys || net.generation(1) < rekeys {
@@ -246,9 +289,7 @@ fn rekey_while_traffic_flows(alg: Algorithm, spec: &EngineSpec, rekeys: u32) {
         );
     }
     // Let the last packets land and the grace period end.
-    for _ in 0..400 {
-        net.step();
-    }
+    net.settle(400);
     net.assert_all_delivered_once();
     for s in 0..2 {
         let site = &net.sites[s];
@@ -309,19 +350,9 @@ fn both_ends_can_start_and_collisions_resolve() {
     let lifetime = "[tunnel.lifetime]\nsoft_packets = 50\nhard_packets = 5000\n";
     let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
     let alg = Algorithm::Aes256Gcm16;
-    let mut net = Net::new(
-        &config_text(true, alg, &format!("{SECRET}{lifetime}"), sections),
-        &config_text(false, alg, &format!("{SECRET}{lifetime}"), sections),
-        &EngineSpec::default(),
-    );
-    for i in 0..3000 {
-        net.send(0, size(i));
-        net.send(1, size(i));
-        net.step();
-    }
-    for _ in 0..400 {
-        net.step();
-    }
+    let mut net = Net::with_secret(alg, lifetime, lifetime, sections, &EngineSpec::default());
+    net.traffic(3000, true);
+    net.settle(400);
     net.assert_all_delivered_once();
     let (a, b) = (net.sites[0].plane.counters(), net.sites[1].plane.counters());
     assert!(a.collisions + b.collisions > 0, "{a:?} {b:?}");
@@ -365,19 +396,10 @@ fn a_silent_peer_leaves_the_old_sa_to_its_hard_expiry() {
     let lifetime = "[tunnel.lifetime]\nsoft_packets = 20\nhard_packets = 400\n";
     let sections = "[rekey]\nretransmit_ms = 10\nretries = 3\nretry_after_s = 3600\n";
     let alg = Algorithm::Aes128Gcm16;
-    let mut net = Net::new(
-        &config_text(true, alg, &format!("{SECRET}{lifetime}"), sections),
-        &config_text(false, alg, &format!("{SECRET}{lifetime}"), sections),
-        &EngineSpec::default(),
-    );
+    let mut net = Net::with_secret(alg, lifetime, lifetime, sections, &EngineSpec::default());
     net.mute = [true, true];
-    for _ in 0..410 {
-        net.send(0, 100);
-        net.step();
-    }
-    for _ in 0..500 {
-        net.step();
-    }
+    net.traffic(410, false);
+    net.settle(500);
     let a = net.sites[0].plane.counters();
     assert_eq!(a.rekeys_started, 1);
     assert_eq!(a.retransmitted, 3, "{a:?}");
@@ -403,22 +425,10 @@ fn forged_replayed_and_truncated_control_messages_are_ignored_and_counted() {
     let late = "[tunnel.lifetime]\nsoft_packets = 90000\nhard_packets = 100000\n";
     let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
     let alg = Algorithm::Aes128Gcm16;
-    let mut net = Net::new(
-        &config_text(true, alg, &format!("{SECRET}{soon}"), sections),
-        &config_text(false, alg, &format!("{SECRET}{late}"), sections),
-        &EngineSpec::default(),
-    );
+    let mut net = Net::with_secret(alg, soon, late, sections, &EngineSpec::default());
     // Two rekeys, so there are old messages to replay.
-    let mut i = 0;
-    while net.generation(0) < 2 {
-        net.send(0, 200);
-        net.step();
-        i += 1;
-        assert!(i < 10_000);
-    }
-    for _ in 0..50 {
-        net.step();
-    }
+    net.traffic_until_generation(2);
+    net.settle(50);
     let before = (net.generation(1), net.sa_names(1), net.sites[1].plane.counters());
     let old = net.sites[0].sent_control[0].clone();
     // Replayed: an old request from the first exchange.
@@ -456,16 +466,8 @@ fn forged_replayed_and_truncated_control_messages_are_ignored_and_counted() {
     );
     // Traffic still flows, and rekeys still work.
     let target = net.generation(0) + 1;
-    let mut i = 0;
-    while net.generation(0) < target {
-        net.send(0, 200);
-        net.step();
-        i += 1;
-        assert!(i < 10_000);
-    }
-    for _ in 0..50 {
-        net.step();
-    }
+    net.traffic_until_generation(target);
+    net.settle(50);
     net.assert_all_delivered_once();
 }
 
@@ -565,14 +567,8 @@ fn keys_derived_from_the_secret_carry_traffic() {
         &strip(config_text(false, alg, SECRET, "")),
         &EngineSpec::default(),
     );
-    for i in 0..20 {
-        net.send(0, size(i));
-        net.send(1, size(i));
-        net.step();
-    }
-    for _ in 0..5 {
-        net.step();
-    }
+    net.traffic(20, true);
+    net.settle(5);
     net.assert_all_delivered_once();
     // Without keys or a secret the config names the fix.
     let err = Config::parse(

@@ -85,6 +85,9 @@ struct Plane {
     /// Commands issued and sent so far.
     issued: u64,
     reload: Arc<AtomicBool>,
+    /// When the plane's timers last ran: they walk every tunnel, so not
+    /// after every batch.
+    last_timeout: Duration,
 }
 
 impl Plane {
@@ -108,7 +111,10 @@ impl Plane {
         if self.reload.swap(false, Ordering::Relaxed) {
             let _ = self.reload();
         }
-        self.plane.handle_timeout(now);
+        if now.saturating_sub(self.last_timeout) >= Duration::from_millis(5) {
+            self.last_timeout = now;
+            self.plane.handle_timeout(now);
+        }
         self.apply(t, links, workers);
     }
 
@@ -250,6 +256,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         pending: VecDeque::new(),
         issued: 0,
         reload,
+        last_timeout: Duration::ZERO,
     });
     tracing::info!(
         name = %config.name,

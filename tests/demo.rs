@@ -41,6 +41,22 @@ fn runnable(what: &str) -> bool {
     }
 }
 
+/// Runs `espgw ARGS`, which must succeed; returns what it printed.
+fn espgw(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args(args)
+        .output()
+        .expect("espgw runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "espgw {}:\n{stdout}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 fn counter(report: &str, gateway: &str, name: &str) -> u64 {
     let line = report
         .lines()
@@ -63,24 +79,15 @@ fn demo_passes_traffic_only_as_esp_and_cleans_up() {
         return;
     }
     for (algorithm, engine) in [("aes128gcm16", "soft"), ("aes128-sha1", "sec")] {
-        let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-            .args([
-                "demo",
-                "--algorithm",
-                algorithm,
-                "--engine",
-                engine,
-                "--tcp-bytes",
-                "300000",
-            ])
-            .output()
-            .expect("espgw demo runs");
-        let report = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{report}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let report = espgw(&[
+            "demo",
+            "--algorithm",
+            algorithm,
+            "--engine",
+            engine,
+            "--tcp-bytes",
+            "300000",
+        ]);
         assert!(report.contains("0% packet loss"), "{report}");
         assert!(report.contains("200 echoed back intact"), "{report}");
         assert!(report.contains("byte count and checksum match"), "{report}");
@@ -121,23 +128,14 @@ fn demo_rekeys_and_reloads_without_losing_a_packet() {
     if !runnable("the rekey demo") {
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-        .args([
-            "demo",
-            "--rekey-every",
-            "200kB",
-            "--reload-check",
-            "--tcp-bytes",
-            "300000",
-        ])
-        .output()
-        .expect("espgw demo runs");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{report}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let report = espgw(&[
+        "demo",
+        "--rekey-every",
+        "200kB",
+        "--reload-check",
+        "--tcp-bytes",
+        "300000",
+    ]);
     let line = report
         .lines()
         .find(|l| l.trim_start().starts_with("rekey every"))
@@ -169,23 +167,14 @@ fn a_flood_of_bad_esp_does_not_starve_good_traffic() {
     if !runnable("the flood check") {
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-        .args([
-            "demo",
-            "--flood-check",
-            "--flood-rate",
-            "20000",
-            "--tcp-bytes",
-            "300000",
-        ])
-        .output()
-        .expect("espgw demo runs");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{report}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let report = espgw(&[
+        "demo",
+        "--flood-check",
+        "--flood-rate",
+        "20000",
+        "--tcp-bytes",
+        "300000",
+    ]);
     let floods: Vec<&str> = report
         .lines()
         .filter(|l| l.trim_start().starts_with("flood "))
@@ -223,16 +212,7 @@ fn io_comparison_runs_every_method() {
     if !runnable("the I/O comparison") {
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-        .args(["bench", "--io", "--sizes", "64", "--slice-ms", "20"])
-        .output()
-        .expect("espgw bench --io runs");
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{table}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let table = espgw(&["bench", "--io", "--sizes", "64", "--slice-ms", "20"]);
     for method in ["recvmmsg", "pnet", "io_uring"] {
         let line = table
             .lines()
@@ -255,16 +235,7 @@ fn veth_bench_reports_forwarding_rates() {
     if !runnable("the veth bench") {
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-        .args(["bench", "--veth", "--sizes", "128,1420", "--slice-ms", "20"])
-        .output()
-        .expect("espgw bench --veth runs");
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{table}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let table = espgw(&["bench", "--veth", "--sizes", "128,1420", "--slice-ms", "20"]);
     for size in ["128", "1420"] {
         let line = table
             .lines()

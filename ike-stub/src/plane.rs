@@ -290,6 +290,18 @@ impl Tunnel {
         self.sa(direction, self.generation)
     }
 
+    /// The commands that point the tunnel's policies at its current SAs.
+    fn repoints(&self) -> [SaCommand; 2] {
+        [
+            (PolicyDirection::Out, SaDirection::Outbound),
+            (PolicyDirection::In, SaDirection::Inbound),
+        ]
+        .map(|(policy, sa)| SaCommand::Repoint {
+            policy: self.config.policy_name(policy),
+            sa: self.current(sa),
+        })
+    }
+
     /// Every SA of this tunnel that may exist in the gateways.
     fn all_sas(&self) -> Vec<String> {
         let mut names = vec![
@@ -775,20 +787,11 @@ impl ControlPlane {
         tunnel.note = None;
         tunnel.retiring.push((old_out, Some(now + grace)));
         tunnel.retiring.push((old_in, Some(now + grace)));
-        let repoints = [
-            (
-                tunnel.config.policy_name(PolicyDirection::Out),
-                tunnel.current(SaDirection::Outbound),
-            ),
-            (
-                tunnel.config.policy_name(PolicyDirection::In),
-                tunnel.current(SaDirection::Inbound),
-            ),
-        ];
+        let repoints = tunnel.repoints();
         tracing::info!(tunnel = %tunnel.config.name, generation, "rekey complete (responder)");
         self.counters.rekeys_completed += 1;
-        for (policy, sa) in repoints {
-            self.command(SaCommand::Repoint { policy, sa });
+        for repoint in repoints {
+            self.command(repoint);
         }
         self.rekey_if_pending(now, index);
     }
@@ -860,21 +863,12 @@ impl ControlPlane {
                 };
                 // Nothing more leaves on the old outbound SA once repointed.
                 tunnel.retiring.push((old_out, Some(now + grace)));
-                let repoints = [
-                    (
-                        tunnel.config.policy_name(PolicyDirection::Out),
-                        tunnel.current(SaDirection::Outbound),
-                    ),
-                    (
-                        tunnel.config.policy_name(PolicyDirection::In),
-                        tunnel.current(SaDirection::Inbound),
-                    ),
-                ];
+                let repoints = tunnel.repoints();
                 let to = tunnel.config.remote;
                 self.command(SaCommand::InstallSa(Box::new(inbound)));
                 self.command(SaCommand::InstallSa(Box::new(outbound)));
-                for (policy, sa) in repoints {
-                    self.command(SaCommand::Repoint { policy, sa });
+                for repoint in repoints {
+                    self.command(repoint);
                 }
                 self.send(to, wire);
             }

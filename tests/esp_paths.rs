@@ -250,7 +250,7 @@ fn resign_null_sha1(esp: &mut [u8], auth_key_seed: u8) {
         icv: accel::Region::new(8 + body, 12),
         status: accel::Status::Pending,
     };
-    accel::soft::process(&session, &mut desc, &mut esp[20..]);
+    accel::primitive::process(&session, &mut desc, &mut esp[20..]);
     assert_eq!(desc.status, accel::Status::Done);
 }
 

@@ -89,7 +89,7 @@ fn decrypted_in_place(alg: Algorithm, esn: bool, packet: &[u8]) -> Vec<u8> {
         icv: Region::new(8 + iv + cipher_len, icv),
         status: Status::Pending,
     };
-    accel::soft::process(&session, &mut desc, &mut esp);
+    accel::primitive::process(&session, &mut desc, &mut esp);
     assert_eq!(desc.status, Status::Done, "{alg}");
     let mut out = packet[..header_len].to_vec();
     out.extend_from_slice(&esp);

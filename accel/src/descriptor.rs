@@ -80,6 +80,10 @@ pub enum DescriptorError {
     /// The engine failed (an injected fault, a channel reset, a device error).
     #[error("the engine reported a fault")]
     Fault,
+    /// The descriptor names a session the engine does not hold (never
+    /// registered, or released).
+    #[error("the descriptor names no session registered with this engine")]
+    BadSession,
 }
 
 /// One ESP crypto request. `auth_only` is the SPI and low sequence number;

@@ -1,20 +1,20 @@
-//! Jobs: a descriptor travelling with its session and its buffer.
+//! Jobs: a descriptor travelling with its session handle and its buffer.
 //!
 //! The buffer moves into the engine with the job and comes back with the
 //! completion, so ownership says who may touch the bytes: while a job is in
-//! flight, only the engine can.
+//! flight, only the engine can. A job names its session by the handle the
+//! engine issued at registration; it carries no keys and no reference count.
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use crate::buffer::PacketBuf;
 use crate::descriptor::Descriptor;
-use crate::session::Session;
+use crate::session::{Session, SessionHandle};
 
 /// One unit of work for an engine.
 pub struct Job {
-    pub session: Arc<Session>,
+    pub session: SessionHandle,
     pub desc: Descriptor,
     pub buf: PacketBuf,
     /// Where the descriptor's regions start in `buf.data()` (the ESP header).
@@ -28,7 +28,7 @@ pub struct Job {
 impl fmt::Debug for Job {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Job")
-            .field("session", &self.session.id())
+            .field("session", &self.session)
             .field("desc", &self.desc)
             .field("offset", &self.offset)
             .field("user", &self.user)
@@ -37,7 +37,7 @@ impl fmt::Debug for Job {
 }
 
 impl Job {
-    pub fn new(session: Arc<Session>, desc: Descriptor, buf: PacketBuf, offset: usize, user: u64) -> Job {
+    pub fn new(session: SessionHandle, desc: Descriptor, buf: PacketBuf, offset: usize, user: u64) -> Job {
         Job {
             session,
             desc,
@@ -54,12 +54,60 @@ impl Job {
         &mut self.buf.data_mut()[offset..]
     }
 
-    /// Runs the descriptor here, in the calling thread.
-    pub fn run_inline(&mut self) {
-        let session = Arc::clone(&self.session);
+    /// Runs the descriptor here, in the calling thread, with `session`
+    /// (the expanded keys its handle names), honouring the buffer policy:
+    /// with `per-request` the bytes go through a freshly allocated bounce
+    /// buffer, copied in and out, as a driver without registered memory must.
+    /// Returns whether a bounce buffer was used.
+    pub fn run_with(&mut self, session: &Session, buffers: BufferPolicy) -> bool {
+        if buffers == BufferPolicy::PerRequest {
+            self.bounce_in();
+        }
+        let bounced = self.is_bounced();
         let mut desc = self.desc;
-        crate::soft::process(&session, &mut desc, self.region_bytes());
+        crate::primitive::process(session, &mut desc, self.work_bytes());
         self.desc = desc;
+        self.bounce_out();
+        bounced
+    }
+
+    /// Copies the region into a new bounce buffer (the `per-request`
+    /// policy's registration at submit), for engines that run the job later.
+    pub fn bounce_in(&mut self) {
+        if self.bounce.is_none() {
+            self.bounce = Some(self.region_bytes().to_vec());
+        }
+    }
+
+    /// Whether the job's bytes are in a bounce buffer.
+    pub fn is_bounced(&self) -> bool {
+        self.bounce.is_some()
+    }
+
+    /// Drops a bounce buffer without copying it back (a failed job).
+    pub fn discard_bounce(&mut self) {
+        self.bounce = None;
+    }
+
+    /// Copies a bounce buffer's bytes back into the packet and frees it.
+    pub fn bounce_out(&mut self) {
+        if let Some(bounce) = self.bounce.take() {
+            let dst = self.region_bytes();
+            let len = dst.len().min(bounce.len());
+            dst[..len].copy_from_slice(&bounce[..len]);
+        }
+    }
+
+    /// The bytes the engine computes over: the bounce buffer while there
+    /// is one, the packet's regions otherwise.
+    pub fn work_bytes(&mut self) -> &mut [u8] {
+        match self.bounce {
+            Some(ref mut bounce) => bounce,
+            None => {
+                let offset = self.offset.min(self.buf.len());
+                &mut self.buf.data_mut()[offset..]
+            }
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The look-aside offload boundary.
 //!
 //! Owns every cryptographic primitive espgw uses: algorithms and their wire
-//! parameters, sessions (an SA's expanded keys, registered once), the packet
+//! parameters, sessions (an SA's keys, registered once with an engine), the packet
 //! buffers that are the boundary's registered memory, descriptors and jobs
 //! that carry one packet's crypto across the boundary, and the engines behind
 //! it. Knows nothing of policies, SAs' sequence state or packet headers
@@ -13,8 +13,6 @@
 //! every job submitted to an engine comes back exactly once, through `poll`
 //! or `reclaim`, with its buffer.
 
-#[cfg(target_os = "linux")]
-pub mod afalg;
 pub mod algorithm;
 pub mod buffer;
 pub mod descriptor;
@@ -22,10 +20,13 @@ pub mod engine;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 pub mod job;
-pub mod sec;
+pub mod primitive;
 pub mod session;
-pub mod soft;
 mod wiped;
+
+#[cfg(target_os = "linux")]
+pub use engine::afalg;
+pub use engine::sec;
 
 // The ICV bypass (`fuzzing.rs`) exists for `cargo fuzz`, whose builds keep
 // debug assertions; an optimised build without them is a release build, and
@@ -39,9 +40,9 @@ pub use algorithm::{Algorithm, CipherKind, IntegrityKind, UnknownAlgorithm};
 pub use buffer::{PacketBuf, PacketPool};
 pub use descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, Region, Status};
 pub use engine::{
-    build_engine, BusBytes, Engine, EngineCounters, EngineError, EngineKind, EngineSpec, SoftEngine,
-    UnknownEngine,
+    build_engine, BusBytes, Engine, EngineCounters, EngineError, EngineKind, EngineSpec, NextCompletion,
+    RegisterError, SoftEngine, UnknownEngine,
 };
 pub use job::{BufferPolicy, Job, Style, UnknownBufferPolicy, UnknownStyle};
 pub use sec::{Completion, FaultPlan, RateModel, SecConfig, SecEngine};
-pub use session::{Session, SessionError, SessionId};
+pub use session::{Session, SessionError, SessionHandle, SessionSpec, SessionTable};

@@ -1,7 +1,15 @@
-//! Sessions: an SA's algorithm and expanded keys, registered once with an
-//! engine and used for every packet of that SA.
+//! Sessions: an SA's algorithm and keys, registered once with an engine and
+//! used for every packet of that SA.
 //!
-//! Key material lives only here, and never appears in `Debug`. Each
+//! A [`SessionSpec`] is what the control plane hands to an engine at SA
+//! install: the algorithm and the raw keys, in wiped memory. The engine
+//! keeps whatever form of the keys it needs (the CPU engines an expanded
+//! [`Session`], the kernel engine its own sockets) and answers with a
+//! [`SessionHandle`], which is all a job carries; `release` wipes them at
+//! SA delete. [`SessionTable`] is the slot table the engines keep their
+//! sessions in, with generations so that a released handle is refused.
+//!
+//! Key material never appears in `Debug`. Each
 //! primitive comes from the crate that measured fastest here (the
 //! `crypto_libs` bench): AES-GCM from `ring`, AES-CBC and 3DES from
 //! `aws-lc-rs`, HMAC from RustCrypto. AWS-LC keeps its keys in its own
@@ -44,10 +52,175 @@ pub enum SessionError {
     Rejected { algorithm: Algorithm },
 }
 
-/// A process-unique identifier, so that engines and logs can name a session
-/// without touching its keys.
+/// What an engine is asked to register for one SA: the algorithm, whether
+/// the SA uses extended sequence numbers (some engines pick their template
+/// by it), and the raw keys, wiped when the spec is dropped.
+#[derive(Clone)]
+pub struct SessionSpec {
+    pub algorithm: Algorithm,
+    pub esn: bool,
+    pub enc_key: Zeroizing<Vec<u8>>,
+    pub auth_key: Zeroizing<Vec<u8>>,
+}
+
+impl fmt::Debug for SessionSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionSpec")
+            .field("algorithm", &self.algorithm)
+            .field("esn", &self.esn)
+            .field("keys", &"<redacted>")
+            .finish()
+    }
+}
+
+impl SessionSpec {
+    /// Copies the keys into wiped memory; the caller's copies stay the
+    /// caller's to zeroize. Lengths are checked here, so every engine sees
+    /// the same errors.
+    pub fn new(algorithm: Algorithm, esn: bool, enc_key: &[u8], auth_key: &[u8]) -> Result<Self, SessionError> {
+        check_key_lengths(algorithm, enc_key, auth_key)?;
+        Ok(SessionSpec {
+            algorithm,
+            esn,
+            enc_key: Zeroizing::new(enc_key.to_vec()),
+            auth_key: Zeroizing::new(auth_key.to_vec()),
+        })
+    }
+}
+
+fn check_key_lengths(algorithm: Algorithm, enc_key: &[u8], auth_key: &[u8]) -> Result<(), SessionError> {
+    if enc_key.len() != algorithm.enc_key_len() {
+        return Err(SessionError::EncKeyLength {
+            algorithm,
+            expected: algorithm.enc_key_len(),
+            got: enc_key.len(),
+        });
+    }
+    if auth_key.len() != algorithm.auth_key_len() {
+        return Err(SessionError::AuthKeyLength {
+            algorithm,
+            expected: algorithm.auth_key_len(),
+            got: auth_key.len(),
+        });
+    }
+    Ok(())
+}
+
+/// An engine's name for a registered session: a slot and the generation it
+/// was registered in, so that a handle kept after `release` (or forged) is
+/// refused rather than reaching another SA's keys. Meaningful only to the
+/// engine that issued it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(pub u64);
+pub struct SessionHandle {
+    pub index: u32,
+    pub generation: u32,
+}
+
+impl SessionHandle {
+    /// A handle no table ever issues (generation 0 is never used).
+    pub const INVALID: SessionHandle = SessionHandle {
+        index: u32::MAX,
+        generation: 0,
+    };
+}
+
+/// Registered sessions of one engine, in slots reused after release.
+/// Lookups are an index and a generation compare: nothing per packet
+/// hashes, locks or counts references.
+#[derive(Debug)]
+pub struct SessionTable<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    generation: u32,
+    value: Option<T>,
+}
+
+impl<T> Default for SessionTable<T> {
+    fn default() -> Self {
+        SessionTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+        }
+    }
+}
+
+impl<T> SessionTable<T> {
+    pub fn insert(&mut self, value: T) -> SessionHandle {
+        self.live += 1;
+        match self.free.pop() {
+            Some(index) => {
+                let slot = &mut self.slots[index as usize];
+                slot.generation = slot.generation.wrapping_add(1).max(1);
+                slot.value = Some(value);
+                SessionHandle {
+                    index,
+                    generation: slot.generation,
+                }
+            }
+            None => {
+                let index = self.slots.len() as u32;
+                self.slots.push(Slot {
+                    generation: 1,
+                    value: Some(value),
+                });
+                SessionHandle { index, generation: 1 }
+            }
+        }
+    }
+
+    pub fn get(&self, handle: SessionHandle) -> Option<&T> {
+        let slot = self.slots.get(handle.index as usize)?;
+        (slot.generation == handle.generation).then_some(slot.value.as_ref()?)
+    }
+
+    pub fn get_mut(&mut self, handle: SessionHandle) -> Option<&mut T> {
+        let slot = self.slots.get_mut(handle.index as usize)?;
+        if slot.generation != handle.generation {
+            return None;
+        }
+        slot.value.as_mut()
+    }
+
+    /// Takes the session out; the handle is refused from now on. The value
+    /// is returned so the engine can wipe or close it.
+    pub fn remove(&mut self, handle: SessionHandle) -> Option<T> {
+        let slot = self.slots.get_mut(handle.index as usize)?;
+        if slot.generation != handle.generation {
+            return None;
+        }
+        let value = slot.value.take()?;
+        self.free.push(handle.index);
+        self.live -= 1;
+        Some(value)
+    }
+
+    /// Sessions registered and not released.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Every live session (shutdown, reclaim).
+    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.free.clear();
+        self.live = 0;
+        let n = self.slots.len() as u32;
+        self.free.extend((0..n).rev());
+        self.slots.iter_mut().filter_map(|s| {
+            s.generation = s.generation.wrapping_add(1).max(1);
+            s.value.take()
+        })
+    }
+}
 
 pub(crate) enum CipherState {
     AesGcm {
@@ -68,14 +241,10 @@ pub(crate) enum MacState {
     None,
 }
 
-/// An SA's crypto context: algorithm plus expanded keys.
+/// An SA's expanded keys, as the CPU engines (`soft`, `sec`) keep them.
+/// The raw keys are not kept: they were the spec's, and are wiped with it.
 pub struct Session {
-    id: SessionId,
     algorithm: Algorithm,
-    /// The raw keys, for engines that are given keys rather than schedules
-    /// (the kernel crypto API, a hardware descriptor's key pointer).
-    pub(crate) raw_enc_key: Zeroizing<Vec<u8>>,
-    pub(crate) raw_auth_key: Zeroizing<Vec<u8>>,
     pub(crate) cipher: CipherState,
     pub(crate) mac: MacState,
 }
@@ -83,37 +252,17 @@ pub struct Session {
 impl fmt::Debug for Session {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
-            .field("id", &self.id)
             .field("algorithm", &self.algorithm)
             .field("keys", &"<redacted>")
             .finish()
     }
 }
 
-fn next_session_id() -> SessionId {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    SessionId(NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
 impl Session {
     /// Expands `enc_key` and `auth_key` for `algorithm`. The caller's copies
     /// remain the caller's to zeroize.
     pub fn new(algorithm: Algorithm, enc_key: &[u8], auth_key: &[u8]) -> Result<Self, SessionError> {
-        if enc_key.len() != algorithm.enc_key_len() {
-            return Err(SessionError::EncKeyLength {
-                algorithm,
-                expected: algorithm.enc_key_len(),
-                got: enc_key.len(),
-            });
-        }
-        if auth_key.len() != algorithm.auth_key_len() {
-            return Err(SessionError::AuthKeyLength {
-                algorithm,
-                expected: algorithm.auth_key_len(),
-                got: auth_key.len(),
-            });
-        }
+        check_key_lengths(algorithm, enc_key, auth_key)?;
         let cipher = match algorithm.cipher() {
             CipherKind::AesGcm => {
                 let (key, salt) = enc_key.split_at(enc_key.len() - 4);
@@ -178,20 +327,54 @@ impl Session {
             IntegrityKind::Aead | IntegrityKind::None => MacState::None,
         };
         Ok(Session {
-            id: next_session_id(),
             algorithm,
-            raw_enc_key: Zeroizing::new(enc_key.to_vec()),
-            raw_auth_key: Zeroizing::new(auth_key.to_vec()),
             cipher,
             mac,
         })
     }
 
-    pub fn id(&self) -> SessionId {
-        self.id
+    /// Expands the keys of `spec`.
+    pub fn from_spec(spec: &SessionSpec) -> Result<Self, SessionError> {
+        Session::new(spec.algorithm, &spec.enc_key, &spec.auth_key)
     }
 
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_released_handle_is_refused_even_when_its_slot_is_reused() {
+        let mut table = SessionTable::default();
+        let a = table.insert("a");
+        let b = table.insert("b");
+        assert_eq!(table.get(a), Some(&"a"));
+        assert_eq!(table.remove(a), Some("a"));
+        assert_eq!(table.get(a), None);
+        assert_eq!(table.remove(a), None);
+        let c = table.insert("c");
+        assert_eq!(c.index, a.index, "the slot is reused");
+        assert_eq!(table.get(a), None, "the old generation is refused");
+        assert_eq!(table.get(c), Some(&"c"));
+        assert_eq!(table.get(b), Some(&"b"));
+        assert_eq!(table.get(SessionHandle::INVALID), None);
+        assert_eq!(table.len(), 2);
+        let drained: Vec<_> = table.drain().collect();
+        assert_eq!(drained.len(), 2);
+        assert!(table.is_empty());
+        assert_eq!(table.get(b), None);
+    }
+
+    #[test]
+    fn spec_checks_key_lengths_and_redacts() {
+        let err = SessionSpec::new(Algorithm::Aes128Gcm16, false, &[0; 16], &[]).unwrap_err();
+        assert!(matches!(err, SessionError::EncKeyLength { expected: 20, got: 16, .. }));
+        let spec = SessionSpec::new(Algorithm::Aes128Sha1, true, &[7; 16], &[9; 20]).expect("valid");
+        let shown = format!("{spec:?}");
+        assert!(shown.contains("redacted") && !shown.contains('7'), "{shown}");
     }
 }

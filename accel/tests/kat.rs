@@ -75,7 +75,7 @@ fn descriptor_for(
 /// Runs one descriptor through the software primitives every CPU engine
 /// shares and returns its status.
 fn process(session: &Session, mut desc: Descriptor, buf: &mut [u8]) -> Status {
-    accel::soft::process(session, &mut desc, buf);
+    accel::primitive::process(session, &mut desc, buf);
     assert_ne!(
         desc.status,
         Status::Pending,

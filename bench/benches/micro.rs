@@ -9,7 +9,7 @@
 //! * `sad_lookup_inbound/{hit,miss}/<sas>`: `Sad<()>::lookup_inbound`.
 //! * `replay/{in-order,reordered}/w<size>[-esn]`: one `check` + `update`
 //!   per sequence number.
-//! * `soft_encrypt/<algorithm>/<payload bytes>`: `accel::soft::process`
+//! * `soft_encrypt/<algorithm>/<payload bytes>`: `accel::primitive::process`
 //!   with a single-pass encrypt descriptor laid out as in
 //!   `bench::measure::raw_crypto`.
 //!
@@ -278,7 +278,7 @@ fn soft_encrypt(c: &mut Criterion) {
             };
             let mut buf: Vec<u8> = (0..total).map(|i| i as u8).collect();
             let mut desc = descriptor();
-            accel::soft::process(&session, &mut desc, &mut buf);
+            accel::primitive::process(&session, &mut desc, &mut buf);
             assert_eq!(desc.status, Status::Done, "{algorithm} encrypt");
             let mut counter = 0u64;
             let iv_bytes = iv_len.min(8);
@@ -288,7 +288,7 @@ fn soft_encrypt(c: &mut Criterion) {
                     counter += 1;
                     buf[8..8 + iv_bytes].copy_from_slice(&counter.to_be_bytes()[..iv_bytes]);
                     let mut desc = descriptor();
-                    accel::soft::process(&session, &mut desc, black_box(&mut buf));
+                    accel::primitive::process(&session, &mut desc, black_box(&mut buf));
                     desc.status
                 })
             });

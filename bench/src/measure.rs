@@ -357,7 +357,7 @@ pub fn raw_crypto(
             counter += 1;
             buf[8..8 + iv_len.min(8)].copy_from_slice(&counter.to_be_bytes()[..iv_len.min(8)]);
             let mut desc = descriptor(Direction::Encrypt);
-            accel::soft::process(&session, &mut desc, buf);
+            accel::primitive::process(&session, &mut desc, buf);
             ensure!(
                 desc.status == Status::Done,
                 "raw encrypt failed: {:?}",
@@ -368,10 +368,10 @@ pub fn raw_crypto(
     })?;
     let mut sealed = plain.clone();
     let mut desc = descriptor(Direction::Encrypt);
-    accel::soft::process(&session, &mut desc, &mut sealed);
+    accel::primitive::process(&session, &mut desc, &mut sealed);
     let mut check = sealed.clone();
     let mut desc = descriptor(Direction::Decrypt);
-    accel::soft::process(&session, &mut desc, &mut check);
+    accel::primitive::process(&session, &mut desc, &mut check);
     ensure!(
         desc.status == Status::Done && check[..8 + iv_len + cipher_len] == plain[..8 + iv_len + cipher_len],
         "raw decrypt does not invert encrypt"
@@ -380,7 +380,7 @@ pub fn raw_crypto(
         for buf in &mut bufs {
             buf.copy_from_slice(&sealed);
             let mut desc = descriptor(Direction::Decrypt);
-            accel::soft::process(&session, &mut desc, buf);
+            accel::primitive::process(&session, &mut desc, buf);
             ensure!(
                 desc.status == Status::Done,
                 "raw decrypt failed: {:?}",

@@ -1,6 +1,6 @@
-//! The inline software engine, and the primitive passes every engine that
-//! computes on the CPU shares: cipher, MAC and AEAD over a descriptor's
-//! regions, in place.
+//! The primitive passes every engine that computes on the CPU shares
+//! (`soft`, `sec`): cipher, MAC and AEAD over a descriptor's regions, in
+//! place. Knows nothing of engines, queues or time.
 
 use aws_lc_rs::cipher::{DecryptionContext, EncryptionContext};
 use aws_lc_rs::iv::FixedLength;

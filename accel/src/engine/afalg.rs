@@ -29,11 +29,10 @@
 // packet.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use subtle::ConstantTimeEq;
@@ -41,9 +40,9 @@ use zeroize::Zeroizing;
 
 use crate::algorithm::{Algorithm, CipherKind, IntegrityKind};
 use crate::descriptor::{DescriptorError, DescriptorKind, Direction, Status};
-use crate::engine::{Engine, EngineCounters, EngineKind};
+use crate::engine::{Engine, EngineCounters, EngineKind, NextCompletion, RegisterError};
 use crate::job::{BufferPolicy, Job};
-use crate::session::{Session, SessionId};
+use crate::session::{SessionHandle, SessionSpec, SessionTable};
 
 /// Why AF_ALG cannot be used here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -327,10 +326,10 @@ fn crypt(
 fn aead_template(
     alg: Algorithm,
     esn: bool,
-    session: &Session,
+    session: &SessionSpec,
 ) -> Option<(String, Zeroizing<Vec<u8>>, usize)> {
-    let enc = &session.raw_enc_key;
-    let auth = &session.raw_auth_key;
+    let enc = &session.enc_key;
+    let auth = &session.auth_key;
     if alg.cipher() == CipherKind::AesGcm {
         return Some((
             "rfc4106(gcm(aes))".into(),
@@ -363,7 +362,7 @@ fn aead_template(
 
 /// The operation sockets of one registered session.
 struct Registered {
-    session: Weak<Session>,
+    spec: SessionSpec,
     aead: Option<AlgSocket>,
     /// Idle extra operation sockets on the AEAD transform (io_uring).
     aead_spare: Vec<OwnedFd>,
@@ -418,7 +417,7 @@ struct InFlight {
     job: Job,
     req: Box<Request>,
     fd: OwnedFd,
-    session: SessionId,
+    session: SessionHandle,
     send_failed: bool,
 }
 
@@ -426,7 +425,7 @@ struct InFlight {
 pub struct AfalgEngine {
     buffers: BufferPolicy,
     io: AfalgIo,
-    sessions: HashMap<SessionId, Registered>,
+    sessions: SessionTable<Registered>,
     done: VecDeque<Job>,
     counters: EngineCounters,
     ring: Option<io_uring::IoUring>,
@@ -450,7 +449,7 @@ impl AfalgEngine {
         Ok(AfalgEngine {
             buffers,
             io,
-            sessions: HashMap::new(),
+            sessions: SessionTable::default(),
             done: VecDeque::with_capacity(256),
             counters: EngineCounters {
                 per_channel: vec![0],
@@ -474,22 +473,13 @@ impl AfalgEngine {
             self.counters.ring_full += 1;
             return Err(job);
         };
-        let session = Arc::clone(&job.session);
+        let session = job.session;
         let desc = job.desc;
         let prepared = (|| -> Result<(OwnedFd, Box<Request>), DescriptorError> {
-            if self.sessions.len() > 64 {
-                self.sweep();
-            }
-            let entry = self.sessions.entry(session.id()).or_insert_with(|| Registered {
-                session: Arc::downgrade(&session),
-                aead: None,
-                aead_spare: Vec::new(),
-                cipher: None,
-                mac: None,
-            });
+            let entry = self.sessions.get_mut(session).ok_or(DescriptorError::BadSession)?;
             if entry.aead.is_none() {
                 let (name, key, authsize) =
-                    aead_template(session.algorithm(), desc.esn_high.is_some(), &session)
+                    aead_template(entry.spec.algorithm, desc.esn_high.is_some(), &entry.spec)
                         .ok_or(DescriptorError::Unsupported)?;
                 entry.aead =
                     Some(AlgSocket::open("aead", &name, &key, authsize).map_err(|_| DescriptorError::Fault)?);
@@ -499,10 +489,7 @@ impl AfalgEngine {
                 Some(fd) => fd,
                 None => accept_op(tfm).map_err(|_| DescriptorError::Fault)?,
             };
-            let bytes: &mut [u8] = match job.bounce.as_mut() {
-                Some(bounce) => bounce,
-                None => job.region_bytes(),
-            };
+            let bytes = job.work_bytes();
             desc.validate(bytes.len())?;
             let req = aead_request(&desc, bytes).map_err(|_| DescriptorError::Fault)?;
             Ok((fd, req))
@@ -544,7 +531,7 @@ impl AfalgEngine {
         };
         if !pushed {
             self.free_slots.push(slot);
-            if let Some(entry) = self.sessions.get_mut(&session.id()) {
+            if let Some(entry) = self.sessions.get_mut(session) {
                 entry.aead_spare.push(fd);
             }
             self.counters.ring_full += 1;
@@ -554,7 +541,7 @@ impl AfalgEngine {
             job,
             req,
             fd,
-            session: session.id(),
+            session,
             send_failed: false,
         });
         self.on_ring += 1;
@@ -601,7 +588,7 @@ impl AfalgEngine {
             };
             // A socket that saw an error other than a failed ICV is not reused.
             if outcome.is_ok() {
-                if let Some(reg) = self.sessions.get_mut(&entry.session) {
+                if let Some(reg) = self.sessions.get_mut(entry.session) {
                     reg.aead_spare.push(entry.fd);
                 }
             }
@@ -611,48 +598,29 @@ impl AfalgEngine {
 
     /// Copies a bounce buffer back, counts, and queues the job for `poll`.
     fn finish(&mut self, mut job: Job) {
-        if let Some(bounce) = job.bounce.take() {
-            let dst = job.region_bytes();
-            let n = dst.len().min(bounce.len());
-            dst[..n].copy_from_slice(&bounce[..n]);
-        }
+        job.bounce_out();
         if matches!(job.desc.status, Status::Error(_)) {
             self.counters.errors += 1;
         }
         self.done.push_back(job);
     }
 
-    /// Closes the sockets of sessions that no longer exist, so the kernel
-    /// frees (and wipes) their keys.
-    fn sweep(&mut self) {
-        self.sessions.retain(|_, r| r.session.strong_count() > 0);
-    }
-
     fn run(
         &mut self,
-        session: &Arc<Session>,
+        session: SessionHandle,
         desc: &crate::Descriptor,
         bytes: &mut [u8],
     ) -> Result<bool, DescriptorError> {
         desc.validate(bytes.len())?;
-        let alg = session.algorithm();
+        let entry = self.sessions.get_mut(session).ok_or(DescriptorError::BadSession)?;
+        let alg = entry.spec.algorithm;
         if alg == Algorithm::Null {
             return Ok(true);
         }
-        if self.sessions.len() > 64 {
-            self.sweep();
-        }
-        let entry = self.sessions.entry(session.id()).or_insert_with(|| Registered {
-            session: Arc::downgrade(session),
-            aead: None,
-            aead_spare: Vec::new(),
-            cipher: None,
-            mac: None,
-        });
         match desc.kind {
             DescriptorKind::SinglePass => {
                 if entry.aead.is_none() {
-                    let (name, key, authsize) = aead_template(alg, desc.esn_high.is_some(), session)
+                    let (name, key, authsize) = aead_template(alg, desc.esn_high.is_some(), &entry.spec)
                         .ok_or(DescriptorError::Unsupported)?;
                     entry.aead = Some(
                         AlgSocket::open("aead", &name, &key, authsize).map_err(|_| DescriptorError::Fault)?,
@@ -670,7 +638,7 @@ impl AfalgEngine {
                 };
                 if entry.cipher.is_none() {
                     entry.cipher = Some(
-                        AlgSocket::open("skcipher", name, &session.raw_enc_key, 0)
+                        AlgSocket::open("skcipher", name, &entry.spec.enc_key, 0)
                             .map_err(|_| DescriptorError::Fault)?,
                     );
                 }
@@ -704,7 +672,7 @@ impl AfalgEngine {
                 };
                 if entry.mac.is_none() {
                     entry.mac = Some(
-                        AlgSocket::open("hash", name, &session.raw_auth_key, 0)
+                        AlgSocket::open("hash", name, &entry.spec.auth_key, 0)
                             .map_err(|_| DescriptorError::Fault)?,
                     );
                 }
@@ -795,17 +763,16 @@ fn aead_pass(fd: RawFd, desc: &crate::Descriptor, bytes: &mut [u8]) -> Result<bo
     aead_outcome(req.run(fd), expected)
 }
 
-impl Engine for AfalgEngine {
-    fn kind(&self) -> EngineKind {
-        EngineKind::Afalg
-    }
-
-    fn submit(&mut self, mut job: Job) -> Result<(), Job> {
+impl AfalgEngine {
+    fn submit_one(&mut self, mut job: Job) -> Result<(), Job> {
         // null/null has nothing for the kernel to do: it completes inline.
-        let has_work = job.session.algorithm() != Algorithm::Null;
+        let has_work = self
+            .sessions
+            .get(job.session)
+            .is_some_and(|r| r.spec.algorithm != Algorithm::Null);
         if self.io == AfalgIo::IoUring && job.desc.kind == DescriptorKind::SinglePass && has_work {
             if self.buffers == BufferPolicy::PerRequest {
-                job.bounce = Some(job.region_bytes().to_vec());
+                job.bounce_in();
                 self.counters.bounce_buffers += 1;
             }
             self.counters.submitted += 1;
@@ -816,15 +783,15 @@ impl Engine for AfalgEngine {
                 .submit_uring(job)
                 .inspect_err(|_| self.counters.submitted -= 1);
         }
-        let session = Arc::clone(&job.session);
+        let session = job.session;
         let desc = job.desc;
         let result = match self.buffers {
-            BufferPolicy::Registered => self.run(&session, &desc, job.region_bytes()),
+            BufferPolicy::Registered => self.run(session, &desc, job.region_bytes()),
             BufferPolicy::PerRequest => {
                 // Allocate a bounce buffer, copy in, process, copy out, free.
                 let mut bounce = job.region_bytes().to_vec();
                 self.counters.bounce_buffers += 1;
-                let r = self.run(&session, &desc, &mut bounce);
+                let r = self.run(session, &desc, &mut bounce);
                 job.region_bytes().copy_from_slice(&bounce);
                 r
             }
@@ -841,13 +808,56 @@ impl Engine for AfalgEngine {
         self.finish(job);
         Ok(())
     }
+}
 
-    fn poll(&mut self, out: &mut Vec<Job>) -> usize {
+impl Engine for AfalgEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Afalg
+    }
+
+    fn register(&mut self, spec: &SessionSpec) -> Result<SessionHandle, RegisterError> {
+        crate::session::Session::from_spec(spec)?;
+        Ok(self.sessions.insert(Registered {
+            spec: spec.clone(),
+            aead: None,
+            aead_spare: Vec::new(),
+            cipher: None,
+            mac: None,
+        }))
+    }
+
+    fn release(&mut self, handle: SessionHandle) {
+        drop(self.sessions.remove(handle));
+    }
+
+    fn submit_burst(&mut self, _now: Duration, jobs: &mut VecDeque<Job>) -> usize {
+        let mut n = 0;
+        while let Some(job) = jobs.pop_front() {
+            if let Err(back) = self.submit_one(job) {
+                jobs.push_front(back);
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    fn poll_burst(&mut self, _now: Duration, out: &mut Vec<Job>) -> usize {
         self.reap();
         let n = self.done.len();
         self.counters.completed += n as u64;
         out.extend(self.done.drain(..));
         n
+    }
+
+    fn next_completion(&self) -> NextCompletion {
+        if !self.done.is_empty() {
+            NextCompletion::Ready
+        } else if self.on_ring > 0 {
+            NextCompletion::External
+        } else {
+            NextCompletion::Idle
+        }
     }
 
     fn wait(&mut self, timeout: Duration) {

@@ -1,0 +1,48 @@
+//! Builds the engine a configuration names. Knows every engine's settings;
+//! must not hold engine state of its own.
+
+use super::sec::{SecConfig, SecEngine};
+use super::{Engine, EngineKind, SoftEngine};
+use crate::job::BufferPolicy;
+
+/// Everything needed to build an engine.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineSpec {
+    pub kind: EngineKind,
+    pub buffers: BufferPolicy,
+    /// Settings of the `sec` engine model (its buffer policy is `buffers`).
+    pub sec: SecConfig,
+    /// How the `afalg` engine talks to the kernel.
+    #[cfg(target_os = "linux")]
+    pub afalg_io: super::afalg::AfalgIo,
+}
+
+/// Why an engine could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// The kernel crypto API is not reachable from here.
+    #[error("the afalg engine is unavailable: {0}")]
+    AfalgUnavailable(String),
+}
+
+/// Builds the engine `spec` describes.
+pub fn build_engine(spec: &EngineSpec) -> Result<Box<dyn Engine>, EngineError> {
+    Ok(match spec.kind {
+        EngineKind::Soft => Box::new(SoftEngine::new(spec.buffers)),
+        EngineKind::Sec => Box::new(SecEngine::new(SecConfig {
+            buffers: spec.buffers,
+            ..spec.sec.clone()
+        })),
+        #[cfg(target_os = "linux")]
+        EngineKind::Afalg => Box::new(
+            super::afalg::AfalgEngine::new(spec.buffers, spec.afalg_io)
+                .map_err(|e| EngineError::AfalgUnavailable(e.to_string()))?,
+        ),
+        #[cfg(not(target_os = "linux"))]
+        EngineKind::Afalg => {
+            return Err(EngineError::AfalgUnavailable(
+                "AF_ALG exists only on Linux".into(),
+            ));
+        }
+    })
+}

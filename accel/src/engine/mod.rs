@@ -1,0 +1,210 @@
+//! Engines: where jobs are executed, behind one registration, burst
+//! submission and completion interface, so the dataplane does not know
+//! which one it talks to.
+//!
+//! One file per engine: `soft` (inline), `sec` (the SEC 2.x model),
+//! `afalg` (the Linux kernel crypto API); `factory` builds the one a
+//! configuration names. This module owns the [`Engine`] contract and the
+//! counters every engine reports; it must not know packet headers, SAs or
+//! policies.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::job::Job;
+use crate::session::{SessionError, SessionHandle, SessionSpec};
+
+#[cfg(target_os = "linux")]
+pub mod afalg;
+mod factory;
+pub mod sec;
+pub mod soft;
+
+pub use factory::{build_engine, EngineError, EngineSpec};
+pub use soft::SoftEngine;
+
+/// The engines espgw can put behind the boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// Inline software in the caller's thread.
+    #[default]
+    Soft,
+    /// The SEC 2.x look-aside engine model, in modelled time.
+    Sec,
+    /// The Linux kernel crypto API through AF_ALG sockets.
+    Afalg,
+}
+
+impl EngineKind {
+    pub const ALL: [EngineKind; 3] = [EngineKind::Soft, EngineKind::Sec, EngineKind::Afalg];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Soft => "soft",
+            EngineKind::Sec => "sec",
+            EngineKind::Afalg => "afalg",
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An engine name that is not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown engine `{0}`; expected soft, sec or afalg")]
+pub struct UnknownEngine(pub String);
+
+impl FromStr for EngineKind {
+    type Err = UnknownEngine;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EngineKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownEngine(s.to_owned()))
+    }
+}
+
+/// Bytes an engine moved across its (modelled) bus, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BusBytes {
+    /// Descriptors fetched.
+    pub descriptors: u64,
+    /// Keys and context (IV, HMAC state) fetched.
+    pub context: u64,
+    /// Packet data read.
+    pub data_in: u64,
+    /// Results written back.
+    pub data_out: u64,
+}
+
+impl BusBytes {
+    pub fn total(&self) -> u64 {
+        self.descriptors + self.context + self.data_in + self.data_out
+    }
+
+    pub fn add(&mut self, other: &BusBytes) {
+        self.descriptors += other.descriptors;
+        self.context += other.context;
+        self.data_in += other.data_in;
+        self.data_out += other.data_out;
+    }
+}
+
+/// What an engine has done so far.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct EngineCounters {
+    pub submitted: u64,
+    pub completed: u64,
+    /// Submissions refused because the ring was full.
+    pub ring_full: u64,
+    /// Descriptors that completed with an error status.
+    pub errors: u64,
+    /// Descriptors executed per channel.
+    pub per_channel: Vec<u64>,
+    /// Busy time per execution unit, nanoseconds, by name.
+    pub eu_busy_ns: Vec<(String, u64)>,
+    /// Deepest the fetch FIFO got, over all channels.
+    pub fifo_high_water: usize,
+    pub bus: BusBytes,
+    /// Bounce buffers allocated (per-request buffer policy).
+    pub bounce_buffers: u64,
+    /// Completion signals raised (interrupt-style wake-ups).
+    pub interrupts: u64,
+}
+
+/// When the next completion can be collected, as an engine knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextCompletion {
+    /// Nothing is in flight.
+    Idle,
+    /// Completions are waiting: poll now.
+    Ready,
+    /// A modelled engine completes its next job at this time (the same
+    /// clock as the `now` given to it): a driver that runs on modelled time
+    /// advances to it; a live driver waits until its clock reaches it.
+    At(Duration),
+    /// A real device works on its own: the driver waits on the engine
+    /// ([`Engine::wait`]) or polls again later.
+    External,
+}
+
+/// Why an engine could not register a session.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    /// The keys do not suit the algorithm.
+    #[error(transparent)]
+    Keys(#[from] SessionError),
+    /// The engine has no room for another session.
+    #[error("the engine holds its maximum of {0} sessions")]
+    Full(usize),
+    /// The engine (or the kernel behind it) refused the session.
+    #[error("the {engine} engine could not register the session: {reason}")]
+    Refused { engine: EngineKind, reason: String },
+}
+
+/// Executes jobs.
+///
+/// The contract, which every engine keeps and `tests/engines.rs` checks:
+/// - A session is [`register`](Engine::register)ed once, at SA install;
+///   the engine keeps its own form of the keys and gives a handle.
+///   [`release`](Engine::release) wipes them; a job naming a released or
+///   unknown handle completes with `Status::Error(BadSession)`, never with
+///   another session's keys.
+/// - [`submit_burst`](Engine::submit_burst) takes jobs from the front of
+///   the caller's queue while the engine has room and rings one doorbell
+///   for all of them; jobs it cannot take stay queued, in order. It never
+///   blocks.
+/// - [`poll_burst`](Engine::poll_burst) hands back the jobs complete by
+///   `now`. Jobs of one session come back in the order they were
+///   submitted (the dataplane's replay verdicts rely on it).
+/// - Every submitted job comes back exactly once, through `poll_burst` or
+///   [`reclaim`](Engine::reclaim), with its buffer.
+/// - Nothing per job allocates (but the `per-request` buffer policy's
+///   bounce buffers, which is that policy's point), locks or clones an
+///   `Arc`.
+/// - Only [`wait`](Engine::wait) may block, and only drivers call it.
+pub trait Engine: Send {
+    fn kind(&self) -> EngineKind;
+
+    /// Registers an SA's keys; called at SA install, off the fast path.
+    fn register(&mut self, spec: &SessionSpec) -> Result<SessionHandle, RegisterError>;
+
+    /// Forgets a session and wipes its keys; called at SA delete. Jobs of
+    /// the session still in flight complete normally.
+    fn release(&mut self, handle: SessionHandle);
+
+    /// Moves jobs from the front of `jobs` into the engine, as many as it
+    /// has room for, with one doorbell; returns how many it took.
+    fn submit_burst(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize;
+
+    /// Appends the jobs complete by `now` to `out`; returns how many.
+    fn poll_burst(&mut self, now: Duration, out: &mut Vec<Job>) -> usize;
+
+    /// When to poll next.
+    fn next_completion(&self) -> NextCompletion;
+
+    /// Jobs submitted and not yet returned.
+    fn in_flight(&self) -> usize;
+
+    fn counters(&self) -> EngineCounters;
+
+    /// After a timeout: gives back jobs whose completions the engine lost
+    /// (a channel reset, in hardware terms), with an error status, so no
+    /// buffer is leaked.
+    fn reclaim(&mut self, _now: Duration, _out: &mut Vec<Job>) -> usize {
+        0
+    }
+
+    /// Blocks until a completion may be ready, at most `timeout`: the
+    /// driver's interrupt wait. Engines without a device to wait for
+    /// return at once. The gateway core never calls it.
+    fn wait(&mut self, _timeout: Duration) {}
+}

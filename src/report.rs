@@ -119,7 +119,7 @@ pub fn stats_json(gateway: &Gateway) -> Value {
                 "spi": format!("{:#010x}", sa.spi()),
                 "direction": p.direction.to_string(),
                 "mode": p.mode.to_string(),
-                "proposal": sa.crypto().algorithm().keyword(),
+                "proposal": sa.crypto().algorithm.keyword(),
                 "local": p.local.to_string(),
                 "remote": p.remote.to_string(),
                 "state": format!("{:?}", sa.state()).to_lowercase(),

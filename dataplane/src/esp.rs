@@ -11,7 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use accel::{Algorithm, CipherKind, Descriptor, DescriptorKind, Direction, Region, Session, Status};
+use accel::{
+    Algorithm, CipherKind, Descriptor, DescriptorKind, Direction, Region, SessionHandle, SessionSpec, Status,
+};
 use rand::Rng;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
 use spd_sad::{proto, Mode, ReplayError, SaDirection, SaId, SaState, Sad, SecurityAssociation};
@@ -26,6 +28,26 @@ pub const NEXT_HEADER_NONE: u8 = 59;
 pub const NEXT_HEADER_IPV4: u8 = 4;
 /// IPv4 header length without options.
 pub const IPV4_HEADER_LEN: usize = 20;
+
+/// What the gateway keeps of an SA's crypto: the handle its engine issued
+/// and the algorithm (which lays the packet out). The keys are kept, in
+/// wiped memory shared by every worker's copy, only so that a fork can
+/// register the SA with its own engine; no packet touches them.
+#[derive(Clone)]
+pub struct SaCrypto {
+    pub handle: SessionHandle,
+    pub algorithm: Algorithm,
+    pub(crate) keys: Arc<SessionSpec>,
+}
+
+impl std::fmt::Debug for SaCrypto {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaCrypto")
+            .field("handle", &self.handle)
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
+}
 
 /// What the outbound half needs besides the SA.
 pub struct OutboundContext<'a, R: Rng> {
@@ -96,7 +118,7 @@ pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, mtu: usize) -> 
 /// IPv4 packet; on return it holds the ESP packet awaiting crypto.
 pub fn encapsulate_prepare<R: Rng>(
     sa_id: SaId,
-    sa: &mut SecurityAssociation<Arc<Session>>,
+    sa: &mut SecurityAssociation<SaCrypto>,
     buf: &mut PacketBuf,
     ctx: OutboundContext<'_, R>,
 ) -> Result<Pending, DropReason> {
@@ -110,7 +132,7 @@ pub fn encapsulate_prepare<R: Rng>(
         sa.counters_mut().expired += 1;
         return Err(DropReason::SaExpired);
     }
-    let alg = sa.crypto().algorithm();
+    let alg = sa.crypto().algorithm;
     let params = sa.params();
     let (mode, spi, local, remote, esn) = (params.mode, params.spi, params.local, params.remote, params.esn);
     let inner = Ipv4Packet::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
@@ -221,7 +243,7 @@ pub fn encapsulate_prepare<R: Rng>(
 
 /// Outbound finish: the engine has run; account the packet.
 pub fn encapsulate_finish(
-    sad: &mut Sad<Arc<Session>>,
+    sad: &mut Sad<SaCrypto>,
     pending: &Pending,
     now: Duration,
 ) -> Result<(), DropReason> {
@@ -236,14 +258,27 @@ pub fn encapsulate_finish(
     Ok(())
 }
 
+/// What inbound prepare decided.
+#[derive(Debug, Clone, Copy)]
+pub enum Inbound {
+    /// The descriptor is ready for the engine.
+    Ready(Pending),
+    /// The packet must wait for the SA's packets in flight: its ESN high
+    /// half depends on their fate, or earlier packets of the SA wait too.
+    Hold(SaId),
+}
+
 /// Inbound prepare: `buf` holds an IPv4 packet with protocol ESP addressed
-/// to us. Checks lengths, finds the SA, checks the replay window (without
-/// updating it) and builds the descriptor.
+/// to us. Checks lengths, finds the SA, infers the sequence number and
+/// checks the replay window (without updating it) and builds the
+/// descriptor. With `behind_held`, a packet of an SA that already has
+/// packets held waits behind them.
 pub fn decapsulate_prepare(
-    sad: &mut Sad<Arc<Session>>,
+    sad: &mut Sad<SaCrypto>,
     buf: &mut PacketBuf,
     now: Duration,
-) -> Result<Pending, DropReason> {
+    behind_held: bool,
+) -> Result<Inbound, DropReason> {
     let data = buf.data();
     let header_len = ip_header_len(data);
     let ip = Ipv4Packet::new_unchecked(data);
@@ -253,7 +288,7 @@ pub fn decapsulate_prepare(
         .lookup_inbound(esp_packet.spi(), dst)
         .ok_or(DropReason::UnknownSpi)?;
     let sa = sad.get_mut(sa_id).ok_or(DropReason::UnknownSpi)?;
-    let alg = sa.crypto().algorithm();
+    let alg = sa.crypto().algorithm;
     let esp_len = data.len() - header_len;
     let overhead = esp::HEADER_LEN + alg.iv_len() + alg.icv_len();
     // RFC 4303 §2.4: the ciphertext is whole blocks, and at least a trailer.
@@ -268,7 +303,11 @@ pub fn decapsulate_prepare(
         sa.counters_mut().expired += 1;
         return Err(DropReason::SaExpired);
     }
-    let seq = match sa.check_replay(esp_packet.sequence_number()) {
+    let seq_low = esp_packet.sequence_number();
+    if (behind_held && sa.held() > 0) || !sa.inference_settled(seq_low) {
+        return Ok(Inbound::Hold(sa_id));
+    }
+    let seq = match sa.check_replay(seq_low) {
         Ok(seq) => seq,
         Err(ReplayError::Duplicate(_) | ReplayError::TooOld(_) | ReplayError::Invalid) => {
             sa.counters_mut().replay += 1;
@@ -276,13 +315,13 @@ pub fn decapsulate_prepare(
         }
     };
     let esn_high = sa.params().esn.then_some((seq >> 32) as u32);
-    Ok(Pending {
+    Ok(Inbound::Ready(Pending {
         sa: sa_id,
         desc: descriptor(Direction::Decrypt, alg, cipher_len, esn_high),
         esp_offset: header_len,
         seq,
         protected_len: 0,
-    })
+    }))
 }
 
 /// What an authenticated inbound packet turned out to be.
@@ -294,15 +333,30 @@ pub enum Decapsulated {
     Dummy,
 }
 
-/// Inbound finish: checks the engine status, updates the replay window,
-/// checks the trailer and strips ESP, leaving the inner IPv4 packet.
+/// Inbound finish: re-checks the replay window, checks the engine status,
+/// updates the window, checks the trailer and strips ESP, leaving the inner
+/// IPv4 packet.
 pub fn decapsulate_finish(
-    sad: &mut Sad<Arc<Session>>,
+    sad: &mut Sad<SaCrypto>,
     buf: &mut PacketBuf,
     pending: &Pending,
     now: Duration,
 ) -> Result<Decapsulated, DropReason> {
     let sa = sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
+    // The window may have moved while this packet was with the engine
+    // (another copy of it verified, or packets ahead of it): infer the high
+    // half and check again against the window as it is now, before the
+    // ICV status, exactly as if the packet were being received only now
+    // (RFC 4303 §3.4.3, Appendix A; Linux's xfrm_replay_recheck). A high
+    // half that changed means the ICV was computed over the wrong one.
+    let seq_low = pending.seq as u32;
+    match sa.check_replay(seq_low) {
+        Ok(seq) if seq == pending.seq => {}
+        Ok(_) | Err(_) => {
+            sa.counters_mut().replay += 1;
+            return Err(DropReason::Replay);
+        }
+    }
     match pending.desc.status {
         Status::Done => {}
         Status::AuthFailed => {
@@ -310,12 +364,6 @@ pub fn decapsulate_finish(
             return Err(DropReason::AuthFailed);
         }
         Status::Pending | Status::Error(_) => return Err(DropReason::EngineError),
-    }
-    // Another copy of this sequence number may have been verified while this
-    // one was with the engine: check again before the window moves.
-    if sa.recheck_replay(pending.seq).is_err() {
-        sa.counters_mut().replay += 1;
-        return Err(DropReason::Replay);
     }
     // RFC 4303 §3.4.3: the window moves only for authenticated packets.
     sa.accept_sequence(pending.seq);
@@ -333,7 +381,7 @@ pub fn decapsulate_finish(
     if trailer.next_header == NEXT_HEADER_NONE {
         return Ok(Decapsulated::Dummy);
     }
-    let malformed = |sa: &mut SecurityAssociation<Arc<Session>>| {
+    let malformed = |sa: &mut SecurityAssociation<SaCrypto>| {
         sa.counters_mut().malformed += 1;
         DropReason::Malformed
     };
@@ -373,7 +421,7 @@ pub fn decapsulate_finish(
 }
 
 /// Marks an SA hard-expired after the counter ran out, raising the event once.
-pub fn note_exhausted(sad: &mut Sad<Arc<Session>>, id: SaId) {
+pub fn note_exhausted(sad: &mut Sad<SaCrypto>, id: SaId) {
     if let Some(sa) = sad.get_mut(id) {
         if sa.params().direction == SaDirection::Outbound && sa.expire() {
             sad.note_transition(id, SaState::HardExpired);

@@ -5,13 +5,14 @@
 //! the sans-IO [`Gateway`] that classifies, protects, verifies and routes a
 //! batch of frames, and the I/O drivers that move frames in and out (pcap
 //! files today). Must not do cryptography itself (that is `accel`'s), parse
-//! configuration (that is `ike-stub`'s) or read the clock in the core:
-//! drivers pass `now` in.
+//! configuration (that is `ike-stub`'s) or read the clock, sleep or wait in
+//! the core: drivers pass `now` in and decide how to wait (`drive`).
 //!
 //! Invariants: every received frame gets exactly one verdict and is counted
 //! once (`Stats::balanced`); malformed input is a counted drop, never a
 //! panic; nothing on the per-packet path allocates or logs.
 
+pub mod drive;
 pub mod esp;
 pub mod gateway;
 pub mod icmp;
@@ -23,7 +24,9 @@ pub mod stats;
 pub mod wire;
 
 pub use accel::buffer::{self, PacketBuf, PacketPool};
-pub use gateway::{DatagramError, Gateway, GatewaySetup, LinkLayer, Output, Verdict, CONTROL_PORT};
+pub use gateway::{
+    DatagramError, Gateway, GatewaySetup, InstallSaError, LinkLayer, Output, SaCrypto, Verdict, CONTROL_PORT,
+};
 pub use route::{Interface, InterfaceKind, Port, Route};
 pub use smoltcp::wire::EthernetAddress;
 pub use stats::{DropReason, Stats};

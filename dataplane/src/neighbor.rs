@@ -131,6 +131,21 @@ impl Neighbors {
         self.learnt.retain(|_, (_, expires)| *expires > now);
     }
 
+    /// When a parked packet next needs attention: its ARP request repeated
+    /// or its wait given up.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        let oldest = self.pending.front()?;
+        let retry = self
+            .pending
+            .iter()
+            .filter_map(|w| self.last_request.get(&w.next_hop))
+            .map(|last| *last + REQUEST_INTERVAL)
+            .min();
+        Some(retry.map_or(oldest.since + RESOLVE_TIMEOUT, |r| {
+            r.min(oldest.since + RESOLVE_TIMEOUT)
+        }))
+    }
+
     pub fn is_pending(&self, address: Ipv4Addr) -> bool {
         self.pending.iter().any(|w| w.next_hop == address)
     }

@@ -205,6 +205,11 @@ impl Reassembler {
         }
     }
 
+    /// When the oldest datagram in progress times out.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.datagrams.iter().map(|d| d.since + REASSEMBLY_TIMEOUT).min()
+    }
+
     /// Gives back every buffer (shutdown).
     pub fn drain(&mut self, out: &mut Vec<PacketBuf>) {
         out.extend(self.datagrams.drain(..).map(|d| d.buf));

@@ -184,6 +184,10 @@ pub struct Stats {
     pub control_received: u64,
     /// Datagrams the control plane sent (also in `generated`).
     pub control_sent: u64,
+    /// Inbound ESP packets held until the packets ahead of them on their
+    /// SA finished, because their ESN high half depended on those (not a
+    /// verdict: each is counted again when it is decided).
+    pub esn_held: u64,
     pub drops: DropCounters,
 }
 
@@ -201,6 +205,7 @@ impl Stats {
         self.fragments_absorbed += other.fragments_absorbed;
         self.control_received += other.control_received;
         self.control_sent += other.control_sent;
+        self.esn_held += other.esn_held;
         self.drops.add(&other.drops);
     }
 

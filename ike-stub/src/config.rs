@@ -8,7 +8,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use accel::{
-    Algorithm, BufferPolicy, Completion, Engine, EngineKind, EngineSpec, RateModel, SecConfig, Session, Style,
+    Algorithm, BufferPolicy, Completion, Engine, EngineKind, EngineSpec, RateModel, SecConfig, Session,
+    SessionSpec, Style,
 };
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
 use spd_sad::{
@@ -172,6 +173,29 @@ pub enum InstallError {
     },
     #[error(transparent)]
     Sad(#[from] spd_sad::SadError),
+    /// The engine refused the SA's session.
+    #[error("SA `{sa}`: {source}")]
+    Engine {
+        sa: String,
+        #[source]
+        source: accel::RegisterError,
+    },
+}
+
+impl InstallError {
+    pub(crate) fn from_gateway(sa: &str, e: dataplane::InstallSaError) -> InstallError {
+        match e {
+            dataplane::InstallSaError::Sad(e) => InstallError::Sad(e),
+            dataplane::InstallSaError::Engine(accel::RegisterError::Keys(source)) => InstallError::Session {
+                sa: sa.to_owned(),
+                source,
+            },
+            dataplane::InstallSaError::Engine(source) => InstallError::Engine {
+                sa: sa.to_owned(),
+                source,
+            },
+        }
+    }
 }
 
 impl Config {
@@ -287,12 +311,17 @@ impl Config {
 
 /// Installs one SA (its selectors as given) with a new session.
 pub fn install_sa(gateway: &mut Gateway, sa: &SaConfig, now: Duration) -> Result<(), InstallError> {
-    let session =
-        Session::new(sa.algorithm, &sa.enc_key, &sa.auth_key).map_err(|source| InstallError::Session {
-            sa: sa.params.name.clone(),
-            source,
+    let name = &sa.params.name;
+    let keys =
+        SessionSpec::new(sa.algorithm, sa.params.esn, &sa.enc_key, &sa.auth_key).map_err(|source| {
+            InstallError::Session {
+                sa: name.clone(),
+                source,
+            }
         })?;
-    let id = gateway.install_sa(sa.params.clone(), session, now)?;
+    let id = gateway
+        .install_sa(sa.params.clone(), keys, now)
+        .map_err(|e| InstallError::from_gateway(name, e))?;
     if sa.initial_seq > 0 {
         if let Some(installed) = gateway.sad_mut().get_mut(id) {
             match sa.params.direction {

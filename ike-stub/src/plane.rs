@@ -21,10 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use std::sync::Arc;
-
-use accel::Session;
-use dataplane::Gateway;
+use dataplane::{Gateway, SaCrypto};
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde::Serialize;
@@ -69,7 +66,7 @@ impl SaCommand {
             SaCommand::InstallSa(sa) => install_sa(gateway, sa, now)?,
             SaCommand::RemoveSa(name) => {
                 if let Some(id) = gateway.sad().find(name) {
-                    drop(gateway.sad_mut().remove(id));
+                    drop(gateway.remove_sa(id));
                 }
             }
             SaCommand::InsertPolicy(policy) => install_policy(gateway, policy),
@@ -91,7 +88,7 @@ impl SaCommand {
 /// as a fork of the first worker's, so that all copies share one sequence
 /// counter and one lifetime usage (see [`spd_sad::SecurityAssociation::fork`]).
 pub enum WorkerCommand {
-    Adopt(Box<SecurityAssociation<Arc<Session>>>),
+    Adopt(Box<SecurityAssociation<SaCrypto>>),
     Apply(SaCommand),
 }
 
@@ -108,9 +105,10 @@ impl WorkerCommand {
     pub fn apply(self, gateway: &mut Gateway, now: Duration) -> Result<(), ApplyError> {
         match self {
             WorkerCommand::Adopt(sa) => {
+                let name = sa.name().to_owned();
                 gateway
                     .adopt_sa(*sa)
-                    .map_err(|e| ApplyError::Install(InstallError::Sad(e)))?;
+                    .map_err(|e| ApplyError::Install(InstallError::from_gateway(&name, e)))?;
                 Ok(())
             }
             WorkerCommand::Apply(command) => command.apply(gateway, now),

@@ -102,14 +102,21 @@ impl ReplayWindow {
     }
 
     fn infer(&self, seq_low: u32) -> Result<u64, ReplayError> {
+        self.infer_at(seq_low, self.top)
+    }
+
+    /// The inference of [`check`](Self::check) as it would be with the
+    /// window's top at `top`, for asking whether packets in flight could
+    /// change it.
+    pub fn infer_at(&self, seq_low: u32, top: u64) -> Result<u64, ReplayError> {
         if !self.esn {
             return Ok(u64::from(seq_low));
         }
         // Without a window the inference still needs some reach backwards;
         // one packet's worth keeps reordering from being read as a wrap.
         let w = u64::from(self.size.max(1));
-        let tl = self.top & 0xffff_ffff;
-        let th = self.top >> 32;
+        let tl = top & 0xffff_ffff;
+        let th = top >> 32;
         let sl = u64::from(seq_low);
         let high = if tl >= w - 1 {
             // Case A: the window lies within one 2^32 subspace.
@@ -269,6 +276,32 @@ mod tests {
         // T = 0: a low value near 2^32 would mean a sequence before 0.
         assert_eq!(w.check(u32::MAX), Err(ReplayError::Invalid));
         assert_eq!(w.check(1), Ok(1));
+    }
+
+    /// The property `SecurityAssociation::inference_settled` rests on: for
+    /// a fixed low half, the inferred sequence number never decreases as
+    /// the top moves up, so two tops that agree bound everything between.
+    #[test]
+    fn esn_inference_is_monotonic_in_the_top() {
+        for size in [1u32, 64, 1024] {
+            let w = ReplayWindow::new(size, true);
+            let base = u64::from(u32::MAX) - 3000;
+            for low in [0u32, 1, 5, 100, u32::MAX - 2000, u32::MAX - 10, u32::MAX] {
+                let mut last = None;
+                for top in (base..base + 6000).step_by(7) {
+                    let seq = w.infer_at(low, top).ok();
+                    if let (Some(prev), Some(now)) = (last, seq) {
+                        assert!(
+                            now >= prev,
+                            "size {size} low {low:#x} top {top:#x}: {now:#x} < {prev:#x}"
+                        );
+                    }
+                    if seq.is_some() {
+                        last = seq;
+                    }
+                }
+            }
+        }
     }
 
     #[test]

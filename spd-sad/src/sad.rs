@@ -183,6 +183,13 @@ pub struct SecurityAssociation<C> {
     state: SaState,
     /// This copy's drop counters (packets and bytes live in `shared`).
     counters: SaCounters,
+    /// Inbound packets of this SA between prepare and finish, and the
+    /// highest sequence number among them: what the window may still move
+    /// to before the next packet's turn (see [`Self::inference_settled`]).
+    inbound_in_flight: u32,
+    in_flight_top: u64,
+    /// Inbound packets held back until the ESN inference settles.
+    held: u32,
     crypto: C,
 }
 
@@ -206,6 +213,9 @@ impl<C> SecurityAssociation<C> {
             installed_at: now,
             state: SaState::Active,
             counters: SaCounters::default(),
+            inbound_in_flight: 0,
+            in_flight_top: 0,
+            held: 0,
             crypto,
         }
     }
@@ -224,6 +234,12 @@ impl<C> SecurityAssociation<C> {
 
     pub fn crypto(&self) -> &C {
         &self.crypto
+    }
+
+    /// The crypto context, for the gateway that registers it with its own
+    /// engine (a fork for another worker).
+    pub fn crypto_mut(&mut self) -> &mut C {
+        &mut self.crypto
     }
 
     pub fn state(&self) -> SaState {
@@ -267,6 +283,9 @@ impl<C> SecurityAssociation<C> {
             installed_at: self.installed_at,
             state: self.state,
             counters: SaCounters::default(),
+            inbound_in_flight: 0,
+            in_flight_top: 0,
+            held: 0,
             crypto: self.crypto.clone(),
         }
     }
@@ -331,6 +350,52 @@ impl<C> SecurityAssociation<C> {
     /// Inbound: records an authenticated sequence number.
     pub fn accept_sequence(&mut self, seq: u64) {
         self.replay.update(seq);
+    }
+
+    /// Inbound: whether the 64-bit sequence number inferred for `seq_low`
+    /// now is the one the window will give it when its turn comes, whatever
+    /// the packets still in flight turn out to be. Inference is monotonic in
+    /// the window's top (RFC 4303 Appendix A2.2), and the packets in flight
+    /// can move the top at most to `in_flight_top`, so agreement at both
+    /// ends means agreement everywhere between. Without ESN, or with nothing
+    /// in flight, it always holds.
+    pub fn inference_settled(&self, seq_low: u32) -> bool {
+        if !self.params.esn || self.inbound_in_flight == 0 || self.in_flight_top <= self.replay.top() {
+            return true;
+        }
+        self.replay.infer_at(seq_low, self.replay.top()) == self.replay.infer_at(seq_low, self.in_flight_top)
+    }
+
+    /// Inbound: a packet with sequence number `seq` went to the engine.
+    pub fn note_inbound_started(&mut self, seq: u64) {
+        self.inbound_in_flight += 1;
+        self.in_flight_top = self.in_flight_top.max(seq);
+    }
+
+    /// Inbound: a packet's trip through the engine ended (whatever its
+    /// verdict). Returns true when none of the SA's packets is in flight.
+    pub fn note_inbound_finished(&mut self) -> bool {
+        self.inbound_in_flight = self.inbound_in_flight.saturating_sub(1);
+        if self.inbound_in_flight == 0 {
+            self.in_flight_top = 0;
+        }
+        self.inbound_in_flight == 0
+    }
+
+    /// Inbound packets of this SA in flight.
+    pub fn inbound_in_flight(&self) -> u32 {
+        self.inbound_in_flight
+    }
+
+    /// Inbound packets of this SA held until the inference settles: while
+    /// any is held, later packets wait behind it, so the SA's packets are
+    /// judged in arrival order.
+    pub fn held(&self) -> u32 {
+        self.held
+    }
+
+    pub fn set_held(&mut self, held: u32) {
+        self.held = held;
     }
 
     /// True while the SA may carry traffic at time `now`.

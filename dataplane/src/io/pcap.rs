@@ -98,8 +98,7 @@ pub fn run<R: Read, W: Write>(
                 Some(buf) => break buf,
                 // Every buffer is with the engine: wait for some to come back.
                 None => {
-                    gateway.wait(Duration::from_millis(1));
-                    gateway.poll(clock, &mut out, &mut pool);
+                    crate::drive::flush(gateway, clock, &mut out, &mut pool);
                     write_out(&mut writer, &mut pool, &mut out, clock + start, &mut run)?;
                     if pool.available() == 0 && gateway.in_flight() == 0 {
                         return Err(PcapDriverError::PoolExhausted);
@@ -113,7 +112,7 @@ pub fn run<R: Read, W: Write>(
         gateway.handle_batch(clock, from, &mut bufs, &mut out, &mut pool);
         write_out(&mut writer, &mut pool, &mut out, clock + start, &mut run)?;
     }
-    gateway.shutdown(clock, &mut out, &mut pool);
+    crate::drive::shutdown(gateway, clock, &mut out, &mut pool);
     let stamp = clock + epoch.unwrap_or_default();
     write_out(&mut writer, &mut pool, &mut out, stamp, &mut run)?;
     if pool.in_use() != 0 {

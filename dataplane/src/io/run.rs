@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use accel::NextCompletion;
+
 use crate::buffer::{PacketBuf, PacketPool};
 use crate::gateway::{DatagramError, Gateway, Output, Verdict};
 use crate::io::afpacket::AfPacket;
@@ -203,11 +205,11 @@ pub fn run(
             // SAFETY: fds is a live array of pollfd of the length given.
             unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
         } else if idle {
-            gateway.wait(Duration::from_micros(200));
+            wait_for_engine(gateway, now, &mut fds);
         }
     }
     summary.kernel_drops += sockets.kernel_drops();
-    gateway.shutdown(start.elapsed(), &mut out, &mut pool);
+    crate::drive::shutdown(gateway, start.elapsed(), &mut out, &mut pool);
     transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
     for buf in control.drain(..) {
         pool.free(buf);
@@ -219,6 +221,37 @@ pub fn run(
         )));
     }
     Ok(summary)
+}
+
+/// Idle with jobs in flight: the driver's wait. A real device is waited on
+/// (its completion interrupt, `Engine::wait`); a modelled one completes at
+/// a time on the same clock as `now`, so the wait is until then (and the
+/// model paces live traffic), or until a frame arrives, whichever is first.
+fn wait_for_engine(gateway: &mut Gateway, now: Duration, fds: &mut [libc::pollfd]) {
+    match gateway.next_completion() {
+        NextCompletion::Ready => {}
+        NextCompletion::External => gateway.engine_mut().wait(Duration::from_micros(200)),
+        NextCompletion::At(_) | NextCompletion::Idle => {
+            let wake = gateway
+                .poll_timeout()
+                .map_or(Duration::from_millis(10), |t| t.saturating_sub(now))
+                .min(Duration::from_millis(10));
+            let timeout = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: wake.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: fds is a live array of pollfd of the length given;
+            // the timespec lives across the call; no signal mask change.
+            unsafe {
+                libc::ppoll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    &timeout,
+                    std::ptr::null(),
+                )
+            };
+        }
+    }
 }
 
 /// Sends what the gateway forwards, keeps control datagrams for the next

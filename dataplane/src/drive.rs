@@ -1,0 +1,114 @@
+//! Waiting for the engine: the driver's side of the sans-IO core.
+//!
+//! The gateway never waits; these helpers do, for drivers that handle a
+//! frame or a capture at a time (offline `pcap`, tests, the benchmark's
+//! set-up, shutdown). They let time pass the way the engine says it does:
+//! to a modelled engine's next completion time, or by blocking on a real
+//! device (`Engine::wait`) and reading the wall clock. Owns no state; must
+//! not be called from the core.
+
+use std::time::{Duration, Instant};
+
+use accel::NextCompletion;
+
+use crate::buffer::{PacketBuf, PacketPool};
+use crate::gateway::{Gateway, Output, JOB_TIMEOUT};
+use crate::route::Port;
+
+/// How long one blocking wait on a real device may last.
+const DEVICE_WAIT: Duration = Duration::from_millis(1);
+
+/// Runs the gateway until nothing is in flight, starting at `*now` and
+/// leaving `*now` at the time the last job finished: a modelled engine's
+/// completion times, or `*now` plus the wall-clock time spent waiting on a
+/// device. Jobs an engine never returns are reclaimed after
+/// [`JOB_TIMEOUT`] (of that same time) and dropped as `engine_timeout`, so
+/// every buffer comes back.
+pub fn settle(gateway: &mut Gateway, now: &mut Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+    let started = Instant::now();
+    let base = *now;
+    let mut gave_up_at = None;
+    while gateway.in_flight() > 0 {
+        gateway.poll(*now, out, pool);
+        if gateway.in_flight() == 0 {
+            break;
+        }
+        match gateway.next_completion() {
+            NextCompletion::Ready => continue,
+            NextCompletion::At(t) if t > *now => *now = t,
+            NextCompletion::At(_) => {}
+            NextCompletion::External => {
+                gateway.engine_mut().wait(DEVICE_WAIT);
+                *now = (*now).max(base + started.elapsed());
+            }
+            NextCompletion::Idle => {
+                // Nothing will come back by itself: lost completions, or
+                // packets held behind them. Let the timeout reclaim them.
+                let deadline = gateway.poll_timeout().unwrap_or(*now + JOB_TIMEOUT);
+                *now = (*now).max(deadline).max(*now + Duration::from_millis(1));
+                gateway.handle_timeout(*now, out, pool);
+            }
+        }
+        // A device that never answers: time out once its jobs are overdue,
+        // then give up entirely (their buffers were reclaimed or abandoned).
+        if now.saturating_sub(base) > JOB_TIMEOUT * 2 {
+            gateway.handle_timeout(*now, out, pool);
+            let first = *gave_up_at.get_or_insert(*now);
+            if now.saturating_sub(first) > JOB_TIMEOUT * 40 {
+                break;
+            }
+        }
+    }
+}
+
+/// [`settle`] from `now`, for callers that do not keep the clock.
+pub fn flush(gateway: &mut Gateway, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+    let mut now = now;
+    settle(gateway, &mut now, out, pool);
+}
+
+/// One frame, start to finish, for tools and tests that handle frames one
+/// at a time: waits for the engine if the frame needs crypto. Returns
+/// everything the gateway sent because of it (usually one frame; an ARP
+/// request and fragments add more).
+pub fn handle_frame(
+    gateway: &mut Gateway,
+    now: Duration,
+    from: Port,
+    buf: PacketBuf,
+    pool: &mut PacketPool,
+) -> Vec<Output> {
+    let mut bufs = vec![buf];
+    let mut out = Vec::with_capacity(1);
+    gateway.handle_batch(now, from, &mut bufs, &mut out, pool);
+    if gateway.in_flight() > 0 {
+        flush(gateway, now, &mut out, pool);
+    }
+    out
+}
+
+/// Waits for the engine, then stops the gateway (see [`Gateway::shutdown`]).
+pub fn shutdown(gateway: &mut Gateway, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+    let mut now = now;
+    settle(gateway, &mut now, out, pool);
+    gateway.shutdown(now, out, pool);
+}
+
+impl Gateway {
+    /// [`handle_frame`] as a method, for the many callers that handle one
+    /// frame at a time.
+    pub fn handle_frame(
+        &mut self,
+        now: Duration,
+        from: Port,
+        buf: PacketBuf,
+        pool: &mut PacketPool,
+    ) -> Vec<Output> {
+        handle_frame(self, now, from, buf, pool)
+    }
+
+    /// [`flush`] as a method.
+    pub fn flush(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+        flush(self, now, out, pool)
+    }
+}

@@ -1,0 +1,250 @@
+//! L2/L3 forwarding: routes, the MTU and IPv4 fragmentation (RFC 791),
+//! Ethernet framing, ARP (RFC 826) and the packets parked while a next hop
+//! resolves. Must not classify, touch SAs or the engine.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
+
+use super::{Gateway, LinkLayer, Verdict};
+use crate::buffer::PacketBuf;
+use crate::icmp;
+use crate::neighbor::Queued;
+use crate::route::Port;
+use crate::stats::DropReason;
+use crate::Output;
+
+impl Gateway {
+    pub(super) fn route(
+        &mut self,
+        buf: &mut PacketBuf,
+        out: &mut Vec<Output>,
+    ) -> Result<Option<Port>, DropReason> {
+        let dst = Ipv4Packet::new_unchecked(buf.data()).dst_addr();
+        let hop = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
+        let mtu = usize::from(self.interfaces[hop.port.index()].mtu);
+        if buf.len() > mtu {
+            let ip = Ipv4Packet::new_unchecked(buf.data());
+            if ip.dont_frag() {
+                return Err(DropReason::FragNeeded);
+            }
+            return self.fragment(buf, mtu, hop, out).map(|()| None);
+        }
+        if self.link_of(hop.port) == LinkLayer::RawIp {
+            return Ok(Some(hop.port));
+        }
+        let mac = match self.neighbors.lookup(hop.address, self.last_now) {
+            Some(mac) => mac,
+            // Offline there is no ARP: an unknown neighbour gets the zero MAC.
+            None if !self.resolve_neighbors => EthernetAddress([0; 6]),
+            None => {
+                let parked = std::mem::replace(buf, PacketBuf::empty());
+                match self.neighbors.park(hop.address, hop.port, parked, self.last_now) {
+                    Queued::Parked { request } => {
+                        if request {
+                            self.send_arp_request(hop.address, hop.port, out);
+                        }
+                        return Ok(None);
+                    }
+                    Queued::Full(back) => {
+                        *buf = back;
+                        return Err(DropReason::NeighborQueueFull);
+                    }
+                }
+            }
+        };
+        self.frame(buf, mac, hop.port)?;
+        Ok(Some(hop.port))
+    }
+
+    /// Splits an IPv4 packet larger than `mtu` into fragments (RFC 791),
+    /// each routed to `hop`; the first stays in `buf`, the others come from
+    /// the driver's pool.
+    pub(super) fn fragment(
+        &mut self,
+        buf: &mut PacketBuf,
+        mtu: usize,
+        hop: crate::route::NextHop,
+        out: &mut Vec<Output>,
+    ) -> Result<(), DropReason> {
+        let header_len = usize::from(buf.data()[0] & 0x0f) * 4;
+        let chunk = (mtu - header_len) / 8 * 8;
+        let payload_len = buf.len() - header_len;
+        if chunk == 0 {
+            return Err(DropReason::FragNeeded);
+        }
+        let (base_offset, more_after) = {
+            let ip = Ipv4Packet::new_unchecked(buf.data());
+            (usize::from(ip.frag_offset()), ip.more_frags())
+        };
+        let pieces = payload_len.div_ceil(chunk);
+        let mut extra = Vec::with_capacity(pieces.saturating_sub(1));
+        for i in 1..pieces {
+            let Some(mut piece) = self.pool.alloc() else {
+                for b in extra {
+                    self.pool.free(b);
+                }
+                return Err(DropReason::NoBufferSpace);
+            };
+            let start = header_len + i * chunk;
+            let end = (start + chunk).min(buf.len());
+            let data = buf.data();
+            let ok = piece.append(header_len + end - start).map(|room| {
+                room[..header_len].copy_from_slice(&data[..header_len]);
+                room[header_len..].copy_from_slice(&data[start..end]);
+            });
+            if ok.is_none() {
+                self.pool.free(piece);
+                return Err(DropReason::NoBufferSpace);
+            }
+            let total = piece.len() as u16;
+            let mut ip = Ipv4Packet::new_unchecked(piece.data_mut());
+            ip.set_total_len(total);
+            ip.set_frag_offset((base_offset + i * chunk) as u16);
+            ip.set_more_frags(i + 1 < pieces || more_after);
+            ip.fill_checksum();
+            extra.push(piece);
+        }
+        buf.truncate(header_len + chunk);
+        let total = buf.len() as u16;
+        let mut ip = Ipv4Packet::new_unchecked(buf.data_mut());
+        ip.set_total_len(total);
+        ip.set_more_frags(true);
+        ip.fill_checksum();
+        // Every fragment goes the same way; the first one below, the rest now.
+        let link = self.link_of(hop.port);
+        let mac = match link {
+            LinkLayer::RawIp => None,
+            LinkLayer::Ethernet => match self.neighbors.lookup(hop.address, self.last_now) {
+                Some(mac) => Some(mac),
+                None if !self.resolve_neighbors => Some(EthernetAddress([0; 6])),
+                None => None,
+            },
+        };
+        let first = std::mem::replace(buf, PacketBuf::empty());
+        for piece in std::iter::once(first).chain(extra) {
+            self.stats.generated += 1;
+            let mut piece = piece;
+            match (link, mac) {
+                (LinkLayer::RawIp, _) => {
+                    self.stats.tx_packets += 1;
+                    out.push((piece, Verdict::Forward(hop.port)));
+                }
+                (LinkLayer::Ethernet, Some(mac)) => match self.frame(&mut piece, mac, hop.port) {
+                    Ok(()) => {
+                        self.stats.tx_packets += 1;
+                        out.push((piece, Verdict::Forward(hop.port)));
+                    }
+                    Err(reason) => {
+                        self.stats.drops.count(reason);
+                        out.push((piece, Verdict::Drop(reason)));
+                    }
+                },
+                (LinkLayer::Ethernet, None) => {
+                    match self.neighbors.park(hop.address, hop.port, piece, self.last_now) {
+                        Queued::Parked { request } => {
+                            if request {
+                                self.send_arp_request(hop.address, hop.port, out);
+                            }
+                        }
+                        Queued::Full(back) => {
+                            self.stats.drops.count(DropReason::NeighborQueueFull);
+                            out.push((back, Verdict::Drop(DropReason::NeighborQueueFull)));
+                        }
+                    }
+                }
+            }
+        }
+        // The original packet became the first fragment: not generated.
+        self.stats.generated -= 1;
+        Ok(())
+    }
+
+    pub(super) fn frame(
+        &self,
+        buf: &mut PacketBuf,
+        dst_mac: EthernetAddress,
+        port: Port,
+    ) -> Result<(), DropReason> {
+        let src_mac = self.interfaces[port.index()].mac;
+        let header = buf
+            .prepend(EthernetFrame::<&[u8]>::header_len())
+            .ok_or(DropReason::NoBufferSpace)?;
+        let mut frame = EthernetFrame::new_unchecked(header);
+        frame.set_dst_addr(dst_mac);
+        frame.set_src_addr(src_mac);
+        frame.set_ethertype(EthernetProtocol::Ipv4);
+        Ok(())
+    }
+
+    pub(super) fn send_arp_request(&mut self, target: Ipv4Addr, port: Port, out: &mut Vec<Output>) {
+        let iface = &self.interfaces[port.index()];
+        let (mac, addr) = (iface.mac, iface.address);
+        let Some(mut buf) = self.pool.alloc() else {
+            // No buffer now; the request is repeated from handle_timeout.
+            return;
+        };
+        if icmp::arp_request(&mut buf, (mac, addr), target) {
+            self.stats.generated += 1;
+            self.stats.tx_packets += 1;
+            out.push((buf, Verdict::Forward(port)));
+        } else {
+            self.pool.free(buf);
+        }
+    }
+
+    /// ARP (Ethernet only): answer requests for our addresses, learn
+    /// senders, release packets that waited for them.
+    pub(super) fn handle_arp(
+        &mut self,
+        now: Duration,
+        from: Port,
+        mut buf: PacketBuf,
+        arp: icmp::Arp,
+        out: &mut Vec<Output>,
+    ) {
+        let iface = &self.interfaces[from.index()];
+        let (our_mac, our_ip) = (iface.mac, iface.address);
+        let for_us = arp.target_ip == our_ip;
+        // RFC 826: update an entry we have, or create one when addressed.
+        if for_us || self.neighbors.lookup(arp.sender_ip, now).is_some() || self.is_waited_for(arp.sender_ip)
+        {
+            self.neighbors.learn(arp.sender_ip, arp.sender_mac, now);
+            self.release(arp.sender_ip, arp.sender_mac, out);
+        }
+        self.stats.local_delivered += 1;
+        if for_us
+            && arp.operation == smoltcp::wire::ArpOperation::Request
+            && icmp::arp_reply_in_place(&mut buf, &arp, our_mac)
+        {
+            self.stats.generated += 1;
+            self.stats.tx_packets += 1;
+            out.push((buf, Verdict::Forward(from)));
+        } else {
+            out.push((buf, Verdict::Consumed));
+        }
+    }
+
+    pub(super) fn is_waited_for(&self, address: Ipv4Addr) -> bool {
+        self.neighbors.pending() > 0 && self.neighbors.is_pending(address)
+    }
+
+    pub(super) fn release(&mut self, address: Ipv4Addr, mac: EthernetAddress, out: &mut Vec<Output>) {
+        let mut ready = std::mem::take(&mut self.waiting);
+        self.neighbors.release(address, &mut ready);
+        for mut w in ready.drain(..) {
+            match self.frame(&mut w.buf, mac, w.port) {
+                Ok(()) => {
+                    self.stats.tx_packets += 1;
+                    out.push((w.buf, Verdict::Forward(w.port)));
+                }
+                Err(reason) => {
+                    self.stats.drops.count(reason);
+                    out.push((w.buf, Verdict::Drop(reason)));
+                }
+            }
+        }
+        self.waiting = ready;
+    }
+}

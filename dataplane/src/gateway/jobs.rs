@@ -1,0 +1,561 @@
+//! The engine job machine: packets between *prepare* and *finish*.
+//!
+//! Prepared packets become jobs in a bounded backlog, which is handed to
+//! the engine one burst at a time (one doorbell), and completions are
+//! collected in bursts. Nothing here waits: a full engine leaves jobs in
+//! the backlog for the next poll, a full backlog drops the packet as
+//! `engine_busy`, and time comes only from the `now` the driver passes in.
+//! The sync style keeps its meaning (one packet's descriptors at a time,
+//! the caller waits) by handing the engine one job at a time.
+//!
+//! Inbound verdicts must not depend on the engine or on what is in flight:
+//! jobs of one SA finish in the order they were prepared (engines return
+//! one session's jobs in order, and the backlog is FIFO), the replay window
+//! is re-checked at finish before the ICV status is looked at, and a packet
+//! whose ESN high half could still change with the fate of the packets in
+//! flight is held until they are done (RFC 4303 Appendix A), so every
+//! packet is judged against the window as one-at-a-time processing would
+//! leave it.
+//!
+//! Owns the backlog, the in-flight table and the held packets; must not
+//! classify or route (it hands results to `emit`).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use accel::{Algorithm, DescriptorKind, Direction, Job, NextCompletion, SessionHandle, Status, Style};
+use smoltcp::wire::Ipv4Packet;
+use spd_sad::SaId;
+
+use super::classify::decrement_ttl;
+use super::{Gateway, Next, Verdict};
+use crate::buffer::PacketBuf;
+use crate::esp::{self, Decapsulated, Inbound, OutboundContext, Pending};
+use crate::icmp;
+use crate::reassembly::Reassembled;
+use crate::route::Port;
+use crate::stats::DropReason;
+use crate::wire::flow_key;
+use crate::Output;
+
+/// How long a job may stay with the engine before the gateway gives up on
+/// it (a stalled channel, a lost completion), and how long a packet may be
+/// held for its ESN inference.
+pub const JOB_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Jobs that may wait for room in the engine; beyond this a new packet is
+/// dropped at once as `engine_busy`.
+pub const BACKLOG_LIMIT: usize = 1024;
+
+/// Inbound packets that may be held for their ESN inference at once;
+/// beyond this they are dropped as `engine_busy`.
+pub const HOLD_LIMIT: usize = 256;
+
+/// Where a packet is in its trip through the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// One single-pass descriptor.
+    Single,
+    /// Dual-pass or sync, first descriptor (cipher out, MAC in).
+    First,
+    /// Second descriptor (MAC out, cipher in).
+    Second,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InFlight {
+    pending: Pending,
+    direction: Direction,
+    phase: Phase,
+    submitted_at: Duration,
+    /// Given up on (timed out); the completion, if it ever comes, is dropped.
+    abandoned: bool,
+}
+
+/// Jobs in flight, indexed by the job's `user` cookie. Slots are reused, so
+/// steady state allocates nothing.
+#[derive(Default)]
+pub(super) struct Slab {
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    live: usize,
+}
+
+impl Slab {
+    fn insert(&mut self, entry: InFlight) -> usize {
+        self.live += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(entry);
+                i
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut InFlight> {
+        self.slots.get_mut(i)?.as_mut()
+    }
+
+    fn remove(&mut self, i: usize) -> Option<InFlight> {
+        let entry = self.slots.get_mut(i)?.take()?;
+        self.free.push(i);
+        self.live -= 1;
+        Some(entry)
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &InFlight> {
+        self.slots.iter().flatten()
+    }
+}
+
+/// An inbound packet waiting for its SA's packets in flight.
+pub(super) struct Held {
+    buf: PacketBuf,
+    sa: SaId,
+    since: Duration,
+}
+
+/// The engine side of the gateway: the engine, its backlog and what is in
+/// flight.
+pub(super) struct Jobs {
+    pub(super) in_flight: Slab,
+    /// Prepared jobs the engine has not taken yet, in order.
+    backlog: VecDeque<Job>,
+    /// The one job a sync-style submission hands over.
+    single: VecDeque<Job>,
+    /// Completed jobs, reused between polls.
+    completions: Vec<Job>,
+    held: VecDeque<Held>,
+}
+
+impl Default for Jobs {
+    fn default() -> Self {
+        Jobs {
+            in_flight: Slab::default(),
+            backlog: VecDeque::with_capacity(256),
+            single: VecDeque::with_capacity(1),
+            completions: Vec::with_capacity(256),
+            held: VecDeque::new(),
+        }
+    }
+}
+
+impl Jobs {
+    /// Packets between prepare and finish, or held for their inference.
+    pub(super) fn live(&self) -> usize {
+        self.in_flight.live + self.held.len()
+    }
+}
+
+impl Gateway {
+    pub(super) fn start_encapsulation(
+        &mut self,
+        now: Duration,
+        sa_id: SaId,
+        mut buf: PacketBuf,
+        out: &mut Vec<Output>,
+    ) {
+        let ip_id = self.next_ip_id;
+        self.next_ip_id = self.next_ip_id.wrapping_add(1);
+        let Some(sa) = self.sad.get_mut(sa_id) else {
+            return self.emit(buf, Err(DropReason::SaExpired), out);
+        };
+        // RFC 4301 §8.1 / RFC 1191: with DF set, a packet that will not fit
+        // the outside MTU once protected is refused with the MTU it must meet.
+        let mtu = usize::from(self.interfaces[Port::Outside.index()].mtu);
+        let (size, fits) = esp::protected_size(buf.data(), sa.crypto().algorithm, sa.params().mode, mtu);
+        let dont_fragment = Ipv4Packet::new_unchecked(buf.data()).dont_frag();
+        if size > mtu && dont_fragment {
+            let from = self.interfaces[Port::Inside.index()].address;
+            let next_hop_mtu = u32::try_from(fits).unwrap_or(0);
+            if icmp::may_answer_with_error(buf.data())
+                && icmp::error_in_place(
+                    &mut buf,
+                    icmp::kind::DEST_UNREACHABLE,
+                    icmp::kind::FRAG_NEEDED,
+                    next_hop_mtu,
+                    from,
+                )
+            {
+                self.stats.drops.count(DropReason::FragNeeded);
+                self.stats.generated += 1;
+                return self.emit(buf, Ok(Next::Route), out);
+            }
+            return self.emit(buf, Err(DropReason::FragNeeded), out);
+        }
+        let ctx = OutboundContext {
+            rng: &mut self.rng,
+            ip_id,
+            outer_ttl: self.outer_ttl,
+            now,
+        };
+        match esp::encapsulate_prepare(sa_id, sa, &mut buf, ctx) {
+            Ok(pending) => {
+                let crypto = (sa.crypto().handle, sa.crypto().algorithm);
+                self.launch(now, pending, Direction::Encrypt, crypto, buf, out);
+            }
+            Err(reason) => {
+                if reason == DropReason::SeqOverflow {
+                    esp::note_exhausted(&mut self.sad, sa_id);
+                }
+                self.emit(buf, Err(reason), out);
+            }
+        }
+    }
+
+    /// Collects ESP fragments; a completed datagram goes on to decapsulation.
+    pub(super) fn reassemble(&mut self, now: Duration, buf: PacketBuf, out: &mut Vec<Output>) {
+        let result = self.reassembler.insert(buf, now, &mut self.pool, &mut self.spent);
+        self.give_up_spent(DropReason::ReassemblyFailed, out);
+        match result {
+            Reassembled::Held(fragment) => {
+                self.stats.fragments_absorbed += 1;
+                out.push((fragment, Verdict::Consumed));
+            }
+            Reassembled::Complete { datagram, spent } => {
+                self.stats.fragments_absorbed += 1;
+                out.push((spent, Verdict::Consumed));
+                // The datagram's buffer came from the pool: a new frame.
+                self.stats.generated += 1;
+                self.start_decapsulation(now, datagram, out);
+            }
+            Reassembled::Dropped(fragment, _) => self.emit(fragment, Err(DropReason::ReassemblyFailed), out),
+        }
+    }
+
+    /// Hands back datagram buffers the reassembler gave up on.
+    pub(super) fn give_up_spent(&mut self, reason: DropReason, out: &mut Vec<Output>) {
+        while let Some(buf) = self.spent.pop() {
+            self.stats.generated += 1;
+            self.stats.drops.count(reason);
+            out.push((buf, Verdict::Drop(reason)));
+        }
+    }
+
+    /// Inbound ESP addressed to us: prepare it, or hold it while its ESN
+    /// inference depends on packets in flight.
+    pub(super) fn start_decapsulation(&mut self, now: Duration, buf: PacketBuf, out: &mut Vec<Output>) {
+        self.prepare_inbound(now, buf, true, out);
+    }
+
+    /// Returns the buffer back when the packet was held again.
+    fn prepare_inbound(
+        &mut self,
+        now: Duration,
+        mut buf: PacketBuf,
+        behind_held: bool,
+        out: &mut Vec<Output>,
+    ) -> Option<PacketBuf> {
+        match esp::decapsulate_prepare(&mut self.sad, &mut buf, now, behind_held) {
+            Ok(Inbound::Ready(pending)) => match self.sad.get_mut(pending.sa) {
+                Some(sa) => {
+                    sa.note_inbound_started(pending.seq);
+                    let crypto = (sa.crypto().handle, sa.crypto().algorithm);
+                    self.launch(now, pending, Direction::Decrypt, crypto, buf, out);
+                }
+                None => self.emit(buf, Err(DropReason::UnknownSpi), out),
+            },
+            Ok(Inbound::Hold(_)) if !behind_held => return Some(buf),
+            Ok(Inbound::Hold(sa)) => self.hold(now, sa, buf, out),
+            Err(reason) => self.emit(buf, Err(reason), out),
+        }
+        None
+    }
+
+    fn hold(&mut self, now: Duration, sa_id: SaId, buf: PacketBuf, out: &mut Vec<Output>) {
+        let Some(sa) = self.sad.get_mut(sa_id) else {
+            return self.emit(buf, Err(DropReason::UnknownSpi), out);
+        };
+        if self.jobs.held.len() >= HOLD_LIMIT {
+            return self.emit(buf, Err(DropReason::EngineBusy), out);
+        }
+        sa.set_held(sa.held() + 1);
+        self.stats.esn_held += 1;
+        self.jobs.held.push_back(Held {
+            buf,
+            sa: sa_id,
+            since: now,
+        });
+    }
+
+    /// An inbound packet's trip ended: once none of its SA's packets is in
+    /// flight, the packets held behind them go on, in arrival order.
+    fn inbound_done(&mut self, now: Duration, sa_id: SaId, out: &mut Vec<Output>) {
+        let idle = self
+            .sad
+            .get_mut(sa_id)
+            .is_some_and(|sa| sa.note_inbound_finished());
+        if !idle {
+            return;
+        }
+        while let Some(i) = self.jobs.held.iter().position(|h| h.sa == sa_id) {
+            let Some(held) = self.jobs.held.remove(i) else {
+                break;
+            };
+            if let Some(sa) = self.sad.get_mut(sa_id) {
+                sa.set_held(sa.held().saturating_sub(1));
+            }
+            if let Some(buf) = self.prepare_inbound(now, held.buf, false, out) {
+                // Still undecided behind the packet just released: back to
+                // its place, first in line for this SA.
+                if let Some(sa) = self.sad.get_mut(sa_id) {
+                    sa.set_held(sa.held() + 1);
+                }
+                self.jobs.held.insert(i, Held { buf, ..held });
+                break;
+            }
+        }
+    }
+
+    /// The descriptor kinds for a packet in this gateway's style: AEADs are
+    /// always single-pass (GCM cannot be split); otherwise sync and
+    /// dual-pass run cipher then MAC outbound, MAC then cipher inbound.
+    fn first_phase(&self, algorithm: Algorithm) -> Phase {
+        if self.style == Style::Async || algorithm.is_aead() {
+            Phase::Single
+        } else {
+            Phase::First
+        }
+    }
+
+    fn kind_for(direction: Direction, phase: Phase) -> DescriptorKind {
+        match (phase, direction) {
+            (Phase::Single, _) => DescriptorKind::SinglePass,
+            (Phase::First, Direction::Encrypt) | (Phase::Second, Direction::Decrypt) => {
+                DescriptorKind::CipherOnly
+            }
+            (Phase::First, Direction::Decrypt) | (Phase::Second, Direction::Encrypt) => {
+                DescriptorKind::MacOnly
+            }
+        }
+    }
+
+    /// Queues a prepared packet for the engine; `pump` hands it over.
+    fn launch(
+        &mut self,
+        now: Duration,
+        pending: Pending,
+        direction: Direction,
+        (session, algorithm): (SessionHandle, Algorithm),
+        buf: PacketBuf,
+        out: &mut Vec<Output>,
+    ) {
+        if self.jobs.backlog.len() >= BACKLOG_LIMIT {
+            if direction == Direction::Decrypt {
+                self.inbound_done(now, pending.sa, out);
+            }
+            return self.emit(buf, Err(DropReason::EngineBusy), out);
+        }
+        let phase = self.first_phase(algorithm);
+        let mut desc = pending.desc;
+        desc.kind = Self::kind_for(direction, phase);
+        let slot = self.jobs.in_flight.insert(InFlight {
+            pending,
+            direction,
+            phase,
+            submitted_at: now,
+            abandoned: false,
+        });
+        self.jobs
+            .backlog
+            .push_back(Job::new(session, desc, buf, pending.esp_offset, slot as u64));
+    }
+
+    /// Hands queued jobs to the engine and finishes what it completed, until
+    /// neither moves. Never waits.
+    pub(super) fn pump(&mut self, now: Duration, out: &mut Vec<Output>) {
+        loop {
+            let submitted = self.submit_queued(now);
+            let mut done = std::mem::take(&mut self.jobs.completions);
+            let completed = self.engine.poll_burst(now, &mut done);
+            for job in done.drain(..) {
+                self.complete(now, job, out);
+            }
+            self.jobs.completions = done;
+            if submitted == 0 && completed == 0 {
+                break;
+            }
+        }
+    }
+
+    fn submit_queued(&mut self, now: Duration) -> usize {
+        if self.jobs.backlog.is_empty() {
+            return 0;
+        }
+        if self.style != Style::Sync {
+            return self.engine.submit_burst(now, &mut self.jobs.backlog);
+        }
+        // Low-level synchronous: one descriptor at a time, the next only
+        // once the engine has handed the previous one back.
+        if self.engine.in_flight() > 0 {
+            return 0;
+        }
+        let Some(job) = self.jobs.backlog.pop_front() else {
+            return 0;
+        };
+        self.jobs.single.push_back(job);
+        let taken = self.engine.submit_burst(now, &mut self.jobs.single);
+        if let Some(job) = self.jobs.single.pop_front() {
+            self.jobs.backlog.push_front(job);
+        }
+        taken
+    }
+
+    /// A job came back from the engine.
+    fn complete(&mut self, now: Duration, mut job: Job, out: &mut Vec<Output>) {
+        let slot = job.user as usize;
+        let Some(entry) = self.jobs.in_flight.get_mut(slot).copied() else {
+            // Not ours: cannot happen, but never lose a buffer.
+            return self.emit(job.buf, Err(DropReason::EngineError), out);
+        };
+        if entry.abandoned {
+            self.jobs.in_flight.remove(slot);
+            if entry.direction == Direction::Decrypt {
+                self.inbound_done(now, entry.pending.sa, out);
+            }
+            return self.emit(job.buf, Err(DropReason::EngineTimeout), out);
+        }
+        if entry.phase == Phase::First && job.desc.status == Status::Done {
+            if let Some(e) = self.jobs.in_flight.get_mut(slot) {
+                e.phase = Phase::Second;
+            }
+            job.desc.kind = Self::kind_for(entry.direction, Phase::Second);
+            job.desc.status = Status::Pending;
+            // Sync: this packet's second descriptor is next. Dual-pass: it
+            // queues behind what is waiting, which keeps each SA's packets
+            // in order.
+            if self.style == Style::Sync {
+                self.jobs.backlog.push_front(job);
+            } else {
+                self.jobs.backlog.push_back(job);
+            }
+            return;
+        }
+        self.jobs.in_flight.remove(slot);
+        let mut pending = entry.pending;
+        pending.desc.status = job.desc.status;
+        let mut buf = job.buf;
+        let result = match entry.direction {
+            Direction::Encrypt => esp::encapsulate_finish(&mut self.sad, &pending, now).map(|()| {
+                self.stats.encapsulated += 1;
+                Next::Route
+            }),
+            Direction::Decrypt => {
+                let result = self.finish_decapsulation(now, &mut buf, &pending);
+                self.inbound_done(now, pending.sa, out);
+                result
+            }
+        };
+        self.emit(buf, result, out);
+    }
+
+    fn finish_decapsulation(
+        &mut self,
+        now: Duration,
+        buf: &mut PacketBuf,
+        pending: &Pending,
+    ) -> Result<Next, DropReason> {
+        match esp::decapsulate_finish(&mut self.sad, buf, pending, now)? {
+            Decapsulated::Dummy => {
+                self.stats.dummy_packets += 1;
+                return Ok(Next::Consume);
+            }
+            Decapsulated::Packet => {}
+        }
+        // RFC 4301 §5.2 step 4: the inner packet must match the SA's selectors.
+        let inner = Ipv4Packet::new_unchecked(buf.data());
+        let flow = flow_key(&inner);
+        let sa = self.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
+        if !sa.admits(&flow) {
+            sa.counters_mut().policy_mismatch += 1;
+            return Err(DropReason::PolicyMismatch);
+        }
+        self.stats.decapsulated += 1;
+        if self.is_local(flow.dst) {
+            self.stats.local_delivered += 1;
+            return Ok(Next::Consume);
+        }
+        decrement_ttl(buf)?;
+        Ok(Next::Route)
+    }
+
+    /// Gives up on jobs the engine has held past [`JOB_TIMEOUT`] (they come
+    /// back through `reclaim`, or later, as `engine_timeout`) and on packets
+    /// held that long for their inference.
+    pub(super) fn expire_jobs(&mut self, now: Duration, out: &mut Vec<Output>) {
+        let overdue = self
+            .jobs
+            .in_flight
+            .entries()
+            .any(|f| !f.abandoned && now.saturating_sub(f.submitted_at) > JOB_TIMEOUT);
+        if overdue {
+            for entry in self.jobs.in_flight.slots.iter_mut().flatten() {
+                if now.saturating_sub(entry.submitted_at) > JOB_TIMEOUT {
+                    entry.abandoned = true;
+                }
+            }
+            // Lost completions come back through a channel reset.
+            let mut lost = std::mem::take(&mut self.jobs.completions);
+            self.engine.reclaim(now, &mut lost);
+            for job in lost.drain(..) {
+                self.complete(now, job, out);
+            }
+            self.jobs.completions = lost;
+            // Abandoned jobs still in the backlog never reached the engine.
+            let mut i = 0;
+            while i < self.jobs.backlog.len() {
+                let abandoned = self.jobs.backlog[i].user as usize;
+                if self
+                    .jobs
+                    .in_flight
+                    .get_mut(abandoned)
+                    .is_some_and(|e| e.abandoned)
+                {
+                    if let Some(job) = self.jobs.backlog.remove(i) {
+                        self.complete(now, job, out);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        while self
+            .jobs
+            .held
+            .front()
+            .is_some_and(|h| now.saturating_sub(h.since) > JOB_TIMEOUT)
+        {
+            let Some(held) = self.jobs.held.pop_front() else {
+                break;
+            };
+            if let Some(sa) = self.sad.get_mut(held.sa) {
+                sa.set_held(sa.held().saturating_sub(1));
+            }
+            self.emit(held.buf, Err(DropReason::EngineTimeout), out);
+        }
+    }
+
+    /// When the jobs want the gateway called again: the engine's next
+    /// completion, or the first job or held packet to time out.
+    pub(super) fn jobs_deadline(&self) -> Option<Duration> {
+        let engine = match self.engine.next_completion() {
+            NextCompletion::Ready => Some(self.last_now),
+            NextCompletion::At(t) => Some(t),
+            NextCompletion::Idle | NextCompletion::External => None,
+        };
+        let queued = (!self.jobs.backlog.is_empty() && self.engine.in_flight() == 0).then_some(self.last_now);
+        let timeout = self
+            .jobs
+            .in_flight
+            .entries()
+            .filter(|f| !f.abandoned)
+            .map(|f| f.submitted_at + JOB_TIMEOUT)
+            .min();
+        let held = self.jobs.held.front().map(|h| h.since + JOB_TIMEOUT);
+        [engine, queued, timeout, held].into_iter().flatten().min()
+    }
+}

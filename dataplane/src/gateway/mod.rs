@@ -1,0 +1,545 @@
+//! The sans-IO gateway core: classify, protect or verify, route.
+//!
+//! A driver hands in a batch of received frames with the port they arrived
+//! on and the current time. Frames that need no crypto get their verdict at
+//! once; the others are prepared (headers, sequence number, padding,
+//! descriptor) and queued for the engine as jobs, in the submission style
+//! the gateway was built with, and the queue goes to the engine as one
+//! burst. Completed jobs are finished (replay window, ICV status, trailer,
+//! policy) and routed. Every frame comes back to the driver exactly once
+//! with its verdict, from `handle_batch`, `poll` or `handle_timeout`.
+//!
+//! The core reads no clock, never sleeps or waits, and does no I/O of its
+//! own: time is the `now` the driver passes in, and [`Gateway::poll_timeout`]
+//! says when it wants to be called again. Waiting for an engine is the
+//! driver's business (`crate::drive`).
+//!
+//! Files: `classify` (what a frame is), `jobs` (the engine job machine),
+//! `forward` (routes, fragments, ARP, framing); this one holds the state
+//! and the entry points.
+
+mod classify;
+mod forward;
+mod jobs;
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel::{Engine, NextCompletion, RegisterError, SessionHandle, SessionSpec, Style};
+use rand::rngs::StdRng;
+use smoltcp::wire::EthernetAddress;
+use spd_sad::{SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd};
+
+use crate::buffer::{PacketBuf, PacketPool};
+pub use crate::esp::SaCrypto;
+use crate::icmp;
+use crate::neighbor::{Neighbors, Waiting};
+use crate::reassembly::Reassembler;
+use crate::route::{Interface, Port, Route, RoutingTable};
+use crate::stats::{DropReason, Stats};
+use classify::Classified;
+pub use jobs::{BACKLOG_LIMIT, HOLD_LIMIT, JOB_TIMEOUT};
+
+/// What the frames of a driver look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkLayer {
+    Ethernet,
+    /// Bare IPv4 packets (TUN devices, raw-IP captures).
+    RawIp,
+}
+
+/// The fate of one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Transmit the (rewritten) buffer on this port.
+    Forward(Port),
+    /// Consumed by the gateway (addressed to it, or an ESP dummy packet).
+    Consumed,
+    /// A datagram for the control plane (UDP to [`GatewaySetup::control_port`]
+    /// on one of our addresses): the buffer holds the IPv4 packet. The
+    /// driver hands it over, then frees it; drivers without a control
+    /// plane just free it.
+    Control,
+    Drop(DropReason),
+}
+
+/// The UDP port of the control plane's exchange: IKE's (RFC 7296 §2).
+pub const CONTROL_PORT: u16 = 500;
+
+/// Everything the gateway is built from, apart from SAs and policies.
+#[derive(Debug, Clone)]
+pub struct GatewaySetup {
+    pub inside: Interface,
+    pub outside: Interface,
+    pub routes: Vec<Route>,
+    pub neighbors: Vec<(Ipv4Addr, EthernetAddress)>,
+    pub link: LinkLayer,
+    /// TTL of the outer header of tunnel-mode packets.
+    pub outer_ttl: u8,
+    /// How packets' crypto is handed to the engine.
+    pub style: Style,
+    /// Resolve next hops by ARP. Off for offline work (captures), where a
+    /// next hop without a static entry gets the zero MAC.
+    pub resolve_neighbors: bool,
+    /// Answer ARP requests for our addresses. With several workers, every
+    /// worker learns from ARP but only one answers.
+    pub answer_arp: bool,
+    /// The inside port's framing when it differs from `link` (a TUN device
+    /// carries bare IPv4 while the outside is Ethernet).
+    pub inside_link: Option<LinkLayer>,
+    /// UDP port on which datagrams to our outside address go to the
+    /// control plane (as [`Verdict::Control`]), ahead of the SPD: key
+    /// exchange traffic is always let through (RFC 4301 §5.1, IKE bypass).
+    /// `None`: such datagrams are ordinary local traffic.
+    pub control_port: Option<u16>,
+    /// Drop unicast frames for other MAC addresses (`other_host`). On for
+    /// live interfaces, whose sockets are promiscuous because the gateway's
+    /// MAC need not be the device's; off for captures, which hold what the
+    /// user wants processed.
+    pub only_own_mac: bool,
+}
+
+/// A frame handed back to the driver.
+pub type Output = (PacketBuf, Verdict);
+
+/// Why an SA could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallSaError {
+    #[error(transparent)]
+    Sad(#[from] SadError),
+    #[error(transparent)]
+    Engine(#[from] RegisterError),
+}
+
+/// Why the gateway could not send a control datagram.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatagramError {
+    #[error("no route to {0}")]
+    NoRoute(Ipv4Addr),
+    #[error("no free packet buffer")]
+    NoBuffer,
+    #[error("a {0}-byte datagram does not fit a packet buffer")]
+    TooLarge(usize),
+}
+
+/// The gateway core.
+pub struct Gateway {
+    /// What it was built from, for forks.
+    setup: GatewaySetup,
+    interfaces: [Interface; 2],
+    routes: RoutingTable,
+    neighbors: Neighbors,
+    resolve_neighbors: bool,
+    /// The driver's pool, lent for the duration of a call, for frames the
+    /// gateway originates (ARP requests, fragments).
+    pool: PacketPool,
+    /// Scratch for packets released or expired from the neighbour queue.
+    waiting: Vec<Waiting>,
+    reassembler: Reassembler,
+    /// Scratch for buffers the reassembler gives up.
+    spent: Vec<PacketBuf>,
+    link: LinkLayer,
+    outer_ttl: u8,
+    style: Style,
+    spd: Spd,
+    sad: Sad<SaCrypto>,
+    engine: Box<dyn Engine>,
+    jobs: jobs::Jobs,
+    rng: StdRng,
+    next_ip_id: u16,
+    stats: Stats,
+    last_now: Duration,
+}
+
+/// Where a packet goes once the gateway is done with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Look up the route and transmit.
+    Route,
+    /// Addressed to the gateway: consumed.
+    Consume,
+    /// For the control plane.
+    Control,
+}
+
+impl Gateway {
+    pub fn new(setup: GatewaySetup, engine: Box<dyn Engine>) -> Self {
+        let mut routes = RoutingTable::new();
+        for iface in [&setup.inside, &setup.outside] {
+            routes.add(Route {
+                destination: iface.network,
+                via: None,
+                port: iface.port,
+            });
+        }
+        for route in &setup.routes {
+            routes.add(*route);
+        }
+        let mut neighbors = Neighbors::default();
+        for (addr, mac) in &setup.neighbors {
+            neighbors.insert_static(*addr, *mac);
+        }
+        Gateway {
+            setup: setup.clone(),
+            interfaces: [setup.inside, setup.outside],
+            routes,
+            neighbors,
+            resolve_neighbors: setup.resolve_neighbors,
+            pool: PacketPool::default(),
+            waiting: Vec::with_capacity(64),
+            reassembler: Reassembler::default(),
+            spent: Vec::with_capacity(8),
+            link: setup.link,
+            outer_ttl: setup.outer_ttl,
+            style: setup.style,
+            spd: Spd::new(),
+            sad: Sad::new(),
+            engine,
+            jobs: jobs::Jobs::default(),
+            rng: rand::make_rng(),
+            next_ip_id: 1,
+            stats: Stats::default(),
+            last_now: Duration::ZERO,
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn spd(&self) -> &Spd {
+        &self.spd
+    }
+
+    pub fn spd_mut(&mut self) -> &mut Spd {
+        &mut self.spd
+    }
+
+    pub fn sad(&self) -> &Sad<SaCrypto> {
+        &self.sad
+    }
+
+    /// The SAD, for lifetimes, counters and test set-up. SAs are added and
+    /// removed through [`install_sa`](Self::install_sa) and
+    /// [`remove_sa`](Self::remove_sa), which register and release their
+    /// sessions with the engine.
+    pub fn sad_mut(&mut self) -> &mut Sad<SaCrypto> {
+        &mut self.sad
+    }
+
+    pub fn interface(&self, port: Port) -> &Interface {
+        &self.interfaces[port.index()]
+    }
+
+    pub fn routes(&self) -> &RoutingTable {
+        &self.routes
+    }
+
+    pub fn link(&self) -> LinkLayer {
+        self.link
+    }
+
+    /// The framing of one port.
+    fn link_of(&self, port: Port) -> LinkLayer {
+        match port {
+            Port::Inside => self.setup.inside_link.unwrap_or(self.link),
+            Port::Outside => self.link,
+        }
+    }
+
+    pub fn style(&self) -> Style {
+        self.style
+    }
+
+    pub fn engine_kind(&self) -> accel::EngineKind {
+        self.engine.kind()
+    }
+
+    pub fn engine_counters(&self) -> accel::EngineCounters {
+        self.engine.counters()
+    }
+
+    /// The engine, for drivers: they wait on it ([`Engine::wait`]) when
+    /// its completions come from a real device. The core never does.
+    pub fn engine_mut(&mut self) -> &mut dyn Engine {
+        self.engine.as_mut()
+    }
+
+    /// When the engine's next completion can be collected.
+    pub fn next_completion(&self) -> NextCompletion {
+        self.engine.next_completion()
+    }
+
+    /// A copy for another worker thread, on its own engine: same routes,
+    /// policies and SAs; the SAs share their sequence counters and usage
+    /// with this gateway's, so sequence numbers stay unique and lifetimes
+    /// count every worker's packets. Inbound replay windows are the
+    /// receiving worker's own: the driver must send all packets of an
+    /// inbound SA to one worker (it hashes on the outer addresses).
+    pub fn fork(&self, engine: Box<dyn Engine>) -> Gateway {
+        let setup = GatewaySetup {
+            answer_arp: false,
+            ..self.setup.clone()
+        };
+        let mut copy = Gateway::new(setup, engine);
+        copy.spd = self.spd.clone();
+        copy.sad = self.sad.fork();
+        let ids: Vec<SaId> = copy.sad.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            if let Some(sa) = copy.sad.get_mut(id) {
+                let crypto = sa.crypto_mut();
+                match copy.engine.register(&crypto.keys) {
+                    Ok(handle) => crypto.handle = handle,
+                    // The same keys registered with this engine's twin
+                    // already; should a second engine refuse them, the SA
+                    // stays unusable here rather than using another's keys.
+                    Err(_) => crypto.handle = SessionHandle::INVALID,
+                }
+            }
+        }
+        copy
+    }
+
+    /// Makes CBC IVs a deterministic function of `seed`. Only for tests and
+    /// reproducible captures: IVs must otherwise be unpredictable, which is
+    /// what the default OS-seeded generator gives.
+    pub fn set_iv_seed(&mut self, seed: u64) {
+        use rand::SeedableRng;
+        self.rng = StdRng::seed_from_u64(seed);
+    }
+
+    /// The latest time the gateway was given (for ages and lifetimes in
+    /// reports).
+    pub fn now(&self) -> Duration {
+        self.last_now
+    }
+
+    /// Packets taken in and not yet returned to the driver: with the
+    /// engine, waiting for it, or held for their ESN inference.
+    pub fn in_flight(&self) -> usize {
+        self.jobs.live()
+    }
+
+    /// Installs an SA: its keys are registered with the engine, which
+    /// keeps its own form of them.
+    pub fn install_sa(
+        &mut self,
+        params: SaParams,
+        keys: SessionSpec,
+        now: Duration,
+    ) -> Result<SaId, InstallSaError> {
+        let handle = self.engine.register(&keys)?;
+        let crypto = SaCrypto {
+            handle,
+            algorithm: keys.algorithm,
+            keys: Arc::new(keys),
+        };
+        self.sad.insert(params, crypto, now).map_err(|e| {
+            self.engine.release(handle);
+            InstallSaError::from(e)
+        })
+    }
+
+    /// Installs a copy of another worker's SA (see [`Sad::adopt`]): its
+    /// keys are registered with this gateway's engine.
+    pub fn adopt_sa(&mut self, mut sa: SecurityAssociation<SaCrypto>) -> Result<SaId, InstallSaError> {
+        let handle = self.engine.register(&sa.crypto().keys)?;
+        sa.crypto_mut().handle = handle;
+        self.sad.adopt(sa).map_err(|e| {
+            self.engine.release(handle);
+            InstallSaError::from(e)
+        })
+    }
+
+    /// Removes an SA and releases its session: the engine wipes its keys.
+    /// Its packets still in flight finish against the SA's absence (they
+    /// are dropped as `unknown_spi` or counted as sent).
+    pub fn remove_sa(&mut self, id: SaId) -> Option<SecurityAssociation<SaCrypto>> {
+        let sa = self.sad.remove(id)?;
+        self.engine.release(sa.crypto().handle);
+        Some(sa)
+    }
+
+    /// Re-evaluates time-based lifetimes, gives up on jobs the engine has
+    /// held longer than [`JOB_TIMEOUT`], repeats due ARP requests and drops
+    /// packets whose next hop never answered.
+    pub fn handle_timeout(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+        self.lend(pool, |gw| gw.timeout(now, out));
+    }
+
+    /// Runs `f` with the driver's pool lent to the gateway.
+    fn lend<R>(&mut self, pool: &mut PacketPool, f: impl FnOnce(&mut Self) -> R) -> R {
+        self.pool = std::mem::take(pool);
+        let result = f(self);
+        *pool = std::mem::take(&mut self.pool);
+        result
+    }
+
+    fn timeout(&mut self, now: Duration, out: &mut Vec<Output>) {
+        self.last_now = self.last_now.max(now);
+        self.sad.handle_timeout(now);
+        self.pump(now, out);
+        self.expire_jobs(now, out);
+        if self.reassembler.in_progress() > 0 {
+            let mut spent = std::mem::take(&mut self.spent);
+            self.reassembler.expire(now, &mut spent);
+            self.spent = spent;
+            self.give_up_spent(DropReason::ReassemblyTimeout, out);
+        }
+        if self.neighbors.pending() > 0 {
+            let mut expired = std::mem::take(&mut self.waiting);
+            let mut retry = Vec::new();
+            self.neighbors.expire(now, &mut expired, &mut retry);
+            for w in expired.drain(..) {
+                self.stats.drops.count(DropReason::NeighborUnreachable);
+                out.push((w.buf, Verdict::Drop(DropReason::NeighborUnreachable)));
+            }
+            self.waiting = expired;
+            for (hop, port) in retry {
+                self.send_arp_request(hop, port, out);
+            }
+        }
+    }
+
+    /// Next SA lifetime event for the control plane.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<SaEvent> {
+        self.sad.poll_event()
+    }
+
+    /// Counts a frame a driver received but could not hand in (too large
+    /// for a buffer), so that every received frame is accounted for.
+    pub fn count_driver_drop(&mut self, reason: DropReason) {
+        self.stats.rx_packets += 1;
+        self.stats.drops.count(reason);
+    }
+
+    /// Processes the frames in `bufs` (draining it), received on `from`.
+    /// Frames whose fate is known are appended to `out` with their verdict;
+    /// those needing crypto go to the engine as one burst, and follow from
+    /// this call, `poll` or `handle_timeout` once the engine is done (or
+    /// the next hop resolved). `pool` is the driver's:
+    /// frames the gateway originates are taken from it, and every output
+    /// goes back to it.
+    pub fn handle_batch(
+        &mut self,
+        now: Duration,
+        from: Port,
+        bufs: &mut Vec<PacketBuf>,
+        out: &mut Vec<Output>,
+        pool: &mut PacketPool,
+    ) {
+        self.lend(pool, |gw| {
+            gw.last_now = gw.last_now.max(now);
+            for mut buf in bufs.drain(..) {
+                gw.stats.rx_packets += 1;
+                match gw.classify(from, &mut buf) {
+                    Classified::Done(result) => gw.emit(buf, result, out),
+                    Classified::Arp(arp) => gw.handle_arp(now, from, buf, arp, out),
+                    Classified::Fragment => gw.reassemble(now, buf, out),
+                    Classified::Encapsulate(sa) => gw.start_encapsulation(now, sa, buf, out),
+                    Classified::Decapsulate => gw.start_decapsulation(now, buf, out),
+                }
+            }
+            gw.pump(now, out);
+        });
+    }
+
+    /// Hands queued jobs to the engine and finishes whatever it has
+    /// completed by `now`, without waiting.
+    pub fn poll(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+        self.lend(pool, |gw| {
+            gw.last_now = gw.last_now.max(now);
+            gw.pump(now, out);
+        });
+    }
+
+    /// When the gateway wants `poll` or `handle_timeout` next, as quinn's
+    /// `poll_timeout`: the engine's next modelled completion, a job or held
+    /// packet about to time out, a reassembly or ARP deadline. `None`: not
+    /// before new input (or, with a real device, its completion; see
+    /// [`next_completion`](Self::next_completion)).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        let reassembly = self.reassembler.next_deadline();
+        let neighbors = self.neighbors.next_deadline();
+        [self.jobs_deadline(), reassembly, neighbors]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Stops: every packet still parked for ARP or held in reassembly is
+    /// handed back, dropped. Jobs with the engine are the driver's to wait
+    /// for first (`drive::flush`); those left are reclaimed as
+    /// `engine_timeout`.
+    pub fn shutdown(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
+        self.lend(pool, |gw| {
+            gw.pump(now, out);
+            gw.expire_jobs(now + JOB_TIMEOUT * 2, out);
+            let mut spent = std::mem::take(&mut gw.spent);
+            gw.reassembler.drain(&mut spent);
+            gw.spent = spent;
+            gw.give_up_spent(DropReason::ReassemblyTimeout, out);
+            let mut parked = std::mem::take(&mut gw.waiting);
+            gw.neighbors.drain(&mut parked);
+            for w in parked.drain(..) {
+                gw.stats.drops.count(DropReason::NeighborUnreachable);
+                out.push((w.buf, Verdict::Drop(DropReason::NeighborUnreachable)));
+            }
+            gw.waiting = parked;
+        });
+    }
+
+    fn emit(&mut self, mut buf: PacketBuf, result: Result<Next, DropReason>, out: &mut Vec<Output>) {
+        let verdict = match result {
+            Ok(Next::Consume) => Verdict::Consumed,
+            Ok(Next::Control) => Verdict::Control,
+            Ok(Next::Route) => match self.route(&mut buf, out) {
+                Ok(Some(port)) => Verdict::Forward(port),
+                // Parked for ARP, or split into fragments already sent.
+                Ok(None) => return,
+                Err(reason) => Verdict::Drop(reason),
+            },
+            Err(reason) => Verdict::Drop(reason),
+        };
+        match verdict {
+            Verdict::Forward(_) => self.stats.tx_packets += 1,
+            Verdict::Consumed | Verdict::Control => {}
+            Verdict::Drop(reason) => self.stats.drops.count(reason),
+        }
+        out.push((buf, verdict));
+    }
+
+    /// Sends a UDP datagram from our address on the way to `to` (the
+    /// control plane's messages). It takes the normal route, ARP included,
+    /// and no policy applies (IKE bypass). Outputs go to `out`.
+    pub fn send_datagram(
+        &mut self,
+        now: Duration,
+        ports: (u16, u16),
+        to: Ipv4Addr,
+        payload: &[u8],
+        out: &mut Vec<Output>,
+        pool: &mut PacketPool,
+    ) -> Result<(), DatagramError> {
+        let Some(hop) = self.routes.lookup(to) else {
+            return Err(DatagramError::NoRoute(to));
+        };
+        let from = self.interfaces[hop.port.index()].address;
+        let mut buf = pool.alloc().ok_or(DatagramError::NoBuffer)?;
+        if !icmp::udp_datagram(&mut buf, (from, ports.0), (to, ports.1), self.next_ip_id, payload) {
+            pool.free(buf);
+            return Err(DatagramError::TooLarge(payload.len()));
+        }
+        self.next_ip_id = self.next_ip_id.wrapping_add(1);
+        self.lend(pool, |gw| {
+            gw.last_now = gw.last_now.max(now);
+            gw.stats.generated += 1;
+            gw.stats.control_sent += 1;
+            gw.emit(buf, Ok(Next::Route), out);
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,63 @@
+//! The gateway core is sans-IO (DESIGN.md): it takes `now` from its caller
+//! and never reads a clock, sleeps, parks, blocks on a lock or waits on the
+//! engine. Waiting lives in the drivers (`drive.rs`, `io/`). This reads the
+//! core's sources and refuses any of those calls.
+
+use std::path::Path;
+
+/// Files of the core: everything under `src/` but the drivers.
+fn core_sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src is readable") {
+            let path = entry.expect("directory entry").path();
+            let relative = path.strip_prefix(&root).expect("under src").to_string_lossy().into_owned();
+            if relative == "io" || relative == "drive.rs" {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else if relative.ends_with(".rs") {
+                files.push((relative, std::fs::read_to_string(&path).expect("source is readable")));
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn the_core_reads_no_clock_and_never_waits() {
+    let forbidden = [
+        "Instant",
+        "SystemTime",
+        "sleep",
+        "thread::park",
+        "park_timeout",
+        ".wait(",
+        "Condvar",
+        "Mutex",
+        "RwLock",
+        "spin_loop",
+        "libc::poll",
+    ];
+    let sources = core_sources();
+    assert!(
+        sources.iter().any(|(name, _)| name == "gateway/jobs.rs"),
+        "the scan must see the job machine: {:?}",
+        sources.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
+    let mut found = Vec::new();
+    for (name, text) in &sources {
+        for (line_no, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for word in forbidden {
+                if code.contains(word) {
+                    found.push(format!("src/{name}:{}: `{word}` in: {}", line_no + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "the core must not wait or read a clock:\n{}", found.join("\n"));
+}

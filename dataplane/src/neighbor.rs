@@ -2,7 +2,9 @@
 //! (RFC 826) with expiry, and the bounded queue of packets waiting for a
 //! next hop to resolve.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 

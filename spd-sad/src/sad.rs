@@ -6,7 +6,7 @@
 //! espgw), so this crate stays free of cryptography. Dropping an SA drops its
 //! context, which is where keys are zeroized.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -154,6 +154,16 @@ pub struct SaParams {
 /// is soft-expired so that a rekey can finish before the counter runs out.
 pub const SEQUENCE_RESERVE: u64 = 1 << 24;
 
+/// Sequence numbers a worker's copy of an outbound SA takes from the shared
+/// counter at once, so that the fast path touches the shared atomic once a
+/// block rather than once a packet (DPDK's per-burst reservation). With one
+/// worker the numbers stay consecutive; with several they stay unique.
+pub const SEQUENCE_BLOCK: u64 = 32;
+
+/// Packets a copy counts locally before adding them to the shared usage
+/// (sooner when a lifetime limit is nearer than that).
+pub const USAGE_BATCH: u64 = 32;
+
 /// Why an outbound SA cannot give out another sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SequenceError {
@@ -164,10 +174,13 @@ pub enum SequenceError {
 
 /// The part of an SA that every worker's copy shares: the outbound
 /// sequence counter (so numbers stay unique across workers) and the usage
-/// that lifetimes are measured against.
+/// that lifetimes are measured against. Copies reserve numbers a block at a
+/// time and add their usage in batches (see [`SEQUENCE_BLOCK`],
+/// [`USAGE_BATCH`]), so no packet touches these on its own.
 #[derive(Debug, Default)]
 pub struct SaShared {
-    /// Outbound: last sequence number used (the first packet gets 1).
+    /// Outbound: last sequence number reserved by any copy (the first
+    /// packet gets 1).
     last_seq: AtomicU64,
     packets: AtomicU64,
     bytes: AtomicU64,
@@ -190,6 +203,18 @@ pub struct SecurityAssociation<C> {
     in_flight_top: u64,
     /// Inbound packets held back until the ESN inference settles.
     held: u32,
+    /// Outbound: this copy's reserved block of sequence numbers,
+    /// `seq_next..=seq_end` (empty when `seq_next > seq_end`), and the last
+    /// one it used.
+    seq_next: u64,
+    seq_end: u64,
+    last_used: u64,
+    /// Usage counted here and not yet added to `shared`, and how much may
+    /// gather before it must be (a batch, or less when a limit is near).
+    unflushed_packets: u64,
+    unflushed_bytes: u64,
+    flush_packets: u64,
+    flush_bytes: u64,
     crypto: C,
 }
 
@@ -216,6 +241,13 @@ impl<C> SecurityAssociation<C> {
             inbound_in_flight: 0,
             in_flight_top: 0,
             held: 0,
+            seq_next: 1,
+            seq_end: 0,
+            last_used: 0,
+            unflushed_packets: 0,
+            unflushed_bytes: 0,
+            flush_packets: 1,
+            flush_bytes: 1,
             crypto,
         }
     }
@@ -253,15 +285,48 @@ impl<C> SecurityAssociation<C> {
     /// Starts the outbound counter after `seq` (tests use this to cross 2^32).
     pub fn set_last_sequence(&mut self, seq: u64) {
         self.shared.last_seq.store(seq, Ordering::Relaxed);
+        self.seq_next = 1;
+        self.seq_end = 0;
+        self.last_used = seq;
     }
 
-    /// Counters: packets and bytes over every worker, drops of this copy.
+    /// Counters: packets and bytes over every worker (as far as the other
+    /// copies have added theirs: at least once a batch and at every tick),
+    /// drops of this copy.
     pub fn counters(&self) -> SaCounters {
+        let (bytes, packets) = self.usage();
         SaCounters {
-            packets: self.shared.packets.load(Ordering::Relaxed),
-            bytes: self.shared.bytes.load(Ordering::Relaxed),
+            packets,
+            bytes,
             ..self.counters
         }
+    }
+
+    /// Bytes and packets: the shared usage plus this copy's unflushed part.
+    fn usage(&self) -> (u64, u64) {
+        (
+            self.shared.bytes.load(Ordering::Relaxed) + self.unflushed_bytes,
+            self.shared.packets.load(Ordering::Relaxed) + self.unflushed_packets,
+        )
+    }
+
+    /// Adds this copy's usage to the shared one and works out how much may
+    /// gather before the next time: a batch, but never past a byte or
+    /// packet limit, so that a single worker's lifetimes stay exact.
+    pub fn flush_usage(&mut self) {
+        let bytes = self.shared.bytes.fetch_add(self.unflushed_bytes, Ordering::Relaxed) + self.unflushed_bytes;
+        let packets =
+            self.shared.packets.fetch_add(self.unflushed_packets, Ordering::Relaxed) + self.unflushed_packets;
+        self.unflushed_bytes = 0;
+        self.unflushed_packets = 0;
+        let lifetime = &self.params.lifetime;
+        let before = |used: u64, limits: [Option<u64>; 2]| {
+            limits.into_iter().flatten().filter(|l| *l > used).map(|l| l - used).min()
+        };
+        self.flush_packets = before(packets, [lifetime.soft.packets, lifetime.hard.packets])
+            .unwrap_or(USAGE_BATCH)
+            .clamp(1, USAGE_BATCH);
+        self.flush_bytes = before(bytes, [lifetime.soft.bytes, lifetime.hard.bytes]).unwrap_or(u64::MAX);
     }
 
     /// This copy's drop counters, to count into.
@@ -286,6 +351,13 @@ impl<C> SecurityAssociation<C> {
             inbound_in_flight: 0,
             in_flight_top: 0,
             held: 0,
+            seq_next: 1,
+            seq_end: 0,
+            last_used: self.last_used,
+            unflushed_packets: 0,
+            unflushed_bytes: 0,
+            flush_packets: 1,
+            flush_bytes: 1,
             crypto: self.crypto.clone(),
         }
     }
@@ -295,7 +367,14 @@ impl<C> SecurityAssociation<C> {
         self.replay = ReplayWindow::with_top(self.params.replay_window, self.params.esn, top);
     }
 
+    /// The last sequence number this copy sent (for `sa show`; with
+    /// several workers, each copy shows its own).
     pub fn last_sequence(&self) -> u64 {
+        self.last_used
+    }
+
+    /// The last sequence number reserved by any copy.
+    fn reserved_sequence(&self) -> u64 {
         self.shared.last_seq.load(Ordering::Relaxed)
     }
 
@@ -303,9 +382,10 @@ impl<C> SecurityAssociation<C> {
         now.saturating_sub(self.installed_at)
     }
 
-    /// True once an outbound SA has sent its last sequence number.
+    /// True once this copy of an outbound SA can send no more: its block is
+    /// used up and the shared counter has reached the last number.
     pub fn sequence_exhausted(&self) -> bool {
-        self.last_sequence() >= self.sequence_limit()
+        self.seq_next > self.seq_end && self.reserved_sequence() >= self.sequence_limit()
     }
 
     fn sequence_limit(&self) -> u64 {
@@ -319,16 +399,27 @@ impl<C> SecurityAssociation<C> {
     /// Takes the next outbound sequence number. Without ESN the last usable
     /// one is 2^32 − 1; with ESN, 2^64 − 1.
     pub fn next_sequence(&mut self) -> Result<u64, SequenceError> {
+        if self.seq_next <= self.seq_end {
+            let seq = self.seq_next;
+            self.seq_next += 1;
+            self.last_used = seq;
+            return Ok(seq);
+        }
         let limit = self.sequence_limit();
-        // Workers share the counter: claim the next number atomically.
+        // Workers share the counter: reserve the next block atomically.
         let claimed = self
             .shared
             .last_seq
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-                (last < limit).then_some(last + 1)
+                (last < limit).then(|| last.saturating_add(SEQUENCE_BLOCK).min(limit))
             });
         match claimed {
-            Ok(last) => Ok(last + 1),
+            Ok(last) => {
+                self.seq_end = last.saturating_add(SEQUENCE_BLOCK).min(limit);
+                self.seq_next = last + 2;
+                self.last_used = last + 1;
+                Ok(last + 1)
+            }
             Err(_) => {
                 self.counters.seq_overflow += 1;
                 Err(SequenceError::Exhausted)
@@ -398,14 +489,17 @@ impl<C> SecurityAssociation<C> {
         self.held = held;
     }
 
-    /// True while the SA may carry traffic at time `now`.
+    /// True while the SA may carry traffic at time `now`. Byte and packet
+    /// limits move the state when usage is added up (`account`, exact for
+    /// one worker); time is checked here.
     pub fn is_usable(&self, now: Duration) -> bool {
         self.state != SaState::HardExpired
-            && !self.params.lifetime.hard.reached(
-                self.shared.bytes.load(Ordering::Relaxed),
-                self.shared.packets.load(Ordering::Relaxed),
-                self.age(now),
-            )
+            && !self
+                .params
+                .lifetime
+                .hard
+                .seconds
+                .is_some_and(|s| self.age(now) >= Duration::from_secs(s))
     }
 
     /// Whether an inner packet may have arrived through this SA.
@@ -416,21 +510,23 @@ impl<C> SecurityAssociation<C> {
     /// Counts one packet of `bytes` and moves the lifetime state on; returns
     /// the transition, if any.
     pub fn account(&mut self, bytes: usize, now: Duration) -> Option<SaState> {
-        self.shared.packets.fetch_add(1, Ordering::Relaxed);
-        self.shared.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.unflushed_packets += 1;
+        self.unflushed_bytes += bytes as u64;
+        if self.unflushed_packets < self.flush_packets && self.unflushed_bytes < self.flush_bytes {
+            return None;
+        }
+        self.flush_usage();
         self.refresh_state(now)
     }
 
     /// Re-evaluates lifetimes at `now`; returns a transition, if any.
     pub fn refresh_state(&mut self, now: Duration) -> Option<SaState> {
         let age = self.age(now);
-        let (bytes, packets) = (
-            self.shared.bytes.load(Ordering::Relaxed),
-            self.shared.packets.load(Ordering::Relaxed),
-        );
+        let (bytes, packets) = self.usage();
         let exhausted = self.sequence_exhausted();
         // Without ESN the counter runs out; rekey while 2^24 numbers are left.
-        let nearly_exhausted = self.last_sequence() >= self.sequence_limit().saturating_sub(SEQUENCE_RESERVE);
+        let nearly_exhausted =
+            self.reserved_sequence() >= self.sequence_limit().saturating_sub(SEQUENCE_RESERVE);
         let new_state = if self.params.lifetime.hard.reached(bytes, packets, age) || exhausted {
             SaState::HardExpired
         } else if self.params.lifetime.soft.reached(bytes, packets, age) || nearly_exhausted {
@@ -482,7 +578,10 @@ struct Slot<C> {
 /// All SAs of a gateway.
 pub struct Sad<C> {
     slots: Vec<Slot<C>>,
-    by_spi: HashMap<u32, SaId>,
+    /// SPI to SA: Fx hashing, since SPIs are chosen by the peer but looked
+    /// up per packet, and SipHash's flood resistance costs more than a
+    /// lookup here (the table is bounded by the SAs we installed).
+    by_spi: FxHashMap<u32, SaId>,
     events: Vec<SaEvent>,
 }
 
@@ -490,7 +589,7 @@ impl<C> Default for Sad<C> {
     fn default() -> Self {
         Sad {
             slots: Vec::new(),
-            by_spi: HashMap::new(),
+            by_spi: FxHashMap::default(),
             events: Vec::new(),
         }
     }
@@ -636,6 +735,10 @@ impl<C> Sad<C> {
     pub fn handle_timeout(&mut self, now: Duration) {
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let id = SaId::new(i, slot.generation);
+            if let Some(sa) = slot.sa.as_mut() {
+                // Tick time: this copy's usage joins the other workers'.
+                sa.flush_usage();
+            }
             match slot.sa.as_mut().and_then(|sa| sa.refresh_state(now)) {
                 Some(SaState::SoftExpired) => self.events.push(SaEvent::SoftExpired(id)),
                 Some(SaState::HardExpired) => self.events.push(SaEvent::HardExpired(id)),

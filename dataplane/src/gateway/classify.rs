@@ -222,14 +222,64 @@ fn check_ipv4(buf: &mut PacketBuf) -> Result<(), DropReason> {
     Ok(())
 }
 
-/// RFC 1812 §5.3.1: decrement TTL when forwarding; refuse at zero.
+/// RFC 1812 §5.3.1: decrement TTL when forwarding; refuse at zero. The
+/// checksum is updated incrementally (RFC 1624 eqn. 3, as RFC 1812 §5.3.1
+/// allows) instead of being recomputed over the header.
 pub(super) fn decrement_ttl(buf: &mut PacketBuf) -> Result<(), DropReason> {
     let mut ip = Ipv4Packet::new_unchecked(buf.data_mut());
     let ttl = ip.hop_limit();
     if ttl <= 1 {
         return Err(DropReason::TtlExpired);
     }
+    let protocol = u8::from(ip.next_header());
+    let old_word = u16::from_be_bytes([ttl, protocol]);
+    let new_word = u16::from_be_bytes([ttl - 1, protocol]);
     ip.set_hop_limit(ttl - 1);
-    ip.fill_checksum();
+    ip.set_checksum(incremental_checksum(ip.checksum(), old_word, new_word));
     Ok(())
+}
+
+/// RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), in ones' complement.
+fn incremental_checksum(checksum: u16, old_word: u16, new_word: u16) -> u16 {
+    let mut sum = u32::from(!checksum) + u32::from(!old_word) + u32::from(new_word);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The incremental update gives the checksum a full recomputation gives,
+    /// for every TTL and a spread of headers.
+    #[test]
+    fn incremental_ttl_checksum_matches_a_full_recompute() {
+        let mut pool = crate::buffer::PacketPool::new(1);
+        let mut buf = pool.alloc().expect("a buffer");
+        for ttl in 2..=255u8 {
+            for (protocol, ident) in [(17u8, 0u16), (6, 0xffff), (1, 0x1234), (50, 0x8001)] {
+                let mut header = [0u8; 20];
+                {
+                    let mut ip = Ipv4Packet::new_unchecked(&mut header[..]);
+                    ip.set_version(4);
+                    ip.set_header_len(20);
+                    ip.set_total_len(20);
+                    ip.set_ident(ident);
+                    ip.set_hop_limit(ttl);
+                    ip.set_next_header(protocol.into());
+                    ip.set_src_addr([10, 0, 0, ttl].into());
+                    ip.set_dst_addr([192, 168, ttl, 1].into());
+                    ip.fill_checksum();
+                }
+                assert!(buf.fill(&header));
+                decrement_ttl(&mut buf).expect("ttl above 1");
+                let ip = Ipv4Packet::new_checked(buf.data()).expect("valid");
+                assert_eq!(ip.hop_limit(), ttl - 1);
+                assert!(ip.verify_checksum(), "ttl {ttl} protocol {protocol} ident {ident:#x}");
+            }
+        }
+        pool.free(buf);
+    }
 }

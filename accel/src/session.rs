@@ -77,7 +77,12 @@ impl SessionSpec {
     /// Copies the keys into wiped memory; the caller's copies stay the
     /// caller's to zeroize. Lengths are checked here, so every engine sees
     /// the same errors.
-    pub fn new(algorithm: Algorithm, esn: bool, enc_key: &[u8], auth_key: &[u8]) -> Result<Self, SessionError> {
+    pub fn new(
+        algorithm: Algorithm,
+        esn: bool,
+        enc_key: &[u8],
+        auth_key: &[u8],
+    ) -> Result<Self, SessionError> {
         check_key_lengths(algorithm, enc_key, auth_key)?;
         Ok(SessionSpec {
             algorithm,
@@ -372,7 +377,14 @@ mod tests {
     #[test]
     fn spec_checks_key_lengths_and_redacts() {
         let err = SessionSpec::new(Algorithm::Aes128Gcm16, false, &[0; 16], &[]).unwrap_err();
-        assert!(matches!(err, SessionError::EncKeyLength { expected: 20, got: 16, .. }));
+        assert!(matches!(
+            err,
+            SessionError::EncKeyLength {
+                expected: 20,
+                got: 16,
+                ..
+            }
+        ));
         let spec = SessionSpec::new(Algorithm::Aes128Sha1, true, &[7; 16], &[9; 20]).expect("valid");
         let shown = format!("{spec:?}");
         assert!(shown.contains("redacted") && !shown.contains('7'), "{shown}");

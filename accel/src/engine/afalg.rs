@@ -476,7 +476,10 @@ impl AfalgEngine {
         let session = job.session;
         let desc = job.desc;
         let prepared = (|| -> Result<(OwnedFd, Box<Request>), DescriptorError> {
-            let entry = self.sessions.get_mut(session).ok_or(DescriptorError::BadSession)?;
+            let entry = self
+                .sessions
+                .get_mut(session)
+                .ok_or(DescriptorError::BadSession)?;
             if entry.aead.is_none() {
                 let (name, key, authsize) =
                     aead_template(entry.spec.algorithm, desc.esn_high.is_some(), &entry.spec)
@@ -612,7 +615,10 @@ impl AfalgEngine {
         bytes: &mut [u8],
     ) -> Result<bool, DescriptorError> {
         desc.validate(bytes.len())?;
-        let entry = self.sessions.get_mut(session).ok_or(DescriptorError::BadSession)?;
+        let entry = self
+            .sessions
+            .get_mut(session)
+            .ok_or(DescriptorError::BadSession)?;
         let alg = entry.spec.algorithm;
         if alg == Algorithm::Null {
             return Ok(true);

@@ -136,7 +136,8 @@ pub struct EngineCounters {
     pub modelled_host: HostCharges,
     /// Host wall time a model spent running the real crypto for its jobs,
     /// in ns: measured, never part of any modelled time, so a caller that
-    /// measures its own time around the engine can subtract it.
+    /// measures its own time around the engine can subtract it. Bounce
+    /// copies (per-request policy) are not included: they are host work.
     pub emulation_ns: u64,
 }
 

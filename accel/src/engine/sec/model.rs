@@ -24,6 +24,11 @@
 //! the future. Grants are made in submission order, as a first-come
 //! arbiter would under load.
 //!
+//! `next_completion` says `At(t)` for the next signal, `Ready` while
+//! signalled jobs wait, `Idle` with nothing in flight, and `External` when
+//! only lost completions (fault injection) remain: nothing will come until
+//! the caller's timeout calls `reclaim`.
+//!
 //! A job becomes visible to `poll_burst` when its completion is signalled:
 //! at its completion time when polling, when its interrupt fires
 //! otherwise (per completion, or coalesced by count and timeout). Time
@@ -34,7 +39,9 @@
 //! The crypto runs for real, at submit, with the soft engine's primitive,
 //! so the bytes are soft's. Its host wall time is measured by one helper,
 //! [`measure_emulation`], the only clock read here, and is reported as
-//! `emulation_ns`; it never feeds the timeline. The host costs a real
+//! `emulation_ns`; it never feeds the timeline. The per-request policy's
+//! bounce-buffer copies are not in it: a real driver makes them on the
+//! host, so they stay in the host time a caller measures. The host costs a real
 //! driver pays and this machine cannot show (doorbell, interrupts,
 //! completion cache misses) are charged from the profile's `HostCosts`.
 //!

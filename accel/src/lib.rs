@@ -40,9 +40,12 @@ pub use algorithm::{Algorithm, CipherKind, IntegrityKind, UnknownAlgorithm};
 pub use buffer::{PacketBuf, PacketPool};
 pub use descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, Region, Status};
 pub use engine::{
-    build_engine, BusBytes, Engine, EngineCounters, EngineError, EngineKind, EngineSpec, NextCompletion,
-    RegisterError, SoftEngine, UnknownEngine,
+    build_engine, BusBytes, Engine, EngineCounters, EngineError, EngineKind, EngineSpec, HostCharges,
+    NextCompletion, RegisterError, SoftEngine, UnknownEngine,
 };
 pub use job::{BufferPolicy, Job, Style, UnknownBufferPolicy, UnknownStyle};
-pub use sec::{Completion, FaultPlan, RateModel, SecConfig, SecEngine};
+pub use sec::{
+    Completion, DeviceProfile, EuKind, EuRate, FaultPlan, HostCosts, SecConfig, SecEngine, ThreadedSecEngine,
+    Throughput, UnknownProfile,
+};
 pub use session::{Session, SessionError, SessionHandle, SessionSpec, SessionTable};

@@ -1,7 +1,7 @@
 //! Builds the engine a configuration names. Knows every engine's settings;
 //! must not hold engine state of its own.
 
-use super::sec::{SecConfig, SecEngine};
+use super::sec::{SecConfig, SecEngine, ThreadedSecEngine};
 use super::{Engine, EngineKind, SoftEngine};
 use crate::job::BufferPolicy;
 
@@ -10,7 +10,8 @@ use crate::job::BufferPolicy;
 pub struct EngineSpec {
     pub kind: EngineKind,
     pub buffers: BufferPolicy,
-    /// Settings of the `sec` engine model (its buffer policy is `buffers`).
+    /// Settings of the `sec` engine (its buffer policy is `buffers`); with
+    /// `sec.threads` the threaded variant is built instead of the model.
     pub sec: SecConfig,
     /// How the `afalg` engine talks to the kernel.
     #[cfg(target_os = "linux")]
@@ -23,16 +24,26 @@ pub enum EngineError {
     /// The kernel crypto API is not reachable from here.
     #[error("the afalg engine is unavailable: {0}")]
     AfalgUnavailable(String),
+    /// The threaded `sec` engine could not start its channel workers.
+    #[error("the threaded sec engine could not start: {0}")]
+    SecThreads(String),
 }
 
 /// Builds the engine `spec` describes.
 pub fn build_engine(spec: &EngineSpec) -> Result<Box<dyn Engine>, EngineError> {
     Ok(match spec.kind {
         EngineKind::Soft => Box::new(SoftEngine::new(spec.buffers)),
-        EngineKind::Sec => Box::new(SecEngine::new(SecConfig {
-            buffers: spec.buffers,
-            ..spec.sec.clone()
-        })),
+        EngineKind::Sec => {
+            let config = SecConfig {
+                buffers: spec.buffers,
+                ..spec.sec.clone()
+            };
+            if config.threads {
+                Box::new(ThreadedSecEngine::new(config).map_err(|e| EngineError::SecThreads(e.to_string()))?)
+            } else {
+                Box::new(SecEngine::new(config))
+            }
+        }
         #[cfg(target_os = "linux")]
         EngineKind::Afalg => Box::new(
             super::afalg::AfalgEngine::new(spec.buffers, spec.afalg_io)

@@ -2,7 +2,8 @@
 //! submission and completion interface, so the dataplane does not know
 //! which one it talks to.
 //!
-//! One file per engine: `soft` (inline), `sec` (the SEC 2.x model),
+//! One module per engine: `soft` (inline), `sec` (the SEC 2.x model and
+//! its threaded variant),
 //! `afalg` (the Linux kernel crypto API); `factory` builds the one a
 //! configuration names. This module owns the [`Engine`] contract and the
 //! counters every engine reports; it must not know packet headers, SAs or
@@ -116,8 +117,45 @@ pub struct EngineCounters {
     pub bus: BusBytes,
     /// Bounce buffers allocated (per-request buffer policy).
     pub bounce_buffers: u64,
-    /// Completion signals raised (interrupt-style wake-ups).
+    /// Completion signals raised (interrupts; modelled by the `sec` model).
     pub interrupts: u64,
+    /// Doorbells rung: one per burst that handed the engine any job.
+    pub doorbells: u64,
+    /// Modelled engines: the modelled time (the `now` clock), in ns, at which
+    /// the last descriptor accepted so far completes.
+    pub device_done_ns: u64,
+    /// Modelled engines: the sum over descriptors of their modelled time
+    /// from submission to completion, in ns (queueing included).
+    pub device_latency_ns: u64,
+    /// Modelled engines: time the shared bus spent transferring, in ns.
+    pub bus_busy_ns: u64,
+    /// Host costs a model charges that this machine cannot show (doorbell
+    /// MMIO writes, interrupts, completion cache misses), in ns: the sum of
+    /// `modelled_host`.
+    pub modelled_host_ns: u64,
+    pub modelled_host: HostCharges,
+    /// Host wall time a model spent running the real crypto for its jobs,
+    /// in ns: measured, never part of any modelled time, so a caller that
+    /// measures its own time around the engine can subtract it. Bounce
+    /// copies (per-request policy) are not included: they are host work.
+    pub emulation_ns: u64,
+}
+
+/// The modelled host costs of [`EngineCounters::modelled_host_ns`], by cause.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostCharges {
+    /// Doorbell MMIO writes, one per burst.
+    pub doorbell_ns: u64,
+    /// Interrupt entry, handler and exit, one per interrupt.
+    pub interrupt_ns: u64,
+    /// Cache misses on status words and ring entries, per completion.
+    pub completion_ns: u64,
+}
+
+impl HostCharges {
+    pub fn total(&self) -> u64 {
+        self.doorbell_ns + self.interrupt_ns + self.completion_ns
+    }
 }
 
 /// When the next completion can be collected, as an engine knows it.

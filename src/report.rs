@@ -41,15 +41,12 @@ pub fn config_summary(config: &Config) -> String {
     if e.kind == accel::EngineKind::Sec {
         let _ = write!(
             out,
-            " channels {} fifo {} completion {} rate {}",
+            " channels {} fifo {} completion {} profile {}{}",
             e.sec.channels,
             e.sec.fifo_depth,
             e.sec.completion.name(),
-            if e.sec.rate.is_some() {
-                "modelled"
-            } else {
-                "host speed"
-            }
+            e.sec.profile.name,
+            if e.sec.threads { " (threaded)" } else { "" }
         );
     }
     let _ = writeln!(out);

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, FaultPlan, RateModel, SecConfig, Style};
+use accel::{Algorithm, BufferPolicy, DeviceProfile, EngineKind, EngineSpec, FaultPlan, SecConfig, Style};
 use common::*;
 use dataplane::gateway::Output;
 use dataplane::{DropReason, Gateway, PacketPool, Port, Verdict};
@@ -238,7 +238,7 @@ fn a_full_ring_makes_the_packet_wait_not_vanish() {
         SecConfig {
             channels: 1,
             fifo_depth: 2,
-            rate: Some(RateModel::sec2_266mhz()),
+            profile: DeviceProfile::sec2_266mhz(),
             ..SecConfig::default()
         },
     );
@@ -319,7 +319,7 @@ fn stopping_with_descriptors_in_flight_returns_every_buffer() {
         Algorithm::Aes128Sha1,
         Style::Async,
         SecConfig {
-            rate: Some(RateModel::sec2_266mhz()),
+            profile: DeviceProfile::sec2_266mhz(),
             ..SecConfig::default()
         },
     );

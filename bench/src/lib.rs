@@ -15,7 +15,7 @@ pub mod scenario;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use accel::{Algorithm, BufferPolicy, EngineKind, RateModel, Style};
+use accel::{Algorithm, BufferPolicy, DeviceProfile, EngineKind, Style};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -81,8 +81,9 @@ pub struct BenchArgs {
     /// Buffer policy of the ESP scenarios: registered or per-request.
     #[arg(long, default_value_t = BufferPolicy::Registered)]
     pub buffers: BufferPolicy,
-    /// Rate model of the sec engine: `none` (host speed) or `sec2-266mhz`.
-    #[arg(long, default_value = "none")]
+    /// Device profile of the sec engine model: none (infinitely fast: the
+    /// boundary's host cost alone), sec2-266mhz or qat-class.
+    #[arg(long, alias = "profile", default_value = "sec2-266mhz")]
     pub rate: String,
     /// Completion signalling of the sec engine: interrupt, polling or coalesced.
     #[arg(long, default_value = "interrupt")]
@@ -326,10 +327,9 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         slice: Duration::from_millis(args.slice_ms.max(1)),
         repetitions: args.repetitions,
     };
-    let rate = match args.rate.as_str() {
-        "none" => None,
-        "sec2-266mhz" => Some(RateModel::sec2_266mhz()),
-        other => bail!("--rate `{other}`: expected none or sec2-266mhz"),
+    let rate = match DeviceProfile::by_name(&args.rate) {
+        Ok(profile) => profile,
+        Err(e) => bail!("--rate: {e}"),
     };
     let knobs = Knobs {
         buffers: args.buffers,
@@ -453,7 +453,7 @@ fn measure_cell(
     scenario: Scenario,
     frame_size: usize,
     timing: Timing,
-    rate: Option<RateModel>,
+    rate: DeviceProfile,
 ) -> anyhow::Result<Vec<Cell>> {
     let cell = |path, samples, metrics| Cell {
         scenario,

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, BufferPolicy, Completion, EngineKind, EngineSpec, RateModel, SecConfig, Style};
+use accel::{Algorithm, BufferPolicy, Completion, DeviceProfile, EngineKind, EngineSpec, SecConfig, Style};
 use dataplane::{Gateway, LinkLayer};
 use ike_stub::Config;
 
@@ -238,8 +238,8 @@ pub struct EngineSetup {
 
 impl EngineSetup {
     /// The engine of `scenario` (plain forwarding and raw crypto: inline
-    /// software); `rate` is the `sec` engine's rate model.
-    pub fn for_scenario(scenario: &Scenario, rate: Option<RateModel>) -> EngineSetup {
+    /// software); `profile` is the `sec` engine model's device.
+    pub fn for_scenario(scenario: &Scenario, profile: DeviceProfile) -> EngineSetup {
         match *scenario {
             Scenario::Esp {
                 engine, style, knobs, ..
@@ -249,9 +249,8 @@ impl EngineSetup {
                     buffers: knobs.buffers,
                     sec: SecConfig {
                         buffers: knobs.buffers,
-                        rate,
                         completion: knobs.completion.to_accel(),
-                        ..SecConfig::default()
+                        ..SecConfig::with_profile(profile)
                     },
                     ..EngineSpec::default()
                 },

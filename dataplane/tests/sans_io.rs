@@ -13,14 +13,21 @@ fn core_sources() -> Vec<(String, String)> {
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).expect("src is readable") {
             let path = entry.expect("directory entry").path();
-            let relative = path.strip_prefix(&root).expect("under src").to_string_lossy().into_owned();
+            let relative = path
+                .strip_prefix(&root)
+                .expect("under src")
+                .to_string_lossy()
+                .into_owned();
             if relative == "io" || relative == "drive.rs" {
                 continue;
             }
             if path.is_dir() {
                 dirs.push(path);
             } else if relative.ends_with(".rs") {
-                files.push((relative, std::fs::read_to_string(&path).expect("source is readable")));
+                files.push((
+                    relative,
+                    std::fs::read_to_string(&path).expect("source is readable"),
+                ));
             }
         }
     }
@@ -54,10 +61,18 @@ fn the_core_reads_no_clock_and_never_waits() {
             let code = line.split("//").next().unwrap_or("");
             for word in forbidden {
                 if code.contains(word) {
-                    found.push(format!("src/{name}:{}: `{word}` in: {}", line_no + 1, line.trim()));
+                    found.push(format!(
+                        "src/{name}:{}: `{word}` in: {}",
+                        line_no + 1,
+                        line.trim()
+                    ));
                 }
             }
         }
     }
-    assert!(found.is_empty(), "the core must not wait or read a clock:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "the core must not wait or read a clock:\n{}",
+        found.join("\n")
+    );
 }

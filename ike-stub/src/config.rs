@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use accel::{
-    Algorithm, BufferPolicy, Completion, Engine, EngineKind, EngineSpec, RateModel, SecConfig, Session,
+    Algorithm, BufferPolicy, Completion, DeviceProfile, Engine, EngineKind, EngineSpec, SecConfig, Session,
     SessionSpec, Style,
 };
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
@@ -578,7 +578,27 @@ impl Validator<'_> {
             Some(b) => self.value::<BufferPolicy>(b, "[accel] buffers", "")?,
             None => BufferPolicy::default(),
         };
-        let mut sec = SecConfig::default();
+        let profile_key = a.profile.as_ref().or(a.rate.as_ref());
+        let profile = match profile_key {
+            None => DeviceProfile::sec2_266mhz(),
+            Some(p) => match DeviceProfile::by_name(p.get_ref()) {
+                Ok(profile) => profile,
+                Err(e) => return self.err(span(p), ConfigErrorKind::Value(format!("[accel] profile: {e}"))),
+            },
+        };
+        let mut sec = SecConfig::with_profile(profile);
+        if let Some(t) = &a.threads {
+            if *t.get_ref() && kind != EngineKind::Sec {
+                return self.err(
+                    span(t),
+                    ConfigErrorKind::Value(
+                        "[accel] threads runs the `sec` engine on threads of its own: set engine = \"sec\""
+                            .into(),
+                    ),
+                );
+            }
+            sec.threads = *t.get_ref();
+        }
         let positive = |v: Option<&S<usize>>, what: &str, default: usize| -> Result<usize, ConfigError> {
             match v {
                 None => Ok(default),
@@ -606,16 +626,6 @@ impl Validator<'_> {
                     ConfigErrorKind::Value(format!(
                         "[accel] completion `{other}` must be `interrupt`, `polling` or `coalesced`"
                     )),
-                );
-            }
-        };
-        sec.rate = match a.rate.as_ref().map(|r| (r, r.get_ref().as_str())) {
-            None | Some((_, "none")) => None,
-            Some((_, "sec2-266mhz")) => Some(RateModel::sec2_266mhz()),
-            Some((r, other)) => {
-                return self.err(
-                    span(r),
-                    ConfigErrorKind::Value(format!("[accel] rate `{other}` must be `none` or `sec2-266mhz`")),
                 );
             }
         };

@@ -82,7 +82,11 @@ pub(crate) struct RawAccel {
     pub completion: Option<S<String>>,
     pub coalesce_count: Option<S<usize>>,
     pub coalesce_usecs: Option<S<u64>>,
+    /// The `sec` model's device profile (`rate` is the older name).
+    pub profile: Option<S<String>>,
     pub rate: Option<S<String>>,
+    /// The threaded `sec` engine (real parallelism on a spare core).
+    pub threads: Option<S<bool>>,
     pub afalg_io: Option<S<String>>,
     pub fail_every: Option<S<u64>>,
     pub lose_completion_every: Option<S<u64>>,

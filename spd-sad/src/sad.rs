@@ -164,6 +164,9 @@ pub const SEQUENCE_BLOCK: u64 = 32;
 /// (sooner when a lifetime limit is nearer than that).
 pub const USAGE_BATCH: u64 = 32;
 
+/// Bytes one packet can add to an SA's usage, at most (a jumbo-free frame).
+const BIGGEST_PACKET: u64 = 2048;
+
 /// Why an outbound SA cannot give out another sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SequenceError {
@@ -215,6 +218,9 @@ pub struct SecurityAssociation<C> {
     unflushed_bytes: u64,
     flush_packets: u64,
     flush_bytes: u64,
+    /// Within a batch per copy of a byte or packet limit: count every
+    /// packet at once and check the shared usage before each.
+    near_limit: bool,
     crypto: C,
 }
 
@@ -248,6 +254,7 @@ impl<C> SecurityAssociation<C> {
             unflushed_bytes: 0,
             flush_packets: 1,
             flush_bytes: 1,
+            near_limit: true,
             crypto,
         }
     }
@@ -314,19 +321,42 @@ impl<C> SecurityAssociation<C> {
     /// gather before the next time: a batch, but never past a byte or
     /// packet limit, so that a single worker's lifetimes stay exact.
     pub fn flush_usage(&mut self) {
-        let bytes = self.shared.bytes.fetch_add(self.unflushed_bytes, Ordering::Relaxed) + self.unflushed_bytes;
-        let packets =
-            self.shared.packets.fetch_add(self.unflushed_packets, Ordering::Relaxed) + self.unflushed_packets;
+        let bytes = self
+            .shared
+            .bytes
+            .fetch_add(self.unflushed_bytes, Ordering::Relaxed)
+            + self.unflushed_bytes;
+        let packets = self
+            .shared
+            .packets
+            .fetch_add(self.unflushed_packets, Ordering::Relaxed)
+            + self.unflushed_packets;
         self.unflushed_bytes = 0;
         self.unflushed_packets = 0;
         let lifetime = &self.params.lifetime;
         let before = |used: u64, limits: [Option<u64>; 2]| {
-            limits.into_iter().flatten().filter(|l| *l > used).map(|l| l - used).min()
+            limits
+                .into_iter()
+                .flatten()
+                .filter(|l| *l > used)
+                .map(|l| l - used)
+                .min()
         };
-        self.flush_packets = before(packets, [lifetime.soft.packets, lifetime.hard.packets])
-            .unwrap_or(USAGE_BATCH)
-            .clamp(1, USAGE_BATCH);
-        self.flush_bytes = before(bytes, [lifetime.soft.bytes, lifetime.hard.bytes]).unwrap_or(u64::MAX);
+        // Every copy may gather a batch unseen by the others: batch only
+        // while the nearest limit is further off than all of them together
+        // could go, and count each packet at once near it, so that limits
+        // hold over all workers too.
+        let copies = Arc::strong_count(&self.shared) as u64;
+        let packets_near = before(packets, [lifetime.soft.packets, lifetime.hard.packets])
+            .is_some_and(|left| left <= copies * USAGE_BATCH);
+        let bytes_near = before(bytes, [lifetime.soft.bytes, lifetime.hard.bytes])
+            .is_some_and(|left| left <= copies * USAGE_BATCH * BIGGEST_PACKET);
+        self.near_limit = packets_near || bytes_near;
+        (self.flush_packets, self.flush_bytes) = if self.near_limit {
+            (1, 1)
+        } else {
+            (USAGE_BATCH, USAGE_BATCH * BIGGEST_PACKET)
+        };
     }
 
     /// This copy's drop counters, to count into.
@@ -336,7 +366,8 @@ impl<C> SecurityAssociation<C> {
 
     /// A copy for another worker: same parameters, keys and shared
     /// counters; its own replay window (only one worker receives an
-    /// inbound SA's packets) and its own drop counters.
+    /// inbound SA's packets), its own block of sequence numbers and its
+    /// own drop counters.
     pub fn fork(&self) -> SecurityAssociation<C>
     where
         C: Clone,
@@ -358,6 +389,7 @@ impl<C> SecurityAssociation<C> {
             unflushed_bytes: 0,
             flush_packets: 1,
             flush_bytes: 1,
+            near_limit: true,
             crypto: self.crypto.clone(),
         }
     }
@@ -493,13 +525,18 @@ impl<C> SecurityAssociation<C> {
     /// limits move the state when usage is added up (`account`, exact for
     /// one worker); time is checked here.
     pub fn is_usable(&self, now: Duration) -> bool {
-        self.state != SaState::HardExpired
-            && !self
-                .params
-                .lifetime
-                .hard
-                .seconds
-                .is_some_and(|s| self.age(now) >= Duration::from_secs(s))
+        if self.state == SaState::HardExpired {
+            return false;
+        }
+        let hard = &self.params.lifetime.hard;
+        if self.near_limit {
+            // Other workers' packets count too: read the shared usage.
+            let (bytes, packets) = self.usage();
+            return !hard.reached(bytes, packets, self.age(now));
+        }
+        !hard
+            .seconds
+            .is_some_and(|s| self.age(now) >= Duration::from_secs(s))
     }
 
     /// Whether an inner packet may have arrived through this SA.

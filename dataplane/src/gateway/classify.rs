@@ -277,7 +277,10 @@ mod tests {
                 decrement_ttl(&mut buf).expect("ttl above 1");
                 let ip = Ipv4Packet::new_checked(buf.data()).expect("valid");
                 assert_eq!(ip.hop_limit(), ttl - 1);
-                assert!(ip.verify_checksum(), "ttl {ttl} protocol {protocol} ident {ident:#x}");
+                assert!(
+                    ip.verify_checksum(),
+                    "ttl {ttl} protocol {protocol} ident {ident:#x}"
+                );
             }
         }
         pool.free(buf);

@@ -343,7 +343,15 @@ fn same_bytes_and_statuses_as_soft_for_every_combination() {
                                     *bytes = got;
                                 }
                             }
-                            assert_eq!(back, plain, "{}: {enc:?} then {dec:?} round trip", both.what);
+                            // The plaintext is back (the ICV stays where it was).
+                            let icv = alg.icv_len();
+                            for ((_, got), (_, sent)) in back.iter().zip(&plain) {
+                                assert!(
+                                    got[..got.len() - icv] == sent[..sent.len() - icv],
+                                    "{}: {enc:?} then {dec:?}: the round trip differs",
+                                    both.what
+                                );
+                            }
                         }
                         if alg == Algorithm::Null {
                             continue;

@@ -756,3 +756,44 @@ fn no_allocation_per_job_on_the_registered_path() {
         }
     }
 }
+
+#[test]
+#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
+fn a_kernel_refusal_at_registration_is_refused_with_the_reason() {
+    let mut afalg = engine(BufferPolicy::Registered, AfalgIo::IoUring);
+    let before = open_fds();
+    // Room for two more descriptors: aes-sha1 needs six (three transforms,
+    // an operation socket on each), so the kernel refuses the third socket.
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut old) };
+    let tight = libc::rlimit {
+        rlim_cur: open_fds() as u64 + 2,
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: as above.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &tight) };
+    let refused = afalg.register(&spec(Algorithm::Aes128Sha1, false));
+    // SAFETY: as above.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) };
+    match refused {
+        Err(accel::RegisterError::Refused { engine, reason }) => {
+            assert_eq!(engine, accel::EngineKind::Afalg);
+            assert!(reason.contains("open files"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Nothing half-open stays behind, and the engine still registers.
+    assert_eq!(
+        open_fds(),
+        before,
+        "the sockets opened before the refusal are closed"
+    );
+    let h = afalg
+        .register(&spec(Algorithm::Aes128Sha1, false))
+        .expect("registers");
+    afalg.release(h);
+}

@@ -48,7 +48,10 @@
 //! [`Engine::reclaim`] cancels requests older than the reclaim age
 //! ([`AfalgEngine::set_reclaim_after`]) and returns them with
 //! `Error(Fault)`; `Drop` cancels everything on the ring and waits for every
-//! completion before it frees a slot or a buffer.
+//! completion before it frees a slot or a buffer. Tests make a request
+//! stay on the ring with the hidden hook
+//! `AfalgEngine::stall_next_requests_for_test` (a `sendmsg` with
+//! `MSG_MORE`, so the kernel waits for input that never comes).
 //!
 //! Where the kernel has no AF_ALG (`CONFIG_CRYPTO_USER_API_AEAD` off),
 //! [`probe`] says so and the engine cannot be built.

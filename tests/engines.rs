@@ -336,7 +336,7 @@ fn stopping_with_descriptors_in_flight_returns_every_buffer() {
     pair.a
         .handle_batch(Duration::ZERO, Port::Inside, &mut bufs, &mut out, &mut pool);
     assert!(pair.a.in_flight() > 0, "work is still with the engine");
-    pair.a.shutdown(Duration::ZERO, &mut out, &mut pool);
+    dataplane::drive::shutdown(&mut pair.a, Duration::ZERO, &mut out, &mut pool);
     assert_eq!(pair.a.in_flight(), 0);
     assert_eq!(out.len(), 48, "every packet got its verdict");
     assert!(

@@ -83,6 +83,7 @@ impl Algorithm {
         }
     }
 
+    #[inline]
     pub fn cipher(self) -> CipherKind {
         match self {
             Algorithm::Aes128Gcm16 | Algorithm::Aes256Gcm16 => CipherKind::AesGcm,
@@ -92,6 +93,7 @@ impl Algorithm {
         }
     }
 
+    #[inline]
     pub fn integrity(self) -> IntegrityKind {
         match self {
             Algorithm::Aes128Gcm16 | Algorithm::Aes256Gcm16 => IntegrityKind::Aead,
@@ -103,6 +105,7 @@ impl Algorithm {
         }
     }
 
+    #[inline]
     pub fn is_aead(self) -> bool {
         self.integrity() == IntegrityKind::Aead
     }
@@ -114,6 +117,7 @@ impl Algorithm {
 
     /// Encryption key length in bytes. For GCM this is RFC 4106 §8.1 KEYMAT:
     /// the AES key followed by the 4-byte salt.
+    #[inline]
     pub fn enc_key_len(self) -> usize {
         match self {
             Algorithm::Aes128Gcm16 => 16 + 4,
@@ -126,6 +130,7 @@ impl Algorithm {
     }
 
     /// Integrity key length in bytes (RFC 2404 §3: 160 bits; RFC 4868 §2.1.1: 256 bits).
+    #[inline]
     pub fn auth_key_len(self) -> usize {
         match self.integrity() {
             IntegrityKind::HmacSha1_96 => 20,
@@ -135,6 +140,7 @@ impl Algorithm {
     }
 
     /// Bytes of explicit IV carried in each packet.
+    #[inline]
     pub fn iv_len(self) -> usize {
         match self.cipher() {
             CipherKind::AesGcm => 8, // RFC 4106 §3.1
@@ -145,6 +151,7 @@ impl Algorithm {
     }
 
     /// Bytes of Integrity Check Value at the end of each packet.
+    #[inline]
     pub fn icv_len(self) -> usize {
         match self.integrity() {
             IntegrityKind::Aead => 16,
@@ -156,6 +163,7 @@ impl Algorithm {
 
     /// What the payload+padding+trailer must be a multiple of: the cipher's
     /// block, and at least 4 so the ICV stays 32-bit aligned (RFC 4303 §2.4).
+    #[inline]
     pub fn pad_align(self) -> usize {
         match self.cipher() {
             CipherKind::AesCbc => 16,
@@ -187,6 +195,14 @@ impl FromStr for Algorithm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The dataplane pads and checks alignment with masks.
+    #[test]
+    fn every_alignment_is_a_power_of_two() {
+        for alg in Algorithm::ALL {
+            assert!(alg.pad_align().is_power_of_two(), "{alg}");
+        }
+    }
 
     #[test]
     fn keywords_round_trip() {

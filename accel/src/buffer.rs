@@ -75,32 +75,39 @@ impl PacketBuf {
         true
     }
 
+    #[inline]
     pub fn data(&self) -> &[u8] {
         &self.storage[self.start..self.end]
     }
 
+    #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.end]
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.end - self.start
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
+    #[inline]
     pub fn headroom(&self) -> usize {
         self.start
     }
 
+    #[inline]
     pub fn tailroom(&self) -> usize {
         self.storage.len() - self.end
     }
 
     /// Grows the data `n` bytes to the front; the new bytes are returned
     /// for the caller to fill. `None` if the headroom is too small.
+    #[inline]
     pub fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {
         let start = self.start.checked_sub(n)?;
         self.start = start;
@@ -108,6 +115,7 @@ impl PacketBuf {
     }
 
     /// Grows the data `n` bytes at the back. `None` if the tailroom is too small.
+    #[inline]
     pub fn append(&mut self, n: usize) -> Option<&mut [u8]> {
         if self.tailroom() < n {
             return None;
@@ -118,6 +126,7 @@ impl PacketBuf {
     }
 
     /// Drops `n` bytes from the front; `false` (and no change) if shorter.
+    #[inline]
     pub fn trim_front(&mut self, n: usize) -> bool {
         if n > self.len() {
             return false;
@@ -127,6 +136,7 @@ impl PacketBuf {
     }
 
     /// Keeps only the first `len` bytes; `false` (and no change) if shorter.
+    #[inline]
     pub fn truncate(&mut self, len: usize) -> bool {
         if len > self.len() {
             return false;

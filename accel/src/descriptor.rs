@@ -23,10 +23,12 @@ impl Region {
         }
     }
 
+    #[inline]
     pub fn range(self) -> Range<usize> {
         self.offset as usize..self.end()
     }
 
+    #[inline]
     pub fn end(self) -> usize {
         self.offset as usize + self.len as usize
     }
@@ -108,6 +110,7 @@ pub struct Descriptor {
 impl Descriptor {
     /// Checks the regions against a buffer of `buf_len` bytes and against
     /// each other, so engines can index without panicking.
+    #[inline]
     pub fn validate(&self, buf_len: usize) -> Result<(), DescriptorError> {
         let contiguous = self.auth_only.end() == self.iv.offset as usize
             && self.iv.end() == self.cipher.offset as usize

@@ -37,6 +37,7 @@ impl fmt::Debug for Job {
 }
 
 impl Job {
+    #[inline]
     pub fn new(session: SessionHandle, desc: Descriptor, buf: PacketBuf, offset: usize, user: u64) -> Job {
         Job {
             session,
@@ -49,6 +50,7 @@ impl Job {
     }
 
     /// The bytes the descriptor's regions index.
+    #[inline]
     pub fn region_bytes(&mut self) -> &mut [u8] {
         let offset = self.offset.min(self.buf.len());
         &mut self.buf.data_mut()[offset..]
@@ -59,14 +61,27 @@ impl Job {
     /// with `per-request` the bytes go through a freshly allocated bounce
     /// buffer, copied in and out, as a driver without registered memory must.
     /// Returns whether a bounce buffer was used.
+    #[inline]
     pub fn run_with(&mut self, session: &Session, buffers: BufferPolicy) -> bool {
         if buffers == BufferPolicy::PerRequest {
             self.bounce_in();
         }
         let bounced = self.is_bounced();
-        let mut desc = self.desc;
-        crate::primitive::process(session, &mut desc, self.work_bytes());
-        self.desc = desc;
+        let Job {
+            desc,
+            buf,
+            offset,
+            bounce,
+            ..
+        } = self;
+        let bytes: &mut [u8] = match bounce {
+            Some(bounce) => bounce,
+            None => {
+                let offset = (*offset).min(buf.len());
+                &mut buf.data_mut()[offset..]
+            }
+        };
+        crate::primitive::process(session, desc, bytes);
         self.bounce_out();
         bounced
     }
@@ -80,6 +95,7 @@ impl Job {
     }
 
     /// Whether the job's bytes are in a bounce buffer.
+    #[inline]
     pub fn is_bounced(&self) -> bool {
         self.bounce.is_some()
     }
@@ -90,6 +106,7 @@ impl Job {
     }
 
     /// Copies a bounce buffer's bytes back into the packet and frees it.
+    #[inline]
     pub fn bounce_out(&mut self) {
         if let Some(bounce) = self.bounce.take() {
             let dst = self.region_bytes();
@@ -100,6 +117,7 @@ impl Job {
 
     /// The bytes the engine computes over: the bounce buffer while there
     /// is one, the packet's regions otherwise.
+    #[inline]
     pub fn work_bytes(&mut self) -> &mut [u8] {
         match self.bounce {
             Some(ref mut bounce) => bounce,

@@ -179,11 +179,13 @@ impl<T> SessionTable<T> {
         }
     }
 
+    #[inline]
     pub fn get(&self, handle: SessionHandle) -> Option<&T> {
         let slot = self.slots.get(handle.index as usize)?;
         (slot.generation == handle.generation).then_some(slot.value.as_ref()?)
     }
 
+    #[inline]
     pub fn get_mut(&mut self, handle: SessionHandle) -> Option<&mut T> {
         let slot = self.slots.get_mut(handle.index as usize)?;
         if slot.generation != handle.generation {

@@ -26,6 +26,9 @@ const DEVICE_WAIT: Duration = Duration::from_millis(1);
 /// every buffer comes back.
 pub fn settle(gateway: &mut Gateway, now: &mut Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
     let started = Instant::now();
+    // Time never runs backwards for the gateway (or a modelled engine that
+    // has already been driven further).
+    *now = (*now).max(gateway.now());
     let base = *now;
     let mut gave_up_at = None;
     while gateway.in_flight() > 0 {

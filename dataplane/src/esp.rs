@@ -8,6 +8,7 @@
 //! window (only now that the ICV has verified), checks the trailer and
 //! strips ESP.
 
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +38,51 @@ pub const IPV4_HEADER_LEN: usize = 20;
 pub struct SaCrypto {
     pub handle: SessionHandle,
     pub algorithm: Algorithm,
+    /// Tunnel mode: the outer header, built once.
+    pub outer: OuterHeader,
     pub(crate) keys: Arc<SessionSpec>,
+}
+
+/// A tunnel SA's outer IPv4 header, built once at install from what never
+/// changes per packet (version, IHL, TTL, protocol, addresses), with the
+/// ones' complement sum of those fields (DPDK's per-SA header template), so
+/// that a packet only writes and sums its own fields: DSCP/ECN, length,
+/// identification and DF (RFC 4301 §5.1.2.1, RFC 6040).
+#[derive(Debug, Clone, Copy)]
+pub struct OuterHeader {
+    bytes: [u8; IPV4_HEADER_LEN],
+    partial_sum: u32,
+}
+
+impl OuterHeader {
+    pub fn new(local: Ipv4Addr, remote: Ipv4Addr, ttl: u8) -> OuterHeader {
+        let mut bytes = [0u8; IPV4_HEADER_LEN];
+        bytes[0] = 0x45;
+        bytes[8] = ttl;
+        bytes[9] = proto::ESP;
+        bytes[12..16].copy_from_slice(&local.octets());
+        bytes[16..20].copy_from_slice(&remote.octets());
+        let partial_sum = bytes
+            .chunks_exact(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        OuterHeader { bytes, partial_sum }
+    }
+
+    /// Writes the header for one packet into `dst` (20 bytes).
+    fn write(&self, dst: &mut [u8], tos: u8, total_len: u16, ident: u16, dont_fragment: bool) {
+        dst.copy_from_slice(&self.bytes);
+        dst[1] = tos;
+        dst[2..4].copy_from_slice(&total_len.to_be_bytes());
+        dst[4..6].copy_from_slice(&ident.to_be_bytes());
+        let flags: u16 = if dont_fragment { 0x4000 } else { 0 };
+        dst[6..8].copy_from_slice(&flags.to_be_bytes());
+        let mut sum =
+            self.partial_sum + u32::from(tos) + u32::from(total_len) + u32::from(ident) + u32::from(flags);
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        dst[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    }
 }
 
 impl std::fmt::Debug for SaCrypto {
@@ -54,8 +99,6 @@ pub struct OutboundContext<'a, R: Rng> {
     pub rng: &'a mut R,
     /// IPv4 identification for a new outer header.
     pub ip_id: u16,
-    /// TTL of a new outer header.
-    pub outer_ttl: u8,
     pub now: Duration,
 }
 
@@ -91,6 +134,13 @@ fn ip_header_len(data: &[u8]) -> usize {
     usize::from(data[0] & 0x0f) * 4
 }
 
+/// `n` rounded up to a multiple of `align`, a power of two (every ESP
+/// alignment is): masks instead of divisions on the per-packet path.
+fn round_up(n: usize, align: usize) -> usize {
+    debug_assert!(align.is_power_of_two());
+    (n + align - 1) & !(align - 1)
+}
+
 /// Size of `packet` (an IPv4 packet) once `alg` protects it in `mode`, and
 /// the largest packet that still fits `mtu` (for ICMP fragmentation-needed).
 pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, mtu: usize) -> (usize, usize) {
@@ -101,15 +151,11 @@ pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, mtu: usize) -> 
     };
     let align = alg.pad_align();
     let size = |protected: usize| {
-        outer
-            + esp::HEADER_LEN
-            + alg.iv_len()
-            + (protected + esp::TRAILER_LEN).div_ceil(align) * align
-            + alg.icv_len()
+        outer + esp::HEADER_LEN + alg.iv_len() + round_up(protected + esp::TRAILER_LEN, align) + alg.icv_len()
     };
     let fixed = outer + esp::HEADER_LEN + alg.iv_len() + alg.icv_len();
     // The largest protected length whose padded form fits.
-    let room = mtu.saturating_sub(fixed) / align * align;
+    let room = mtu.saturating_sub(fixed) & !(align - 1);
     let fits = room.saturating_sub(esp::TRAILER_LEN) + kept;
     (size(protected), fits)
 }
@@ -134,15 +180,19 @@ pub fn encapsulate_prepare<R: Rng>(
     }
     let alg = sa.crypto().algorithm;
     let params = sa.params();
-    let (mode, spi, local, remote, esn) = (params.mode, params.spi, params.local, params.remote, params.esn);
-    let inner = Ipv4Packet::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
-    let (inner_tos, inner_df, inner_proto) = (
-        inner.dscp() << 2 | inner.ecn(),
-        inner.dont_frag(),
-        u8::from(inner.next_header()),
-    );
-    let is_fragment = inner.more_frags() || inner.frag_offset() != 0;
-    let header_len = usize::from(inner.header_len());
+    let (mode, spi, esn) = (params.mode, params.spi, params.esn);
+    // The caller has checked the IPv4 header (classification): read the
+    // few fields needed straight from it, guarding only the length.
+    let Some(&[ver_ihl, tos, _, _, _, _, flags_hi, flags_lo, _, inner_proto]) = buf.data().get(..10) else {
+        return Err(DropReason::Malformed);
+    };
+    let inner_tos = tos;
+    let inner_df = flags_hi & 0x40 != 0;
+    let is_fragment = flags_hi & 0x20 != 0 || u16::from_be_bytes([flags_hi & 0x1f, flags_lo]) != 0;
+    let header_len = usize::from(ver_ihl & 0x0f) * 4;
+    if header_len < IPV4_HEADER_LEN || header_len > buf.len() {
+        return Err(DropReason::Malformed);
+    }
     let (protected_start, next_header) = match mode {
         Mode::Tunnel => (0, NEXT_HEADER_IPV4),
         // RFC 4301 §4.1: transport mode carries whole packets only.
@@ -181,8 +231,8 @@ pub fn encapsulate_prepare<R: Rng>(
 
     let esp_offset = match mode {
         Mode::Tunnel => {
-            buf.prepend(esp_overhead).ok_or(DropReason::NoBufferSpace)?;
-            buf.prepend(IPV4_HEADER_LEN).ok_or(DropReason::NoBufferSpace)?;
+            buf.prepend(IPV4_HEADER_LEN + esp_overhead)
+                .ok_or(DropReason::NoBufferSpace)?;
             IPV4_HEADER_LEN
         }
         Mode::Transport => {
@@ -193,43 +243,31 @@ pub fn encapsulate_prepare<R: Rng>(
         }
     };
     let total_len = buf.len() as u16;
+    let outer = sa.crypto().outer;
     let data = buf.data_mut();
-    {
-        let (header, rest) = data.split_at_mut(esp_offset);
-        let mut esp_packet = EspPacket::new_unchecked(&mut rest[..esp::HEADER_LEN]);
-        esp_packet.set_spi(spi);
-        esp_packet.set_sequence_number(seq as u32);
-        let iv = &mut rest[esp::HEADER_LEN..esp_overhead];
-        match alg.cipher() {
-            // RFC 4106 §3.1: the IV must not repeat under one key; the
-            // 64-bit sequence number never does.
-            CipherKind::AesGcm => iv.copy_from_slice(&seq.to_be_bytes()),
-            // RFC 3602 §3 / RFC 2451: CBC IVs must be unpredictable.
-            CipherKind::AesCbc | CipherKind::TripleDesCbc => ctx.rng.fill_bytes(iv),
-            CipherKind::Null => {}
+    let (header, rest) = data.split_at_mut(esp_offset);
+    let mut esp_packet = EspPacket::new_unchecked(&mut rest[..esp::HEADER_LEN]);
+    esp_packet.set_spi(spi);
+    esp_packet.set_sequence_number(seq as u32);
+    let iv = &mut rest[esp::HEADER_LEN..esp_overhead];
+    match alg.cipher() {
+        // RFC 4106 §3.1: the IV must not repeat under one key; the
+        // 64-bit sequence number never does.
+        CipherKind::AesGcm => iv.copy_from_slice(&seq.to_be_bytes()),
+        // RFC 3602 §3 / RFC 2451: CBC IVs must be unpredictable.
+        CipherKind::AesCbc | CipherKind::TripleDesCbc => ctx.rng.fill_bytes(iv),
+        CipherKind::Null => {}
+    }
+    match mode {
+        // RFC 4301 §5.1.2.1: DSCP copied; ECN copied (RFC 6040 normal
+        // mode); RFC 4301 §8.1: DF copied from the inner header.
+        Mode::Tunnel => outer.write(header, inner_tos, total_len, ctx.ip_id, inner_df),
+        Mode::Transport => {
+            let mut ip = Ipv4Packet::new_unchecked(header);
+            ip.set_next_header(IpProtocol::from(proto::ESP));
+            ip.set_total_len(total_len);
+            ip.fill_checksum();
         }
-        let mut ip = Ipv4Packet::new_unchecked(header);
-        match mode {
-            Mode::Tunnel => {
-                ip.set_version(4);
-                ip.set_header_len(IPV4_HEADER_LEN as u8);
-                // RFC 4301 §5.1.2.1: DSCP copied; ECN copied (RFC 6040 normal mode).
-                ip.set_dscp(inner_tos >> 2);
-                ip.set_ecn(inner_tos & 0x3);
-                ip.set_ident(ctx.ip_id);
-                ip.clear_flags();
-                // RFC 4301 §8.1: DF copied from the inner header.
-                ip.set_dont_frag(inner_df);
-                ip.set_frag_offset(0);
-                ip.set_hop_limit(ctx.outer_ttl);
-                ip.set_src_addr(local);
-                ip.set_dst_addr(remote);
-            }
-            Mode::Transport => {}
-        }
-        ip.set_next_header(IpProtocol::from(proto::ESP));
-        ip.set_total_len(total_len);
-        ip.fill_checksum();
     }
     let esn_high = esn.then_some((seq >> 32) as u32);
     Ok(Pending {
@@ -293,7 +331,7 @@ pub fn decapsulate_prepare(
     let overhead = esp::HEADER_LEN + alg.iv_len() + alg.icv_len();
     // RFC 4303 §2.4: the ciphertext is whole blocks, and at least a trailer.
     let cipher_len = match esp_len.checked_sub(overhead) {
-        Some(n) if n >= esp::TRAILER_LEN && n.is_multiple_of(alg.pad_align()) => n,
+        Some(n) if n >= esp::TRAILER_LEN && n & (alg.pad_align() - 1) == 0 => n,
         _ => {
             sa.counters_mut().malformed += 1;
             return Err(DropReason::Malformed);

@@ -534,9 +534,8 @@ impl<C> SecurityAssociation<C> {
             let (bytes, packets) = self.usage();
             return !hard.reached(bytes, packets, self.age(now));
         }
-        !hard
-            .seconds
-            .is_some_and(|s| self.age(now) >= Duration::from_secs(s))
+        hard.seconds
+            .is_none_or(|s| self.age(now) < Duration::from_secs(s))
     }
 
     /// Whether an inner packet may have arrived through this SA.

@@ -37,9 +37,7 @@ impl Gateway {
             && self.is_local(flow.dst)
     }
 
-    /// Routes an IPv4 packet: next hop, MTU, link-layer header. `Ok(None)`
-    /// when the buffer was parked waiting for ARP (it comes back later).
-
+    /// Whether `addr` is one of the gateway's own addresses.
     pub(super) fn is_local(&self, addr: Ipv4Addr) -> bool {
         self.interfaces.iter().any(|i| i.address == addr)
     }

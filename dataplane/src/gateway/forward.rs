@@ -16,6 +16,8 @@ use crate::stats::DropReason;
 use crate::Output;
 
 impl Gateway {
+    /// Routes an IPv4 packet: next hop, MTU, link-layer header. `Ok(None)`
+    /// when the buffer was parked waiting for ARP (it comes back later).
     pub(super) fn route(
         &mut self,
         buf: &mut PacketBuf,

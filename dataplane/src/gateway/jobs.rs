@@ -62,9 +62,13 @@ pub(super) enum Phase {
     Second,
 }
 
+/// What the gateway keeps of a packet with the engine: the job carries the
+/// descriptor and the buffer, this the rest of its `Pending`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct InFlight {
-    pending: Pending,
+    sa: SaId,
+    seq: u64,
+    protected_len: usize,
     direction: Direction,
     phase: Phase,
     submitted_at: Duration,
@@ -190,7 +194,6 @@ impl Gateway {
         let ctx = OutboundContext {
             rng: &mut self.rng,
             ip_id,
-            outer_ttl: self.outer_ttl,
             now,
         };
         match esp::encapsulate_prepare(sa_id, sa, &mut buf, ctx) {
@@ -354,7 +357,9 @@ impl Gateway {
         let mut desc = pending.desc;
         desc.kind = Self::kind_for(direction, phase);
         let slot = self.jobs.in_flight.insert(InFlight {
-            pending,
+            sa: pending.sa,
+            seq: pending.seq,
+            protected_len: pending.protected_len,
             direction,
             phase,
             submitted_at: now,
@@ -387,7 +392,13 @@ impl Gateway {
             return 0;
         }
         if self.style != Style::Sync {
-            return self.engine.submit_burst(now, &mut self.jobs.backlog);
+            let taken = self.engine.submit_burst(now, &mut self.jobs.backlog);
+            if self.jobs.backlog.is_empty() {
+                // Back to the start of the ring, so that every burst reuses
+                // the same (cached) slots instead of walking the ring.
+                self.jobs.backlog.clear();
+            }
+            return taken;
         }
         // Low-level synchronous: one descriptor at a time, the next only
         // once the engine has handed the previous one back.
@@ -407,22 +418,21 @@ impl Gateway {
 
     /// A job came back from the engine.
     fn complete(&mut self, now: Duration, mut job: Job, out: &mut Vec<Output>) {
-        let slot = job.user as usize;
-        let Some(entry) = self.jobs.in_flight.get_mut(slot).copied() else {
+        let Some(entry) = self.jobs.in_flight.remove(job.user as usize) else {
             // Not ours: cannot happen, but never lose a buffer.
             return self.emit(job.buf, Err(DropReason::EngineError), out);
         };
         if entry.abandoned {
-            self.jobs.in_flight.remove(slot);
             if entry.direction == Direction::Decrypt {
-                self.inbound_done(now, entry.pending.sa, out);
+                self.inbound_done(now, entry.sa, out);
             }
             return self.emit(job.buf, Err(DropReason::EngineTimeout), out);
         }
         if entry.phase == Phase::First && job.desc.status == Status::Done {
-            if let Some(e) = self.jobs.in_flight.get_mut(slot) {
-                e.phase = Phase::Second;
-            }
+            job.user = self.jobs.in_flight.insert(InFlight {
+                phase: Phase::Second,
+                ..entry
+            }) as u64;
             job.desc.kind = Self::kind_for(entry.direction, Phase::Second);
             job.desc.status = Status::Pending;
             // Sync: this packet's second descriptor is next. Dual-pass: it
@@ -435,9 +445,13 @@ impl Gateway {
             }
             return;
         }
-        self.jobs.in_flight.remove(slot);
-        let mut pending = entry.pending;
-        pending.desc.status = job.desc.status;
+        let pending = Pending {
+            sa: entry.sa,
+            desc: job.desc,
+            esp_offset: job.offset,
+            seq: entry.seq,
+            protected_len: entry.protected_len,
+        };
         let mut buf = job.buf;
         let result = match entry.direction {
             Direction::Encrypt => esp::encapsulate_finish(&mut self.sad, &pending, now).map(|()| {

@@ -333,6 +333,7 @@ impl Gateway {
         let crypto = SaCrypto {
             handle,
             algorithm: keys.algorithm,
+            outer: crate::esp::OuterHeader::new(params.local, params.remote, self.outer_ttl),
             keys: Arc::new(keys),
         };
         self.sad.insert(params, crypto, now).map_err(|e| {

@@ -91,7 +91,11 @@ pub enum DescriptorError {
 /// One ESP crypto request. `auth_only` is the SPI and low sequence number;
 /// it, the IV and the cipher region must be contiguous and in that order,
 /// which is how they lie in an ESP packet (RFC 4303 §2).
+// Laid out in whole 16-byte lines: a descriptor is copied as it travels
+// (prepare, job, completion), and copies in matching aligned pieces let the
+// CPU forward each store to the next load instead of stalling on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(16))]
 pub struct Descriptor {
     pub kind: DescriptorKind,
     pub direction: Direction,

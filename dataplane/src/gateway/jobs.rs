@@ -355,7 +355,12 @@ impl Gateway {
         }
         let phase = self.first_phase(algorithm);
         let mut desc = pending.desc;
-        desc.kind = Self::kind_for(direction, phase);
+        // Prepare builds single-pass descriptors; rewriting the byte only
+        // when it changes keeps the job's move into the ring free of a
+        // store-forwarding stall on the common path.
+        if phase != Phase::Single {
+            desc.kind = Self::kind_for(direction, phase);
+        }
         let slot = self.jobs.in_flight.insert(InFlight {
             sa: pending.sa,
             seq: pending.seq,

@@ -339,6 +339,7 @@ mod tests {
                 moved_bytes_per_packet: (path == Path::Encap).then_some(2.0 * frame_size as f64 + 100.0),
                 ..Metrics::default()
             },
+            offload: None,
         }
     }
 
@@ -373,6 +374,9 @@ mod tests {
             },
             slice_ms: 10,
             repetitions: 2,
+            packets: 1,
+            threads: false,
+            speedups: Vec::new(),
         };
         let dir = std::env::temp_dir().join(format!("espgw-plot-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

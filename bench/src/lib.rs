@@ -8,6 +8,7 @@
 
 pub mod io;
 pub mod measure;
+pub mod offload;
 pub mod plot;
 pub mod report;
 pub mod scenario;
@@ -88,6 +89,16 @@ pub struct BenchArgs {
     /// Completion signalling of the sec engine: interrupt, polling or coalesced.
     #[arg(long, default_value = "interrupt")]
     pub completion: String,
+    /// Packets per timed repetition of a sec cell (fixed, so that the
+    /// modelled figures are the same in every run).
+    #[arg(long, default_value_t = 512)]
+    pub packets: usize,
+    /// Run the sec cells on the threaded engine (channel threads that
+    /// busy-poll on other cores, host speed, wall clock) instead of the
+    /// model. Needs a spare core per channel; its figures depend on the
+    /// scheduler. Not part of the default sweep.
+    #[arg(long)]
+    pub sec_threads: bool,
 }
 
 /// What a cell measured.
@@ -151,6 +162,9 @@ pub struct Cell {
     pub frame_size: usize,
     pub samples: Samples,
     pub metrics: Metrics,
+    /// `sec` model cells: host measured, device modelled (`samples` then
+    /// holds the system's time per packet per repetition).
+    pub offload: Option<offload::Offload>,
 }
 
 impl Cell {
@@ -192,6 +206,25 @@ pub struct Sweep {
     pub machine: report::Machine,
     pub slice_ms: u64,
     pub repetitions: usize,
+    /// Packets per repetition of a sec model cell.
+    pub packets: usize,
+    /// The sec cells ran on the threaded engine (`--sec-threads`).
+    pub threads: bool,
+    /// The microcontroller study: engine vs software per primitive.
+    pub speedups: Vec<Speedup>,
+}
+
+/// One primitive at one size: this host's software time against each
+/// modelled part's.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Speedup {
+    pub primitive: &'static str,
+    pub payload: usize,
+    /// Measured: median ns per operation.
+    pub software_ns: f64,
+    /// Modelled, per profile: (profile, idle-engine latency ns, ns per
+    /// operation in a burst of 32).
+    pub engine_ns: Vec<(&'static str, f64, f64)>,
 }
 
 impl Sweep {
@@ -218,6 +251,13 @@ impl Sweep {
         sizes.sort_unstable();
         sizes.dedup();
         sizes
+    }
+
+    /// Whether `scenario`'s cells come from the sec engine model.
+    pub fn is_modelled(&self, scenario: &Scenario) -> bool {
+        self.cells
+            .iter()
+            .any(|c| c.scenario == *scenario && c.offload.is_some())
     }
 
     /// Whether `scenario` is one of the registration/completion comparison
@@ -313,6 +353,71 @@ pub fn extra_scenarios(
     (list, chosen)
 }
 
+/// The boundary-cost, burst and fast-part lines: (scenario, sizes).
+/// - `none` profile, sec/async with polling (the DPDK way: no interrupts),
+///   per algorithm at the smallest and largest size: the boundary's host
+///   cost alone;
+/// - the burst-size sweep on the same cell for one algorithm at the
+///   smallest size: 1, 4, 16, 64, 256 frames per call;
+/// - `qat-class` with polling, sec/async per algorithm at every size: when
+///   offload starts to pay on a fast host.
+pub fn study_scenarios(
+    algorithms: &[Algorithm],
+    engines: &[(EngineKind, Style)],
+    knobs: Knobs,
+    sizes: &[usize],
+) -> Vec<(&'static str, Scenario, Vec<usize>)> {
+    let mut list = Vec::new();
+    if !engines.contains(&(EngineKind::Sec, Style::Async)) {
+        return list;
+    }
+    let (Some(&small), Some(&large)) = (sizes.iter().min(), sizes.iter().max()) else {
+        return list;
+    };
+    let mut ends = vec![small, large];
+    ends.dedup();
+    let algs: Vec<Algorithm> = algorithms
+        .iter()
+        .copied()
+        .filter(|a| *a != Algorithm::Null)
+        .collect();
+    let esp = |algorithm, knobs| Scenario::Esp {
+        algorithm,
+        engine: EngineKind::Sec,
+        style: Style::Async,
+        knobs,
+    };
+    let none = Knobs {
+        profile: "none",
+        completion: CompletionMode::Polling,
+        ..knobs
+    };
+    for &a in &algs {
+        list.push(("boundary", esp(a, none), ends.clone()));
+    }
+    if let Some(a) = algs
+        .iter()
+        .copied()
+        .find(|a| *a == Algorithm::Aes128Sha1)
+        .or(algs.first().copied())
+    {
+        for burst in [1, 4, 16, 64, 256] {
+            list.push(("burst", esp(a, Knobs { burst, ..none }), vec![small]));
+        }
+    }
+    let qat = Knobs {
+        profile: "qat-class",
+        completion: CompletionMode::Polling,
+        ..knobs
+    };
+    if knobs.profile != "qat-class" {
+        for &a in &algs {
+            list.push(("qat", esp(a, qat), sizes.to_vec()));
+        }
+    }
+    list
+}
+
 /// Runs the sweep described by `args`.
 pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> {
     for &size in &args.sizes {
@@ -327,16 +432,19 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         slice: Duration::from_millis(args.slice_ms.max(1)),
         repetitions: args.repetitions,
     };
-    let rate = match DeviceProfile::by_name(&args.rate) {
-        Ok(profile) => profile,
-        Err(e) => bail!("--rate: {e}"),
-    };
     let knobs = Knobs {
         buffers: args.buffers,
         completion: CompletionMode::parse(&args.completion)?,
+        profile: Knobs::profile_name(&args.rate)?,
+        burst: measure::BATCH,
     };
+    if args.packets == 0 {
+        bail!("--packets must be at least 1");
+    }
     let engines = engine_styles(args.engine, args.style);
-    const KINDS: [&str; 5] = ["ipv4-fwd", "esp-null", "esp", "raw", "extra"];
+    const KINDS: [&str; 9] = [
+        "ipv4-fwd", "esp-null", "esp", "raw", "extra", "boundary", "burst", "qat", "speedup",
+    ];
     if let Some(bad) = args.scenarios.iter().find(|k| !KINDS.contains(&k.as_str())) {
         bail!(
             "--scenarios: unknown kind `{bad}`; expected any of {}",
@@ -371,14 +479,52 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
     for scenario in &extras {
         plan.extend(extra_sizes.iter().map(|&size| (*scenario, size)));
     }
-    progress.set_length(plan.len() as u64);
+    if !args.sec_threads {
+        for (kind, scenario, sizes) in study_scenarios(&args.algorithms, &engines, knobs, &args.sizes) {
+            if wanted(kind) {
+                plan.extend(sizes.into_iter().map(|size| (scenario, size)));
+            }
+        }
+    }
+    let speedup_sizes = [64, 1024];
+    let speedup = wanted("speedup") && engines.iter().any(|(k, _)| *k == EngineKind::Sec);
+    progress.set_length(plan.len() as u64 + if speedup { 1 } else { 0 });
+    let run = Run {
+        timing,
+        packets: args.packets,
+        threads: args.sec_threads,
+    };
     let mut cells = Vec::new();
     for (scenario, size) in plan {
         progress.set_message(format!("{scenario} {size} B"));
         cells.extend(
-            measure_cell(scenario, size, timing, rate)
-                .with_context(|| format!("{scenario} at {size} bytes"))?,
+            measure_cell(scenario, size, run).with_context(|| format!("{scenario} at {size} bytes"))?,
         );
+        progress.inc(1);
+    }
+    let mut speedups = Vec::new();
+    if speedup {
+        progress.set_message("speed-up per primitive");
+        for p in offload::PRIMITIVES {
+            for payload in speedup_sizes {
+                let runs = (200_000 / payload).clamp(50, 2000);
+                let software = offload::software_ns(p, payload, runs, timing.repetitions)?;
+                let mut engine_ns = Vec::new();
+                for profile in DeviceProfile::all() {
+                    if profile.name == "none" {
+                        continue;
+                    }
+                    let (latency, steady) = offload::engine_ns(profile, p, payload)?;
+                    engine_ns.push((profile.name, latency, steady));
+                }
+                speedups.push(Speedup {
+                    primitive: p.name,
+                    payload,
+                    software_ns: offload::median(&software),
+                    engine_ns,
+                });
+            }
+        }
         progress.inc(1);
     }
     let labels: Vec<String> = engines
@@ -402,7 +548,18 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         machine: report::Machine::detect(),
         slice_ms: args.slice_ms,
         repetitions: args.repetitions,
+        packets: args.packets,
+        threads: args.sec_threads,
+        speedups,
     })
+}
+
+/// How one cell is measured.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    timing: Timing,
+    packets: usize,
+    threads: bool,
 }
 
 /// Engine counters of one gateway, to take deltas over a measurement.
@@ -449,18 +606,15 @@ fn metrics(engine: EngineKind, samples: &Samples, wire: usize, deltas: &[(u64, u
     }
 }
 
-fn measure_cell(
-    scenario: Scenario,
-    frame_size: usize,
-    timing: Timing,
-    rate: DeviceProfile,
-) -> anyhow::Result<Vec<Cell>> {
+fn measure_cell(scenario: Scenario, frame_size: usize, run: Run) -> anyhow::Result<Vec<Cell>> {
+    let timing = run.timing;
     let cell = |path, samples, metrics| Cell {
         scenario,
         path,
         frame_size,
         samples,
         metrics,
+        offload: None,
     };
     let (algorithm, kind) = match scenario {
         Scenario::RawCrypto { algorithm } => {
@@ -475,7 +629,10 @@ fn measure_cell(
             algorithm, engine, ..
         } => (Some(algorithm), engine),
     };
-    let engine = scenario::EngineSetup::for_scenario(&scenario, rate);
+    let engine = scenario::EngineSetup::for_scenario(&scenario, run.threads);
+    if kind == EngineKind::Sec && !run.threads {
+        return measure_offload_cell(scenario, frame_size, &engine, run);
+    }
     let frame = measure::plaintext_frame(frame_size, frame_size as u8);
     let expected = measure::expected_ip(&frame, 2);
     // The ESP frame(s) A makes (two fragments once ESP no longer fits the
@@ -508,6 +665,91 @@ fn measure_cell(
         cell(Path::Encap, encap, encap_metrics),
         cell(Path::Decap, decap, decap_metrics),
         cell(Path::RoundTrip, round_trip, round_metrics),
+    ])
+}
+
+/// A `sec` model cell: encapsulation and decapsulation alone, each a
+/// fixed number of packets on the modelled clock (see `offload`).
+fn measure_offload_cell(
+    scenario: Scenario,
+    frame_size: usize,
+    engine: &scenario::EngineSetup,
+    run: Run,
+) -> anyhow::Result<Vec<Cell>> {
+    let Scenario::Esp { algorithm, knobs, .. } = scenario else {
+        bail!("not an ESP scenario");
+    };
+    let completion = engine.spec.sec.completion;
+    let frame = measure::plaintext_frame(frame_size, frame_size as u8);
+    let expected = measure::expected_ip(&frame, 2);
+    let mut a = scenario::gateway(Some(algorithm), true, 64, engine)?;
+    let esp_frames = measure::esp_frames(&mut a, &frame)?;
+    let fragments = esp_frames.len();
+    let esp_size: usize = esp_frames.iter().map(|f| f.len() + 4).sum();
+    let wire = frame_size + esp_size;
+    let frames = [frame.clone()];
+    let traffic = offload::Traffic {
+        frames: &frames,
+        from: dataplane::Port::Inside,
+        to: dataplane::Port::Outside,
+        outputs_per_packet: fragments,
+        expect: None,
+    };
+    let reps = run.timing.repetitions;
+    let started = std::time::Instant::now();
+    let encap = offload::measure(
+        &mut a,
+        &traffic,
+        completion,
+        engine.style,
+        knobs.burst,
+        run.packets,
+        reps,
+    )?;
+    let encap_wall = started.elapsed();
+    let mut b = scenario::gateway(Some(algorithm), false, 0, engine)?;
+    let traffic = offload::Traffic {
+        frames: &esp_frames,
+        from: dataplane::Port::Outside,
+        to: dataplane::Port::Inside,
+        outputs_per_packet: 1,
+        expect: Some(&expected),
+    };
+    let started = std::time::Instant::now();
+    let decap = offload::measure(
+        &mut b,
+        &traffic,
+        completion,
+        engine.style,
+        knobs.burst,
+        run.packets,
+        reps,
+    )?;
+    let decap_wall = started.elapsed();
+    let cell = |path, o: offload::Offload, wall: Duration| {
+        let m = o.modelled;
+        Cell {
+            scenario,
+            path,
+            frame_size,
+            samples: Samples {
+                ns_per_packet: o.periods(),
+                packets: (run.packets * reps) as u64,
+                processed: (run.packets * (reps + 1)) as u64,
+                cycles_per_packet: Vec::new(),
+                wall_ns: wall.as_nanos() as u64,
+            },
+            metrics: Metrics {
+                bus_bytes_per_packet: Some(m.bus_bytes),
+                moved_bytes_per_packet: Some(wire as f64 + m.bus_bytes),
+                engine_utilisation: Some(m.eu_utilisation),
+            },
+            offload: Some(o),
+        }
+    };
+    Ok(vec![
+        cell(Path::Encap, encap, encap_wall),
+        cell(Path::Decap, decap, decap_wall),
     ])
 }
 
@@ -634,6 +876,7 @@ mod tests {
         let knobs = Knobs {
             buffers: BufferPolicy::PerRequest,
             completion: CompletionMode::Polling,
+            ..Knobs::default()
         };
         let list = scenarios(&[Algorithm::Aes128Sha1], &engines, knobs);
         assert_eq!(
@@ -675,6 +918,7 @@ mod tests {
                 wall_ns: ns as u64,
             },
             metrics: Metrics::default(),
+            offload: None,
         }
     }
 
@@ -692,6 +936,9 @@ mod tests {
             },
             slice_ms: 1,
             repetitions: 1,
+            packets: 1,
+            threads: false,
+            speedups: Vec::new(),
         }
     }
 
@@ -705,10 +952,15 @@ mod tests {
                 pairs
                     .iter()
                     .flat_map(|&(s, a, b)| {
-                        [
-                            cell(sync, Path::RoundTrip, s, a),
-                            cell(async_, Path::RoundTrip, s, b),
-                        ]
+                        [cell(sync, Path::Encap, s, a), cell(async_, Path::Encap, s, b)].map(|mut c| {
+                            c.offload = Some(offload::Offload {
+                                modelled: offload::Modelled::default(),
+                                host_measured_ns: vec![1.0],
+                                spins: false,
+                                serial: false,
+                            });
+                            c
+                        })
                     })
                     .collect(),
             )
@@ -717,7 +969,7 @@ mod tests {
         assert_eq!(report::crossover(&sweep, sync, async_), Some((128, true)));
         let text = report::derived(&sweep);
         assert!(
-            text.contains("async overtakes sync at 128 B and stays ahead"),
+            text.contains("async overtakes sync between 64 and 128 B and stays ahead"),
             "{text}"
         );
         let sweep = build(&[(64, 100.0, 150.0), (128, 200.0, 190.0), (256, 300.0, 350.0)]);
@@ -726,6 +978,95 @@ mod tests {
         assert_eq!(report::crossover(&sweep, sync, async_), None);
         let sweep = build(&[(64, 100.0, 50.0)]);
         assert_eq!(report::crossover(&sweep, sync, async_), Some((64, true)));
+    }
+
+    /// Two runs of a small sec sweep: every modelled figure is identical
+    /// (the host's measured work may differ; it never enters the model).
+    #[test]
+    fn modelled_figures_are_identical_across_runs() {
+        let run = Run {
+            timing: Timing {
+                slice: Duration::from_millis(1),
+                repetitions: 2,
+            },
+            packets: 40,
+            threads: false,
+        };
+        let knobs = Knobs::default();
+        let mut scenarios: Vec<Scenario> = Style::ALL
+            .iter()
+            .map(|&style| Scenario::Esp {
+                algorithm: Algorithm::Aes128Sha1,
+                engine: EngineKind::Sec,
+                style,
+                knobs,
+            })
+            .collect();
+        for (_, s, _) in study_scenarios(
+            &[Algorithm::Aes128Gcm16],
+            &engine_styles(None, None),
+            knobs,
+            &[64],
+        ) {
+            scenarios.push(s);
+        }
+        scenarios.push(Scenario::Esp {
+            algorithm: Algorithm::TripleDesSha1,
+            engine: EngineKind::Sec,
+            style: Style::Async,
+            knobs: Knobs {
+                completion: CompletionMode::Coalesced,
+                ..knobs
+            },
+        });
+        let figures = || -> Vec<(String, offload::Modelled)> {
+            let mut all = Vec::new();
+            for &scenario in &scenarios {
+                for size in [64, 1518] {
+                    for c in measure_cell(scenario, size, run).unwrap() {
+                        let o = c.offload.expect("a sec model cell");
+                        assert_eq!(o.host_measured_ns.len(), 2);
+                        all.push((format!("{} {size} {}", c.scenario, c.path.name()), o.modelled));
+                    }
+                }
+            }
+            all
+        };
+        let first = figures();
+        let second = figures();
+        assert_eq!(first, second);
+        // The model did something: bus bytes and, on sec2, engine time.
+        assert!(first
+            .iter()
+            .all(|(_, m)| m.bus_bytes > 0.0 && m.descriptors >= 1.0));
+        assert!(first
+            .iter()
+            .filter(|(name, _)| !name.contains("@none"))
+            .all(|(_, m)| m.engine_ns > 0.0 && m.timeline_ns > 0.0));
+    }
+
+    #[test]
+    fn sync_waits_in_series_and_async_overlaps() {
+        let m = offload::Modelled {
+            timeline_ns: 1000.0,
+            host_ns: 300.0,
+            ..offload::Modelled::default()
+        };
+        let mut o = offload::Offload {
+            modelled: m,
+            host_measured_ns: vec![500.0, 400.0, 600.0],
+            spins: false,
+            serial: true,
+        };
+        assert_eq!(o.host_measured(), 500.0);
+        assert_eq!(o.periods(), [1500.0, 1400.0, 1600.0]);
+        assert_eq!(o.host_total(), 800.0);
+        o.serial = false;
+        assert_eq!(o.periods(), [1000.0, 1000.0, 1000.0]);
+        o.host_measured_ns = vec![900.0];
+        assert_eq!(o.periods(), [1200.0]);
+        o.spins = true;
+        assert_eq!(o.host_total(), 1200.0);
     }
 
     #[test]

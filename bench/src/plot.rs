@@ -127,6 +127,35 @@ pub fn write_charts(sweep: &Sweep, dir: &FsPath) -> anyhow::Result<Vec<PathBuf>>
             |cell| cell.metrics.moved_bytes_per_packet.unwrap_or(f64::NAN),
         ),
     });
+    // The style comparison on the sec model, crossover marked.
+    let modelled = |scenario: &Scenario| {
+        (sweep.is_modelled(scenario) && !sweep.is_extra(scenario)).then_some((Path::Encap, "outbound"))
+    };
+    if let Some(mhz) = sweep.machine.mhz {
+        let mut styles = series(sweep, modelled, |cell| {
+            cell.offload
+                .as_ref()
+                .map_or(f64::NAN, |o| o.host_total() * mhz / 1000.0)
+        });
+        mark_crossovers(sweep, &mut styles);
+        charts.push(Chart {
+            stem: "styles-host-cycles",
+            title: format!(
+                "sec {}: host cycles per packet by style (measured + modelled, x {mhz:.0} MHz)",
+                sweep.rate
+            ),
+            y_desc: "host cycles per packet",
+            series: styles,
+        });
+    }
+    let mut styles = series(sweep, modelled, |cell| cell.gbit_per_second());
+    mark_crossovers(sweep, &mut styles);
+    charts.push(Chart {
+        stem: "styles-throughput",
+        title: format!("sec {}: outbound throughput by style (modelled time)", sweep.rate),
+        y_desc: "Gbit/s (frame bytes incl. FCS)",
+        series: styles,
+    });
     let note = format!(
         "{} ({} cores); ESP on {}; medians of {} x {} ms",
         sweep.machine.cpu, sweep.machine.cores, sweep.engine, sweep.repetitions, sweep.slice_ms
@@ -152,6 +181,43 @@ pub fn write_charts(sweep: &Sweep, dir: &FsPath) -> anyhow::Result<Vec<PathBuf>>
         written.push(png);
     }
     Ok(written)
+}
+
+/// Adds a vertical line at each algorithm's sync/async crossover size.
+fn mark_crossovers(sweep: &Sweep, series: &mut Vec<Series>) {
+    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (lo, hi) = ys.fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    if lo > hi {
+        return;
+    }
+    let mut marks = Vec::new();
+    for scenario in sweep.scenarios() {
+        let Scenario::Esp {
+            algorithm,
+            engine: accel::EngineKind::Sec,
+            style: accel::Style::Sync,
+            knobs,
+        } = scenario
+        else {
+            continue;
+        };
+        if knobs != sweep.knobs {
+            continue;
+        }
+        let async_ = Scenario::Esp {
+            algorithm,
+            engine: accel::EngineKind::Sec,
+            style: accel::Style::Async,
+            knobs,
+        };
+        if let Some((size, _)) = crate::report::crossover(sweep, scenario, async_) {
+            marks.push(Series {
+                name: format!("crossover {algorithm}: {size} B"),
+                points: vec![(size as f64, lo), (size as f64, hi)],
+            });
+        }
+    }
+    series.extend(marks);
 }
 
 /// Registers the embedded font as plotters' `sans-serif` family. Needed
@@ -339,6 +405,7 @@ mod tests {
                 moved_bytes_per_packet: (path == Path::Encap).then_some(2.0 * frame_size as f64 + 100.0),
                 ..Metrics::default()
             },
+            offload: None,
         }
     }
 
@@ -373,6 +440,9 @@ mod tests {
             },
             slice_ms: 10,
             repetitions: 2,
+            packets: 1,
+            threads: false,
+            speedups: Vec::new(),
         };
         let dir = std::env::temp_dir().join(format!("espgw-plot-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -62,14 +62,43 @@ impl fmt::Display for CompletionMode {
     }
 }
 
-/// Buffer policy and completion signalling of an ESP scenario. The sweep's
-/// own (`--buffers`, `--completion`) apply to every ESP scenario; the
-/// registration and completion comparison cells change one of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+/// Buffer policy, completion signalling, device profile and burst size of
+/// an ESP scenario. The sweep's own (`--buffers`, `--completion`, `--rate`)
+/// apply to every main ESP scenario; the comparison cells change one or two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Knobs {
     pub buffers: BufferPolicy,
     /// Only the `sec` engine signals completions; ignored elsewhere.
     pub completion: CompletionMode,
+    /// The `sec` model's device profile (a `DeviceProfile::NAMES` entry).
+    pub profile: &'static str,
+    /// Frames per `handle_batch` call (descriptors per doorbell, at most).
+    pub burst: usize,
+}
+
+/// The profile scenario names leave unsaid.
+pub const DEFAULT_PROFILE: &str = "sec2-266mhz";
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Knobs {
+            buffers: BufferPolicy::default(),
+            completion: CompletionMode::default(),
+            profile: DEFAULT_PROFILE,
+            burst: crate::measure::BATCH,
+        }
+    }
+}
+
+impl Knobs {
+    /// `name` as the `&'static str` of a known profile.
+    pub fn profile_name(name: &str) -> anyhow::Result<&'static str> {
+        DeviceProfile::NAMES
+            .iter()
+            .copied()
+            .find(|n| *n == name)
+            .ok_or_else(|| anyhow::anyhow!("--rate: {}", accel::UnknownProfile(name.to_owned())))
+    }
 }
 
 /// One row group of the sweep.
@@ -124,6 +153,12 @@ impl Scenario {
                 }
                 if engine == EngineKind::Sec && knobs.completion != CompletionMode::Interrupt {
                     suffix += &format!("+{}", knobs.completion);
+                }
+                if engine == EngineKind::Sec && knobs.profile != DEFAULT_PROFILE {
+                    suffix = format!("@{}{suffix}", knobs.profile);
+                }
+                if knobs.burst != crate::measure::BATCH {
+                    suffix += &format!("+burst{}", knobs.burst);
                 }
                 if !(algorithm == Algorithm::Null && inline && suffix.is_empty()) {
                     if inline {
@@ -238,8 +273,9 @@ pub struct EngineSetup {
 
 impl EngineSetup {
     /// The engine of `scenario` (plain forwarding and raw crypto: inline
-    /// software); `profile` is the `sec` engine model's device.
-    pub fn for_scenario(scenario: &Scenario, profile: DeviceProfile) -> EngineSetup {
+    /// software); the `sec` engine model's device is the scenario's
+    /// profile; `threads` picks the threaded variant instead of the model.
+    pub fn for_scenario(scenario: &Scenario, threads: bool) -> EngineSetup {
         match *scenario {
             Scenario::Esp {
                 engine, style, knobs, ..
@@ -249,8 +285,19 @@ impl EngineSetup {
                     buffers: knobs.buffers,
                     sec: SecConfig {
                         buffers: knobs.buffers,
-                        completion: knobs.completion.to_accel(),
-                        ..SecConfig::with_profile(profile)
+                        // A low-level synchronous engine has no interrupt to
+                        // wait on: the caller spins on the done bit (the
+                        // Freescale study's "polls the output FIFO").
+                        completion: if style == Style::Sync && !threads {
+                            Completion::Polling
+                        } else {
+                            knobs.completion.to_accel()
+                        },
+                        threads,
+                        ..SecConfig::with_profile(
+                            DeviceProfile::by_name(knobs.profile)
+                                .unwrap_or_else(|_| DeviceProfile::sec2_266mhz()),
+                        )
                     },
                     ..EngineSpec::default()
                 },

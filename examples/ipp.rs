@@ -64,7 +64,11 @@ mac = "02:00:00:00:00:02"
 }
 
 fn frame() -> Vec<u8> {
-    let ip_len = 64 - 18;
+    let size: usize = std::env::var("IPP_SIZE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    let ip_len = size - 18;
     let mut f = vec![0u8; 14 + ip_len];
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);

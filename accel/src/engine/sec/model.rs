@@ -37,11 +37,13 @@
 //! timeline on any machine.
 //!
 //! The crypto runs for real, at submit, with the soft engine's primitive,
-//! so the bytes are soft's. Its host wall time is measured by one helper,
-//! [`measure_emulation`], the only clock read here, and is reported as
-//! `emulation_ns`; it never feeds the timeline. The per-request policy's
-//! bounce-buffer copies are not in it: a real driver makes them on the
-//! host, so they stay in the host time a caller measures. The host costs a real
+//! so the bytes are soft's. The host wall time of the device's side (that
+//! crypto and the model's own bookkeeping of its timeline) is measured by
+//! one helper, [`measure_emulation`], the only clock read here, and is
+//! reported as `emulation_ns`, so that a caller can take it out of the
+//! host time it measures; it never feeds the timeline. The per-request
+//! policy's bounce-buffer copies are not in it: a real driver makes them on
+//! the host, so they stay in the host time a caller measures. The host costs a real
 //! driver pays and this machine cannot show (doorbell, interrupts,
 //! completion cache misses) are charged from the profile's `HostCosts`.
 //!
@@ -68,10 +70,10 @@ fn to_ns(d: Duration) -> Ns {
 /// Runs `work` and returns how long it took on this host. The model's only
 /// clock read: it measures the emulation (the real crypto standing in for
 /// the device), which is reported and never enters the modelled timeline.
-fn measure_emulation(work: impl FnOnce()) -> u64 {
+fn measure_emulation<T>(work: impl FnOnce() -> T) -> (T, u64) {
     let start = Instant::now();
-    work();
-    to_ns(start.elapsed())
+    let result = work();
+    (result, to_ns(start.elapsed()))
 }
 
 /// The busy intervals `[start, end)` of one resource, sorted and disjoint.
@@ -260,16 +262,8 @@ impl SecEngine {
                 Some(session.algorithm())
             }
             Some(session) => {
-                if self.config.buffers == BufferPolicy::PerRequest {
-                    // The per-request policy's registration: a fresh bounce
-                    // buffer, copied in now and out when the job is polled.
-                    job.bounce_in();
-                    self.counters.bounce_buffers += 1;
-                }
                 let mut desc = job.desc;
-                let bytes = job.work_bytes();
-                self.counters.emulation_ns +=
-                    measure_emulation(|| crate::primitive::process(session, &mut desc, bytes));
+                crate::primitive::process(session, &mut desc, job.work_bytes());
                 job.desc = desc;
                 Some(session.algorithm())
             }
@@ -454,6 +448,74 @@ impl SecEngine {
     }
 }
 
+impl SecEngine {
+    /// Takes jobs from the front of `jobs` while their channels have room;
+    /// returns how many, and the host time spent on per-request copies.
+    fn accept_burst(&mut self, now: Ns, jobs: &mut VecDeque<Job>) -> (usize, u64) {
+        self.bus.prune(now);
+        for instances in &mut self.units {
+            for r in instances.iter_mut() {
+                r.prune(now);
+            }
+        }
+        let depth = self.config.fifo_depth.max(1);
+        let mut taken = 0;
+        let mut host_copies = 0;
+        while let Some(front) = jobs.front() {
+            let ch = self.channel_of(front.session);
+            if self.fifo_occupancy(ch, now) >= depth {
+                // Stop at the first job that does not fit, so the caller's
+                // queue keeps its order.
+                self.counters.ring_full += 1;
+                break;
+            }
+            let Some(mut job) = jobs.pop_front() else { break };
+            if self.config.buffers == BufferPolicy::PerRequest && self.sessions.get(job.session).is_some() {
+                // The per-request policy's registration: a fresh bounce
+                // buffer, copied in now and out when the job is polled, on
+                // the host as a driver would.
+                host_copies += measure_emulation(|| job.bounce_in()).1;
+                self.counters.bounce_buffers += 1;
+            }
+            self.accept(now, job);
+            taken += 1;
+        }
+        (taken, host_copies)
+    }
+
+    /// Moves the signalled jobs to `out`: in completion order across
+    /// channels, one channel's (so one session's) in submission order.
+    /// Returns how many, and the host time spent on per-request copies.
+    fn signalled_burst(&mut self, now: Ns, out: &mut Vec<Job>) -> (usize, u64) {
+        self.advance(now);
+        let mut n = 0;
+        let mut host_copies = 0;
+        loop {
+            let next = self
+                .channels
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.signalled > 0)
+                .filter_map(|(i, c)| c.queue.front().map(|f| ((f.done, f.number), i)))
+                .min();
+            let Some((_, ch)) = next else { break };
+            let channel = &mut self.channels[ch];
+            let Some(mut done) = channel.queue.pop_front() else {
+                break;
+            };
+            channel.signalled -= 1;
+            if done.job.is_bounced() {
+                // The per-request policy copies the result out of the bounce
+                // buffer and frees it here, on the host, as a driver would.
+                host_copies += measure_emulation(|| done.job.bounce_out()).1;
+            }
+            out.push(done.job);
+            n += 1;
+        }
+        (n, host_copies)
+    }
+}
+
 impl Engine for SecEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Sec
@@ -472,26 +534,12 @@ impl Engine for SecEngine {
 
     fn submit_burst(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize {
         let now = self.clamp(now);
-        self.bus.prune(now);
-        for instances in &mut self.units {
-            for r in instances.iter_mut() {
-                r.prune(now);
-            }
-        }
-        let depth = self.config.fifo_depth.max(1);
-        let mut taken = 0;
-        while let Some(front) = jobs.front() {
-            let ch = self.channel_of(front.session);
-            if self.fifo_occupancy(ch, now) >= depth {
-                // Stop at the first job that does not fit, so the caller's
-                // queue keeps its order.
-                self.counters.ring_full += 1;
-                break;
-            }
-            let Some(job) = jobs.pop_front() else { break };
-            self.accept(now, job);
-            taken += 1;
-        }
+        // The whole burst is the device's side (its crypto, its timeline,
+        // its FIFO), emulated on this host and reported apart, one clock
+        // pair a burst; only the per-request policy's copies, which a real
+        // driver makes on the host, are taken back out of it.
+        let ((taken, host_copies), device) = measure_emulation(|| self.accept_burst(now, jobs));
+        self.counters.emulation_ns += device.saturating_sub(host_copies);
         if taken > 0 {
             self.counters.submitted += taken as u64;
             self.counters.doorbells += 1;
@@ -503,31 +551,9 @@ impl Engine for SecEngine {
 
     fn poll_burst(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
         let now = self.clamp(now);
-        self.advance(now);
+        let ((n, host_copies), device) = measure_emulation(|| self.signalled_burst(now, out));
+        self.counters.emulation_ns += device.saturating_sub(host_copies);
         let per_completion = to_ns(self.config.profile.host.per_completion());
-        let mut n = 0;
-        // Signalled jobs in completion order across channels; one
-        // channel's (so one session's) in submission order.
-        loop {
-            let next = self
-                .channels
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.signalled > 0)
-                .filter_map(|(i, c)| c.queue.front().map(|f| ((f.done, f.number), i)))
-                .min();
-            let Some((_, ch)) = next else { break };
-            let channel = &mut self.channels[ch];
-            let Some(mut done) = channel.queue.pop_front() else {
-                break;
-            };
-            channel.signalled -= 1;
-            // The per-request policy copies the result out of the bounce
-            // buffer and frees it here, on the host, as a driver would.
-            done.job.bounce_out();
-            out.push(done.job);
-            n += 1;
-        }
         self.counters.completed += n as u64;
         self.counters.modelled_host.completion_ns += n as u64 * per_completion;
         self.update_host_total();

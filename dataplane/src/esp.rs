@@ -221,6 +221,19 @@ pub fn encapsulate_prepare<R: Rng>(
         // The caller retires the SA (see `note_exhausted`).
         Err(_) => return Err(DropReason::SeqOverflow),
     };
+    // Built before the packet is written rather than after: the caller
+    // copies it at once, and a copy of fields stored just now would stall
+    // on store forwarding.
+    let pending = Pending {
+        sa: sa_id,
+        desc: descriptor(Direction::Encrypt, alg, cipher_len, esn.then_some((seq >> 32) as u32)),
+        esp_offset: match mode {
+            Mode::Tunnel => IPV4_HEADER_LEN,
+            Mode::Transport => header_len,
+        },
+        seq,
+        protected_len: payload_len,
+    };
 
     let trailer = buf
         .append(pad_len + esp::TRAILER_LEN + alg.icv_len())
@@ -269,14 +282,8 @@ pub fn encapsulate_prepare<R: Rng>(
             ip.fill_checksum();
         }
     }
-    let esn_high = esn.then_some((seq >> 32) as u32);
-    Ok(Pending {
-        sa: sa_id,
-        desc: descriptor(Direction::Encrypt, alg, cipher_len, esn_high),
-        esp_offset,
-        seq,
-        protected_len: payload_len,
-    })
+    debug_assert_eq!(pending.esp_offset, esp_offset);
+    Ok(pending)
 }
 
 /// Outbound finish: the engine has run; account the packet.

@@ -42,6 +42,7 @@ prepare() {
     echo "== building espgw and the AF_ALG test binary (release)"
     cargo build --release --quiet --bin espgw
     espgw=$repo/target/release/espgw
+    local verdicts_test
     afalg_test=$(cargo test --release --test afalg --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for line in sys.stdin:
@@ -49,8 +50,18 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "afalg":
         print(m["executable"])')
     [ -x "$afalg_test" ] || { echo "afalg-in-vm: no afalg test binary" >&2; return 1; }
+    # tests/verdicts.rs takes the afalg engine into its engine x style x
+    # buffers comparison where the kernel has AF_ALG, as the VM's has.
+    verdicts_test=$(cargo test --release --test verdicts --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "verdicts":
+        print(m["executable"])')
+    [ -x "$verdicts_test" ] || { echo "afalg-in-vm: no verdicts test binary" >&2; return 1; }
     cp "$espgw" "$dir/espgw"
     cp "$afalg_test" "$dir/afalg-test"
+    cp "$verdicts_test" "$dir/verdicts-test"
     # Their shared libraries and loader, from this host.
     for lib in $(ldd "$espgw" "$afalg_test" | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do
         cp -L "$lib" "$dir/lib/"
@@ -130,6 +141,16 @@ run() {
         pass=$((pass + 1)); echo "PASS tests/afalg.rs (every algorithm x style x buffers x sync/io_uring x ESN)"
     else
         fail=$((fail + 1)); echo "FAIL tests/afalg.rs"
+    fi
+
+    echo "== tests/verdicts.rs inside the VM: the same inbound verdicts on soft, sec and afalg"
+    vm '/mnt/host/run /mnt/host/verdicts-test --test-threads 1 >/tmp/verdicts-test.txt 2>&1; echo "verdicts-test exit $?" >>/tmp/verdicts-test.txt; cat /tmp/verdicts-test.txt' |
+        tee "$out/verdicts-test.txt" | grep -E '^test |test result|exit'
+    if grep -q "verdicts-test exit 0" "$out/verdicts-test.txt" &&
+        grep -q "test every_engine_style_and_buffer_policy_gives_the_same_verdicts ... ok" "$out/verdicts-test.txt"; then
+        pass=$((pass + 1)); echo "PASS tests/verdicts.rs with afalg (every engine x style x buffers, ESN wrap, duplicates, forgeries)"
+    else
+        fail=$((fail + 1)); echo "FAIL tests/verdicts.rs with afalg"
     fi
 
     echo "== espgw pcap --engine afalg inside the VM, against soft"

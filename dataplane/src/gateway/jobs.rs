@@ -354,13 +354,7 @@ impl Gateway {
             return self.emit(buf, Err(DropReason::EngineBusy), out);
         }
         let phase = self.first_phase(algorithm);
-        let mut desc = pending.desc;
-        // Prepare builds single-pass descriptors; rewriting the byte only
-        // when it changes keeps the job's move into the ring free of a
-        // store-forwarding stall on the common path.
-        if phase != Phase::Single {
-            desc.kind = Self::kind_for(direction, phase);
-        }
+
         let slot = self.jobs.in_flight.insert(InFlight {
             sa: pending.sa,
             seq: pending.seq,
@@ -372,7 +366,16 @@ impl Gateway {
         });
         self.jobs
             .backlog
-            .push_back(Job::new(session, desc, buf, pending.esp_offset, slot as u64));
+            .push_back(Job::new(session, pending.desc, buf, pending.esp_offset, slot as u64));
+        // Prepare builds single-pass descriptors. The kind is rewritten in
+        // place, after the job is queued, and only when it changes: a
+        // descriptor rebuilt byte by byte just before the job is copied
+        // into the ring would stall that copy on store forwarding.
+        if phase != Phase::Single {
+            if let Some(job) = self.jobs.backlog.back_mut() {
+                job.desc.kind = Self::kind_for(direction, phase);
+            }
+        }
     }
 
     /// Hands queued jobs to the engine and finishes what it completed, until

@@ -242,7 +242,9 @@ fn combos() -> Vec<(EngineKind, Style, BufferPolicy)> {
     // scripts/afalg-in-vm.sh runs this test too.
     match accel::afalg::probe() {
         Ok(()) => kinds.push(EngineKind::Afalg),
-        Err(reason) => eprintln!("afalg not compared here ({reason}); scripts/afalg-in-vm.sh compares it in the VM"),
+        Err(reason) => {
+            eprintln!("afalg not compared here ({reason}); scripts/afalg-in-vm.sh compares it in the VM")
+        }
     }
     let mut list = Vec::new();
     for kind in kinds {

@@ -226,7 +226,12 @@ pub fn encapsulate_prepare<R: Rng>(
     // on store forwarding.
     let pending = Pending {
         sa: sa_id,
-        desc: descriptor(Direction::Encrypt, alg, cipher_len, esn.then_some((seq >> 32) as u32)),
+        desc: descriptor(
+            Direction::Encrypt,
+            alg,
+            cipher_len,
+            esn.then_some((seq >> 32) as u32),
+        ),
         esp_offset: match mode {
             Mode::Tunnel => IPV4_HEADER_LEN,
             Mode::Transport => header_len,

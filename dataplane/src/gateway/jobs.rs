@@ -364,9 +364,13 @@ impl Gateway {
             submitted_at: now,
             abandoned: false,
         });
-        self.jobs
-            .backlog
-            .push_back(Job::new(session, pending.desc, buf, pending.esp_offset, slot as u64));
+        self.jobs.backlog.push_back(Job::new(
+            session,
+            pending.desc,
+            buf,
+            pending.esp_offset,
+            slot as u64,
+        ));
         // Prepare builds single-pass descriptors. The kind is rewritten in
         // place, after the job is queued, and only when it changes: a
         // descriptor rebuilt byte by byte just before the job is copied

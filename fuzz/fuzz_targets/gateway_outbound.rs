@@ -61,9 +61,17 @@ fuzz_target!(|frame: &[u8]| {
             let mut expected = frame[..p.len()].to_vec();
             expected[8] = expected[8].wrapping_sub(2);
             let header_len = usize::from(expected[0] & 0x0f) * 4;
+            // smoltcp takes every header checksum as valid under
+            // cfg(fuzzing), so a wrong one gets this far; the hops update
+            // it incrementally (RFC 1624), which keeps its error. Compare
+            // it only where the frame's was right.
+            let valid = common::checksum(&frame[..header_len]) == 0;
             expected[10..12].copy_from_slice(&[0, 0]);
             let sum = common::checksum(&expected[..header_len]);
             expected[10..12].copy_from_slice(&sum.to_be_bytes());
+            if !valid {
+                expected[10..12].copy_from_slice(&p[10..12]);
+            }
             assert_eq!(p, &expected[..], "the packet changed on the way");
         }
     }

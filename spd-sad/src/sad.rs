@@ -154,10 +154,11 @@ pub struct SaParams {
 /// is soft-expired so that a rekey can finish before the counter runs out.
 pub const SEQUENCE_RESERVE: u64 = 1 << 24;
 
-/// Sequence numbers a worker's copy of an outbound SA takes from the shared
-/// counter at once, so that the fast path touches the shared atomic once a
-/// block rather than once a packet (DPDK's per-burst reservation). With one
-/// worker the numbers stay consecutive; with several they stay unique.
+/// Sequence numbers an outbound SA that no other worker shares takes from
+/// its counter at once, so that the fast path touches the atomic once a
+/// block rather than once a packet (DPDK's per-burst reservation); the
+/// numbers stay consecutive. Copies shared by several workers take one at a
+/// time (see `next_sequence`).
 pub const SEQUENCE_BLOCK: u64 = 32;
 
 /// Packets a copy counts locally before adding them to the shared usage
@@ -438,16 +439,25 @@ impl<C> SecurityAssociation<C> {
             return Ok(seq);
         }
         let limit = self.sequence_limit();
-        // Workers share the counter: reserve the next block atomically.
+        // A copy alone reserves a block; copies that share the counter take
+        // one number at a time, because a block reserved by a worker that
+        // then sends little would come out long after the others' numbers
+        // and fall behind the peer's window (per-worker SAs, RFC 9611, are
+        // the way to have both).
+        let block = if Arc::strong_count(&self.shared) == 1 {
+            SEQUENCE_BLOCK
+        } else {
+            1
+        };
         let claimed = self
             .shared
             .last_seq
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-                (last < limit).then(|| last.saturating_add(SEQUENCE_BLOCK).min(limit))
+                (last < limit).then(|| last.saturating_add(block).min(limit))
             });
         match claimed {
             Ok(last) => {
-                self.seq_end = last.saturating_add(SEQUENCE_BLOCK).min(limit);
+                self.seq_end = last.saturating_add(block).min(limit);
                 self.seq_next = last + 2;
                 self.last_used = last + 1;
                 Ok(last + 1)

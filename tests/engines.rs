@@ -46,18 +46,6 @@ fn through(gw: &mut Gateway, from: Port, frames: &[Vec<u8>]) -> Vec<(Verdict, Ve
     results
 }
 
-fn spec(kind: EngineKind, buffers: BufferPolicy) -> EngineSpec {
-    EngineSpec {
-        kind,
-        buffers,
-        sec: SecConfig {
-            buffers,
-            ..SecConfig::default()
-        },
-        ..EngineSpec::default()
-    }
-}
-
 fn combos() -> Vec<(EngineKind, Style, BufferPolicy)> {
     let mut list = Vec::new();
     for kind in [EngineKind::Soft, EngineKind::Sec] {
@@ -80,7 +68,7 @@ fn every_engine_style_and_buffer_policy_gives_identical_bytes() {
         let mut reference: Option<Vec<(Verdict, Vec<u8>)>> = None;
         for (kind, style, buffers) in combos() {
             let what = format!("{alg} {kind} {style} {buffers}");
-            let mut pair = Pair::on(alg, "tunnel", false, "", &spec(kind, buffers), style);
+            let mut pair = Pair::on(alg, "tunnel", false, "", &engine_spec(kind, buffers), style);
             pair.a.set_iv_seed(7);
             let esp = through(&mut pair.a, Port::Inside, &frames);
             assert_eq!(esp.len(), frames.len(), "{what}");

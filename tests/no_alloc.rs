@@ -12,7 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, SecConfig, Style};
+use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, Style};
 use common::*;
 use dataplane::{Gateway, PacketBuf, PacketPool, Port, Verdict};
 
@@ -133,18 +133,6 @@ impl Rig {
     }
 }
 
-fn spec(kind: EngineKind, buffers: BufferPolicy) -> EngineSpec {
-    EngineSpec {
-        kind,
-        buffers,
-        sec: SecConfig {
-            buffers,
-            ..SecConfig::default()
-        },
-        ..EngineSpec::default()
-    }
-}
-
 // One test function: the counter is process-wide, so the cases must not
 // run in parallel threads.
 #[test]
@@ -152,7 +140,7 @@ fn the_steady_state_allocates_nothing_on_soft_and_sec() {
     for kind in [EngineKind::Soft, EngineKind::Sec] {
         for style in Style::ALL {
             for alg in [Algorithm::Aes128Gcm16, Algorithm::Aes128Sha1, Algorithm::Null] {
-                let mut rig = Rig::new(alg, &spec(kind, BufferPolicy::Registered), style);
+                let mut rig = Rig::new(alg, &engine_spec(kind, BufferPolicy::Registered), style);
                 let n = rig.allocations(20, 50);
                 assert_eq!(
                     n, 0,
@@ -165,7 +153,7 @@ fn the_steady_state_allocates_nothing_on_soft_and_sec() {
     // every request.
     let mut rig = Rig::new(
         Algorithm::Aes128Gcm16,
-        &spec(EngineKind::Soft, BufferPolicy::PerRequest),
+        &engine_spec(EngineKind::Soft, BufferPolicy::PerRequest),
         Style::Async,
     );
     let n = rig.allocations(5, 10);

@@ -21,7 +21,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, SecConfig, Style};
+use accel::{Algorithm, BufferPolicy, EngineKind, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, PacketPool, Port, Verdict};
 use smoltcp::wire::Ipv4Packet;
@@ -160,18 +160,6 @@ fn case(
     }
 }
 
-fn spec(kind: EngineKind, buffers: BufferPolicy) -> EngineSpec {
-    EngineSpec {
-        kind,
-        buffers,
-        sec: SecConfig {
-            buffers,
-            ..SecConfig::default()
-        },
-        ..EngineSpec::default()
-    }
-}
-
 /// Runs `case` into a fresh receiver in bursts, without waiting between
 /// bursts (so packets of earlier bursts may still be in flight), and
 /// returns each input frame's outcome.
@@ -264,7 +252,7 @@ fn every_engine_style_and_buffer_policy_gives_the_same_verdicts() {
             let reference = {
                 let mut b = gateway_on(
                     &tunnel_config(alg, "tunnel", true, false, ""),
-                    &spec(EngineKind::Soft, BufferPolicy::Registered),
+                    &engine_spec(EngineKind::Soft, BufferPolicy::Registered),
                     Style::Sync,
                 );
                 receive(&mut b, &case)
@@ -314,7 +302,7 @@ fn every_engine_style_and_buffer_policy_gives_the_same_verdicts() {
                 let what = format!("{alg} {} on {kind} {style} {buffers}", case.name);
                 let mut b = gateway_on(
                     &tunnel_config(alg, "tunnel", true, false, ""),
-                    &spec(kind, buffers),
+                    &engine_spec(kind, buffers),
                     style,
                 );
                 let got = receive(&mut b, &case);

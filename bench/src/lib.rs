@@ -696,17 +696,20 @@ fn measure_offload_cell(
         expect: None,
     };
     let reps = run.timing.repetitions;
-    let started = std::time::Instant::now();
-    let encap = offload::measure(
-        &mut a,
-        &traffic,
-        completion,
-        engine.style,
-        knobs.burst,
-        run.packets,
-        reps,
-    )?;
-    let encap_wall = started.elapsed();
+    let measure = |gateway: &mut dataplane::Gateway, traffic: &offload::Traffic| {
+        let started = std::time::Instant::now();
+        offload::measure(
+            gateway,
+            traffic,
+            completion,
+            engine.style,
+            knobs.burst,
+            run.packets,
+            reps,
+        )
+        .map(|o| (o, started.elapsed()))
+    };
+    let (encap, encap_wall) = measure(&mut a, &traffic)?;
     let mut b = scenario::gateway(Some(algorithm), false, 0, engine)?;
     let traffic = offload::Traffic {
         frames: &esp_frames,
@@ -715,17 +718,7 @@ fn measure_offload_cell(
         outputs_per_packet: 1,
         expect: Some(&expected),
     };
-    let started = std::time::Instant::now();
-    let decap = offload::measure(
-        &mut b,
-        &traffic,
-        completion,
-        engine.style,
-        knobs.burst,
-        run.packets,
-        reps,
-    )?;
-    let decap_wall = started.elapsed();
+    let (decap, decap_wall) = measure(&mut b, &traffic)?;
     let cell = |path, o: offload::Offload, wall: Duration| {
         let m = o.modelled;
         Cell {

@@ -845,26 +845,19 @@ pub fn write_csv(sweep: &Sweep, path: &FsPath) -> anyhow::Result<()> {
             c.metrics
                 .engine_utilisation
                 .map_or_else(String::new, |v| format!("{v:.4}")),
-            c.offload
-                .as_ref()
-                .map_or_else(String::new, |o| format!("{:.1}", o.host_measured())),
-            c.offload
-                .as_ref()
-                .map_or_else(String::new, |o| format!("{:.1}", o.modelled.host_ns)),
-            c.offload
-                .as_ref()
-                .map_or_else(String::new, |o| format!("{:.1}", o.modelled.timeline_ns)),
-            c.offload
-                .as_ref()
-                .map_or_else(String::new, |o| format!("{:.1}", o.modelled.latency_ns)),
-            c.offload
-                .as_ref()
-                .map_or_else(String::new, |o| format!("{:.1}", o.modelled.engine_ns)),
-            c.offload
-                .as_ref()
-                .map_or_else(String::new, |o| format!("{:.4}", o.modelled.bus_utilisation)),
+            offload(c, |o| format!("{:.1}", o.host_measured())),
+            offload(c, |o| format!("{:.1}", o.modelled.host_ns)),
+            offload(c, |o| format!("{:.1}", o.modelled.timeline_ns)),
+            offload(c, |o| format!("{:.1}", o.modelled.latency_ns)),
+            offload(c, |o| format!("{:.1}", o.modelled.engine_ns)),
+            offload(c, |o| format!("{:.4}", o.modelled.bus_utilisation)),
         ])?;
     }
     writer.flush()?;
     Ok(())
+}
+
+/// A `sec` cell's offload figure as CSV text; empty for other cells.
+fn offload(cell: &crate::Cell, figure: impl Fn(&crate::offload::Offload) -> String) -> String {
+    cell.offload.as_ref().map_or_else(String::new, figure)
 }

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, EngineSpec, Style};
+use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, SecConfig, Style};
 use dataplane::{DropReason, Gateway, LinkLayer, PacketBuf, PacketPool, Port, Verdict};
 use ike_stub::Config;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
@@ -102,6 +102,20 @@ replay_window = 64
         keys_out = keys("out", seed_out),
         keys_in = keys("in", seed_in),
     )
+}
+
+/// The engine `kind` with `buffers`, everything else at its defaults (the
+/// `sec` model's buffer policy follows).
+pub fn engine_spec(kind: EngineKind, buffers: BufferPolicy) -> EngineSpec {
+    EngineSpec {
+        kind,
+        buffers,
+        sec: SecConfig {
+            buffers,
+            ..SecConfig::default()
+        },
+        ..EngineSpec::default()
+    }
 }
 
 pub fn gateway_from(toml: &str) -> Gateway {

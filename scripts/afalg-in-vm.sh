@@ -36,6 +36,19 @@ BENCH_ALGORITHMS="aes128gcm16,aes256gcm16,aes128-sha1,aes256-sha256,3des-sha1,nu
 # longer steps can take minutes, hence the generous limit.
 vm() { EXEC_TIMEOUT=${EXEC_TIMEOUT:-400} "$peer/run-peer.sh" -e "$VM" "$1"; }
 
+# The release build of the integration test NAME (tests/NAME.rs); its path.
+test_binary() {
+    local path
+    path=$(cargo test --release --test "$1" --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$1")
+    [ -x "$path" ] || { echo "afalg-in-vm: no $1 test binary" >&2; return 1; }
+    echo "$path"
+}
+
 prepare() {
     local dir=$1 espgw afalg_test alg
     mkdir -p "$dir/lib" "$dir/pcap"
@@ -43,27 +56,15 @@ prepare() {
     cargo build --release --quiet --bin espgw
     espgw=$repo/target/release/espgw
     local verdicts_test
-    afalg_test=$(cargo test --release --test afalg --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "afalg":
-        print(m["executable"])')
-    [ -x "$afalg_test" ] || { echo "afalg-in-vm: no afalg test binary" >&2; return 1; }
+    afalg_test=$(test_binary afalg) || return 1
     # tests/verdicts.rs takes the afalg engine into its engine x style x
     # buffers comparison where the kernel has AF_ALG, as the VM's has.
-    verdicts_test=$(cargo test --release --test verdicts --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "verdicts":
-        print(m["executable"])')
-    [ -x "$verdicts_test" ] || { echo "afalg-in-vm: no verdicts test binary" >&2; return 1; }
+    verdicts_test=$(test_binary verdicts) || return 1
     cp "$espgw" "$dir/espgw"
     cp "$afalg_test" "$dir/afalg-test"
     cp "$verdicts_test" "$dir/verdicts-test"
     # Their shared libraries and loader, from this host.
-    for lib in $(ldd "$espgw" "$afalg_test" | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do
+    for lib in $(ldd "$espgw" "$afalg_test" "$verdicts_test" | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do
         cp -L "$lib" "$dir/lib/"
     done
     cat >"$dir/run" <<'EOF'

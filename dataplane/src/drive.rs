@@ -30,7 +30,6 @@ pub fn settle(gateway: &mut Gateway, now: &mut Duration, out: &mut Vec<Output>, 
     // has already been driven further).
     *now = (*now).max(gateway.now());
     let base = *now;
-    let mut gave_up_at = None;
     while gateway.in_flight() > 0 {
         gateway.poll(*now, out, pool);
         if gateway.in_flight() == 0 {
@@ -38,28 +37,26 @@ pub fn settle(gateway: &mut Gateway, now: &mut Duration, out: &mut Vec<Output>, 
         }
         match gateway.next_completion() {
             NextCompletion::Ready => continue,
-            NextCompletion::At(t) if t > *now => *now = t,
-            NextCompletion::At(_) => {}
+            NextCompletion::At(t) => *now = (*now).max(t),
             NextCompletion::External => {
                 gateway.engine_mut().wait(DEVICE_WAIT);
                 *now = (*now).max(base + started.elapsed());
             }
+            // Nothing will come back by itself (lost completions, or
+            // packets held behind them): on to the gateway's next deadline,
+            // where the timeout reclaims them.
             NextCompletion::Idle => {
-                // Nothing will come back by itself: lost completions, or
-                // packets held behind them. Let the timeout reclaim them.
                 let deadline = gateway.poll_timeout().unwrap_or(*now + JOB_TIMEOUT);
-                *now = (*now).max(deadline).max(*now + Duration::from_millis(1));
-                gateway.handle_timeout(*now, out, pool);
+                *now = deadline.max(*now + Duration::from_millis(1));
             }
         }
-        // A device that never answers: time out once its jobs are overdue,
-        // then give up entirely (their buffers were reclaimed or abandoned).
-        if now.saturating_sub(base) > JOB_TIMEOUT * 2 {
+        if now.saturating_sub(base) > JOB_TIMEOUT || gateway.next_completion() == NextCompletion::Idle {
             gateway.handle_timeout(*now, out, pool);
-            let first = *gave_up_at.get_or_insert(*now);
-            if now.saturating_sub(first) > JOB_TIMEOUT * 40 {
-                break;
-            }
+        }
+        // A device that never gives its jobs back: they were abandoned
+        // (and dropped as `engine_timeout` when they come); stop waiting.
+        if now.saturating_sub(base) > JOB_TIMEOUT * 40 {
+            break;
         }
     }
 }

@@ -321,13 +321,13 @@ pub enum Inbound {
 /// Inbound prepare: `buf` holds an IPv4 packet with protocol ESP addressed
 /// to us. Checks lengths, finds the SA, infers the sequence number and
 /// checks the replay window (without updating it) and builds the
-/// descriptor. With `behind_held`, a packet of an SA that already has
-/// packets held waits behind them.
+/// descriptor. A packet of an SA for which `has_held` says packets are held
+/// waits behind them.
 pub fn decapsulate_prepare(
     sad: &mut Sad<SaCrypto>,
     buf: &mut PacketBuf,
     now: Duration,
-    behind_held: bool,
+    has_held: impl Fn(SaId) -> bool,
 ) -> Result<Inbound, DropReason> {
     let data = buf.data();
     let header_len = ip_header_len(data);
@@ -354,7 +354,7 @@ pub fn decapsulate_prepare(
         return Err(DropReason::SaExpired);
     }
     let seq_low = esp_packet.sequence_number();
-    if (behind_held && sa.held() > 0) || !sa.inference_settled(seq_low) {
+    if has_held(sa_id) || !sa.inference_settled(seq_low) {
         return Ok(Inbound::Hold(sa_id));
     }
     let seq = match sa.check_replay(seq_low) {

@@ -205,8 +205,6 @@ pub struct SecurityAssociation<C> {
     /// to before the next packet's turn (see [`Self::inference_settled`]).
     inbound_in_flight: u32,
     in_flight_top: u64,
-    /// Inbound packets held back until the ESN inference settles.
-    held: u32,
     /// Outbound: this copy's reserved block of sequence numbers,
     /// `seq_next..=seq_end` (empty when `seq_next > seq_end`), and the last
     /// one it used.
@@ -247,7 +245,6 @@ impl<C> SecurityAssociation<C> {
             counters: SaCounters::default(),
             inbound_in_flight: 0,
             in_flight_top: 0,
-            held: 0,
             seq_next: 1,
             seq_end: 0,
             last_used: 0,
@@ -382,7 +379,6 @@ impl<C> SecurityAssociation<C> {
             counters: SaCounters::default(),
             inbound_in_flight: 0,
             in_flight_top: 0,
-            held: 0,
             seq_next: 1,
             seq_end: 0,
             last_used: self.last_used,
@@ -518,17 +514,6 @@ impl<C> SecurityAssociation<C> {
     /// Inbound packets of this SA in flight.
     pub fn inbound_in_flight(&self) -> u32 {
         self.inbound_in_flight
-    }
-
-    /// Inbound packets of this SA held until the inference settles: while
-    /// any is held, later packets wait behind it, so the SA's packets are
-    /// judged in arrival order.
-    pub fn held(&self) -> u32 {
-        self.held
-    }
-
-    pub fn set_held(&mut self, held: u32) {
-        self.held = held;
     }
 
     /// True while the SA may carry traffic at time `now`. Byte and packet

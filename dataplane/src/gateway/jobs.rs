@@ -253,7 +253,11 @@ impl Gateway {
         behind_held: bool,
         out: &mut Vec<Output>,
     ) -> Option<PacketBuf> {
-        match esp::decapsulate_prepare(&mut self.sad, &mut buf, now, behind_held) {
+        // Packets held for an SA come before a new one of it (not before
+        // one of them being released).
+        let held = &self.jobs.held;
+        let has_held = |sa: SaId| behind_held && held.iter().any(|h| h.sa == sa);
+        match esp::decapsulate_prepare(&mut self.sad, &mut buf, now, has_held) {
             Ok(Inbound::Ready(pending)) => match self.sad.get_mut(pending.sa) {
                 Some(sa) => {
                     sa.note_inbound_started(pending.seq);
@@ -270,13 +274,9 @@ impl Gateway {
     }
 
     fn hold(&mut self, now: Duration, sa_id: SaId, buf: PacketBuf, out: &mut Vec<Output>) {
-        let Some(sa) = self.sad.get_mut(sa_id) else {
-            return self.emit(buf, Err(DropReason::UnknownSpi), out);
-        };
         if self.jobs.held.len() >= HOLD_LIMIT {
             return self.emit(buf, Err(DropReason::EngineBusy), out);
         }
-        sa.set_held(sa.held() + 1);
         self.stats.esn_held += 1;
         self.jobs.held.push_back(Held {
             buf,
@@ -299,15 +299,9 @@ impl Gateway {
             let Some(held) = self.jobs.held.remove(i) else {
                 break;
             };
-            if let Some(sa) = self.sad.get_mut(sa_id) {
-                sa.set_held(sa.held().saturating_sub(1));
-            }
             if let Some(buf) = self.prepare_inbound(now, held.buf, false, out) {
                 // Still undecided behind the packet just released: back to
                 // its place, first in line for this SA.
-                if let Some(sa) = self.sad.get_mut(sa_id) {
-                    sa.set_held(sa.held() + 1);
-                }
                 self.jobs.held.insert(i, Held { buf, ..held });
                 break;
             }
@@ -558,9 +552,6 @@ impl Gateway {
             let Some(held) = self.jobs.held.pop_front() else {
                 break;
             };
-            if let Some(sa) = self.sad.get_mut(held.sa) {
-                sa.set_held(sa.held().saturating_sub(1));
-            }
             self.emit(held.buf, Err(DropReason::EngineTimeout), out);
         }
     }

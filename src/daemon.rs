@@ -225,7 +225,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .with_context(|| format!("cannot install {}", args.config.display()))?;
     let mut gateways = vec![first];
     for _ in 1..workers {
-        let fork = gateways[0].fork(accel::build_engine(&spec)?);
+        let fork = gateways[0]
+            .fork(accel::build_engine(&spec)?)
+            .context("registering the SAs with another worker's engine")?;
         gateways.push(fork);
     }
     let stop = Arc::new(AtomicBool::new(false));

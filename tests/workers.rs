@@ -13,7 +13,11 @@ use dataplane::{DropReason, Port, Verdict};
 fn forked_workers_share_sequence_numbers_and_lifetimes() {
     let mut pair = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
     let mut forks: Vec<_> = (0..3)
-        .map(|_| pair.a.fork(accel::build_engine(&EngineSpec::default()).unwrap()))
+        .map(|_| {
+            pair.a
+                .fork(accel::build_engine(&EngineSpec::default()).unwrap())
+                .expect("the fork registers every SA")
+        })
         .collect();
     // Four workers encapsulating concurrently, as threads would.
     let packets: Vec<Vec<u8>> = (0..400)
@@ -73,7 +77,10 @@ fn forked_workers_share_sequence_numbers_and_lifetimes() {
 fn a_hard_packet_limit_holds_across_workers() {
     let extra = "[tunnel.lifetime]\nhard_packets = 10\n";
     let mut pair = Pair::with_extra(Algorithm::Aes128Sha1, "tunnel", false, extra);
-    let mut fork = pair.a.fork(accel::build_engine(&EngineSpec::default()).unwrap());
+    let mut fork = pair
+        .a
+        .fork(accel::build_engine(&EngineSpec::default()).unwrap())
+        .expect("the fork registers every SA");
     let mut pool = dataplane::PacketPool::new(4);
     let packet = udp_packet(HOST_A, HOST_B, 20, 0);
     let mut sent = 0;
@@ -105,7 +112,9 @@ fn sas_installed_later_are_shared_by_every_worker() {
     let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "");
     let config = ike_stub::Config::parse(std::path::Path::new("t.toml"), &text).unwrap();
     let mut first = gateway_from(&text);
-    let mut second = first.fork(accel::build_engine(&EngineSpec::default()).unwrap());
+    let mut second = first
+        .fork(accel::build_engine(&EngineSpec::default()).unwrap())
+        .expect("the fork registers every SA");
     // A replacement for the outbound SA, as a rekey installs it.
     let mut sa = config.sa("t-out").unwrap().clone();
     sa.params.name = "t-out.1".into();

@@ -247,19 +247,14 @@ pub fn encapsulate_prepare<R: Rng>(
     EspTrailer::emit(trailer, next_header);
     icv.fill(0);
 
-    let esp_offset = match mode {
-        Mode::Tunnel => {
-            buf.prepend(IPV4_HEADER_LEN + esp_overhead)
-                .ok_or(DropReason::NoBufferSpace)?;
-            IPV4_HEADER_LEN
-        }
-        Mode::Transport => {
-            if !buf.open_gap_after(header_len, esp_overhead) {
-                return Err(DropReason::NoBufferSpace);
-            }
-            header_len
-        }
+    let room = match mode {
+        Mode::Tunnel => buf.prepend(IPV4_HEADER_LEN + esp_overhead).is_some(),
+        Mode::Transport => buf.open_gap_after(header_len, esp_overhead),
     };
+    if !room {
+        return Err(DropReason::NoBufferSpace);
+    }
+    let esp_offset = pending.esp_offset;
     let total_len = buf.len() as u16;
     let outer = sa.crypto().outer;
     let data = buf.data_mut();
@@ -287,7 +282,6 @@ pub fn encapsulate_prepare<R: Rng>(
             ip.fill_checksum();
         }
     }
-    debug_assert_eq!(pending.esp_offset, esp_offset);
     Ok(pending)
 }
 

@@ -26,7 +26,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accel::{Engine, NextCompletion, RegisterError, SessionHandle, SessionSpec, Style};
+use accel::{Engine, NextCompletion, RegisterError, SessionSpec, Style};
 use rand::rngs::StdRng;
 use smoltcp::wire::EthernetAddress;
 use spd_sad::{SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd};
@@ -276,8 +276,10 @@ impl Gateway {
     /// with this gateway's, so sequence numbers stay unique and lifetimes
     /// count every worker's packets. Inbound replay windows are the
     /// receiving worker's own: the driver must send all packets of an
-    /// inbound SA to one worker (it hashes on the outer addresses).
-    pub fn fork(&self, engine: Box<dyn Engine>) -> Gateway {
+    /// inbound SA to one worker (it hashes on the outer addresses). Every
+    /// SA is registered with `engine`; an engine that refuses one fails the
+    /// fork.
+    pub fn fork(&self, engine: Box<dyn Engine>) -> Result<Gateway, InstallSaError> {
         let setup = GatewaySetup {
             answer_arp: false,
             ..self.setup.clone()
@@ -289,16 +291,10 @@ impl Gateway {
         for id in ids {
             if let Some(sa) = copy.sad.get_mut(id) {
                 let crypto = sa.crypto_mut();
-                match copy.engine.register(&crypto.keys) {
-                    Ok(handle) => crypto.handle = handle,
-                    // The same keys registered with this engine's twin
-                    // already; should a second engine refuse them, the SA
-                    // stays unusable here rather than using another's keys.
-                    Err(_) => crypto.handle = SessionHandle::INVALID,
-                }
+                crypto.handle = copy.engine.register(&crypto.keys)?;
             }
         }
-        copy
+        Ok(copy)
     }
 
     /// Makes CBC IVs a deterministic function of `seed`. Only for tests and

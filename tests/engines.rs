@@ -337,3 +337,58 @@ fn stopping_with_descriptors_in_flight_returns_every_buffer() {
     assert_eq!(pool.in_use(), 0);
     assert!(pair.a.stats().balanced());
 }
+
+#[test]
+fn the_inline_engine_finishes_an_outbound_burst_within_the_call() {
+    // Soft in its single pass runs outbound bursts in place (no backlog, no
+    // poll), its other styles through the queue, which it empties at once:
+    // either way every packet is out when `handle_batch` returns, counted
+    // once per descriptor as submitted and completed, with the same bytes
+    // (checked above). A device model's jobs stay in flight until its
+    // modelled completion.
+    for (kind, style, within_call) in [
+        (EngineKind::Soft, Style::Async, true),
+        (EngineKind::Soft, Style::DualPass, true),
+        (EngineKind::Sec, Style::Async, false),
+    ] {
+        let what = format!("{kind} {style}");
+        let mut pair = Pair::on(
+            Algorithm::Aes128Sha1,
+            "tunnel",
+            false,
+            "",
+            &engine_spec(kind, BufferPolicy::Registered),
+            style,
+        );
+        let mut pool = PacketPool::new(64);
+        let mut bufs: Vec<_> = frames(32)
+            .iter()
+            .map(|f| {
+                let mut buf = pool.alloc().expect("room");
+                assert!(buf.fill(f));
+                buf
+            })
+            .collect();
+        let mut out = Vec::new();
+        pair.a
+            .handle_batch(Duration::ZERO, Port::Inside, &mut bufs, &mut out, &mut pool);
+        assert_eq!(out.len() == 32 && pair.a.in_flight() == 0, within_call, "{what}");
+        pair.a.flush(Duration::ZERO, &mut out, &mut pool);
+        assert_eq!(out.len(), 32, "{what}");
+        assert!(
+            out.iter().all(|(_, v)| *v == Verdict::Forward(Port::Outside)),
+            "{what}"
+        );
+        let counters = pair.a.engine_counters();
+        let per_packet = if style == Style::Async { 1 } else { 2 };
+        assert_eq!(
+            (counters.submitted, counters.completed),
+            (32 * per_packet, 32 * per_packet),
+            "{what}"
+        );
+        assert_eq!(pair.a.stats().encapsulated, 32, "{what}");
+        for (buf, _) in out.drain(..) {
+            pool.free(buf);
+        }
+    }
+}

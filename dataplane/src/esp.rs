@@ -285,18 +285,21 @@ pub fn encapsulate_prepare<R: Rng>(
     Ok(pending)
 }
 
-/// Outbound finish: the engine has run; account the packet.
+/// Outbound finish: the engine has run (`status`); account the packet's
+/// `protected_len` bytes against its SA's lifetimes.
 pub fn encapsulate_finish(
     sad: &mut Sad<SaCrypto>,
-    pending: &Pending,
+    sa_id: SaId,
+    protected_len: usize,
+    status: Status,
     now: Duration,
 ) -> Result<(), DropReason> {
-    if pending.desc.status != Status::Done {
+    if status != Status::Done {
         return Err(DropReason::EngineError);
     }
-    if let Some(sa) = sad.get_mut(pending.sa) {
-        if let Some(state) = sa.account(pending.protected_len, now) {
-            sad.note_transition(pending.sa, state);
+    if let Some(sa) = sad.get_mut(sa_id) {
+        if let Some(state) = sa.account(protected_len, now) {
+            sad.note_transition(sa_id, state);
         }
     }
     Ok(())

@@ -223,6 +223,23 @@ pub trait Engine: Send {
     /// has room for, with one doorbell; returns how many it took.
     fn submit_burst(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize;
 
+    /// Whether [`run_inline`](Engine::run_inline) runs jobs: true for
+    /// engines that compute on the calling CPU. Fixed for an engine's life.
+    fn runs_inline(&self) -> bool {
+        false
+    }
+
+    /// Runs a burst where it lies, now, on the calling CPU, and sets each
+    /// job's status: no queue, no doorbell, no completion to poll (DPDK's
+    /// CPU-crypto mode, `rte_cryptodev_sym_cpu_crypto_process`, for
+    /// software crypto whose enqueue/dequeue round trip would cost more
+    /// than it hides). Counted as submitted and completed. An engine that
+    /// is a device returns false and leaves the jobs untouched; they must
+    /// go through `submit_burst`.
+    fn run_inline(&mut self, _jobs: &mut [Job]) -> bool {
+        false
+    }
+
     /// Appends the jobs complete by `now` to `out`; returns how many.
     fn poll_burst(&mut self, now: Duration, out: &mut Vec<Job>) -> usize;
 

@@ -1,5 +1,6 @@
 //! The inline software engine: each job runs in the caller's thread while
-//! `submit_burst` takes it, and is ready at the next `poll_burst`. Owns the
+//! `submit_burst` takes it, and is ready at the next `poll_burst`; or, with
+//! `run_inline`, a burst runs in place with no queue at all. Owns the
 //! expanded keys of its sessions; must not keep anything per packet.
 
 use std::collections::VecDeque;
@@ -88,6 +89,21 @@ impl Engine for SoftEngine {
         self.counters.submitted += n as u64;
         self.counters.per_channel[0] += n as u64;
         n
+    }
+
+    fn runs_inline(&self) -> bool {
+        true
+    }
+
+    fn run_inline(&mut self, jobs: &mut [Job]) -> bool {
+        for job in jobs.iter_mut() {
+            self.run(job);
+        }
+        let n = jobs.len() as u64;
+        self.counters.submitted += n;
+        self.counters.completed += n;
+        self.counters.per_channel[0] += n;
+        true
     }
 
     fn poll_burst(&mut self, _now: Duration, out: &mut Vec<Job>) -> usize {

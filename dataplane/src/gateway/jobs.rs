@@ -134,11 +134,22 @@ pub(super) struct Jobs {
     /// Completed jobs, reused between polls.
     completions: Vec<Job>,
     held: VecDeque<Held>,
+    /// Outbound packets run inline (an engine that computes on this CPU,
+    /// single pass): they skip the backlog and the in-flight table, and
+    /// `pump` runs them as one burst.
+    inline_outbound: bool,
+    inline: Vec<Job>,
+    /// Beside each inline job, what its finish needs: its SA and the bytes
+    /// it protects.
+    inline_meta: Vec<(SaId, usize)>,
 }
 
-impl Default for Jobs {
-    fn default() -> Self {
+impl Jobs {
+    pub(super) fn new(inline_outbound: bool) -> Self {
         Jobs {
+            inline_outbound,
+            inline: Vec::with_capacity(256),
+            inline_meta: Vec::with_capacity(256),
             in_flight: Slab::default(),
             backlog: VecDeque::with_capacity(256),
             single: VecDeque::with_capacity(1),
@@ -146,12 +157,10 @@ impl Default for Jobs {
             held: VecDeque::new(),
         }
     }
-}
 
-impl Jobs {
     /// Packets between prepare and finish, or held for their inference.
     pub(super) fn live(&self) -> usize {
-        self.in_flight.live + self.held.len()
+        self.in_flight.live + self.held.len() + self.inline.len()
     }
 }
 
@@ -197,6 +206,16 @@ impl Gateway {
             now,
         };
         match esp::encapsulate_prepare(sa_id, sa, &mut buf, ctx) {
+            Ok(pending) if self.jobs.inline_outbound => {
+                self.jobs.inline_meta.push((pending.sa, pending.protected_len));
+                self.jobs.inline.push(Job::new(
+                    sa.crypto().handle,
+                    pending.desc,
+                    buf,
+                    pending.esp_offset,
+                    0,
+                ));
+            }
             Ok(pending) => {
                 let crypto = (sa.crypto().handle, sa.crypto().algorithm);
                 self.launch(now, pending, Direction::Encrypt, crypto, buf, out);
@@ -379,6 +398,7 @@ impl Gateway {
     /// Hands queued jobs to the engine and finishes what it completed, until
     /// neither moves. Never waits.
     pub(super) fn pump(&mut self, now: Duration, out: &mut Vec<Output>) {
+        self.run_inline(now, out);
         loop {
             let submitted = self.submit_queued(now);
             let mut done = std::mem::take(&mut self.jobs.completions);
@@ -391,6 +411,29 @@ impl Gateway {
                 break;
             }
         }
+    }
+
+    /// Runs the inline outbound burst and finishes it, in order.
+    fn run_inline(&mut self, now: Duration, out: &mut Vec<Output>) {
+        if self.jobs.inline.is_empty() {
+            return;
+        }
+        let mut jobs = std::mem::take(&mut self.jobs.inline);
+        let mut meta = std::mem::take(&mut self.jobs.inline_meta);
+        // `inline_outbound` is only set for an engine that runs inline; one
+        // that would not leaves its jobs pending, and they fail below
+        // rather than being lost.
+        self.engine.run_inline(&mut jobs);
+        for (job, (sa, protected_len)) in jobs.drain(..).zip(meta.drain(..)) {
+            let result = esp::encapsulate_finish(&mut self.sad, sa, protected_len, job.desc.status, now);
+            let result = result.map(|()| {
+                self.stats.encapsulated += 1;
+                Next::Route
+            });
+            self.emit(job.buf, result, out);
+        }
+        self.jobs.inline = jobs;
+        self.jobs.inline_meta = meta;
     }
 
     fn submit_queued(&mut self, now: Duration) -> usize {
@@ -460,7 +503,14 @@ impl Gateway {
         };
         let mut buf = job.buf;
         let result = match entry.direction {
-            Direction::Encrypt => esp::encapsulate_finish(&mut self.sad, &pending, now).map(|()| {
+            Direction::Encrypt => esp::encapsulate_finish(
+                &mut self.sad,
+                pending.sa,
+                pending.protected_len,
+                pending.desc.status,
+                now,
+            )
+            .map(|()| {
                 self.stats.encapsulated += 1;
                 Next::Route
             }),
@@ -564,7 +614,9 @@ impl Gateway {
             NextCompletion::At(t) => Some(t),
             NextCompletion::Idle | NextCompletion::External => None,
         };
-        let queued = (!self.jobs.backlog.is_empty() && self.engine.in_flight() == 0).then_some(self.last_now);
+        let queued = ((!self.jobs.backlog.is_empty() && self.engine.in_flight() == 0)
+            || !self.jobs.inline.is_empty())
+        .then_some(self.last_now);
         let timeout = self
             .jobs
             .in_flight

@@ -70,6 +70,7 @@ impl OuterHeader {
     }
 
     /// Writes the header for one packet into `dst` (20 bytes).
+    #[inline(always)]
     fn write(&self, dst: &mut [u8], tos: u8, total_len: u16, ident: u16, dont_fragment: bool) {
         dst.copy_from_slice(&self.bytes);
         dst[1] = tos;
@@ -162,6 +163,7 @@ pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, mtu: usize) -> 
 
 /// Outbound prepare: `buf` holds the (already forwarded, TTL-decremented)
 /// IPv4 packet; on return it holds the ESP packet awaiting crypto.
+#[inline(always)]
 pub fn encapsulate_prepare<R: Rng>(
     sa_id: SaId,
     sa: &mut SecurityAssociation<SaCrypto>,
@@ -240,12 +242,12 @@ pub fn encapsulate_prepare<R: Rng>(
         protected_len: payload_len,
     };
 
+    // The ICV's bytes are left as they are: every engine writes them, and a
+    // packet whose engine did not is dropped, never sent.
     let trailer = buf
         .append(pad_len + esp::TRAILER_LEN + alg.icv_len())
         .ok_or(DropReason::NoBufferSpace)?;
-    let (trailer, icv) = trailer.split_at_mut(pad_len + esp::TRAILER_LEN);
-    EspTrailer::emit(trailer, next_header);
-    icv.fill(0);
+    EspTrailer::emit(&mut trailer[..pad_len + esp::TRAILER_LEN], next_header);
 
     let room = match mode {
         Mode::Tunnel => buf.prepend(IPV4_HEADER_LEN + esp_overhead).is_some(),
@@ -256,7 +258,7 @@ pub fn encapsulate_prepare<R: Rng>(
     }
     let esp_offset = pending.esp_offset;
     let total_len = buf.len() as u16;
-    let outer = sa.crypto().outer;
+    let outer = &sa.crypto().outer;
     let data = buf.data_mut();
     let (header, rest) = data.split_at_mut(esp_offset);
     let mut esp_packet = EspPacket::new_unchecked(&mut rest[..esp::HEADER_LEN]);

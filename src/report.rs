@@ -90,8 +90,8 @@ pub fn config_summary(config: &Config) -> String {
             policy.name, policy.direction, policy.priority, policy.selector, action
         );
     }
-    // What the SPD does with unmatched traffic is always true; what
-    // arrives through an SA is only as narrow as its selectors.
+    // Decapsulated packets meet their SA's selectors, not the SPD: say so,
+    // and name the SAs whose selectors admit everything.
     let any: Vec<&str> = config
         .sas
         .iter()
@@ -100,17 +100,18 @@ pub fn config_summary(config: &Config) -> String {
         .collect();
     let _ = write!(
         out,
-        "  {} SAs, {} policies; traffic no policy matches is discarded; ",
+        "  {} SAs, {} policies; what no policy matches is discarded; what an inbound SA decapsulates must match the selectors of the policies naming it",
         config.sas.len(),
         config.policies.len()
     );
     let _ = if any.is_empty() {
-        writeln!(out, "inbound SAs admit only what their policies select")
+        writeln!(out)
     } else {
         writeln!(
             out,
-            "inbound SAs admit only what their policies select, except {} (selectors = \"any\": every inner packet)",
-            any.join(", ")
+            ", except that {} admit{} every inner packet (selectors = \"any\")",
+            any.join(", "),
+            if any.len() == 1 { "s" } else { "" }
         )
     };
     out

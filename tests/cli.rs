@@ -153,7 +153,7 @@ fn check_config_on_inbound_sas_without_policies() {
         "{summary}"
     );
     assert!(
-        summary.contains("except m-in (selectors = \"any\": every inner packet)"),
+        summary.contains("except that m-in admits every inner packet (selectors = \"any\")"),
         "{summary}"
     );
     assert!(!summary.contains("unmatched traffic is discarded"), "{summary}");

@@ -155,7 +155,14 @@ impl Plane {
     fn reload(&mut self) -> Value {
         let result = Config::load(&self.config_path)
             .map_err(|e| e.to_string())
-            .and_then(|config| self.plane.reload(config).map_err(|e| e.to_string()));
+            .and_then(|config| {
+                let warnings = config.warnings();
+                let report = self.plane.reload(config).map_err(|e| e.to_string())?;
+                for warning in warnings {
+                    tracing::warn!("{warning}");
+                }
+                Ok(report)
+            });
         match result {
             Ok(report) => {
                 tracing::info!(
@@ -202,7 +209,7 @@ fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
 
 pub fn run(args: &RunArgs) -> Result<()> {
     let config = Config::load(&args.config)?;
-    if let Some(warning) = config.exposed_keys_warning() {
+    for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
     let (spec, style) = args.accel.apply(&config);

@@ -46,9 +46,10 @@ pub struct DemoArgs {
     /// 64KiB), so that the gateways rekey over and over while traffic flows.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     rekey_every: Option<u64>,
-    /// While traffic flows, make gwA reload a broken configuration (by
-    /// `espgw reload` and by SIGHUP), which it must refuse without losing a
-    /// packet, then a valid one with one more tunnel, which it must take.
+    /// While traffic flows, make gwA reload a broken configuration and one
+    /// with an inbound SA that no policy names (by `espgw reload` and by
+    /// SIGHUP), which it must refuse without losing a packet, then a valid
+    /// one with one more tunnel, which it must take.
     #[arg(long)]
     reload_check: bool,
     /// Also measure what floods of bad ESP into gwB (unknown SPI, and the
@@ -404,8 +405,9 @@ fn is_control(frame: &[u8]) -> bool {
 }
 
 /// Makes gwA (process `pid`, reading `config`) reload while traffic flows:
-/// a broken file by `espgw reload` and by SIGHUP, which must be refused,
-/// then the original plus one more tunnel, which must be taken.
+/// a broken file and one with an inbound SA no policy names by `espgw
+/// reload`, and the latter by SIGHUP, which must all be refused, then the
+/// original plus one more tunnel, which must be taken.
 fn reload_check(config: &Path, pid: u32) -> Result<String> {
     let original = std::fs::read_to_string(config)?;
     let socket = crate::control::default_path("demo-a");
@@ -418,6 +420,24 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
         Ok(doc) => bail!("gwA took a broken configuration: {doc}"),
         Err(e) => e.to_string(),
     };
+    // An inbound SA that no policy names would admit nothing said: refused
+    // at its line, the running SAs stay (RFC 4301 §5.2).
+    std::fs::write(
+        config,
+        format!(
+            "{original}\n[[sa]]\nname = \"stray-in\"\ndirection = \"in\"\nspi = 0x3001\nlocal = \"10.0.0.1\"\n\
+             remote = \"10.0.0.2\"\nproposal = \"aes128gcm16\"\n\
+             enc_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n"
+        ),
+    )?;
+    let unselected = match crate::control::ask(&socket, "reload") {
+        Ok(doc) => bail!("gwA took an inbound SA that no policy names: {doc}"),
+        Err(e) => e.to_string(),
+    };
+    ensure!(
+        unselected.contains("inbound SA `stray-in` is named by no inbound `protect` policy"),
+        "gwA refused the policy-less SA for another reason: {unselected}"
+    );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(pid as i32, libc::SIGHUP) };
     thread::sleep(Duration::from_millis(300));
@@ -443,8 +463,9 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
         "the new tunnel's SAs are not installed: {listed}"
     );
     Ok(format!(
-        "broken config refused twice (espgw reload: \"{}\"; SIGHUP) with traffic flowing; then a valid one taken: tunnels added {added}, `a-b` kept its SAs",
-        refused.lines().next().unwrap_or_default()
+        "broken configs refused three times (espgw reload: \"{}\"; a policy-less inbound SA: \"{}\"; SIGHUP) with traffic flowing; then a valid one taken: tunnels added {added}, `a-b` kept its SAs",
+        refused.lines().next().unwrap_or_default(),
+        unselected.lines().next().unwrap_or_default()
     ))
 }
 

@@ -217,10 +217,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Loads a configuration, warning when its keys are readable by others.
+/// Loads a configuration, warning when its keys are readable by others
+/// or an inbound SA admits every inner packet.
 fn load_config(file: &Path) -> Result<Config> {
     let config = Config::load(file)?;
-    if let Some(warning) = config.exposed_keys_warning() {
+    for warning in config.warnings() {
         eprintln!("espgw: warning: {warning}");
     }
     Ok(config)

@@ -56,9 +56,17 @@ pub fn config_summary(config: &Config) -> String {
             spd_sad::SaDirection::Outbound => (p.local, p.remote),
             spd_sad::SaDirection::Inbound => (p.remote, p.local),
         };
+        let admits = match p.direction {
+            spd_sad::SaDirection::Outbound => String::new(),
+            spd_sad::SaDirection::Inbound if sa.admits_any => " admits ANY inner packet".into(),
+            spd_sad::SaDirection::Inbound => {
+                let selectors: Vec<String> = p.selectors.iter().map(ToString::to_string).collect();
+                format!(" admits {}", selectors.join(" or "))
+            }
+        };
         let _ = writeln!(
             out,
-            "  sa {:<20} {:<3} spi {:#010x} {} {} {} -> {} esn {} replay {}",
+            "  sa {:<20} {:<3} spi {:#010x} {} {} {} -> {} esn {} replay {}{admits}",
             p.name,
             p.direction,
             p.spi,
@@ -82,12 +90,30 @@ pub fn config_summary(config: &Config) -> String {
             policy.name, policy.direction, policy.priority, policy.selector, action
         );
     }
-    let _ = writeln!(
+    // Decapsulated packets meet their SA's selectors, not the SPD: say so,
+    // and name the SAs whose selectors admit everything.
+    let any: Vec<&str> = config
+        .sas
+        .iter()
+        .filter(|s| s.admits_any)
+        .map(|s| s.params.name.as_str())
+        .collect();
+    let _ = write!(
         out,
-        "  {} SAs, {} policies; unmatched traffic is discarded",
+        "  {} SAs, {} policies; what no policy matches is discarded; what an inbound SA decapsulates must match the selectors of the policies naming it",
         config.sas.len(),
         config.policies.len()
     );
+    let _ = if any.is_empty() {
+        writeln!(out)
+    } else {
+        writeln!(
+            out,
+            ", except that {} admit{} every inner packet (selectors = \"any\")",
+            any.join(", "),
+            if any.len() == 1 { "s" } else { "" }
+        )
+    };
     out
 }
 

@@ -114,6 +114,52 @@ fn check_config_accepts_good_and_names_the_spot_of_bad() {
     );
 }
 
+/// An inbound `[[sa]]` that no policy names: `check-config` refuses it at
+/// its line and says how to fix it; with `selectors = "any"` it passes,
+/// with a warning, and the summary says which SA admits everything.
+#[test]
+fn check_config_on_inbound_sas_without_policies() {
+    let dir = temp_dir("unselected");
+    let path = dir.join("gw.toml");
+    let site = std::fs::read_to_string(repo("configs/site-b.toml")).unwrap();
+    let head = &site[..site.find("[[tunnel]]").expect("site-b has a tunnel")];
+    let sa = "\n[[sa]]\nname = \"m-in\"\ndirection = \"in\"\nspi = 0x1001\nlocal = \"10.0.0.2\"\n\
+              remote = \"10.0.0.1\"\nproposal = \"aes128gcm16\"\nenc_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n";
+    let text = format!("{head}{sa}");
+    std::fs::write(&path, &text).unwrap();
+    let line = text.lines().position(|l| l == "name = \"m-in\"").unwrap() + 1;
+    let out = espgw().arg("check-config").arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "gw.toml:{line}:8: inbound SA `m-in` is named by no inbound `protect` policy"
+        )) && err.contains("selectors = \"any\""),
+        "{err}"
+    );
+
+    std::fs::write(&path, format!("{text}selectors = \"any\"\n")).unwrap();
+    let out = espgw().arg("check-config").arg(&path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning:")
+            && err.contains("inbound SA `m-in` has selectors = \"any\": it admits every inner packet"),
+        "{err}"
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains("m-in") && summary.contains("admits ANY inner packet"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("except that m-in admits every inner packet (selectors = \"any\")"),
+        "{summary}"
+    );
+    assert!(!summary.contains("unmatched traffic is discarded"), "{summary}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Every shipped algorithm pair: site A encapsulates a capture from its
 /// inside, site B decapsulates A's output; B's output is the input, two hops on.
 #[test]

@@ -153,7 +153,11 @@ fn demo_rekeys_and_reloads_without_losing_a_packet() {
         .unwrap_or(0);
     // About 2 MB each way at one rekey per 200 kB.
     assert!(rekeys >= 5, "{line}");
-    assert!(report.contains("broken config refused twice"), "{report}");
+    assert!(report.contains("broken configs refused three times"), "{report}");
+    assert!(
+        report.contains("a policy-less inbound SA: \"reload refused, the running configuration stays: "),
+        "{report}"
+    );
     assert!(report.contains("tunnels added [\"extra\"]"), "{report}");
     assert!(report.contains("0 plaintext IPv4"), "{report}");
 }

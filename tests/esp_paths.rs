@@ -439,3 +439,247 @@ fn transport_mode_refuses_protocol_59() {
     );
     assert_eq!(tunnel.decapsulate(&esp).0, Verdict::Forward(Port::Inside));
 }
+
+/// Site B's configuration without its tunnel, plus an inbound manual SA
+/// for what site A's tunnel sends (SPI 0x1001, A's outbound keys) and
+/// `extra`.
+fn manual_inbound(alg: Algorithm, sa_extra: &str, extra: &str) -> String {
+    let b = tunnel_config(alg, "tunnel", false, false, "");
+    let head = &b[..b.find("[[tunnel]]").expect("has a tunnel")];
+    format!(
+        "{head}[[sa]]\nname = \"m-in\"\ndirection = \"in\"\nspi = 0x1001\nlocal = \"10.0.0.2\"\n\
+         remote = \"10.0.0.1\"\nproposal = \"{alg}\"\nenc_key = \"{}\"\n{sa_extra}{extra}",
+        key_hex(alg.enc_key_len(), 1)
+    )
+}
+
+/// The inbound policy that gives `m-in` its selectors.
+const M_IN_POLICY: &str = "\n[[policy]]\nname = \"m-in\"\ndirection = \"in\"\nsource = \"192.168.1.0/24\"\n\
+                           destination = \"192.168.2.0/24\"\naction = \"protect\"\nsa = \"m-in\"\n";
+
+/// Inner sources of the packets [`send_from_anywhere`] sends.
+const SOURCES: [&str; 7] = [
+    "192.168.1.10",
+    "192.168.1.77",
+    "10.9.9.9",
+    "172.16.0.1",
+    "8.8.8.8",
+    "192.168.3.3",
+    "192.168.2.99",
+];
+
+/// Site A with a tunnel that sends anything from anywhere through its SA.
+fn wide_sender(alg: Algorithm) -> dataplane::Gateway {
+    gateway_from(
+        &tunnel_config(alg, "tunnel", false, true, "")
+            .replace(
+                "local_subnet = \"192.168.1.0/24\"",
+                "local_subnet = \"0.0.0.0/0\"",
+            )
+            .replace(
+                "remote_subnet = \"192.168.2.0/24\"",
+                "remote_subnet = \"0.0.0.0/0\"",
+            ),
+    )
+}
+
+/// 14 ESP packets from `a`: each of [`SOURCES`] to two hosts behind B,
+/// with the inner source of each.
+fn send_from_anywhere(a: &mut dataplane::Gateway) -> Vec<(std::net::Ipv4Addr, Vec<u8>)> {
+    let mut pool = dataplane::PacketPool::new(8);
+    let mut frames = Vec::new();
+    for (i, src) in SOURCES.iter().enumerate() {
+        let src = src.parse().unwrap();
+        for dst in ["192.168.2.20", "192.168.2.5"] {
+            let packet = udp_packet(src, dst.parse().unwrap(), 40, i as u8);
+            let (verdict, esp) = run(a, &mut pool, std::time::Duration::ZERO, Port::Inside, &packet);
+            assert_eq!(verdict, Verdict::Forward(Port::Outside), "A sends {src} -> {dst}");
+            frames.push((src, esp));
+        }
+    }
+    frames
+}
+
+/// B's verdict on each frame.
+fn receive(b: &mut dataplane::Gateway, frames: &[(std::net::Ipv4Addr, Vec<u8>)]) -> Vec<Verdict> {
+    let mut pool = dataplane::PacketPool::new(8);
+    frames
+        .iter()
+        .map(|(_, esp)| run(b, &mut pool, std::time::Duration::ZERO, Port::Outside, esp).0)
+        .collect()
+}
+
+/// Asserts that exactly the frames whose inner source `admitted` were
+/// forwarded and the rest dropped as policy mismatches.
+fn assert_admitted(
+    frames: &[(std::net::Ipv4Addr, Vec<u8>)],
+    verdicts: &[Verdict],
+    admitted: impl Fn(std::net::Ipv4Addr) -> bool,
+) {
+    assert_eq!(frames.len(), verdicts.len());
+    for ((src, _), verdict) in frames.iter().zip(verdicts) {
+        let expected = if admitted(*src) {
+            Verdict::Forward(Port::Inside)
+        } else {
+            Verdict::Drop(DropReason::PolicyMismatch)
+        };
+        assert_eq!(*verdict, expected, "inner source {src}");
+    }
+}
+
+fn in_prefix(prefix: &str) -> impl Fn(std::net::Ipv4Addr) -> bool {
+    let prefix: spd_sad::Ipv4Prefix = prefix.parse().unwrap();
+    move |addr| prefix.contains(addr)
+}
+
+/// RFC 4301 §5.2 for a manually keyed inbound SA: without a policy the
+/// configuration is refused; with `selectors = "any"` every authentic
+/// inner packet gets through (and `warnings` says so); with a policy
+/// only what it selects does, the rest counted as `policy_mismatch`.
+#[test]
+fn an_inbound_sa_admits_only_what_its_policy_selects() {
+    let alg = Algorithm::Aes128Gcm16;
+    let mut a = wide_sender(alg);
+
+    // No policy and no `selectors`: refused where the SA is defined.
+    let bare = manual_inbound(alg, "", "");
+    let err = ike_stub::Config::parse(std::path::Path::new("test.toml"), &bare).unwrap_err();
+    let line = bare.lines().position(|l| l == "name = \"m-in\"").unwrap() + 1;
+    assert_eq!((err.line, err.column), (line, 8), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "test.toml:{line}:8: inbound SA `m-in` is named by no inbound `protect` policy"
+        )),
+        "{err}"
+    );
+
+    // Explicitly any: all 14 through, and a warning.
+    let any = manual_inbound(alg, "selectors = \"any\"\n", "");
+    let config = ike_stub::Config::parse(std::path::Path::new("test.toml"), &any).unwrap();
+    assert!(config
+        .warnings()
+        .iter()
+        .any(|w| w.contains("`m-in` has selectors = \"any\"")));
+    let mut b = gateway_from(&any);
+    let frames = send_from_anywhere(&mut a);
+    assert_admitted(&frames, &receive(&mut b, &frames), |_| true);
+    assert_eq!(b.stats().decapsulated, 14);
+
+    // With a policy: what it selects through, the rest policy_mismatch.
+    let mut b = gateway_from(&manual_inbound(alg, "", M_IN_POLICY));
+    let frames = send_from_anywhere(&mut a);
+    assert_admitted(&frames, &receive(&mut b, &frames), in_prefix("192.168.1.0/24"));
+    let sa = b.sad().get(b.sad().find("m-in").unwrap()).unwrap();
+    assert_eq!(sa.counters().policy_mismatch, 10);
+    assert_eq!(b.stats().drops.get(DropReason::PolicyMismatch), 10);
+    assert!(b.stats().balanced());
+}
+
+/// Reloads as `espgw run` does them (the file read again, then handed to
+/// the control plane): one with a policy-less SA is refused and the
+/// running SA keeps filtering; one that changes only the policy narrows or
+/// widens the running SA in place, its sequence state and counters kept.
+#[test]
+fn reloads_keep_inbound_sas_selected() {
+    let alg = Algorithm::Aes128Gcm16;
+    let dir = std::env::temp_dir().join(format!("espgw-reload-selectors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("b.toml");
+    std::fs::write(&path, manual_inbound(alg, "", M_IN_POLICY)).unwrap();
+    let config = ike_stub::Config::load(&path).unwrap();
+    let engine = accel::build_engine(&accel::EngineSpec::default()).unwrap();
+    let mut b = config
+        .build_gateway(
+            dataplane::LinkLayer::RawIp,
+            engine,
+            accel::Style::Async,
+            std::time::Duration::ZERO,
+        )
+        .unwrap();
+    let mut plane = ike_stub::ControlPlane::new(config.clone());
+    let mut a = wide_sender(alg);
+    let frames = send_from_anywhere(&mut a);
+    assert_admitted(&frames, &receive(&mut b, &frames), in_prefix("192.168.1.0/24"));
+
+    // The file loses its policy: the reload stops at reading it.
+    let bare = manual_inbound(alg, "", "");
+    std::fs::write(&path, &bare).unwrap();
+    let err = ike_stub::Config::load(&path).unwrap_err();
+    let line = bare.lines().position(|l| l == "name = \"m-in\"").unwrap() + 1;
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{}:{line}:8: inbound SA `m-in` is named by no",
+            path.display()
+        )),
+        "{err}"
+    );
+    // A configuration built around the file's checks is refused too.
+    let mut unselected = config.clone();
+    unselected.policies.clear();
+    for sa in &mut unselected.sas {
+        sa.params.selectors.clear();
+    }
+    assert_eq!(
+        plane.reload(unselected),
+        Err(ike_stub::ReloadError::UnselectedSa("m-in".into()))
+    );
+    assert_eq!(plane.counters().reloads_rejected, 1);
+    let mut commands = Vec::new();
+    plane.take_commands(&mut commands);
+    assert!(commands.is_empty(), "{commands:?}");
+    // The old configuration is still in force.
+    let frames = send_from_anywhere(&mut a);
+    assert_admitted(&frames, &receive(&mut b, &frames), in_prefix("192.168.1.0/24"));
+    let packets = |b: &dataplane::Gateway| {
+        b.sad()
+            .get(b.sad().find("m-in").unwrap())
+            .unwrap()
+            .counters()
+            .packets
+    };
+    // Authenticated packets count, admitted or not.
+    assert_eq!(packets(&b), 28);
+
+    // Only the policy changes: the running SA takes its selectors.
+    let wider = M_IN_POLICY.replace("192.168.1.0/24", "192.168.0.0/16");
+    std::fs::write(&path, manual_inbound(alg, "", &wider)).unwrap();
+    let report = plane.reload(ike_stub::Config::load(&path).unwrap()).unwrap();
+    assert_eq!(
+        report.manual_changes, 3,
+        "policy out, selectors changed, policy in"
+    );
+    let mut commands = Vec::new();
+    plane.take_commands(&mut commands);
+    assert!(
+        commands
+            .iter()
+            .any(|c| matches!(c, ike_stub::SaCommand::SetSelectors { sa, .. } if sa == "m-in")),
+        "{commands:?}"
+    );
+    assert!(
+        !commands.iter().any(|c| matches!(
+            c,
+            ike_stub::SaCommand::RemoveSa(_) | ike_stub::SaCommand::InstallSa(_)
+        )),
+        "{commands:?}"
+    );
+    for command in &commands {
+        command.apply(&mut b, std::time::Duration::ZERO).unwrap();
+    }
+    let frames = send_from_anywhere(&mut a);
+    assert_admitted(&frames, &receive(&mut b, &frames), in_prefix("192.168.0.0/16"));
+    assert_eq!(packets(&b), 42, "the SA kept its counters");
+
+    // And to `any`, explicitly.
+    std::fs::write(&path, manual_inbound(alg, "selectors = \"any\"\n", "")).unwrap();
+    let config = ike_stub::Config::load(&path).unwrap();
+    assert_eq!(
+        config.warnings().len(),
+        1 + usize::from(config.exposed_keys_warning().is_some())
+    );
+    let _ = plane.reload(config).unwrap();
+    drop(plane.service(std::time::Duration::ZERO, &mut b, []));
+    let frames = send_from_anywhere(&mut a);
+    assert_admitted(&frames, &receive(&mut b, &frames), |_| true);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -181,7 +181,7 @@ fn sad_lookup(c: &mut Criterion) {
                 esn: false,
                 replay_window: 64,
                 lifetime: Lifetime::default(),
-                selectors: Vec::new(),
+                selectors: vec![Selector::ANY],
             };
             sad.insert(params, (), Duration::ZERO).expect("insert SA");
         }

@@ -40,6 +40,11 @@ pub struct SaConfig {
     /// highest number already seen. Zero for a new SA; tests of 2^32
     /// crossings start near the boundary.
     pub initial_seq: u64,
+    /// Inbound, `selectors = "any"`: named by no policy, the SA admits
+    /// every inner packet (its selectors are [`Selector::ANY`]); a warning
+    /// in `check-config`. Otherwise an inbound SA's selectors are those of
+    /// the inbound policies naming it.
+    pub admits_any: bool,
 }
 
 impl std::fmt::Debug for SaConfig {
@@ -48,6 +53,7 @@ impl std::fmt::Debug for SaConfig {
             .field("params", &self.params)
             .field("algorithm", &self.algorithm)
             .field("initial_seq", &self.initial_seq)
+            .field("admits_any", &self.admits_any)
             .field("keys", &"<redacted>")
             .finish()
     }
@@ -199,18 +205,36 @@ impl InstallError {
 }
 
 impl Config {
-    /// Reads and validates `path`.
+    /// Reads and validates `path` (at start and on every reload). The
+    /// file's text holds keys and secrets: it is read into memory wiped
+    /// when this returns, whether it validates or not.
+    ///
+    /// What cannot be wiped from here: the kernel's page cache of the
+    /// file, and a key or secret written with TOML escapes (`\u0041`),
+    /// which the TOML parser decodes into a string of its own (grown as
+    /// it goes, so earlier copies are freed unwiped). Plain strings, as
+    /// every key is written, are borrowed from the text, not copied.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let io_error = |e: std::io::Error| ConfigError {
             file: path.to_path_buf(),
             line: 0,
             column: 0,
             kind: ConfigErrorKind::Io(e.to_string()),
+        };
+        let text = read_wiped(path).map_err(io_error)?;
+        let text = std::str::from_utf8(&text).map_err(|e| {
+            io_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("the file is not UTF-8 (at byte {})", e.valid_up_to()),
+            ))
         })?;
-        Self::parse(path, &text)
+        Self::parse(path, text)
     }
 
-    /// Validates `text`; `path` is used in error messages.
+    /// Validates `text`; `path` is used in error messages. Key material
+    /// is copied out of `text` only into memory that is wiped when
+    /// dropped; wiping `text` itself is the caller's ([`Config::load`]
+    /// does).
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let loc = Locator::new(path, text);
         let raw: RawConfig = toml::from_str(text)
@@ -253,14 +277,11 @@ impl Config {
         Ok(gateway)
     }
 
-    /// Registers a session per SA, installs SAs, then policies.
+    /// Registers a session per SA, installs SAs (inbound ones with their
+    /// selectors, filled in by validation), then policies.
     pub fn install(&self, gateway: &mut Gateway, now: Duration) -> Result<(), InstallError> {
         for sa in &self.sas {
-            let mut sa = sa.clone();
-            if sa.params.direction == SaDirection::Inbound {
-                sa.params.selectors = self.inbound_selectors(&sa.params.name);
-            }
-            install_sa(gateway, &sa, now)?;
+            install_sa(gateway, sa, now)?;
         }
         for policy in &self.policies {
             install_policy(gateway, policy);
@@ -288,25 +309,59 @@ impl Config {
         })
     }
 
+    /// Everything `check-config` and `run` should warn about: keys in a
+    /// file others can read, and inbound SAs that admit every inner
+    /// packet because they say `selectors = "any"`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings: Vec<String> = self.exposed_keys_warning().into_iter().collect();
+        for sa in self.sas.iter().filter(|s| s.admits_any) {
+            warnings.push(format!(
+                "{}: inbound SA `{}` has selectors = \"any\": it admits every inner packet its peer sends, whatever the addresses (RFC 4301 §5.2); name it in an inbound `protect` [[policy]] and remove `selectors` to admit only that policy's traffic",
+                self.path.display(),
+                sa.params.name
+            ));
+        }
+        warnings
+    }
+
     pub fn tunnel(&self, name: &str) -> Option<&TunnelConfig> {
         self.tunnels.iter().find(|t| t.name == name)
     }
 
-    /// What may arrive through inbound SA `name`: the selectors of the
-    /// inbound policies that name it (RFC 4301 §5.2).
+    /// What may arrive through inbound SA `name` (RFC 4301 §5.2): the
+    /// selectors of the inbound policies that name it, or
+    /// [`Selector::ANY`] if it says `selectors = "any"`. Empty, admitting
+    /// nothing, for a name that is no inbound SA of this configuration.
     pub fn inbound_selectors(&self, name: &str) -> Vec<Selector> {
-        self.policies
-            .iter()
-            .filter(|p| {
-                p.direction == PolicyDirection::In && p.action == PolicyAction::Protect(name.to_owned())
-            })
-            .map(|p| p.selector)
-            .collect()
+        self.sa(name)
+            .filter(|s| s.params.direction == SaDirection::Inbound)
+            .map_or_else(Vec::new, |s| s.params.selectors.clone())
     }
 
     pub fn sa(&self, name: &str) -> Option<&SaConfig> {
         self.sas.iter().find(|s| s.params.name == name)
     }
+}
+
+/// Reads a file into memory that is wiped when dropped. The buffer is
+/// sized from the file's length up front so that growing it leaves no
+/// unwiped copy behind (unless the file grows while being read).
+fn read_wiped(path: &Path) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut text = Zeroizing::new(Vec::with_capacity(usize::try_from(len).unwrap_or(0)));
+    file.read_to_end(&mut text)?;
+    Ok(text)
+}
+
+/// The selectors of the inbound policies naming SA `name`.
+fn selectors_of(policies: &[PolicyConfig], name: &str) -> Vec<Selector> {
+    policies
+        .iter()
+        .filter(|p| p.direction == PolicyDirection::In && p.action == PolicyAction::Protect(name.to_owned()))
+        .map(|p| p.selector)
+        .collect()
 }
 
 /// Installs one SA (its selectors as given) with a new session.
@@ -486,6 +541,20 @@ impl Validator<'_> {
             policies.push((span(&p.get_ref().name), self.policy(p.get_ref())?));
         }
         self.cross_check(&sas, &policies)?;
+        let policies: Vec<PolicyConfig> = policies.into_iter().map(|(_, p)| p).collect();
+        let sas = sas
+            .into_iter()
+            .map(|(_, mut sa)| {
+                if sa.params.direction == SaDirection::Inbound {
+                    sa.params.selectors = if sa.admits_any {
+                        vec![Selector::ANY]
+                    } else {
+                        selectors_of(&policies, &sa.params.name)
+                    };
+                }
+                sa
+            })
+            .collect();
         Ok(Config {
             path: path.to_path_buf(),
             name: raw.gateway.name.clone().unwrap_or_else(|| {
@@ -504,8 +573,8 @@ impl Validator<'_> {
                 .outer_ttl
                 .as_ref()
                 .map_or(DEFAULT_OUTER_TTL, |t| *t.get_ref()),
-            sas: sas.into_iter().map(|(_, s)| s).collect(),
-            policies: policies.into_iter().map(|(_, p)| p).collect(),
+            sas,
+            policies,
             tunnels,
             rekey: self.rekey()?,
         })
@@ -805,18 +874,13 @@ impl Validator<'_> {
                 )),
             );
         };
-        let text = key.get_ref().as_str().trim();
-        let text = text.strip_prefix("0x").unwrap_or(text).replace(':', "");
-        let bytes = match hex::decode(&text) {
-            Ok(b) => Zeroizing::new(b),
-            Err(_) => {
-                return self.err(
-                    span(key),
-                    ConfigErrorKind::Key(format!(
-                        "`{field}` is not hexadecimal (digits 0-9 and a-f, optional 0x prefix)"
-                    )),
-                );
-            }
+        let Some(bytes) = decode_hex_key(key.get_ref().as_str()) else {
+            return self.err(
+                span(key),
+                ConfigErrorKind::Key(format!(
+                    "`{field}` is not hexadecimal (an even number of digits 0-9 and a-f, optional 0x prefix and colons)"
+                )),
+            );
         };
         if bytes.len() != expected {
             let salt = if alg.is_aead() {
@@ -952,6 +1016,7 @@ impl Validator<'_> {
                 esn: s.esn,
                 replay_window: self.replay_window(s.replay_window.as_ref(), s.esn)?,
                 lifetime: self.lifetime(s.lifetime.as_ref())?,
+                // Filled in once the policies are known.
                 selectors: Vec::new(),
             },
             algorithm,
@@ -970,9 +1035,34 @@ impl Validator<'_> {
                 span(&s.proposal),
             )?,
             initial_seq: s.initial_seq.unwrap_or(0),
+            admits_any: self.admits_any(s.selectors.as_ref(), direction)?,
         };
         self.check_session(&sa, s.enc_key.as_ref().and_then(span).or(span(&s.name)))?;
         Ok(sa)
+    }
+
+    /// Whether an SA's `selectors` field says it admits everything.
+    fn admits_any(&self, selectors: Option<&S<String>>, direction: SaDirection) -> Result<bool, ConfigError> {
+        let Some(selectors) = selectors else {
+            return Ok(false);
+        };
+        if direction == SaDirection::Outbound {
+            return self.err(
+                span(selectors),
+                ConfigErrorKind::Value(
+                    "only inbound SAs have `selectors` (what may arrive through them); an outbound SA carries what the `out` policies naming it select: remove `selectors`".into(),
+                ),
+            );
+        }
+        match selectors.get_ref().as_str() {
+            "any" => Ok(true),
+            other => self.err(
+                span(selectors),
+                ConfigErrorKind::Value(format!(
+                    "selectors `{other}` must be \"any\"; to admit less, leave `selectors` out and name the SA in inbound `protect` policies with the source and destination it carries"
+                )),
+            ),
+        }
     }
 
     #[allow(clippy::type_complexity)]
@@ -1080,6 +1170,7 @@ impl Validator<'_> {
                 enc_key,
                 auth_key,
                 initial_seq: initial_seq.unwrap_or(0),
+                admits_any: false,
             };
             self.check_session(&sa, enc.and_then(span).or(span(&t.name)))?;
             Ok(sa)
@@ -1268,6 +1359,93 @@ impl Validator<'_> {
                 );
             }
         }
+        // RFC 4301 §5.2: every inbound SA admits what its policies select;
+        // one without policies admits everything only when it says so.
+        for (at, sa) in sas
+            .iter()
+            .filter(|(_, s)| s.params.direction == SaDirection::Inbound)
+        {
+            let name = &sa.params.name;
+            let naming = policies.iter().find(|(_, p)| {
+                p.direction == PolicyDirection::In && p.action == PolicyAction::Protect(name.clone())
+            });
+            match (sa.admits_any, naming) {
+                (false, None) => {
+                    return self.err(at.clone(), ConfigErrorKind::UnselectedSa { sa: name.clone() });
+                }
+                (true, Some((_, policy))) => {
+                    let selectors = self
+                        .raw
+                        .sa
+                        .iter()
+                        .find(|s| s.get_ref().name.get_ref() == name)
+                        .and_then(|s| s.get_ref().selectors.as_ref().map(span));
+                    return self.err(
+                        selectors.flatten().or(at.clone()),
+                        ConfigErrorKind::AnySaWithPolicy {
+                            sa: name.clone(),
+                            policy: policy.name.clone(),
+                        },
+                    );
+                }
+                _ => {}
+            }
+        }
         Ok(())
+    }
+}
+
+/// Hex key text (optional `0x`, optional colons between digits) as bytes,
+/// decoded straight into wiped memory: no intermediate copy of the text.
+fn decode_hex_key(text: &str) -> Option<Zeroizing<Vec<u8>>> {
+    let text = text.trim();
+    let text = text.strip_prefix("0x").unwrap_or(text);
+    let digits = || text.bytes().filter(|b| *b != b':');
+    let count = digits().count();
+    if count % 2 != 0 {
+        return None;
+    }
+    let mut bytes = Zeroizing::new(Vec::with_capacity(count / 2));
+    let mut high = None;
+    for digit in digits() {
+        let value = char::from(digit).to_digit(16)? as u8;
+        match high.take() {
+            None => high = Some(value),
+            Some(h) => bytes.push(h << 4 | value),
+        }
+    }
+    Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode_hex_key, read_wiped};
+
+    #[test]
+    fn the_file_is_read_into_one_buffer_of_its_size() {
+        let path = std::env::temp_dir().join(format!("espgw-read-wiped-{}", std::process::id()));
+        let text = "enc_key = \"00112233\"\n".repeat(500);
+        std::fs::write(&path, &text).unwrap();
+        let read = read_wiped(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(&read[..], text.as_bytes());
+        // Never regrown: no copy of the text was freed unwiped on the way.
+        assert_eq!(read.capacity(), text.len());
+    }
+
+    #[test]
+    fn hex_keys_decode_with_prefix_and_colons() {
+        assert_eq!(
+            decode_hex_key("0x00ff").as_deref().map(|v| v.as_slice()),
+            Some(&[0, 255][..])
+        );
+        assert_eq!(
+            decode_hex_key(" 0a:Bc ").as_deref().map(|v| v.as_slice()),
+            Some(&[10, 188][..])
+        );
+        assert_eq!(decode_hex_key("").as_deref().map(|v| v.len()), Some(0));
+        assert!(decode_hex_key("abc").is_none(), "odd number of digits");
+        assert!(decode_hex_key("zz").is_none());
+        assert!(decode_hex_key("0x+1").is_none());
     }
 }

@@ -33,6 +33,12 @@ pub enum ConfigErrorKind {
         "inbound SPI {spi:#x} is used by both `{first}` and `{second}`; every inbound SA needs its own SPI"
     )]
     DuplicateSpi { spi: u32, first: String, second: String },
+    /// RFC 4301 §5.2: what arrives through an inbound SA must match its
+    /// selectors, and an SA that no policy names has none.
+    #[error("inbound SA `{sa}` is named by no inbound `protect` policy, so nothing says which inner packets may arrive through it (RFC 4301 §5.2); add a [[policy]] with direction = \"in\", action = \"protect\", sa = \"{sa}\" and the source and destination it carries, or write selectors = \"any\" in the SA to admit every inner packet")]
+    UnselectedSa { sa: String },
+    #[error("SA `{sa}` has selectors = \"any\" but inbound policy `{policy}` names it too, which would admit more than the policy selects; remove `selectors` to admit what the policies select, or remove the policy")]
+    AnySaWithPolicy { sa: String, policy: String },
     #[error("the name `{0}` is used twice; SA, policy and tunnel names must be unique")]
     DuplicateName(String),
     #[error("{0}")]

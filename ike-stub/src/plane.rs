@@ -25,7 +25,7 @@ use dataplane::{Gateway, SaCrypto};
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde::Serialize;
-use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams, SecurityAssociation};
+use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams, SecurityAssociation, Selector};
 
 use crate::config::{
     install_policy, install_sa, resolve_action, Config, InstallError, PolicyConfig, RekeySettings, SaConfig,
@@ -48,6 +48,12 @@ pub enum SaCommand {
         policy: String,
         sa: String,
     },
+    /// Change what may arrive through an inbound SA, keeping its sequence
+    /// state (a reload that changed only the policies naming it).
+    SetSelectors {
+        sa: String,
+        selectors: Vec<Selector>,
+    },
 }
 
 /// Why a command could not be applied to a gateway.
@@ -57,6 +63,8 @@ pub enum ApplyError {
     Install(#[from] InstallError),
     #[error("no policy `{0}` to repoint")]
     NoPolicy(String),
+    #[error("no SA `{0}` to change the selectors of")]
+    NoSa(String),
 }
 
 impl SaCommand {
@@ -78,6 +86,16 @@ impl SaCommand {
                 if !gateway.spd_mut().set_action(policy, action) {
                     return Err(ApplyError::NoPolicy(policy.clone()));
                 }
+            }
+            SaCommand::SetSelectors { sa, selectors } => {
+                let installed = gateway
+                    .sad()
+                    .find(sa)
+                    .and_then(|id| gateway.sad_mut().get_mut(id))
+                    .ok_or_else(|| ApplyError::NoSa(sa.clone()))?;
+                installed
+                    .set_selectors(selectors.clone())
+                    .map_err(|e| ApplyError::Install(InstallError::Sad(e)))?;
             }
         }
         Ok(())
@@ -355,6 +373,10 @@ pub enum ReloadError {
         "the new configuration changes {0}, which needs a restart of espgw; the running configuration stays"
     )]
     NeedsRestart(String),
+    /// RFC 4301 §5.2; [`Config::load`] refuses such files, this guards
+    /// configurations built some other way.
+    #[error("inbound SA `{0}` has no selectors, so nothing says what may arrive through it; the running configuration stays")]
+    UnselectedSa(String),
 }
 
 /// The control plane of one gateway (all its workers).
@@ -926,6 +948,7 @@ impl ControlPlane {
             enc_key: keys.enc,
             auth_key: keys.auth,
             initial_seq: 0,
+            admits_any: false,
         }
     }
 
@@ -1045,6 +1068,14 @@ impl ControlPlane {
             self.counters.reloads_rejected += 1;
             return Err(ReloadError::NeedsRestart(fixed.join(", ")));
         }
+        if let Some(sa) = new
+            .sas
+            .iter()
+            .find(|s| s.params.direction == SaDirection::Inbound && s.params.selectors.is_empty())
+        {
+            self.counters.reloads_rejected += 1;
+            return Err(ReloadError::UnselectedSa(sa.params.name.clone()));
+        }
         let mut report = ReloadReport::default();
         let owned = |config: &Config, name: &str| {
             config.tunnels.iter().any(|t| {
@@ -1096,17 +1127,34 @@ impl ControlPlane {
             .filter(|t| old.tunnel(&t.name).is_none())
             .map(|t| t.name.clone())
             .collect();
-        // Manual SAs and policies: by name, replaced when anything differs.
+        // Manual SAs and policies: by name, replaced when anything differs,
+        // except that an SA whose policies alone changed keeps its state
+        // and takes their new selectors.
+        let reselected: Vec<(String, Vec<Selector>)> = new
+            .sas
+            .iter()
+            .filter(|s| !owned(&new, &s.params.name))
+            .filter_map(|s| {
+                let before = old.sa(&s.params.name)?;
+                (before.params.selectors != s.params.selectors && same_but_selectors(before, s))
+                    .then(|| (s.params.name.clone(), s.params.selectors.clone()))
+            })
+            .collect();
+        let kept = |name: &str| reselected.iter().any(|(n, _)| n == name);
         let sa_gone: Vec<String> = old
             .sas
             .iter()
-            .filter(|s| !owned(old, &s.params.name) && new.sa(&s.params.name) != Some(*s))
+            .filter(|s| {
+                !owned(old, &s.params.name) && !kept(&s.params.name) && new.sa(&s.params.name) != Some(*s)
+            })
             .map(|s| s.params.name.clone())
             .collect();
         let sa_new: Vec<SaConfig> = new
             .sas
             .iter()
-            .filter(|s| !owned(&new, &s.params.name) && old.sa(&s.params.name) != Some(*s))
+            .filter(|s| {
+                !owned(&new, &s.params.name) && !kept(&s.params.name) && old.sa(&s.params.name) != Some(*s)
+            })
             .cloned()
             .collect();
         let policy_differs = |p: &PolicyConfig, other: &Config| {
@@ -1130,7 +1178,8 @@ impl ControlPlane {
             .filter(|p| !owned(&new, &p.name) && policy_differs(p, old))
             .cloned()
             .collect();
-        report.manual_changes = sa_gone.len() + sa_new.len() + policy_gone.len() + policy_new.len();
+        report.manual_changes =
+            sa_gone.len() + sa_new.len() + reselected.len() + policy_gone.len() + policy_new.len();
 
         // Stop: policies first (traffic then meets the default discard
         // rather than a missing SA), then every SA the tunnel may have.
@@ -1155,6 +1204,9 @@ impl ControlPlane {
         for name in sa_gone {
             self.command(SaCommand::RemoveSa(name));
         }
+        for (sa, selectors) in reselected {
+            self.command(SaCommand::SetSelectors { sa, selectors });
+        }
         // Start: SAs, then the policies that name them.
         self.config = new;
         let mut sas: Vec<SaConfig> = sa_new;
@@ -1173,10 +1225,8 @@ impl ControlPlane {
             }
         }
         policies.extend(policy_new);
-        for mut sa in sas {
-            if sa.params.direction == SaDirection::Inbound {
-                sa.params.selectors = self.config.inbound_selectors(&sa.params.name);
-            }
+        // Inbound SAs carry their selectors from validation.
+        for sa in sas {
             self.command(SaCommand::InstallSa(Box::new(sa)));
         }
         for p in policies {
@@ -1231,6 +1281,20 @@ impl ControlPlane {
         self.take_datagrams(&mut datagrams);
         datagrams
     }
+}
+
+/// Whether two SAs differ in their selectors at most (and so in whether
+/// they say `selectors = "any"`).
+fn same_but_selectors(a: &SaConfig, b: &SaConfig) -> bool {
+    let unselected = |s: &SaConfig| SaParams {
+        selectors: Vec::new(),
+        ..s.params.clone()
+    };
+    unselected(a) == unselected(b)
+        && a.algorithm == b.algorithm
+        && a.enc_key == b.enc_key
+        && a.auth_key == b.auth_key
+        && a.initial_seq == b.initial_seq
 }
 
 /// Source, destination and UDP payload of an IPv4/UDP packet.

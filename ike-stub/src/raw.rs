@@ -146,6 +146,9 @@ pub(crate) struct RawSa {
     pub replay_window: Option<S<u32>>,
     pub lifetime: Option<S<RawLifetime>>,
     pub initial_seq: Option<u64>,
+    /// Inbound only: `"any"` admits every inner packet. Without it the SA
+    /// admits what the inbound policies naming it select.
+    pub selectors: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -352,3 +352,215 @@ fn control_plane_settings_are_checked() {
     let extra = TUNNEL.replace("name = \"t\"", "name = \"has space\"");
     expect_error(&extra, line_of(&extra, "has space"), 8, "without spaces");
 }
+
+/// An inbound manual SA, keys as in [`SA`].
+const SA_IN: &str = r#"
+[[sa]]
+name = "in1"
+direction = "in"
+spi = 0x2002
+local = "10.0.0.1"
+remote = "10.0.0.2"
+proposal = "aes128-sha1"
+enc_key = "00112233445566778899aabbccddeeff"
+auth_key = "0102030405060708090a0b0c0d0e0f1011121314"
+"#;
+
+const POLICY_IN: &str = r#"
+[[policy]]
+name = "from-b"
+direction = "in"
+source = "192.168.2.0/24"
+destination = "192.168.1.0/24"
+action = "protect"
+sa = "in1"
+"#;
+
+#[test]
+fn an_inbound_sa_no_policy_names_is_refused() {
+    let kind = expect_error(
+        SA_IN,
+        line_of(SA_IN, "name = \"in1\""),
+        8,
+        "inbound SA `in1` is named by no inbound `protect` policy",
+    );
+    assert_eq!(kind, ConfigErrorKind::UnselectedSa { sa: "in1".into() });
+    let shown = parse(&format!("{BASE}{SA_IN}")).unwrap_err().to_string();
+    // The fix is in the message: a policy, or saying so explicitly.
+    assert!(shown.contains("sa = \"in1\""), "{shown}");
+    assert!(shown.contains("selectors = \"any\""), "{shown}");
+    // An outbound policy naming it does not count (and is refused itself).
+    let out_policy = format!(
+        "{SA_IN}\n[[policy]]\nname = \"p\"\ndirection = \"out\"\naction = \"protect\"\nsa = \"in1\"\n"
+    );
+    assert!(parse(&format!("{BASE}{out_policy}")).is_err());
+    // An outbound SA that no policy names carries nothing and is allowed.
+    assert!(parse(&format!("{BASE}{SA}")).is_ok());
+}
+
+#[test]
+fn an_inbound_sa_takes_the_selectors_of_its_policies() {
+    let second = POLICY_IN
+        .replace("from-b", "from-c")
+        .replace("192.168.2.0/24", "192.168.3.0/24");
+    let config = parse(&format!("{BASE}{SA_IN}{POLICY_IN}{second}")).unwrap();
+    let sa = config.sa("in1").unwrap();
+    assert!(!sa.admits_any);
+    let sources: Vec<String> = sa.params.selectors.iter().map(|s| s.src.to_string()).collect();
+    assert_eq!(sources, ["192.168.2.0/24", "192.168.3.0/24"]);
+    assert_eq!(config.inbound_selectors("in1"), sa.params.selectors);
+    assert!(config.warnings().is_empty(), "{:?}", config.warnings());
+}
+
+#[test]
+fn selectors_any_must_be_explicit_and_is_warned_about() {
+    let any = SA_IN.replace("auth_key", "selectors = \"any\"\nauth_key");
+    let config = parse(&format!("{BASE}{any}")).unwrap();
+    let sa = config.sa("in1").unwrap();
+    assert!(sa.admits_any);
+    assert_eq!(sa.params.selectors, vec![spd_sad::Selector::ANY]);
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("`in1` has selectors = \"any\"") && warnings[0].contains("every inner packet"),
+        "{warnings:?}"
+    );
+
+    // `any` and a policy together: one of them is a mistake.
+    let both = format!("{any}{POLICY_IN}");
+    let kind = expect_error(
+        &both,
+        line_of(&both, "selectors ="),
+        13,
+        "SA `in1` has selectors = \"any\" but inbound policy `from-b` names it too",
+    );
+    assert!(matches!(kind, ConfigErrorKind::AnySaWithPolicy { .. }));
+    // Anything but `any` is refused, as is `selectors` on an outbound SA.
+    let narrow = SA_IN.replace("auth_key", "selectors = \"192.168.2.0/24\"\nauth_key");
+    expect_error(
+        &narrow,
+        line_of(&narrow, "selectors ="),
+        13,
+        "selectors `192.168.2.0/24` must be \"any\"",
+    );
+    let outbound = SA.replace("auth_key", "selectors = \"any\"\nauth_key");
+    expect_error(
+        &outbound,
+        line_of(&outbound, "selectors ="),
+        13,
+        "only inbound SAs have `selectors`",
+    );
+}
+
+/// Every way the key bytes could be shown: hex either case, with colons,
+/// and as the decimal list a derived `Debug` of `Vec<u8>` prints.
+fn forms_of(key_hex: &str) -> Vec<String> {
+    let bytes = hex::decode(key_hex).unwrap();
+    let decimal = bytes.iter().map(u8::to_string).collect::<Vec<_>>().join(", ");
+    // Half the key is enough to count as a leak.
+    let half = &key_hex[..key_hex.len() / 2];
+    vec![
+        key_hex.to_lowercase(),
+        key_hex.to_uppercase(),
+        half.to_owned(),
+        bytes
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
+        decimal[..decimal.len() / 2].to_owned(),
+    ]
+}
+
+#[test]
+fn no_debug_or_display_shows_a_key_or_secret() {
+    let keys = [
+        "8a1f3c5e7092b4d6f8ea1c3e50729b4d",
+        "e1d2c3b4a5968778695a4b3c2d1e0f1a2b3c4d5e",
+        "5f4e3d2c1b0a99887766554433221100",
+        "a0b1c2d3e4f5061728394a5b6c7d8e9f0a1b2c3d",
+    ];
+    let secret = "tunnel secret MARKER-7c1e";
+    let text = format!(
+        r#"{BASE}
+[[sa]]
+name = "m-out"
+direction = "out"
+spi = 0x2001
+local = "10.0.0.1"
+remote = "10.0.0.2"
+proposal = "aes128-sha1"
+enc_key = "{}"
+auth_key = "{}"
+
+[[sa]]
+name = "m-in"
+direction = "in"
+spi = 0x2002
+local = "10.0.0.1"
+remote = "10.0.0.2"
+proposal = "aes128-sha1"
+enc_key = "0x{}"
+auth_key = "{}"
+selectors = "any"
+
+[[tunnel]]
+name = "x"
+local = "10.0.0.1"
+remote = "10.0.0.2"
+local_subnet = "192.168.1.0/24"
+remote_subnet = "192.168.2.0/24"
+proposal = "aes128gcm16"
+spi_out = 0x3001
+spi_in = 0x3002
+secret = "{secret}"
+"#,
+        keys[0], keys[1], keys[2], keys[3]
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(config.sa("m-in").unwrap().enc_key.len(), 16, "the keys were read");
+    let derived = config.sa("x-in").unwrap();
+    let derived_hex = [
+        hex::encode(&derived.enc_key[..]),
+        hex::encode(&config.sa("x-out").unwrap().enc_key[..]),
+    ];
+    let mut shown = vec![
+        format!("{config:?}"),
+        format!("{config:#?}"),
+        config.warnings().join("\n"),
+    ];
+    for sa in &config.sas {
+        shown.push(format!("{sa:?}"));
+        shown.push(format!("{:?}", sa.params));
+        let spec = accel::SessionSpec::new(sa.algorithm, sa.params.esn, &sa.enc_key, &sa.auth_key).unwrap();
+        shown.push(format!("{spec:?}"));
+        let session = accel::Session::new(sa.algorithm, &sa.enc_key, &sa.auth_key).unwrap();
+        shown.push(format!("{session:?}"));
+    }
+    for t in &config.tunnels {
+        shown.push(format!("{t:#?}"));
+    }
+    // What the control plane hands the workers on a reload.
+    let mut plane = ike_stub::ControlPlane::new(parse(&format!("{BASE}{SA}")).unwrap());
+    plane.reload(config.clone()).unwrap();
+    let mut commands = Vec::new();
+    plane.take_commands(&mut commands);
+    assert!(commands
+        .iter()
+        .any(|c| matches!(c, ike_stub::SaCommand::InstallSa(_))));
+    shown.push(format!("{commands:#?}"));
+    // Errors about keys do not quote them.
+    let short = text.replace(keys[0], &keys[0][..30]);
+    shown.push(parse(&short).unwrap_err().to_string());
+    let bad = text.replace(keys[1], &format!("{}zz", &keys[1][..38]));
+    shown.push(parse(&bad).unwrap_err().to_string());
+
+    let mut hidden: Vec<String> = vec![secret.to_owned()];
+    hidden.extend(keys.iter().flat_map(|k| forms_of(k)));
+    hidden.extend(derived_hex.iter().flat_map(|k| forms_of(k)));
+    for output in &shown {
+        for h in &hidden {
+            assert!(!output.contains(h.as_str()), "`{h}` shown in:\n{output}");
+        }
+    }
+}

@@ -146,7 +146,9 @@ pub struct SaParams {
     pub replay_window: u32,
     pub lifetime: Lifetime,
     /// For inbound SAs: what may arrive through this SA (RFC 4301 §5.2
-    /// step 4). Empty means anything.
+    /// step 4). Empty admits nothing, and [`Sad::insert`] refuses an
+    /// inbound SA without selectors: an SA that admits anything says so
+    /// with [`Selector::ANY`]. Outbound SAs leave this empty.
     pub selectors: Vec<Selector>,
 }
 
@@ -527,9 +529,22 @@ impl<C> SecurityAssociation<C> {
             .is_none_or(|s| self.age(now) < Duration::from_secs(s))
     }
 
-    /// Whether an inner packet may have arrived through this SA.
+    /// Whether an inner packet may have arrived through this SA: only
+    /// what one of its selectors matches, so an SA without selectors
+    /// admits nothing (fails closed).
     pub fn admits(&self, flow: &FlowKey) -> bool {
-        self.params.selectors.is_empty() || self.params.selectors.iter().any(|s| s.matches(flow))
+        self.params.selectors.iter().any(|s| s.matches(flow))
+    }
+
+    /// Replaces what may arrive through this inbound SA, keeping its
+    /// sequence state and counters (a reload that changed only the
+    /// policies naming it).
+    pub fn set_selectors(&mut self, selectors: Vec<Selector>) -> Result<(), SadError> {
+        if self.params.direction == SaDirection::Inbound && selectors.is_empty() {
+            return Err(SadError::NoSelectors(self.params.name.clone()));
+        }
+        self.params.selectors = selectors;
+        Ok(())
     }
 
     /// Counts one packet of `bytes` and moves the lifetime state on; returns
@@ -592,6 +607,9 @@ pub enum SadError {
     ReservedSpi(u32),
     #[error("the SA database is full ({0} SAs)")]
     Full(usize),
+    /// RFC 4301 §5.2: an inbound SA must say what may arrive through it.
+    #[error("inbound SA `{0}` has no selectors, so it would admit nothing; give it the selectors of the inbound policies naming it, or `Selector::ANY` to admit every inner packet")]
+    NoSelectors(String),
 }
 
 /// One place in the database: its current generation and SA, if any.
@@ -638,6 +656,9 @@ impl<C> Sad<C> {
         }
         if self.iter().any(|(_, existing)| existing.name() == params.name) {
             return Err(SadError::DuplicateName(params.name.clone()));
+        }
+        if params.direction == SaDirection::Inbound && params.selectors.is_empty() {
+            return Err(SadError::NoSelectors(params.name.clone()));
         }
         if params.direction == SaDirection::Inbound {
             if let Some(existing) = self.by_spi.get(&params.spi).and_then(|id| self.get(*id)) {
@@ -797,7 +818,10 @@ mod tests {
             esn: false,
             replay_window: 64,
             lifetime: Lifetime::default(),
-            selectors: vec![],
+            selectors: match direction {
+                SaDirection::Inbound => vec![Selector::ANY],
+                SaDirection::Outbound => vec![],
+            },
         }
     }
 
@@ -825,6 +849,43 @@ mod tests {
         assert!(sad.remove(id).is_some());
         assert_eq!(sad.lookup_inbound(0x1000, "10.0.0.1".parse().unwrap()), None);
         assert_eq!(sad.find("out"), Some(out));
+    }
+
+    #[test]
+    fn inbound_sas_admit_only_what_their_selectors_match() {
+        let flow = |src: &str| FlowKey {
+            src: src.parse().unwrap(),
+            dst: "192.168.1.5".parse().unwrap(),
+            protocol: 17,
+            ports: Some((1000, 53)),
+        };
+        let mut sad: Sad<()> = Sad::new();
+        let unselected = SaParams {
+            selectors: vec![],
+            ..params("bare", SaDirection::Inbound, 0x1000)
+        };
+        assert_eq!(
+            sad.insert(unselected.clone(), (), Duration::ZERO),
+            Err(SadError::NoSelectors("bare".into()))
+        );
+        // Built around the database, an SA without selectors still admits nothing.
+        let mut bare = SecurityAssociation::new(unselected, (), Duration::ZERO);
+        assert!(!bare.admits(&flow("192.168.2.7")));
+        assert_eq!(
+            bare.set_selectors(vec![]),
+            Err(SadError::NoSelectors("bare".into()))
+        );
+
+        let any = SecurityAssociation::new(params("any", SaDirection::Inbound, 0x1001), (), Duration::ZERO);
+        assert!(any.admits(&flow("192.168.2.7")) && any.admits(&flow("172.16.0.1")));
+
+        let narrow = Selector {
+            src: "192.168.2.0/24".parse().unwrap(),
+            ..Selector::ANY
+        };
+        bare.set_selectors(vec![narrow]).unwrap();
+        assert!(bare.admits(&flow("192.168.2.7")));
+        assert!(!bare.admits(&flow("172.16.0.1")));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # accel's AF_ALG engine tests (accel/tests/afalg_engine.rs) inside the
 # linux-peer VM, whose stock Debian kernel has AF_ALG (this host's kernel
-# has not, so there the tests are #[ignore]d):
+# has not, so there the tests show as ignored):
 #   every algorithm x direction x single-pass and two-descriptor sequences x
 #   buffer policy x sync/io_uring x ESN against accel::SoftEngine, forged
 #   ICVs, per-session order, zero allocations per job on the registered

@@ -1,17 +1,21 @@
 //! `espgw demo` end to end (root, in CI): traffic flows both ways, the
 //! middle link carries only ESP, the gateways' counters match each other,
-//! and nothing is left behind.
+//! and nothing is left behind. Without root or the namespace tools each test
+//! shows as ignored, and fails under `CI=true` unless `ESPGW_SKIPS` names
+//! `netns` (testkit); `.ci/run` installs the tools and runs as root.
 
 use std::process::Command;
 use std::sync::Mutex;
 
+use testkit::Prerequisite;
+
 /// The demo's namespaces have fixed names: one test at a time uses them.
 static TOPOLOGY: Mutex<()> = Mutex::new(());
 
-fn can_run() -> Result<(), String> {
+static NETNS: Prerequisite = Prerequisite::new("netns", || {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err("needs root for network namespaces".into());
+        return Err("not running as root, which network namespaces need".into());
     }
     for tool in ["ip", "ethtool", "ping"] {
         let found = Command::new("sh")
@@ -19,26 +23,21 @@ fn can_run() -> Result<(), String> {
             .output();
         if !found.is_ok_and(|o| o.status.success()) {
             return Err(format!(
-                "needs `{tool}` (apt-get install iproute2 ethtool iputils-ping)"
+                "no `{tool}` (apt-get install iproute2 ethtool iputils-ping)"
             ));
         }
     }
     Ok(())
-}
+});
 
-/// True when the test can run here. Where it cannot, CI fails (it is root
-/// and installs the tools) and elsewhere the reason is printed.
-fn runnable(what: &str) -> bool {
-    match can_run() {
-        Ok(()) => true,
-        Err(reason) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{what} must run in CI: {reason}")
-        }
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
+fn main() -> std::process::ExitCode {
+    testkit::run([
+        testkit::needs!(&NETNS, demo_passes_traffic_only_as_esp_and_cleans_up),
+        testkit::needs!(&NETNS, demo_rekeys_and_reloads_without_losing_a_packet),
+        testkit::needs!(&NETNS, a_flood_of_bad_esp_does_not_starve_good_traffic),
+        testkit::needs!(&NETNS, io_comparison_runs_every_method),
+        testkit::needs!(&NETNS, veth_bench_reports_forwarding_rates),
+    ])
 }
 
 /// Runs `espgw ARGS`, which must succeed; returns what it printed.
@@ -72,12 +71,8 @@ fn counter(report: &str, gateway: &str, name: &str) -> u64 {
         .unwrap_or_else(|_| panic!("{name} in {line}"))
 }
 
-#[test]
 fn demo_passes_traffic_only_as_esp_and_cleans_up() {
     let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
-    if !runnable("the demo test") {
-        return;
-    }
     for (algorithm, engine) in [("aes128gcm16", "soft"), ("aes128-sha1", "sec")] {
         let report = espgw(&[
             "demo",
@@ -122,12 +117,8 @@ fn demo_passes_traffic_only_as_esp_and_cleans_up() {
 /// Short byte lifetimes make the gateways rekey over and over while
 /// numbered UDP flows both ways; gwA also refuses a broken config (by
 /// `espgw reload` and SIGHUP) and takes a valid one, mid-stream.
-#[test]
 fn demo_rekeys_and_reloads_without_losing_a_packet() {
     let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
-    if !runnable("the rekey demo") {
-        return;
-    }
     let report = espgw(&[
         "demo",
         "--rekey-every",
@@ -165,12 +156,8 @@ fn demo_rekeys_and_reloads_without_losing_a_packet() {
 /// Floods of bad ESP into gwB, ten times the good traffic's rate, cost it
 /// nothing; every bad frame is counted. (At full speed, which depends on
 /// the build and the machine, README records what a release build does.)
-#[test]
 fn a_flood_of_bad_esp_does_not_starve_good_traffic() {
     let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
-    if !runnable("the flood check") {
-        return;
-    }
     let report = espgw(&[
         "demo",
         "--flood-check",
@@ -211,11 +198,7 @@ fn a_flood_of_bad_esp_does_not_starve_good_traffic() {
 }
 
 /// `espgw bench --io` compares the receive methods on a veth pair.
-#[test]
 fn io_comparison_runs_every_method() {
-    if !runnable("the I/O comparison") {
-        return;
-    }
     let table = espgw(&["bench", "--io", "--sizes", "64", "--slice-ms", "20"]);
     for method in ["recvmmsg", "pnet", "io_uring"] {
         let line = table
@@ -233,12 +216,8 @@ fn io_comparison_runs_every_method() {
 }
 
 /// `espgw bench --veth` forwards real traffic through the demo topology.
-#[test]
 fn veth_bench_reports_forwarding_rates() {
     let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
-    if !runnable("the veth bench") {
-        return;
-    }
     let table = espgw(&["bench", "--veth", "--sizes", "128,1420", "--slice-ms", "20"]);
     for size in ["128", "1420"] {
         let line = table

@@ -3,7 +3,9 @@
 //! captures built and checked by scapy's `SecurityAssociation`.
 //!
 //! Needs `python3` with scapy (and `cryptography`). Without scapy the test
-//! is skipped, except under `CI=true`, where it fails: CI must install it.
+//! shows as `ignored (needs scapy: ...)`; under `CI=true` it fails unless
+//! `ESPGW_SKIPS` names the skip (testkit). The script's output is shown when
+//! the test fails.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -11,15 +13,26 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use testkit::Prerequisite;
+
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/scapy_interop.py");
 
-fn scapy_available() -> bool {
-    Command::new("python3")
-        .args(["-c", "import scapy"])
+static SCAPY: Prerequisite = Prerequisite::new("scapy", || {
+    let found = Command::new("python3")
+        .args(["-c", "import scapy, cryptography"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok_and(|s| s.success());
+    if found {
+        Ok(())
+    } else {
+        Err("`python3 -c \"import scapy, cryptography\"` failed; pip install scapy cryptography".into())
+    }
+});
+
+fn main() -> std::process::ExitCode {
+    testkit::run([testkit::needs!(&SCAPY, scapy_interop)])
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -46,35 +59,13 @@ impl Drop for TempDir {
     }
 }
 
-/// Copies each line of `pipe` to the test's output as it arrives
-/// (captured by the test harness; shown with `--nocapture` or on failure).
-fn forward_lines(pipe: impl Read + Send + 'static, to_stderr: bool) -> thread::JoinHandle<Vec<String>> {
-    thread::spawn(move || {
-        let mut lines = Vec::new();
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            if to_stderr {
-                eprintln!("{line}");
-            } else {
-                println!("{line}");
-            }
-            lines.push(line);
-        }
-        lines
-    })
+/// Collects the lines of `pipe`. testkit's harness does not capture output,
+/// so they are kept for the failure message rather than printed as they come.
+fn collect_lines(pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<String>> {
+    thread::spawn(move || BufReader::new(pipe).lines().map_while(Result::ok).collect())
 }
 
-#[test]
 fn scapy_interop() {
-    if !scapy_available() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!(
-                "scapy is not installed (`python3 -c \"import scapy\"` failed); CI must `pip install scapy`"
-            );
-        }
-        eprintln!("skipped: scapy not installed; pip install scapy");
-        return;
-    }
     let workdir = TempDir::new();
     let mut child = Command::new("python3")
         .arg("-u")
@@ -87,21 +78,28 @@ fn scapy_interop() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("cannot run python3");
-    let stdout = forward_lines(child.stdout.take().expect("stdout is piped"), false);
-    let stderr = forward_lines(child.stderr.take().expect("stderr is piped"), true);
+    let stdout = collect_lines(child.stdout.take().expect("stdout is piped"));
+    let stderr = collect_lines(child.stderr.take().expect("stderr is piped"));
     let status = child.wait().expect("cannot wait for python3");
     let lines = stdout.join().expect("stdout reader panicked");
-    stderr.join().expect("stderr reader panicked");
+    let errors = stderr.join().expect("stderr reader panicked");
 
-    let failures: Vec<&String> = lines.iter().filter(|l| l.starts_with("FAIL")).collect();
     let summary = lines.last().map_or("(no output)", String::as_str);
+    let output = || {
+        format!(
+            "--- stdout\n{}\n--- stderr\n{}",
+            lines.join("\n"),
+            errors.join("\n")
+        )
+    };
     assert!(
         status.success(),
         "{SCRIPT} exited with {status}; {summary}\n{}",
-        failures.iter().map(|l| l.as_str()).collect::<Vec<_>>().join("\n")
+        output()
     );
     assert!(
         summary.ends_with(" passed, 0 failed"),
-        "unexpected summary line: {summary}"
+        "unexpected summary line: {summary}\n{}",
+        output()
     );
 }

@@ -13,6 +13,10 @@
 //! CBC sizes are block multiples: 1424 = a 1420-byte payload plus the 2-byte
 //! ESP trailer, padded to 16.
 //!
+//! It checks no output: `tests/crypto_libs_agree.rs` checks, with these same
+//! calls, that every crate here gives identical bytes for every algorithm
+//! here, and fails when this file times one it does not compare.
+//!
 //! Quick run on a small shared box:
 //! `cargo bench --bench crypto_libs -- --warm-up-time 1 --measurement-time 2`
 

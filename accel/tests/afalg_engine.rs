@@ -4,13 +4,12 @@
 //! the registered-buffer path; `Drop` and `reclaim` with requests on the
 //! ring; released handles.
 //!
-//! AF_ALG is missing from many kernels (this project's host among them), so
-//! every test that needs it is `#[ignore]`d, which `cargo test` reports;
-//! `scripts/afalg-engine-in-vm.sh` runs them (`--include-ignored`) inside
-//! the linux-peer VM. Run with `--ignored` where AF_ALG is missing, they
-//! fail with the reason. The one test that runs everywhere says whether
-//! AF_ALG is there, and under `CI=true` fails when it is not, unless
-//! `ESPGW_SKIP_AFALG` gives the reason to skip.
+//! AF_ALG is missing from many kernels (this project's host among them).
+//! There every test that needs it shows as `ignored (needs afalg: ...)`, and
+//! under `CI=true` fails unless `ESPGW_SKIPS` names `afalg` (testkit's
+//! harness); `scripts/afalg-engine-in-vm.sh` runs them inside the linux-peer
+//! VM, whose kernel has it. One test runs everywhere: the engine is refused,
+//! naming the kernel option, exactly where the probe says AF_ALG is missing.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -22,8 +21,34 @@ use accel::{
     Algorithm, BufferPolicy, Descriptor, DescriptorError, DescriptorKind, Direction, Engine, Job,
     NextCompletion, PacketBuf, PacketPool, Region, SessionHandle, SessionSpec, SoftEngine, Status,
 };
+use testkit::Prerequisite;
 
 const NEEDS: &str = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh";
+
+static AFALG: Prerequisite = Prerequisite::new("afalg", || {
+    accel::afalg::probe()
+        .map_err(|e| format!("{e}; scripts/afalg-engine-in-vm.sh runs this in the linux-peer VM"))
+});
+
+fn main() -> std::process::ExitCode {
+    testkit::run([
+        testkit::test!(the_engine_is_refused_exactly_where_the_kernel_has_no_af_alg),
+        testkit::needs!(&AFALG, same_bytes_and_statuses_as_soft_for_every_combination),
+        testkit::needs!(
+            &AFALG,
+            per_session_order_with_interleaved_sessions_and_bursts_larger_than_the_ring
+        ),
+        testkit::needs!(&AFALG, a_finished_job_waits_for_the_earlier_jobs_of_its_session),
+        testkit::needs!(&AFALG, reclaim_cancels_only_requests_older_than_the_age),
+        testkit::needs!(&AFALG, drop_with_requests_outstanding_cancels_and_waits),
+        testkit::needs!(&AFALG, released_and_unknown_handles_complete_with_bad_session),
+        testkit::needs!(&AFALG, no_allocation_per_job_on_the_registered_path),
+        testkit::needs!(
+            &AFALG,
+            a_kernel_refusal_at_registration_is_refused_with_the_reason
+        ),
+    ])
+}
 
 // ---------------------------------------------------------------------------
 // A global allocator that counts this thread's allocations while asked to.
@@ -259,29 +284,18 @@ fn open_fds() -> usize {
 }
 
 // ---------------------------------------------------------------------------
-// Runs everywhere: makes a missing AF_ALG visible.
+// Runs everywhere.
 // ---------------------------------------------------------------------------
 
-#[test]
-fn af_alg_is_available_or_the_skip_says_why() {
-    match accel::afalg::probe() {
-        Ok(()) => eprintln!("AF_ALG available; the engine tests are #[ignore]d: run them with --ignored"),
-        Err(reason) => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-            match std::env::var("ESPGW_SKIP_AFALG") {
-                Ok(why) if !why.is_empty() => {
-                    eprintln!("skipped: AF_ALG unavailable: {reason} (ESPGW_SKIP_AFALG: {why})")
-                }
-                _ if ci => panic!(
-                    "AF_ALG unavailable under CI=true: {reason}; run scripts/afalg-engine-in-vm.sh, or set ESPGW_SKIP_AFALG to the reason for skipping"
-                ),
-                _ => eprintln!("skipped: AF_ALG unavailable: {reason} ({NEEDS})"),
-            }
-            let err = AfalgEngine::new(BufferPolicy::Registered, AfalgIo::Sync)
-                .err()
-                .expect("no AF_ALG, no engine");
-            assert!(err.to_string().contains("CONFIG_CRYPTO_USER_API_AEAD"), "{err}");
-        }
+fn the_engine_is_refused_exactly_where_the_kernel_has_no_af_alg() {
+    match (
+        accel::afalg::probe(),
+        AfalgEngine::new(BufferPolicy::Registered, AfalgIo::Sync),
+    ) {
+        (Ok(()), Ok(_)) => {}
+        (Ok(()), Err(e)) => panic!("the kernel has AF_ALG, yet the engine is refused: {e}"),
+        (Err(missing), Ok(_)) => panic!("the probe says {missing}, yet the engine was built"),
+        (Err(_), Err(e)) => assert!(e.to_string().contains("CONFIG_CRYPTO_USER_API_AEAD"), "{e}"),
     }
 }
 
@@ -289,8 +303,6 @@ fn af_alg_is_available_or_the_skip_says_why() {
 // In the VM.
 // ---------------------------------------------------------------------------
 
-#[test]
-#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
 fn same_bytes_and_statuses_as_soft_for_every_combination() {
     use DescriptorKind::*;
     let mut combinations = 0;
@@ -408,8 +420,6 @@ fn same_bytes_and_statuses_as_soft_for_every_combination() {
     assert_eq!(combinations, Algorithm::ALL.len() * 2 * 2 * 2);
 }
 
-#[test]
-#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
 fn per_session_order_with_interleaved_sessions_and_bursts_larger_than_the_ring() {
     let algs = [
         (Algorithm::Aes128Gcm16, false),
@@ -465,8 +475,6 @@ fn per_session_order_with_interleaved_sessions_and_bursts_larger_than_the_ring()
     }
 }
 
-#[test]
-#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
 fn a_finished_job_waits_for_the_earlier_jobs_of_its_session() {
     let alg = Algorithm::Aes128Gcm16;
     let mut afalg = engine(BufferPolicy::Registered, AfalgIo::IoUring);
@@ -517,8 +525,6 @@ fn a_finished_job_waits_for_the_earlier_jobs_of_its_session() {
     assert_eq!(again[0], want[0]);
 }
 
-#[test]
-#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
 fn reclaim_cancels_only_requests_older_than_the_age() {
     for alg in [Algorithm::Aes128Gcm16, Algorithm::Aes128Sha1] {
         let mut afalg = engine(BufferPolicy::Registered, AfalgIo::IoUring);
@@ -575,8 +581,6 @@ fn reclaim_cancels_only_requests_older_than_the_age() {
     assert_eq!(out[0].desc.status, Status::Done);
 }
 
-#[test]
-#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
 fn drop_with_requests_outstanding_cancels_and_waits() {
     let alg = Algorithm::Aes128Gcm16;
     let d = descriptor(alg, 256, DescriptorKind::SinglePass, Direction::Encrypt, false);
@@ -624,8 +628,6 @@ fn drop_with_requests_outstanding_cancels_and_waits() {
     }
 }
 
-#[test]
-#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
 fn released_and_unknown_handles_complete_with_bad_session() {
     let alg = Algorithm::Aes256Sha256;
     let d = descriptor(alg, 128, DescriptorKind::SinglePass, Direction::Encrypt, false);
@@ -688,8 +690,6 @@ fn released_and_unknown_handles_complete_with_bad_session() {
     }
 }
 
-#[test]
-#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
 fn no_allocation_per_job_on_the_registered_path() {
     use DescriptorKind::*;
     let cases = [
@@ -757,8 +757,6 @@ fn no_allocation_per_job_on_the_registered_path() {
     }
 }
 
-#[test]
-#[ignore = "needs AF_ALG: run in the linux-peer VM with scripts/afalg-engine-in-vm.sh"]
 fn a_kernel_refusal_at_registration_is_refused_with_the_reason() {
     let mut afalg = engine(BufferPolicy::Registered, AfalgIo::IoUring);
     let before = open_fds();

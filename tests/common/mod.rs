@@ -11,6 +11,13 @@ use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, SecConfig, Style};
 use dataplane::{DropReason, Gateway, LinkLayer, PacketBuf, PacketPool, Port, Verdict};
 use ike_stub::Config;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
+use testkit::Prerequisite;
+
+/// The kernel's AF_ALG AEAD sockets, which this host's kernel lacks and the
+/// linux-peer VM's has (`scripts/afalg-in-vm.sh` runs these tests there).
+pub static AFALG: Prerequisite = Prerequisite::new("afalg", || {
+    accel::afalg::probe().map_err(|e| format!("{e}; scripts/afalg-in-vm.sh runs this in the linux-peer VM"))
+});
 
 pub const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
 pub const HOST_B: Ipv4Addr = Ipv4Addr::new(192, 168, 2, 20);

@@ -203,6 +203,59 @@ fn resolves_next_hops_and_queues_until_the_reply() {
 }
 
 #[test]
+fn a_tunnels_next_hop_follows_the_neighbour_table() {
+    // ESP packets reuse their SA's resolved next hop; a new MAC for the
+    // peer, or its entry expiring, must be seen by the very next packet.
+    let mut gw = site_a(Algorithm::Aes128Gcm16, 1500);
+    let mut pool = PacketPool::new(32);
+    let frame = ether(
+        GW_INSIDE_MAC,
+        HOST_A_MAC,
+        EthernetProtocol::Ipv4,
+        &udp_packet(HOST_A, HOST_B, 100, 1),
+    );
+    let peer_says = |gw: &mut Gateway, pool: &mut PacketPool, now: Duration, mac: [u8; 6], op| {
+        let message = arp(op, (mac, [10, 0, 0, 2]), ([0x02, 0, 0, 0, 0, 1], [10, 0, 0, 1]));
+        let f = ether([0x02, 0, 0, 0, 0, 1], mac, EthernetProtocol::Arp, &message);
+        send(gw, pool, now, Port::Outside, &f)
+    };
+    let esp_macs = |out: &[(Verdict, Vec<u8>)]| -> Vec<[u8; 6]> {
+        out.iter()
+            .filter(|(v, b)| *v == Verdict::Forward(Port::Outside) && b[12..14] == [0x08, 0x00])
+            .map(|(_, b)| b[..6].try_into().unwrap())
+            .collect()
+    };
+    let at = Duration::from_millis;
+    send(&mut gw, &mut pool, at(0), Port::Inside, &frame);
+    let out = peer_says(&mut gw, &mut pool, at(10), PEER_MAC, ArpOperation::Reply);
+    assert_eq!(esp_macs(&out), vec![PEER_MAC]);
+    for t in [20, 30] {
+        let out = send(&mut gw, &mut pool, at(t), Port::Inside, &frame);
+        assert_eq!(esp_macs(&out), vec![PEER_MAC]);
+    }
+    // The peer moves to another MAC (its ARP request updates our entry).
+    let moved = [0x02, 0, 0, 0, 0x00, 0x22];
+    peer_says(&mut gw, &mut pool, at(40), moved, ArpOperation::Request);
+    let out = send(&mut gw, &mut pool, at(50), Port::Inside, &frame);
+    assert_eq!(esp_macs(&out), vec![moved]);
+    // Past the entry's lifetime the packet waits for ARP instead of using
+    // the remembered MAC.
+    let later = at(50) + dataplane::neighbor::REACHABLE_TIME + at(1);
+    let out = send(&mut gw, &mut pool, later, Port::Inside, &frame);
+    assert!(esp_macs(&out).is_empty(), "an expired neighbour is not used");
+    assert!(
+        out.iter().any(|(_, b)| b[12..14] == [0x08, 0x06]),
+        "an ARP request goes out instead"
+    );
+    let mut rest = Vec::new();
+    gw.shutdown(later, &mut rest, &mut pool);
+    for (buf, _) in rest {
+        pool.free(buf);
+    }
+    assert_eq!(pool.in_use(), 0);
+}
+
+#[test]
 fn unanswered_arp_drops_the_queue_after_a_timeout() {
     let mut gw = site_a(Algorithm::Aes128Gcm16, 1500);
     let mut pool = PacketPool::new(32);

@@ -63,6 +63,11 @@ impl Job {
     /// Returns whether a bounce buffer was used.
     #[inline]
     pub fn run_with(&mut self, session: &Session, buffers: BufferPolicy) -> bool {
+        if buffers == BufferPolicy::Registered && self.bounce.is_none() {
+            let offset = self.offset.min(self.buf.len());
+            crate::primitive::process(session, &mut self.desc, &mut self.buf.data_mut()[offset..]);
+            return false;
+        }
         if buffers == BufferPolicy::PerRequest {
             self.bounce_in();
         }

@@ -112,7 +112,8 @@ pub struct Pending {
     pub esp_offset: usize,
     /// Full (ESN-inferred) sequence number, inbound only.
     pub seq: u64,
-    /// Bytes of protected data, for lifetimes.
+    /// Bytes of protected data, for lifetimes (outbound; inbound counts
+    /// the authenticated packet at finish).
     pub protected_len: usize,
 }
 
@@ -287,24 +288,14 @@ pub fn encapsulate_prepare<R: Rng>(
     Ok(pending)
 }
 
-/// Outbound finish: the engine has run (`status`); account the packet's
-/// `protected_len` bytes against its SA's lifetimes.
-pub fn encapsulate_finish(
-    sad: &mut Sad<SaCrypto>,
-    sa_id: SaId,
-    protected_len: usize,
-    status: Status,
-    now: Duration,
-) -> Result<(), DropReason> {
-    if status != Status::Done {
-        return Err(DropReason::EngineError);
+/// Outbound finish: the engine has run. Lifetimes were counted when the
+/// packet was handed over (see `start_encapsulation`).
+pub fn encapsulate_finish(status: Status) -> Result<(), DropReason> {
+    if status == Status::Done {
+        Ok(())
+    } else {
+        Err(DropReason::EngineError)
     }
-    if let Some(sa) = sad.get_mut(sa_id) {
-        if let Some(state) = sa.account(protected_len, now) {
-            sad.note_transition(sa_id, state);
-        }
-    }
-    Ok(())
 }
 
 /// What inbound prepare decided.

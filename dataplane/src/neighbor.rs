@@ -46,27 +46,43 @@ pub struct Neighbors {
     learnt: HashMap<Ipv4Addr, (EthernetAddress, Duration)>,
     pending: VecDeque<Waiting>,
     last_request: HashMap<Ipv4Addr, Duration>,
+    /// Bumped by every change to an entry, so that what was derived from
+    /// the table (a tunnel's cached next hop) knows when to look again.
+    version: u64,
 }
 
 impl Neighbors {
     pub fn insert_static(&mut self, address: Ipv4Addr, mac: EthernetAddress) {
+        self.version += 1;
         self.static_entries.insert(address, mac);
     }
 
     /// The MAC of `address` at time `now`, if known and not expired.
     pub fn lookup(&self, address: Ipv4Addr, now: Duration) -> Option<EthernetAddress> {
+        self.entry(address, now).map(|(mac, _)| mac)
+    }
+
+    /// The MAC of `address` at time `now` and until when it holds (while
+    /// [`version`](Self::version) stays the same).
+    pub fn entry(&self, address: Ipv4Addr, now: Duration) -> Option<(EthernetAddress, Duration)> {
         if let Some(mac) = self.static_entries.get(&address) {
-            return Some(*mac);
+            return Some((*mac, Duration::MAX));
         }
         self.learnt
             .get(&address)
             .filter(|(_, expires)| *expires > now)
-            .map(|(mac, _)| *mac)
+            .copied()
+    }
+
+    /// Changes with every change to an entry.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// Records `address` at `mac` (static entries win).
     pub fn learn(&mut self, address: Ipv4Addr, mac: EthernetAddress, now: Duration) {
         if !self.static_entries.contains_key(&address) {
+            self.version += 1;
             self.learnt.insert(address, (mac, now + REACHABLE_TIME));
         }
     }
@@ -130,7 +146,11 @@ impl Neighbors {
                 retry.push((hop, port));
             }
         }
+        let before = self.learnt.len();
         self.learnt.retain(|_, (_, expires)| *expires > now);
+        if self.learnt.len() != before {
+            self.version += 1;
+        }
     }
 
     /// When a parked packet next needs attention: its ARP request repeated

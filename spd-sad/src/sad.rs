@@ -33,7 +33,9 @@ impl SaId {
         SaId((generation << Self::SLOT_BITS) | (slot as u32 & Self::SLOT_MASK))
     }
 
-    fn slot(self) -> usize {
+    /// The table slot: dense, for side tables indexed by SA (check the
+    /// whole id before trusting an entry; slots are reused).
+    pub fn slot(self) -> usize {
         (self.0 & Self::SLOT_MASK) as usize
     }
 

@@ -1,13 +1,16 @@
 //! L2/L3 forwarding: routes, the MTU and IPv4 fragmentation (RFC 791),
-//! Ethernet framing, ARP (RFC 826) and the packets parked while a next hop
-//! resolves. Must not classify, touch SAs or the engine.
+//! Ethernet framing, ARP (RFC 826), the packets parked while a next hop
+//! resolves, and the next hop each SA's outer packets take. Must not
+//! classify, touch SAs (it only keys by their ids) or the engine.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
 
-use super::{Gateway, LinkLayer, Verdict};
+use spd_sad::SaId;
+
+use super::{Gateway, LinkLayer, Next, Verdict};
 use crate::buffer::PacketBuf;
 use crate::icmp;
 use crate::neighbor::Queued;
@@ -15,7 +18,75 @@ use crate::route::Port;
 use crate::stats::DropReason;
 use crate::Output;
 
+/// Where an SA's outer packets go, resolved once and reused while nothing
+/// it came from has changed, so that the route and neighbour lookups are
+/// not per packet: Linux keeps the route in the xfrm bundle, VPP stacks a
+/// tunnel on its adjacency. Routes and interfaces do not change during a
+/// gateway's life; the neighbour table's version and the entry's expiry
+/// say when to look again.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CachedHop {
+    sa: SaId,
+    dst: Ipv4Addr,
+    port: Port,
+    mac: EthernetAddress,
+    mtu: u16,
+    neighbors: u64,
+    until: Duration,
+}
+
 impl Gateway {
+    /// Sends an encapsulated packet of `sa` by the SA's cached next hop
+    /// when it still holds and the packet fits its MTU; otherwise by the
+    /// normal route (fragmentation, ARP and errors included), remembering
+    /// the hop for the next packet.
+    pub(super) fn emit_protected(&mut self, sa: SaId, mut buf: PacketBuf, out: &mut Vec<Output>) {
+        let dst = Ipv4Packet::new_unchecked(buf.data()).dst_addr();
+        match self.hops.get(sa.slot()).copied().flatten() {
+            Some(hop)
+                if hop.sa == sa
+                    && hop.dst == dst
+                    && hop.neighbors == self.neighbors.version()
+                    && self.last_now < hop.until
+                    && buf.len() <= usize::from(hop.mtu) =>
+            {
+                if self.frame(&mut buf, hop.mac, hop.port).is_ok() {
+                    self.stats.tx_packets += 1;
+                    out.push((buf, Verdict::Forward(hop.port)));
+                    return;
+                }
+            }
+            _ => self.remember_hop(sa, dst),
+        }
+        self.emit(buf, Ok(Next::Route), out);
+    }
+
+    fn remember_hop(&mut self, sa: SaId, dst: Ipv4Addr) {
+        let Some(hop) = self.routes.lookup(dst) else {
+            return;
+        };
+        if self.link_of(hop.port) != LinkLayer::Ethernet {
+            return;
+        }
+        let Some((mac, until)) = self.neighbors.entry(hop.address, self.last_now) else {
+            return;
+        };
+        let slot = sa.slot();
+        if self.hops.len() <= slot {
+            // Once per new SA slot, not per packet.
+            self.hops.resize(slot + 1, None);
+        }
+        self.hops[slot] = Some(CachedHop {
+            sa,
+            dst,
+            port: hop.port,
+            mac,
+            mtu: self.interfaces[hop.port.index()].mtu,
+            neighbors: self.neighbors.version(),
+            until,
+        });
+    }
+
     /// Routes an IPv4 packet: next hop, MTU, link-layer header. `Ok(None)`
     /// when the buffer was parked waiting for ARP (it comes back later).
     pub(super) fn route(

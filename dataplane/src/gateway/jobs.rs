@@ -68,7 +68,6 @@ pub(super) enum Phase {
 pub(super) struct InFlight {
     sa: SaId,
     seq: u64,
-    protected_len: usize,
     direction: Direction,
     phase: Phase,
     submitted_at: Duration,
@@ -139,9 +138,6 @@ pub(super) struct Jobs {
     /// `pump` runs them as one burst.
     inline_outbound: bool,
     inline: Vec<Job>,
-    /// Beside each inline job, what its finish needs: its SA and the bytes
-    /// it protects.
-    inline_meta: Vec<(SaId, usize)>,
 }
 
 impl Jobs {
@@ -149,7 +145,6 @@ impl Jobs {
         Jobs {
             inline_outbound,
             inline: Vec::with_capacity(256),
-            inline_meta: Vec::with_capacity(256),
             in_flight: Slab::default(),
             backlog: VecDeque::with_capacity(256),
             single: VecDeque::with_capacity(1),
@@ -206,19 +201,25 @@ impl Gateway {
             now,
         };
         match esp::encapsulate_prepare(sa_id, sa, &mut buf, ctx) {
-            Ok(pending) if self.jobs.inline_outbound => {
-                self.jobs.inline_meta.push((pending.sa, pending.protected_len));
-                self.jobs.inline.push(Job::new(
-                    sa.crypto().handle,
-                    pending.desc,
-                    buf,
-                    pending.esp_offset,
-                    0,
-                ));
-            }
             Ok(pending) => {
                 let crypto = (sa.crypto().handle, sa.crypto().algorithm);
-                self.launch(now, pending, Direction::Encrypt, crypto, buf, out);
+                // Lifetimes count what is handed to the engine, as Linux's
+                // xfrm_output does before the transform, so that finishing
+                // an outbound packet needs no SA.
+                if let Some(state) = sa.account(pending.protected_len, now) {
+                    self.sad.note_transition(sa_id, state);
+                }
+                if self.jobs.inline_outbound {
+                    self.jobs.inline.push(Job::new(
+                        crypto.0,
+                        pending.desc,
+                        buf,
+                        pending.esp_offset,
+                        u64::from(sa_id.0),
+                    ));
+                } else {
+                    self.launch(now, pending, Direction::Encrypt, crypto, buf, out);
+                }
             }
             Err(reason) => {
                 if reason == DropReason::SeqOverflow {
@@ -371,7 +372,6 @@ impl Gateway {
         let slot = self.jobs.in_flight.insert(InFlight {
             sa: pending.sa,
             seq: pending.seq,
-            protected_len: pending.protected_len,
             direction,
             phase,
             submitted_at: now,
@@ -398,7 +398,7 @@ impl Gateway {
     /// Hands queued jobs to the engine and finishes what it completed, until
     /// neither moves. Never waits.
     pub(super) fn pump(&mut self, now: Duration, out: &mut Vec<Output>) {
-        self.run_inline(now, out);
+        self.run_inline(out);
         loop {
             let submitted = self.submit_queued(now);
             let mut done = std::mem::take(&mut self.jobs.completions);
@@ -414,26 +414,25 @@ impl Gateway {
     }
 
     /// Runs the inline outbound burst and finishes it, in order.
-    fn run_inline(&mut self, now: Duration, out: &mut Vec<Output>) {
+    fn run_inline(&mut self, out: &mut Vec<Output>) {
         if self.jobs.inline.is_empty() {
             return;
         }
         let mut jobs = std::mem::take(&mut self.jobs.inline);
-        let mut meta = std::mem::take(&mut self.jobs.inline_meta);
         // `inline_outbound` is only set for an engine that runs inline; one
         // that would not leaves its jobs pending, and they fail below
         // rather than being lost.
         self.engine.run_inline(&mut jobs);
-        for (job, (sa, protected_len)) in jobs.drain(..).zip(meta.drain(..)) {
-            let result = esp::encapsulate_finish(&mut self.sad, sa, protected_len, job.desc.status, now);
-            let result = result.map(|()| {
-                self.stats.encapsulated += 1;
-                Next::Route
-            });
-            self.emit(job.buf, result, out);
+        for job in jobs.drain(..) {
+            match esp::encapsulate_finish(job.desc.status) {
+                Ok(()) => {
+                    self.stats.encapsulated += 1;
+                    self.emit_protected(SaId(job.user as u32), job.buf, out);
+                }
+                Err(reason) => self.emit(job.buf, Err(reason), out),
+            }
         }
         self.jobs.inline = jobs;
-        self.jobs.inline_meta = meta;
     }
 
     fn submit_queued(&mut self, now: Duration) -> usize {
@@ -499,21 +498,17 @@ impl Gateway {
             desc: job.desc,
             esp_offset: job.offset,
             seq: entry.seq,
-            protected_len: entry.protected_len,
+            protected_len: 0,
         };
         let mut buf = job.buf;
         let result = match entry.direction {
-            Direction::Encrypt => esp::encapsulate_finish(
-                &mut self.sad,
-                pending.sa,
-                pending.protected_len,
-                pending.desc.status,
-                now,
-            )
-            .map(|()| {
-                self.stats.encapsulated += 1;
-                Next::Route
-            }),
+            Direction::Encrypt => match esp::encapsulate_finish(pending.desc.status) {
+                Ok(()) => {
+                    self.stats.encapsulated += 1;
+                    return self.emit_protected(pending.sa, buf, out);
+                }
+                Err(reason) => Err(reason),
+            },
             Direction::Decrypt => {
                 let result = self.finish_decapsulation(now, &mut buf, &pending);
                 self.inbound_done(now, pending.sa, out);

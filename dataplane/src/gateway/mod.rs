@@ -146,6 +146,8 @@ pub struct Gateway {
     sad: Sad<SaCrypto>,
     engine: Box<dyn Engine>,
     jobs: jobs::Jobs,
+    /// Each SA's outer next hop, by SA slot (see `forward::CachedHop`).
+    hops: Vec<Option<forward::CachedHop>>,
     rng: StdRng,
     next_ip_id: u16,
     stats: Stats,
@@ -197,6 +199,7 @@ impl Gateway {
             sad: Sad::new(),
             jobs: jobs::Jobs::new(setup.style == Style::Async && engine.runs_inline()),
             engine,
+            hops: Vec::new(),
             rng: rand::make_rng(),
             next_ip_id: 1,
             stats: Stats::default(),

@@ -1,6 +1,18 @@
 //! Neighbours: static entries from the configuration, entries learnt by ARP
 //! (RFC 826) with expiry, and the bounded queue of packets waiting for a
 //! next hop to resolve.
+//!
+//! Learning is what an ARP flood attacks, so it follows the kernel's
+//! defaults rather than RFC 826's letter: a sender is learnt only if it is
+//! on-link (inside the network of the interface it arrived on, or of a
+//! direct route out of it); an existing entry is refreshed by any ARP from
+//! its sender, but a new one is created only for a request addressed to us
+//! or a reply to a request we sent (Linux with `arp_accept = 0`); and each
+//! interface holds at most [`NeighborLimits::max_learnt`] learnt entries.
+//! A full table first forgets expired entries (at most once per
+//! [`SWEEP_INTERVAL`], so a flood cannot make every frame walk it); a reply
+//! to our own request then displaces the entry closest to expiry, since a
+//! packet is waiting for it, while anything else is refused and counted.
 
 use std::collections::VecDeque;
 
@@ -8,9 +20,11 @@ use rustc_hash::FxHashMap as HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use smoltcp::wire::EthernetAddress;
+use smoltcp::wire::{ArpOperation, EthernetAddress};
+use spd_sad::Ipv4Prefix;
 
 use crate::buffer::PacketBuf;
+use crate::icmp::Arp;
 use crate::route::Port;
 
 /// How long a learnt entry stays usable.
@@ -23,6 +37,44 @@ pub const REQUEST_INTERVAL: Duration = Duration::from_secs(1);
 pub const PENDING_MAX: usize = 256;
 /// Packets waiting for one next hop.
 pub const PENDING_PER_HOP: usize = 16;
+/// Learnt entries per interface unless configured: Linux's `gc_thresh3`.
+pub const DEFAULT_MAX_LEARNT: usize = 1024;
+/// A full table looks for expired entries at most this often.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Bounds of the neighbour table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighborLimits {
+    /// Learnt (not static) entries per interface.
+    pub max_learnt: usize,
+}
+
+impl Default for NeighborLimits {
+    fn default() -> Self {
+        NeighborLimits {
+            max_learnt: DEFAULT_MAX_LEARNT,
+        }
+    }
+}
+
+/// What an ARP packet did to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Learnt {
+    /// The sender's entry was refreshed (or is static).
+    Updated,
+    /// A new entry was made.
+    Created,
+    /// Nothing to learn: a request for someone else from a sender we do
+    /// not know, a probe from 0.0.0.0 (RFC 5227), or a sender claiming one
+    /// of our own addresses.
+    Ignored,
+    /// A reply from a sender we do not know that answers no request of ours.
+    Unsolicited,
+    /// The sender is not on-link for the interface.
+    OffLink,
+    /// The interface's table is full.
+    TableFull,
+}
 
 /// A packet parked until its next hop answers ARP.
 pub struct Waiting {
@@ -40,35 +92,126 @@ pub enum Queued {
     Full(PacketBuf),
 }
 
+/// Entries learnt on one interface.
+#[derive(Default)]
+struct Table {
+    entries: HashMap<Ipv4Addr, (EthernetAddress, Duration)>,
+    /// Networks whose hosts may be learnt here.
+    on_link: Vec<Ipv4Prefix>,
+    /// Our own address on the interface, never learnt.
+    own: Option<Ipv4Addr>,
+    last_sweep: Option<Duration>,
+}
+
 #[derive(Default)]
 pub struct Neighbors {
     static_entries: HashMap<Ipv4Addr, EthernetAddress>,
-    learnt: HashMap<Ipv4Addr, (EthernetAddress, Duration)>,
+    tables: [Table; 2],
+    limits: NeighborLimits,
     pending: VecDeque<Waiting>,
     last_request: HashMap<Ipv4Addr, Duration>,
 }
 
 impl Neighbors {
+    pub fn new(limits: NeighborLimits) -> Self {
+        Neighbors {
+            limits,
+            ..Neighbors::default()
+        }
+    }
+
+    /// Hosts of `network` may be learnt on `port`; `own` is our address
+    /// there.
+    pub fn add_on_link(&mut self, port: Port, network: Ipv4Prefix, own: Option<Ipv4Addr>) {
+        let table = &mut self.tables[port.index()];
+        if !table.on_link.contains(&network) {
+            table.on_link.push(network);
+        }
+        if own.is_some() {
+            table.own = own;
+        }
+    }
+
     pub fn insert_static(&mut self, address: Ipv4Addr, mac: EthernetAddress) {
         self.static_entries.insert(address, mac);
     }
 
-    /// The MAC of `address` at time `now`, if known and not expired.
-    pub fn lookup(&self, address: Ipv4Addr, now: Duration) -> Option<EthernetAddress> {
+    /// The MAC of `address` on `port` at time `now`, if known and not
+    /// expired.
+    pub fn lookup(&self, port: Port, address: Ipv4Addr, now: Duration) -> Option<EthernetAddress> {
         if let Some(mac) = self.static_entries.get(&address) {
             return Some(*mac);
         }
-        self.learnt
+        self.tables[port.index()]
+            .entries
             .get(&address)
             .filter(|(_, expires)| *expires > now)
             .map(|(mac, _)| *mac)
     }
 
-    /// Records `address` at `mac` (static entries win).
-    pub fn learn(&mut self, address: Ipv4Addr, mac: EthernetAddress, now: Duration) {
-        if !self.static_entries.contains_key(&address) {
-            self.learnt.insert(address, (mac, now + REACHABLE_TIME));
+    /// Learnt entries on `port`, expired ones not yet forgotten included.
+    pub fn learnt(&self, port: Port) -> usize {
+        self.tables[port.index()].entries.len()
+    }
+
+    /// Whether an ARP request for `address` went out and has not been
+    /// answered yet.
+    pub fn requested(&self, address: Ipv4Addr) -> bool {
+        self.last_request.contains_key(&address)
+    }
+
+    /// Applies the learning rules (see the module's doc) to an ARP packet
+    /// that arrived on `port`; `for_us` says whether it targets our
+    /// address there.
+    pub fn learn_from(&mut self, port: Port, arp: &Arp, for_us: bool, now: Duration) -> Learnt {
+        let sender = arp.sender_ip;
+        let requested = self.requested(sender);
+        let max = self.limits.max_learnt;
+        let table = &mut self.tables[port.index()];
+        if sender.is_unspecified() || table.own == Some(sender) {
+            return Learnt::Ignored;
         }
+        if !table.on_link.iter().any(|n| n.contains(sender)) || sender.is_broadcast() || sender.is_multicast()
+        {
+            return Learnt::OffLink;
+        }
+        if self.static_entries.contains_key(&sender) {
+            return Learnt::Updated;
+        }
+        if let Some(entry) = table.entries.get_mut(&sender) {
+            *entry = (arp.sender_mac, now + REACHABLE_TIME);
+            return Learnt::Updated;
+        }
+        let answers_us = arp.operation == ArpOperation::Reply && for_us && requested;
+        if !(answers_us || arp.operation == ArpOperation::Request && for_us) {
+            return if arp.operation == ArpOperation::Reply {
+                Learnt::Unsolicited
+            } else {
+                Learnt::Ignored
+            };
+        }
+        if table.entries.len() >= max {
+            table.sweep(now);
+        }
+        if table.entries.len() >= max {
+            if !answers_us {
+                return Learnt::TableFull;
+            }
+            // A packet waits for this answer: it displaces the entry that
+            // would expire first.
+            let oldest = table
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, expires))| *expires)
+                .map(|(addr, _)| *addr);
+            if let Some(addr) = oldest {
+                table.entries.remove(&addr);
+            }
+        }
+        table
+            .entries
+            .insert(sender, (arp.sender_mac, now + REACHABLE_TIME));
+        Learnt::Created
     }
 
     /// Parks a packet for `next_hop`.
@@ -125,12 +268,19 @@ impl Neighbors {
             }
         }
         let hops: Vec<(Ipv4Addr, Port)> = self.pending.iter().map(|w| (w.next_hop, w.port)).collect();
-        for (hop, port) in hops {
+        for &(hop, port) in &hops {
             if !retry.iter().any(|(h, _)| *h == hop) && self.should_request(hop, now) {
                 retry.push((hop, port));
             }
         }
-        self.learnt.retain(|_, (_, expires)| *expires > now);
+        // Requests nobody waits for any more are forgotten, so that this
+        // map stays as small as the queue (and an old request cannot make
+        // a late reply look solicited).
+        self.last_request
+            .retain(|addr, _| hops.iter().any(|(h, _)| h == addr));
+        for table in &mut self.tables {
+            table.sweep(now);
+        }
     }
 
     /// When a parked packet next needs attention: its ARP request repeated
@@ -159,5 +309,19 @@ impl Neighbors {
     /// Takes every parked packet (shutdown).
     pub fn drain(&mut self, out: &mut Vec<Waiting>) {
         out.extend(self.pending.drain(..));
+    }
+}
+
+impl Table {
+    /// Forgets expired entries, at most once per [`SWEEP_INTERVAL`].
+    fn sweep(&mut self, now: Duration) {
+        if self
+            .last_sweep
+            .is_some_and(|last| now.saturating_sub(last) < SWEEP_INTERVAL)
+        {
+            return;
+        }
+        self.last_sweep = Some(now);
+        self.entries.retain(|_, (_, expires)| *expires > now);
     }
 }

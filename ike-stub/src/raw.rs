@@ -51,6 +51,20 @@ pub(crate) struct RawConfig {
     pub tunnel: Vec<S<RawTunnel>>,
     #[serde(default)]
     pub rekey: RawRekey,
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// `[limits]`: bounds against floods.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub neighbors_per_interface: Option<S<u64>>,
+    pub icmp_errors_per_second: Option<S<u64>>,
+    pub icmp_burst: Option<S<u64>>,
+    pub icmp_per_source_ms: Option<S<u64>>,
+    pub icmp_per_source_burst: Option<S<u64>>,
+    pub icmp_sources: Option<S<u64>>,
 }
 
 #[derive(Debug, Deserialize, Default)]

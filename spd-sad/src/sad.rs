@@ -125,11 +125,30 @@ pub struct SaCounters {
     /// Bytes of protected (inner) data.
     pub bytes: u64,
     pub auth_failed: u64,
-    pub replay: u64,
+    /// Anti-replay refusals, by kind (RFC 4303 §3.4.3).
+    pub replay_duplicate: u64,
+    pub replay_too_old: u64,
+    pub seq_zero: u64,
     pub policy_mismatch: u64,
     pub malformed: u64,
     pub expired: u64,
     pub seq_overflow: u64,
+}
+
+impl SaCounters {
+    /// Counts an anti-replay refusal under its kind.
+    pub fn count_replay(&mut self, e: ReplayError) {
+        match e {
+            ReplayError::Duplicate(_) => self.replay_duplicate += 1,
+            ReplayError::TooOld(_) => self.replay_too_old += 1,
+            ReplayError::Invalid => self.seq_zero += 1,
+        }
+    }
+
+    /// Every anti-replay refusal.
+    pub fn replay(&self) -> u64 {
+        self.replay_duplicate + self.replay_too_old + self.seq_zero
+    }
 }
 
 /// The configuration an SA is created from.

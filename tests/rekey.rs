@@ -530,6 +530,11 @@ secret = "another secret, long enough"
         matches!(site.plane.reload(parse(&moved)), Err(ReloadError::NeedsRestart(what)) if what.contains("[[interface]]"))
     );
     assert_eq!(site.plane.counters().reloads_rejected, 1);
+    let limited = format!("{base}{second}\n[limits]\nneighbors_per_interface = 8\n");
+    assert!(
+        matches!(site.plane.reload(parse(&limited)), Err(ReloadError::NeedsRestart(what)) if what == "[limits]")
+    );
+    assert_eq!(site.plane.counters().reloads_rejected, 2);
 
     // Removing the first tunnel stops it; changing the second restarts it.
     let changed = second.replace("0x2002", "0x2003");

@@ -353,6 +353,9 @@ pub fn decapsulate_prepare(
     }
     let seq = match sa.check_replay(seq_low) {
         Ok(seq) => seq,
+        // Duplicate or too old depends on the packets in flight: finish
+        // re-checks before the ICV, so this costs what a forgery costs.
+        Err(ReplayError::Duplicate(seq)) if !sa.duplicate_settled(seq) => seq,
         Err(e) => {
             sa.counters_mut().count_replay(e);
             return Err(e.into());

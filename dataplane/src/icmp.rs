@@ -406,3 +406,71 @@ impl RateLimiter {
         self.sources.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn sent(limiter: &mut RateLimiter, to: Ipv4Addr, now: Duration, tries: usize) -> usize {
+        (0..tries).filter(|_| limiter.allow(to, now)).count()
+    }
+
+    /// The gateway's bucket: a burst, then `per_second`, never more than
+    /// the burst banked, refilled only by the `now` passed in.
+    #[test]
+    fn the_gateway_bucket_allows_its_burst_then_its_rate() {
+        let mut limiter = RateLimiter::new(IcmpLimits {
+            per_second: 100,
+            burst: 10,
+            per_source_interval: Duration::ZERO,
+            ..IcmpLimits::default()
+        });
+        let to = Ipv4Addr::new(192, 168, 1, 10);
+        assert_eq!(sent(&mut limiter, to, ms(0), 1000), 10);
+        assert_eq!(sent(&mut limiter, to, ms(0), 1000), 0, "time did not move");
+        assert_eq!(sent(&mut limiter, to, ms(55), 1000), 5, "5.5 tokens in 55 ms");
+        assert_eq!(
+            sent(&mut limiter, to, ms(60), 1000),
+            1,
+            "the half token left and 0.5 more"
+        );
+        assert_eq!(
+            sent(&mut limiter, to, ms(10_000), 1000),
+            10,
+            "never more than the burst"
+        );
+        assert_eq!(
+            limiter.sources(),
+            0,
+            "no per-source state without a per-source limit"
+        );
+    }
+
+    #[test]
+    fn each_source_has_its_own_bucket_and_the_table_stays_bounded() {
+        let mut limiter = RateLimiter::new(IcmpLimits {
+            per_second: 1_000_000,
+            burst: 1_000_000,
+            per_source_interval: ms(1000),
+            per_source_burst: 6,
+            sources: 4,
+        });
+        let a = Ipv4Addr::new(192, 168, 1, 10);
+        let b = Ipv4Addr::new(192, 168, 1, 11);
+        assert_eq!(sent(&mut limiter, a, ms(0), 100), 6);
+        assert_eq!(sent(&mut limiter, b, ms(0), 100), 6);
+        assert_eq!(sent(&mut limiter, a, ms(2500), 100), 2);
+        assert_eq!(sent(&mut limiter, a, ms(3000), 100), 1);
+        // Many sources: the table keeps at most 4.
+        for i in 0..100u8 {
+            limiter.allow(Ipv4Addr::new(10, 1, 0, i), ms(3000));
+            assert!(limiter.sources() <= 4);
+        }
+        // A forgotten source starts again from a full bucket.
+        assert_eq!(sent(&mut limiter, b, ms(3000), 100), 6);
+    }
+}

@@ -325,3 +325,138 @@ impl Table {
         self.entries.retain(|_, (_, expires)| *expires > now);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OUR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
+    fn table(max_learnt: usize) -> Neighbors {
+        let mut n = Neighbors::new(NeighborLimits { max_learnt });
+        n.add_on_link(Port::Outside, "10.0.0.0/16".parse().unwrap(), Some(OUR));
+        n.add_on_link(Port::Outside, "203.0.113.0/24".parse().unwrap(), None);
+        n
+    }
+
+    fn arp(operation: ArpOperation, sender: Ipv4Addr, target: Ipv4Addr) -> Arp {
+        let o = sender.octets();
+        Arp {
+            operation,
+            sender_mac: EthernetAddress([2, 0, o[0], o[1], o[2], o[3]]),
+            sender_ip: sender,
+            target_ip: target,
+        }
+    }
+
+    fn ip(c: u8, d: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 0, c, d)
+    }
+
+    #[test]
+    fn learning_follows_the_kernel_and_stays_on_link() {
+        let mut n = table(16);
+        let now = Duration::ZERO;
+        let port = Port::Outside;
+        let request = |s| arp(ArpOperation::Request, s, OUR);
+        let reply = |s| arp(ArpOperation::Reply, s, OUR);
+        // Off-link senders, our own address, probes: nothing learnt.
+        let off = Ipv4Addr::new(172, 16, 0, 9);
+        assert_eq!(n.learn_from(port, &request(off), true, now), Learnt::OffLink);
+        assert_eq!(
+            n.learn_from(Port::Inside, &request(ip(0, 9)), true, now),
+            Learnt::OffLink
+        );
+        assert_eq!(n.learn_from(port, &request(OUR), true, now), Learnt::Ignored);
+        assert_eq!(
+            n.learn_from(port, &request(Ipv4Addr::UNSPECIFIED), true, now),
+            Learnt::Ignored
+        );
+        // A reply nobody asked for, a request for another host: not learnt.
+        assert_eq!(
+            n.learn_from(port, &reply(ip(0, 2)), true, now),
+            Learnt::Unsolicited
+        );
+        let other = arp(ArpOperation::Request, ip(0, 3), ip(0, 4));
+        assert_eq!(n.learn_from(port, &other, false, now), Learnt::Ignored);
+        assert_eq!(n.learnt(port), 0);
+        // A request for us creates; a direct route's network is on-link.
+        assert_eq!(n.learn_from(port, &request(ip(0, 2)), true, now), Learnt::Created);
+        let routed = Ipv4Addr::new(203, 0, 113, 5);
+        assert_eq!(n.learn_from(port, &request(routed), true, now), Learnt::Created);
+        // Then anything from the sender refreshes it, and only on its port.
+        assert_eq!(n.learn_from(port, &other.clone(), false, now), Learnt::Ignored);
+        let from_known = arp(ArpOperation::Request, ip(0, 2), ip(0, 4));
+        assert_eq!(n.learn_from(port, &from_known, false, now), Learnt::Updated);
+        assert!(n.lookup(port, ip(0, 2), now).is_some());
+        assert!(n.lookup(Port::Inside, ip(0, 2), now).is_none());
+        // A reply to a request we sent creates.
+        assert!(matches!(
+            n.park(ip(0, 7), port, PacketBuf::empty(), now),
+            Queued::Parked { request: true }
+        ));
+        assert_eq!(n.learn_from(port, &reply(ip(0, 7)), true, now), Learnt::Created);
+        assert_eq!(n.learnt(port), 3);
+        // Entries expire.
+        assert!(n.lookup(port, ip(0, 2), now + REACHABLE_TIME).is_none());
+    }
+
+    #[test]
+    fn a_full_table_refuses_strangers_but_not_the_answer_we_wait_for() {
+        let mut n = table(4);
+        let port = Port::Outside;
+        let t0 = Duration::from_secs(1);
+        for d in 0..10 {
+            let at = t0 + Duration::from_millis(u64::from(d));
+            let learnt = n.learn_from(port, &arp(ArpOperation::Request, ip(1, d), OUR), true, at);
+            assert_eq!(
+                learnt,
+                if d < 4 { Learnt::Created } else { Learnt::TableFull },
+                "{d}"
+            );
+        }
+        assert_eq!(n.learnt(port), 4);
+        // Known senders are still refreshed.
+        let t1 = t0 + Duration::from_secs(10);
+        let known = arp(ArpOperation::Request, ip(1, 1), OUR);
+        assert_eq!(n.learn_from(port, &known, true, t1), Learnt::Updated);
+        // The next hop we asked for displaces the entry closest to expiry
+        // (10.0.1.0: 10.0.1.1 was just refreshed).
+        assert!(matches!(
+            n.park(ip(0, 2), port, PacketBuf::empty(), t1),
+            Queued::Parked { request: true }
+        ));
+        let answer = arp(ArpOperation::Reply, ip(0, 2), OUR);
+        assert_eq!(n.learn_from(port, &answer, true, t1), Learnt::Created);
+        assert_eq!(n.learnt(port), 4);
+        assert!(n.lookup(port, ip(1, 0), t1).is_none());
+        assert!(n.lookup(port, ip(1, 1), t1).is_some());
+        // Once entries expire, a full table forgets them to make room.
+        let later = t0 + REACHABLE_TIME + Duration::from_secs(1);
+        let fresh = arp(ArpOperation::Request, ip(2, 0), OUR);
+        assert_eq!(n.learn_from(port, &fresh, true, later), Learnt::Created);
+        assert!(n.learnt(port) < 4);
+        let mut out = Vec::new();
+        n.drain(&mut out);
+    }
+
+    #[test]
+    fn forgotten_requests_do_not_accumulate() {
+        let mut n = table(4);
+        let mut expired = Vec::new();
+        let mut retry = Vec::new();
+        for d in 0..50 {
+            let _ = n.park(ip(3, d), Port::Outside, PacketBuf::empty(), Duration::ZERO);
+        }
+        n.expire(RESOLVE_TIMEOUT, &mut expired, &mut retry);
+        assert_eq!(expired.len(), 50);
+        assert_eq!(n.pending(), 0);
+        assert!(!n.requested(ip(3, 0)), "a request nobody waits for is forgotten");
+        // A late reply is then unsolicited.
+        let late = arp(ArpOperation::Reply, ip(3, 0), OUR);
+        assert_eq!(
+            n.learn_from(Port::Outside, &late, true, RESOLVE_TIMEOUT),
+            Learnt::Unsolicited
+        );
+    }
+}

@@ -529,14 +529,16 @@ impl Validator<'_> {
     fn limits(&self) -> Result<FloodLimits, ConfigError> {
         let raw = &self.raw.limits;
         let mut limits = FloodLimits::default();
-        let get = |v: &Option<S<u64>>,
+        let get = |v: &Option<S<i64>>,
                    what: &str,
                    range: std::ops::RangeInclusive<u64>,
                    default: u64|
          -> Result<u64, ConfigError> {
             match v {
                 None => Ok(default),
-                Some(n) if range.contains(n.get_ref()) => Ok(*n.get_ref()),
+                Some(n) if u64::try_from(*n.get_ref()).is_ok_and(|n| range.contains(&n)) => {
+                    Ok(*n.get_ref() as u64)
+                }
                 Some(n) => self.err(
                     span(n),
                     ConfigErrorKind::Value(format!(

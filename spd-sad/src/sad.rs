@@ -508,6 +508,15 @@ impl<C> SecurityAssociation<C> {
         self.replay.infer_at(seq_low, self.replay.top()) == self.replay.infer_at(seq_low, self.in_flight_top)
     }
 
+    /// Inbound: whether a copy of `seq`, a duplicate for the window as it
+    /// is, stays one whatever the packets in flight turn out to be. If
+    /// they could move the top `replay_window` or more past it, the copy
+    /// may be too old by its turn instead, and only the window at finish
+    /// can say which.
+    pub fn duplicate_settled(&self, seq: u64) -> bool {
+        self.inbound_in_flight == 0 || self.in_flight_top.saturating_sub(seq) < u64::from(self.replay.size())
+    }
+
     /// Inbound: a packet with sequence number `seq` went to the engine.
     pub fn note_inbound_started(&mut self, seq: u64) {
         self.inbound_in_flight += 1;
@@ -818,6 +827,30 @@ mod tests {
             lifetime: Lifetime::default(),
             selectors: vec![],
         }
+    }
+
+    /// A duplicate is settled as one unless the packets in flight could
+    /// carry the window's top a whole window past it.
+    #[test]
+    fn duplicates_are_settled_unless_the_window_may_pass_them() {
+        let mut sad: Sad<()> = Sad::new();
+        let id = sad
+            .insert(params("in", SaDirection::Inbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        let sa = sad.get_mut(id).unwrap();
+        for seq in 1..=10 {
+            sa.accept_sequence(seq);
+        }
+        assert_eq!(sa.check_replay(5), Err(ReplayError::Duplicate(5)));
+        assert!(sa.duplicate_settled(5), "nothing in flight");
+        sa.note_inbound_started(68);
+        assert!(sa.duplicate_settled(5), "68 - 5 < 64: 5 stays in the window");
+        sa.note_inbound_started(69);
+        assert!(!sa.duplicate_settled(5), "if 69 verifies, 5 is too old");
+        assert!(sa.duplicate_settled(6));
+        sa.note_inbound_finished();
+        assert!(sa.note_inbound_finished());
+        assert!(sa.duplicate_settled(5));
     }
 
     #[test]

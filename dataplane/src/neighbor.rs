@@ -7,7 +7,8 @@
 //! on-link (inside the network of the interface it arrived on, or of a
 //! direct route out of it); an existing entry is refreshed by any ARP from
 //! its sender, but a new one is created only for a request addressed to us
-//! or a reply to a request we sent (Linux with `arp_accept = 0`); and each
+//! or a reply to a request we sent (Linux with `arp_accept = 0`; with
+//! several workers, to a request any of them may have sent); and each
 //! interface holds at most [`NeighborLimits::max_learnt`] learnt entries.
 //! A full table first forgets expired entries (at most once per
 //! [`SWEEP_INTERVAL`], so a flood cannot make every frame walk it); a reply
@@ -47,12 +48,20 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub struct NeighborLimits {
     /// Learnt (not static) entries per interface.
     pub max_learnt: usize,
+    /// Other workers of the same gateway send ARP requests of their own
+    /// and see the replies, which may answer one of theirs: a reply
+    /// addressed to us then creates an entry even without a request of
+    /// this table's (still on-link only and within the bound, and never
+    /// displacing another entry). A lone gateway takes only replies to its
+    /// own requests.
+    pub replies_for_other_workers: bool,
 }
 
 impl Default for NeighborLimits {
     fn default() -> Self {
         NeighborLimits {
             max_learnt: DEFAULT_MAX_LEARNT,
+            replies_for_other_workers: false,
         }
     }
 }
@@ -182,8 +191,10 @@ impl Neighbors {
             *entry = (arp.sender_mac, now + REACHABLE_TIME);
             return Learnt::Updated;
         }
-        let answers_us = arp.operation == ArpOperation::Reply && for_us && requested;
-        if !(answers_us || arp.operation == ArpOperation::Request && for_us) {
+        let reply_for_us = arp.operation == ArpOperation::Reply && for_us;
+        let answers_us = reply_for_us && requested;
+        let answers_a_worker = reply_for_us && self.limits.replies_for_other_workers;
+        if !(answers_us || answers_a_worker || arp.operation == ArpOperation::Request && for_us) {
             return if arp.operation == ArpOperation::Reply {
                 Learnt::Unsolicited
             } else {
@@ -333,7 +344,10 @@ mod tests {
     const OUR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 
     fn table(max_learnt: usize) -> Neighbors {
-        let mut n = Neighbors::new(NeighborLimits { max_learnt });
+        let mut n = Neighbors::new(NeighborLimits {
+            max_learnt,
+            ..NeighborLimits::default()
+        });
         n.add_on_link(Port::Outside, "10.0.0.0/16".parse().unwrap(), Some(OUR));
         n.add_on_link(Port::Outside, "203.0.113.0/24".parse().unwrap(), None);
         n
@@ -438,6 +452,27 @@ mod tests {
         assert!(n.learnt(port) < 4);
         let mut out = Vec::new();
         n.drain(&mut out);
+    }
+
+    /// With several workers, a reply for us may answer another worker's
+    /// request: it is learnt, but it displaces nobody.
+    #[test]
+    fn workers_learn_replies_to_each_others_requests() {
+        let mut n = Neighbors::new(NeighborLimits {
+            max_learnt: 2,
+            replies_for_other_workers: true,
+        });
+        n.add_on_link(Port::Outside, "10.0.0.0/16".parse().unwrap(), Some(OUR));
+        let port = Port::Outside;
+        let now = Duration::ZERO;
+        let reply = |s| arp(ArpOperation::Reply, s, OUR);
+        assert_eq!(n.learn_from(port, &reply(ip(0, 2)), true, now), Learnt::Created);
+        assert_eq!(n.learn_from(port, &reply(ip(0, 3)), true, now), Learnt::Created);
+        assert_eq!(n.learn_from(port, &reply(ip(0, 4)), true, now), Learnt::TableFull);
+        // Not for us: still unsolicited.
+        let elsewhere = arp(ArpOperation::Reply, ip(0, 5), ip(0, 6));
+        assert_eq!(n.learn_from(port, &elsewhere, false, now), Learnt::Unsolicited);
+        assert_eq!(n.learnt(port), 2);
     }
 
     #[test]

@@ -279,6 +279,9 @@ pub fn stats_table(doc: &Value) -> String {
         "generated",
         "fragments_absorbed",
         "kernel_drops",
+        "icmp_rate_limited",
+        "neighbor_table_full",
+        "arp_unsolicited",
     ] {
         let _ = writeln!(out, "{key:<20} {}", doc[key]);
     }

@@ -226,6 +226,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
     setup.resolve_neighbors = true;
     setup.only_own_mac = true;
+    // Every worker resolves its own next hops and sees every ARP reply.
+    setup.neighbor_limits.replies_for_other_workers = workers > 1;
     let mut first = Gateway::new(setup, accel::build_engine(&spec)?);
     config
         .install(&mut first, Duration::ZERO)

@@ -131,6 +131,11 @@ struct PcapArgs {
     /// Write counters as JSON here.
     #[arg(long, value_name = "STATS.json")]
     stats: Option<PathBuf>,
+    /// Write one JSON line per input frame here ("-": standard output):
+    /// its index, port, verdict (forwarded, consumed, dropped), drop
+    /// reason, SA, SPI and sequence number where known.
+    #[arg(long, value_name = "VERDICTS.jsonl")]
+    verdicts: Option<PathBuf>,
     #[command(flatten)]
     accel: AccelArgs,
 }
@@ -246,8 +251,29 @@ fn pcap(args: &PcapArgs) -> Result<()> {
     let output =
         File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
     let mut output = BufWriter::new(output);
-    let run = dataplane::io::pcap::run(&mut gateway, args.from.into(), reader, &mut output)
-        .with_context(|| format!("{} -> {}", args.input.display(), args.output.display()))?;
+    let from = args.from.into();
+    let run = match &args.verdicts {
+        None => dataplane::io::pcap::run(&mut gateway, from, reader, &mut output),
+        Some(path) => {
+            let mut verdicts: BufWriter<Box<dyn Write>> = BufWriter::new(if path.as_os_str() == "-" {
+                Box::new(std::io::stdout().lock())
+            } else {
+                Box::new(File::create(path).with_context(|| format!("cannot create {}", path.display()))?)
+            });
+            let run = dataplane::io::pcap::run_with_verdicts(
+                &mut gateway,
+                from,
+                reader,
+                &mut output,
+                &mut verdicts,
+            );
+            verdicts
+                .flush()
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            run
+        }
+    }
+    .with_context(|| format!("{} -> {}", args.input.display(), args.output.display()))?;
     output
         .flush()
         .with_context(|| format!("cannot write {}", args.output.display()))?;

@@ -50,6 +50,22 @@ pub fn config_summary(config: &Config) -> String {
         );
     }
     let _ = writeln!(out);
+    let (n, icmp) = (&config.limits.neighbors, &config.limits.icmp);
+    let per_source = if icmp.per_source_interval.is_zero() {
+        "no per-source limit".to_owned()
+    } else {
+        format!(
+            "per source 1 per {} ms, burst {}, {} sources",
+            icmp.per_source_interval.as_millis(),
+            icmp.per_source_burst,
+            icmp.sources
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  limits: {} learnt neighbours per interface; ICMP errors {}/s, burst {}; {per_source}",
+        n.max_learnt, icmp.per_second, icmp.burst
+    );
     for sa in &config.sas {
         let p = &sa.params;
         let (from, to) = match p.direction {
@@ -163,7 +179,9 @@ pub fn stats_json(gateway: &Gateway) -> Value {
                 },
                 "drops": {
                     "auth_failed": c.auth_failed,
-                    "replay": c.replay,
+                    "replay_duplicate": c.replay_duplicate,
+                    "replay_too_old": c.replay_too_old,
+                    "seq_zero": c.seq_zero,
                     "policy_mismatch": c.policy_mismatch,
                     "malformed": c.malformed,
                     "sa_expired": c.expired,
@@ -287,6 +305,9 @@ pub fn stats_table(doc: &Value) -> String {
         "generated",
         "fragments_absorbed",
         "kernel_drops",
+        "icmp_rate_limited",
+        "neighbor_table_full",
+        "arp_unsolicited",
     ] {
         let _ = writeln!(out, "{key:<20} {}", doc[key]);
     }

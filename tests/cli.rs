@@ -230,7 +230,9 @@ fn pcap_round_trip_through_every_shipped_pair() {
             "policy_mismatch",
             "unknown_spi",
             "auth_failed",
-            "replay",
+            "replay_duplicate",
+            "replay_too_old",
+            "seq_zero",
             "malformed",
             "sa_expired",
             "seq_overflow",
@@ -288,6 +290,66 @@ fn garbage_frames_are_counted_not_fatal() {
     // IPv6 packet are not IPv4.
     assert_eq!(stats["drops"]["malformed"], 3);
     assert_eq!(stats["drops"]["unsupported"], 2);
+}
+
+/// `--verdicts FILE` (or `-`, standard output): a JSON line per frame,
+/// whose reasons are the `--stats` drop counters.
+#[test]
+fn pcap_verdicts_give_a_line_per_frame() {
+    let dir = temp_dir("verdicts");
+    let frames = vec![
+        ethernet(&common::udp_packet(common::HOST_A, common::HOST_B, 10, 0)),
+        vec![0xff; 5],
+        ethernet(&common::udp_packet(common::HOST_A, common::HOST_B, 20, 1)),
+        ethernet(&[0x60; 40]),
+    ];
+    let input = dir.join("in.pcap");
+    write_pcap(&input, DataLink::ETHERNET, &frames);
+    let (out, s, v) = (dir.join("out.pcap"), dir.join("s.json"), dir.join("v.jsonl"));
+    for target in [v.to_str().unwrap(), "-"] {
+        let result = espgw()
+            .args(["pcap", "--config"])
+            .arg(repo("configs/site-a.toml"))
+            .args(["--from", "inside", "--in"])
+            .arg(&input)
+            .arg("--out")
+            .arg(&out)
+            .arg("--stats")
+            .arg(&s)
+            .args(["--verdicts", target])
+            .output()
+            .unwrap();
+        assert!(
+            result.status.success(),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let text = if target == "-" {
+            String::from_utf8(result.stdout).unwrap()
+        } else {
+            std::fs::read_to_string(&v).unwrap()
+        };
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), frames.len(), "{text}");
+        let verdicts: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|l| (l["verdict"].as_str().unwrap(), l["reason"].as_str().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("forwarded", ""),
+                ("dropped", "malformed"),
+                ("forwarded", ""),
+                ("dropped", "unsupported")
+            ]
+        );
+        assert_eq!(lines[2]["sa"], "a-b-out");
+        assert_eq!(lines[2]["seq"], 2);
+        let stats = stats(&s);
+        assert_eq!(stats["drops"]["malformed"], 1);
+        assert_eq!(stats["drops"]["unsupported"], 1);
+    }
 }
 
 #[test]

@@ -24,7 +24,7 @@ use ike_stub::Config;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 
-const TARGETS: [&str; 10] = [
+const TARGETS: [&str; 11] = [
     "esp_decap",
     "gateway_inbound",
     "gateway_outbound",
@@ -35,6 +35,7 @@ const TARGETS: [&str; 10] = [
     "control_request",
     "rekey_message",
     "control_plane",
+    "pcap_verdicts",
 ];
 
 fn seeds_dir() -> PathBuf {
@@ -156,6 +157,104 @@ fn arp_request(sender_mac: [u8; 6], sender_ip: [u8; 4], target_ip: [u8; 4]) -> V
     a.extend_from_slice(&[0; 6]);
     a.extend_from_slice(&target_ip);
     ethernet([0xff; 6], sender_mac, 0x0806, &a)
+}
+
+/// A capture whose snaplen is `snaplen` (it picks the set-up of the
+/// `pcap_verdicts` target).
+fn pcap_snap(datalink: DataLink, snaplen: u32, frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let header = PcapHeader {
+            datalink,
+            snaplen,
+            ..PcapHeader::default()
+        };
+        let mut w = PcapWriter::with_header(&mut out, header).expect("pcap header");
+        for (i, f) in frames.iter().enumerate() {
+            let stamp = Duration::from_millis(1_700_000_000_000 + i as u64);
+            w.write_packet(&PcapPacket::new(stamp, f.len() as u32, f))
+                .expect("pcap packet");
+        }
+    }
+    out
+}
+
+/// Seeds of `pcap_verdicts`, and a `config` seed with `[limits]`, alone
+/// (they came later; regenerating every target's seeds would change the
+/// committed ones, whose CBC IVs are random): site A's ESP for site B with
+/// duplicates, a packet left of the window, sequence number zero, a
+/// forgery and fragments, on both engines; plaintext, a TTL-1 packet, an
+/// ARP request, a ping and fragments for site A.
+#[test]
+#[ignore = "writes fuzz/seeds/pcap_verdicts; run with --ignored to regenerate them"]
+fn write_verdict_and_limit_seeds() {
+    let limits = "\n[limits]\nneighbors_per_interface = 64\nicmp_errors_per_second = 10\n\
+                  icmp_burst = 3\nicmp_per_source_ms = 0\nicmp_per_source_burst = 2\nicmp_sources = 16\n";
+    let text = common::tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "") + limits;
+    write("config", "generated-limits.toml", text.as_bytes());
+    let mut a = shipped_gateway("site-a.toml", LinkLayer::Ethernet);
+    let a_mac = [0x02, 0, 0, 0, 1, 1];
+    let host_a_mac = [0x02, 0, 0, 0, 1, 0x10];
+    let to_a = |packet: &[u8]| ethernet(a_mac, host_a_mac, 0x0800, packet);
+    let mut esp = Vec::new();
+    for i in 0..80u8 {
+        let packet = udp_packet(HOST_A, HOST_B, usize::from(i) * 7, i);
+        esp.extend(through(&mut a, Port::Inside, &to_a(&packet), Port::Outside));
+    }
+    let mut big = udp_packet(HOST_A, HOST_B, 1460, 99);
+    big[6] = 0;
+    ipv4_fix_checksum(&mut big);
+    let fragments = through(&mut a, Port::Inside, &to_a(&big), Port::Outside);
+    assert!(fragments.len() >= 2);
+    let mut frames = esp.clone();
+    frames.push(esp[78].clone());
+    frames.push(esp[3].clone());
+    let mut zero = esp[79].clone();
+    zero[14 + 24..14 + 28].copy_from_slice(&[0; 4]);
+    frames.push(zero);
+    let mut forged = esp[79].clone();
+    *forged.last_mut().expect("bytes") ^= 1;
+    frames.push(forged);
+    frames.extend(fragments.iter().rev().cloned());
+    let raw: Vec<Vec<u8>> = frames.iter().map(|f| f[14..].to_vec()).collect();
+    for (engine, bit) in [("soft", 0), ("sec", 2)] {
+        let snaplen = 65535 & !2 | bit | 1;
+        write(
+            "pcap_verdicts",
+            &format!("b-esp-eth-{engine}"),
+            &pcap_snap(DataLink::ETHERNET, snaplen, &frames),
+        );
+        write(
+            "pcap_verdicts",
+            &format!("b-esp-raw-{engine}"),
+            &pcap_snap(DataLink::IPV4, snaplen, &raw),
+        );
+    }
+    let mut ttl1 = udp_packet(HOST_A, HOST_B, 30, 7);
+    ttl1[8] = 1;
+    ipv4_fix_checksum(&mut ttl1);
+    let mut ping = udp_packet(HOST_A, "192.168.1.1".parse().unwrap(), 0, 0);
+    ping[9] = 1;
+    ping.truncate(20);
+    ping.extend_from_slice(&[8, 0, 0xf7, 0xff, 0, 0, 0, 0]);
+    ping[2..4].copy_from_slice(&28u16.to_be_bytes());
+    ipv4_fix_checksum(&mut ping);
+    let inside = vec![
+        to_a(&udp_packet(HOST_A, HOST_B, 64, 1)),
+        to_a(&ttl1),
+        to_a(&ping),
+        arp_request(host_a_mac, [192, 168, 1, 10], [192, 168, 1, 1]),
+        to_a(&big),
+        vec![0xff; 5],
+    ];
+    for (engine, bit) in [("soft", 0), ("sec", 2)] {
+        let snaplen = 65534 & !2 | bit;
+        write(
+            "pcap_verdicts",
+            &format!("a-inside-{engine}"),
+            &pcap_snap(DataLink::ETHERNET, snaplen, &inside),
+        );
+    }
 }
 
 /// Reassembly op: a generated fragment (see fuzz_targets/reassembly.rs).

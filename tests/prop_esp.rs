@@ -174,7 +174,12 @@ fn round_trip(
         let expected: &[DropReason] = match bit / 8 {
             0..=3 if mode == "tunnel" => &[DropReason::UnknownSpi],
             0..=3 => &[DropReason::PolicyMismatch],
-            4..=7 => &[DropReason::AuthFailed, DropReason::Replay],
+            4..=7 => &[
+                DropReason::AuthFailed,
+                DropReason::ReplayDuplicate,
+                DropReason::ReplayTooOld,
+                DropReason::SeqZero,
+            ],
             _ => &[DropReason::AuthFailed],
         };
         prop_assert!(

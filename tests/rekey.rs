@@ -297,7 +297,7 @@ fn rekey_while_traffic_flows(alg: Algorithm, spec: &EngineSpec, rekeys: u32) {
         let replay_drops = site
             .drops
             .iter()
-            .filter(|r| matches!(r, DropReason::Replay | DropReason::UnknownSpi))
+            .filter(|r| r.is_replay() || **r == DropReason::UnknownSpi)
             .count();
         assert_eq!(
             site.drops.len(),
@@ -530,6 +530,11 @@ secret = "another secret, long enough"
         matches!(site.plane.reload(parse(&moved)), Err(ReloadError::NeedsRestart(what)) if what.contains("[[interface]]"))
     );
     assert_eq!(site.plane.counters().reloads_rejected, 1);
+    let limited = format!("{base}{second}\n[limits]\nneighbors_per_interface = 8\n");
+    assert!(
+        matches!(site.plane.reload(parse(&limited)), Err(ReloadError::NeedsRestart(what)) if what == "[limits]")
+    );
+    assert_eq!(site.plane.counters().reloads_rejected, 2);
 
     // Removing the first tunnel stops it; changing the second restarts it.
     let changed = second.replace("0x2002", "0x2003");

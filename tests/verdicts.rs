@@ -275,7 +275,7 @@ fn same_verdicts_as_the_reference_on(kinds: &[EngineKind]) {
             let count =
                 |f: &dyn Fn(&Verdict) -> bool| reference.iter().flatten().filter(|o| f(&o.verdict)).count();
             let forwarded = count(&|v| matches!(v, Verdict::Forward(_)));
-            let replayed = count(&|v| *v == Verdict::Drop(DropReason::Replay));
+            let replayed = count(&|v| matches!(v, Verdict::Drop(r) if r.is_replay()));
             let forged = count(&|v| *v == Verdict::Drop(DropReason::AuthFailed));
             let mut tally: HashMap<String, usize> = HashMap::new();
             for o in reference.iter().flatten() {

@@ -21,11 +21,26 @@ pub const MAX_FRAME: usize = 1536 + 512;
 /// Size of every pool buffer.
 pub const BUFFER_SIZE: usize = HEADROOM + MAX_FRAME + TAILROOM;
 
-/// One packet: a fixed buffer and the window `start..end` that holds data.
+/// [`PacketBuf::tag`] of a buffer no driver has tagged: a frame the gateway
+/// made itself (an ARP request, a control datagram), or one read without
+/// per-frame verdicts.
+pub const UNTAGGED: u32 = u32::MAX;
+
+/// One packet: a fixed buffer and the window `start..end` that holds data,
+/// plus two words of metadata that travel with the packet through the
+/// gateway and the engine.
+///
+/// `start` and `end` are `u32` so that the metadata fits in the space they
+/// would otherwise take: a buffer stays 32 bytes and an engine job 128.
 pub struct PacketBuf {
     storage: Box<[u8]>,
-    start: usize,
-    end: usize,
+    start: u32,
+    end: u32,
+    /// The driver's number for the received frame this packet came from.
+    tag: u32,
+    /// Set by the gateway when it rewrites a received frame into one of its
+    /// own (a reply or an ICMP error): what became of the frame it held.
+    note: u16,
 }
 
 impl std::fmt::Debug for PacketBuf {
@@ -33,6 +48,7 @@ impl std::fmt::Debug for PacketBuf {
         f.debug_struct("PacketBuf")
             .field("start", &self.start)
             .field("len", &self.len())
+            .field("tag", &self.tag)
             .finish()
     }
 }
@@ -41,8 +57,10 @@ impl PacketBuf {
     fn new() -> Self {
         PacketBuf {
             storage: vec![0u8; BUFFER_SIZE].into_boxed_slice(),
-            start: HEADROOM,
-            end: HEADROOM,
+            start: HEADROOM as u32,
+            end: HEADROOM as u32,
+            tag: UNTAGGED,
+            note: 0,
         }
     }
 
@@ -53,14 +71,45 @@ impl PacketBuf {
             storage: Box::new([]),
             start: 0,
             end: 0,
+            tag: UNTAGGED,
+            note: 0,
         }
     }
 
-    /// Empties the buffer and restores the default headroom.
+    /// Empties the buffer, restores the default headroom and clears the
+    /// metadata.
     pub fn reset(&mut self) {
-        let headroom = HEADROOM.min(self.storage.len());
+        let headroom = HEADROOM.min(self.storage.len()) as u32;
         self.start = headroom;
         self.end = headroom;
+        self.tag = UNTAGGED;
+        self.note = 0;
+    }
+
+    /// The received frame this packet came from, as the driver numbered it
+    /// ([`UNTAGGED`] if none did). Kept through every rewrite in place, the
+    /// engine and the neighbour queue, so that a driver can tie each output
+    /// to its input without a table of its own.
+    #[inline]
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
+
+    #[inline]
+    pub fn set_tag(&mut self, tag: u32) {
+        self.tag = tag;
+    }
+
+    /// The gateway's note on this buffer; 0 while it holds the frame it was
+    /// given (see `dataplane::fate`).
+    #[inline]
+    pub fn note(&self) -> u16 {
+        self.note
+    }
+
+    #[inline]
+    pub fn set_note(&mut self, note: u16) {
+        self.note = note;
     }
 
     /// Replaces the contents with `frame`; `false` if it is larger than
@@ -70,24 +119,24 @@ impl PacketBuf {
             return false;
         }
         self.reset();
-        self.end = self.start + frame.len();
-        self.storage[self.start..self.end].copy_from_slice(frame);
+        self.end = self.start + frame.len() as u32;
+        self.storage[self.start as usize..self.end as usize].copy_from_slice(frame);
         true
     }
 
     #[inline]
     pub fn data(&self) -> &[u8] {
-        &self.storage[self.start..self.end]
+        &self.storage[self.start as usize..self.end as usize]
     }
 
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.end]
+        &mut self.storage[self.start as usize..self.end as usize]
     }
 
     #[inline]
     pub fn len(&self) -> usize {
-        self.end - self.start
+        (self.end - self.start) as usize
     }
 
     #[inline]
@@ -97,20 +146,20 @@ impl PacketBuf {
 
     #[inline]
     pub fn headroom(&self) -> usize {
-        self.start
+        self.start as usize
     }
 
     #[inline]
     pub fn tailroom(&self) -> usize {
-        self.storage.len() - self.end
+        self.storage.len() - self.end as usize
     }
 
     /// Grows the data `n` bytes to the front; the new bytes are returned
     /// for the caller to fill. `None` if the headroom is too small.
     #[inline]
     pub fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {
-        let start = self.start.checked_sub(n)?;
-        self.start = start;
+        let start = (self.start as usize).checked_sub(n)?;
+        self.start = start as u32;
         Some(&mut self.storage[start..start + n])
     }
 
@@ -120,8 +169,8 @@ impl PacketBuf {
         if self.tailroom() < n {
             return None;
         }
-        let end = self.end;
-        self.end += n;
+        let end = self.end as usize;
+        self.end = (end + n) as u32;
         Some(&mut self.storage[end..end + n])
     }
 
@@ -131,7 +180,7 @@ impl PacketBuf {
         if n > self.len() {
             return false;
         }
-        self.start += n;
+        self.start += n as u32;
         true
     }
 
@@ -141,7 +190,7 @@ impl PacketBuf {
         if len > self.len() {
             return false;
         }
-        self.end = self.start + len;
+        self.end = self.start + len as u32;
         true
     }
 
@@ -149,12 +198,12 @@ impl PacketBuf {
     /// growing the data at the front (used to open a gap behind an IP
     /// header for transport mode). `false` if the headroom is too small.
     pub fn open_gap_after(&mut self, len: usize, by: usize) -> bool {
-        if len > self.len() || self.start < by {
+        if len > self.len() || self.headroom() < by {
             return false;
         }
-        let from = self.start;
+        let from = self.start as usize;
         self.storage.copy_within(from..from + len, from - by);
-        self.start -= by;
+        self.start -= by as u32;
         true
     }
 
@@ -164,9 +213,9 @@ impl PacketBuf {
         if len + by > self.len() {
             return false;
         }
-        let from = self.start;
+        let from = self.start as usize;
         self.storage.copy_within(from..from + len, from + by);
-        self.start += by;
+        self.start += by as u32;
         true
     }
 }
@@ -238,6 +287,27 @@ mod tests {
         assert_eq!(pool.in_use(), 1);
         pool.free(buf);
         assert_eq!(pool.available(), 2);
+    }
+
+    /// The metadata rides along with every rewrite and is cleared when the
+    /// buffer is reused; it costs no space (jobs carry buffers by value).
+    #[test]
+    fn tags_survive_rewrites_and_not_reuse() {
+        assert_eq!(std::mem::size_of::<PacketBuf>(), 32);
+        let mut pool = PacketPool::new(1);
+        let mut buf = pool.alloc().unwrap();
+        assert_eq!((buf.tag(), buf.note()), (UNTAGGED, 0));
+        assert!(buf.fill(&[1, 2, 3, 4]));
+        buf.set_tag(7);
+        buf.set_note(3);
+        buf.prepend(2).unwrap();
+        assert!(buf.trim_front(3));
+        assert!(buf.truncate(1));
+        assert_eq!((buf.tag(), buf.note()), (7, 3));
+        pool.free(buf);
+        let buf = pool.alloc().unwrap();
+        assert_eq!((buf.tag(), buf.note()), (UNTAGGED, 0));
+        pool.free(buf);
     }
 
     #[test]

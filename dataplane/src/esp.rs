@@ -349,9 +349,12 @@ pub fn decapsulate_prepare(
     }
     let seq = match sa.check_replay(seq_low) {
         Ok(seq) => seq,
-        Err(ReplayError::Duplicate(_) | ReplayError::TooOld(_) | ReplayError::Invalid) => {
-            sa.counters_mut().replay += 1;
-            return Err(DropReason::Replay);
+        // Duplicate or too old depends on the packets in flight: finish
+        // re-checks before the ICV, so this costs what a forgery costs.
+        Err(ReplayError::Duplicate(seq)) if !sa.duplicate_settled(seq) => seq,
+        Err(e) => {
+            sa.counters_mut().count_replay(e);
+            return Err(e.into());
         }
     };
     let esn_high = sa.params().esn.then_some((seq >> 32) as u32);
@@ -390,12 +393,16 @@ pub fn decapsulate_finish(
     // (RFC 4303 §3.4.3, Appendix A; Linux's xfrm_replay_recheck). A high
     // half that changed means the ICV was computed over the wrong one.
     let seq_low = pending.seq as u32;
-    match sa.check_replay(seq_low) {
-        Ok(seq) if seq == pending.seq => {}
-        Ok(_) | Err(_) => {
-            sa.counters_mut().replay += 1;
-            return Err(DropReason::Replay);
-        }
+    let refused = match sa.check_replay(seq_low) {
+        Ok(seq) if seq == pending.seq => None,
+        // The window's top moved so far that the low half now reads as the
+        // next subspace: the packet fell off the left of the window.
+        Ok(_) => Some(ReplayError::TooOld(pending.seq)),
+        Err(e) => Some(e),
+    };
+    if let Some(e) = refused {
+        sa.counters_mut().count_replay(e);
+        return Err(e.into());
     }
     match pending.desc.status {
         Status::Done => {}

@@ -2,9 +2,14 @@
 //! ICMP echo replies, time-exceeded and fragmentation-needed errors
 //! (RFC 792, RFC 1191, RFC 1812 §4.3.2), and the control plane's UDP
 //! datagrams. Replies and errors are written into the buffer of the packet
-//! that caused them.
+//! that caused them. ICMP errors pass a token bucket first
+//! ([`RateLimiter`]), so that a flood cannot turn the gateway into a
+//! reflector (RFC 1812 §4.3.2.8).
 
 use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use smoltcp::wire::{
     ArpHardware, ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress,
@@ -254,4 +259,218 @@ pub fn error_in_place(buf: &mut PacketBuf, icmp_type: u8, code: u8, rest: u32, f
     ip.set_dst_addr(to);
     ip.fill_checksum();
     true
+}
+
+/// Limits on the ICMP errors the gateway sends (time exceeded,
+/// fragmentation needed), as Linux has them: one bucket for the whole
+/// gateway (`icmp_msgs_per_sec`, `icmp_msgs_burst`) and one per
+/// destination, the source of the offending packet (`icmp_ratelimit`, with
+/// the burst of its `XRLIM_BURST_FACTOR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpLimits {
+    /// Errors per second from the whole gateway.
+    pub per_second: u32,
+    /// How many of those may go at once.
+    pub burst: u32,
+    /// One error per source this often; zero: no per-source limit.
+    pub per_source_interval: Duration,
+    /// How many a source may get at once.
+    pub per_source_burst: u32,
+    /// Sources tracked at once.
+    pub sources: usize,
+}
+
+impl Default for IcmpLimits {
+    fn default() -> Self {
+        IcmpLimits {
+            per_second: 1000,
+            burst: 50,
+            per_source_interval: Duration::from_millis(1000),
+            per_source_burst: 6,
+            sources: 1024,
+        }
+    }
+}
+
+/// A token bucket kept in nanoseconds of credit, so that refilling from the
+/// caller's `now` is exact integer arithmetic: a message costs `cost`, the
+/// bucket holds at most `capacity` and gains one nanosecond per nanosecond.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    credit: u64,
+    last: Duration,
+}
+
+impl Bucket {
+    fn full(capacity: u64, now: Duration) -> Bucket {
+        Bucket {
+            credit: capacity,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, capacity: u64, now: Duration) {
+        let elapsed = u64::try_from(now.saturating_sub(self.last).as_nanos()).unwrap_or(u64::MAX);
+        self.credit = self.credit.saturating_add(elapsed).min(capacity);
+        self.last = self.last.max(now);
+    }
+}
+
+/// The ICMP error token buckets. The core never reads a clock: buckets
+/// refill from the `now` the driver passes in.
+#[derive(Debug)]
+pub struct RateLimiter {
+    limits: IcmpLimits,
+    cost: u64,
+    capacity: u64,
+    global: Bucket,
+    source_cost: u64,
+    source_capacity: u64,
+    sources: HashMap<Ipv4Addr, Bucket>,
+}
+
+impl Default for RateLimiter {
+    fn default() -> Self {
+        RateLimiter::new(IcmpLimits::default())
+    }
+}
+
+impl RateLimiter {
+    pub fn new(limits: IcmpLimits) -> Self {
+        let cost = 1_000_000_000 / u64::from(limits.per_second.max(1));
+        let capacity = cost * u64::from(limits.burst.max(1));
+        let source_cost = u64::try_from(limits.per_source_interval.as_nanos()).unwrap_or(u64::MAX);
+        let source_capacity = source_cost.saturating_mul(u64::from(limits.per_source_burst.max(1)));
+        RateLimiter {
+            limits,
+            cost,
+            capacity,
+            global: Bucket::full(capacity, Duration::ZERO),
+            source_cost,
+            source_capacity,
+            sources: HashMap::default(),
+        }
+    }
+
+    pub fn limits(&self) -> IcmpLimits {
+        self.limits
+    }
+
+    /// Whether an error may go to `to` at `now`; if so, its tokens are
+    /// taken from both buckets. The gateway's bucket is asked first, so a
+    /// flood that it stops never reaches the per-source table.
+    pub fn allow(&mut self, to: Ipv4Addr, now: Duration) -> bool {
+        self.global.refill(self.capacity, now);
+        if self.global.credit < self.cost {
+            return false;
+        }
+        if self.source_cost > 0 {
+            if !self.sources.contains_key(&to) && self.sources.len() >= self.limits.sources.max(1) {
+                self.make_room(now);
+            }
+            let capacity = self.source_capacity;
+            let bucket = self
+                .sources
+                .entry(to)
+                .or_insert_with(|| Bucket::full(capacity, now));
+            bucket.refill(capacity, now);
+            if bucket.credit < self.source_cost {
+                return false;
+            }
+            bucket.credit -= self.source_cost;
+        }
+        self.global.credit -= self.cost;
+        true
+    }
+
+    /// Forgets sources whose buckets have filled up again (nothing is lost:
+    /// a new bucket starts full), or else the one heard from longest ago.
+    /// Runs at most once per error the gateway's bucket lets through.
+    fn make_room(&mut self, now: Duration) {
+        let capacity = self.source_capacity;
+        self.sources.retain(|_, b| {
+            let mut b = *b;
+            b.refill(capacity, now);
+            b.credit < capacity
+        });
+        if self.sources.len() >= self.limits.sources.max(1) {
+            let oldest = self.sources.iter().min_by_key(|(_, b)| b.last).map(|(a, _)| *a);
+            if let Some(addr) = oldest {
+                self.sources.remove(&addr);
+            }
+        }
+    }
+
+    /// Sources tracked now.
+    pub fn sources(&self) -> usize {
+        self.sources.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn sent(limiter: &mut RateLimiter, to: Ipv4Addr, now: Duration, tries: usize) -> usize {
+        (0..tries).filter(|_| limiter.allow(to, now)).count()
+    }
+
+    /// The gateway's bucket: a burst, then `per_second`, never more than
+    /// the burst banked, refilled only by the `now` passed in.
+    #[test]
+    fn the_gateway_bucket_allows_its_burst_then_its_rate() {
+        let mut limiter = RateLimiter::new(IcmpLimits {
+            per_second: 100,
+            burst: 10,
+            per_source_interval: Duration::ZERO,
+            ..IcmpLimits::default()
+        });
+        let to = Ipv4Addr::new(192, 168, 1, 10);
+        assert_eq!(sent(&mut limiter, to, ms(0), 1000), 10);
+        assert_eq!(sent(&mut limiter, to, ms(0), 1000), 0, "time did not move");
+        assert_eq!(sent(&mut limiter, to, ms(55), 1000), 5, "5.5 tokens in 55 ms");
+        assert_eq!(
+            sent(&mut limiter, to, ms(60), 1000),
+            1,
+            "the half token left and 0.5 more"
+        );
+        assert_eq!(
+            sent(&mut limiter, to, ms(10_000), 1000),
+            10,
+            "never more than the burst"
+        );
+        assert_eq!(
+            limiter.sources(),
+            0,
+            "no per-source state without a per-source limit"
+        );
+    }
+
+    #[test]
+    fn each_source_has_its_own_bucket_and_the_table_stays_bounded() {
+        let mut limiter = RateLimiter::new(IcmpLimits {
+            per_second: 1_000_000,
+            burst: 1_000_000,
+            per_source_interval: ms(1000),
+            per_source_burst: 6,
+            sources: 4,
+        });
+        let a = Ipv4Addr::new(192, 168, 1, 10);
+        let b = Ipv4Addr::new(192, 168, 1, 11);
+        assert_eq!(sent(&mut limiter, a, ms(0), 100), 6);
+        assert_eq!(sent(&mut limiter, b, ms(0), 100), 6);
+        assert_eq!(sent(&mut limiter, a, ms(2500), 100), 2);
+        assert_eq!(sent(&mut limiter, a, ms(3000), 100), 1);
+        // Many sources: the table keeps at most 4.
+        for i in 0..100u8 {
+            limiter.allow(Ipv4Addr::new(10, 1, 0, i), ms(3000));
+            assert!(limiter.sources() <= 4);
+        }
+        // A forgotten source starts again from a full bucket.
+        assert_eq!(sent(&mut limiter, b, ms(3000), 100), 6);
+    }
 }

@@ -14,6 +14,7 @@
 
 pub mod drive;
 pub mod esp;
+pub mod fate;
 pub mod gateway;
 pub mod icmp;
 pub mod io;

@@ -116,6 +116,8 @@ impl Reassembler {
                     return Reassembled::Dropped(frag, ReassemblyError::NoBuffer);
                 };
                 buf.reset();
+                // Given up, the datagram is the fragment's that started it.
+                buf.set_tag(frag.tag());
                 self.datagrams.push(Datagram {
                     key,
                     buf,
@@ -175,6 +177,8 @@ impl Reassembler {
             Some(total) if d.have_first && covered == total => {
                 let done = self.datagrams.swap_remove(index);
                 let mut datagram = done.buf;
+                // Complete, it is the fragment's that completed it.
+                datagram.set_tag(frag.tag());
                 datagram.truncate(HEADER_ROOM + total);
                 datagram.trim_front(HEADER_ROOM - done.header_len);
                 let length = datagram.len() as u16;

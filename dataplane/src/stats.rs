@@ -4,6 +4,7 @@
 use std::fmt;
 
 use serde::Serialize;
+use spd_sad::ReplayError;
 
 /// Why a packet was not forwarded. Every dropped packet is counted under
 /// exactly one of these.
@@ -20,8 +21,15 @@ pub enum DropReason {
     UnknownSpi,
     /// The ICV did not verify.
     AuthFailed,
-    /// Duplicate or too old for the anti-replay window.
-    Replay,
+    /// Anti-replay (RFC 4303 §3.4.3): this sequence number was already
+    /// received.
+    ReplayDuplicate,
+    /// Anti-replay: left of the window, too old to tell.
+    ReplayTooOld,
+    /// Sequence number 0, which no sender sends (RFC 4303 §3.3.3), or one
+    /// that would lie before the start of the sequence space once the ESN
+    /// high half is inferred.
+    SeqZero,
     /// Failed a length, alignment, header, padding or next-header check.
     Malformed,
     /// The SA's hard lifetime is over.
@@ -57,16 +65,21 @@ pub enum DropReason {
     /// A unicast frame for another host's MAC address, seen because the
     /// driver's socket is promiscuous (live mode on a shared link).
     OtherHost,
+    /// ARP from a sender outside the networks of the interface it arrived
+    /// on: neither answered nor learnt (see `crate::neighbor`).
+    ArpOffLink,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 22] = [
+    pub const ALL: [DropReason; 25] = [
         DropReason::NoPolicy,
         DropReason::PolicyDiscard,
         DropReason::PolicyMismatch,
         DropReason::UnknownSpi,
         DropReason::AuthFailed,
-        DropReason::Replay,
+        DropReason::ReplayDuplicate,
+        DropReason::ReplayTooOld,
+        DropReason::SeqZero,
         DropReason::Malformed,
         DropReason::SaExpired,
         DropReason::SeqOverflow,
@@ -83,6 +96,7 @@ impl DropReason {
         DropReason::ReassemblyFailed,
         DropReason::ReassemblyTimeout,
         DropReason::OtherHost,
+        DropReason::ArpOffLink,
     ];
 
     /// The name used in stats output.
@@ -93,7 +107,9 @@ impl DropReason {
             DropReason::PolicyMismatch => "policy_mismatch",
             DropReason::UnknownSpi => "unknown_spi",
             DropReason::AuthFailed => "auth_failed",
-            DropReason::Replay => "replay",
+            DropReason::ReplayDuplicate => "replay_duplicate",
+            DropReason::ReplayTooOld => "replay_too_old",
+            DropReason::SeqZero => "seq_zero",
             DropReason::Malformed => "malformed",
             DropReason::SaExpired => "sa_expired",
             DropReason::SeqOverflow => "seq_overflow",
@@ -110,11 +126,41 @@ impl DropReason {
             DropReason::ReassemblyFailed => "reassembly_failed",
             DropReason::ReassemblyTimeout => "reassembly_timeout",
             DropReason::OtherHost => "other_host",
+            DropReason::ArpOffLink => "arp_off_link",
         }
     }
 
-    fn index(self) -> usize {
+    /// The reason of the name [`name`](Self::name) gives.
+    pub fn from_name(name: &str) -> Option<DropReason> {
+        DropReason::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// Any of the anti-replay refusals.
+    pub fn is_replay(self) -> bool {
+        matches!(
+            self,
+            DropReason::ReplayDuplicate | DropReason::ReplayTooOld | DropReason::SeqZero
+        )
+    }
+
+    pub(crate) fn index(self) -> usize {
         self as usize
+    }
+}
+
+impl From<ReplayError> for DropReason {
+    fn from(e: ReplayError) -> DropReason {
+        match e {
+            ReplayError::Duplicate(_) => DropReason::ReplayDuplicate,
+            ReplayError::TooOld(_) => DropReason::ReplayTooOld,
+            ReplayError::Invalid => DropReason::SeqZero,
+        }
+    }
+}
+
+impl Serialize for DropReason {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
     }
 }
 
@@ -188,6 +234,17 @@ pub struct Stats {
     /// SA finished, because their ESN high half depended on those (not a
     /// verdict: each is counted again when it is decided).
     pub esn_held: u64,
+    /// ICMP errors (time exceeded, fragmentation needed) not sent because
+    /// the gateway's or the source's token bucket was empty (RFC 1812
+    /// §4.3.2.8). Not a verdict: the packet that caused each is counted
+    /// under its own drop reason.
+    pub icmp_rate_limited: u64,
+    /// ARP senders not learnt because their interface's neighbour table
+    /// was full (the frame itself was still answered or consumed).
+    pub neighbor_table_full: u64,
+    /// ARP replies from a sender with no entry that answered no request of
+    /// ours: consumed, not learnt (as Linux does with `arp_accept = 0`).
+    pub arp_unsolicited: u64,
     pub drops: DropCounters,
 }
 
@@ -206,6 +263,9 @@ impl Stats {
         self.control_received += other.control_received;
         self.control_sent += other.control_sent;
         self.esn_held += other.esn_held;
+        self.icmp_rate_limited += other.icmp_rate_limited;
+        self.neighbor_table_full += other.neighbor_table_full;
+        self.arp_unsolicited += other.arp_unsolicited;
         self.drops.add(&other.drops);
     }
 
@@ -218,5 +278,36 @@ impl Stats {
                 + self.dummy_packets
                 + self.fragments_absorbed
                 + self.drops.total()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counters are indexed by declaration order: `ALL` must follow it,
+    /// and names must be unique for the stats JSON and verdict lines.
+    #[test]
+    fn every_reason_has_its_own_slot_and_name() {
+        for (i, reason) in DropReason::ALL.into_iter().enumerate() {
+            assert_eq!(reason.index(), i, "{reason}");
+            assert_eq!(DropReason::from_name(reason.name()), Some(reason));
+        }
+        let mut counters = DropCounters::default();
+        for reason in DropReason::ALL {
+            counters.count(reason);
+        }
+        assert!(counters.iter().all(|(_, n)| n == 1));
+    }
+
+    #[test]
+    fn replay_errors_keep_their_kind() {
+        assert_eq!(
+            DropReason::from(ReplayError::Duplicate(5)),
+            DropReason::ReplayDuplicate
+        );
+        assert_eq!(DropReason::from(ReplayError::TooOld(5)), DropReason::ReplayTooOld);
+        assert_eq!(DropReason::from(ReplayError::Invalid), DropReason::SeqZero);
+        assert!(DropReason::ALL.into_iter().filter(|r| r.is_replay()).count() == 3);
     }
 }

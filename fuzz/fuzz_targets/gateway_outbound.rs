@@ -42,7 +42,9 @@ fuzz_target!(|frame: &[u8]| {
                 Verdict::Drop(
                     DropReason::AuthFailed
                         | DropReason::Malformed
-                        | DropReason::Replay
+                        | DropReason::ReplayDuplicate
+                        | DropReason::ReplayTooOld
+                        | DropReason::SeqZero
                         | DropReason::UnknownSpi
                         | DropReason::PolicyMismatch
                         | DropReason::ReassemblyFailed

@@ -11,6 +11,8 @@ use accel::{
     Algorithm, BufferPolicy, Completion, DeviceProfile, Engine, EngineKind, EngineSpec, SecConfig, Session,
     SessionSpec, Style,
 };
+use dataplane::icmp::IcmpLimits;
+use dataplane::neighbor::NeighborLimits;
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
 use spd_sad::{
     Action, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange, ProtocolSelector,
@@ -147,6 +149,15 @@ impl Default for RekeySettings {
     }
 }
 
+/// Bounds against floods (`[limits]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FloodLimits {
+    /// The neighbour table.
+    pub neighbors: NeighborLimits,
+    /// The ICMP error token buckets.
+    pub icmp: IcmpLimits,
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -166,6 +177,7 @@ pub struct Config {
     pub policies: Vec<PolicyConfig>,
     pub tunnels: Vec<TunnelConfig>,
     pub rekey: RekeySettings,
+    pub limits: FloodLimits,
 }
 
 /// Why a validated configuration could not be installed.
@@ -260,6 +272,8 @@ impl Config {
             inside_link: (self.inside.kind == InterfaceKind::Tun).then_some(LinkLayer::RawIp),
             control_port: Some(dataplane::CONTROL_PORT),
             only_own_mac: false,
+            neighbor_limits: self.limits.neighbors,
+            icmp_limits: self.limits.icmp,
         }
     }
 
@@ -577,7 +591,72 @@ impl Validator<'_> {
             policies,
             tunnels,
             rekey: self.rekey()?,
+            limits: self.limits()?,
         })
+    }
+
+    fn limits(&self) -> Result<FloodLimits, ConfigError> {
+        let raw = &self.raw.limits;
+        let mut limits = FloodLimits::default();
+        let get = |v: &Option<S<i64>>,
+                   what: &str,
+                   range: std::ops::RangeInclusive<u64>,
+                   default: u64|
+         -> Result<u64, ConfigError> {
+            match v {
+                None => Ok(default),
+                Some(n) if u64::try_from(*n.get_ref()).is_ok_and(|n| range.contains(&n)) => {
+                    Ok(*n.get_ref() as u64)
+                }
+                Some(n) => self.err(
+                    span(n),
+                    ConfigErrorKind::Value(format!(
+                        "[limits] {what} must be between {} and {} (default {default})",
+                        range.start(),
+                        range.end()
+                    )),
+                ),
+            }
+        };
+        let icmp = &mut limits.icmp;
+        // Each value fits its field: the ranges are checked first.
+        limits.neighbors.max_learnt = get(
+            &raw.neighbors_per_interface,
+            "neighbors_per_interface",
+            1..=1_000_000,
+            limits.neighbors.max_learnt as u64,
+        )? as usize;
+        icmp.per_second = get(
+            &raw.icmp_errors_per_second,
+            "icmp_errors_per_second",
+            1..=1_000_000,
+            u64::from(icmp.per_second),
+        )? as u32;
+        icmp.burst = get(
+            &raw.icmp_burst,
+            "icmp_burst",
+            1..=1_000_000,
+            u64::from(icmp.burst),
+        )? as u32;
+        icmp.per_source_interval = Duration::from_millis(get(
+            &raw.icmp_per_source_ms,
+            "icmp_per_source_ms",
+            0..=3_600_000,
+            icmp.per_source_interval.as_millis() as u64,
+        )?);
+        icmp.per_source_burst = get(
+            &raw.icmp_per_source_burst,
+            "icmp_per_source_burst",
+            1..=10_000,
+            u64::from(icmp.per_source_burst),
+        )? as u32;
+        icmp.sources = get(
+            &raw.icmp_sources,
+            "icmp_sources",
+            1..=1_000_000,
+            icmp.sources as u64,
+        )? as usize;
+        Ok(limits)
     }
 
     fn rekey(&self) -> Result<RekeySettings, ConfigError> {

@@ -1058,6 +1058,9 @@ impl ControlPlane {
         if old.engine != new.engine || old.style != new.style {
             fixed.push("[accel]");
         }
+        if old.limits != new.limits {
+            fixed.push("[limits]");
+        }
         if old.name != new.name
             || old.outer_ttl != new.outer_ttl
             || old.allow_insecure_null != new.allow_insecure_null

@@ -51,6 +51,21 @@ pub(crate) struct RawConfig {
     pub tunnel: Vec<S<RawTunnel>>,
     #[serde(default)]
     pub rekey: RawRekey,
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// `[limits]`: bounds against floods. Signed, so that a negative value
+/// gets the range message rather than serde's.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub neighbors_per_interface: Option<S<i64>>,
+    pub icmp_errors_per_second: Option<S<i64>>,
+    pub icmp_burst: Option<S<i64>>,
+    pub icmp_per_source_ms: Option<S<i64>>,
+    pub icmp_per_source_burst: Option<S<i64>>,
+    pub icmp_sources: Option<S<i64>>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -564,3 +564,58 @@ secret = "{secret}"
         }
     }
 }
+
+#[test]
+fn flood_limits_have_defaults_and_are_checked() {
+    // Defaults as Linux has them.
+    let config = parse(BASE).unwrap();
+    assert_eq!(config.limits.neighbors.max_learnt, 1024);
+    assert_eq!(config.limits.icmp.per_second, 1000);
+    assert_eq!(config.limits.icmp.burst, 50);
+    assert_eq!(config.limits.icmp.per_source_interval.as_millis(), 1000);
+    assert_eq!(config.limits.icmp.per_source_burst, 6);
+    // Every key, and into the gateway's setup.
+    let extra = "\n[limits]\nneighbors_per_interface = 64\nicmp_errors_per_second = 10\nicmp_burst = 3\n\
+                 icmp_per_source_ms = 0\nicmp_per_source_burst = 2\nicmp_sources = 16\n";
+    let config = parse(&format!("{BASE}{extra}")).unwrap();
+    let setup = config.setup(dataplane::LinkLayer::Ethernet, accel::Style::Async);
+    assert_eq!(setup.neighbor_limits.max_learnt, 64);
+    assert_eq!(
+        (
+            setup.icmp_limits.per_second,
+            setup.icmp_limits.burst,
+            setup.icmp_limits.sources
+        ),
+        (10, 3, 16)
+    );
+    assert!(setup.icmp_limits.per_source_interval.is_zero());
+    // Out of range, and unknown keys.
+    let extra = "\n[limits]\nneighbors_per_interface = 0\n";
+    expect_error(
+        extra,
+        line_of(extra, "neighbors_per_interface"),
+        27,
+        "[limits] neighbors_per_interface must be between 1 and 1000000 (default 1024)",
+    );
+    let extra = "\n[limits]\nicmp_burst = 0\n";
+    expect_error(
+        extra,
+        line_of(extra, "icmp_burst"),
+        14,
+        "[limits] icmp_burst must be between 1",
+    );
+    let extra = "\n[limits]\nicmp_errors_per_second = -5\n";
+    expect_error(
+        extra,
+        line_of(extra, "icmp_errors"),
+        26,
+        "[limits] icmp_errors_per_second must be between 1 and 1000000 (default 1000)",
+    );
+    let extra = "\n[limits]\narp_entries = 5\n";
+    expect_error(
+        extra,
+        line_of(extra, "arp_entries"),
+        1,
+        "unknown field `arp_entries`",
+    );
+}

@@ -127,11 +127,30 @@ pub struct SaCounters {
     /// Bytes of protected (inner) data.
     pub bytes: u64,
     pub auth_failed: u64,
-    pub replay: u64,
+    /// Anti-replay refusals, by kind (RFC 4303 §3.4.3).
+    pub replay_duplicate: u64,
+    pub replay_too_old: u64,
+    pub seq_zero: u64,
     pub policy_mismatch: u64,
     pub malformed: u64,
     pub expired: u64,
     pub seq_overflow: u64,
+}
+
+impl SaCounters {
+    /// Counts an anti-replay refusal under its kind.
+    pub fn count_replay(&mut self, e: ReplayError) {
+        match e {
+            ReplayError::Duplicate(_) => self.replay_duplicate += 1,
+            ReplayError::TooOld(_) => self.replay_too_old += 1,
+            ReplayError::Invalid => self.seq_zero += 1,
+        }
+    }
+
+    /// Every anti-replay refusal.
+    pub fn replay(&self) -> u64 {
+        self.replay_duplicate + self.replay_too_old + self.seq_zero
+    }
 }
 
 /// The configuration an SA is created from.
@@ -493,6 +512,15 @@ impl<C> SecurityAssociation<C> {
         self.replay.infer_at(seq_low, self.replay.top()) == self.replay.infer_at(seq_low, self.in_flight_top)
     }
 
+    /// Inbound: whether a copy of `seq`, a duplicate for the window as it
+    /// is, stays one whatever the packets in flight turn out to be. If
+    /// they could move the top `replay_window` or more past it, the copy
+    /// may be too old by its turn instead, and only the window at finish
+    /// can say which.
+    pub fn duplicate_settled(&self, seq: u64) -> bool {
+        self.inbound_in_flight == 0 || self.in_flight_top.saturating_sub(seq) < u64::from(self.replay.size())
+    }
+
     /// Inbound: a packet with sequence number `seq` went to the engine.
     pub fn note_inbound_started(&mut self, seq: u64) {
         self.inbound_in_flight += 1;
@@ -825,6 +853,30 @@ mod tests {
                 SaDirection::Outbound => vec![],
             },
         }
+    }
+
+    /// A duplicate is settled as one unless the packets in flight could
+    /// carry the window's top a whole window past it.
+    #[test]
+    fn duplicates_are_settled_unless_the_window_may_pass_them() {
+        let mut sad: Sad<()> = Sad::new();
+        let id = sad
+            .insert(params("in", SaDirection::Inbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        let sa = sad.get_mut(id).unwrap();
+        for seq in 1..=10 {
+            sa.accept_sequence(seq);
+        }
+        assert_eq!(sa.check_replay(5), Err(ReplayError::Duplicate(5)));
+        assert!(sa.duplicate_settled(5), "nothing in flight");
+        sa.note_inbound_started(68);
+        assert!(sa.duplicate_settled(5), "68 - 5 < 64: 5 stays in the window");
+        sa.note_inbound_started(69);
+        assert!(!sa.duplicate_settled(5), "if 69 verifies, 5 is too old");
+        assert!(sa.duplicate_settled(6));
+        sa.note_inbound_finished();
+        assert!(sa.note_inbound_finished());
+        assert!(sa.duplicate_settled(5));
     }
 
     #[test]

@@ -75,7 +75,7 @@ MAC = {GW_INSIDE: "02:00:00:00:01:01", GW_OUTSIDE: "02:00:00:00:00:01",
        PEER: "02:00:00:00:00:02", HOST_A: "02:00:00:00:01:10"}
 SPI_OUT, SPI_IN, SPI_UNKNOWN = 0x1001, 0x2002, 0xBAD0BAD
 UDP_SIZES = (0, 1, 2, 3, 15, 16, 17, 100, 1000, 1400)
-DROP_CHECKS = ("auth_failed", "replay", "unknown_spi")
+DROP_CHECKS = ("auth_failed", "replay_duplicate", "unknown_spi")
 
 Case = namedtuple("Case", "alg mode esn")
 
@@ -297,11 +297,11 @@ def negative(args, case, keys, name):
         + [first, stranger.encrypt(p2, seq_num=1), good.encrypt(p2, seq_num=2)]
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / e for e in esps]
     _, stats = run_espgw(args, name, config_text(case, keys, subnets), "outside", frames)
-    want = {"auth_failed": int(has_auth), "replay": 1, "unknown_spi": 1}
+    want = {"auth_failed": int(has_auth), "replay_duplicate": 1, "unknown_spi": 1}
     expect_drops(stats, **want)
     expect(stats["decapsulated"] == 2, f"decapsulated {stats['decapsulated']}, expected 2 (seq 1, seq 2)")
     sa_drops = sa_stats(stats, SPI_IN)["drops"]
-    for k in ("auth_failed", "replay"):
+    for k in ("auth_failed", "replay_duplicate"):
         expect(sa_drops[k] == want[k], f"inbound SA drops.{k} = {sa_drops[k]}, expected {want[k]}")
     return ", ".join(f"{k}={v}" for k, v in want.items())
 

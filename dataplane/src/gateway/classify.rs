@@ -46,15 +46,10 @@ impl Gateway {
         match self.classify_inner(from, buf) {
             Ok(c) => c,
             // RFC 1812 §5.3.1: tell the source its packet died here.
-            Err(DropReason::TtlExpired) if icmp::may_answer_with_error(buf.data()) => {
+            Err(DropReason::TtlExpired) => {
                 let from_addr = self.interfaces[from.index()].address;
-                if icmp::error_in_place(buf, icmp::kind::TIME_EXCEEDED, 0, 0, from_addr) {
-                    self.stats.drops.count(DropReason::TtlExpired);
-                    self.stats.generated += 1;
-                    Classified::Done(Ok(Next::Route))
-                } else {
-                    Classified::Done(Err(DropReason::TtlExpired))
-                }
+                let error = (icmp::kind::TIME_EXCEEDED, 0, 0);
+                Classified::Done(self.icmp_error(buf, error, from_addr, DropReason::TtlExpired))
             }
             Err(reason) => Classified::Done(Err(reason)),
         }
@@ -71,6 +66,7 @@ impl Gateway {
         }
         self.stats.local_delivered += 1;
         self.stats.generated += 1;
+        crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
         Some(Classified::Done(Ok(Next::Route)))
     }
 

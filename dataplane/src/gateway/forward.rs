@@ -1,19 +1,21 @@
 //! L2/L3 forwarding: routes, the MTU and IPv4 fragmentation (RFC 791),
 //! Ethernet framing, ARP (RFC 826), the packets parked while a next hop
-//! resolves, and the next hop each SA's outer packets take. Must not
-//! classify, touch SAs (it only keys by their ids) or the engine.
+//! resolves, the rate-limited ICMP errors (RFC 1812 §4.3.2.8) and the next
+//! hop each SA's outer packets take. Must not classify, touch SAs (it only
+//! keys by their ids) or the engine.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
+use smoltcp::wire::{ArpOperation, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
 
 use spd_sad::SaId;
 
 use super::{Gateway, LinkLayer, Next, Verdict};
 use crate::buffer::PacketBuf;
+use crate::fate::{self, Fate};
 use crate::icmp;
-use crate::neighbor::Queued;
+use crate::neighbor::{Learnt, Neighbors, Queued};
 use crate::route::Port;
 use crate::stats::DropReason;
 use crate::Output;
@@ -68,7 +70,7 @@ impl Gateway {
         if self.link_of(hop.port) != LinkLayer::Ethernet {
             return;
         }
-        let Some((mac, until)) = self.neighbors.entry(hop.address, self.last_now) else {
+        let Some((mac, until)) = self.neighbors.entry(hop.port, hop.address, self.last_now) else {
             return;
         };
         let slot = sa.slot();
@@ -107,7 +109,7 @@ impl Gateway {
         if self.link_of(hop.port) == LinkLayer::RawIp {
             return Ok(Some(hop.port));
         }
-        let mac = match self.neighbors.lookup(hop.address, self.last_now) {
+        let mac = match self.neighbors.lookup(hop.port, hop.address, self.last_now) {
             Some(mac) => mac,
             // Offline there is no ARP: an unknown neighbour gets the zero MAC.
             None if !self.resolve_neighbors => EthernetAddress([0; 6]),
@@ -160,6 +162,9 @@ impl Gateway {
                 }
                 return Err(DropReason::NoBufferSpace);
             };
+            // A fragment is the frame's as much as the first one is.
+            piece.set_tag(buf.tag());
+            piece.set_note(buf.note());
             let start = header_len + i * chunk;
             let end = (start + chunk).min(buf.len());
             let data = buf.data();
@@ -189,7 +194,7 @@ impl Gateway {
         let link = self.link_of(hop.port);
         let mac = match link {
             LinkLayer::RawIp => None,
-            LinkLayer::Ethernet => match self.neighbors.lookup(hop.address, self.last_now) {
+            LinkLayer::Ethernet => match self.neighbors.lookup(hop.port, hop.address, self.last_now) {
                 Some(mac) => Some(mac),
                 None if !self.resolve_neighbors => Some(EthernetAddress([0; 6])),
                 None => None,
@@ -268,7 +273,8 @@ impl Gateway {
     }
 
     /// ARP (Ethernet only): answer requests for our addresses, learn
-    /// senders, release packets that waited for them.
+    /// senders as `Neighbors::learn_from` allows, release packets that
+    /// waited for them. ARP from off-link senders is dropped unanswered.
     pub(super) fn handle_arp(
         &mut self,
         now: Duration,
@@ -280,23 +286,69 @@ impl Gateway {
         let iface = &self.interfaces[from.index()];
         let (our_mac, our_ip) = (iface.mac, iface.address);
         let for_us = arp.target_ip == our_ip;
-        // RFC 826: update an entry we have, or create one when addressed.
-        if for_us || self.neighbors.lookup(arp.sender_ip, now).is_some() || self.is_waited_for(arp.sender_ip)
-        {
-            self.neighbors.learn(arp.sender_ip, arp.sender_mac, now);
-            self.release(arp.sender_ip, arp.sender_mac, out);
+        match self.neighbors.learn_from(from, &arp, for_us, now) {
+            Learnt::Updated | Learnt::Created => {
+                if self.is_waited_for(arp.sender_ip) {
+                    self.release(arp.sender_ip, arp.sender_mac, out);
+                }
+            }
+            Learnt::OffLink => {
+                self.stats.drops.count(DropReason::ArpOffLink);
+                out.push((buf, Verdict::Drop(DropReason::ArpOffLink)));
+                return;
+            }
+            Learnt::TableFull => self.stats.neighbor_table_full += 1,
+            Learnt::Unsolicited => self.stats.arp_unsolicited += 1,
+            Learnt::Ignored => {}
         }
         self.stats.local_delivered += 1;
         if for_us
-            && arp.operation == smoltcp::wire::ArpOperation::Request
+            && self.setup.answer_arp
+            && arp.operation == ArpOperation::Request
             && icmp::arp_reply_in_place(&mut buf, &arp, our_mac)
         {
             self.stats.generated += 1;
             self.stats.tx_packets += 1;
+            fate::mark_replaced(&mut buf, Fate::Consumed);
             out.push((buf, Verdict::Forward(from)));
         } else {
             out.push((buf, Verdict::Consumed));
         }
+    }
+
+    /// The neighbour table (for reports and tests).
+    pub fn neighbors(&self) -> &Neighbors {
+        &self.neighbors
+    }
+
+    /// Turns the packet in `buf`, which dies here for `reason`, into an
+    /// ICMP error back to its source, from our address `from`, if RFC 1812
+    /// §4.3.2.7 allows one and both token buckets have a token (RFC 1812
+    /// §4.3.2.8; otherwise counted as `icmp_rate_limited`). The packet is
+    /// counted under `reason` either way; `Ok` means the error is to be
+    /// routed, `Err` that the packet is simply dropped.
+    pub(super) fn icmp_error(
+        &mut self,
+        buf: &mut PacketBuf,
+        (icmp_type, code, rest): (u8, u8, u32),
+        from: Ipv4Addr,
+        reason: DropReason,
+    ) -> Result<Next, DropReason> {
+        if !icmp::may_answer_with_error(buf.data()) {
+            return Err(reason);
+        }
+        let to = Ipv4Packet::new_unchecked(buf.data()).src_addr();
+        if !self.icmp_limiter.allow(to, self.last_now) {
+            self.stats.icmp_rate_limited += 1;
+            return Err(reason);
+        }
+        if !icmp::error_in_place(buf, icmp_type, code, rest, from) {
+            return Err(reason);
+        }
+        self.stats.drops.count(reason);
+        self.stats.generated += 1;
+        fate::mark_replaced(buf, Fate::Dropped(reason));
+        Ok(Next::Route)
     }
 
     pub(super) fn is_waited_for(&self, address: Ipv4Addr) -> bool {

@@ -180,20 +180,13 @@ impl Gateway {
         if size > mtu && dont_fragment {
             let from = self.interfaces[Port::Inside.index()].address;
             let next_hop_mtu = u32::try_from(fits).unwrap_or(0);
-            if icmp::may_answer_with_error(buf.data())
-                && icmp::error_in_place(
-                    &mut buf,
-                    icmp::kind::DEST_UNREACHABLE,
-                    icmp::kind::FRAG_NEEDED,
-                    next_hop_mtu,
-                    from,
-                )
-            {
-                self.stats.drops.count(DropReason::FragNeeded);
-                self.stats.generated += 1;
-                return self.emit(buf, Ok(Next::Route), out);
-            }
-            return self.emit(buf, Err(DropReason::FragNeeded), out);
+            let error = (
+                icmp::kind::DEST_UNREACHABLE,
+                icmp::kind::FRAG_NEEDED,
+                next_hop_mtu,
+            );
+            let result = self.icmp_error(&mut buf, error, from, DropReason::FragNeeded);
+            return self.emit(buf, result, out);
         }
         let ctx = OutboundContext {
             rng: &mut self.rng,

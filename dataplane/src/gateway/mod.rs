@@ -34,7 +34,7 @@ use spd_sad::{SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd};
 use crate::buffer::{PacketBuf, PacketPool};
 pub use crate::esp::SaCrypto;
 use crate::icmp;
-use crate::neighbor::{Neighbors, Waiting};
+use crate::neighbor::{NeighborLimits, Neighbors, Waiting};
 use crate::reassembly::Reassembler;
 use crate::route::{Interface, Port, Route, RoutingTable};
 use crate::stats::{DropReason, Stats};
@@ -98,6 +98,10 @@ pub struct GatewaySetup {
     /// MAC need not be the device's; off for captures, which hold what the
     /// user wants processed.
     pub only_own_mac: bool,
+    /// Bounds of the neighbour table (ARP floods).
+    pub neighbor_limits: NeighborLimits,
+    /// Token buckets for the ICMP errors the gateway sends.
+    pub icmp_limits: icmp::IcmpLimits,
 }
 
 /// A frame handed back to the driver.
@@ -137,6 +141,7 @@ pub struct Gateway {
     /// Scratch for packets released or expired from the neighbour queue.
     waiting: Vec<Waiting>,
     reassembler: Reassembler,
+    icmp_limiter: icmp::RateLimiter,
     /// Scratch for buffers the reassembler gives up.
     spent: Vec<PacketBuf>,
     link: LinkLayer,
@@ -178,9 +183,15 @@ impl Gateway {
         for route in &setup.routes {
             routes.add(*route);
         }
-        let mut neighbors = Neighbors::default();
+        let mut neighbors = Neighbors::new(setup.neighbor_limits);
         for (addr, mac) in &setup.neighbors {
             neighbors.insert_static(*addr, *mac);
+        }
+        for iface in [&setup.inside, &setup.outside] {
+            neighbors.add_on_link(iface.port, iface.network, Some(iface.address));
+        }
+        for route in setup.routes.iter().filter(|r| r.via.is_none()) {
+            neighbors.add_on_link(route.port, route.destination, None);
         }
         Gateway {
             setup: setup.clone(),
@@ -191,6 +202,7 @@ impl Gateway {
             pool: PacketPool::default(),
             waiting: Vec::with_capacity(64),
             reassembler: Reassembler::default(),
+            icmp_limiter: icmp::RateLimiter::new(setup.icmp_limits),
             spent: Vec::with_capacity(8),
             link: setup.link,
             outer_ttl: setup.outer_ttl,

@@ -1,7 +1,9 @@
 //! Offline driver: every frame of a capture is handled as if it arrived on
 //! one port; what the gateway transmits (on either port) is written to an
 //! output capture of the same link type, in the order the gateway transmits
-//! it, stamped with the capture time at which it left.
+//! it, stamped with the capture time at which it left. Optionally it also
+//! writes one JSON line per input frame saying what became of it (see
+//! `crate::fate`).
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -10,6 +12,7 @@ use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 
 use crate::buffer::{PacketPool, MAX_FRAME};
+use crate::fate::{FrameLog, FrameLogError};
 use crate::gateway::{Gateway, LinkLayer, Output, Verdict};
 use crate::route::Port;
 use crate::stats::DropReason;
@@ -33,6 +36,8 @@ pub enum PcapDriverError {
     PoolExhausted,
     #[error("{0} packet buffers did not come back from the engine")]
     BuffersLost(usize),
+    #[error(transparent)]
+    Verdicts(#[from] FrameLogError),
 }
 
 /// The link layer of a capture's link type, if espgw reads it.
@@ -66,8 +71,37 @@ pub struct PcapRun {
 pub fn run<R: Read, W: Write>(
     gateway: &mut Gateway,
     from: Port,
+    reader: PcapReader<R>,
+    output: W,
+) -> Result<PcapRun, PcapDriverError> {
+    run_inner(gateway, from, reader, output, None)
+}
+
+/// [`run`], and one JSON line per input frame to `verdicts`, in frame
+/// order: its index, port, fate (`forwarded`, `consumed`, `dropped`), drop
+/// reason, SA, SPI and sequence number where known, and how many frames
+/// left because of it ([`crate::fate::FrameVerdict`]). Every frame gets
+/// exactly one line; over a run, the drop reasons of the lines (with their
+/// `more_drops`) add up to the drop counters.
+pub fn run_with_verdicts<R: Read, W: Write>(
+    gateway: &mut Gateway,
+    from: Port,
+    reader: PcapReader<R>,
+    output: W,
+    verdicts: &mut dyn Write,
+) -> Result<PcapRun, PcapDriverError> {
+    let mut log = FrameLog::new();
+    run_inner(gateway, from, reader, output, Some((&mut log, verdicts)))
+}
+
+type VerdictSink<'a> = Option<(&'a mut FrameLog, &'a mut dyn Write)>;
+
+fn run_inner<R: Read, W: Write>(
+    gateway: &mut Gateway,
+    from: Port,
     mut reader: PcapReader<R>,
     output: W,
+    mut verdicts: VerdictSink<'_>,
 ) -> Result<PcapRun, PcapDriverError> {
     let in_header = reader.header();
     let out_header = PcapHeader {
@@ -91,6 +125,9 @@ pub fn run<R: Read, W: Write>(
         clock = packet.timestamp.saturating_sub(start).max(clock);
         if packet.data.len() > MAX_FRAME {
             gateway.count_driver_drop(DropReason::Malformed);
+            if let Some((log, _)) = verdicts.as_mut() {
+                log.refused(from, DropReason::Malformed)?;
+            }
             continue;
         }
         let mut buf = loop {
@@ -99,7 +136,15 @@ pub fn run<R: Read, W: Write>(
                 // Every buffer is with the engine: wait for some to come back.
                 None => {
                     crate::drive::flush(gateway, clock, &mut out, &mut pool);
-                    write_out(&mut writer, &mut pool, &mut out, clock + start, &mut run)?;
+                    write_out(
+                        &mut writer,
+                        gateway,
+                        &mut pool,
+                        &mut out,
+                        clock + start,
+                        &mut run,
+                        &mut verdicts,
+                    )?;
                     if pool.available() == 0 && gateway.in_flight() == 0 {
                         return Err(PcapDriverError::PoolExhausted);
                     }
@@ -107,35 +152,66 @@ pub fn run<R: Read, W: Write>(
             }
         };
         buf.fill(&packet.data);
+        if let Some((log, _)) = verdicts.as_mut() {
+            log.received(gateway, from, &mut buf)?;
+        }
         bufs.push(buf);
         gateway.handle_timeout(clock, &mut out, &mut pool);
         gateway.handle_batch(clock, from, &mut bufs, &mut out, &mut pool);
-        write_out(&mut writer, &mut pool, &mut out, clock + start, &mut run)?;
+        write_out(
+            &mut writer,
+            gateway,
+            &mut pool,
+            &mut out,
+            clock + start,
+            &mut run,
+            &mut verdicts,
+        )?;
     }
     crate::drive::shutdown(gateway, clock, &mut out, &mut pool);
     let stamp = clock + epoch.unwrap_or_default();
-    write_out(&mut writer, &mut pool, &mut out, stamp, &mut run)?;
+    write_out(
+        &mut writer,
+        gateway,
+        &mut pool,
+        &mut out,
+        stamp,
+        &mut run,
+        &mut verdicts,
+    )?;
     if pool.in_use() != 0 {
         return Err(PcapDriverError::BuffersLost(pool.in_use()));
     }
     Ok(run)
 }
 
-/// Writes forwarded frames and returns every buffer to the pool.
+/// Writes forwarded frames and returns every buffer to the pool; with
+/// verdicts, folds each output into its frame's record, and writes the
+/// records out once the gateway holds no buffer (then they are final).
 fn write_out<W: Write>(
     writer: &mut PcapWriter<W>,
+    gateway: &Gateway,
     pool: &mut PacketPool,
     out: &mut Vec<Output>,
     stamp: Duration,
     run: &mut PcapRun,
+    verdicts: &mut VerdictSink<'_>,
 ) -> Result<(), PcapDriverError> {
     for (buf, verdict) in out.drain(..) {
+        if let Some((log, _)) = verdicts.as_mut() {
+            log.output(gateway, &buf, verdict);
+        }
         if let Verdict::Forward(_) = verdict {
             let packet = PcapPacket::new(stamp, buf.len() as u32, buf.data());
             writer.write_packet(&packet).map_err(PcapDriverError::Write)?;
             run.frames_out += 1;
         }
         pool.free(buf);
+    }
+    if let Some((log, sink)) = verdicts.as_mut() {
+        if pool.in_use() == 0 {
+            log.flush(gateway, &mut **sink)?;
+        }
     }
     Ok(())
 }

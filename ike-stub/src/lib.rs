@@ -16,7 +16,9 @@ pub mod prf;
 mod raw;
 pub mod request;
 
-pub use config::{Config, InstallError, PolicyAction, PolicyConfig, RekeySettings, SaConfig, TunnelConfig};
+pub use config::{
+    Config, InstallError, LinkOverrides, PolicyAction, PolicyConfig, RekeySettings, SaConfig, TunnelConfig,
+};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use plane::{
     ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, SaCommand, TunnelStatus,

@@ -227,19 +227,29 @@ fn a_flood_of_bad_esp_does_not_starve_good_traffic() {
 /// `espgw bench --io` compares the receive methods on a veth pair.
 fn io_comparison_runs_every_method() {
     let table = espgw(&["bench", "--io", "--sizes", "64", "--slice-ms", "20"]);
-    for method in ["recvmmsg", "pnet", "io_uring"] {
+    for method in [
+        "recvmmsg",
+        "recvmmsg_plain",
+        "pnet",
+        "io_uring",
+        "send",
+        "sendmmsg",
+        "send_vnet",
+        "sendmmsg_vnet",
+    ] {
         let line = table
             .lines()
-            .find(|l| l.starts_with(method))
-            .unwrap_or_else(|| panic!("{table}"));
+            .find(|l| l.split_whitespace().next() == Some(method))
+            .unwrap_or_else(|| panic!("no {method} in {table}"));
         let rate: f64 = line
             .split_whitespace()
             .nth(2)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
-        assert!(rate > 0.0, "{method} received nothing: {table}");
+        assert!(rate > 0.0, "{method} moved nothing: {table}");
     }
-    assert!(table.contains("fastest at 64 B"), "{table}");
+    assert!(table.contains("fastest receive at 64 B"), "{table}");
+    assert!(table.contains("fastest transmit at 64 B"), "{table}");
 }
 
 /// `espgw bench --veth` forwards real traffic through the demo topology.

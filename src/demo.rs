@@ -479,11 +479,18 @@ fn flood(
     stop: Arc<AtomicBool>,
 ) -> thread::JoinHandle<Result<(u64, f64)>> {
     thread::spawn(move || {
-        enter("espgw-gwA")?;
+        // To gwB's MAC, which is its device's own (the demo configs set none).
+        let mac = |ns: &str, dev: &str| -> Result<[u8; 6]> {
+            enter(ns)?;
+            let link = dataplane::io::device::link(dev)?;
+            Ok(link.mac.map_or([0x02, 0, 0, 0, 0, 0x02], |m| m.0))
+        };
+        let to = mac("espgw-gwB", "b-out")?;
+        let from = mac("espgw-gwA", "a-out")?;
         let socket = dataplane::io::afpacket::AfPacket::open("a-out")?;
         let mut frame = vec![0u8; 14 + 20 + 8 + 16 + 100];
-        frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
-        frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+        frame[..6].copy_from_slice(&to);
+        frame[6..12].copy_from_slice(&from);
         frame[12..14].copy_from_slice(&[0x08, 0x00]);
         let total = (frame.len() - 14) as u16;
         {

@@ -62,6 +62,9 @@ pub struct RxScratch {
     truncated: [bool; MAX_BATCH],
     /// Whether the latest batch came with headers.
     vnet: bool,
+    /// Frames the kernel refused to hand over with a virtio-net header
+    /// (their reads failed with EINVAL), not yet counted.
+    rejected: u64,
     tails: Box<[u8]>,
 }
 
@@ -78,6 +81,7 @@ impl RxScratch {
             tail_lens: [0; MAX_BATCH],
             truncated: [false; MAX_BATCH],
             vnet: false,
+            rejected: 0,
             tails: vec![0u8; MAX_BATCH * TAIL_LEN].into_boxed_slice(),
         }
     }
@@ -86,6 +90,14 @@ impl RxScratch {
     /// every frame is complete as it is.
     pub fn without_headers(&mut self) {
         self.vnet = false;
+    }
+
+    /// Adds the frames the kernel refused since the last call (a GSO type
+    /// with no virtio-net form, read as EINVAL) to `counters`.
+    pub fn count_rejected(&mut self, counters: &mut OffloadCounters) {
+        for _ in 0..std::mem::take(&mut self.rejected) {
+            counters.count(offload::OffloadDrop::GsoUnsupported);
+        }
     }
 
     /// Makes complete packets of frame `slot` of the latest batch (`buf`),
@@ -354,7 +366,10 @@ impl AfPacket {
             // A frame whose offload state has no virtio-net form (a GSO
             // type such as a tunnel's) fails its read with EINVAL and is
             // gone; the next read goes on.
-            Some(e) if e.raw_os_error() == Some(libc::EINVAL) && self.vnet => Ok(0),
+            Some(e) if e.raw_os_error() == Some(libc::EINVAL) && self.vnet => {
+                scratch.rejected += 1;
+                Ok(0)
+            }
             Some(e) if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Err(e),
             _ => Ok(received),
         }
@@ -373,6 +388,7 @@ impl AfPacket {
     ) -> io::Result<usize> {
         let start = bufs.len();
         let n = self.recv_batch(pool, bufs, max, scratch)?;
+        scratch.count_rejected(counters);
         if !self.vnet {
             return Ok(n);
         }

@@ -197,6 +197,7 @@ pub fn run(
         let mut idle = true;
         for (port, device) in &receivers {
             let n = device.recv_batch(&mut pool, &mut raw, BATCH, &mut scratch)?;
+            scratch.count_rejected(&mut summary.offload);
             if n == 0 {
                 continue;
             }

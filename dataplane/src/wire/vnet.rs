@@ -319,13 +319,15 @@ mod tests {
 
     /// Headers AF_PACKET (`PACKET_VNET_HDR`) gave on the receiving end of
     /// a veth pair, Linux 6.18, x86-64, for a local TCP sender's SYN, one
-    /// of its TSO frames (7306 bytes) and a UDP datagram.
+    /// of its TSO frames (7306 bytes), a UDP datagram, and a UDP_SEGMENT
+    /// send of 5001 bytes in 1000-byte datagrams (one 5043-byte frame).
     #[cfg(target_endian = "little")]
     #[test]
     fn headers_captured_from_linux() {
         let syn = [0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x22, 0x00, 0x10, 0x00];
         let tso = [0x01, 0x01, 0x42, 0x00, 0xa8, 0x05, 0x22, 0x00, 0x10, 0x00];
         let udp = [0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x22, 0x00, 0x06, 0x00];
+        let udp_gso = [0x01, 0x05, 0x2a, 0x00, 0xe8, 0x03, 0x22, 0x00, 0x06, 0x00];
         assert_eq!(tso, tso_bytes());
         let p = |b: &[u8]| VnetRepr::parse_bytes(b).expect("whole header");
         assert_eq!((p(&syn).partial_csum, p(&syn).gso), (Some((34, 16)), Gso::None));
@@ -334,6 +336,11 @@ mod tests {
             (Gso::TcpV4, 1448, 66)
         );
         assert_eq!((p(&udp).partial_csum, p(&udp).gso), (Some((34, 6)), Gso::None));
+        let g = p(&udp_gso);
+        assert_eq!(
+            (g.partial_csum, g.gso, g.gso_size, g.hdr_len),
+            (Some((34, 6)), Gso::UdpL4, 1000, 42)
+        );
     }
 
     #[test]

@@ -155,7 +155,10 @@ impl Plane {
     fn reload(&mut self) -> Value {
         let result = Config::load(&self.config_path)
             .map_err(|e| e.to_string())
-            .and_then(|config| {
+            .and_then(|mut config| {
+                // The same device defaults as at start, so that only what
+                // the file changed counts as a change.
+                device_defaults(&mut config).map_err(|e| format!("{e:#}"))?;
                 let warnings = config.warnings();
                 let report = self.plane.reload(config).map_err(|e| e.to_string())?;
                 for warning in warnings {
@@ -208,7 +211,7 @@ fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
-    let config = Config::load(&args.config)?;
+    let mut config = Config::load(&args.config)?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -223,6 +226,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let workers = if tun_inside { 1 } else { workers };
     let sockets = open_sockets(&config, workers)?;
+    // After the sockets: a TUN inside exists only once it is opened.
+    for line in device_defaults(&mut config)? {
+        tracing::info!("{line}");
+    }
     let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
     setup.resolve_neighbors = true;
     setup.only_own_mac = true;
@@ -369,6 +376,73 @@ pub fn run(args: &RunArgs) -> Result<()> {
         config.name, workers, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
     );
     Ok(())
+}
+
+/// The largest MTU a pool buffer carries (an Ethernet frame of
+/// `MAX_FRAME` bytes); a device with a larger one (jumbo frames) is used
+/// with this, and what does not fit is refused as a router refuses it.
+const MAX_DEVICE_MTU: u32 = (dataplane::buffer::MAX_FRAME - 14) as u32;
+
+/// Takes each interface's MAC address and MTU from its device where the
+/// config leaves them out, so that the hosts' neighbour caches and the
+/// kernel agree with the gateway; returns a line per interface saying
+/// which were used and where they came from.
+fn device_defaults(config: &mut Config) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for port in [Port::Inside, Port::Outside] {
+        let set = config.link_overrides[port.index()];
+        let iface = match port {
+            Port::Inside => &mut config.inside,
+            Port::Outside => &mut config.outside,
+        };
+        let link = dataplane::io::device::link(&iface.device)
+            .with_context(|| format!("interface `{port}` (device `{}`)", iface.device))?;
+        let tun = iface.kind == dataplane::InterfaceKind::Tun;
+        let mac_from = match (tun, set.mac, link.mac) {
+            (true, _, _) => "unused on a TUN device",
+            (false, true, _) => "from the config",
+            (false, false, Some(mac)) => {
+                iface.mac = mac;
+                "the device's"
+            }
+            (false, false, None) => "derived from the address: the device has no Ethernet address",
+        };
+        let mtu_from = if set.mtu {
+            "from the config".to_owned()
+        } else if link.mtu < 576 {
+            anyhow::bail!(
+                "interface `{port}`: device `{}` has MTU {}, below the 576 bytes every IPv4 host must accept (RFC 791); raise it (ip link set {} mtu 1500) or set `mtu` in its [[interface]]",
+                iface.device,
+                link.mtu,
+                iface.device
+            );
+        } else if link.mtu > MAX_DEVICE_MTU {
+            iface.mtu = MAX_DEVICE_MTU as u16;
+            format!(
+                "the device's {} capped to {MAX_DEVICE_MTU}, the largest frame espgw's buffers hold",
+                link.mtu
+            )
+        } else {
+            iface.mtu = link.mtu as u16;
+            "the device's".to_owned()
+        };
+        lines.push(format!(
+            "interface `{port}` on `{}`: MAC {} ({mac_from}), MTU {} ({mtu_from})",
+            iface.device,
+            colon_mac(iface.mac),
+            iface.mtu
+        ));
+    }
+    Ok(lines)
+}
+
+/// A MAC address as `ip link` writes it.
+fn colon_mac(mac: dataplane::EthernetAddress) -> String {
+    let m = mac.0;
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
 }
 
 /// One set of sockets per worker.

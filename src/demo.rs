@@ -163,11 +163,7 @@ fn check_prerequisites() -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("espgw demo needs root (network namespaces, veth pairs and raw sockets); run it with sudo");
     }
-    for (tool, package) in [
-        ("ip", "iproute2"),
-        ("ethtool", "ethtool"),
-        ("ping", "iputils-ping"),
-    ] {
+    for (tool, package) in [("ip", "iproute2"), ("ping", "iputils-ping")] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .stdout(Stdio::null())
@@ -200,14 +196,9 @@ fn build_topology() -> Result<()> {
             "link", "add", left, "netns", left_ns, "type", "veth", "peer", "name", right, "netns", right_ns,
         ])?;
         for (dev, ns) in [(left, left_ns), (right, right_ns)] {
-            // The gateways see frames as the wire carries them: no
-            // segmentation or checksum offload left for later.
-            in_ns(
-                ns,
-                &[
-                    "ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
-                ],
-            )?;
+            // The kernel's default offloads stay on: the hosts' TCP and UDP
+            // reach the gateways with partial checksums and as GSO
+            // super-packets, which espgw's driver completes and segments.
             in_ns(ns, &["ip", "link", "set", dev, "up"])?;
         }
     }
@@ -360,8 +351,9 @@ fn capture(wire: Arc<Wire>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<
         let socket = dataplane::io::afpacket::AfPacket::open_capture("a-out")?;
         let mut pool = dataplane::PacketPool::new(64);
         let mut bufs = Vec::new();
+        let mut scratch = dataplane::io::afpacket::RxScratch::new();
         while !stop.load(Ordering::Relaxed) {
-            if socket.recv_batch(&mut pool, &mut bufs, 64)? == 0 {
+            if socket.recv_batch(&mut pool, &mut bufs, 64, &mut scratch)? == 0 {
                 thread::sleep(Duration::from_millis(2));
             }
             for buf in bufs.drain(..) {
@@ -487,11 +479,18 @@ fn flood(
     stop: Arc<AtomicBool>,
 ) -> thread::JoinHandle<Result<(u64, f64)>> {
     thread::spawn(move || {
-        enter("espgw-gwA")?;
+        // To gwB's MAC, which is its device's own (the demo configs set none).
+        let mac = |ns: &str, dev: &str| -> Result<[u8; 6]> {
+            enter(ns)?;
+            let link = dataplane::io::device::link(dev)?;
+            Ok(link.mac.map_or([0x02, 0, 0, 0, 0, 0x02], |m| m.0))
+        };
+        let to = mac("espgw-gwB", "b-out")?;
+        let from = mac("espgw-gwA", "a-out")?;
         let socket = dataplane::io::afpacket::AfPacket::open("a-out")?;
         let mut frame = vec![0u8; 14 + 20 + 8 + 16 + 100];
-        frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
-        frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+        frame[..6].copy_from_slice(&to);
+        frame[6..12].copy_from_slice(&from);
         frame[12..14].copy_from_slice(&[0x08, 0x00]);
         let total = (frame.len() - 14) as u16;
         {
@@ -782,6 +781,28 @@ pub(crate) fn drops_line(stats: &serde_json::Value) -> String {
     }
 }
 
+/// What the driver did with the hosts' offloads: checksums completed,
+/// super-packets cut into segments, and frames it could not make whole.
+pub(crate) fn offload_line(stats: &serde_json::Value) -> String {
+    let o = &stats["offload"];
+    let n = |k: &str| o[k].as_u64().unwrap_or(0);
+    let mut line = format!(
+        "csum_completed {} gso_segmented {} (into {} segments)",
+        n("csum_completed"),
+        n("gso_segmented"),
+        n("gso_segments")
+    );
+    if let Some(map) = o.as_object() {
+        for (k, v) in map {
+            let v = v.as_u64().unwrap_or(0);
+            if v > 0 && !matches!(k.as_str(), "csum_completed" | "gso_segmented" | "gso_segments") {
+                line += &format!(", {k} {v}");
+            }
+        }
+    }
+    line
+}
+
 /// Builds the topology and starts both gateways; everything goes away
 /// when the returned `Lab` is dropped.
 pub(crate) fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, PathBuf)> {
@@ -957,15 +978,29 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     }
     for (name, s) in [("gwA", &a), ("gwB", &b)] {
         println!(
-            "  {name}   rx {} tx {} encapsulated {} decapsulated {} generated {} · drops: {} · kernel socket drops {}",
+            "  {name}   rx {} tx {} encapsulated {} decapsulated {} generated {} · drops: {} · kernel socket drops {} · offload: {}",
             s["rx_packets"],
             s["tx_packets"],
             s["encapsulated"],
             s["decapsulated"],
             s["generated"],
             drops_line(s),
-            s["kernel_drops"]
+            s["kernel_drops"],
+            offload_line(s)
         );
+    }
+    // Which MAC and MTU each gateway took, as its startup log says.
+    for name in ["gwA", "gwB"] {
+        let log = std::fs::read_to_string(lab.dir.join(format!("{name}.log"))).unwrap_or_default();
+        for line in log
+            .lines()
+            .filter_map(|l| l.split_once("interface `").map(|(_, rest)| rest))
+        {
+            println!(
+                "  link  {name} {}",
+                line.replacen("` on `", " ", 1).replacen("`:", ":", 1)
+            );
+        }
     }
     let mut nothing_lost = true;
     if let Some(floods) = &floods {

@@ -191,14 +191,21 @@ impl From<Side> for Port {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A gateway says at start what it forwards and which link settings it
+    // took; the one-shot commands speak only of trouble.
+    let default_filter = if matches!(cli.command, Command::Run(_)) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::CheckConfig { file } => check_config(&file),
         Command::Pcap(args) => pcap(&args),

@@ -12,15 +12,24 @@ pub fn config_summary(config: &Config) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}: OK ({})", config.path.display(), config.name);
     for iface in [&config.inside, &config.outside] {
+        let set = config.link_overrides[iface.port.index()];
+        let mac = if set.mac {
+            iface.mac.to_string()
+        } else {
+            "the device's".to_owned()
+        };
+        let mtu = if set.mtu {
+            iface.mtu.to_string()
+        } else {
+            "the device's".to_owned()
+        };
         let _ = writeln!(
             out,
-            "  interface {:<7} device {:<10} {}/{} mac {} mtu {}",
+            "  interface {:<7} device {:<10} {}/{} mac {mac} mtu {mtu}",
             iface.port,
             iface.device,
             iface.address,
             iface.network.len(),
-            iface.mac,
-            iface.mtu
         );
     }
     for route in &config.routes {
@@ -246,6 +255,10 @@ pub fn answer(
         map.insert("frames_in".into(), run.frames_in.into());
         map.insert("frames_out".into(), run.frames_out.into());
         map.insert("control_overflow".into(), run.control_overflow.into());
+        map.insert(
+            "offload".into(),
+            serde_json::to_value(run.offload).unwrap_or(Value::Null),
+        );
         map.insert(
             "pool".into(),
             json!({ "in_use": run.pool_in_use, "capacity": run.pool_capacity }),

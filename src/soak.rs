@@ -65,6 +65,17 @@ fn drops(v: &Value) -> u64 {
         .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
 }
 
+/// Frames the driver dropped before the gateway saw them (offload state
+/// it could not make whole).
+fn offload_drops(v: &Value) -> u64 {
+    v["offload"].as_object().map_or(0, |m| {
+        m.iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "csum_completed" | "gso_segmented" | "gso_segments"))
+            .filter_map(|(_, n)| n.as_u64())
+            .sum()
+    })
+}
+
 /// One gateway's final counters, both sides of the balance: every frame
 /// received or generated was transmitted, consumed or dropped under a reason.
 fn balance(v: &Value) -> (u64, u64) {
@@ -212,7 +223,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
             u(f, "kernel_drops"),
             f["control"]["rekeys_completed"],
         );
-        explained += drops(f) + u(f, "kernel_drops") + u(f, "send_errors");
+        explained += drops(f) + offload_drops(f) + u(f, "kernel_drops") + u(f, "send_errors");
         if came != went {
             problems.push(format!(
                 "{name}'s counters do not add up: {came} in, {went} accounted for"

@@ -24,7 +24,7 @@ use ike_stub::Config;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 
-const TARGETS: [&str; 11] = [
+const TARGETS: [&str; 12] = [
     "esp_decap",
     "gateway_inbound",
     "gateway_outbound",
@@ -36,6 +36,7 @@ const TARGETS: [&str; 11] = [
     "rekey_message",
     "control_plane",
     "pcap_verdicts",
+    "vnet_offload",
 ];
 
 fn seeds_dir() -> PathBuf {
@@ -265,10 +266,88 @@ fn frag_op(src: u8, id: u8, offset_units: u16, more: bool, len: u16, step: u8) -
     vec![0x00, src | id << 2, 0, w[0], w[1], l[0], l[1], 0, step, 0]
 }
 
+/// An Ethernet + IPv4 + TCP/UDP frame as a local sender with checksum
+/// offload leaves it: the L4 checksum field holds the pseudo-header sum.
+fn partial_l4_frame(protocol: u8, payload: usize) -> Vec<u8> {
+    let l4_len = if protocol == 6 { 32 } else { 8 };
+    let total = 20 + l4_len + payload;
+    let mut ip = vec![0u8; total];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    ip[4..6].copy_from_slice(&0x4d2u16.to_be_bytes());
+    ip[6] = 0x40;
+    ip[8] = 64;
+    ip[9] = protocol;
+    ip[12..16].copy_from_slice(&HOST_A.octets());
+    ip[16..20].copy_from_slice(&HOST_B.octets());
+    ipv4_fix_checksum(&mut ip);
+    ip[20..22].copy_from_slice(&40000u16.to_be_bytes());
+    ip[22..24].copy_from_slice(&5201u16.to_be_bytes());
+    if protocol == 6 {
+        ip[24..28].copy_from_slice(&1_000_000u32.to_be_bytes());
+        ip[32] = 8 << 4;
+        ip[33] = 0x18;
+    } else {
+        ip[24..26].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    }
+    for (i, b) in ip[20 + l4_len..].iter_mut().enumerate() {
+        *b = (i * 13) as u8;
+    }
+    let mut sum = u32::from(protocol) + (l4_len + payload) as u32;
+    for pair in ip[12..20].chunks(2) {
+        sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let at = 20 + if protocol == 6 { 16 } else { 6 };
+    ip[at..at + 2].copy_from_slice(&(sum as u16).to_be_bytes());
+    ethernet([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 10], 0x0800, &ip)
+}
+
+/// vnet_offload: headers as Linux gave them on veth (x86-64 byte order)
+/// before the frames they describe.
+fn write_vnet_offload_seeds() {
+    let seeds: [(&str, u8, [u8; 10], Vec<u8>); 5] = [
+        (
+            "udp-partial",
+            8,
+            [1, 0, 0, 0, 0, 0, 0x22, 0, 0x06, 0],
+            partial_l4_frame(17, 100),
+        ),
+        (
+            "tcp-syn-partial",
+            8,
+            [1, 0, 0, 0, 0, 0, 0x22, 0, 0x10, 0],
+            partial_l4_frame(6, 0),
+        ),
+        (
+            "tcp-tso",
+            16,
+            [1, 1, 0x42, 0, 0xa8, 0x05, 0x22, 0, 0x10, 0],
+            partial_l4_frame(6, 3 * 1448 + 100),
+        ),
+        (
+            "udp-gso",
+            16,
+            [1, 5, 0x2a, 0, 0xe8, 0x03, 0x22, 0, 0x06, 0],
+            partial_l4_frame(17, 5001),
+        ),
+        ("complete", 4, [0; 10], partial_l4_frame(17, 20)),
+    ];
+    for (name, pool, header, frame) in seeds {
+        let mut bytes = vec![pool];
+        bytes.extend_from_slice(&header);
+        bytes.extend_from_slice(&frame);
+        write("vnet_offload", name, &bytes);
+    }
+}
+
 #[test]
 #[ignore = "writes fuzz/seeds; run with --ignored to regenerate them"]
 fn write_fuzz_seeds() {
     let _ = fs::remove_dir_all(seeds_dir());
+    write_vnet_offload_seeds();
 
     // esp_decap: per proposal, mode and ESN, real ESP from site A, as the
     // bypass sees it (decrypted in place), at a few sizes; also as sent.

@@ -1,13 +1,22 @@
-//! `espgw bench --io` (root): which way of reading frames from an
-//! interface is fastest here. A sender floods one end of a veth pair in a
-//! private network namespace; each receiver method drains the other end
-//! for the same time, copying every frame into a pool buffer as the
-//! gateway needs it:
-//! - `recvmmsg`: the AF_PACKET driver espgw uses (batches of 64);
+//! `espgw bench --io` (root): which way of reading frames from, and
+//! writing them to, an interface is fastest here. A sender floods one end
+//! of a veth pair in a private network namespace; each receiver method
+//! drains the other end for the same time, copying every frame into a pool
+//! buffer as the gateway needs it:
+//! - `recvmmsg`: the AF_PACKET driver espgw uses (batches of 64, with
+//!   `PACKET_VNET_HDR` and each frame made complete as the gateway gets it);
+//! - `recvmmsg_plain`: the same socket without virtio-net headers;
 //! - `pnet`: the `pnet_datalink` channel (one frame per call);
 //! - `io_uring`: 64 `recvmsg` requests kept queued on an io_uring;
 //! - `tpacket_v3`: a PACKET_MMAP TPACKET_V3 receive ring (8 blocks of 1 MiB)
 //!   walked in user space.
+//!
+//! Then each transmit method floods one end for the same time, 64 frames a
+//! turn, and counts the frames the kernel took:
+//! - `send`: one `send(2)` per frame;
+//! - `sendmmsg`: one `sendmmsg(2)` per 64 frames;
+//! - `send_vnet`, `sendmmsg_vnet`: the same on a `PACKET_VNET_HDR` socket
+//!   (a virtio-net header before each frame), as espgw's sockets are.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -19,7 +28,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use dataplane::buffer::MAX_FRAME;
-use dataplane::io::afpacket::AfPacket;
+use dataplane::io::afpacket::{AfPacket, RxScratch, Sent};
+use dataplane::io::offload::OffloadCounters;
 use dataplane::PacketPool;
 
 const NS: &str = "espgw-iobench";
@@ -27,6 +37,8 @@ const NS: &str = "espgw-iobench";
 /// One method's result.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct IoResult {
+    /// `receive` or `transmit`.
+    pub direction: &'static str,
     pub method: &'static str,
     pub frame_size: usize,
     pub frames_per_second: f64,
@@ -105,17 +117,74 @@ fn sender(size: usize, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<()>> 
 type Receiver = fn(&AtomicBool, &AtomicU64) -> Result<()>;
 
 fn with_recvmmsg(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
-    let socket = AfPacket::open("io1")?;
-    let mut pool = PacketPool::new(128);
-    let mut bufs = Vec::with_capacity(64);
+    recvmmsg_on(AfPacket::open("io1")?, stop, count)
+}
+
+fn with_recvmmsg_plain(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
+    recvmmsg_on(AfPacket::open_plain("io1")?, stop, count)
+}
+
+fn recvmmsg_on(socket: AfPacket, stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
+    let mut pool = PacketPool::new(256);
+    let mut bufs = Vec::with_capacity(128);
+    let mut scratch = RxScratch::new();
+    let mut offload = OffloadCounters::default();
     while !stop.load(Ordering::Relaxed) {
-        let n = socket.recv_batch(&mut pool, &mut bufs, 64)?;
+        let n = socket.recv_complete(&mut pool, &mut bufs, 64, &mut scratch, &mut offload)?;
         count.fetch_add(n as u64, Ordering::Relaxed);
         for buf in bufs.drain(..) {
             pool.free(buf);
         }
     }
     Ok(())
+}
+
+type Transmitter = fn(&AtomicBool, &AtomicU64, usize) -> Result<()>;
+
+/// Floods io0 with 64 frames a turn through `send`, counting what the
+/// kernel took.
+fn transmit_on(
+    socket: AfPacket,
+    stop: &AtomicBool,
+    count: &AtomicU64,
+    size: usize,
+    send: fn(&AfPacket, &[&[u8]]) -> Sent,
+) -> Result<()> {
+    let f = frame(size);
+    let frames: Vec<&[u8]> = (0..64).map(|_| f.as_slice()).collect();
+    while !stop.load(Ordering::Relaxed) {
+        let sent = send(&socket, &frames);
+        count.fetch_add(sent.sent as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+fn with_send(stop: &AtomicBool, count: &AtomicU64, size: usize) -> Result<()> {
+    transmit_on(
+        AfPacket::open_plain("io0")?,
+        stop,
+        count,
+        size,
+        AfPacket::send_each,
+    )
+}
+
+fn with_sendmmsg(stop: &AtomicBool, count: &AtomicU64, size: usize) -> Result<()> {
+    transmit_on(
+        AfPacket::open_plain("io0")?,
+        stop,
+        count,
+        size,
+        AfPacket::send_batch,
+    )
+}
+
+fn with_send_vnet(stop: &AtomicBool, count: &AtomicU64, size: usize) -> Result<()> {
+    transmit_on(AfPacket::open("io0")?, stop, count, size, AfPacket::send_each)
+}
+
+fn with_sendmmsg_vnet(stop: &AtomicBool, count: &AtomicU64, size: usize) -> Result<()> {
+    transmit_on(AfPacket::open("io0")?, stop, count, size, AfPacket::send_batch)
 }
 
 fn with_pnet(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
@@ -330,8 +399,9 @@ fn with_tpacket_v3(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
 /// Runs each method for `duration` per frame size.
 pub fn compare(sizes: &[usize], duration: Duration) -> Result<Vec<IoResult>> {
     let _namespace = setup()?;
-    let methods: [(&'static str, Receiver); 4] = [
+    let methods: [(&'static str, Receiver); 5] = [
         ("recvmmsg", with_recvmmsg),
+        ("recvmmsg_plain", with_recvmmsg_plain),
         ("pnet", with_pnet),
         ("io_uring", with_io_uring),
         ("tpacket_v3", with_tpacket_v3),
@@ -361,6 +431,40 @@ pub fn compare(sizes: &[usize], duration: Duration) -> Result<Vec<IoResult>> {
                 .map_err(|_| anyhow::anyhow!("{name} panicked"))??;
             let fps = received as f64 / elapsed;
             results.push(IoResult {
+                direction: "receive",
+                method: name,
+                frame_size: size,
+                frames_per_second: fps,
+                gbit_per_second: fps * size as f64 * 8.0 / 1e9,
+            });
+        }
+    }
+    let transmitters: [(&'static str, Transmitter); 4] = [
+        ("send", with_send),
+        ("sendmmsg", with_sendmmsg),
+        ("send_vnet", with_send_vnet),
+        ("sendmmsg_vnet", with_sendmmsg_vnet),
+    ];
+    for &size in sizes {
+        for (name, method) in transmitters {
+            let stop = Arc::new(AtomicBool::new(false));
+            let count = Arc::new(AtomicU64::new(0));
+            let (tx_stop, tx_count) = (Arc::clone(&stop), Arc::clone(&count));
+            let sender = thread::spawn(move || -> Result<()> {
+                enter()?;
+                method(&tx_stop, &tx_count, size)
+            });
+            thread::sleep(Duration::from_millis(100));
+            let before = count.load(Ordering::Relaxed);
+            let start = Instant::now();
+            thread::sleep(duration);
+            let sent = count.load(Ordering::Relaxed) - before;
+            let elapsed = start.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+            sender.join().map_err(|_| anyhow::anyhow!("{name} panicked"))??;
+            let fps = sent as f64 / elapsed;
+            results.push(IoResult {
+                direction: "transmit",
                 method: name,
                 frame_size: size,
                 frames_per_second: fps,
@@ -374,32 +478,47 @@ pub fn compare(sizes: &[usize], duration: Duration) -> Result<Vec<IoResult>> {
 /// The comparison as a table, with the verdict.
 pub fn table(results: &[IoResult]) -> String {
     use std::fmt::Write;
-    let mut out =
-        String::from("frame receive methods on a veth pair (sender and receiver share this machine):\n");
-    let _ = writeln!(
-        out,
-        "{:<10} {:>6} {:>12} {:>8}",
-        "method", "bytes", "kframes/s", "Gbit/s"
-    );
-    for r in results {
+    let mut out = String::new();
+    for (direction, title) in [
+        (
+            "receive",
+            "frame receive methods on a veth pair (sender and receiver share this machine):",
+        ),
+        (
+            "transmit",
+            "frame transmit methods on a veth pair (frames the kernel took):",
+        ),
+    ] {
+        let rows: Vec<&IoResult> = results.iter().filter(|r| r.direction == direction).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "{title}");
         let _ = writeln!(
             out,
-            "{:<10} {:>6} {:>12.0} {:>8.2}",
-            r.method,
-            r.frame_size,
-            r.frames_per_second / 1e3,
-            r.gbit_per_second
+            "{:<14} {:>6} {:>12} {:>8}",
+            "method", "bytes", "kframes/s", "Gbit/s"
         );
-    }
-    let mut sizes: Vec<usize> = results.iter().map(|r| r.frame_size).collect();
-    sizes.dedup();
-    for size in sizes {
-        if let Some(best) = results
-            .iter()
-            .filter(|r| r.frame_size == size)
-            .max_by(|a, b| a.frames_per_second.total_cmp(&b.frames_per_second))
-        {
-            let _ = writeln!(out, "fastest at {size} B: {}", best.method);
+        for r in &rows {
+            let _ = writeln!(
+                out,
+                "{:<14} {:>6} {:>12.0} {:>8.2}",
+                r.method,
+                r.frame_size,
+                r.frames_per_second / 1e3,
+                r.gbit_per_second
+            );
+        }
+        let mut sizes: Vec<usize> = rows.iter().map(|r| r.frame_size).collect();
+        sizes.dedup();
+        for size in sizes {
+            if let Some(best) = rows
+                .iter()
+                .filter(|r| r.frame_size == size)
+                .max_by(|a, b| a.frames_per_second.total_cmp(&b.frames_per_second))
+            {
+                let _ = writeln!(out, "fastest {direction} at {size} B: {}", best.method);
+            }
         }
     }
     out

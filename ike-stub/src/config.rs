@@ -158,6 +158,16 @@ pub struct FloodLimits {
     pub icmp: IcmpLimits,
 }
 
+/// Which link settings of an interface its `[[interface]]` gives. Those it
+/// leaves out are, in `Config::inside`/`outside`, stand-ins for offline use
+/// (a MAC derived from the address, MTU 1500); `espgw run` replaces them
+/// with the device's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkOverrides {
+    pub mac: bool,
+    pub mtu: bool,
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -170,6 +180,8 @@ pub struct Config {
     pub style: Style,
     pub inside: Interface,
     pub outside: Interface,
+    /// What the file set of each interface, by `Port::index()`.
+    pub link_overrides: [LinkOverrides; 2],
     pub routes: Vec<Route>,
     pub neighbors: Vec<(Ipv4Addr, EthernetAddress)>,
     pub outer_ttl: u8,
@@ -498,7 +510,7 @@ impl Validator<'_> {
     fn validate(&self, path: &Path) -> Result<Config, ConfigError> {
         let raw = self.raw;
         let (engine, style) = self.accel()?;
-        let (inside, outside) = self.interfaces()?;
+        let (inside, outside, link_overrides) = self.interfaces()?;
         let connected = [&inside, &outside];
         let mut routes = Vec::new();
         for r in &raw.route {
@@ -580,6 +592,7 @@ impl Validator<'_> {
             style,
             inside,
             outside,
+            link_overrides,
             routes,
             neighbors,
             outer_ttl: raw
@@ -829,8 +842,9 @@ impl Validator<'_> {
         }
     }
 
-    fn interfaces(&self) -> Result<(Interface, Interface), ConfigError> {
+    fn interfaces(&self) -> Result<(Interface, Interface, [LinkOverrides; 2]), ConfigError> {
         let mut found: [Option<Interface>; 2] = [None, None];
+        let mut overrides = [LinkOverrides::default(); 2];
         for i in &self.raw.interface {
             let at = span(i);
             let i = i.get_ref();
@@ -860,7 +874,9 @@ impl Validator<'_> {
                 Ipv4Prefix::new(Ipv4Addr::from(u32::from(address) & mask), len).unwrap_or(Ipv4Prefix::ANY);
             let mac = match &i.mac {
                 Some(m) => self.mac(m)?,
-                // A locally administered address derived from the IP address.
+                // A stand-in for offline use (pcap, bench): a locally
+                // administered address derived from the IP address. `espgw
+                // run` takes the device's own (see `LinkOverrides`).
                 None => {
                     let o = address.octets();
                     EthernetAddress([0x02, 0x00, o[0], o[1], o[2], o[3]])
@@ -900,6 +916,10 @@ impl Validator<'_> {
                     ConfigErrorKind::Interfaces(format!("interface `{port}` is defined twice")),
                 );
             }
+            overrides[port.index()] = LinkOverrides {
+                mac: i.mac.is_some(),
+                mtu: i.mtu.is_some(),
+            };
             found[port.index()] = Some(Interface {
                 port,
                 kind,
@@ -911,7 +931,7 @@ impl Validator<'_> {
             });
         }
         match found {
-            [Some(inside), Some(outside)] => Ok((inside, outside)),
+            [Some(inside), Some(outside)] => Ok((inside, outside, overrides)),
             [None, _] => self.err(None, ConfigErrorKind::Interfaces("no [[interface]] named `inside`; a gateway needs an `inside` and an `outside` interface".into())),
             [_, None] => self.err(None, ConfigErrorKind::Interfaces("no [[interface]] named `outside`; a gateway needs an `inside` and an `outside` interface".into())),
         }

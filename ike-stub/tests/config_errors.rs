@@ -619,3 +619,37 @@ fn flood_limits_have_defaults_and_are_checked() {
         "unknown field `arp_entries`",
     );
 }
+
+/// `mac` and `mtu` are optional; the config records which were given, so
+/// `espgw run` takes the device's own for the others.
+#[test]
+fn mac_and_mtu_are_optional_and_recorded() {
+    let config = parse(&(BASE.to_owned() + SA)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.link_overrides, [ike_stub::LinkOverrides::default(); 2]);
+    assert_eq!(config.inside.mtu, 1500, "offline stand-in");
+    let text =
+        BASE.replace(
+            "address = \"192.168.1.1/24\"",
+            "address = \"192.168.1.1/24\"\nmac = \"02:00:00:00:01:01\"",
+        )
+        .replace(
+            "address = \"10.0.0.1/24\"",
+            "address = \"10.0.0.1/24\"\nmtu = 1400",
+        ) + SA;
+    let config = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        config.link_overrides,
+        [
+            ike_stub::LinkOverrides {
+                mac: true,
+                mtu: false
+            },
+            ike_stub::LinkOverrides {
+                mac: false,
+                mtu: true
+            },
+        ]
+    );
+    assert_eq!(config.inside.mac.0, [2, 0, 0, 0, 1, 1]);
+    assert_eq!(config.outside.mtu, 1400);
+}

@@ -1,12 +1,23 @@
 //! AF_PACKET driver: raw Ethernet frames from and to a Linux interface,
 //! received in batches with `recvmmsg` straight into pool buffers (at their
-//! headroom) and sent with `sendmmsg`.
+//! headroom) and sent in batches with `sendmmsg`.
+//!
+//! Forwarding sockets read with `PACKET_VNET_HDR`: every frame comes with
+//! a virtio-net header saying whether its L4 checksum is still partial and
+//! whether it is a GSO super-packet (up to 64 KiB, the part beyond a pool
+//! buffer lands in [`RxScratch`]). [`RxScratch::prepare`] makes complete
+//! packets of it ([`crate::io::offload`]) before the gateway sees them, so
+//! espgw works with the kernel's default offloads on veth, tap and virtio.
+//! Such a socket also expects a header before every frame it sends; espgw
+//! writes one that asks nothing of the kernel.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::buffer::{PacketBuf, PacketPool, MAX_FRAME};
+use crate::io::offload::{self, OffloadCounters};
+use crate::wire::vnet::HEADER_LEN;
 
 /// Why an interface could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +38,97 @@ pub enum AfPacketError {
 pub struct AfPacket {
     fd: OwnedFd,
     device: String,
+    /// `PACKET_VNET_HDR` is on: a virtio-net header precedes every frame,
+    /// both ways.
+    vnet: bool,
+}
+
+/// The header espgw sends before a frame on a `PACKET_VNET_HDR` socket:
+/// all zero, nothing for the kernel to do (the frame is complete).
+const COMPLETE_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
+
+/// Bytes of a received frame beyond a pool buffer that still fit: an IPv4
+/// GSO super-packet is at most 65,535 bytes plus the Ethernet header.
+const TAIL_LEN: usize = 65_536;
+
+/// Per-worker receive state: each batch slot's virtio-net header, and room
+/// for what of a super-packet does not fit its pool buffer (allocated
+/// once; the kernel's zero pages until a super-packet arrives).
+pub struct RxScratch {
+    headers: [[u8; HEADER_LEN]; MAX_BATCH],
+    /// Bytes each slot's frame has beyond its pool buffer.
+    tail_lens: [usize; MAX_BATCH],
+    /// Slots whose frame was longer than the buffers or cut short.
+    truncated: [bool; MAX_BATCH],
+    /// Whether the latest batch came with headers.
+    vnet: bool,
+    /// Frames the kernel refused to hand over with a virtio-net header
+    /// (their reads failed with EINVAL), not yet counted.
+    rejected: u64,
+    tails: Box<[u8]>,
+}
+
+impl Default for RxScratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RxScratch {
+    pub fn new() -> RxScratch {
+        RxScratch {
+            headers: [[0; HEADER_LEN]; MAX_BATCH],
+            tail_lens: [0; MAX_BATCH],
+            truncated: [false; MAX_BATCH],
+            vnet: false,
+            rejected: 0,
+            tails: vec![0u8; MAX_BATCH * TAIL_LEN].into_boxed_slice(),
+        }
+    }
+
+    /// For a batch read without headers (a TUN device, a capture socket):
+    /// every frame is complete as it is.
+    pub fn without_headers(&mut self) {
+        self.vnet = false;
+    }
+
+    /// Adds the frames the kernel refused since the last call (a GSO type
+    /// with no virtio-net form, read as EINVAL) to `counters`.
+    pub fn count_rejected(&mut self, counters: &mut OffloadCounters) {
+        for _ in 0..std::mem::take(&mut self.rejected) {
+            counters.count(offload::OffloadDrop::GsoUnsupported);
+        }
+    }
+
+    /// Makes complete packets of frame `slot` of the latest batch (`buf`),
+    /// appended to `out` (see [`offload::prepare`]).
+    pub fn prepare(
+        &self,
+        slot: usize,
+        buf: PacketBuf,
+        pool: &mut PacketPool,
+        out: &mut Vec<PacketBuf>,
+        counters: &mut OffloadCounters,
+    ) {
+        if !self.vnet || slot >= MAX_BATCH {
+            out.push(buf);
+            return;
+        }
+        if self.truncated[slot] {
+            counters.count(offload::OffloadDrop::TooLarge);
+            pool.free(buf);
+            return;
+        }
+        let tail = &self.tails[slot * TAIL_LEN..slot * TAIL_LEN + self.tail_lens[slot]];
+        offload::prepare(&self.headers[slot], buf, tail, pool, out, counters);
+    }
+}
+
+/// What one [`AfPacket::send_batch`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub sent: usize,
+    pub failed: usize,
 }
 
 /// Most frames one `recv_batch` takes.
@@ -42,12 +144,19 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 impl AfPacket {
     /// Opens `device` for forwarding: our own transmissions are not read back.
     pub fn open(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None)
+        Self::open_with(device, true, ETH_P_ALL, None, true)
+    }
+
+    /// Like [`open`](Self::open) but without `PACKET_VNET_HDR`: frames
+    /// come as the kernel holds them (partial checksums, super-packets
+    /// cut to the buffer), for measuring the socket alone.
+    pub fn open_plain(device: &str) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(device, true, ETH_P_ALL, None, false)
     }
 
     /// Opens `device` to watch everything on it, both directions.
     pub fn open_capture(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, false, ETH_P_ALL, None)
+        Self::open_with(device, false, ETH_P_ALL, None, false)
     }
 
     /// Opens `device` for one worker of several: IPv4 frames only, spread
@@ -55,13 +164,13 @@ impl AfPacket {
     /// flow (and every packet of one ESP tunnel: same outer addresses)
     /// always reaches the same worker.
     pub fn open_worker(device: &str, group: u16) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_IP, Some(group))
+        Self::open_with(device, true, ETH_P_IP, Some(group), true)
     }
 
     /// Opens `device` for ARP frames only, not shared out: every worker
     /// learns every neighbour.
     pub fn open_arp(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ARP, None)
+        Self::open_with(device, true, ETH_P_ARP, None, false)
     }
 
     fn open_with(
@@ -69,6 +178,7 @@ impl AfPacket {
         ignore_outgoing: bool,
         protocol: u16,
         fanout: Option<u16>,
+        vnet: bool,
     ) -> Result<AfPacket, AfPacketError> {
         let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
         // SAFETY: if_nametoindex reads a NUL-terminated string.
@@ -127,6 +237,10 @@ impl AfPacket {
         if set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf).is_err() {
             let _ = set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf);
         }
+        if vnet {
+            let one: libc::c_int = 1;
+            set_option(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one).map_err(io_err)?;
+        }
         if let Some(group) = fanout {
             let arg: u32 = u32::from(group) | (PACKET_FANOUT_HASH << 16);
             set_option(&fd, libc::SOL_PACKET, PACKET_FANOUT, &arg).map_err(io_err)?;
@@ -139,6 +253,7 @@ impl AfPacket {
         Ok(AfPacket {
             fd,
             device: device.to_owned(),
+            vnet,
         })
     }
 
@@ -152,13 +267,19 @@ impl AfPacket {
 
     /// Receives up to `max` (at most [`MAX_BATCH`]) frames into buffers
     /// from `pool`, appended to `bufs`; returns how many (0 when nothing is
-    /// waiting). The scatter lists live on the stack: no allocation.
+    /// waiting). Frame `i` of the batch is slot `i` of `scratch`, where its
+    /// virtio-net header and any bytes beyond the buffer are: hand each to
+    /// [`RxScratch::prepare`] before the gateway (or use
+    /// [`recv_complete`](Self::recv_complete)). The scatter lists live on
+    /// the stack: no allocation.
     pub fn recv_batch(
         &self,
         pool: &mut PacketPool,
         bufs: &mut Vec<PacketBuf>,
         max: usize,
+        scratch: &mut RxScratch,
     ) -> io::Result<usize> {
+        scratch.vnet = self.vnet;
         let mut taken: [Option<PacketBuf>; MAX_BATCH] = std::array::from_fn(|_| None);
         let mut count = 0;
         while count < max.min(MAX_BATCH) {
@@ -175,20 +296,38 @@ impl AfPacket {
             return Ok(0);
         }
         // SAFETY: iovec and mmsghdr are plain data; zero is their empty value.
-        let mut iovecs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut iovecs: [[libc::iovec; 3]; MAX_BATCH] = unsafe { std::mem::zeroed() };
         let mut headers: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        let tails = scratch.tails.as_mut_ptr();
         for i in 0..count {
-            if let Some(buf) = taken[i].as_mut() {
-                iovecs[i] = libc::iovec {
-                    iov_base: buf.data_mut().as_mut_ptr().cast(),
-                    iov_len: MAX_FRAME,
-                };
+            let Some(buf) = taken[i].as_mut() else { continue };
+            let frame = libc::iovec {
+                iov_base: buf.data_mut().as_mut_ptr().cast(),
+                iov_len: MAX_FRAME,
+            };
+            if self.vnet {
+                iovecs[i] = [
+                    libc::iovec {
+                        iov_base: scratch.headers[i].as_mut_ptr().cast(),
+                        iov_len: HEADER_LEN,
+                    },
+                    frame,
+                    libc::iovec {
+                        // SAFETY: slot i's tail lies inside `tails`.
+                        iov_base: unsafe { tails.add(i * TAIL_LEN) }.cast(),
+                        iov_len: TAIL_LEN,
+                    },
+                ];
+                headers[i].msg_hdr.msg_iovlen = 3;
+            } else {
+                iovecs[i][0] = frame;
+                headers[i].msg_hdr.msg_iovlen = 1;
             }
-            headers[i].msg_hdr.msg_iov = &mut iovecs[i];
-            headers[i].msg_hdr.msg_iovlen = 1;
+            headers[i].msg_hdr.msg_iov = iovecs[i].as_mut_ptr();
         }
         // SAFETY: the first `count` headers point at iovecs that point into
-        // live buffers of MAX_FRAME bytes.
+        // live buffers of the lengths given (pool buffers of MAX_FRAME
+        // bytes, the scratch's headers and tails).
         let n = unsafe {
             libc::recvmmsg(
                 self.fd.as_raw_fd(),
@@ -201,21 +340,68 @@ impl AfPacket {
         // Read errno before anything else can touch it.
         let error = (n < 0).then(io::Error::last_os_error);
         let received = if n < 0 { 0 } else { n as usize };
+        let head_room = if self.vnet { HEADER_LEN } else { 0 };
         for (i, slot) in taken.iter_mut().enumerate().take(count) {
             let Some(mut buf) = slot.take() else { continue };
             if i < received {
-                // A frame that filled the buffer may have been cut: the
-                // gateway's length checks then refuse it.
-                buf.truncate((headers[i].msg_len as usize).min(MAX_FRAME));
+                let len = (headers[i].msg_len as usize).saturating_sub(head_room);
+                let cut = headers[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+                // Without headers a frame that filled the buffer may have
+                // been cut: the gateway's length checks then refuse it.
+                buf.truncate(len.min(MAX_FRAME));
+                if i < MAX_BATCH {
+                    scratch.tail_lens[i] = if self.vnet {
+                        len.saturating_sub(MAX_FRAME)
+                    } else {
+                        0
+                    };
+                    scratch.truncated[i] = self.vnet && cut;
+                }
                 bufs.push(buf);
             } else {
                 pool.free(buf);
             }
         }
         match error {
+            // A frame whose offload state has no virtio-net form (a GSO
+            // type such as a tunnel's) fails its read with EINVAL and is
+            // gone; the next read goes on.
+            Some(e) if e.raw_os_error() == Some(libc::EINVAL) && self.vnet => {
+                scratch.rejected += 1;
+                Ok(0)
+            }
             Some(e) if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Err(e),
             _ => Ok(received),
         }
+    }
+
+    /// [`recv_batch`](Self::recv_batch) followed by
+    /// [`RxScratch::prepare`] of every frame: complete packets in `bufs`.
+    /// Returns the frames read (segments may make more packets).
+    pub fn recv_complete(
+        &self,
+        pool: &mut PacketPool,
+        bufs: &mut Vec<PacketBuf>,
+        max: usize,
+        scratch: &mut RxScratch,
+        counters: &mut OffloadCounters,
+    ) -> io::Result<usize> {
+        let start = bufs.len();
+        let n = self.recv_batch(pool, bufs, max, scratch)?;
+        scratch.count_rejected(counters);
+        if !self.vnet {
+            return Ok(n);
+        }
+        let mut raw: [Option<PacketBuf>; MAX_BATCH] = std::array::from_fn(|_| None);
+        for (slot, buf) in raw.iter_mut().zip(bufs.drain(start..)) {
+            *slot = Some(buf);
+        }
+        for (i, slot) in raw.iter_mut().enumerate().take(n) {
+            if let Some(buf) = slot.take() {
+                scratch.prepare(i, buf, pool, bufs, counters);
+            }
+        }
+        Ok(n)
     }
 
     /// Frames the kernel dropped on this socket because it was full, since
@@ -245,12 +431,111 @@ impl AfPacket {
 
     /// Sends one frame.
     pub fn send(&self, frame: &[u8]) -> io::Result<()> {
-        // SAFETY: frame is a live, readable slice for the call.
-        let r = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        if r < 0 {
+        let Sent { failed, .. } = self.send_batch(&[frame]);
+        if failed > 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Sends `frames` with one `sendmmsg` per [`MAX_BATCH`] of them. A
+    /// frame the kernel refuses is counted and skipped; once the socket or
+    /// the device queue is full (EAGAIN, ENOBUFS), the rest of the batch
+    /// is counted as failed rather than tried frame by frame.
+    pub fn send_batch(&self, frames: &[&[u8]]) -> Sent {
+        let mut outcome = Sent::default();
+        for chunk in frames.chunks(MAX_BATCH) {
+            // SAFETY: iovec and mmsghdr are plain data; zero is their empty value.
+            let mut iovecs: [[libc::iovec; 2]; MAX_BATCH] = unsafe { std::mem::zeroed() };
+            let mut headers: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+            for (i, frame) in chunk.iter().enumerate() {
+                let data = libc::iovec {
+                    iov_base: frame.as_ptr() as *mut libc::c_void,
+                    iov_len: frame.len(),
+                };
+                if self.vnet {
+                    iovecs[i] = [
+                        libc::iovec {
+                            iov_base: COMPLETE_HEADER.as_ptr() as *mut libc::c_void,
+                            iov_len: HEADER_LEN,
+                        },
+                        data,
+                    ];
+                    headers[i].msg_hdr.msg_iovlen = 2;
+                } else {
+                    iovecs[i][0] = data;
+                    headers[i].msg_hdr.msg_iovlen = 1;
+                }
+                headers[i].msg_hdr.msg_iov = iovecs[i].as_mut_ptr();
+            }
+            let mut at = 0;
+            while at < chunk.len() {
+                // SAFETY: headers[at..chunk.len()] point at iovecs over the
+                // live frames (and the static header), only read by the call.
+                let r = unsafe {
+                    libc::sendmmsg(
+                        self.fd.as_raw_fd(),
+                        headers[at..].as_mut_ptr(),
+                        (chunk.len() - at) as u32,
+                        0,
+                    )
+                };
+                if r > 0 {
+                    at += r as usize;
+                    outcome.sent += r as usize;
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
+                        outcome.failed += chunk.len() - at;
+                        break;
+                    }
+                    _ => {
+                        outcome.failed += 1;
+                        at += 1;
+                    }
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Sends `frames` with one `send(2)` each (the way `bench --io`
+    /// compares with [`send_batch`](Self::send_batch)).
+    pub fn send_each(&self, frames: &[&[u8]]) -> Sent {
+        let mut outcome = Sent::default();
+        let mut header = COMPLETE_HEADER;
+        for frame in frames {
+            let r = if self.vnet {
+                let mut iov = [
+                    libc::iovec {
+                        iov_base: header.as_mut_ptr().cast(),
+                        iov_len: HEADER_LEN,
+                    },
+                    libc::iovec {
+                        iov_base: frame.as_ptr() as *mut libc::c_void,
+                        iov_len: frame.len(),
+                    },
+                ];
+                // SAFETY: msghdr is plain data; it points at live iovecs.
+                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+                msg.msg_iov = iov.as_mut_ptr();
+                msg.msg_iovlen = 2;
+                // SAFETY: msg and what it points at live for the call.
+                unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) }
+            } else {
+                // SAFETY: frame is a live, readable slice for the call.
+                unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) }
+            };
+            if r < 0 {
+                outcome.failed += 1;
+            } else {
+                outcome.sent += 1;
+            }
+        }
+        outcome
     }
 }
 

@@ -3,6 +3,9 @@
 
 #[cfg(target_os = "linux")]
 pub mod afpacket;
+#[cfg(target_os = "linux")]
+pub mod device;
+pub mod offload;
 pub mod pcap;
 #[cfg(target_os = "linux")]
 pub mod run;

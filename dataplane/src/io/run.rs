@@ -8,7 +8,8 @@ use accel::NextCompletion;
 
 use crate::buffer::{PacketBuf, PacketPool};
 use crate::gateway::{DatagramError, Gateway, Output, Verdict};
-use crate::io::afpacket::AfPacket;
+use crate::io::afpacket::{AfPacket, RxScratch, Sent, MAX_BATCH};
+use crate::io::offload::OffloadCounters;
 use crate::io::tun::Tun;
 
 /// A device frames come from and go to.
@@ -23,17 +24,33 @@ impl Device {
         pool: &mut PacketPool,
         bufs: &mut Vec<crate::buffer::PacketBuf>,
         max: usize,
+        scratch: &mut RxScratch,
     ) -> std::io::Result<usize> {
         match self {
-            Device::Packet(s) => s.recv_batch(pool, bufs, max),
-            Device::Tun(t) => t.recv_batch(pool, bufs, max),
+            Device::Packet(s) => s.recv_batch(pool, bufs, max, scratch),
+            Device::Tun(t) => {
+                // Routed into a TUN device without offloads, packets come
+                // complete (the stack finished them for a device that
+                // cannot).
+                scratch.without_headers();
+                t.recv_batch(pool, bufs, max)
+            }
         }
     }
 
-    fn send(&self, frame: &[u8]) -> std::io::Result<()> {
+    fn send_batch(&self, frames: &[&[u8]]) -> Sent {
         match self {
-            Device::Packet(s) => s.send(frame),
-            Device::Tun(t) => t.send(frame),
+            Device::Packet(s) => s.send_batch(frames),
+            Device::Tun(t) => {
+                let mut outcome = Sent::default();
+                for frame in frames {
+                    match t.send(frame) {
+                        Ok(()) => outcome.sent += 1,
+                        Err(_) => outcome.failed += 1,
+                    }
+                }
+                outcome
+            }
         }
     }
 
@@ -62,6 +79,8 @@ pub const POOL: usize = 4096;
 /// Counts of one run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunSummary {
+    /// Frames read from the devices (a GSO super-packet is one; the
+    /// gateway's `rx_packets` counts its segments).
     pub frames_in: u64,
     pub frames_out: u64,
     pub send_errors: u64,
@@ -70,6 +89,9 @@ pub struct RunSummary {
     /// Control datagrams dropped because more than [`CONTROL_QUEUE`]
     /// arrived between two ticks.
     pub control_overflow: u64,
+    /// What the driver did with the kernel's offload state: checksums
+    /// completed, super-packets segmented, frames it could not make whole.
+    pub offload: OffloadCounters,
     /// Pool buffers in use and the pool's size, as of the latest tick
     /// (a soak watches these for leaks).
     pub pool_in_use: usize,
@@ -152,7 +174,10 @@ pub fn run(
     on_tick: &mut dyn FnMut(&mut Tick<'_>),
 ) -> std::io::Result<RunSummary> {
     let mut pool = PacketPool::new(POOL);
-    let mut bufs = Vec::with_capacity(BATCH);
+    let mut scratch = RxScratch::new();
+    let mut raw = Vec::with_capacity(BATCH);
+    // Room for a batch of segments from one more super-packet.
+    let mut bufs = Vec::with_capacity(BATCH * 2);
     let mut out: Vec<Output> = Vec::with_capacity(BATCH * 4);
     let mut control: Vec<PacketBuf> = Vec::with_capacity(CONTROL_QUEUE);
     let mut summary = RunSummary::default();
@@ -171,10 +196,24 @@ pub fn run(
         let now = start.elapsed();
         let mut idle = true;
         for (port, device) in &receivers {
-            let n = device.recv_batch(&mut pool, &mut bufs, BATCH)?;
-            if n > 0 {
-                idle = false;
-                summary.frames_in += n as u64;
+            let n = device.recv_batch(&mut pool, &mut raw, BATCH, &mut scratch)?;
+            scratch.count_rejected(&mut summary.offload);
+            if n == 0 {
+                continue;
+            }
+            idle = false;
+            summary.frames_in += n as u64;
+            for (slot, buf) in raw.drain(..).enumerate() {
+                scratch.prepare(slot, buf, &mut pool, &mut bufs, &mut summary.offload);
+                // Super-packets can make many segments: hand them on a
+                // batch at a time and send what comes out, so the pool
+                // is not drained by one receive.
+                if bufs.len() >= BATCH {
+                    gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
+                    transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
+                }
+            }
+            if !bufs.is_empty() {
                 gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
             }
         }
@@ -263,18 +302,37 @@ fn transmit(
     summary: &mut RunSummary,
     control: &mut Vec<PacketBuf>,
 ) {
+    for port in [Port::Inside, Port::Outside] {
+        let device = sockets.transmit_on(port);
+        let mut frames: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+        let mut n = 0;
+        let mut flush = |frames: &[&[u8]]| {
+            let Sent { sent, failed } = device.send_batch(frames);
+            summary.frames_out += sent as u64;
+            summary.send_errors += failed as u64;
+        };
+        for (buf, verdict) in out.iter() {
+            if *verdict == Verdict::Forward(port) {
+                frames[n] = buf.data();
+                n += 1;
+                if n == MAX_BATCH {
+                    flush(&frames);
+                    n = 0;
+                }
+            }
+        }
+        if n > 0 {
+            flush(&frames[..n]);
+        }
+    }
     for (buf, verdict) in out.drain(..) {
         match verdict {
-            Verdict::Forward(port) => match sockets.transmit_on(port).send(buf.data()) {
-                Ok(()) => summary.frames_out += 1,
-                Err(_) => summary.send_errors += 1,
-            },
             Verdict::Control if control.len() < CONTROL_QUEUE => {
                 control.push(buf);
                 continue;
             }
             Verdict::Control => summary.control_overflow += 1,
-            Verdict::Consumed | Verdict::Drop(_) => {}
+            Verdict::Forward(_) | Verdict::Consumed | Verdict::Drop(_) => {}
         }
         pool.free(buf);
     }
@@ -287,6 +345,7 @@ impl RunSummary {
         self.send_errors += other.send_errors;
         self.kernel_drops += other.kernel_drops;
         self.control_overflow += other.control_overflow;
+        self.offload.add(&other.offload);
         self.pool_in_use += other.pool_in_use;
         self.pool_capacity += other.pool_capacity;
     }

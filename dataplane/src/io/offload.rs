@@ -1,0 +1,592 @@
+//! Turns a frame with the kernel's offload state still attached (the
+//! virtio-net header of an AF_PACKET socket with `PACKET_VNET_HDR`) into
+//! complete packets before the gateway sees it, as a NIC would have done
+//! on the way out:
+//! - a partial checksum (`CHECKSUM_PARTIAL`: local senders on veth, tap,
+//!   virtio) is completed, RFC 1071 over `csum_start..` to the end of the
+//!   IPv4 datagram, stored at `csum_start + csum_offset`, so the inner
+//!   packet is right before it is encrypted;
+//! - a TCP/IPv4 or UDP/IPv4 GSO super-packet (up to 64 KiB) is cut into
+//!   `gso_size` segments as the kernel's `tcp_gso_segment` and
+//!   `__udp_gso_segment` do: each with its own IPv4 total length, ID and
+//!   header checksum, TCP sequence number, flags and checksum, or UDP length
+//!   and checksum. The gateway then treats every segment as a router does
+//!   (DF and the tunnel MTU decide between ICMP fragmentation-needed and
+//!   fragmenting after encapsulation).
+//!
+//! What cannot be made whole is a counted [`OffloadDrop`]. Pure: no I/O, so
+//! it is tested and fuzzed on byte arrays.
+
+use serde::Serialize;
+
+use crate::buffer::{PacketBuf, PacketPool, MAX_FRAME};
+use crate::wire::vnet::{Gso, VnetRepr};
+
+const ETHERNET_LEN: usize = 14;
+const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+const TCP_FIN: u8 = 0x01;
+const TCP_PSH: u8 = 0x08;
+const TCP_CWR: u8 = 0x80;
+
+/// Why a received frame was dropped before the gateway saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffloadDrop {
+    /// Shorter than a virtio-net header.
+    VnetHeader,
+    /// Larger than a pool buffer and not a GSO super-packet the driver can
+    /// cut (a jumbo frame), or cut short by the receive buffer.
+    TooLarge,
+    /// A GSO type other than TCP or UDP over IPv4 (TCPv6, UFO, tunnels), or
+    /// a GSO frame that is not IPv4 over Ethernet.
+    GsoUnsupported,
+    /// Headers that contradict the virtio-net header: `csum_start` or
+    /// `csum_offset` outside the packet, `gso_size` 0, a truncated or
+    /// fragmented IPv4 datagram, the wrong L4 protocol.
+    Malformed,
+    /// The pool had no buffers for the segments.
+    NoBuffer,
+}
+
+impl OffloadDrop {
+    pub const ALL: [OffloadDrop; 5] = [
+        OffloadDrop::VnetHeader,
+        OffloadDrop::TooLarge,
+        OffloadDrop::GsoUnsupported,
+        OffloadDrop::Malformed,
+        OffloadDrop::NoBuffer,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OffloadDrop::VnetHeader => "vnet_header_short",
+            OffloadDrop::TooLarge => "frame_too_large",
+            OffloadDrop::GsoUnsupported => "gso_unsupported",
+            OffloadDrop::Malformed => "offload_malformed",
+            OffloadDrop::NoBuffer => "gso_no_buffer",
+        }
+    }
+}
+
+/// What the driver did with received frames' offload state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffloadCounters {
+    /// Frames whose partial L4 checksum was completed.
+    pub csum_completed: u64,
+    /// GSO super-packets cut into segments.
+    pub gso_segmented: u64,
+    /// Segments made from them.
+    pub gso_segments: u64,
+    drops: [u64; OffloadDrop::ALL.len()],
+}
+
+impl OffloadCounters {
+    pub fn count(&mut self, reason: OffloadDrop) {
+        self.drops[reason as usize] += 1;
+    }
+
+    pub fn dropped(&self, reason: OffloadDrop) -> u64 {
+        self.drops[reason as usize]
+    }
+
+    pub fn drops_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    pub fn add(&mut self, other: &OffloadCounters) {
+        self.csum_completed += other.csum_completed;
+        self.gso_segmented += other.gso_segmented;
+        self.gso_segments += other.gso_segments;
+        for (mine, theirs) in self.drops.iter_mut().zip(other.drops) {
+            *mine += theirs;
+        }
+    }
+}
+
+impl Serialize for OffloadCounters {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(3 + OffloadDrop::ALL.len()))?;
+        map.serialize_entry("csum_completed", &self.csum_completed)?;
+        map.serialize_entry("gso_segmented", &self.gso_segmented)?;
+        map.serialize_entry("gso_segments", &self.gso_segments)?;
+        for reason in OffloadDrop::ALL {
+            map.serialize_entry(reason.name(), &self.dropped(reason))?;
+        }
+        map.end()
+    }
+}
+
+/// RFC 1071 ones' complement sum of `data` as big-endian 16-bit words
+/// (an odd last byte padded with zero), added to `initial`, not folded.
+/// Eight bytes at a time: 2^16 ≡ 1 (mod 0xffff), so 32-bit words sum to
+/// the same folded value as 16-bit ones.
+pub fn ones_sum(data: &[u8], initial: u64) -> u64 {
+    let mut acc = initial;
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        acc += (v >> 32) + (v & 0xffff_ffff);
+    }
+    let mut words = chunks.remainder().chunks_exact(2);
+    for w in &mut words {
+        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        acc += u64::from(*last) << 8;
+    }
+    acc
+}
+
+/// Folds a sum to 16 bits and complements it: the checksum to store.
+pub fn fold(mut acc: u64) -> u16 {
+    while acc >> 16 != 0 {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    !(acc as u16)
+}
+
+/// Where the L4 checksum of `frame` ends: the end of the IPv4 datagram if
+/// the frame is IPv4 over Ethernet (not the Ethernet padding behind it),
+/// else the end of the frame.
+fn checksum_end(frame: &[u8]) -> usize {
+    if frame.len() >= ETHERNET_LEN + 20 && frame[12..14] == ETHERTYPE_IPV4 {
+        let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+        if total >= 20 && ETHERNET_LEN + total <= frame.len() {
+            return ETHERNET_LEN + total;
+        }
+    }
+    frame.len()
+}
+
+/// Completes a partial checksum in place: the ones' complement sum from
+/// `start` to the end of the packet (the field already holds the
+/// pseudo-header sum the stack left there), stored at `start + offset`.
+/// A result of 0 is written as 0xffff, as the kernel's
+/// `skb_checksum_help` does (CSUM_MANGLED_0): for UDP, 0 would mean "no
+/// checksum" (RFC 768), and for TCP the two are the same value.
+pub fn complete_checksum(frame: &mut [u8], start: u16, offset: u16) -> Result<(), OffloadDrop> {
+    let end = checksum_end(frame);
+    let start = usize::from(start);
+    let at = start + usize::from(offset);
+    if at + 2 > end {
+        return Err(OffloadDrop::Malformed);
+    }
+    let sum = fold(ones_sum(&frame[start..end], 0));
+    let sum = if sum == 0 { 0xffff } else { sum };
+    frame[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+    Ok(())
+}
+
+/// A received frame as two pieces: what fitted the pool buffer, and the
+/// rest (a GSO super-packet's tail), read into the driver's scratch.
+struct Pieces<'a> {
+    head: &'a [u8],
+    tail: &'a [u8],
+}
+
+impl Pieces<'_> {
+    fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// Copies `dst.len()` bytes from offset `from`; the caller checked that
+    /// they exist.
+    fn copy_to(&self, from: usize, dst: &mut [u8]) {
+        let mut done = 0;
+        if from < self.head.len() {
+            let n = (self.head.len() - from).min(dst.len());
+            dst[..n].copy_from_slice(&self.head[from..from + n]);
+            done = n;
+        }
+        if done < dst.len() {
+            let t = from + done - self.head.len();
+            let rest = dst.len() - done;
+            dst[done..].copy_from_slice(&self.tail[t..t + rest]);
+        }
+    }
+}
+
+/// Makes complete packets of one received frame: `buf` holds its first
+/// bytes (up to [`MAX_FRAME`]), `tail` whatever did not fit, `header` the
+/// virtio-net header read before it. Complete packets are appended to
+/// `out`; `buf` is either among them or returned to `pool`.
+pub fn prepare(
+    header: &[u8],
+    mut buf: PacketBuf,
+    tail: &[u8],
+    pool: &mut PacketPool,
+    out: &mut Vec<PacketBuf>,
+    counters: &mut OffloadCounters,
+) {
+    let repr = match VnetRepr::parse_bytes(header) {
+        Ok(repr) => repr,
+        Err(_) => {
+            counters.count(OffloadDrop::VnetHeader);
+            pool.free(buf);
+            return;
+        }
+    };
+    let result = match repr.gso {
+        Gso::None if !tail.is_empty() => Err(OffloadDrop::TooLarge),
+        Gso::None => match repr.partial_csum {
+            None => Ok(false),
+            Some((start, offset)) => complete_checksum(buf.data_mut(), start, offset).map(|()| true),
+        },
+        Gso::TcpV4 | Gso::UdpL4 => {
+            let pieces = Pieces {
+                head: buf.data(),
+                tail,
+            };
+            let result = segment(&pieces, repr, pool, out, counters);
+            pool.free(buf);
+            if let Err(e) = result {
+                counters.count(e);
+            }
+            return;
+        }
+        Gso::TcpV6 | Gso::Ufo | Gso::Other(_) => Err(OffloadDrop::GsoUnsupported),
+    };
+    match result {
+        Ok(completed) => {
+            counters.csum_completed += u64::from(completed);
+            out.push(buf);
+        }
+        Err(e) => {
+            counters.count(e);
+            pool.free(buf);
+        }
+    }
+}
+
+/// Cuts a TCP/IPv4 or UDP/IPv4 super-packet into `gso_size` segments.
+fn segment(
+    frame: &Pieces<'_>,
+    repr: VnetRepr,
+    pool: &mut PacketPool,
+    out: &mut Vec<PacketBuf>,
+    counters: &mut OffloadCounters,
+) -> Result<(), OffloadDrop> {
+    let head = frame.head;
+    if head.len() < ETHERNET_LEN + 20 || head[12..14] != ETHERTYPE_IPV4 {
+        return Err(OffloadDrop::GsoUnsupported);
+    }
+    let ip = &head[ETHERNET_LEN..];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
+    let (protocol, want) = (
+        ip[9],
+        if repr.gso == Gso::TcpV4 {
+            PROTO_TCP
+        } else {
+            PROTO_UDP
+        },
+    );
+    if ip[0] >> 4 != 4 || ihl < 20 || protocol != want || fragment != 0 {
+        return Err(OffloadDrop::Malformed);
+    }
+    let l4 = ETHERNET_LEN + ihl;
+    let l4_len = match protocol {
+        PROTO_TCP => head.get(l4 + 12).map(|b| usize::from(b >> 4) * 4),
+        _ => Some(8),
+    };
+    let Some(l4_len) = l4_len.filter(|n| *n >= 8) else {
+        return Err(OffloadDrop::Malformed);
+    };
+    let headers = l4 + l4_len;
+    if (protocol == PROTO_TCP && l4_len < 20)
+        || headers > head.len()
+        || ETHERNET_LEN + total < headers
+        || ETHERNET_LEN + total > frame.len()
+    {
+        return Err(OffloadDrop::Malformed);
+    }
+    let mss = usize::from(repr.gso_size);
+    if mss == 0 {
+        return Err(OffloadDrop::Malformed);
+    }
+    if headers + mss > MAX_FRAME {
+        return Err(OffloadDrop::TooLarge);
+    }
+    let payload = ETHERNET_LEN + total - headers;
+    let count = payload.div_ceil(mss).max(1);
+    if pool.available() < count {
+        return Err(OffloadDrop::NoBuffer);
+    }
+    let id = u16::from_be_bytes([ip[4], ip[5]]);
+    let seq = u32::from_be_bytes([head[l4 + 4], head[l4 + 5], head[l4 + 6], head[l4 + 7]]);
+    let mut pseudo = [0u8; 12];
+    pseudo[..8].copy_from_slice(&ip[12..20]);
+    pseudo[9] = protocol;
+    let pseudo_sum = ones_sum(&pseudo, 0);
+    for i in 0..count {
+        let Some(mut seg) = pool.alloc() else {
+            return Err(OffloadDrop::NoBuffer);
+        };
+        let offset = i * mss;
+        let chunk = mss.min(payload - offset);
+        let Some(bytes) = seg.append(headers + chunk) else {
+            pool.free(seg);
+            return Err(OffloadDrop::TooLarge);
+        };
+        bytes[..headers].copy_from_slice(&head[..headers]);
+        frame.copy_to(headers + offset, &mut bytes[headers..]);
+        let ip_len = (headers + chunk - ETHERNET_LEN) as u16;
+        let seg_ip = &mut bytes[ETHERNET_LEN..l4];
+        seg_ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+        seg_ip[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
+        seg_ip[10..12].copy_from_slice(&[0, 0]);
+        let ip_sum = fold(ones_sum(seg_ip, 0));
+        seg_ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+        let l4_total = (l4_len + chunk) as u16;
+        let check_at = if protocol == PROTO_TCP {
+            let tcp = &mut bytes[l4..];
+            tcp[4..8].copy_from_slice(&seq.wrapping_add(offset as u32).to_be_bytes());
+            // tcp_gso_segment: FIN and PSH only on the last segment, CWR
+            // only on the first.
+            if i + 1 < count {
+                tcp[13] &= !(TCP_FIN | TCP_PSH);
+            }
+            if i > 0 {
+                tcp[13] &= !TCP_CWR;
+            }
+            l4 + 16
+        } else {
+            bytes[l4 + 4..l4 + 6].copy_from_slice(&l4_total.to_be_bytes());
+            l4 + 6
+        };
+        bytes[check_at..check_at + 2].copy_from_slice(&[0, 0]);
+        let sum = fold(ones_sum(&bytes[l4..], pseudo_sum + u64::from(l4_total)));
+        let sum = if sum == 0 && protocol == PROTO_UDP {
+            0xffff
+        } else {
+            sum
+        };
+        bytes[check_at..check_at + 2].copy_from_slice(&sum.to_be_bytes());
+        out.push(seg);
+    }
+    counters.gso_segmented += 1;
+    counters.gso_segments += count as u64;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::vnet::{VnetHeader, HEADER_LEN};
+
+    /// Verifies an IPv4 header checksum and the TCP/UDP checksum of a
+    /// whole Ethernet frame, as a receiver would.
+    fn checksums_ok(frame: &[u8]) -> bool {
+        let ip = &frame[ETHERNET_LEN..];
+        let ihl = usize::from(ip[0] & 0x0f) * 4;
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        if fold(ones_sum(&ip[..ihl], 0)) != 0 {
+            return false;
+        }
+        let l4 = &ip[ihl..total];
+        let mut pseudo = [0u8; 12];
+        pseudo[..8].copy_from_slice(&ip[12..20]);
+        pseudo[9] = ip[9];
+        pseudo[10..12].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+        fold(ones_sum(l4, ones_sum(&pseudo, 0))) == 0
+    }
+
+    /// An Ethernet + IPv4 + L4 frame with `payload` bytes of data, as a
+    /// local sender leaves it with checksum offload: the L4 checksum
+    /// field holds the folded, uncomplemented pseudo-header sum.
+    fn partial_frame(protocol: u8, payload: usize, flags: u8) -> Vec<u8> {
+        let l4_len = if protocol == PROTO_TCP { 32 } else { 8 };
+        let total = 20 + l4_len + payload;
+        let mut f = vec![0u8; ETHERNET_LEN + total];
+        f[..6].copy_from_slice(&[0x02, 0, 0, 0, 1, 1]);
+        f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 1, 10]);
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV4);
+        let ip = &mut f[ETHERNET_LEN..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        ip[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+        ip[6] = 0x40; // DF
+        ip[8] = 64;
+        ip[9] = protocol;
+        ip[12..16].copy_from_slice(&[192, 168, 1, 10]);
+        ip[16..20].copy_from_slice(&[192, 168, 2, 20]);
+        let s = fold(ones_sum(&ip[..20], 0));
+        ip[10..12].copy_from_slice(&s.to_be_bytes());
+        let l4 = ETHERNET_LEN + 20;
+        f[l4..l4 + 2].copy_from_slice(&40000u16.to_be_bytes());
+        f[l4 + 2..l4 + 4].copy_from_slice(&5201u16.to_be_bytes());
+        if protocol == PROTO_TCP {
+            f[l4 + 4..l4 + 8].copy_from_slice(&0xfffff000u32.to_be_bytes());
+            f[l4 + 12] = 8 << 4;
+            f[l4 + 13] = flags;
+        } else {
+            f[l4 + 4..l4 + 6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+        }
+        for (i, b) in f[l4 + l4_len..].iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        let mut pseudo = [0u8; 12];
+        pseudo[..8].copy_from_slice(&[192, 168, 1, 10, 192, 168, 2, 20]);
+        pseudo[9] = protocol;
+        pseudo[10..12].copy_from_slice(&((l4_len + payload) as u16).to_be_bytes());
+        let seeded = !fold(ones_sum(&pseudo, 0));
+        let at = if protocol == PROTO_TCP { l4 + 16 } else { l4 + 6 };
+        f[at..at + 2].copy_from_slice(&seeded.to_be_bytes());
+        f
+    }
+
+    fn header(flags: u8, gso: u8, gso_size: u16, start: u16, offset: u16) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        let mut h = VnetHeader::new_unchecked(&mut b[..]);
+        h.set_flags(flags);
+        h.set_gso_type_raw(gso);
+        h.set_gso_size(gso_size);
+        h.set_csum_start(start);
+        h.set_csum_offset(offset);
+        b
+    }
+
+    /// Splits a frame as the driver receives it: the first MAX_FRAME
+    /// bytes into a pool buffer, the rest as the tail.
+    fn run(frame: &[u8], hdr: &[u8], pool: &mut PacketPool) -> (Vec<PacketBuf>, OffloadCounters) {
+        let mut buf = pool.alloc().expect("a buffer");
+        let split = frame.len().min(MAX_FRAME);
+        assert!(buf.fill(&frame[..split]));
+        let mut out = Vec::new();
+        let mut counters = OffloadCounters::default();
+        prepare(hdr, buf, &frame[split..], pool, &mut out, &mut counters);
+        (out, counters)
+    }
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071 §3: 00 01 f2 03 f4 f5 f6 f7 sums to 0xddf2.
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold(ones_sum(&data, 0)), !0xddf2);
+        // Odd length: the last byte is the high half of a word.
+        assert_eq!(fold(ones_sum(&[0x01], 0)), !0x0100);
+        assert_eq!(
+            fold(ones_sum(&data[..7], 0)),
+            fold(ones_sum(&[0, 1, 0xf2, 3, 0xf4, 0xf5, 0xf6, 0], 0))
+        );
+    }
+
+    #[test]
+    fn completes_partial_tcp_and_udp_checksums() {
+        let mut pool = PacketPool::new(4);
+        for (protocol, offset, payload) in [(PROTO_TCP, 16, 100), (PROTO_UDP, 6, 1), (PROTO_UDP, 6, 1400)] {
+            let frame = partial_frame(protocol, payload, 0x18);
+            assert!(!checksums_ok(&frame));
+            let (out, counters) = run(&frame, &header(1, 0, 0, 34, offset), &mut pool);
+            assert_eq!(out.len(), 1);
+            assert!(checksums_ok(out[0].data()), "protocol {protocol}");
+            // Only the checksum field changed.
+            let at = 34 + usize::from(offset);
+            assert_eq!(out[0].data()[..at], frame[..at]);
+            assert_eq!(out[0].data()[at + 2..], frame[at + 2..]);
+            assert_eq!(counters.csum_completed, 1);
+            out.into_iter().for_each(|b| pool.free(b));
+        }
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn ethernet_padding_is_not_summed() {
+        let mut pool = PacketPool::new(2);
+        let mut frame = partial_frame(PROTO_UDP, 2, 0);
+        frame.extend_from_slice(&[0xee; 16]);
+        let (out, _) = run(&frame, &header(1, 0, 0, 34, 6), &mut pool);
+        assert!(checksums_ok(out[0].data()));
+    }
+
+    #[test]
+    fn complete_frames_pass_untouched() {
+        let mut pool = PacketPool::new(2);
+        let frame = partial_frame(PROTO_UDP, 10, 0);
+        let (out, counters) = run(&frame, &[0u8; HEADER_LEN], &mut pool);
+        assert_eq!(out[0].data(), &frame[..]);
+        assert_eq!(counters, OffloadCounters::default());
+    }
+
+    #[test]
+    fn segments_a_tcp_super_packet() {
+        let mut pool = PacketPool::new(64);
+        let mss = 1448;
+        let payload = 3 * mss + 100;
+        // CWR, PSH, ACK, FIN set on the super-packet.
+        let frame = partial_frame(PROTO_TCP, payload, TCP_CWR | 0x18 | TCP_FIN);
+        let (out, counters) = run(&frame, &header(1, 1, mss as u16, 34, 16), &mut pool);
+        assert_eq!(out.len(), 4);
+        assert_eq!((counters.gso_segmented, counters.gso_segments), (1, 4));
+        let mut joined = Vec::new();
+        for (i, seg) in out.iter().enumerate() {
+            let d = seg.data();
+            assert!(checksums_ok(d), "segment {i}");
+            let chunk = if i < 3 { mss } else { 100 };
+            assert_eq!(d.len(), 14 + 20 + 32 + chunk);
+            assert_eq!(u16::from_be_bytes([d[16], d[17]]) as usize, 20 + 32 + chunk);
+            assert_eq!(u16::from_be_bytes([d[18], d[19]]), 0x1234 + i as u16);
+            let seq = u32::from_be_bytes([d[38], d[39], d[40], d[41]]);
+            assert_eq!(seq, 0xfffff000u32.wrapping_add((i * mss) as u32));
+            let flags = d[47];
+            assert_eq!(flags & TCP_CWR != 0, i == 0);
+            assert_eq!(flags & (TCP_FIN | TCP_PSH) != 0, i == 3);
+            assert!(flags & 0x10 != 0, "ACK stays");
+            joined.extend_from_slice(&d[66..]);
+        }
+        assert_eq!(joined, frame[66..]);
+        out.into_iter().for_each(|b| pool.free(b));
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn segments_a_udp_super_packet() {
+        let mut pool = PacketPool::new(64);
+        let size = 1000;
+        let frame = partial_frame(PROTO_UDP, 5 * size + 1, 0);
+        let (out, counters) = run(&frame, &header(1, 5, size as u16, 34, 6), &mut pool);
+        assert_eq!(out.len(), 6);
+        assert_eq!(counters.gso_segments, 6);
+        for (i, seg) in out.iter().enumerate() {
+            let d = seg.data();
+            assert!(checksums_ok(d), "datagram {i}");
+            let chunk = if i < 5 { size } else { 1 };
+            assert_eq!(u16::from_be_bytes([d[38], d[39]]) as usize, 8 + chunk);
+            assert_eq!(d[42..], frame[42 + i * size..42 + i * size + chunk]);
+        }
+        out.into_iter().for_each(|b| pool.free(b));
+    }
+
+    #[test]
+    fn counts_what_it_cannot_handle() {
+        let mut pool = PacketPool::new(8);
+        let tcp = partial_frame(PROTO_TCP, 3000, 0x10);
+        let cases: [(&[u8], [u8; HEADER_LEN], OffloadDrop); 6] = [
+            (&tcp, header(1, 4, 1448, 34, 16), OffloadDrop::GsoUnsupported),
+            (&tcp, header(1, 0, 0, 34, 16), OffloadDrop::TooLarge),
+            (&tcp, header(1, 1, 0, 34, 16), OffloadDrop::Malformed),
+            (&tcp, header(1, 5, 1448, 34, 6), OffloadDrop::Malformed),
+            (&tcp[..200], header(1, 0, 0, 34, 200), OffloadDrop::Malformed),
+            (&tcp, header(1, 1, 2000, 34, 16), OffloadDrop::TooLarge),
+        ];
+        for (frame, hdr, reason) in cases {
+            let (out, counters) = run(frame, &hdr, &mut pool);
+            assert!(out.is_empty(), "{reason:?}");
+            assert_eq!(counters.dropped(reason), 1, "{reason:?}");
+            assert_eq!(counters.drops_total(), 1);
+        }
+        let (out, counters) = run(&tcp, &[1, 1, 0], &mut pool);
+        assert!(out.is_empty());
+        assert_eq!(counters.dropped(OffloadDrop::VnetHeader), 1);
+        // Too few buffers for the segments: none are taken.
+        let mut small = PacketPool::new(2);
+        let (out, counters) = run(&tcp, &header(1, 1, 500, 34, 16), &mut small);
+        assert!(out.is_empty());
+        assert_eq!(counters.dropped(OffloadDrop::NoBuffer), 1);
+        assert_eq!(small.in_use(), 0);
+        assert_eq!(pool.in_use(), 0);
+    }
+}

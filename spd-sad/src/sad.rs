@@ -234,6 +234,10 @@ pub struct SecurityAssociation<C> {
     seq_next: u64,
     seq_end: u64,
     last_used: u64,
+    /// Outbound, with several workers placed (see [`Sad::place`]): whether
+    /// the driver steers this SA's packets to this copy's worker. `None`
+    /// (not placed): a copy alone is treated as the owner.
+    owner: Option<bool>,
     /// Usage counted here and not yet added to `shared`, and how much may
     /// gather before it must be (a batch, or less when a limit is near).
     unflushed_packets: u64,
@@ -271,6 +275,7 @@ impl<C> SecurityAssociation<C> {
             seq_next: 1,
             seq_end: 0,
             last_used: 0,
+            owner: None,
             unflushed_packets: 0,
             unflushed_bytes: 0,
             flush_packets: 1,
@@ -405,6 +410,7 @@ impl<C> SecurityAssociation<C> {
             seq_next: 1,
             seq_end: 0,
             last_used: self.last_used,
+            owner: None,
             unflushed_packets: 0,
             unflushed_bytes: 0,
             flush_packets: 1,
@@ -412,6 +418,24 @@ impl<C> SecurityAssociation<C> {
             near_limit: true,
             crypto: self.crypto.clone(),
         }
+    }
+
+    fn place(&mut self, worker: usize, workers: usize) {
+        if self.params.direction == SaDirection::Outbound {
+            self.owner = Some(owner_worker(self.params.local, self.params.remote, workers) == worker);
+            // A block reserved before the placement may belong to a worker
+            // that no longer sends: give it up.
+            if self.owner == Some(false) {
+                self.seq_next = 1;
+                self.seq_end = 0;
+            }
+        }
+    }
+
+    /// Whether this copy's worker is the one the SA's packets are steered to
+    /// (see [`Sad::place`]); `None` when the copies are not placed.
+    pub fn owner(&self) -> Option<bool> {
+        self.owner
     }
 
     /// Resumes the inbound window at `top`.
@@ -458,16 +482,15 @@ impl<C> SecurityAssociation<C> {
             return Ok(seq);
         }
         let limit = self.sequence_limit();
-        // A copy alone reserves a block; copies that share the counter take
-        // one number at a time, because a block reserved by a worker that
-        // then sends little would come out long after the others' numbers
-        // and fall behind the peer's window (per-worker SAs, RFC 9611, are
-        // the way to have both).
-        let block = if Arc::strong_count(&self.shared) == 1 {
-            SEQUENCE_BLOCK
-        } else {
-            1
-        };
+        // The copy on the worker that all of the SA's packets are steered
+        // to (or a copy alone) reserves a block; other copies that share
+        // the counter take one number at a time, because a block reserved
+        // by a worker that then sends little would come out long after the
+        // others' numbers and fall behind the peer's window. A placed
+        // non-owner sends only what the gateway generates itself, so the
+        // owner's block lags by a few numbers at most.
+        let owner = self.owner.unwrap_or_else(|| Arc::strong_count(&self.shared) == 1);
+        let block = if owner { SEQUENCE_BLOCK } else { 1 };
         let claimed = self
             .shared
             .last_seq
@@ -656,6 +679,20 @@ pub struct Sad<C> {
     /// lookup here (the table is bounded by the SAs we installed).
     by_spi: FxHashMap<u32, SaId>,
     events: Vec<SaEvent>,
+    /// This database's worker and how many there are, once placed.
+    placement: Option<(usize, usize)>,
+}
+
+/// The worker, of `workers`, that owns outbound SAs between `local` and
+/// `remote`: the driver steers every packet for such an SA there, and only
+/// that worker's copy reserves sequence blocks. A function of the outer
+/// addresses alone, so that a rekeyed SA keeps its predecessor's worker
+/// and one peer's tunnels send from one worker.
+pub fn owner_worker(local: Ipv4Addr, remote: Ipv4Addr, workers: usize) -> usize {
+    let key = u32::from(local).rotate_left(16) ^ u32::from(remote);
+    // Fibonacci hashing: neighbouring addresses land on different workers.
+    let mixed = key.wrapping_mul(0x9e37_79b1) >> 8;
+    mixed as usize % workers.max(1)
 }
 
 impl<C> Default for Sad<C> {
@@ -664,6 +701,7 @@ impl<C> Default for Sad<C> {
             slots: Vec::new(),
             by_spi: FxHashMap::default(),
             events: Vec::new(),
+            placement: None,
         }
     }
 }
@@ -711,6 +749,10 @@ impl<C> Sad<C> {
                 self.slots.len() - 1
             }
         };
+        let mut sa = sa;
+        if let Some((worker, workers)) = self.placement {
+            sa.place(worker, workers);
+        }
         let entry = &mut self.slots[slot];
         let id = SaId::new(slot, entry.generation);
         if sa.params.direction == SaDirection::Inbound {
@@ -737,6 +779,20 @@ impl<C> Sad<C> {
                 .collect(),
             by_spi: self.by_spi.clone(),
             events: Vec::new(),
+            placement: None,
+        }
+    }
+
+    /// Says that this database is worker `worker`'s of `workers`, whose
+    /// driver steers each outbound SA's packets to [`owner_worker`]: that
+    /// copy reserves sequence blocks, the others take one number at a
+    /// time. Applies to the SAs here and to every one added later.
+    pub fn place(&mut self, worker: usize, workers: usize) {
+        self.placement = Some((worker, workers));
+        for slot in &mut self.slots {
+            if let Some(sa) = slot.sa.as_mut() {
+                sa.place(worker, workers);
+            }
         }
     }
 

@@ -292,7 +292,8 @@ impl Gateway {
     /// with this gateway's, so sequence numbers stay unique and lifetimes
     /// count every worker's packets. Inbound replay windows are the
     /// receiving worker's own: the driver must send all packets of an
-    /// inbound SA to one worker (it hashes on the outer addresses). Every
+    /// inbound SA to one worker (it hashes on the outer addresses), and
+    /// each outbound SA's to its owner (see [`place`](Self::place)). Every
     /// SA is registered with `engine`; an engine that refuses one fails the
     /// fork.
     pub fn fork(&self, engine: Box<dyn Engine>) -> Result<Gateway, InstallSaError> {

@@ -215,7 +215,7 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
     });
     ready_rx.recv().expect("the sink starts");
     // hostA: 16 flows (source ports), so that the kernel's flow hash would
-    // have spread them over gwA's workers; 1400-byte datagrams fragment
+    // have spread them over gwA's workers; 1460-byte datagrams fragment
     // after encapsulation, 3000-byte ones at hostA and again after.
     let sent = std::thread::spawn(|| {
         enter(HOST_A);
@@ -235,7 +235,7 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
         let mut sent = 0u64;
         for round in 0..300usize {
             for (i, s) in sockets.iter().enumerate() {
-                let size = [1400, 3000, 200, 1200][(round + i) % 4];
+                let size = [1460, 3000, 200, 1200][(round + i) % 4];
                 if s.send(&payload[..size]).is_ok() {
                     sent += 1;
                 }
@@ -262,14 +262,17 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
         .map(|s| std::fs::read_to_string(dir.join(format!("w2{s}.log"))).unwrap_or_default())
         .collect();
     let context = format!("sent {sent}, received {received}\ngwA {a:#}\ngwB {b:#}\n{logs}");
-    for name in [
+    let dropped: Vec<(&str, u64)> = [
         "replay_too_old",
         "replay_duplicate",
         "reassembly_failed",
         "reassembly_timeout",
-    ] {
-        assert_eq!(drops(&b, name), 0, "gwB dropped {name}: {context}");
-    }
+    ]
+    .into_iter()
+    .map(|name| (name, drops(&b, name)))
+    .filter(|(_, n)| *n > 0)
+    .collect();
+    assert!(dropped.is_empty(), "gwB dropped {dropped:?}: {context}");
     assert!(sent >= 4000, "{context}");
     // Something lost at the kernel's sockets is not the workers' doing, but
     // the flood must have gone through to mean anything.

@@ -8,6 +8,11 @@
 //! datagram leaves only once every worker has applied the commands issued
 //! before it (a new inbound SA exists everywhere before the peer hears of
 //! it).
+//!
+//! With several workers, the inside fanout group is steered so that each
+//! outbound SA's packets reach the one worker that owns it (see
+//! `dataplane::io::steer`); worker 0 reinstalls the program whenever the
+//! commands it applies may have changed the policies.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

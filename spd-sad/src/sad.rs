@@ -209,6 +209,9 @@ pub struct SaShared {
     /// Outbound: last sequence number reserved by any copy (the first
     /// packet gets 1).
     last_seq: AtomicU64,
+    /// Outbound: the highest number any copy had sent at its last flush
+    /// (for `sa show`: the owner may be a worker other than the one asked).
+    last_sent: AtomicU64,
     packets: AtomicU64,
     bytes: AtomicU64,
 }
@@ -318,6 +321,7 @@ impl<C> SecurityAssociation<C> {
     /// Starts the outbound counter after `seq` (tests use this to cross 2^32).
     pub fn set_last_sequence(&mut self, seq: u64) {
         self.shared.last_seq.store(seq, Ordering::Relaxed);
+        self.shared.last_sent.store(seq, Ordering::Relaxed);
         self.seq_next = 1;
         self.seq_end = 0;
         self.last_used = seq;
@@ -359,6 +363,9 @@ impl<C> SecurityAssociation<C> {
             + self.unflushed_packets;
         self.unflushed_bytes = 0;
         self.unflushed_packets = 0;
+        if self.last_used > 0 {
+            self.shared.last_sent.fetch_max(self.last_used, Ordering::Relaxed);
+        }
         let lifetime = &self.params.lifetime;
         let before = |used: u64, limits: [Option<u64>; 2]| {
             limits
@@ -443,10 +450,12 @@ impl<C> SecurityAssociation<C> {
         self.replay = ReplayWindow::with_top(self.params.replay_window, self.params.esn, top);
     }
 
-    /// The last sequence number this copy sent (for `sa show`; with
-    /// several workers, each copy shows its own).
+    /// The last sequence number this copy sent, or another copy had sent
+    /// when it last added its usage (every batch and every tick), if
+    /// higher: for `sa show`, asked of worker 0 while another worker may
+    /// own the SA.
     pub fn last_sequence(&self) -> u64 {
-        self.last_used
+        self.last_used.max(self.shared.last_sent.load(Ordering::Relaxed))
     }
 
     /// The last sequence number reserved by any copy.
@@ -1115,5 +1124,49 @@ mod tests {
         assert_eq!(sad.poll_event(), Some(SaEvent::SoftExpired(id)));
         assert_eq!(sad.poll_event(), Some(SaEvent::HardExpired(id)));
         assert_eq!(sad.poll_event(), None);
+    }
+
+    /// Placed copies: only the owner reserves blocks, the other takes the
+    /// number after the owner's block, and either shows the higher last
+    /// number once the other has flushed (a tick).
+    #[test]
+    fn placed_copies_reserve_blocks_only_at_the_owner() {
+        let mut first: Sad<()> = Sad::new();
+        let id = first
+            .insert(params("out", SaDirection::Outbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        let mut second = first.fork();
+        let owner = owner_worker("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 2);
+        first.place(0, 2);
+        second.place(1, 2);
+        let (own, other) = if owner == 0 {
+            (&mut first, &mut second)
+        } else {
+            (&mut second, &mut first)
+        };
+        let seqs: Vec<u64> = (0..3)
+            .map(|_| own.get_mut(id).unwrap().next_sequence().unwrap())
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(own.get(id).unwrap().owner(), Some(true));
+        assert_eq!(other.get(id).unwrap().owner(), Some(false));
+        assert_eq!(other.get_mut(id).unwrap().next_sequence(), Ok(SEQUENCE_BLOCK + 1));
+        assert_eq!(other.get_mut(id).unwrap().next_sequence(), Ok(SEQUENCE_BLOCK + 2));
+        assert_eq!(own.get_mut(id).unwrap().next_sequence(), Ok(4));
+        assert_eq!(own.get(id).unwrap().last_sequence(), 4);
+        other.handle_timeout(Duration::ZERO);
+        assert_eq!(own.get(id).unwrap().last_sequence(), SEQUENCE_BLOCK + 2);
+        own.handle_timeout(Duration::ZERO);
+        assert_eq!(other.get(id).unwrap().last_sequence(), SEQUENCE_BLOCK + 2);
+        // Unplaced copies keep the old rule: shared, one number at a time.
+        let mut a: Sad<()> = Sad::new();
+        let id = a
+            .insert(params("out", SaDirection::Outbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        let mut b = a.fork();
+        assert_eq!(a.get_mut(id).unwrap().next_sequence(), Ok(1));
+        assert_eq!(b.get_mut(id).unwrap().next_sequence(), Ok(2));
+        assert_eq!(a.get_mut(id).unwrap().next_sequence(), Ok(3));
+        assert_eq!(a.get(id).unwrap().owner(), None);
     }
 }

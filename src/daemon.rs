@@ -301,6 +301,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
     };
     if let Some(steering) = steering.as_mut() {
         steering.update(&gateways[0])?;
+        tracing::info!(
+            "inside steered by a {}-instruction BPF program: each outbound SA's packets go to the worker that owns it",
+            steering.program.len()
+        );
     }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -8,6 +8,11 @@
 //! datagram leaves only once every worker has applied the commands issued
 //! before it (a new inbound SA exists everywhere before the peer hears of
 //! it).
+//!
+//! With several workers, the inside fanout group is steered so that each
+//! outbound SA's packets reach the one worker that owns it (see
+//! `dataplane::io::steer`); worker 0 reinstalls the program whenever the
+//! commands it applies may have changed the policies.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,7 +82,7 @@ impl Links {
 }
 
 /// Worker 0's part: the control plane and what waits on it.
-struct Plane {
+struct Plane<'s> {
     plane: ControlPlane,
     config_path: std::path::PathBuf,
     /// Datagrams waiting for the other workers to catch up.
@@ -88,9 +93,36 @@ struct Plane {
     /// When the plane's timers last ran: they walk every tunnel, so not
     /// after every batch.
     last_timeout: Duration,
+    /// The inside fanout group's steering, kept in step with the SPD.
+    steering: Option<Steering<'s>>,
 }
 
-impl Plane {
+/// With several workers, an inside socket of the fanout group and the
+/// program it holds: every packet an outbound policy protects goes to the
+/// worker owning its SA (see `dataplane::io::steer`).
+struct Steering<'s> {
+    socket: &'s AfPacket,
+    workers: usize,
+    program: Vec<dataplane::io::steer::Insn>,
+}
+
+impl Steering<'_> {
+    /// Rebuilds the program from `gateway`'s policies and installs it if it
+    /// changed. A rekey keeps the outer addresses and so the owner; a
+    /// reload may add policies.
+    fn update(&mut self, gateway: &Gateway) -> Result<()> {
+        let program = dataplane::io::steer::inside_program(gateway.spd(), gateway.sad(), self.workers)?;
+        if program != self.program {
+            self.socket
+                .set_steering(&program)
+                .with_context(|| format!("installing the steering program on `{}`", self.socket.device()))?;
+            self.program = program;
+        }
+        Ok(())
+    }
+}
+
+impl Plane<'_> {
     fn tick(&mut self, t: &mut Tick<'_>, links: &Links, workers: usize) {
         let now = t.now;
         while let Some(event) = t.gateway.poll_event() {
@@ -123,6 +155,7 @@ impl Plane {
     fn apply(&mut self, t: &mut Tick<'_>, links: &Links, workers: usize) {
         let mut commands = Vec::new();
         self.plane.take_commands(&mut commands);
+        let changed = !commands.is_empty();
         for command in commands {
             self.issued += 1;
             let fallback = command.clone();
@@ -137,6 +170,15 @@ impl Plane {
             };
             for (copy, (tx, _)) in copies.into_iter().zip(&links.commands[1..]) {
                 let _ = tx.send((self.issued, copy));
+            }
+        }
+        if changed {
+            if let Some(steering) = self.steering.as_mut() {
+                if let Err(e) = steering.update(t.gateway) {
+                    // The old program stays: packets of new policies may
+                    // reach a worker that does not own their SA.
+                    tracing::error!("{e:#}");
+                }
             }
         }
         let mut datagrams = Vec::new();
@@ -246,6 +288,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
             .context("registering the SAs with another worker's engine")?;
         gateways.push(fork);
     }
+    for (index, gateway) in gateways.iter_mut().enumerate() {
+        gateway.place(index, workers);
+    }
+    let mut steering = match sockets.first().map(|s| &s.inside) {
+        Some(Device::Packet(socket)) if workers > 1 => Some(Steering {
+            socket,
+            workers,
+            program: Vec::new(),
+        }),
+        _ => None,
+    };
+    if let Some(steering) = steering.as_mut() {
+        steering.update(&gateways[0])?;
+        tracing::info!(
+            "inside steered by a {}-instruction BPF program: each outbound SA's packets go to the worker that owns it",
+            steering.program.len()
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing the signal handler")?;
@@ -275,6 +335,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         issued: 0,
         reload,
         last_timeout: Duration::ZERO,
+        steering,
     });
     tracing::info!(
         name = %config.name,
@@ -468,7 +529,14 @@ fn open_sockets(config: &Config, workers: usize) -> Result<Vec<Sockets>> {
                     .with_context(|| format!("interface `inside` (TUN `{}`)", config.inside.device))?,
             )
         } else {
-            Device::Packet(open(&config.inside.device, "inside", many, group)?)
+            // Steered, so that each outbound SA is fed by one worker.
+            let device = &config.inside.device;
+            let socket = if many {
+                AfPacket::open_worker_steered(device, group)
+            } else {
+                AfPacket::open(device)
+            };
+            Device::Packet(socket.with_context(|| format!("interface `inside` (device `{device}`)"))?)
         };
         let mut s = Sockets::single(
             inside,

@@ -171,3 +171,95 @@ fn sas_installed_later_are_shared_by_every_worker() {
         assert_eq!(sa.counters().packets, 10);
     }
 }
+
+/// Placed workers (`espgw run` steers each outbound SA's packets to its
+/// owner): the owner reserves sequence blocks, and SAs installed later
+/// (a rekey) are placed too; the other worker, which sends only what the
+/// gateway generates itself, takes one number at a time from beyond the
+/// owner's block, and no two workers' outer IPv4 IDs are ever equal.
+#[test]
+fn placed_workers_keep_sequence_blocks_and_ip_ids_apart() {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    let mut pair = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
+    let mut fork = pair
+        .a
+        .fork(accel::build_engine(&EngineSpec::default()).unwrap())
+        .expect("the fork registers every SA");
+    pair.a.place(0, 2);
+    fork.place(1, 2);
+    let sad = pair.a.sad();
+    let params = sad.get(sad.find("t-out").unwrap()).unwrap().params().clone();
+    let owner = spd_sad::owner_worker(params.local, params.remote, 2);
+    let (owner_gw, other_gw) = if owner == 0 {
+        (&mut pair.a, &mut fork)
+    } else {
+        (&mut fork, &mut pair.a)
+    };
+    let mut pool = dataplane::PacketPool::new(4);
+    let mut send = |gateway: &mut dataplane::Gateway, i: u8| {
+        let (verdict, esp) = run(
+            gateway,
+            &mut pool,
+            Duration::ZERO,
+            Port::Inside,
+            &udp_packet(HOST_A, HOST_B, 64, i),
+        );
+        assert_eq!(verdict, Verdict::Forward(Port::Outside));
+        (
+            u32::from_be_bytes([esp[24], esp[25], esp[26], esp[27]]),
+            u16::from_be_bytes([esp[4], esp[5]]),
+        )
+    };
+    let (mut owner_ids, mut other_ids) = (HashSet::new(), HashSet::new());
+    let mut owner_seqs = Vec::new();
+    for i in 0..10 {
+        let (seq, id) = send(owner_gw, i);
+        owner_seqs.push(seq);
+        owner_ids.insert(id);
+    }
+    assert_eq!(owner_seqs, (1..=10).collect::<Vec<u32>>());
+    let (seq, id) = send(other_gw, 10);
+    assert_eq!(
+        seq,
+        spd_sad::SEQUENCE_BLOCK as u32 + 1,
+        "the other worker takes the number after the owner's block"
+    );
+    other_ids.insert(id);
+    assert_eq!(send(owner_gw, 11).0, 11, "the owner goes on in its block");
+    for i in 0..40 {
+        owner_ids.insert(send(owner_gw, i).1);
+        other_ids.insert(send(other_gw, i).1);
+    }
+    assert!(owner_ids.is_disjoint(&other_ids), "{owner_ids:?} {other_ids:?}");
+    for (worker, ids) in [(owner, &owner_ids), (1 - owner, &other_ids)] {
+        assert!(
+            ids.iter().all(|id| usize::from(*id) % 2 == (worker + 1) % 2),
+            "worker {worker}: {ids:?}"
+        );
+    }
+    // Only the owner's copy is the owner, and an SA installed later (as a
+    // rekey installs it, through `Sad::adopt`) is placed as well.
+    for (gateway, expected) in [(&pair.a, owner == 0), (&fork, owner == 1)] {
+        let sad = gateway.sad();
+        assert_eq!(
+            sad.get(sad.find("t-out").unwrap()).unwrap().owner(),
+            Some(expected)
+        );
+    }
+    let mut rekeyed = spd_sad::SaParams {
+        name: "t-out.1".into(),
+        spi: 0x4444,
+        ..params
+    };
+    rekeyed.selectors.clear();
+    let mut fresh: spd_sad::Sad<()> = spd_sad::Sad::new();
+    fresh.place(owner, 2);
+    let id = fresh.insert(rekeyed, (), Duration::ZERO).unwrap();
+    assert_eq!(
+        fresh.get(id).unwrap().owner(),
+        Some(true),
+        "a rekeyed SA keeps its owner"
+    );
+}

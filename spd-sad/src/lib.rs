@@ -13,8 +13,9 @@ pub mod spd;
 
 pub use replay::{ReplayError, ReplayWindow, MAX_WINDOW};
 pub use sad::{
-    Lifetime, Limits, Mode, SaCounters, SaDirection, SaEvent, SaId, SaParams, SaShared, SaState, Sad,
-    SadError, SecurityAssociation, SequenceError, SEQUENCE_BLOCK, SEQUENCE_RESERVE, USAGE_BATCH,
+    owner_worker, Lifetime, Limits, Mode, SaCounters, SaDirection, SaEvent, SaId, SaParams, SaShared,
+    SaState, Sad, SadError, SecurityAssociation, SequenceError, SEQUENCE_BLOCK, SEQUENCE_RESERVE,
+    USAGE_BATCH,
 };
 pub use selector::{proto, FlowKey, Ipv4Prefix, PortRange, ProtocolSelector, Selector, SelectorError};
 pub use spd::{Action, Decision, Policy, PolicyDirection, Spd};

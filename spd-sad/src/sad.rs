@@ -209,6 +209,9 @@ pub struct SaShared {
     /// Outbound: last sequence number reserved by any copy (the first
     /// packet gets 1).
     last_seq: AtomicU64,
+    /// Outbound: the highest number any copy had sent at its last flush
+    /// (for `sa show`: the owner may be a worker other than the one asked).
+    last_sent: AtomicU64,
     packets: AtomicU64,
     bytes: AtomicU64,
 }
@@ -234,6 +237,10 @@ pub struct SecurityAssociation<C> {
     seq_next: u64,
     seq_end: u64,
     last_used: u64,
+    /// Outbound, with several workers placed (see [`Sad::place`]): whether
+    /// the driver steers this SA's packets to this copy's worker. `None`
+    /// (not placed): a copy alone is treated as the owner.
+    owner: Option<bool>,
     /// Usage counted here and not yet added to `shared`, and how much may
     /// gather before it must be (a batch, or less when a limit is near).
     unflushed_packets: u64,
@@ -271,6 +278,7 @@ impl<C> SecurityAssociation<C> {
             seq_next: 1,
             seq_end: 0,
             last_used: 0,
+            owner: None,
             unflushed_packets: 0,
             unflushed_bytes: 0,
             flush_packets: 1,
@@ -313,6 +321,7 @@ impl<C> SecurityAssociation<C> {
     /// Starts the outbound counter after `seq` (tests use this to cross 2^32).
     pub fn set_last_sequence(&mut self, seq: u64) {
         self.shared.last_seq.store(seq, Ordering::Relaxed);
+        self.shared.last_sent.store(seq, Ordering::Relaxed);
         self.seq_next = 1;
         self.seq_end = 0;
         self.last_used = seq;
@@ -354,6 +363,9 @@ impl<C> SecurityAssociation<C> {
             + self.unflushed_packets;
         self.unflushed_bytes = 0;
         self.unflushed_packets = 0;
+        if self.last_used > 0 {
+            self.shared.last_sent.fetch_max(self.last_used, Ordering::Relaxed);
+        }
         let lifetime = &self.params.lifetime;
         let before = |used: u64, limits: [Option<u64>; 2]| {
             limits
@@ -405,6 +417,7 @@ impl<C> SecurityAssociation<C> {
             seq_next: 1,
             seq_end: 0,
             last_used: self.last_used,
+            owner: None,
             unflushed_packets: 0,
             unflushed_bytes: 0,
             flush_packets: 1,
@@ -414,15 +427,35 @@ impl<C> SecurityAssociation<C> {
         }
     }
 
+    fn place(&mut self, worker: usize, workers: usize) {
+        if self.params.direction == SaDirection::Outbound {
+            self.owner = Some(owner_worker(self.params.local, self.params.remote, workers) == worker);
+            // A block reserved before the placement may belong to a worker
+            // that no longer sends: give it up.
+            if self.owner == Some(false) {
+                self.seq_next = 1;
+                self.seq_end = 0;
+            }
+        }
+    }
+
+    /// Whether this copy's worker is the one the SA's packets are steered to
+    /// (see [`Sad::place`]); `None` when the copies are not placed.
+    pub fn owner(&self) -> Option<bool> {
+        self.owner
+    }
+
     /// Resumes the inbound window at `top`.
     pub fn set_replay_top(&mut self, top: u64) {
         self.replay = ReplayWindow::with_top(self.params.replay_window, self.params.esn, top);
     }
 
-    /// The last sequence number this copy sent (for `sa show`; with
-    /// several workers, each copy shows its own).
+    /// The last sequence number this copy sent, or another copy had sent
+    /// when it last added its usage (every batch and every tick), if
+    /// higher: for `sa show`, asked of worker 0 while another worker may
+    /// own the SA.
     pub fn last_sequence(&self) -> u64 {
-        self.last_used
+        self.last_used.max(self.shared.last_sent.load(Ordering::Relaxed))
     }
 
     /// The last sequence number reserved by any copy.
@@ -458,16 +491,15 @@ impl<C> SecurityAssociation<C> {
             return Ok(seq);
         }
         let limit = self.sequence_limit();
-        // A copy alone reserves a block; copies that share the counter take
-        // one number at a time, because a block reserved by a worker that
-        // then sends little would come out long after the others' numbers
-        // and fall behind the peer's window (per-worker SAs, RFC 9611, are
-        // the way to have both).
-        let block = if Arc::strong_count(&self.shared) == 1 {
-            SEQUENCE_BLOCK
-        } else {
-            1
-        };
+        // The copy on the worker that all of the SA's packets are steered
+        // to (or a copy alone) reserves a block; other copies that share
+        // the counter take one number at a time, because a block reserved
+        // by a worker that then sends little would come out long after the
+        // others' numbers and fall behind the peer's window. A placed
+        // non-owner sends only what the gateway generates itself, so the
+        // owner's block lags by a few numbers at most.
+        let owner = self.owner.unwrap_or_else(|| Arc::strong_count(&self.shared) == 1);
+        let block = if owner { SEQUENCE_BLOCK } else { 1 };
         let claimed = self
             .shared
             .last_seq
@@ -656,6 +688,20 @@ pub struct Sad<C> {
     /// lookup here (the table is bounded by the SAs we installed).
     by_spi: FxHashMap<u32, SaId>,
     events: Vec<SaEvent>,
+    /// This database's worker and how many there are, once placed.
+    placement: Option<(usize, usize)>,
+}
+
+/// The worker, of `workers`, that owns outbound SAs between `local` and
+/// `remote`: the driver steers every packet for such an SA there, and only
+/// that worker's copy reserves sequence blocks. A function of the outer
+/// addresses alone, so that a rekeyed SA keeps its predecessor's worker
+/// and one peer's tunnels send from one worker.
+pub fn owner_worker(local: Ipv4Addr, remote: Ipv4Addr, workers: usize) -> usize {
+    let key = u32::from(local).rotate_left(16) ^ u32::from(remote);
+    // Fibonacci hashing: neighbouring addresses land on different workers.
+    let mixed = key.wrapping_mul(0x9e37_79b1) >> 8;
+    mixed as usize % workers.max(1)
 }
 
 impl<C> Default for Sad<C> {
@@ -664,6 +710,7 @@ impl<C> Default for Sad<C> {
             slots: Vec::new(),
             by_spi: FxHashMap::default(),
             events: Vec::new(),
+            placement: None,
         }
     }
 }
@@ -711,6 +758,10 @@ impl<C> Sad<C> {
                 self.slots.len() - 1
             }
         };
+        let mut sa = sa;
+        if let Some((worker, workers)) = self.placement {
+            sa.place(worker, workers);
+        }
         let entry = &mut self.slots[slot];
         let id = SaId::new(slot, entry.generation);
         if sa.params.direction == SaDirection::Inbound {
@@ -737,6 +788,20 @@ impl<C> Sad<C> {
                 .collect(),
             by_spi: self.by_spi.clone(),
             events: Vec::new(),
+            placement: None,
+        }
+    }
+
+    /// Says that this database is worker `worker`'s of `workers`, whose
+    /// driver steers each outbound SA's packets to [`owner_worker`]: that
+    /// copy reserves sequence blocks, the others take one number at a
+    /// time. Applies to the SAs here and to every one added later.
+    pub fn place(&mut self, worker: usize, workers: usize) {
+        self.placement = Some((worker, workers));
+        for slot in &mut self.slots {
+            if let Some(sa) = slot.sa.as_mut() {
+                sa.place(worker, workers);
+            }
         }
     }
 
@@ -1059,5 +1124,49 @@ mod tests {
         assert_eq!(sad.poll_event(), Some(SaEvent::SoftExpired(id)));
         assert_eq!(sad.poll_event(), Some(SaEvent::HardExpired(id)));
         assert_eq!(sad.poll_event(), None);
+    }
+
+    /// Placed copies: only the owner reserves blocks, the other takes the
+    /// number after the owner's block, and either shows the higher last
+    /// number once the other has flushed (a tick).
+    #[test]
+    fn placed_copies_reserve_blocks_only_at_the_owner() {
+        let mut first: Sad<()> = Sad::new();
+        let id = first
+            .insert(params("out", SaDirection::Outbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        let mut second = first.fork();
+        let owner = owner_worker("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 2);
+        first.place(0, 2);
+        second.place(1, 2);
+        let (own, other) = if owner == 0 {
+            (&mut first, &mut second)
+        } else {
+            (&mut second, &mut first)
+        };
+        let seqs: Vec<u64> = (0..3)
+            .map(|_| own.get_mut(id).unwrap().next_sequence().unwrap())
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(own.get(id).unwrap().owner(), Some(true));
+        assert_eq!(other.get(id).unwrap().owner(), Some(false));
+        assert_eq!(other.get_mut(id).unwrap().next_sequence(), Ok(SEQUENCE_BLOCK + 1));
+        assert_eq!(other.get_mut(id).unwrap().next_sequence(), Ok(SEQUENCE_BLOCK + 2));
+        assert_eq!(own.get_mut(id).unwrap().next_sequence(), Ok(4));
+        assert_eq!(own.get(id).unwrap().last_sequence(), 4);
+        other.handle_timeout(Duration::ZERO);
+        assert_eq!(own.get(id).unwrap().last_sequence(), SEQUENCE_BLOCK + 2);
+        own.handle_timeout(Duration::ZERO);
+        assert_eq!(other.get(id).unwrap().last_sequence(), SEQUENCE_BLOCK + 2);
+        // Unplaced copies keep the old rule: shared, one number at a time.
+        let mut a: Sad<()> = Sad::new();
+        let id = a
+            .insert(params("out", SaDirection::Outbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        let mut b = a.fork();
+        assert_eq!(a.get_mut(id).unwrap().next_sequence(), Ok(1));
+        assert_eq!(b.get_mut(id).unwrap().next_sequence(), Ok(2));
+        assert_eq!(a.get_mut(id).unwrap().next_sequence(), Ok(3));
+        assert_eq!(a.get(id).unwrap().owner(), None);
     }
 }

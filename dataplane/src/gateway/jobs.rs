@@ -167,8 +167,7 @@ impl Gateway {
         mut buf: PacketBuf,
         out: &mut Vec<Output>,
     ) {
-        let ip_id = self.next_ip_id;
-        self.next_ip_id = self.next_ip_id.wrapping_add(1);
+        let ip_id = self.next_ip_id.take();
         let Some(sa) = self.sad.get_mut(sa_id) else {
             return self.emit(buf, Err(DropReason::SaExpired), out);
         };

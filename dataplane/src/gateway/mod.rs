@@ -20,6 +20,7 @@
 
 mod classify;
 mod forward;
+mod ipid;
 mod jobs;
 
 use std::net::Ipv4Addr;
@@ -154,7 +155,7 @@ pub struct Gateway {
     /// Each SA's outer next hop, by SA slot (see `forward::CachedHop`).
     hops: Vec<Option<forward::CachedHop>>,
     rng: StdRng,
-    next_ip_id: u16,
+    next_ip_id: ipid::IpIds,
     stats: Stats,
     last_now: Duration,
 }
@@ -213,7 +214,7 @@ impl Gateway {
             engine,
             hops: Vec::new(),
             rng: rand::make_rng(),
-            next_ip_id: 1,
+            next_ip_id: ipid::IpIds::new(0, 1),
             stats: Stats::default(),
             last_now: Duration::ZERO,
         }
@@ -291,7 +292,8 @@ impl Gateway {
     /// with this gateway's, so sequence numbers stay unique and lifetimes
     /// count every worker's packets. Inbound replay windows are the
     /// receiving worker's own: the driver must send all packets of an
-    /// inbound SA to one worker (it hashes on the outer addresses). Every
+    /// inbound SA to one worker (it hashes on the outer addresses), and
+    /// each outbound SA's to its owner (see [`place`](Self::place)). Every
     /// SA is registered with `engine`; an engine that refuses one fails the
     /// fork.
     pub fn fork(&self, engine: Box<dyn Engine>) -> Result<Gateway, InstallSaError> {
@@ -310,6 +312,16 @@ impl Gateway {
             }
         }
         Ok(copy)
+    }
+
+    /// Makes this gateway worker `worker` of `workers`, whose driver steers
+    /// each outbound SA's packets to [`spd_sad::owner_worker`]: that
+    /// worker's copy reserves sequence numbers a block at a time, and outer
+    /// IPv4 IDs come from this worker's own residue class so that no two
+    /// workers' fragments for one tunnel share an ID.
+    pub fn place(&mut self, worker: usize, workers: usize) {
+        self.sad.place(worker, workers);
+        self.next_ip_id = ipid::IpIds::new(worker, workers);
     }
 
     /// Makes CBC IVs a deterministic function of `seed`. Only for tests and
@@ -541,11 +553,16 @@ impl Gateway {
         };
         let from = self.interfaces[hop.port.index()].address;
         let mut buf = pool.alloc().ok_or(DatagramError::NoBuffer)?;
-        if !icmp::udp_datagram(&mut buf, (from, ports.0), (to, ports.1), self.next_ip_id, payload) {
+        if !icmp::udp_datagram(
+            &mut buf,
+            (from, ports.0),
+            (to, ports.1),
+            self.next_ip_id.take(),
+            payload,
+        ) {
             pool.free(buf);
             return Err(DatagramError::TooLarge(payload.len()));
         }
-        self.next_ip_id = self.next_ip_id.wrapping_add(1);
         self.lend(pool, |gw| {
             gw.last_now = gw.last_now.max(now);
             gw.stats.generated += 1;

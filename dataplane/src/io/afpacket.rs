@@ -139,6 +139,8 @@ const ETH_P_IP: u16 = 0x0800;
 const ETH_P_ARP: u16 = 0x0806;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_FANOUT_HASH: u32 = 0;
+const PACKET_FANOUT_CBPF: u32 = 6;
+const PACKET_FANOUT_DATA: libc::c_int = 22;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
 impl AfPacket {
@@ -164,7 +166,36 @@ impl AfPacket {
     /// flow (and every packet of one ESP tunnel: same outer addresses)
     /// always reaches the same worker.
     pub fn open_worker(device: &str, group: u16) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_IP, Some(group), true)
+        Self::open_with(device, true, ETH_P_IP, Some((group, PACKET_FANOUT_HASH)), true)
+    }
+
+    /// Like [`open_worker`](Self::open_worker), but the group's workers
+    /// are chosen by a classic BPF program (`PACKET_FANOUT_CBPF`): the
+    /// `k`-th socket to join is worker `k`, and the program's value modulo
+    /// the group's size picks it. Set the program with
+    /// [`set_steering`](Self::set_steering) once every worker has joined
+    /// (until then every frame goes to the first).
+    pub fn open_worker_steered(device: &str, group: u16) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(device, true, ETH_P_IP, Some((group, PACKET_FANOUT_CBPF)), true)
+    }
+
+    /// Installs (or replaces) the steering program of this socket's
+    /// fanout group (see [`open_worker_steered`](Self::open_worker_steered)).
+    pub fn set_steering(&self, program: &[crate::io::steer::Insn]) -> io::Result<()> {
+        let filter: Vec<libc::sock_filter> = program
+            .iter()
+            .map(|i| libc::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .collect();
+        let prog = libc::sock_fprog {
+            len: u16::try_from(filter.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+            filter: filter.as_ptr().cast_mut(),
+        };
+        set_option(&self.fd, libc::SOL_PACKET, PACKET_FANOUT_DATA, &prog)
     }
 
     /// Opens `device` for ARP frames only, not shared out: every worker
@@ -177,7 +208,7 @@ impl AfPacket {
         device: &str,
         ignore_outgoing: bool,
         protocol: u16,
-        fanout: Option<u16>,
+        fanout: Option<(u16, u32)>,
         vnet: bool,
     ) -> Result<AfPacket, AfPacketError> {
         let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
@@ -241,8 +272,8 @@ impl AfPacket {
             let one: libc::c_int = 1;
             set_option(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one).map_err(io_err)?;
         }
-        if let Some(group) = fanout {
-            let arg: u32 = u32::from(group) | (PACKET_FANOUT_HASH << 16);
+        if let Some((group, mode)) = fanout {
+            let arg: u32 = u32::from(group) | (mode << 16);
             set_option(&fd, libc::SOL_PACKET, PACKET_FANOUT, &arg).map_err(io_err)?;
         }
         if ignore_outgoing {

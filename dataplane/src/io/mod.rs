@@ -9,5 +9,6 @@ pub mod offload;
 pub mod pcap;
 #[cfg(target_os = "linux")]
 pub mod run;
+pub mod steer;
 #[cfg(target_os = "linux")]
 pub mod tun;

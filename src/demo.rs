@@ -1103,87 +1103,6 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-/// `espgw bench --veth`: UDP floods of each frame size from hostA to hostB
-/// through the two gateways, on the engine and style given, for `slice`
-/// each; reports what was sent, what arrived, and the forwarding rate.
-pub fn bench_veth(sizes: &[usize], slice: Duration, args: &DemoArgs) -> Result<String> {
-    use std::fmt::Write as _;
-    let (lab, _, _) = start_lab(args)?;
-    // Let ARP settle with one ping.
-    let _ = Command::new("ip")
-        .args(["netns", "exec", "espgw-hostA", "ping", "-c", "1", "-W", "2"])
-        .arg(HOST_B.to_string())
-        .stdout(Stdio::null())
-        .status();
-    let mut out = format!(
-        "espgw bench --veth: {} tunnel, engine {}, style {}; UDP from hostA to hostB through gwA and gwB, {} ms per size\n",
-        args.algorithm,
-        args.engine,
-        args.style,
-        slice.as_millis()
-    );
-    let _ = writeln!(
-        out,
-        "{:>6} {:>10} {:>10} {:>7} {:>10} {:>9}",
-        "bytes", "sent/s", "received/s", "loss", "kpps", "Gbit/s"
-    );
-    for &size in sizes {
-        let payload = size.saturating_sub(14 + 4 + 28).max(1);
-        let stop = Arc::new(AtomicBool::new(false));
-        let received = Arc::new(AtomicU64::new(0));
-        let (rx_stop, rx_count) = (Arc::clone(&stop), Arc::clone(&received));
-        let receiver = thread::spawn(move || -> Result<()> {
-            enter("espgw-hostB")?;
-            let socket = UdpSocket::bind(SocketAddrV4::new(HOST_B, 7100))?;
-            socket.set_read_timeout(Some(Duration::from_millis(50)))?;
-            let mut buf = [0u8; 2048];
-            while !rx_stop.load(Ordering::Relaxed) {
-                if socket.recv(&mut buf).is_ok() {
-                    rx_count.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Ok(())
-        });
-        thread::sleep(Duration::from_millis(100));
-        let sender = thread::spawn(move || -> Result<u64> {
-            enter("espgw-hostA")?;
-            let socket = UdpSocket::bind(SocketAddrV4::new(HOST_A, 0))?;
-            let data = vec![0x5a_u8; payload];
-            let start = Instant::now();
-            let mut sent = 0u64;
-            while start.elapsed() < slice {
-                if socket.send_to(&data, SocketAddrV4::new(HOST_B, 7100)).is_ok() {
-                    sent += 1;
-                }
-            }
-            Ok(sent)
-        });
-        let sent = sender
-            .join()
-            .map_err(|_| anyhow::anyhow!("the sender panicked"))??;
-        // Let what is in flight arrive.
-        thread::sleep(Duration::from_millis(300));
-        stop.store(true, Ordering::Relaxed);
-        receiver
-            .join()
-            .map_err(|_| anyhow::anyhow!("the receiver panicked"))??;
-        let got = received.load(Ordering::Relaxed);
-        let seconds = slice.as_secs_f64();
-        let _ = writeln!(
-            out,
-            "{:>6} {:>10.0} {:>10.0} {:>6.1}% {:>10.1} {:>9.3}",
-            size,
-            sent as f64 / seconds,
-            got as f64 / seconds,
-            100.0 * (1.0 - got as f64 / sent.max(1) as f64),
-            got as f64 / seconds / 1e3,
-            got as f64 * size as f64 * 8.0 / seconds / 1e9
-        );
-    }
-    drop(lab);
-    Ok(out)
-}
-
 impl DemoArgs {
     pub(crate) fn rekey_every(&self) -> Option<u64> {
         self.rekey_every
@@ -1195,28 +1114,5 @@ impl DemoArgs {
 
     pub(crate) fn lose_completion_every(&self) -> Option<u64> {
         self.lose_completion_every
-    }
-
-    pub fn set_algorithm(&mut self, algorithm: Algorithm) {
-        self.algorithm = algorithm;
-    }
-
-    /// Demo settings for a veth measurement on the given engine and style.
-    pub fn for_bench(engine: EngineKind, style: Style, buffers: BufferPolicy) -> DemoArgs {
-        DemoArgs {
-            algorithm: Algorithm::Aes128Gcm16,
-            engine,
-            style,
-            buffers,
-            tcp_bytes: 0,
-            keep: false,
-            rekey_every: None,
-            reload_check: false,
-            flood_check: false,
-            flood_rate: None,
-            soak: None,
-            fail_every: None,
-            lose_completion_every: None,
-        }
     }
 }

@@ -18,6 +18,7 @@ mod daemon;
 mod demo;
 mod report;
 mod soak;
+mod veth_bench;
 
 #[derive(Parser)]
 #[command(
@@ -304,19 +305,12 @@ fn show(query: &QueryArgs, request: &str, table: fn(&serde_json::Value) -> Strin
 }
 
 fn bench_veth(args: &bench::BenchArgs) -> Result<()> {
-    let mut demo = demo::DemoArgs::for_bench(
-        args.engine.unwrap_or(EngineKind::Soft),
-        args.style.unwrap_or(Style::Async),
-        args.buffers,
-    );
-    if let Some(algorithm) = args.algorithms.first() {
-        demo.set_algorithm(*algorithm);
-    }
-    let report = demo::bench_veth(
-        &args.sizes,
-        Duration::from_millis(args.slice_ms.max(1) * 10),
-        &demo,
-    )?;
-    print!("{report}");
-    Ok(())
+    veth_bench::run(&veth_bench::Options {
+        prefix: args.veth_prefix.clone(),
+        tcp_seconds: args.tcp_seconds,
+        udp_seconds: args.udp_seconds,
+        tcp_runs: args.tcp_runs,
+        udp_probes: args.udp_probes,
+        json: args.json.clone(),
+    })
 }

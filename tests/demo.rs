@@ -34,7 +34,6 @@ fn main() -> std::process::ExitCode {
         testkit::needs!(&NETNS, demo_rekeys_and_reloads_without_losing_a_packet),
         testkit::needs!(&NETNS, a_flood_of_bad_esp_does_not_starve_good_traffic),
         testkit::needs!(&NETNS, io_comparison_runs_every_method),
-        testkit::needs!(&NETNS, veth_bench_reports_forwarding_rates),
         testkit::needs!(&NETNS, run_takes_the_devices_mac_and_mtu),
     ])
 }
@@ -250,32 +249,6 @@ fn io_comparison_runs_every_method() {
     }
     assert!(table.contains("fastest receive at 64 B"), "{table}");
     assert!(table.contains("fastest transmit at 64 B"), "{table}");
-}
-
-/// `espgw bench --veth` forwards real traffic through the demo topology.
-fn veth_bench_reports_forwarding_rates() {
-    let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
-    let table = espgw(&["bench", "--veth", "--sizes", "128,1420", "--slice-ms", "20"]);
-    for size in ["128", "1420"] {
-        let line = table
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(size))
-            .unwrap_or_else(|| panic!("{table}"));
-        let received: f64 = line
-            .split_whitespace()
-            .nth(2)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        assert!(received > 0.0, "nothing arrived at {size} bytes: {table}");
-    }
-    let left = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    assert!(
-        !String::from_utf8_lossy(&left.stdout).contains("espgw-"),
-        "namespaces left behind"
-    );
 }
 
 /// `espgw run` with neither `mac` nor `mtu` on the inside and only `mtu` on

@@ -39,10 +39,28 @@ pub struct BenchArgs {
     /// interface (recvmmsg, pnet, io_uring) on a veth pair (root).
     #[arg(long)]
     pub io: bool,
-    /// Instead of the in-memory sweep: forward real traffic through the
-    /// demo's four namespaces and two gateways, per frame size (root).
+    /// Instead of the in-memory sweep: the end-to-end benchmark (root,
+    /// iperf3): the demo's four namespaces with kernel forwarding, then with
+    /// two espgw gateways; TCP x1/x4, UDP 64/1400 B at <= 1 % loss, gateway
+    /// cycles per packet. `--json` writes the figures.
     #[arg(long)]
     pub veth: bool,
+    /// `--veth`: prefix of the four namespaces' names (PREFIX-hostA,
+    /// PREFIX-gwA, ...), so that a run may go beside the demo's `espgw-*`.
+    #[arg(long, default_value = "ebench")]
+    pub veth_prefix: String,
+    /// `--veth`: seconds of one iperf3 TCP run.
+    #[arg(long, default_value_t = 3)]
+    pub tcp_seconds: u32,
+    /// `--veth`: seconds of one iperf3 UDP probe of the loss bisection.
+    #[arg(long, default_value_t = 1)]
+    pub udp_seconds: u32,
+    /// `--veth`: TCP runs per figure; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub tcp_runs: usize,
+    /// `--veth`: bisection steps per UDP size after the unlimited probe.
+    #[arg(long, default_value_t = 5)]
+    pub udp_probes: usize,
     /// Scenario kinds to run: any of ipv4-fwd, esp-null, esp, raw, extra
     /// (the buffer and completion comparisons). Default: all.
     #[arg(long, value_delimiter = ',')]

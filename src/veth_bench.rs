@@ -1,0 +1,707 @@
+//! `espgw bench --veth`: the end-to-end benchmark of issue 14. The demo's
+//! four namespaces (hostA - gwA - gwB - hostB, veth pairs, the kernel's
+//! default offloads) are built twice: once with plain kernel IPv4
+//! forwarding in the gateway namespaces (the reference row), once with
+//! `espgw run` in each and an aes128gcm16 tunnel between them. Each row
+//! gets iperf3 TCP with 1 and 4 streams (median of a few runs) and UDP at
+//! 64 and 1400 bytes of payload at the highest rate with at most 1 % loss
+//! (bisection); the espgw row also gets the gateways' CPU cycles per
+//! forwarded 64-byte packet.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::{json, Value};
+
+/// Loss a UDP rate may cost and still count (percent).
+const LOSS_LIMIT: f64 = 1.0;
+const HOST_B: &str = "192.168.2.20";
+const PORT: &str = "5301";
+
+pub struct Options {
+    pub prefix: String,
+    pub tcp_seconds: u32,
+    pub udp_seconds: u32,
+    pub tcp_runs: usize,
+    pub udp_probes: usize,
+    pub json: Option<PathBuf>,
+}
+
+/// One row of the table.
+#[derive(Default, Clone)]
+struct Row {
+    tcp1_gbps: f64,
+    tcp4_gbps: f64,
+    udp64: Udp,
+    udp1400: Udp,
+    /// Cycles per forwarded 64-byte packet at gwA (per packet encapsulated)
+    /// and gwB (per packet decapsulated); espgw row only.
+    cycles: Option<(f64, f64)>,
+}
+
+/// The best UDP probe with at most 1 % loss.
+#[derive(Default, Clone, Copy)]
+struct Udp {
+    /// Packets per second that arrived at hostB.
+    received_pps: f64,
+    loss_percent: f64,
+    /// The unlimited probe already passed: iperf3 could send no faster,
+    /// so this is the sender's limit, not the path's.
+    sender_bound: bool,
+}
+
+struct Names {
+    host_a: String,
+    gw_a: String,
+    gw_b: String,
+    host_b: String,
+}
+
+impl Names {
+    fn new(prefix: &str) -> Names {
+        Names {
+            host_a: format!("{prefix}-hostA"),
+            gw_a: format!("{prefix}-gwA"),
+            gw_b: format!("{prefix}-gwB"),
+            host_b: format!("{prefix}-hostB"),
+        }
+    }
+
+    fn all(&self) -> [&str; 4] {
+        [&self.host_a, &self.gw_a, &self.gw_b, &self.host_b]
+    }
+}
+
+/// The namespaces, the gateways and the iperf3 server of one row, all
+/// removed on drop (also on failure).
+struct Lab<'a> {
+    names: &'a Names,
+    children: Vec<Child>,
+}
+
+impl Drop for Lab<'_> {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            // SAFETY: kill(2) on our own child (`ip netns exec` execs it).
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+        for child in &mut self.children {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        remove(self.names);
+    }
+}
+
+fn remove(names: &Names) {
+    for ns in names.all() {
+        let _ = Command::new("ip")
+            .args(["netns", "del", ns])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .with_context(|| format!("running `ip {}`", args.join(" ")))?;
+    ensure!(
+        out.status.success(),
+        "`ip {}` failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+fn in_ns(ns: &str, cmd: &[&str]) -> Result<()> {
+    let mut all = vec!["netns", "exec", ns];
+    all.extend_from_slice(cmd);
+    ip(&all)
+}
+
+fn check_prerequisites(prefix: &str) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("espgw bench --veth needs root (network namespaces and veth pairs); run it with sudo");
+    }
+    ensure!(
+        !prefix.is_empty() && prefix != "espgw" && prefix.len() <= 8,
+        "--veth-prefix `{prefix}`: give 1 to 8 characters other than `espgw` (the demo's namespaces)"
+    );
+    for (tool, package) in [("ip", "iproute2"), ("ping", "iputils-ping"), ("iperf3", "iperf3")] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ensure!(
+            found,
+            "espgw bench --veth needs `{tool}`: install it, e.g. `apt-get install -y {package}` (Debian, Ubuntu) or `dnf install -y {package}`"
+        );
+    }
+    Ok(())
+}
+
+/// The four namespaces and three veth pairs, hosts addressed; the kernel's
+/// default offloads stay on everywhere.
+fn build(names: &Names) -> Result<Lab<'_>> {
+    remove(names);
+    let lab = Lab {
+        names,
+        children: Vec::new(),
+    };
+    for ns in names.all() {
+        ip(&["netns", "add", ns])?;
+        in_ns(ns, &["ip", "link", "set", "lo", "up"])?;
+        in_ns(ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+    }
+    for (left, left_ns, right, right_ns) in [
+        ("ha0", &names.host_a, "a-in", &names.gw_a),
+        ("a-out", &names.gw_a, "b-out", &names.gw_b),
+        ("b-in", &names.gw_b, "hb0", &names.host_b),
+    ] {
+        // Created inside the namespaces, so that the names cannot clash
+        // with the root namespace's or another lab's devices.
+        in_ns(
+            left_ns,
+            &[
+                "ip", "link", "add", left, "type", "veth", "peer", "name", right, "netns", right_ns,
+            ],
+        )?;
+        in_ns(left_ns, &["ip", "link", "set", left, "up"])?;
+        in_ns(right_ns, &["ip", "link", "set", right, "up"])?;
+    }
+    in_ns(
+        &names.host_a,
+        &["ip", "addr", "add", "192.168.1.10/24", "dev", "ha0"],
+    )?;
+    in_ns(
+        &names.host_a,
+        &["ip", "route", "add", "default", "via", "192.168.1.1"],
+    )?;
+    in_ns(
+        &names.host_b,
+        &["ip", "addr", "add", "192.168.2.20/24", "dev", "hb0"],
+    )?;
+    in_ns(
+        &names.host_b,
+        &["ip", "route", "add", "default", "via", "192.168.2.1"],
+    )?;
+    // Room at the sink (iperf3 -w 4M), so that the sink is not what is
+    // measured; rmem_max is per namespace.
+    in_ns(&names.host_b, &["sysctl", "-qw", "net.core.rmem_max=16777216"])?;
+    Ok(lab)
+}
+
+/// Plain kernel forwarding in the gateway namespaces.
+fn kernel_gateways(names: &Names) -> Result<()> {
+    for (ns, inside, outside, inside_addr, outside_addr, remote_net, via) in [
+        (
+            &names.gw_a,
+            "a-in",
+            "a-out",
+            "192.168.1.1/24",
+            "10.0.0.1/24",
+            "192.168.2.0/24",
+            "10.0.0.2",
+        ),
+        (
+            &names.gw_b,
+            "b-in",
+            "b-out",
+            "192.168.2.1/24",
+            "10.0.0.2/24",
+            "192.168.1.0/24",
+            "10.0.0.1",
+        ),
+    ] {
+        in_ns(ns, &["ip", "addr", "add", inside_addr, "dev", inside])?;
+        in_ns(ns, &["ip", "addr", "add", outside_addr, "dev", outside])?;
+        in_ns(ns, &["ip", "route", "add", remote_net, "via", via])?;
+        in_ns(ns, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+    }
+    Ok(())
+}
+
+fn gateway_config(side: &str, dir: &Path) -> Result<PathBuf> {
+    let (inside, outside, local, remote, local_net, remote_net, spi_out, spi_in, key_out, key_in) =
+        if side == "a" {
+            (
+                "a-in",
+                "a-out",
+                "10.0.0.1",
+                "10.0.0.2",
+                "192.168.1",
+                "192.168.2",
+                "1001",
+                "1002",
+                "00",
+                "20",
+            )
+        } else {
+            (
+                "b-in",
+                "b-out",
+                "10.0.0.2",
+                "10.0.0.1",
+                "192.168.2",
+                "192.168.1",
+                "1002",
+                "1001",
+                "20",
+                "00",
+            )
+        };
+    let key = |first: &str| format!("{first}0102030405060708090a0b0c0d0e0f10111213");
+    // Published test keys, as in configs/demo-*.toml.
+    let text = format!(
+        "[gateway]\nname = \"bench-{side}\"\n\n\
+         [[interface]]\nname = \"inside\"\ndevice = \"{inside}\"\naddress = \"{local_net}.1/24\"\n\n\
+         [[interface]]\nname = \"outside\"\ndevice = \"{outside}\"\naddress = \"{local}/24\"\n\n\
+         [[route]]\ndestination = \"{remote_net}.0/24\"\nvia = \"{remote}\"\n\n\
+         [[tunnel]]\nname = \"t\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n\
+         local_subnet = \"{local_net}.0/24\"\nremote_subnet = \"{remote_net}.0/24\"\n\
+         proposal = \"aes128gcm16\"\nspi_out = 0x{spi_out}\nspi_in = 0x{spi_in}\n\
+         enc_key_out = \"{}\"\nenc_key_in = \"{}\"\nreplay_window = 1024\n",
+        key(key_out),
+        key(key_in),
+    );
+    let path = dir.join(format!("bench-{side}.toml"));
+    std::fs::write(&path, text)?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(path)
+}
+
+/// `espgw run` in each gateway namespace; returns their control sockets.
+fn espgw_gateways(lab: &mut Lab<'_>, dir: &Path) -> Result<Vec<PathBuf>> {
+    let exe = std::env::current_exe().context("locating the espgw binary")?;
+    let mut sockets = Vec::new();
+    for (side, ns) in [("a", lab.names.gw_a.clone()), ("b", lab.names.gw_b.clone())] {
+        let config = gateway_config(side, dir)?;
+        let socket = dir.join(format!("bench-{side}.sock"));
+        let log = dir.join(format!("gw{side}.log"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(&exe)
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .arg("--control")
+            .arg(&socket)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting the gateway in {ns}"))?;
+        lab.children.push(child);
+        let started = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("forwarding") && socket.exists() {
+                break;
+            }
+            if let Some(child) = lab.children.last_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!("the gateway in {ns} exited ({status}):\n{text}");
+                }
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(20),
+                "the gateway in {ns} did not start in 20 s:\n{text}"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        sockets.push(socket);
+    }
+    Ok(sockets)
+}
+
+fn iperf3(ns: &str, args: &[&str]) -> Result<Value> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "iperf3", "-J"])
+        .args(args)
+        .output()
+        .context("running iperf3")?;
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("iperf3 {}: no JSON answer", args.join(" ")))?;
+    if let Some(error) = doc["error"].as_str() {
+        bail!("iperf3 {}: {error}", args.join(" "));
+    }
+    Ok(doc)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn tcp(names: &Names, streams: u32, options: &Options) -> Result<f64> {
+    let mut runs = Vec::new();
+    for _ in 0..options.tcp_runs.max(1) {
+        let doc = iperf3(
+            &names.host_a,
+            &[
+                "-c",
+                HOST_B,
+                "-p",
+                PORT,
+                "-t",
+                &options.tcp_seconds.max(1).to_string(),
+                "-P",
+                &streams.to_string(),
+            ],
+        )?;
+        runs.push(
+            doc["end"]["sum_received"]["bits_per_second"]
+                .as_f64()
+                .unwrap_or(0.0)
+                / 1e9,
+        );
+    }
+    Ok(median(runs))
+}
+
+/// One UDP probe: `rate` bits/s of payload (0: as fast as iperf3 can).
+/// Returns (sent packets/s, received packets/s, loss %).
+fn udp_probe(names: &Names, len: usize, rate: f64, seconds: u32) -> Result<(f64, f64, f64)> {
+    let doc = iperf3(
+        &names.host_a,
+        &[
+            "-c",
+            HOST_B,
+            "-p",
+            PORT,
+            "-u",
+            "-t",
+            &seconds.max(1).to_string(),
+            "-l",
+            &len.to_string(),
+            "-b",
+            &format!("{}", rate as u64),
+            "-w",
+            "4M",
+        ],
+    )?;
+    let sum = &doc["end"]["sum"];
+    let packets = sum["packets"].as_f64().unwrap_or(0.0);
+    let lost = sum["lost_packets"].as_f64().unwrap_or(0.0);
+    let secs = sum["seconds"].as_f64().filter(|s| *s > 0.0).unwrap_or(1.0);
+    let loss = if packets > 0.0 {
+        100.0 * lost / packets
+    } else {
+        100.0
+    };
+    Ok((packets / secs, (packets - lost).max(0.0) / secs, loss))
+}
+
+/// The highest rate with at most 1 % loss: an unlimited probe, then
+/// bisection between nothing and what it sent.
+fn udp(names: &Names, len: usize, options: &Options) -> Result<Udp> {
+    let (sent, received, loss) = udp_probe(names, len, 0.0, options.udp_seconds)?;
+    if loss <= LOSS_LIMIT {
+        return Ok(Udp {
+            received_pps: received,
+            loss_percent: loss,
+            sender_bound: true,
+        });
+    }
+    let bits = |pps: f64| pps * len as f64 * 8.0;
+    let (mut low, mut high) = (0.0, bits(sent));
+    let mut best = Udp::default();
+    for _ in 0..options.udp_probes {
+        let rate = (low + high) / 2.0;
+        let (_, received, loss) = udp_probe(names, len, rate, options.udp_seconds)?;
+        if loss <= LOSS_LIMIT {
+            low = rate;
+            if received > best.received_pps {
+                best = Udp {
+                    received_pps: received,
+                    loss_percent: loss,
+                    sender_bound: false,
+                };
+            }
+        } else {
+            high = rate;
+        }
+    }
+    // Too few steps to come down far enough (a slow debug build, a loaded
+    // machine): keep halving, so that the row still has a figure.
+    for _ in 0..8 {
+        if best.received_pps > 0.0 {
+            break;
+        }
+        high /= 2.0;
+        let (_, received, loss) = udp_probe(names, len, high, options.udp_seconds)?;
+        if loss <= LOSS_LIMIT {
+            best = Udp {
+                received_pps: received,
+                loss_percent: loss,
+                sender_bound: false,
+            };
+        }
+    }
+    Ok(best)
+}
+
+/// utime + stime of process `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may hold spaces: fields count from after its ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("unreadable /proc/PID/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of proc(5); `rest` starts at field 3.
+    let tick = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<u64>().ok());
+    match (tick(14), tick(15)) {
+        (Some(u), Some(s)) => Ok(u + s),
+        _ => bail!("unreadable /proc/{pid}/stat"),
+    }
+}
+
+fn cpu_mhz() -> f64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+fn counter(socket: &Path, key: &str) -> Result<u64> {
+    let doc = crate::control::ask(socket, "stats")?;
+    doc[key]
+        .as_u64()
+        .with_context(|| format!("the gateway's stats have no `{key}`"))
+}
+
+/// Gateway cycles per forwarded packet over one UDP probe of 64 bytes at
+/// `pps`: (gwA per packet encapsulated, gwB per packet decapsulated).
+fn cycles(lab: &Lab<'_>, sockets: &[PathBuf], pps: f64, seconds: u32) -> Result<(f64, f64)> {
+    // The gateways are the lab's first two children, the iperf3 server the third.
+    let pids: Vec<u32> = lab.children.iter().take(2).map(Child::id).collect();
+    ensure!(pids.len() == 2 && sockets.len() == 2, "two gateways expected");
+    let ticks_before = [cpu_ticks(pids[0])?, cpu_ticks(pids[1])?];
+    let before = [
+        counter(&sockets[0], "encapsulated")?,
+        counter(&sockets[1], "decapsulated")?,
+    ];
+    udp_probe(lab.names, 64, (pps * 64.0 * 8.0).max(1.0), seconds)?;
+    // The gateways fold their workers' counters in at tick time.
+    thread::sleep(Duration::from_millis(300));
+    let ticks_after = [cpu_ticks(pids[0])?, cpu_ticks(pids[1])?];
+    let after = [
+        counter(&sockets[0], "encapsulated")?,
+        counter(&sockets[1], "decapsulated")?,
+    ];
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz_cpu = cpu_mhz() * 1e6;
+    let per = |i: usize| {
+        let packets = after[i].saturating_sub(before[i]).max(1) as f64;
+        (ticks_after[i] - ticks_before[i]) as f64 / hz * hz_cpu / packets
+    };
+    Ok((per(0), per(1)))
+}
+
+fn measure(lab: &mut Lab<'_>, options: &Options, sockets: Option<&[PathBuf]>) -> Result<Row> {
+    let names = lab.names;
+    // ARP everywhere before anything is timed.
+    let _ = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &names.host_a,
+            "ping",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            HOST_B,
+        ])
+        .stdout(Stdio::null())
+        .status();
+    let server = Command::new("ip")
+        .args(["netns", "exec", &names.host_b, "iperf3", "-s", "-p", PORT])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the iperf3 server in hostB")?;
+    lab.children.push(server);
+    thread::sleep(Duration::from_millis(300));
+    let mut row = Row {
+        tcp1_gbps: tcp(names, 1, options)?,
+        tcp4_gbps: tcp(names, 4, options)?,
+        udp64: udp(names, 64, options)?,
+        udp1400: udp(names, 1400, options)?,
+        cycles: None,
+    };
+    if let Some(sockets) = sockets {
+        row.cycles = Some(cycles(lab, sockets, row.udp64.received_pps, options.udp_seconds)?);
+    }
+    Ok(row)
+}
+
+fn row_json(row: &Row) -> Value {
+    let udp = |u: &Udp| {
+        json!({
+            "received_pps": u.received_pps,
+            "loss_percent": u.loss_percent,
+            "sender_bound": u.sender_bound,
+        })
+    };
+    json!({
+        "tcp_x1_gbit_s": row.tcp1_gbps,
+        "tcp_x4_gbit_s": row.tcp4_gbps,
+        "udp_64": udp(&row.udp64),
+        "udp_1400": udp(&row.udp1400),
+        "cycles_per_packet_64": row.cycles.map(|(a, b)| json!({"gwA": a, "gwB": b})),
+    })
+}
+
+pub fn run(options: &Options) -> Result<()> {
+    check_prerequisites(&options.prefix)?;
+    let names = Names::new(&options.prefix);
+    let dir = std::env::temp_dir().join(format!("espgw-bench-veth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let started = Instant::now();
+    eprintln!("kernel forwarding row ({}-*) ...", options.prefix);
+    let kernel = {
+        let mut lab = build(&names)?;
+        kernel_gateways(&names)?;
+        measure(&mut lab, options, None)?
+    };
+    eprintln!("espgw row ...");
+    let espgw = {
+        let mut lab = build(&names)?;
+        let sockets = espgw_gateways(&mut lab, &dir)?;
+        measure(&mut lab, options, Some(&sockets))
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let espgw = espgw?;
+    print!("{}", table(&kernel, &espgw, options, started.elapsed()));
+    if let Some(path) = &options.json {
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let doc = json!({
+            "topology": "hostA - gwA - gwB - hostB, veth, kernel default offloads",
+            "tcp_seconds": options.tcp_seconds,
+            "tcp_runs": options.tcp_runs,
+            "udp_seconds": options.udp_seconds,
+            "udp_probes": options.udp_probes,
+            "loss_limit_percent": LOSS_LIMIT,
+            "cycles_source": "/proc/PID/stat utime+stime x cpu MHz (/proc/cpuinfo) / packets from the gateway's counters",
+            "kernel": row_json(&kernel),
+            "espgw": row_json(&espgw),
+            "ratio": {
+                "tcp_x1": ratio(espgw.tcp1_gbps, kernel.tcp1_gbps),
+                "tcp_x4": ratio(espgw.tcp4_gbps, kernel.tcp4_gbps),
+                "udp_64": ratio(espgw.udp64.received_pps, kernel.udp64.received_pps),
+                "udp_1400": ratio(espgw.udp1400.received_pps, kernel.udp1400.received_pps),
+            },
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn table(kernel: &Row, espgw: &Row, options: &Options, took: Duration) -> String {
+    use std::fmt::Write as _;
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let udp = |u: &Udp| {
+        format!(
+            "{:.1}{}",
+            u.received_pps / 1e3,
+            if u.sender_bound { "*" } else { "" }
+        )
+    };
+    let mut out = format!(
+        "espgw bench --veth: hostA - gwA - gwB - hostB on veth, kernel default offloads; TCP median of {} x {} s, UDP highest rate with <= 1 % loss ({} s probes, {} bisection steps, iperf3 -w 4M); {:.0} s in all\n",
+        options.tcp_runs,
+        options.tcp_seconds,
+        options.udp_seconds,
+        options.udp_probes,
+        took.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "{:<22} {:>9} {:>9} {:>13} {:>15} {:>22}",
+        "", "TCP x1", "TCP x4", "UDP 64 B", "UDP 1400 B", "cycles/pkt 64 B"
+    );
+    let _ = writeln!(
+        out,
+        "{:<22} {:>9} {:>9} {:>13} {:>15} {:>22}",
+        "", "Gbit/s", "Gbit/s", "kpps", "kpps", "gwA / gwB"
+    );
+    for (name, row) in [("kernel forwarding", kernel), ("espgw aes128gcm16", espgw)] {
+        let _ = writeln!(
+            out,
+            "{:<22} {:>9.2} {:>9.2} {:>13} {:>15} {:>22}",
+            name,
+            row.tcp1_gbps,
+            row.tcp4_gbps,
+            udp(&row.udp64),
+            udp(&row.udp1400),
+            row.cycles
+                .map_or("-".to_owned(), |(a, b)| format!("{a:.0} / {b:.0}"))
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<22} {:>8.2}x {:>8.2}x {:>12.2}x {:>14.2}x {:>22}",
+        "espgw / kernel",
+        ratio(espgw.tcp1_gbps, kernel.tcp1_gbps),
+        ratio(espgw.tcp4_gbps, kernel.tcp4_gbps),
+        ratio(espgw.udp64.received_pps, kernel.udp64.received_pps),
+        ratio(espgw.udp1400.received_pps, kernel.udp1400.received_pps),
+        ""
+    );
+    let _ = writeln!(
+        out,
+        "(* iperf3 could send no faster without loss: the sender's limit. Cycles: /proc/PID/stat utime+stime x {:.0} MHz over one 64 B probe at the rate found, per packet encapsulated (gwA) or decapsulated (gwB); no hardware counters.)",
+        cpu_mhz()
+    );
+    let worst = espgw.cycles.map_or(f64::INFINITY, |(a, b)| a.max(b));
+    for (bar, holds) in [
+        (
+            "TCP x1 >= 0.6x kernel",
+            ratio(espgw.tcp1_gbps, kernel.tcp1_gbps) >= 0.6,
+        ),
+        (
+            "UDP 64 B (<= 1 % loss) >= 0.75x kernel",
+            ratio(espgw.udp64.received_pps, kernel.udp64.received_pps) >= 0.75,
+        ),
+        (
+            "<= 2,400 cycles per forwarded 64 B packet (each gateway)",
+            worst <= 2400.0,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "bar {bar}: {}",
+            if holds { "holds" } else { "DOES NOT HOLD" }
+        );
+    }
+    out
+}

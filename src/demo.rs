@@ -98,6 +98,26 @@ fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is out of range; rekey every 1kB or more"))
 }
 
+/// Stops child processes: SIGTERM to all, up to 5 s for each to exit,
+/// then SIGKILL.
+pub(crate) fn stop_children(children: &mut [Child]) {
+    for child in children.iter() {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    }
+    for child in children.iter_mut() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 /// Everything the demo created, removed on drop.
 pub(crate) struct Lab {
     pub(crate) gateways: Vec<Child>,
@@ -107,21 +127,7 @@ pub(crate) struct Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        for child in &mut self.gateways {
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        }
-        for child in &mut self.gateways {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        stop_children(&mut self.gateways);
         remove_namespaces();
         if !self.keep {
             let _ = std::fs::remove_dir_all(&self.dir);

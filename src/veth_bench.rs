@@ -85,21 +85,8 @@ struct Lab<'a> {
 
 impl Drop for Lab<'_> {
     fn drop(&mut self) {
-        for child in &mut self.children {
-            // SAFETY: kill(2) on our own child (`ip netns exec` execs it).
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        }
-        for child in &mut self.children {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // `ip netns exec` execs the child, so its pid is the gateway's.
+        crate::demo::stop_children(&mut self.children);
         remove(self.names);
     }
 }

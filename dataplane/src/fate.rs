@@ -356,7 +356,12 @@ fn esp_of(frame: &[u8], link: LinkLayer) -> Option<(u32, u32, Ipv4Addr)> {
     if version_ihl >> 4 != 4 || header_len < 20 || *ip.get(9)? != proto::ESP || offset != 0 {
         return None;
     }
-    let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+    // A frame may be cut anywhere: nothing is indexed before it is known
+    // to be there (the fuzzer found a 19-byte header).
+    let Some(&[a, b, c, d]) = ip.get(16..20) else {
+        return None;
+    };
+    let dst = Ipv4Addr::new(a, b, c, d);
     let esp = ip.get(header_len..header_len + 8)?;
     let word = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     Some((word(&esp[..4]), word(&esp[4..8]), dst))
@@ -365,6 +370,24 @@ fn esp_of(frame: &[u8], link: LinkLayer) -> Option<(u32, u32, Ipv4Addr)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cut_esp_header_is_not_read_past_its_end() {
+        // IPv4, IHL 5, protocol ESP, first fragment, 19 bytes only.
+        let mut ip = vec![0u8; 19];
+        ip[0] = 0x45;
+        ip[9] = proto::ESP;
+        assert_eq!(esp_of(&ip, LinkLayer::RawIp), None);
+        let mut whole = vec![0u8; 28];
+        whole[0] = 0x45;
+        whole[9] = proto::ESP;
+        whole[16..20].copy_from_slice(&[10, 0, 0, 1]);
+        whole[20..28].copy_from_slice(&[0, 0, 0x10, 0x01, 0, 0, 0, 7]);
+        assert_eq!(
+            esp_of(&whole, LinkLayer::RawIp),
+            Some((0x1001, 7, Ipv4Addr::new(10, 0, 0, 1)))
+        );
+    }
 
     #[test]
     fn notes_round_trip_for_every_fate() {

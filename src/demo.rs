@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use dataplane::io::offload::OffloadCounters;
+
 use accel::{Algorithm, BufferPolicy, EngineKind, Style};
 use anyhow::{bail, ensure, Context, Result};
 
@@ -788,20 +790,23 @@ pub(crate) fn drops_line(stats: &serde_json::Value) -> String {
 }
 
 /// What the driver did with the hosts' offloads: checksums completed,
-/// super-packets cut into segments, and frames it could not make whole.
+/// super-packets cut into segments and merged again on the way out, and
+/// frames it could not make whole.
 pub(crate) fn offload_line(stats: &serde_json::Value) -> String {
     let o = &stats["offload"];
     let n = |k: &str| o[k].as_u64().unwrap_or(0);
     let mut line = format!(
-        "csum_completed {} gso_segmented {} (into {} segments)",
+        "csum_completed {} gso_segmented {} (into {} segments) coalesced {} (from {} segments)",
         n("csum_completed"),
         n("gso_segmented"),
-        n("gso_segments")
+        n("gso_segments"),
+        n("tx_coalesced"),
+        n("tx_coalesced_segments")
     );
     if let Some(map) = o.as_object() {
         for (k, v) in map {
             let v = v.as_u64().unwrap_or(0);
-            if v > 0 && !matches!(k.as_str(), "csum_completed" | "gso_segmented" | "gso_segments") {
+            if v > 0 && !OffloadCounters::WORK_KEYS.contains(&k.as_str()) {
                 line += &format!(", {k} {v}");
             }
         }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use dataplane::io::offload::OffloadCounters;
 use serde_json::Value;
 
 use crate::demo::{self, DemoArgs};
@@ -70,7 +71,7 @@ fn drops(v: &Value) -> u64 {
 fn offload_drops(v: &Value) -> u64 {
     v["offload"].as_object().map_or(0, |m| {
         m.iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "csum_completed" | "gso_segmented" | "gso_segments"))
+            .filter(|(k, _)| !OffloadCounters::WORK_KEYS.contains(&k.as_str()))
             .filter_map(|(_, n)| n.as_u64())
             .sum()
     })

@@ -108,6 +108,9 @@ fn demo_passes_traffic_only_as_esp_and_cleans_up() {
         assert!(counter(&report, "gwA", "csum_completed") > 0, "{report}");
         assert!(counter(&report, "gwB", "csum_completed") > 0, "{report}");
         assert!(counter(&report, "gwA", "gso_segmented") > 0, "{report}");
+        // On the way out to hostB, gwB sent runs of hostA's TCP segments
+        // as super-packets again (and the transfer above still matched).
+        assert!(counter(&report, "gwB", "coalesced") > 0, "{report}");
         for gw in ["gwA", "gwB"] {
             let line = report
                 .lines()

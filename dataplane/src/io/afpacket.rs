@@ -16,6 +16,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::buffer::{PacketBuf, PacketPool, MAX_FRAME};
+use crate::io::coalesce::{self, Plan};
 use crate::io::offload::{self, OffloadCounters};
 use crate::wire::vnet::HEADER_LEN;
 
@@ -499,34 +500,108 @@ impl AfPacket {
                 }
                 headers[i].msg_hdr.msg_iov = iovecs[i].as_mut_ptr();
             }
-            let mut at = 0;
-            while at < chunk.len() {
-                // SAFETY: headers[at..chunk.len()] point at iovecs over the
-                // live frames (and the static header), only read by the call.
-                let r = unsafe {
-                    libc::sendmmsg(
-                        self.fd.as_raw_fd(),
-                        headers[at..].as_mut_ptr(),
-                        (chunk.len() - at) as u32,
-                        0,
-                    )
-                };
-                if r > 0 {
-                    at += r as usize;
-                    outcome.sent += r as usize;
-                    continue;
+            let sent = self.send_messages(&mut headers[..chunk.len()], |_| 1);
+            outcome.sent += sent.sent;
+            outcome.failed += sent.failed;
+        }
+        outcome
+    }
+
+    /// Sends `frames` as [`send_batch`](Self::send_batch) does, except
+    /// that on a `PACKET_VNET_HDR` socket consecutive TCP segments of one
+    /// flow go out as one GSO super-packet ([`coalesce`]); the first frame
+    /// of each has its headers rewritten for it. Counts are in frames;
+    /// `merged` gains the super-packets sent and the segments in them.
+    pub fn send_coalesced(&self, frames: &mut [&mut [u8]], plan: &mut Plan, merged: &mut (u64, u64)) -> Sent {
+        if !self.vnet {
+            let mut outcome = Sent::default();
+            for chunk in frames.chunks(MAX_BATCH) {
+                let mut refs: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+                for (r, f) in refs.iter_mut().zip(chunk) {
+                    *r = f;
                 }
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
-                        outcome.failed += chunk.len() - at;
-                        break;
-                    }
-                    _ => {
-                        outcome.failed += 1;
-                        at += 1;
-                    }
+                let sent = self.send_batch(&refs[..chunk.len()]);
+                outcome.sent += sent.sent;
+                outcome.failed += sent.failed;
+            }
+            return outcome;
+        }
+        let mut outcome = Sent::default();
+        for chunk in frames.chunks_mut(coalesce::MAX_FRAMES) {
+            coalesce::plan(chunk, plan);
+            // One header and at most one span per frame.
+            // SAFETY: iovec and mmsghdr are plain data; zero is their empty value.
+            let mut iovecs: [libc::iovec; 2 * coalesce::MAX_FRAMES] = unsafe { std::mem::zeroed() };
+            let mut headers: [libc::mmsghdr; coalesce::MAX_FRAMES] = unsafe { std::mem::zeroed() };
+            let mut firsts = [0usize; coalesce::MAX_FRAMES];
+            let mut at = 0;
+            for (i, m) in plan.messages().iter().enumerate() {
+                firsts[i] = at;
+                iovecs[at] = libc::iovec {
+                    iov_base: m.header.as_ptr() as *mut libc::c_void,
+                    iov_len: HEADER_LEN,
+                };
+                for k in m.start..m.start + m.count {
+                    let (from, to) = plan.spans[k];
+                    let span = &chunk[k][from..to];
+                    iovecs[at + 1 + k - m.start] = libc::iovec {
+                        iov_base: span.as_ptr() as *mut libc::c_void,
+                        iov_len: span.len(),
+                    };
+                }
+                headers[i].msg_hdr.msg_iovlen = 1 + m.count;
+                at += 1 + m.count;
+            }
+            let base = iovecs.as_mut_ptr();
+            for (header, first) in headers.iter_mut().zip(firsts).take(plan.len) {
+                // SAFETY: `first` indexes inside `iovecs`.
+                header.msg_hdr.msg_iov = unsafe { base.add(first) };
+            }
+            let messages = plan.messages();
+            let sent = self.send_messages(&mut headers[..messages.len()], |i| messages[i].count);
+            let (packets, segments) = plan.merged();
+            merged.0 += packets;
+            merged.1 += segments;
+            outcome.sent += sent.sent;
+            outcome.failed += sent.failed;
+        }
+        outcome
+    }
+
+    /// One `sendmmsg` loop over prepared messages; message `i` carries
+    /// `frames(i)` frames. A message the kernel refuses is counted and
+    /// skipped; once the socket or the device queue is full (EAGAIN,
+    /// ENOBUFS), the rest are counted as failed rather than tried one by
+    /// one.
+    fn send_messages(&self, headers: &mut [libc::mmsghdr], frames: impl Fn(usize) -> usize) -> Sent {
+        let mut outcome = Sent::default();
+        let mut at = 0;
+        while at < headers.len() {
+            // SAFETY: headers[at..] point at iovecs over live frames (and
+            // headers), only read by the call.
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    headers[at..].as_mut_ptr(),
+                    (headers.len() - at) as u32,
+                    0,
+                )
+            };
+            if r > 0 {
+                outcome.sent += (at..at + r as usize).map(&frames).sum::<usize>();
+                at += r as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
+                    outcome.failed += (at..headers.len()).map(&frames).sum::<usize>();
+                    break;
+                }
+                _ => {
+                    outcome.failed += frames(at);
+                    at += 1;
                 }
             }
         }

@@ -3,6 +3,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod afpacket;
+pub mod coalesce;
 #[cfg(target_os = "linux")]
 pub mod device;
 pub mod offload;

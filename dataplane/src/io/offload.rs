@@ -78,10 +78,25 @@ pub struct OffloadCounters {
     pub gso_segmented: u64,
     /// Segments made from them.
     pub gso_segments: u64,
+    /// Super-packets sent: runs of TCP segments of one flow merged on the
+    /// way out ([`crate::io::coalesce`]).
+    pub coalesced: u64,
+    /// Segments merged into them.
+    pub coalesced_segments: u64,
     drops: [u64; OffloadDrop::ALL.len()],
 }
 
 impl OffloadCounters {
+    /// The serialized keys that count work done, not frames dropped (the
+    /// others are [`OffloadDrop`] names).
+    pub const WORK_KEYS: [&'static str; 5] = [
+        "csum_completed",
+        "gso_segmented",
+        "gso_segments",
+        "tx_coalesced",
+        "tx_coalesced_segments",
+    ];
+
     pub fn count(&mut self, reason: OffloadDrop) {
         self.drops[reason as usize] += 1;
     }
@@ -98,6 +113,8 @@ impl OffloadCounters {
         self.csum_completed += other.csum_completed;
         self.gso_segmented += other.gso_segmented;
         self.gso_segments += other.gso_segments;
+        self.coalesced += other.coalesced;
+        self.coalesced_segments += other.coalesced_segments;
         for (mine, theirs) in self.drops.iter_mut().zip(other.drops) {
             *mine += theirs;
         }
@@ -107,10 +124,17 @@ impl OffloadCounters {
 impl Serialize for OffloadCounters {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(3 + OffloadDrop::ALL.len()))?;
-        map.serialize_entry("csum_completed", &self.csum_completed)?;
-        map.serialize_entry("gso_segmented", &self.gso_segmented)?;
-        map.serialize_entry("gso_segments", &self.gso_segments)?;
+        let mut map = serializer.serialize_map(Some(Self::WORK_KEYS.len() + OffloadDrop::ALL.len()))?;
+        let work = [
+            self.csum_completed,
+            self.gso_segmented,
+            self.gso_segments,
+            self.coalesced,
+            self.coalesced_segments,
+        ];
+        for (key, value) in Self::WORK_KEYS.iter().zip(work) {
+            map.serialize_entry(key, &value)?;
+        }
         for reason in OffloadDrop::ALL {
             map.serialize_entry(reason.name(), &self.dropped(reason))?;
         }

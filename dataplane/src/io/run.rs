@@ -9,6 +9,7 @@ use accel::NextCompletion;
 use crate::buffer::{PacketBuf, PacketPool};
 use crate::gateway::{DatagramError, Gateway, Output, Verdict};
 use crate::io::afpacket::{AfPacket, RxScratch, Sent, MAX_BATCH};
+use crate::io::coalesce::Plan;
 use crate::io::offload::OffloadCounters;
 use crate::io::tun::Tun;
 
@@ -38,9 +39,18 @@ impl Device {
         }
     }
 
-    fn send_batch(&self, frames: &[&[u8]]) -> Sent {
+    /// Sends `frames`; on a packet socket with virtio-net headers,
+    /// consecutive TCP segments of a flow as one super-packet
+    /// ([`crate::io::coalesce`]).
+    fn send_batch(&self, frames: &mut [&mut [u8]], plan: &mut Plan, offload: &mut OffloadCounters) -> Sent {
         match self {
-            Device::Packet(s) => s.send_batch(frames),
+            Device::Packet(s) => {
+                let mut merged = (0, 0);
+                let sent = s.send_coalesced(frames, plan, &mut merged);
+                offload.coalesced += merged.0;
+                offload.coalesced_segments += merged.1;
+                sent
+            }
             Device::Tun(t) => {
                 let mut outcome = Sent::default();
                 for frame in frames {
@@ -181,6 +191,7 @@ pub fn run(
     let mut out: Vec<Output> = Vec::with_capacity(BATCH * 4);
     let mut control: Vec<PacketBuf> = Vec::with_capacity(CONTROL_QUEUE);
     let mut summary = RunSummary::default();
+    let mut plan = Plan::default();
     let start = Instant::now();
     let mut last_timeout = Duration::ZERO;
     let receivers = sockets.receivers();
@@ -210,7 +221,14 @@ pub fn run(
                 // is not drained by one receive.
                 if bufs.len() >= BATCH {
                     gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
-                    transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
+                    transmit(
+                        &mut out,
+                        &mut pool,
+                        sockets,
+                        &mut summary,
+                        &mut control,
+                        &mut plan,
+                    );
                 }
             }
             if !bufs.is_empty() {
@@ -223,7 +241,14 @@ pub fn run(
             summary.kernel_drops += sockets.kernel_drops();
             last_timeout = now;
         }
-        transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
+        transmit(
+            &mut out,
+            &mut pool,
+            sockets,
+            &mut summary,
+            &mut control,
+            &mut plan,
+        );
         summary.pool_in_use = pool.in_use();
         summary.pool_capacity = pool.capacity();
         on_tick(&mut Tick {
@@ -237,7 +262,14 @@ pub fn run(
         for buf in control.drain(..) {
             pool.free(buf);
         }
-        transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
+        transmit(
+            &mut out,
+            &mut pool,
+            sockets,
+            &mut summary,
+            &mut control,
+            &mut plan,
+        );
         if idle && gateway.in_flight() == 0 {
             // Nothing to do: sleep until a frame arrives, or 10 ms pass: timers, and
             // commands from the control plane that other workers wait on.
@@ -249,7 +281,14 @@ pub fn run(
     }
     summary.kernel_drops += sockets.kernel_drops();
     crate::drive::shutdown(gateway, start.elapsed(), &mut out, &mut pool);
-    transmit(&mut out, &mut pool, sockets, &mut summary, &mut control);
+    transmit(
+        &mut out,
+        &mut pool,
+        sockets,
+        &mut summary,
+        &mut control,
+        &mut plan,
+    );
     for buf in control.drain(..) {
         pool.free(buf);
     }
@@ -301,28 +340,29 @@ fn transmit(
     sockets: &Sockets,
     summary: &mut RunSummary,
     control: &mut Vec<PacketBuf>,
+    plan: &mut Plan,
 ) {
     for port in [Port::Inside, Port::Outside] {
         let device = sockets.transmit_on(port);
-        let mut frames: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+        let mut frames: [&mut [u8]; MAX_BATCH] = std::array::from_fn(|_| &mut [][..]);
         let mut n = 0;
-        let mut flush = |frames: &[&[u8]]| {
-            let Sent { sent, failed } = device.send_batch(frames);
+        let mut flush = |frames: &mut [&mut [u8]]| {
+            let Sent { sent, failed } = device.send_batch(frames, plan, &mut summary.offload);
             summary.frames_out += sent as u64;
             summary.send_errors += failed as u64;
         };
-        for (buf, verdict) in out.iter() {
+        for (buf, verdict) in out.iter_mut() {
             if *verdict == Verdict::Forward(port) {
-                frames[n] = buf.data();
+                frames[n] = buf.data_mut();
                 n += 1;
                 if n == MAX_BATCH {
-                    flush(&frames);
+                    flush(&mut frames);
                     n = 0;
                 }
             }
         }
         if n > 0 {
-            flush(&frames[..n]);
+            flush(&mut frames[..n]);
         }
     }
     for (buf, verdict) in out.drain(..) {

@@ -1,0 +1,494 @@
+//! Transmit-side coalescing (GRO before the wire): consecutive TCP/IPv4
+//! segments of one flow that leave by the same port in one batch are sent
+//! as one GSO super-packet behind a virtio-net header (`gso_type` TCPV4,
+//! `gso_size` the segment size, the checksum left partial), the way a
+//! virtio guest hands its host a TSO frame. The kernel then moves one
+//! buffer instead of dozens: the veth peer's stack takes it whole, as it
+//! takes the kernel's own forwarded GRO packets, and a device without
+//! TSO gets it cut again by the kernel's software GSO into the very
+//! segments that were merged.
+//!
+//! Segments are merged under the rules of Linux's `tcp_gro_receive` and
+//! `inet_gro_receive`, so that segmenting the result gives back the same
+//! packets: same Ethernet header, IPv4 header without options, same TOS,
+//! TTL, DF and addresses, not fragmented, IDs counting up by one unless DF
+//! is set; same ports, ACK number, window and TCP options; ACK (and ECE)
+//! only, PSH on the last segment only; sequence numbers contiguous; every
+//! segment but the last exactly the first's payload size; at most 64 KiB.
+//! Every segment's IPv4 and TCP checksums are verified first: a damaged
+//! one is sent alone, as it came, so that the receiver still drops it (a
+//! super-packet's checksums are computed afresh, which would launder it).
+//!
+//! Pure: it plans and rewrites headers in byte slices, the driver
+//! ([`crate::io::afpacket`]) builds the scatter lists. No allocation.
+
+use crate::io::offload::{fold, ones_sum};
+use crate::wire::vnet::{Gso, VnetHeader, VnetRepr, HEADER_LEN};
+
+const ETHERNET_LEN: usize = 14;
+const IPV4_LEN: usize = 20;
+const PROTO_TCP: u8 = 6;
+const TCP_ACK: u8 = 0x10;
+const TCP_PSH: u8 = 0x08;
+const TCP_ECE: u8 = 0x40;
+const IPV4_DF: u8 = 0x40;
+/// Largest IPv4 total length of a super-packet.
+const MAX_TOTAL: usize = 65_535;
+
+/// Most frames one plan covers (and segments one super-packet holds).
+pub const MAX_FRAMES: usize = 64;
+
+/// One message of a plan: frames `start..start + count` go out as one
+/// frame; a super-packet when `count > 1`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Message {
+    pub start: usize,
+    pub count: usize,
+    /// The virtio-net header to send before it.
+    pub header: [u8; HEADER_LEN],
+}
+
+/// How a batch of frames goes out: the messages, and for each frame the
+/// bytes of it that are sent (the whole first frame of a message, only
+/// the payload of the frames merged behind it).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub messages: [Message; MAX_FRAMES],
+    pub len: usize,
+    pub spans: [(usize, usize); MAX_FRAMES],
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan {
+            messages: [Message::default(); MAX_FRAMES],
+            len: 0,
+            spans: [(0, 0); MAX_FRAMES],
+        }
+    }
+}
+
+impl Plan {
+    pub fn messages(&self) -> &[Message] {
+        &self.messages[..self.len]
+    }
+
+    /// Super-packets in the plan and the segments they hold.
+    pub fn merged(&self) -> (u64, u64) {
+        self.messages()
+            .iter()
+            .filter(|m| m.count > 1)
+            .fold((0, 0), |(p, s), m| (p + 1, s + m.count as u64))
+    }
+}
+
+/// What of a TCP/IPv4 segment decides whether it can be merged.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    /// Ethernet + IPv4 + TCP header bytes.
+    header_len: usize,
+    /// Ethernet + IPv4 total length: where the segment ends in its frame.
+    end: usize,
+    payload: usize,
+    seq: u32,
+    id: u16,
+    flags: u8,
+    df: bool,
+}
+
+impl Segment {
+    /// A merge candidate: TCP/IPv4 over Ethernet without IP options, not
+    /// fragmented, ACK (and ECE) with or without PSH, some payload, and a
+    /// right checksum.
+    fn parse(frame: &[u8]) -> Option<Segment> {
+        let ip = frame.get(ETHERNET_LEN..)?;
+        if frame[12..14] != [0x08, 0x00] || ip.len() < IPV4_LEN || ip[0] != 0x45 || ip[9] != PROTO_TCP {
+            return None;
+        }
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
+        if fragment != 0
+            || total > ip.len()
+            || total < IPV4_LEN + 20
+            || fold(ones_sum(&ip[..IPV4_LEN], 0)) != 0
+        {
+            return None;
+        }
+        let tcp = &ip[IPV4_LEN..total];
+        let tcp_header = usize::from(tcp[12] >> 4) * 4;
+        if tcp_header < 20 || tcp_header >= tcp.len() {
+            return None;
+        }
+        let flags = tcp[13];
+        if flags & !(TCP_ECE | TCP_PSH) != TCP_ACK {
+            return None;
+        }
+        let mut pseudo = [0u8; 12];
+        pseudo[..8].copy_from_slice(&ip[12..20]);
+        pseudo[9] = PROTO_TCP;
+        pseudo[10..12].copy_from_slice(&(tcp.len() as u16).to_be_bytes());
+        if fold(ones_sum(tcp, ones_sum(&pseudo, 0))) != 0 {
+            return None;
+        }
+        Some(Segment {
+            header_len: ETHERNET_LEN + IPV4_LEN + tcp_header,
+            end: ETHERNET_LEN + total,
+            payload: tcp.len() - tcp_header,
+            seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
+            id: u16::from_be_bytes([ip[4], ip[5]]),
+            flags,
+            df: ip[6] & IPV4_DF != 0,
+        })
+    }
+}
+
+/// Whether `next` may follow `first` in one super-packet, header-wise:
+/// the bytes that must be equal are (Ethernet header; IPv4 TOS, flags,
+/// TTL, protocol, addresses; TCP ports, ACK number, data offset, window,
+/// urgent pointer, options).
+fn same_headers(first: &[u8], next: &[u8], header_len: usize) -> bool {
+    let ip = ETHERNET_LEN;
+    let tcp = ETHERNET_LEN + IPV4_LEN;
+    first[..ip + 2] == next[..ip + 2]
+        && first[ip + 6] & 0xe0 == next[ip + 6] & 0xe0
+        && first[ip + 8..ip + 10] == next[ip + 8..ip + 10]
+        && first[ip + 12..ip + 20] == next[ip + 12..ip + 20]
+        && first[tcp..tcp + 4] == next[tcp..tcp + 4]
+        && first[tcp + 8..tcp + 13] == next[tcp + 8..tcp + 13]
+        && first[tcp + 14..tcp + 16] == next[tcp + 14..tcp + 16]
+        && first[tcp + 18..header_len] == next[tcp + 18..header_len]
+}
+
+/// Plans how `frames` (at most [`MAX_FRAMES`]) go out, and rewrites the
+/// headers of each super-packet's first frame: IPv4 total length and
+/// header checksum, PSH if the last segment had it, and the TCP checksum
+/// field holding the pseudo-header sum for the kernel to complete.
+pub fn plan(frames: &mut [&mut [u8]], plan: &mut Plan) {
+    plan.len = 0;
+    let n = frames.len().min(MAX_FRAMES);
+    let mut i = 0;
+    while i < n {
+        let alone = Message {
+            start: i,
+            count: 1,
+            header: [0; HEADER_LEN],
+        };
+        plan.spans[i] = (0, frames[i].len());
+        let Some(first) = Segment::parse(frames[i]) else {
+            plan.messages[plan.len] = alone;
+            plan.len += 1;
+            i += 1;
+            continue;
+        };
+        plan.spans[i] = (0, first.end);
+        let mut last = first;
+        let mut count = 1;
+        let mut total = first.end - ETHERNET_LEN;
+        while i + count < n && last.payload == first.payload && last.flags & TCP_PSH == 0 {
+            let j = i + count;
+            let Some(next) = Segment::parse(frames[j]) else {
+                break;
+            };
+            let fits = next.header_len == first.header_len
+                && next.payload <= first.payload
+                && next.seq == last.seq.wrapping_add(last.payload as u32)
+                && next.flags & !TCP_PSH == first.flags
+                && next.df == first.df
+                && (first.df || next.id == first.id.wrapping_add(count as u16))
+                && total + next.payload <= MAX_TOTAL
+                && same_headers(frames[i], frames[j], first.header_len);
+            if !fits {
+                break;
+            }
+            plan.spans[j] = (first.header_len, next.end);
+            total += next.payload;
+            last = next;
+            count += 1;
+        }
+        let mut message = Message { count, ..alone };
+        if count > 1 {
+            rewrite_first(frames[i], &first, total, last.flags & TCP_PSH);
+            let repr = VnetRepr {
+                partial_csum: Some(((ETHERNET_LEN + IPV4_LEN) as u16, 16)),
+                data_valid: false,
+                gso: Gso::TcpV4,
+                gso_ecn: false,
+                gso_size: first.payload as u16,
+                hdr_len: first.header_len as u16,
+            };
+            repr.emit(&mut VnetHeader::new_unchecked(&mut message.header[..]));
+        }
+        plan.messages[plan.len] = message;
+        plan.len += 1;
+        i += count;
+    }
+}
+
+/// The first frame's headers made those of the whole super-packet.
+fn rewrite_first(frame: &mut [u8], first: &Segment, total: usize, psh: u8) {
+    let ip = ETHERNET_LEN;
+    let tcp = ETHERNET_LEN + IPV4_LEN;
+    frame[ip + 2..ip + 4].copy_from_slice(&(total as u16).to_be_bytes());
+    frame[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+    let header_sum = fold(ones_sum(&frame[ip..ip + IPV4_LEN], 0));
+    frame[ip + 10..ip + 12].copy_from_slice(&header_sum.to_be_bytes());
+    frame[tcp + 13] = first.flags | psh;
+    let mut pseudo = [0u8; 12];
+    pseudo[..8].copy_from_slice(&frame[ip + 12..ip + 20]);
+    pseudo[9] = PROTO_TCP;
+    pseudo[10..12].copy_from_slice(&((total - IPV4_LEN) as u16).to_be_bytes());
+    // The partial-checksum convention: the folded pseudo-header sum, not
+    // complemented; the kernel (or the device) adds the rest.
+    let pseudo_sum = !fold(ones_sum(&pseudo, 0));
+    frame[tcp + 16..tcp + 18].copy_from_slice(&pseudo_sum.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::offload;
+    use crate::wire::vnet::{VnetRepr, HEADER_LEN};
+
+    const MSS: usize = 1448;
+
+    /// A TCP/IPv4 segment with timestamps, right checksums, `payload`
+    /// bytes counting from `seq`.
+    fn segment(seq: u32, id: u16, payload: usize, flags: u8) -> Vec<u8> {
+        let tcp_header = 32;
+        let total = IPV4_LEN + tcp_header + payload;
+        let mut f = vec![0u8; ETHERNET_LEN + total];
+        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip = ETHERNET_LEN;
+        f[ip] = 0x45;
+        f[ip + 2..ip + 4].copy_from_slice(&(total as u16).to_be_bytes());
+        f[ip + 4..ip + 6].copy_from_slice(&id.to_be_bytes());
+        f[ip + 6] = IPV4_DF;
+        f[ip + 8] = 63;
+        f[ip + 9] = PROTO_TCP;
+        f[ip + 12..ip + 16].copy_from_slice(&[192, 168, 1, 10]);
+        f[ip + 16..ip + 20].copy_from_slice(&[192, 168, 2, 20]);
+        let t = ip + IPV4_LEN;
+        f[t..t + 2].copy_from_slice(&5201u16.to_be_bytes());
+        f[t + 2..t + 4].copy_from_slice(&40000u16.to_be_bytes());
+        f[t + 4..t + 8].copy_from_slice(&seq.to_be_bytes());
+        f[t + 8..t + 12].copy_from_slice(&77u32.to_be_bytes());
+        f[t + 12] = ((tcp_header / 4) as u8) << 4;
+        f[t + 13] = flags;
+        f[t + 14..t + 16].copy_from_slice(&502u16.to_be_bytes());
+        // NOP NOP timestamps.
+        f[t + 20..t + 24].copy_from_slice(&[1, 1, 8, 10]);
+        f[t + 24..t + 28].copy_from_slice(&1234u32.to_be_bytes());
+        for (k, b) in f[t + tcp_header..].iter_mut().enumerate() {
+            *b = (seq as usize + k) as u8;
+        }
+        fix(&mut f);
+        f
+    }
+
+    fn fix(f: &mut [u8]) {
+        let ip = ETHERNET_LEN;
+        f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+        let s = fold(ones_sum(&f[ip..ip + IPV4_LEN], 0));
+        f[ip + 10..ip + 12].copy_from_slice(&s.to_be_bytes());
+        let t = ip + IPV4_LEN;
+        f[t + 16..t + 18].copy_from_slice(&[0, 0]);
+        let mut pseudo = [0u8; 12];
+        pseudo[..8].copy_from_slice(&f[ip + 12..ip + 20]);
+        pseudo[9] = PROTO_TCP;
+        pseudo[10..12].copy_from_slice(&((f.len() - t) as u16).to_be_bytes());
+        let s = fold(ones_sum(&f[t..], ones_sum(&pseudo, 0)));
+        f[t + 16..t + 18].copy_from_slice(&s.to_be_bytes());
+    }
+
+    fn run(frames: &mut [Vec<u8>]) -> Plan {
+        let mut refs: Vec<&mut [u8]> = frames.iter_mut().map(|f| &mut f[..]).collect();
+        let mut p = Plan::default();
+        plan(&mut refs, &mut p);
+        p
+    }
+
+    /// What the receiver of message `m` gets: the bytes sent, put back
+    /// together, then cut by the kernel's rules (the driver's own GSO
+    /// segmentation, [`offload::prepare`], stands in for the kernel's).
+    fn resegment(frames: &[Vec<u8>], p: &Plan, m: &Message) -> Vec<Vec<u8>> {
+        let mut bytes = Vec::new();
+        let range = m.start..m.start + m.count;
+        for (frame, &(from, to)) in frames[range.clone()].iter().zip(&p.spans[range]) {
+            bytes.extend_from_slice(&frame[from..to]);
+        }
+        if m.count == 1 {
+            return vec![bytes];
+        }
+        let mut pool = crate::buffer::PacketPool::new(128);
+        let mut buf = pool.alloc().expect("a buffer");
+        buf.reset();
+        let head = bytes.len().min(crate::buffer::MAX_FRAME);
+        buf.append(head).expect("room").copy_from_slice(&bytes[..head]);
+        let mut out = Vec::new();
+        let mut counters = offload::OffloadCounters::default();
+        offload::prepare(&m.header, buf, &bytes[head..], &mut pool, &mut out, &mut counters);
+        assert_eq!(
+            counters.drops_total(),
+            0,
+            "the kernel would refuse it: {counters:?}"
+        );
+        let segments = out.iter().map(|b| b.data().to_vec()).collect();
+        for b in out {
+            pool.free(b);
+        }
+        segments
+    }
+
+    #[test]
+    fn a_run_of_one_flow_becomes_one_super_packet_that_cuts_back_into_it() {
+        let mut frames: Vec<Vec<u8>> = (0..5)
+            .map(|k| {
+                let (payload, flags) = if k == 4 {
+                    (300, TCP_ACK | TCP_PSH)
+                } else {
+                    (MSS, TCP_ACK)
+                };
+                // The kernel's GSO counts the IDs up, DF or not.
+                segment(1000 + (k * MSS) as u32, 9 + k as u16, payload, flags)
+            })
+            .collect();
+        let originals = frames.clone();
+        let p = run(&mut frames);
+        assert_eq!(p.messages().len(), 1);
+        let m = p.messages()[0];
+        assert_eq!((m.start, m.count), (0, 5));
+        let repr = VnetRepr::parse_bytes(&m.header).expect("header");
+        assert_eq!(repr.gso, Gso::TcpV4);
+        assert_eq!(repr.gso_size as usize, MSS);
+        assert_eq!(repr.hdr_len, 66);
+        assert_eq!(repr.partial_csum, Some((34, 16)));
+        assert_eq!(p.merged(), (1, 5));
+        let back = resegment(&frames, &p, &m);
+        assert_eq!(
+            back, originals,
+            "segmenting the super-packet gives back the segments"
+        );
+    }
+
+    #[test]
+    fn a_damaged_segment_is_sent_alone_as_it_came() {
+        let mut frames: Vec<Vec<u8>> = (0..4)
+            .map(|k| segment(1000 + (k * MSS) as u32, 9, MSS, TCP_ACK))
+            .collect();
+        let last = frames[2].len() - 1;
+        frames[2][last] ^= 0x01;
+        let damaged = frames[2].clone();
+        let p = run(&mut frames);
+        let counts: Vec<_> = p.messages().iter().map(|m| (m.start, m.count)).collect();
+        assert_eq!(counts, vec![(0, 2), (2, 1), (3, 1)]);
+        assert_eq!(frames[2], damaged);
+        assert_eq!(p.messages()[1].header, [0; HEADER_LEN]);
+        // The same for a damaged IPv4 header checksum (found by the
+        // tx_coalesce fuzz target: it was merged and so repaired).
+        let mut frames: Vec<Vec<u8>> = (0..3)
+            .map(|k| segment(1000 + (k * MSS) as u32, 9, MSS, TCP_ACK))
+            .collect();
+        frames[1][ETHERNET_LEN + 10] ^= 0x40;
+        let counts: Vec<_> = run(&mut frames).messages().iter().map(|m| m.count).collect();
+        assert_eq!(counts, vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn gaps_other_flows_short_segments_and_flags_end_a_super_packet() {
+        let other_flow = {
+            let mut f = segment(1000 + 2 * MSS as u32, 9, MSS, TCP_ACK);
+            f[ETHERNET_LEN + IPV4_LEN + 3] ^= 1;
+            fix(&mut f);
+            f
+        };
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("a sequence gap", segment(1001 + 2 * MSS as u32, 9, MSS, TCP_ACK)),
+            ("another flow", other_flow),
+            ("FIN", segment(1000 + 2 * MSS as u32, 9, MSS, TCP_ACK | 0x01)),
+            (
+                "a bigger segment",
+                segment(1000 + 2 * MSS as u32, 9, MSS + 1, TCP_ACK),
+            ),
+            ("another TTL", {
+                let mut f = segment(1000 + 2 * MSS as u32, 9, MSS, TCP_ACK);
+                f[ETHERNET_LEN + 8] = 62;
+                fix(&mut f);
+                f
+            }),
+            ("other options", {
+                let mut f = segment(1000 + 2 * MSS as u32, 9, MSS, TCP_ACK);
+                f[ETHERNET_LEN + IPV4_LEN + 27] ^= 1;
+                fix(&mut f);
+                f
+            }),
+        ];
+        for (what, third) in cases {
+            let mut frames = vec![
+                segment(1000, 9, MSS, TCP_ACK),
+                segment(1000 + MSS as u32, 9, MSS, TCP_ACK),
+                third,
+            ];
+            let p = run(&mut frames);
+            let counts: Vec<_> = p.messages().iter().map(|m| m.count).collect();
+            assert_eq!(counts, vec![2, 1], "{what}");
+        }
+        // A shorter segment or PSH takes nothing behind it.
+        let mut frames = vec![
+            segment(1000, 9, MSS, TCP_ACK),
+            segment(1000 + MSS as u32, 9, 100, TCP_ACK),
+            segment(1100 + MSS as u32, 9, 100, TCP_ACK),
+        ];
+        let counts: Vec<_> = run(&mut frames).messages().iter().map(|m| m.count).collect();
+        assert_eq!(counts, vec![2, 1]);
+        let mut frames = vec![
+            segment(1000, 9, MSS, TCP_ACK | TCP_PSH),
+            segment(1000 + MSS as u32, 9, MSS, TCP_ACK),
+        ];
+        assert_eq!(run(&mut frames).len, 2);
+    }
+
+    #[test]
+    fn without_df_the_ids_must_count_up() {
+        let no_df = |seq: u32, id: u16| {
+            let mut f = segment(seq, id, MSS, TCP_ACK);
+            f[ETHERNET_LEN + 6] = 0;
+            fix(&mut f);
+            f
+        };
+        let mut frames = vec![
+            no_df(1000, 7),
+            no_df(1000 + MSS as u32, 8),
+            no_df(1000 + 2 * MSS as u32, 8),
+        ];
+        let counts: Vec<_> = run(&mut frames).messages().iter().map(|m| m.count).collect();
+        assert_eq!(counts, vec![2, 1]);
+    }
+
+    #[test]
+    fn a_super_packet_stays_within_64_kib() {
+        let mut frames: Vec<Vec<u8>> = (0..50)
+            .map(|k| segment(1000 + (k * MSS) as u32, 9, MSS, TCP_ACK))
+            .collect();
+        let p = run(&mut frames);
+        for m in p.messages() {
+            let bytes: usize = (m.start..m.start + m.count)
+                .map(|k| p.spans[k].1 - p.spans[k].0)
+                .sum();
+            assert!(bytes - ETHERNET_LEN <= MAX_TOTAL, "{bytes}");
+        }
+        assert_eq!(p.messages()[0].count, 45);
+        assert_eq!(p.messages().iter().map(|m| m.count).sum::<usize>(), 50);
+    }
+
+    #[test]
+    fn what_is_not_tcp_goes_out_alone_and_whole() {
+        let mut udp = segment(1000, 9, 100, TCP_ACK);
+        udp[ETHERNET_LEN + 9] = 17;
+        let mut frames = vec![udp.clone(), vec![0u8; 3], udp];
+        let p = run(&mut frames);
+        assert_eq!(p.len, 3);
+        assert_eq!(p.spans[1], (0, 3));
+    }
+}

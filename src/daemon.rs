@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use dataplane::io::afpacket::AfPacket;
+use dataplane::io::afpacket::{AfPacket, Receive};
 use dataplane::io::run::{Device, RunSummary, Sockets, Tick};
 use dataplane::io::tun::Tun;
 use dataplane::{Gateway, Port, CONTROL_PORT};
@@ -267,7 +267,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         tracing::info!("a TUN inside is served by one worker");
     }
     let workers = if tun_inside { 1 } else { workers };
-    let sockets = open_sockets(&config, workers)?;
+    let sockets = open_sockets(&config, workers, args.receive.into())?;
     // After the sockets: a TUN inside exists only once it is opened.
     for line in device_defaults(&mut config)? {
         tracing::info!("{line}");
@@ -344,6 +344,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         engine = %spec.kind,
         style = %style,
         workers,
+        receive = dataplane::io::afpacket::Receive::from(args.receive).name(),
         tunnels = config.tunnels.len(),
         "forwarding"
     );
@@ -507,13 +508,13 @@ fn colon_mac(mac: dataplane::EthernetAddress) -> String {
 }
 
 /// One set of sockets per worker.
-fn open_sockets(config: &Config, workers: usize) -> Result<Vec<Sockets>> {
+fn open_sockets(config: &Config, workers: usize, receive: Receive) -> Result<Vec<Sockets>> {
     let tun_inside = config.inside.kind == dataplane::InterfaceKind::Tun;
     let open = |device: &str, role: &str, worker: bool, group: u16| -> Result<AfPacket> {
         let socket = if worker {
-            AfPacket::open_worker(device, group)
+            AfPacket::open_worker(device, group, receive)
         } else {
-            AfPacket::open(device)
+            AfPacket::open_receiving(device, receive)
         };
         socket.with_context(|| format!("interface `{role}` (device `{device}`)"))
     };
@@ -532,9 +533,9 @@ fn open_sockets(config: &Config, workers: usize) -> Result<Vec<Sockets>> {
             // Steered, so that each outbound SA is fed by one worker.
             let device = &config.inside.device;
             let socket = if many {
-                AfPacket::open_worker_steered(device, group)
+                AfPacket::open_worker_steered(device, group, receive)
             } else {
-                AfPacket::open(device)
+                AfPacket::open_receiving(device, receive)
             };
             Device::Packet(socket.with_context(|| format!("interface `inside` (device `{device}`)"))?)
         };

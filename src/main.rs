@@ -111,8 +111,27 @@ pub(crate) struct RunArgs {
     /// Worker threads (default: one per core).
     #[arg(long)]
     workers: Option<usize>,
+    /// How the forwarding sockets take frames from the kernel: a shared
+    /// TPACKET_V2 ring, or recvmmsg batches from the socket's queue.
+    #[arg(long, value_enum, default_value_t = ReceiveArg::Ring)]
+    receive: ReceiveArg,
     #[command(flatten)]
     accel: AccelArgs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ReceiveArg {
+    Ring,
+    Recvmmsg,
+}
+
+impl From<ReceiveArg> for dataplane::io::afpacket::Receive {
+    fn from(arg: ReceiveArg) -> Self {
+        match arg {
+            ReceiveArg::Ring => dataplane::io::afpacket::Receive::Ring,
+            ReceiveArg::Recvmmsg => dataplane::io::afpacket::Receive::Batch,
+        }
+    }
 }
 
 #[derive(clap::Args)]

@@ -230,6 +230,7 @@ fn a_flood_of_bad_esp_does_not_starve_good_traffic() {
 fn io_comparison_runs_every_method() {
     let table = espgw(&["bench", "--io", "--sizes", "64", "--slice-ms", "20"]);
     for method in [
+        "ring",
         "recvmmsg",
         "recvmmsg_plain",
         "pnet",

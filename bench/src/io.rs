@@ -6,6 +6,9 @@
 //! - `recvmmsg`: the AF_PACKET driver espgw uses (batches of 64, with
 //!   `PACKET_VNET_HDR` and each frame made complete as the gateway gets it);
 //! - `recvmmsg_plain`: the same socket without virtio-net headers;
+//! - `ring`: espgw's default, the same socket with a `TPACKET_V2` ring
+//!   (`dataplane::io::ring`), frames too large for a slot read from the
+//!   queue, each frame made complete as the gateway gets it;
 //! - `pnet`: the `pnet_datalink` channel (one frame per call);
 //! - `io_uring`: 64 `recvmsg` requests kept queued on an io_uring;
 //! - `tpacket_v3`: a PACKET_MMAP TPACKET_V3 receive ring (8 blocks of 1 MiB)
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use dataplane::buffer::MAX_FRAME;
-use dataplane::io::afpacket::{AfPacket, RxScratch, Sent};
+use dataplane::io::afpacket::{AfPacket, Receive, RxScratch, Sent};
 use dataplane::io::offload::OffloadCounters;
 use dataplane::PacketPool;
 
@@ -118,6 +121,10 @@ type Receiver = fn(&AtomicBool, &AtomicU64) -> Result<()>;
 
 fn with_recvmmsg(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
     recvmmsg_on(AfPacket::open("io1")?, stop, count)
+}
+
+fn with_ring(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
+    recvmmsg_on(AfPacket::open_receiving("io1", Receive::Ring)?, stop, count)
 }
 
 fn with_recvmmsg_plain(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
@@ -399,7 +406,8 @@ fn with_tpacket_v3(stop: &AtomicBool, count: &AtomicU64) -> Result<()> {
 /// Runs each method for `duration` per frame size.
 pub fn compare(sizes: &[usize], duration: Duration) -> Result<Vec<IoResult>> {
     let _namespace = setup()?;
-    let methods: [(&'static str, Receiver); 5] = [
+    let methods: [(&'static str, Receiver); 6] = [
+        ("ring", with_ring),
         ("recvmmsg", with_recvmmsg),
         ("recvmmsg_plain", with_recvmmsg_plain),
         ("pnet", with_pnet),

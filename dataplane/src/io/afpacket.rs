@@ -18,6 +18,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use crate::buffer::{PacketBuf, PacketPool, MAX_FRAME};
 use crate::io::coalesce::{self, Plan};
 use crate::io::offload::{self, OffloadCounters};
+use crate::io::ring::RxRing;
 use crate::wire::vnet::HEADER_LEN;
 
 /// Why an interface could not be opened.
@@ -42,6 +43,27 @@ pub struct AfPacket {
     /// `PACKET_VNET_HDR` is on: a virtio-net header precedes every frame,
     /// both ways.
     vnet: bool,
+    /// Frames arrive in a `PACKET_MMAP` ring rather than the socket's queue.
+    ring: Option<RxRing>,
+}
+
+/// How a forwarding socket takes frames from the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Receive {
+    /// `recvmmsg` batches from the socket's queue.
+    Batch,
+    /// A `TPACKET_V2` ring shared with the kernel ([`crate::io::ring`]).
+    #[default]
+    Ring,
+}
+
+impl Receive {
+    pub fn name(self) -> &'static str {
+        match self {
+            Receive::Batch => "recvmmsg",
+            Receive::Ring => "ring",
+        }
+    }
 }
 
 /// The header espgw sends before a frame on a `PACKET_VNET_HDR` socket:
@@ -147,27 +169,39 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 impl AfPacket {
     /// Opens `device` for forwarding: our own transmissions are not read back.
     pub fn open(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None, true)
+        Self::open_with(device, true, ETH_P_ALL, None, true, Receive::Batch)
+    }
+
+    /// Like [`open`](Self::open), receiving by `receive`.
+    pub fn open_receiving(device: &str, receive: Receive) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(device, true, ETH_P_ALL, None, true, receive)
     }
 
     /// Like [`open`](Self::open) but without `PACKET_VNET_HDR`: frames
     /// come as the kernel holds them (partial checksums, super-packets
     /// cut to the buffer), for measuring the socket alone.
     pub fn open_plain(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None, false)
+        Self::open_with(device, true, ETH_P_ALL, None, false, Receive::Batch)
     }
 
     /// Opens `device` to watch everything on it, both directions.
     pub fn open_capture(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, false, ETH_P_ALL, None, false)
+        Self::open_with(device, false, ETH_P_ALL, None, false, Receive::Batch)
     }
 
     /// Opens `device` for one worker of several: IPv4 frames only, spread
     /// over the workers of fanout `group` by the kernel's flow hash, so a
     /// flow (and every packet of one ESP tunnel: same outer addresses)
     /// always reaches the same worker.
-    pub fn open_worker(device: &str, group: u16) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_IP, Some((group, PACKET_FANOUT_HASH)), true)
+    pub fn open_worker(device: &str, group: u16, receive: Receive) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(
+            device,
+            true,
+            ETH_P_IP,
+            Some((group, PACKET_FANOUT_HASH)),
+            true,
+            receive,
+        )
     }
 
     /// Like [`open_worker`](Self::open_worker), but the group's workers
@@ -176,8 +210,19 @@ impl AfPacket {
     /// the group's size picks it. Set the program with
     /// [`set_steering`](Self::set_steering) once every worker has joined
     /// (until then every frame goes to the first).
-    pub fn open_worker_steered(device: &str, group: u16) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_IP, Some((group, PACKET_FANOUT_CBPF)), true)
+    pub fn open_worker_steered(
+        device: &str,
+        group: u16,
+        receive: Receive,
+    ) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(
+            device,
+            true,
+            ETH_P_IP,
+            Some((group, PACKET_FANOUT_CBPF)),
+            true,
+            receive,
+        )
     }
 
     /// Installs (or replaces) the steering program of this socket's
@@ -202,7 +247,7 @@ impl AfPacket {
     /// Opens `device` for ARP frames only, not shared out: every worker
     /// learns every neighbour.
     pub fn open_arp(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ARP, None, false)
+        Self::open_with(device, true, ETH_P_ARP, None, false, Receive::Batch)
     }
 
     fn open_with(
@@ -211,6 +256,7 @@ impl AfPacket {
         protocol: u16,
         fanout: Option<(u16, u32)>,
         vnet: bool,
+        receive: Receive,
     ) -> Result<AfPacket, AfPacketError> {
         let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
         // SAFETY: if_nametoindex reads a NUL-terminated string.
@@ -222,12 +268,14 @@ impl AfPacket {
             device: device.to_owned(),
             source,
         };
+        // Protocol 0: nothing is received until `bind` names one, so that
+        // no frame lands in the socket's queue before a ring is set up.
         // SAFETY: plain socket(2).
         let raw = unsafe {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                i32::from(protocol.to_be()),
+                0,
             )
         };
         if raw < 0 {
@@ -239,6 +287,14 @@ impl AfPacket {
         }
         // SAFETY: raw is a fresh descriptor owned from here on.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let one: libc::c_int = 1;
+        if vnet {
+            set_option(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one).map_err(io_err)?;
+        }
+        let ring = match receive {
+            Receive::Ring => Some(RxRing::setup(&fd).map_err(io_err)?),
+            Receive::Batch => None,
+        };
         // SAFETY: sockaddr_ll is plain data.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
@@ -269,23 +325,19 @@ impl AfPacket {
         if set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf).is_err() {
             let _ = set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf);
         }
-        if vnet {
-            let one: libc::c_int = 1;
-            set_option(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one).map_err(io_err)?;
-        }
         if let Some((group, mode)) = fanout {
             let arg: u32 = u32::from(group) | (mode << 16);
             set_option(&fd, libc::SOL_PACKET, PACKET_FANOUT, &arg).map_err(io_err)?;
         }
         if ignore_outgoing {
             // Our own transmissions must not come back as input.
-            let one: libc::c_int = 1;
             set_option(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &one).map_err(io_err)?;
         }
         Ok(AfPacket {
             fd,
             device: device.to_owned(),
             vnet,
+            ring,
         })
     }
 
@@ -312,6 +364,9 @@ impl AfPacket {
         scratch: &mut RxScratch,
     ) -> io::Result<usize> {
         scratch.vnet = self.vnet;
+        if let Some(ring) = &self.ring {
+            return self.recv_ring(ring, pool, bufs, max, scratch);
+        }
         let mut taken: [Option<PacketBuf>; MAX_BATCH] = std::array::from_fn(|_| None);
         let mut count = 0;
         while count < max.min(MAX_BATCH) {
@@ -405,6 +460,86 @@ impl AfPacket {
             Some(e) if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Err(e),
             _ => Ok(received),
         }
+    }
+
+    /// [`recv_batch`](Self::recv_batch) from the ring: each slot the
+    /// kernel handed over is copied into a pool buffer (its virtio-net
+    /// header into the scratch) and handed back; a frame too large for a
+    /// slot is read whole from the socket's queue.
+    fn recv_ring(
+        &self,
+        ring: &RxRing,
+        pool: &mut PacketPool,
+        bufs: &mut Vec<PacketBuf>,
+        max: usize,
+        scratch: &mut RxScratch,
+    ) -> io::Result<usize> {
+        let mut head = ring.head();
+        let mut count = 0;
+        while count < max.min(MAX_BATCH) {
+            let Some(slot) = ring.slot(head) else { break };
+            let Some(mut buf) = pool.alloc() else { break };
+            buf.reset();
+            scratch.tail_lens[count] = 0;
+            scratch.truncated[count] = false;
+            if slot.copied {
+                if !self.recv_one(&mut buf, count, scratch) {
+                    scratch.truncated[count] = true;
+                }
+            } else if slot.cut || slot.frame.len() > MAX_FRAME {
+                scratch.truncated[count] = true;
+            } else {
+                scratch.headers[count].copy_from_slice(slot.header);
+                if !buf.fill(slot.frame) {
+                    scratch.truncated[count] = true;
+                }
+            }
+            ring.release(head);
+            head = head.wrapping_add(1);
+            bufs.push(buf);
+            count += 1;
+        }
+        ring.set_head(head);
+        Ok(count)
+    }
+
+    /// Reads one frame from the socket's queue into `buf` and slot `slot`
+    /// of the scratch (header, tail): a ring's oversized frame. False if
+    /// there was none or it was cut.
+    fn recv_one(&self, buf: &mut PacketBuf, slot: usize, scratch: &mut RxScratch) -> bool {
+        if buf.append(MAX_FRAME).is_none() {
+            return false;
+        }
+        let mut iov = [
+            libc::iovec {
+                iov_base: scratch.headers[slot].as_mut_ptr().cast(),
+                iov_len: HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: buf.data_mut().as_mut_ptr().cast(),
+                iov_len: MAX_FRAME,
+            },
+            libc::iovec {
+                iov_base: scratch.tails[slot * TAIL_LEN..(slot + 1) * TAIL_LEN]
+                    .as_mut_ptr()
+                    .cast(),
+                iov_len: TAIL_LEN,
+            },
+        ];
+        // SAFETY: msghdr is plain data; zero is its empty value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len();
+        // SAFETY: msg points at iovecs over live buffers of the lengths given.
+        let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+        if n < 0 {
+            buf.truncate(0);
+            return false;
+        }
+        let len = (n as usize).saturating_sub(HEADER_LEN);
+        buf.truncate(len.min(MAX_FRAME));
+        scratch.tail_lens[slot] = len.saturating_sub(MAX_FRAME);
+        msg.msg_flags & libc::MSG_TRUNC == 0
     }
 
     /// [`recv_batch`](Self::recv_batch) followed by

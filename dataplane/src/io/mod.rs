@@ -9,6 +9,8 @@ pub mod device;
 pub mod offload;
 pub mod pcap;
 #[cfg(target_os = "linux")]
+pub mod ring;
+#[cfg(target_os = "linux")]
 pub mod run;
 pub mod steer;
 #[cfg(target_os = "linux")]

@@ -1,0 +1,180 @@
+//! A `PACKET_MMAP` receive ring (`TPACKET_V2`) for an AF_PACKET socket:
+//! the kernel copies each frame, with its virtio-net header, into a slot
+//! of memory shared with espgw and flips the slot's status; espgw copies it
+//! into a pool buffer and hands the slot back. No system call and no
+//! socket buffer per frame, which is what `recvmmsg` costs (the clone,
+//! the queue, the copy out and the free).
+//!
+//! `TPACKET_V2` rather than V3: a V3 block is handed over only when full or
+//! when its timer (milliseconds) fires, and at an ordinary load that timer
+//! is what a packet waits for (see the README's I/O section); a V2 slot is
+//! the user's as soon as the frame is in it.
+//!
+//! A frame too large for a slot (a GSO super-packet) is still delivered
+//! whole: `PACKET_COPY_THRESH` makes the kernel queue it on the socket as
+//! well and mark its slot `TP_STATUS_COPY`, and the driver reads it from
+//! there (see [`crate::io::afpacket`]).
+//!
+//! This module owns the mapping and the slot protocol, nothing else.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// Bytes of one slot: a 1518-byte frame with the slot's header and the
+/// virtio-net header before it fits (`tp_mac` is 76 with them).
+pub const SLOT_SIZE: usize = 2048;
+/// Slots per ring (4 MiB), about as many 64-byte frames as the 8 MiB
+/// socket buffer of the `recvmmsg` path holds.
+pub const SLOTS: usize = 2048;
+const BLOCK_SIZE: usize = 1 << 20;
+
+/// One slot as the kernel filled it.
+pub struct Slot<'a> {
+    /// `TP_STATUS_COPY`: the frame did not fit and waits whole on the
+    /// socket's queue.
+    pub copied: bool,
+    /// The frame was longer than what the slot holds (and not queued).
+    pub cut: bool,
+    /// The virtio-net header before the frame.
+    pub header: &'a [u8],
+    pub frame: &'a [u8],
+}
+
+pub struct RxRing {
+    base: NonNull<u8>,
+    len: usize,
+    /// The next slot to look at; only the worker that owns the socket
+    /// reads the ring, and it stores this once per batch.
+    head: AtomicUsize,
+}
+
+// SAFETY: the mapping is plain shared memory; slots are handed between
+// the kernel and one reader by their status word (acquire/release).
+unsafe impl Send for RxRing {}
+// SAFETY: as above; `&RxRing` is only read from by the worker owning the
+// socket (the other threads reach the socket for options only).
+unsafe impl Sync for RxRing {}
+
+fn set<T>(fd: &OwnedFd, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: value points at a live T of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl RxRing {
+    /// Sets up the ring on `fd` (before it is bound, after
+    /// `PACKET_VNET_HDR`, which cannot change once a ring exists).
+    pub fn setup(fd: &OwnedFd) -> io::Result<RxRing> {
+        set(
+            fd,
+            libc::PACKET_VERSION,
+            &(libc::tpacket_versions::TPACKET_V2 as libc::c_int),
+        )?;
+        // Any non-zero value: frames too large for a slot go to the queue too.
+        set(fd, libc::PACKET_COPY_THRESH, &(1 as libc::c_int))?;
+        let request = libc::tpacket_req {
+            tp_block_size: BLOCK_SIZE as u32,
+            tp_block_nr: (SLOTS * SLOT_SIZE / BLOCK_SIZE) as u32,
+            tp_frame_size: SLOT_SIZE as u32,
+            tp_frame_nr: SLOTS as u32,
+        };
+        set(fd, libc::PACKET_RX_RING, &request)?;
+        let len = SLOTS * SLOT_SIZE;
+        // SAFETY: a fresh shared mapping of the socket's ring, of the size
+        // the kernel was asked for.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(RxRing {
+            base,
+            len,
+            head: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn head(&self) -> usize {
+        self.head.load(Ordering::Relaxed)
+    }
+
+    pub fn set_head(&self, head: usize) {
+        self.head.store(head, Ordering::Relaxed);
+    }
+
+    fn status(&self, index: usize) -> &AtomicU32 {
+        let offset = (index % SLOTS) * SLOT_SIZE;
+        // SAFETY: the slot's first word (tp_status) is inside the mapping,
+        // 4-byte aligned, and the kernel writes it atomically.
+        unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    /// Slot `index`, if the kernel has handed it over.
+    pub fn slot(&self, index: usize) -> Option<Slot<'_>> {
+        let status = self.status(index).load(Ordering::Acquire);
+        if status & libc::TP_STATUS_USER == 0 {
+            return None;
+        }
+        let offset = (index % SLOTS) * SLOT_SIZE;
+        // SAFETY: the slot lies inside the mapping and is ours until
+        // `release`; after the acquire above the kernel's writes are seen.
+        let bytes = unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset), SLOT_SIZE) };
+        let word = |at: usize| u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let len = word(4) as usize;
+        let snaplen = word(8) as usize;
+        let mac = usize::from(u16::from_ne_bytes([bytes[12], bytes[13]]));
+        let header_len = crate::wire::vnet::HEADER_LEN;
+        let copied = status & libc::TP_STATUS_COPY != 0;
+        if mac < header_len || mac + snaplen > SLOT_SIZE {
+            // Not what the kernel writes; treat as a frame cut short.
+            return Some(Slot {
+                copied,
+                cut: true,
+                header: &[],
+                frame: &[],
+            });
+        }
+        Some(Slot {
+            copied,
+            cut: len > snaplen,
+            header: &bytes[mac - header_len..mac],
+            frame: &bytes[mac..mac + snaplen],
+        })
+    }
+
+    /// Hands slot `index` back to the kernel.
+    pub fn release(&self, index: usize) {
+        self.status(index)
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+    }
+}
+
+impl Drop for RxRing {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `setup`, of that length, no longer
+        // borrowed (slots borrow `&self`).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}

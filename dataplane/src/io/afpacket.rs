@@ -1,6 +1,8 @@
 //! AF_PACKET driver: raw Ethernet frames from and to a Linux interface,
-//! received in batches with `recvmmsg` straight into pool buffers (at their
-//! headroom) and sent in batches with `sendmmsg`.
+//! received from a `TPACKET_V2` ring ([`crate::io::ring`]) or in batches
+//! with `recvmmsg` straight into pool buffers (at their headroom), and sent
+//! in batches with `sendmmsg`, runs of TCP segments as one super-packet
+//! ([`crate::io::coalesce`]).
 //!
 //! Forwarding sockets read with `PACKET_VNET_HDR`: every frame comes with
 //! a virtio-net header saying whether its L4 checksum is still partial and

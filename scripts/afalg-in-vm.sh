@@ -29,8 +29,8 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 peer=${LINUX_PEER:-$repo/../shared/tools/linux-peer}
 VM=10.99.0.2
-ALGORITHMS="aes128gcm16 aes256gcm16 aes128-sha1 aes256-sha256 3des-sha1 null-sha1 null"
-BENCH_ALGORITHMS="aes128gcm16,aes256gcm16,aes128-sha1,aes256-sha256,3des-sha1,null-sha1"
+ALGORITHMS="aes128gcm16 aes256gcm16 chacha20poly1305 aes128-sha1 aes256-sha256 3des-sha1 null-sha1 null"
+BENCH_ALGORITHMS="aes128gcm16,aes256gcm16,chacha20poly1305,aes128-sha1,aes256-sha256,3des-sha1,null-sha1"
 
 # A command in the VM over its control port; under TCG on a busy host the
 # longer steps can take minutes, hence the generous limit.

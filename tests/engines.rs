@@ -66,7 +66,7 @@ fn every_engine_style_and_buffer_policy_gives_identical_bytes() {
             .map(|n| udp_packet(HOST_A, HOST_B, n, n as u8))
             .collect();
         let mut reference: Option<Vec<(Verdict, Vec<u8>)>> = None;
-        for (kind, style, buffers) in combos() {
+        for (kind, style, buffers) in combos().into_iter().filter(|(k, ..)| engine_runs(*k, alg)) {
             let what = format!("{alg} {kind} {style} {buffers}");
             let mut pair = Pair::on(alg, "tunnel", false, "", &engine_spec(kind, buffers), style);
             pair.a.set_iv_seed(7);

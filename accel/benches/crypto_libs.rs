@@ -4,8 +4,9 @@
 //! per-SA state (key schedule, GHASH key, HMAC ipad/opad state) prepared once
 //! outside the timed loop:
 //!
-//! * AES-GCM: seal in place, 8-byte AAD (SPI || seq), 12-byte nonce, detached
-//!   16-byte tag; open in place with the tag following the ciphertext.
+//! * AES-GCM and ChaCha20-Poly1305: seal in place, 8-byte AAD (SPI || seq),
+//!   12-byte nonce, detached 16-byte tag; open in place with the tag
+//!   following the ciphertext.
 //! * AES-CBC / 3DES-CBC: no padding, explicit IV, in place.
 //! * HMAC-SHA1 / HMAC-SHA-256: clone precomputed keyed state, update, finalize.
 //!
@@ -167,6 +168,16 @@ fn bench_gcm<A: AeadInOut + KeyInit>(
         });
     }
     g.finish();
+}
+
+fn chacha20poly1305(c: &mut Criterion) {
+    bench_gcm::<chacha20poly1305::ChaCha20Poly1305>(
+        c,
+        "chacha20poly1305",
+        &KEY,
+        &ring::aead::CHACHA20_POLY1305,
+        &aws_lc_rs::aead::CHACHA20_POLY1305,
+    );
 }
 
 fn aes128gcm(c: &mut Criterion) {
@@ -373,6 +384,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = aes128gcm, aes256gcm, aes128cbc, aes256cbc, tdescbc, hmac_sha1, hmac_sha256
+    targets = aes128gcm, aes256gcm, chacha20poly1305, aes128cbc, aes256cbc, tdescbc, hmac_sha1, hmac_sha256
 }
 criterion_main!(benches);

@@ -11,6 +11,8 @@ pub enum Algorithm {
     Aes128Gcm16,
     /// AES-GCM-256 with a 16-byte ICV (RFC 4106).
     Aes256Gcm16,
+    /// ChaCha20-Poly1305 (RFC 7634): 256-bit key, 4-byte salt, 16-byte ICV.
+    ChaCha20Poly1305,
     /// AES-CBC-128 (RFC 3602) with HMAC-SHA1-96 (RFC 2404).
     Aes128Sha1,
     /// AES-CBC-256 (RFC 3602) with HMAC-SHA-256-128 (RFC 4868).
@@ -27,6 +29,7 @@ pub enum Algorithm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CipherKind {
     AesGcm,
+    ChaCha20Poly1305,
     AesCbc,
     TripleDesCbc,
     Null,
@@ -50,9 +53,10 @@ pub struct UnknownAlgorithm {
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 7] = [
+    pub const ALL: [Algorithm; 8] = [
         Algorithm::Aes128Gcm16,
         Algorithm::Aes256Gcm16,
+        Algorithm::ChaCha20Poly1305,
         Algorithm::Aes128Sha1,
         Algorithm::Aes256Sha256,
         Algorithm::TripleDesSha1,
@@ -60,9 +64,10 @@ impl Algorithm {
         Algorithm::Null,
     ];
 
-    pub const KEYWORDS: [&'static str; 7] = [
+    pub const KEYWORDS: [&'static str; 8] = [
         "aes128gcm16",
         "aes256gcm16",
+        "chacha20poly1305",
         "aes128-sha1",
         "aes256-sha256",
         "3des-sha1",
@@ -75,6 +80,7 @@ impl Algorithm {
         match self {
             Algorithm::Aes128Gcm16 => "aes128gcm16",
             Algorithm::Aes256Gcm16 => "aes256gcm16",
+            Algorithm::ChaCha20Poly1305 => "chacha20poly1305",
             Algorithm::Aes128Sha1 => "aes128-sha1",
             Algorithm::Aes256Sha256 => "aes256-sha256",
             Algorithm::TripleDesSha1 => "3des-sha1",
@@ -87,6 +93,7 @@ impl Algorithm {
     pub fn cipher(self) -> CipherKind {
         match self {
             Algorithm::Aes128Gcm16 | Algorithm::Aes256Gcm16 => CipherKind::AesGcm,
+            Algorithm::ChaCha20Poly1305 => CipherKind::ChaCha20Poly1305,
             Algorithm::Aes128Sha1 | Algorithm::Aes256Sha256 => CipherKind::AesCbc,
             Algorithm::TripleDesSha1 => CipherKind::TripleDesCbc,
             Algorithm::NullSha1 | Algorithm::Null => CipherKind::Null,
@@ -96,7 +103,9 @@ impl Algorithm {
     #[inline]
     pub fn integrity(self) -> IntegrityKind {
         match self {
-            Algorithm::Aes128Gcm16 | Algorithm::Aes256Gcm16 => IntegrityKind::Aead,
+            Algorithm::Aes128Gcm16 | Algorithm::Aes256Gcm16 | Algorithm::ChaCha20Poly1305 => {
+                IntegrityKind::Aead
+            }
             Algorithm::Aes128Sha1 | Algorithm::TripleDesSha1 | Algorithm::NullSha1 => {
                 IntegrityKind::HmacSha1_96
             }
@@ -116,12 +125,13 @@ impl Algorithm {
     }
 
     /// Encryption key length in bytes. For GCM this is RFC 4106 §8.1 KEYMAT:
-    /// the AES key followed by the 4-byte salt.
+    /// the AES key followed by the 4-byte salt; for ChaCha20-Poly1305 RFC
+    /// 7634 §2: the 256-bit key followed by the 4-byte salt.
     #[inline]
     pub fn enc_key_len(self) -> usize {
         match self {
             Algorithm::Aes128Gcm16 => 16 + 4,
-            Algorithm::Aes256Gcm16 => 32 + 4,
+            Algorithm::Aes256Gcm16 | Algorithm::ChaCha20Poly1305 => 32 + 4,
             Algorithm::Aes128Sha1 => 16,
             Algorithm::Aes256Sha256 => 32,
             Algorithm::TripleDesSha1 => 24,
@@ -143,7 +153,8 @@ impl Algorithm {
     #[inline]
     pub fn iv_len(self) -> usize {
         match self.cipher() {
-            CipherKind::AesGcm => 8, // RFC 4106 §3.1
+            CipherKind::AesGcm => 8,           // RFC 4106 §3.1
+            CipherKind::ChaCha20Poly1305 => 8, // RFC 7634 §2
             CipherKind::AesCbc => 16,
             CipherKind::TripleDesCbc => 8,
             CipherKind::Null => 0,
@@ -168,7 +179,7 @@ impl Algorithm {
         match self.cipher() {
             CipherKind::AesCbc => 16,
             CipherKind::TripleDesCbc => 8,
-            CipherKind::AesGcm | CipherKind::Null => 4,
+            CipherKind::AesGcm | CipherKind::ChaCha20Poly1305 | CipherKind::Null => 4,
         }
     }
 }

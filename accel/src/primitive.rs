@@ -36,11 +36,11 @@ fn run(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<bool, Des
     if let (CipherState::Null, MacState::None) = (&session.cipher, &session.mac) {
         return Ok(true);
     }
-    if let CipherState::AesGcm { .. } = session.cipher {
+    if let CipherState::Aead { .. } = session.cipher {
         return match desc.kind {
             DescriptorKind::SinglePass => aead_pass(session, desc, buf),
-            // GCM's tag depends on the ciphertext through GHASH inside the
-            // same primitive; it cannot be split into two passes.
+            // An AEAD's tag depends on the ciphertext inside the same
+            // primitive (GHASH, Poly1305); it cannot be split into two passes.
             DescriptorKind::CipherOnly | DescriptorKind::MacOnly => Err(DescriptorError::Unsupported),
         };
     }
@@ -63,15 +63,16 @@ fn run(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<bool, Des
 }
 
 fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<bool, DescriptorError> {
-    let CipherState::AesGcm { key, salt } = &session.cipher else {
+    let CipherState::Aead { key, salt } = &session.cipher else {
         return Err(DescriptorError::Unsupported);
     };
-    // RFC 4106 §4: nonce = salt ‖ explicit IV.
+    // RFC 4106 §4, RFC 7634 §2: nonce = salt ‖ explicit IV.
     let mut nonce = [0u8; 12];
     nonce[..4].copy_from_slice(&salt[..]);
     nonce[4..].copy_from_slice(&buf[desc.iv.range()]);
     let nonce = ring::aead::Nonce::assume_unique_for_key(nonce);
-    // RFC 4106 §5: AAD = SPI ‖ seq (32-bit) or SPI ‖ seq_hi ‖ seq_lo (ESN).
+    // RFC 4106 §5, RFC 7634 §2.1: AAD = SPI ‖ seq (32-bit) or
+    // SPI ‖ seq_hi ‖ seq_lo (ESN).
     let auth_only = &buf[desc.auth_only.range()];
     if auth_only.len() != 8 {
         return Err(DescriptorError::BadRegions);
@@ -112,7 +113,7 @@ fn cipher_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<(
     let (encrypt, decrypt) = match &session.cipher {
         CipherState::Cbc { encrypt, decrypt } => (encrypt, decrypt),
         CipherState::Null => return Ok(()),
-        CipherState::AesGcm { .. } => return Err(DescriptorError::Unsupported),
+        CipherState::Aead { .. } => return Err(DescriptorError::Unsupported),
     };
     let block = session.algorithm().pad_align();
     // Block sizes are powers of two: a mask, not a division, per packet.

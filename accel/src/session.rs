@@ -230,7 +230,9 @@ impl<T> SessionTable<T> {
 }
 
 pub(crate) enum CipherState {
-    AesGcm {
+    /// AES-GCM or ChaCha20-Poly1305: the same ESP layout (RFC 4106, RFC
+    /// 7634): nonce = salt ‖ explicit IV, the same AAD.
+    Aead {
         key: Wiped<ring::aead::LessSafeKey>,
         salt: Zeroizing<[u8; 4]>,
     },
@@ -271,18 +273,19 @@ impl Session {
     pub fn new(algorithm: Algorithm, enc_key: &[u8], auth_key: &[u8]) -> Result<Self, SessionError> {
         check_key_lengths(algorithm, enc_key, auth_key)?;
         let cipher = match algorithm.cipher() {
-            CipherKind::AesGcm => {
+            CipherKind::AesGcm | CipherKind::ChaCha20Poly1305 => {
                 let (key, salt) = enc_key.split_at(enc_key.len() - 4);
-                let aead = if key.len() == 16 {
-                    &ring::aead::AES_128_GCM
-                } else {
-                    &ring::aead::AES_256_GCM
+                // ring for both: the fastest here (accel/benches/crypto_libs.rs).
+                let aead = match (algorithm.cipher(), key.len()) {
+                    (CipherKind::ChaCha20Poly1305, _) => &ring::aead::CHACHA20_POLY1305,
+                    (_, 16) => &ring::aead::AES_128_GCM,
+                    _ => &ring::aead::AES_256_GCM,
                 };
                 let unbound = ring::aead::UnboundKey::new(aead, key)
                     .map_err(|_| SessionError::Rejected { algorithm })?;
                 let mut salt_bytes = Zeroizing::new([0u8; 4]);
                 salt_bytes.copy_from_slice(salt);
-                CipherState::AesGcm {
+                CipherState::Aead {
                     key: Wiped::new(ring::aead::LessSafeKey::new(unbound)),
                     salt: salt_bytes,
                 }

@@ -1,7 +1,7 @@
 //! The crates `benches/crypto_libs.rs` compares give identical bytes.
 //!
 //! For every algorithm the benchmark times (`aes128gcm`, `aes256gcm`,
-//! `aes128cbc`, `aes256cbc`, `3descbc`, `hmacsha1`, `hmacsha256`) and with
+//! `chacha20poly1305`, `aes128cbc`, `aes256cbc`, `3descbc`, `hmacsha1`, `hmacsha256`) and with
 //! the same calls it times, every crate it times (RustCrypto, `ring` where
 //! it has the algorithm, `aws-lc-rs`) must produce the same output over
 //! many lengths, keys, nonces and IVs, open or decrypt what the others
@@ -64,6 +64,7 @@ fn this_test_covers_every_algorithm_and_crate_the_benchmark_compares() {
     let mut covered = vec![
         "aes128gcm",
         "aes256gcm",
+        "chacha20poly1305",
         "aes128cbc",
         "aes256cbc",
         "tdescbc",
@@ -94,16 +95,17 @@ fn this_test_covers_every_algorithm_and_crate_the_benchmark_compares() {
 // ---------------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug)]
-enum Gcm {
+enum AeadAlg {
     Aes128,
     Aes256,
+    ChaCha20Poly1305,
 }
 
-impl Gcm {
+impl AeadAlg {
     fn key_len(self) -> usize {
         match self {
-            Gcm::Aes128 => 16,
-            Gcm::Aes256 => 32,
+            AeadAlg::Aes128 => 16,
+            AeadAlg::Aes256 | AeadAlg::ChaCha20Poly1305 => 32,
         }
     }
 }
@@ -111,15 +113,18 @@ impl Gcm {
 /// What each crate's seal gives (ciphertext ‖ tag), in the benchmark's
 /// crate order.
 fn gcm_seals(
-    gcm: Gcm,
+    gcm: AeadAlg,
     key: &[u8],
     nonce: &[u8; 12],
     aad: &[u8],
     plaintext: &[u8],
 ) -> [(&'static str, Vec<u8>); 3] {
     let rustcrypto = match gcm {
-        Gcm::Aes128 => rc_seal::<aes_gcm::Aes128Gcm>(key, nonce, aad, plaintext),
-        Gcm::Aes256 => rc_seal::<aes_gcm::Aes256Gcm>(key, nonce, aad, plaintext),
+        AeadAlg::Aes128 => rc_seal::<aes_gcm::Aes128Gcm>(key, nonce, aad, plaintext),
+        AeadAlg::Aes256 => rc_seal::<aes_gcm::Aes256Gcm>(key, nonce, aad, plaintext),
+        AeadAlg::ChaCha20Poly1305 => {
+            rc_seal::<chacha20poly1305::ChaCha20Poly1305>(key, nonce, aad, plaintext)
+        }
     };
     let (ring_alg, aws_alg) = gcm_algs(gcm);
     let ring = {
@@ -156,15 +161,16 @@ fn gcm_seals(
 /// What each crate's open of `packet` (ciphertext ‖ tag) gives: the
 /// plaintext, or `None` when it refuses the tag.
 fn gcm_opens(
-    gcm: Gcm,
+    gcm: AeadAlg,
     key: &[u8],
     nonce: &[u8; 12],
     aad: &[u8],
     packet: &[u8],
 ) -> [(&'static str, Option<Vec<u8>>); 3] {
     let rustcrypto = match gcm {
-        Gcm::Aes128 => rc_open::<aes_gcm::Aes128Gcm>(key, nonce, aad, packet),
-        Gcm::Aes256 => rc_open::<aes_gcm::Aes256Gcm>(key, nonce, aad, packet),
+        AeadAlg::Aes128 => rc_open::<aes_gcm::Aes128Gcm>(key, nonce, aad, packet),
+        AeadAlg::Aes256 => rc_open::<aes_gcm::Aes256Gcm>(key, nonce, aad, packet),
+        AeadAlg::ChaCha20Poly1305 => rc_open::<chacha20poly1305::ChaCha20Poly1305>(key, nonce, aad, packet),
     };
     let (ring_alg, aws_alg) = gcm_algs(gcm);
     let ring = {
@@ -195,14 +201,18 @@ fn gcm_opens(
 }
 
 fn gcm_algs(
-    gcm: Gcm,
+    gcm: AeadAlg,
 ) -> (
     &'static ring::aead::Algorithm,
     &'static aws_lc_rs::aead::Algorithm,
 ) {
     match gcm {
-        Gcm::Aes128 => (&ring::aead::AES_128_GCM, &aws_lc_rs::aead::AES_128_GCM),
-        Gcm::Aes256 => (&ring::aead::AES_256_GCM, &aws_lc_rs::aead::AES_256_GCM),
+        AeadAlg::Aes128 => (&ring::aead::AES_128_GCM, &aws_lc_rs::aead::AES_128_GCM),
+        AeadAlg::Aes256 => (&ring::aead::AES_256_GCM, &aws_lc_rs::aead::AES_256_GCM),
+        AeadAlg::ChaCha20Poly1305 => (
+            &ring::aead::CHACHA20_POLY1305,
+            &aws_lc_rs::aead::CHACHA20_POLY1305,
+        ),
     }
 }
 
@@ -237,7 +247,7 @@ fn rc_open<A: AeadInOut + KeyInit>(
 /// Seals with every crate and checks that the outputs are identical, that
 /// every crate opens them back to `plaintext`, and that every crate refuses
 /// them with one tag bit flipped. Returns the common ciphertext ‖ tag.
-fn gcm_agree(gcm: Gcm, key: &[u8], nonce: &[u8; 12], aad: &[u8], plaintext: &[u8]) -> Vec<u8> {
+fn gcm_agree(gcm: AeadAlg, key: &[u8], nonce: &[u8; 12], aad: &[u8], plaintext: &[u8]) -> Vec<u8> {
     let what = format!("{gcm:?}-GCM, {} bytes, {}-byte AAD", plaintext.len(), aad.len());
     let seals = gcm_seals(gcm, key, nonce, aad, plaintext);
     let (_, reference) = &seals[0];
@@ -267,7 +277,7 @@ fn gcm_agree(gcm: Gcm, key: &[u8], nonce: &[u8; 12], aad: &[u8], plaintext: &[u8
 #[test]
 fn aes_gcm_seal_and_open_agree_across_rustcrypto_ring_and_aws_lc_rs() {
     let mut cases = 0;
-    for gcm in [Gcm::Aes128, Gcm::Aes256] {
+    for gcm in [AeadAlg::Aes128, AeadAlg::Aes256] {
         for key_seed in 1..=3u64 {
             let key = bytes(gcm.key_len(), key_seed);
             for (i, len) in lengths().into_iter().enumerate() {
@@ -282,6 +292,48 @@ fn aes_gcm_seal_and_open_agree_across_rustcrypto_ring_and_aws_lc_rs() {
         }
     }
     assert_eq!(cases, 2 * 3 * lengths().len() * 2);
+}
+
+#[test]
+fn chacha20_poly1305_seal_and_open_agree_across_rustcrypto_ring_and_aws_lc_rs() {
+    let mut cases = 0;
+    for key_seed in 1..=3u64 {
+        let key = bytes(32, key_seed);
+        for (i, len) in lengths().into_iter().enumerate() {
+            let nonce: [u8; 12] = bytes(12, 400 + i as u64).try_into().expect("12 bytes");
+            for aad_len in [8, 12] {
+                let aad = bytes(aad_len, 500 + i as u64);
+                gcm_agree(
+                    AeadAlg::ChaCha20Poly1305,
+                    &key,
+                    &nonce,
+                    &aad,
+                    &bytes(len, 600 + i as u64),
+                );
+                cases += 1;
+            }
+        }
+    }
+    assert_eq!(cases, 3 * lengths().len() * 2);
+}
+
+/// RFC 7634 Appendix A (ChaCha20-Poly1305 in ESP) in every crate.
+#[test]
+fn chacha20_poly1305_known_answer_in_every_crate() {
+    let keymat = h(CHACHA_ESP_RFC7634_KEYMAT);
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(&keymat[32..]);
+    nonce[4..].copy_from_slice(&h(CHACHA_ESP_RFC7634_IV));
+    let mut aad = CHACHA_ESP_RFC7634_SPI.to_be_bytes().to_vec();
+    aad.extend_from_slice(&CHACHA_ESP_RFC7634_SEQ_LO.to_be_bytes());
+    let sealed = gcm_agree(
+        AeadAlg::ChaCha20Poly1305,
+        &keymat[..32],
+        &nonce,
+        &aad,
+        &h(CHACHA_ESP_RFC7634_PLAINTEXT),
+    );
+    assert_eq!(hex::encode(sealed), CHACHA_ESP_RFC7634_CIPHERTEXT_ICV);
 }
 
 /// draft-mcgrew-gcm-test-01 (the GCM-in-ESP cases of RFC 4106 and RFC
@@ -314,16 +366,16 @@ fn aes_gcm_known_answers_in_every_crate() {
     for (i, (key, nonce, aad, plaintext, expected)) in cases.iter().enumerate() {
         let key = h(key);
         let gcm = match key.len() {
-            16 => Gcm::Aes128,
-            32 => Gcm::Aes256,
+            16 => AeadAlg::Aes128,
+            32 => AeadAlg::Aes256,
             _ => continue, // AES-192
         };
         let nonce: [u8; 12] = h(nonce).try_into().expect("12-byte nonce");
         let got = gcm_agree(gcm, &key, &nonce, &h(aad), &h(plaintext));
         assert_eq!(hex::encode(got), *expected, "case {}", i + 1);
         match gcm {
-            Gcm::Aes128 => aes128 += 1,
-            Gcm::Aes256 => aes256 += 1,
+            AeadAlg::Aes128 => aes128 += 1,
+            AeadAlg::Aes256 | AeadAlg::ChaCha20Poly1305 => aes256 += 1,
         }
     }
     assert_eq!((aes128, aes256), (12, 4), "every AES-128 and AES-256 case ran");

@@ -925,8 +925,12 @@ fn cbc_cipher_region_must_be_whole_blocks() {
 }
 
 #[test]
-fn split_passes_are_unsupported_for_gcm() {
-    for alg in [Algorithm::Aes128Gcm16, Algorithm::Aes256Gcm16] {
+fn split_passes_are_unsupported_for_aeads() {
+    for alg in [
+        Algorithm::Aes128Gcm16,
+        Algorithm::Aes256Gcm16,
+        Algorithm::ChaCha20Poly1305,
+    ] {
         let session = any_session(alg);
         for kind in [DescriptorKind::CipherOnly, DescriptorKind::MacOnly] {
             for direction in [Direction::Encrypt, Direction::Decrypt] {
@@ -943,6 +947,121 @@ fn split_passes_are_unsupported_for_gcm() {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// 5b. ChaCha20-Poly1305 for ESP (RFC 7634), Appendix A
+// ---------------------------------------------------------------------------
+
+fn chacha_session(keymat: &[u8]) -> Session {
+    Session::new(Algorithm::ChaCha20Poly1305, keymat, &[]).expect("a 36-byte KEYMAT")
+}
+
+fn chacha_desc(direction: Direction, esn_high: Option<u32>) -> Descriptor {
+    let len = h(CHACHA_ESP_RFC7634_PLAINTEXT).len();
+    descriptor(DescriptorKind::SinglePass, direction, 8, len, 16, esn_high)
+}
+
+/// SPI ‖ seq ‖ IV ‖ ciphertext ‖ ICV, as RFC 7634 Appendix A prints it.
+fn chacha_packet() -> Vec<u8> {
+    cat(&[
+        &esp_header(CHACHA_ESP_RFC7634_SPI, CHACHA_ESP_RFC7634_SEQ_LO),
+        &h(CHACHA_ESP_RFC7634_IV),
+        &h(CHACHA_ESP_RFC7634_CIPHERTEXT_ICV),
+    ])
+}
+
+#[test]
+fn chacha20_poly1305_esp_encrypts_to_rfc7634_appendix_a() {
+    let session = chacha_session(&h(CHACHA_ESP_RFC7634_KEYMAT));
+    let plain = cat(&[
+        &esp_header(CHACHA_ESP_RFC7634_SPI, CHACHA_ESP_RFC7634_SEQ_LO),
+        &h(CHACHA_ESP_RFC7634_IV),
+        &h(CHACHA_ESP_RFC7634_PLAINTEXT),
+        &[0u8; 16],
+    ]);
+    let mut buf = plain.clone();
+    assert_eq!(
+        process(&session, chacha_desc(Direction::Encrypt, None), &mut buf),
+        Status::Done
+    );
+    assert_eq!(hex::encode(&buf), hex::encode(chacha_packet()));
+    // With ESN the high half joins the AAD (RFC 7634 §2.1): the same
+    // ciphertext, another ICV.
+    let mut esn = plain;
+    let high = Some(CHACHA_ESP_RFC7634_ESN_SEQ_HI);
+    assert_eq!(
+        process(&session, chacha_desc(Direction::Encrypt, high), &mut esn),
+        Status::Done
+    );
+    let icv_at = esn.len() - 16;
+    assert_eq!(esn[..icv_at], buf[..icv_at]);
+    assert_eq!(hex::encode(&esn[icv_at..]), CHACHA_ESP_RFC7634_ESN_ICV);
+}
+
+#[test]
+fn chacha20_poly1305_esp_decrypts_rfc7634_appendix_a_and_refuses_forgeries() {
+    let keymat = h(CHACHA_ESP_RFC7634_KEYMAT);
+    let session = chacha_session(&keymat);
+    let packet = chacha_packet();
+    let mut buf = packet.clone();
+    assert_eq!(
+        process(&session, chacha_desc(Direction::Decrypt, None), &mut buf),
+        Status::Done
+    );
+    let plain = h(CHACHA_ESP_RFC7634_PLAINTEXT);
+    assert_eq!(
+        hex::encode(&buf[HDR + 8..HDR + 8 + plain.len()]),
+        hex::encode(&plain)
+    );
+    let cases: Vec<(&str, Vec<u8>, Option<u32>, Vec<u8>)> = vec![
+        (
+            "ICV bit",
+            flipped(&packet, packet.len() - 1),
+            None,
+            keymat.clone(),
+        ),
+        (
+            "ciphertext bit",
+            flipped(&packet, HDR + 8 + 20),
+            None,
+            keymat.clone(),
+        ),
+        ("IV bit", flipped(&packet, HDR + 3), None, keymat.clone()),
+        ("SPI bit (AAD)", flipped(&packet, 1), None, keymat.clone()),
+        ("sequence bit (AAD)", flipped(&packet, 7), None, keymat.clone()),
+        (
+            "an ESN high half the sender did not use",
+            packet.clone(),
+            Some(1),
+            keymat.clone(),
+        ),
+        ("another key", packet.clone(), None, flipped(&keymat, 0)),
+        ("another salt", packet.clone(), None, flipped(&keymat, 35)),
+    ];
+    for (what, mut bytes, esn_high, key) in cases {
+        let before = bytes.clone();
+        let status = process(
+            &chacha_session(&key),
+            chacha_desc(Direction::Decrypt, esn_high),
+            &mut bytes,
+        );
+        assert_eq!(status, Status::AuthFailed, "{what}");
+        assert_eq!(bytes[..HDR + 8], before[..HDR + 8], "{what}: header untouched");
+    }
+    // The ESN form verifies with its own high half only.
+    let mut esn = packet;
+    let icv_at = esn.len() - 16;
+    esn[icv_at..].copy_from_slice(&h(CHACHA_ESP_RFC7634_ESN_ICV));
+    let high = Some(CHACHA_ESP_RFC7634_ESN_SEQ_HI);
+    assert_eq!(
+        process(&session, chacha_desc(Direction::Decrypt, high), &mut esn.clone()),
+        Status::Done
+    );
+    assert_eq!(
+        process(&session, chacha_desc(Direction::Decrypt, None), &mut esn),
+        Status::AuthFailed
+    );
 }
 
 // ---------------------------------------------------------------------------

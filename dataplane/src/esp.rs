@@ -267,9 +267,9 @@ pub fn encapsulate_prepare<R: Rng>(
     esp_packet.set_sequence_number(seq as u32);
     let iv = &mut rest[esp::HEADER_LEN..esp_overhead];
     match alg.cipher() {
-        // RFC 4106 §3.1: the IV must not repeat under one key; the
-        // 64-bit sequence number never does.
-        CipherKind::AesGcm => iv.copy_from_slice(&seq.to_be_bytes()),
+        // RFC 4106 §3.1, RFC 7634 §2: the IV must not repeat under one key;
+        // the 64-bit sequence number never does.
+        CipherKind::AesGcm | CipherKind::ChaCha20Poly1305 => iv.copy_from_slice(&seq.to_be_bytes()),
         // RFC 3602 §3 / RFC 2451: CBC IVs must be unpredictable.
         CipherKind::AesCbc | CipherKind::TripleDesCbc => ctx.rng.fill_bytes(iv),
         CipherKind::Null => {}

@@ -125,6 +125,13 @@ pub fn engine_spec(kind: EngineKind, buffers: BufferPolicy) -> EngineSpec {
     }
 }
 
+/// Whether engine `kind` can run `alg`: the SEC model has no ChaCha20 or
+/// Poly1305 unit and refuses such sessions (`accel/tests/sec_model.rs`
+/// checks the refusal).
+pub fn engine_runs(kind: accel::EngineKind, alg: accel::Algorithm) -> bool {
+    !(kind == accel::EngineKind::Sec && alg == accel::Algorithm::ChaCha20Poly1305)
+}
+
 pub fn gateway_from(toml: &str) -> Gateway {
     gateway_on(toml, &EngineSpec::default(), Style::Async)
 }

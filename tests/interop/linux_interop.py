@@ -56,6 +56,7 @@ START = 0xFFFFFFF0  # ESN cases: both directions start 16 below 2^32
 ALGS = {
     "aes128gcm16": ("gcm", 20, 0),
     "aes256gcm16": ("gcm256", 36, 0),
+    "chacha20poly1305": ("chacha", 36, 0),  # rfc7539esp(chacha20,poly1305)
     "aes128-sha1": ("aes-sha1", 16, 20),
     "aes256-sha256": ("aes-sha256", 32, 32),  # lp-xfrm's aes-sha256 with AES-256 keys given explicitly
     "3des-sha1": ("3des-sha1", 24, 20),
@@ -455,6 +456,7 @@ def main():
     cases += [
         ("neg-wrong-key-aes128gcm16", "aes128gcm16", "tunnel", False, "wrong-key"),
         ("neg-wrong-key-aes128-sha1", "aes128-sha1", "tunnel", False, "wrong-key"),
+        ("neg-wrong-key-chacha20poly1305", "chacha20poly1305", "tunnel", False, "wrong-key"),
         ("neg-wrong-spi-aes128-sha1", "aes128-sha1", "tunnel", False, "wrong-spi"),
         ("neg-replay-to-vm-aes128gcm16", "aes128gcm16", "tunnel", False, "replay"),
     ]

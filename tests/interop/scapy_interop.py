@@ -3,8 +3,8 @@
 
 Usage: scapy_interop.py --espgw PATH/TO/espgw --workdir DIR
 
-For every algorithm (aes128gcm16, aes256gcm16, aes128-sha1, aes256-sha256,
-3des-sha1, null-sha1, null) x mode (tunnel, transport) x ESN (off, on), the
+For every algorithm (aes128gcm16, aes256gcm16, chacha20poly1305,
+aes128-sha1, aes256-sha256, 3des-sha1, null-sha1, null) x mode (tunnel, transport) x ESN (off, on), the
 script writes an espgw config, runs `espgw pcap` over captures built or read by
 scapy's `SecurityAssociation`, and checks three things:
 
@@ -30,7 +30,8 @@ espgw->scapy  12 plaintext packets from 192.168.1.10 arrive on `inside`; each
       forwarded packet 192.168.1.10 -> 10.0.0.2 gets ESP inserted after its own
       header; the ESP packet keeps its addresses.
     Both: sequence numbers 1, 2, 3, ...; CBC IVs all differ; the GCM IV is the
-      64-bit sequence number (RFC 4106 section 3.1).
+      64-bit sequence number (RFC 4106 section 3.1), and so is the
+      ChaCha20-Poly1305 IV (RFC 7634 section 2).
 negative  one capture with: a good packet (seq 1), a packet encrypted with
     the wrong keys (seq 2), a replay of the seq-1 frame, a packet with an
     unknown SPI, and the good seq-2 packet. Expect drops auth_failed == 1
@@ -61,6 +62,7 @@ Alg = namedtuple("Alg", "crypt enc_len auth auth_len iv_len icv aead")
 ALGORITHMS = {
     "aes128gcm16": Alg("AES-GCM", 16 + 4, "NULL", 0, 8, 16, True),
     "aes256gcm16": Alg("AES-GCM", 32 + 4, "NULL", 0, 8, 16, True),
+    "chacha20poly1305": Alg("CHACHA20-POLY1305", 32 + 4, "NULL", 0, 8, 16, True),
     "aes128-sha1": Alg("AES-CBC", 16, "HMAC-SHA1-96", 20, 16, 12, False),
     "aes256-sha256": Alg("AES-CBC", 32, "SHA2-256-128", 32, 16, 16, False),
     "3des-sha1": Alg("3DES", 24, "HMAC-SHA1-96", 20, 8, 12, False),

@@ -261,7 +261,7 @@ impl Registered {
         let cipher = match alg.cipher() {
             CipherKind::AesCbc => Some("cbc(aes)"),
             CipherKind::TripleDesCbc => Some("cbc(des3_ede)"),
-            CipherKind::AesGcm | CipherKind::Null => None,
+            CipherKind::AesGcm | CipherKind::ChaCha20Poly1305 | CipherKind::Null => None,
         };
         let cipher = match cipher {
             Some(name) => {
@@ -309,12 +309,15 @@ fn aead_template(
 ) -> Option<(String, Zeroizing<Vec<u8>>, usize)> {
     let enc = &session.enc_key;
     let auth = &session.auth_key;
-    if alg.cipher() == CipherKind::AesGcm {
-        return Some((
-            "rfc4106(gcm(aes))".into(),
-            Zeroizing::new(enc.to_vec()),
-            alg.icv_len(),
-        ));
+    // The ESP forms of the AEADs: the key blob is the key followed by the
+    // 4-byte salt, and the associated data is SPI ‖ seq (‖ seq_hi) ‖ IV.
+    let aead = match alg.cipher() {
+        CipherKind::AesGcm => Some("rfc4106(gcm(aes))"),
+        CipherKind::ChaCha20Poly1305 => Some("rfc7539esp(chacha20,poly1305)"),
+        CipherKind::AesCbc | CipherKind::TripleDesCbc | CipherKind::Null => None,
+    };
+    if let Some(name) = aead {
+        return Some((name.into(), Zeroizing::new(enc.to_vec()), alg.icv_len()));
     }
     let hash = match alg.integrity() {
         IntegrityKind::HmacSha1_96 => "hmac(sha1)",
@@ -325,7 +328,7 @@ fn aead_template(
         CipherKind::AesCbc => "cbc(aes)",
         CipherKind::TripleDesCbc => "cbc(des3_ede)",
         CipherKind::Null => "ecb(cipher_null)",
-        CipherKind::AesGcm => return None,
+        CipherKind::AesGcm | CipherKind::ChaCha20Poly1305 => return None,
     };
     let template = if esn { "authencesn" } else { "authenc" };
     // crypto/authenc.c: rtattr { len 8, type CRYPTO_AUTHENC_KEYA_PARAM (1) }
@@ -824,9 +827,7 @@ impl AfalgEngine {
                     Ok(None) => Ok(None),
                     // authenc and authencesn lay out the associated data
                     // differently: the session's template decides.
-                    Ok(Some(Pass::Aead))
-                        if alg.cipher() != CipherKind::AesGcm && desc.esn_high.is_some() != reg.esn =>
-                    {
+                    Ok(Some(Pass::Aead)) if !alg.is_aead() && desc.esn_high.is_some() != reg.esn => {
                         Err(DescriptorError::Unsupported)
                     }
                     Ok(Some(pass)) => {

@@ -631,3 +631,22 @@ pub const TDES_CBC_CAVP_TCBCMMT3_ENC_3_PLAINTEXT: &str =
     "6174079dda53ca723ebf00a66837f8d5ce648c08acaa5ee45ffe62210ef79d3e";
 pub const TDES_CBC_CAVP_TCBCMMT3_ENC_3_CIPHERTEXT: &str =
     "f5bd4d600bed77bec78409e3530ebda1d815506ed53103015b87e371ae000958";
+
+// ===========================================================================
+// ChaCha20-Poly1305 for ESP (RFC 7634).  KEYMAT = 256-bit key || 4-octet salt;
+// nonce = salt || IV; AAD = SPI || seq (|| seq_hi before seq with ESN).
+// ===========================================================================
+
+// RFC 7634, Appendix A (ESP Example): an ICMP echo request in tunnel mode, SPI
+// 0x01020304, sequence number 5, 2 octets of padding, next header 4 (IPv4).
+pub const CHACHA_ESP_RFC7634_KEYMAT: &str =
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9fa0a1a2a3";
+pub const CHACHA_ESP_RFC7634_SPI: u32 = 0x01020304;
+pub const CHACHA_ESP_RFC7634_SEQ_LO: u32 = 0x00000005;
+pub const CHACHA_ESP_RFC7634_IV: &str = "1011121314151617";
+pub const CHACHA_ESP_RFC7634_PLAINTEXT: &str = "45000054a6f200004001e778c6336405c000020508005b7a3a080000553bec100007362708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363701020204";
+pub const CHACHA_ESP_RFC7634_CIPHERTEXT_ICV: &str = "24039428b97f417e3c13753a4f05087b67c352e6a7fab1b982d466ef407ae5c614ee8099d52844eb61aa95dfab4c02f72aa71e7c4c4f64c9befe2facc638e8f3cbec163fac469b502773f6fb94e664da9165b82829f641e076aaa8266b7fb0f7b11b369907e1ad43";
+// Not published: the same packet with ESN and seq_hi 1 (12-octet AAD, RFC 7634
+// §2.1), computed with pyca/cryptography by verify.py. Only the ICV changes.
+pub const CHACHA_ESP_RFC7634_ESN_SEQ_HI: u32 = 0x00000001;
+pub const CHACHA_ESP_RFC7634_ESN_ICV: &str = "5b07088de62604bfad93485db1f36490";

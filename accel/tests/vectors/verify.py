@@ -14,7 +14,8 @@ except ImportError:  # older cryptography
 
 RS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'mod.rs')
 C = {}
-for m in re.finditer(r'^pub const ([A-Z0-9_]+): ([^=]+?) = (.+?);$', open(RS).read(), re.M):
+# rustfmt moves a long value to the next line: the value may follow a newline.
+for m in re.finditer(r'^pub const ([A-Z0-9_]+): ([^=\n]+?) =\s+(.+?);$', open(RS).read(), re.M | re.S):
     name, ty, val = m.group(1), m.group(2).strip(), m.group(3).strip()
     assert name not in C, f'duplicate {name}'
     if ty == '&str':
@@ -143,6 +144,18 @@ for cnt in sorted({int(m.group(1)) for kk in C for m in [re.match(r'TDES_CBC_CAV
     assert len(k) == 24 and len({k[:8], k[8:16], k[16:]}) == 3, f'{P} must be 3 distinct keys'
     eq(tdes(k, modes.CBC(iv), pt), ct, f'{P} 3DES-CBC encrypt'); eq(tdes(k, modes.CBC(iv), ct, False), pt, f'{P} decrypt')
     ok(f'{P}: 3-key 3DES-CBC, {len(pt)//8} blocks')
+
+# --- 5. ChaCha20-Poly1305 ESP (RFC 7634) ----------------------------------------
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+P = 'CHACHA_ESP_RFC7634'
+km, iv, pt = g(f'{P}_KEYMAT'), g(f'{P}_IV'), g(f'{P}_PLAINTEXT'); assert len(km) == 36
+aead = ChaCha20Poly1305(km[:32])
+aad = struct.pack('>II', g(f'{P}_SPI'), g(f'{P}_SEQ_LO'))
+eq(aead.encrypt(km[32:] + iv, pt, aad), g(f'{P}_CIPHERTEXT_ICV'), f'{P} ChaCha20-Poly1305 ESP')
+check_trailer(pt, pt[:-4], 2, 4, P)
+aad_esn = struct.pack('>III', g(f'{P}_SPI'), g(f'{P}_ESN_SEQ_HI'), g(f'{P}_SEQ_LO'))
+eq(aead.encrypt(km[32:] + iv, pt, aad_esn)[-16:], g(f'{P}_ESN_ICV'), f'{P} with ESN')
+ok(f'{P}: RFC 7634 Appendix A, and its ESN form')
 
 unused = set(C) - used
 assert not unused, f'constants not checked by verify.py: {sorted(unused)}'

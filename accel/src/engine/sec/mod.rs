@@ -139,9 +139,25 @@ impl Default for SecConfig {
     }
 }
 
+/// Refuses what the SEC's execution units cannot run: it has no
+/// ChaCha20 or Poly1305 unit (AESU, DEU and MDEU do AES, DES/3DES and the
+/// MD5/SHA family), so such a session never reaches the model.
+pub(crate) fn check_supported(alg: Algorithm) -> Result<(), crate::engine::RegisterError> {
+    if alg.cipher() == CipherKind::ChaCha20Poly1305 {
+        return Err(crate::engine::RegisterError::Refused {
+            engine: crate::engine::EngineKind::Sec,
+            reason: format!(
+                "`{alg}`: the SEC has no ChaCha20 or Poly1305 execution unit (AESU, DEU and MDEU only); use the soft or afalg engine"
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn cipher_unit(alg: Algorithm) -> EuKind {
     match alg.cipher() {
-        CipherKind::AesGcm | CipherKind::AesCbc => EuKind::Aesu,
+        // ChaCha20: refused at registration (`check_supported`).
+        CipherKind::AesGcm | CipherKind::AesCbc | CipherKind::ChaCha20Poly1305 => EuKind::Aesu,
         CipherKind::TripleDesCbc => EuKind::Deu,
         CipherKind::Null => EuKind::Null,
     }

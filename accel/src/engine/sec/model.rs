@@ -522,6 +522,7 @@ impl Engine for SecEngine {
     }
 
     fn register(&mut self, spec: &SessionSpec) -> Result<SessionHandle, RegisterError> {
+        super::check_supported(spec.algorithm)?;
         let session = Session::from_spec(spec)?;
         Ok(self.sessions.insert(session))
     }

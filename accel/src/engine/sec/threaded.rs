@@ -178,6 +178,7 @@ impl Engine for ThreadedSecEngine {
     }
 
     fn register(&mut self, spec: &SessionSpec) -> Result<SessionHandle, RegisterError> {
+        super::check_supported(spec.algorithm)?;
         let session = Box::new(Session::from_spec(spec)?);
         let handle = self.handles.insert(());
         let ch = self.channel_of(handle);

@@ -1014,7 +1014,9 @@ fn chacha20_poly1305_esp_decrypts_rfc7634_appendix_a_and_refuses_forgeries() {
         hex::encode(&buf[HDR + 8..HDR + 8 + plain.len()]),
         hex::encode(&plain)
     );
-    let cases: Vec<(&str, Vec<u8>, Option<u32>, Vec<u8>)> = vec![
+    /// What is changed, the packet, the ESN high half, the KEYMAT.
+    type Forgery = (&'static str, Vec<u8>, Option<u32>, Vec<u8>);
+    let cases: Vec<Forgery> = vec![
         (
             "ICV bit",
             flipped(&packet, packet.len() - 1),

@@ -129,7 +129,7 @@ pub fn engine_spec(kind: EngineKind, buffers: BufferPolicy) -> EngineSpec {
 /// Poly1305 unit and refuses such sessions (`accel/tests/sec_model.rs`
 /// checks the refusal).
 pub fn engine_runs(kind: accel::EngineKind, alg: accel::Algorithm) -> bool {
-    !(kind == accel::EngineKind::Sec && alg == accel::Algorithm::ChaCha20Poly1305)
+    kind.supports(alg)
 }
 
 pub fn gateway_from(toml: &str) -> Gateway {

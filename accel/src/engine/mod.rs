@@ -49,6 +49,12 @@ impl EngineKind {
             EngineKind::Afalg => "afalg",
         }
     }
+
+    /// Whether this engine can run `alg` at all: the SEC has no ChaCha20
+    /// or Poly1305 unit, and refuses such sessions at registration.
+    pub fn supports(self, alg: crate::Algorithm) -> bool {
+        !(self == EngineKind::Sec && alg.cipher() == crate::CipherKind::ChaCha20Poly1305)
+    }
 }
 
 impl fmt::Display for EngineKind {

@@ -143,7 +143,7 @@ impl Default for SecConfig {
 /// ChaCha20 or Poly1305 unit (AESU, DEU and MDEU do AES, DES/3DES and the
 /// MD5/SHA family), so such a session never reaches the model.
 pub(crate) fn check_supported(alg: Algorithm) -> Result<(), crate::engine::RegisterError> {
-    if alg.cipher() == CipherKind::ChaCha20Poly1305 {
+    if !crate::engine::EngineKind::Sec.supports(alg) {
         return Err(crate::engine::RegisterError::Refused {
             engine: crate::engine::EngineKind::Sec,
             reason: format!(

@@ -843,6 +843,9 @@ mod tests {
                 "aes128gcm16/sec/dual-pass",
                 "aes128gcm16/sec/async",
                 "aes128gcm16/raw",
+                // The SEC has no ChaCha20 unit: soft and the ceiling only.
+                "chacha20poly1305/soft",
+                "chacha20poly1305/raw",
                 "aes128-sha1/soft",
                 "aes128-sha1/sec/sync",
                 "aes128-sha1/sec/dual-pass",

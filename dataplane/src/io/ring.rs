@@ -25,9 +25,11 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 /// Bytes of one slot: a 1518-byte frame with the slot's header and the
 /// virtio-net header before it fits (`tp_mac` is 76 with them).
 pub const SLOT_SIZE: usize = 2048;
-/// Slots per ring (4 MiB), about as many 64-byte frames as the 8 MiB
-/// socket buffer of the `recvmmsg` path holds.
-pub const SLOTS: usize = 2048;
+/// Slots per ring (8 MiB, the memory of the `recvmmsg` path's socket
+/// buffer, which holds about 3,300 full-size frames): room for a burst
+/// while the worker is descheduled, so that a flood of fragments is not
+/// cut (`tests/workers_netns.rs` saw 2,048 slots overflow on a busy host).
+pub const SLOTS: usize = 4096;
 const BLOCK_SIZE: usize = 1 << 20;
 
 /// One slot as the kernel filled it.

@@ -344,7 +344,12 @@ pub fn extra_scenarios(
         .iter()
         .copied()
         .find(|a| *a == Algorithm::Aes128Sha1)
-        .or_else(|| algorithms.iter().copied().find(|a| *a != Algorithm::Null))
+        .or_else(|| {
+            algorithms
+                .iter()
+                .copied()
+                .find(|a| *a != Algorithm::Null && EngineKind::Sec.supports(*a))
+        })
     else {
         return (Vec::new(), Vec::new());
     };
@@ -397,10 +402,11 @@ pub fn study_scenarios(
     };
     let mut ends = vec![small, large];
     ends.dedup();
+    // Only what the sec model runs (it has no ChaCha20 unit).
     let algs: Vec<Algorithm> = algorithms
         .iter()
         .copied()
-        .filter(|a| *a != Algorithm::Null)
+        .filter(|a| *a != Algorithm::Null && EngineKind::Sec.supports(*a))
         .collect();
     let esp = |algorithm, knobs| Scenario::Esp {
         algorithm,

@@ -195,20 +195,17 @@ pub struct Config {
 /// Why a validated configuration could not be installed.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
-    #[error("SA `{sa}`: {source}")]
-    Session {
-        sa: String,
-        #[source]
-        source: accel::SessionError,
-    },
+    // The cause is in the message, not also chained as a source: `{:#}`
+    // printers (anyhow) would print it twice.
+    #[error("SA `{sa}`: {reason}")]
+    Session { sa: String, reason: accel::SessionError },
     #[error(transparent)]
     Sad(#[from] spd_sad::SadError),
     /// The engine refused the SA's session.
-    #[error("SA `{sa}`: {source}")]
+    #[error("SA `{sa}`: {reason}")]
     Engine {
         sa: String,
-        #[source]
-        source: accel::RegisterError,
+        reason: accel::RegisterError,
     },
 }
 
@@ -216,13 +213,13 @@ impl InstallError {
     pub(crate) fn from_gateway(sa: &str, e: dataplane::InstallSaError) -> InstallError {
         match e {
             dataplane::InstallSaError::Sad(e) => InstallError::Sad(e),
-            dataplane::InstallSaError::Engine(accel::RegisterError::Keys(source)) => InstallError::Session {
+            dataplane::InstallSaError::Engine(accel::RegisterError::Keys(reason)) => InstallError::Session {
                 sa: sa.to_owned(),
-                source,
+                reason,
             },
-            dataplane::InstallSaError::Engine(source) => InstallError::Engine {
+            dataplane::InstallSaError::Engine(reason) => InstallError::Engine {
                 sa: sa.to_owned(),
-                source,
+                reason,
             },
         }
     }
@@ -394,10 +391,10 @@ fn selectors_of(policies: &[PolicyConfig], name: &str) -> Vec<Selector> {
 pub fn install_sa(gateway: &mut Gateway, sa: &SaConfig, now: Duration) -> Result<(), InstallError> {
     let name = &sa.params.name;
     let keys =
-        SessionSpec::new(sa.algorithm, sa.params.esn, &sa.enc_key, &sa.auth_key).map_err(|source| {
+        SessionSpec::new(sa.algorithm, sa.params.esn, &sa.enc_key, &sa.auth_key).map_err(|reason| {
             InstallError::Session {
                 sa: name.clone(),
-                source,
+                reason,
             }
         })?;
     let id = gateway

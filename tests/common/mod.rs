@@ -65,13 +65,9 @@ pub fn tunnel_config(alg: Algorithm, mode: &str, esn: bool, a: bool, extra: &str
         }
         s
     };
-    let subnets = if mode == "transport" {
-        // Transport mode keeps the packet's own addresses: protect traffic
-        // between the host networks as it is forwarded.
-        format!("local_subnet = \"{my_net}.0/24\"\nremote_subnet = \"{peer_net}.0/24\"\n")
-    } else {
-        format!("local_subnet = \"{my_net}.0/24\"\nremote_subnet = \"{peer_net}.0/24\"\n")
-    };
+    // Both modes protect traffic between the host networks (transport mode
+    // keeps the packet's own addresses as it is forwarded).
+    let subnets = format!("local_subnet = \"{my_net}.0/24\"\nremote_subnet = \"{peer_net}.0/24\"\n");
     format!(
         r#"
 [gateway]

@@ -20,9 +20,9 @@ pub enum TunError {
     },
 }
 
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const IFF_TUN: libc::c_short = 0x0001;
-const IFF_NO_PI: libc::c_short = 0x1000;
+// The ioctl and its flags from libc (their values differ by architecture).
+const IFF_TUN: libc::c_short = libc::IFF_TUN as libc::c_short;
+const IFF_NO_PI: libc::c_short = libc::IFF_NO_PI as libc::c_short;
 
 #[repr(C)]
 struct IfReq {
@@ -63,7 +63,7 @@ impl Tun {
             *slot = byte as libc::c_char;
         }
         // SAFETY: TUNSETIFF reads and writes an ifreq we own.
-        let r = unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) };
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) };
         if r < 0 {
             return Err(create_err(io::Error::last_os_error()));
         }

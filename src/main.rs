@@ -16,6 +16,7 @@ use ike_stub::Config;
 mod control;
 mod daemon;
 mod demo;
+mod engine_serve;
 mod report;
 mod soak;
 mod veth_bench;
@@ -57,6 +58,11 @@ enum Command {
     Sa {
         #[command(subcommand)]
         command: SaCommand,
+    },
+    /// A crypto engine shared by many tenants: `espgw engine serve`.
+    Engine {
+        #[command(subcommand)]
+        command: engine_serve::EngineCommand,
     },
 }
 
@@ -144,7 +150,8 @@ struct PcapArgs {
 /// Engine choices that override the config's `[accel]` section.
 #[derive(clap::Args)]
 struct AccelArgs {
-    /// Crypto engine: soft, sec or afalg.
+    /// Crypto engine: soft, sec, afalg or shared (shared takes its socket
+    /// from the config's [accel] socket).
     #[arg(long)]
     engine: Option<EngineKind>,
     /// Submission style: sync, dual-pass or async.
@@ -215,6 +222,7 @@ fn main() -> ExitCode {
         Command::Run(args) => daemon::run(&args),
         Command::Reload(query) => show(&query, "reload", report::reload_text),
         Command::Demo(args) => demo::run(&args),
+        Command::Engine { command } => engine_serve::run(&command),
         Command::Stats(query) => show(&query, "stats", report::stats_table),
         Command::Sa { command } => match command {
             SaCommand::List(query) => show(&query, "sa list", report::sa_table),
@@ -232,7 +240,7 @@ fn main() -> ExitCode {
 
 /// Loads a configuration, warning when its keys are readable by others
 /// or an inbound SA admits every inner packet.
-fn load_config(file: &Path) -> Result<Config> {
+pub(crate) fn load_config(file: &Path) -> Result<Config> {
     let config = Config::load(file)?;
     for warning in config.warnings() {
         eprintln!("espgw: warning: {warning}");

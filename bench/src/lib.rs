@@ -12,6 +12,7 @@ pub mod offload;
 pub mod plot;
 pub mod report;
 pub mod scenario;
+pub mod tenants;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -117,6 +118,19 @@ pub struct BenchArgs {
     /// scheduler. Not part of the default sweep.
     #[arg(long)]
     pub sec_threads: bool,
+    /// Instead of the sweep: one engine shared by this many tenants at a
+    /// time (e.g. 1,2,4) through `espgw engine serve`'s server, beside the
+    /// same engine in-process. `--engine` picks soft or sec (default both),
+    /// the first of `--algorithms` is used.
+    #[arg(long, value_delimiter = ',')]
+    pub tenants: Vec<usize>,
+    /// `--tenants`: transports to measure, shm and/or socket.
+    #[arg(long, value_delimiter = ',', default_values_t = accel::shared::Transport::ALL)]
+    pub transport: Vec<accel::shared::Transport>,
+    /// `--tenants`: request sizes in bytes (ESP packets, and the study's
+    /// 4 KB and 8 KB requests).
+    #[arg(long, value_delimiter = ',', default_values_t = tenants::DEFAULT_REQUEST_SIZES)]
+    pub request_sizes: Vec<usize>,
 }
 
 /// What a cell measured.
@@ -766,6 +780,21 @@ fn measure_offload_cell(
 
 /// The `espgw bench` command.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    if !args.tenants.is_empty() {
+        return tenants::run(&tenants::Options {
+            tenants: args.tenants.clone(),
+            transports: args.transport.clone(),
+            sizes: args.request_sizes.clone(),
+            engines: args
+                .engine
+                .map_or_else(|| vec![EngineKind::Soft, EngineKind::Sec], |e| vec![e]),
+            algorithm: args.algorithms.first().copied().unwrap_or(Algorithm::Aes128Gcm16),
+            slice: Duration::from_millis(args.slice_ms.max(1)),
+            repetitions: args.repetitions.max(1),
+            profile: args.rate.clone(),
+            json: args.json.clone(),
+        });
+    }
     if args.io {
         let sizes: Vec<usize> = if args.sizes == DEFAULT_SIZES {
             vec![64, 1518]

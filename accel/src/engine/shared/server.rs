@@ -122,6 +122,10 @@ struct ShmSide {
     /// Our copies of the indices we own (never read back from the region).
     req_tail: u32,
     comp_head: u32,
+    /// The tenant's completion tail as last read: re-read only when the
+    /// ring looks full, so that the line it lives on is not pulled across
+    /// per completion.
+    comp_tail_seen: u32,
     /// Completions written since the last publish.
     dirty: bool,
     /// The tenant's completion tail at the last tick, and when it last
@@ -280,6 +284,10 @@ impl Server {
 
     /// Serves until `stop` is set.
     pub fn run(&mut self, stop: &AtomicBool) -> Result<(), ServeError> {
+        // Sleeps end when asked, not up to 50 us later (the default slack):
+        // a modelled engine's completion time is a deadline.
+        // SAFETY: prctl with an integer argument; only this thread changes.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000, 0, 0, 0) };
         let mut idle_since: Option<Instant> = None;
         let mut pass: u32 = 0;
         while !stop.load(Ordering::Relaxed) {
@@ -304,7 +312,9 @@ impl Server {
                 NextCompletion::External => Duration::from_micros(200),
                 NextCompletion::Idle => Duration::from_millis(100),
             };
-            if since.elapsed() < self.config.spin || timeout < self.config.spin {
+            // A modelled completion due within a few spins' time is
+            // waited for here: a sleep would wake too late for it.
+            if since.elapsed() < self.config.spin || timeout < 4 * self.config.spin {
                 // Polling: the study's back end spins on its rings while
                 // work is likely; yielding keeps a shared core usable.
                 std::thread::yield_now();
@@ -513,7 +523,7 @@ impl Server {
             Side::Shm(shm) => {
                 // An honest tenant has at most `entries` requests out, so
                 // its ring has room; a dishonest one loses the refusal.
-                if shm.comp_head.wrapping_sub(shm.rings.load(layout::COMP_TAIL)) < shm.rings.entries() {
+                if comp_room(shm) {
                     let mut raw = [0u8; COMPLETION_LEN];
                     entry.encode(&mut raw);
                     shm.rings.write_completion(shm.comp_head, &raw);
@@ -933,6 +943,7 @@ impl Server {
                     to_tenant,
                     req_tail: 0,
                     comp_head: 0,
+                    comp_tail_seen: 0,
                     dirty: false,
                     seen_tail: 0,
                     tail_moved: Instant::now(),
@@ -1077,8 +1088,7 @@ fn completion_of(job: &Job) -> CompletionEntry {
 
 /// Writes a job's result into its tenant's region; false if the ring is full.
 fn deliver_shm(shm: &mut ShmSide, job: &Job) -> bool {
-    let used = shm.comp_head.wrapping_sub(shm.rings.load(layout::COMP_TAIL));
-    if used >= shm.rings.entries() {
+    if !comp_room(shm) {
         return false;
     }
     let entry = completion_of(job);
@@ -1091,6 +1101,18 @@ fn deliver_shm(shm: &mut ShmSide, job: &Job) -> bool {
     shm.comp_head = shm.comp_head.wrapping_add(1);
     shm.dirty = true;
     true
+}
+
+/// Whether the completion ring has room for one more entry.
+fn comp_room(shm: &mut ShmSide) -> bool {
+    let entries = shm.rings.entries();
+    if shm.comp_head.wrapping_sub(shm.comp_tail_seen) < entries {
+        return true;
+    }
+    shm.comp_tail_seen = shm.rings.load(layout::COMP_TAIL);
+    // A tail ahead of our head is a lie; it buys no room.
+    let used = shm.comp_head.wrapping_sub(shm.comp_tail_seen);
+    used < entries
 }
 
 fn push_completion(s: &mut SocketSide, entry: &CompletionEntry, data: &[u8]) {

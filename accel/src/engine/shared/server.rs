@@ -53,6 +53,9 @@ pub mod refusal {
     pub const KEYS: u8 = 3;
     /// The session is not this tenant's.
     pub const NOT_YOURS: u8 = 4;
+    /// The server let the tenant go (hung, or a ring no honest tenant
+    /// writes); the connection closes after this message.
+    pub const EVICTED: u8 = 5;
 }
 
 /// How a server is set up.
@@ -227,6 +230,8 @@ pub struct Server {
 }
 
 const TICK_EVERY: u32 = 64;
+/// Sessions one tenant may hold (an SA pair per tunnel, rekeys overlapping).
+pub const MAX_SESSIONS: usize = 4096;
 
 impl Server {
     /// Builds the engine and listens on the socket (mode 0600). A stale
@@ -387,7 +392,7 @@ impl Server {
             // A head no honest tenant can publish: the ring is not to be
             // trusted any further.
             self.stats.malformed += 1;
-            self.reclaim(i);
+            self.evict(i, "the request ring's head is past its capacity");
             return true;
         }
         let take = (avail as usize).min(burst).min(room);
@@ -649,6 +654,16 @@ impl Server {
         while let Ok(Some(sock)) = sys::accept(&self.listener) {
             self.connected(sock);
         }
+        // Jobs whose completions the engine lost (a modelled channel
+        // reset) come back with an error, so no tenant waits for them.
+        let mut lost = std::mem::take(&mut self.done);
+        lost.clear();
+        if self.engine.reclaim(self.start.elapsed(), &mut lost) > 0 {
+            for job in lost.drain(..) {
+                self.complete(job);
+            }
+        }
+        self.done = lost;
         for i in 0..self.tenants.len() {
             let Some(t) = self.tenants[i].as_ref() else {
                 continue;
@@ -688,7 +703,7 @@ impl Server {
                 None => false,
             };
             if hung {
-                self.reclaim(i);
+                self.evict(i, "completions left unread past the server's hung limit");
             }
         }
         self.publish();
@@ -807,6 +822,14 @@ impl Server {
                 enc_key,
                 auth_key,
             } => {
+                if self.tenants[i]
+                    .as_ref()
+                    .is_some_and(|t| t.sessions.len() >= MAX_SESSIONS)
+                {
+                    let reason = format!("a tenant holds at most {MAX_SESSIONS} sessions");
+                    self.refuse_message(i, refusal::FULL, &reason);
+                    return;
+                }
                 let spec = match SessionSpec::new(algorithm, esn, enc_key, auth_key) {
                     Ok(spec) => spec,
                     Err(e) => {
@@ -995,6 +1018,12 @@ impl Server {
             .iter()
             .filter(|t| t.as_ref().is_some_and(|t| !matches!(t.side, Side::Unattached)))
             .count()
+    }
+
+    /// Tells tenant `i` why it is being let go, then reclaims it.
+    fn evict(&mut self, i: usize, reason: &str) {
+        self.refuse_message(i, refusal::EVICTED, reason);
+        self.reclaim(i);
     }
 
     /// Takes everything of tenant `i` back: sessions (keys wiped), queued

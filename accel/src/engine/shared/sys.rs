@@ -98,6 +98,28 @@ pub fn connect(path: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Bounds how long a blocking send or receive on `fd` may wait, so that a
+/// hung peer turns into an error instead of a hang.
+pub fn set_timeouts(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: `tv` is a live timeval of the size given.
+        check(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&raw const tv).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
+    }
+    Ok(())
+}
+
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor we hold.
     let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;

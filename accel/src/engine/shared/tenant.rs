@@ -30,6 +30,9 @@ use crate::engine::{Engine, EngineCounters, EngineKind, NextCompletion, Register
 use crate::job::Job;
 use crate::session::{SessionHandle, SessionSpec};
 
+/// How long a control round trip (attach, register, release) may take.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Why a tenant could not attach.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
@@ -89,6 +92,12 @@ impl SharedEngine {
     pub fn attach(spec: &SharedSpec) -> Result<SharedEngine, AttachError> {
         let path = spec.socket.display().to_string();
         let sock = sys::connect(&spec.socket).map_err(|source| AttachError::Connect {
+            path: path.clone(),
+            source,
+        })?;
+        // Control round trips are off the fast path but must not hang a
+        // gateway on a hung server.
+        sys::set_timeouts(&sock, CONTROL_TIMEOUT).map_err(|source| AttachError::Connect {
             path: path.clone(),
             source,
         })?;
@@ -489,8 +498,11 @@ impl Engine for SharedEngine {
                 match sys::recv(self.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
                     Ok(Received::Message(len)) => {
                         self.fds.clear();
-                        if self.rx[0] == op::COMPLETIONS {
-                            self.completions(len);
+                        match self.rx[0] {
+                            op::COMPLETIONS => self.completions(len),
+                            // Unasked, a refusal is the server letting us go.
+                            op::REFUSED => self.server_gone = true,
+                            _ => {}
                         }
                     }
                     Ok(Received::Empty) => break,

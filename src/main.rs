@@ -163,6 +163,9 @@ struct AccelArgs {
     /// How the afalg engine reaches the kernel: sync or io-uring.
     #[arg(long)]
     afalg_io: Option<accel::afalg::AfalgIo>,
+    /// The shared engine's server socket (overrides [accel] socket).
+    #[arg(long, value_name = "PATH")]
+    engine_socket: Option<PathBuf>,
 }
 
 impl AccelArgs {
@@ -178,6 +181,9 @@ impl AccelArgs {
         }
         if let Some(io) = self.afalg_io {
             spec.afalg_io = io;
+        }
+        if let Some(socket) = &self.engine_socket {
+            spec.shared.socket = socket.clone();
         }
         (spec, self.style.unwrap_or(config.style))
     }

@@ -90,7 +90,7 @@ pub struct BenchArgs {
     /// Also draw charts (SVG and PNG) into this directory, creating it.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
-    /// Sweep only this engine (soft, sec or afalg). Default: soft inline and
+    /// Sweep only this engine (soft, sec, afalg or shared). Default: soft inline and
     /// the sec engine model.
     #[arg(long)]
     pub engine: Option<EngineKind>,
@@ -124,6 +124,10 @@ pub struct BenchArgs {
     /// the first of `--algorithms` is used.
     #[arg(long, value_delimiter = ',')]
     pub tenants: Vec<usize>,
+    /// `--engine shared`: the socket of the `espgw engine serve` to sweep
+    /// through (default /run/espgw/engine.sock).
+    #[arg(long, value_name = "PATH")]
+    pub engine_socket: Option<PathBuf>,
     /// `--tenants`: transports to measure, shm and/or socket.
     #[arg(long, value_delimiter = ',', default_values_t = accel::shared::Transport::ALL)]
     pub transport: Vec<accel::shared::Transport>,
@@ -525,6 +529,11 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         timing,
         packets: args.packets,
         threads: args.sec_threads,
+        // Leaked once per sweep so that `Run` stays `Copy`.
+        engine_socket: args
+            .engine_socket
+            .as_ref()
+            .map(|p| &*Box::leak(p.clone().into_boxed_path())),
     };
     let mut cells = Vec::new();
     for (scenario, size) in plan {
@@ -592,6 +601,8 @@ struct Run {
     timing: Timing,
     packets: usize,
     threads: bool,
+    /// `--engine shared`: the engine server's socket (None: the default).
+    engine_socket: Option<&'static std::path::Path>,
 }
 
 /// Engine counters of one gateway, to take deltas over a measurement.
@@ -661,7 +672,10 @@ fn measure_cell(scenario: Scenario, frame_size: usize, run: Run) -> anyhow::Resu
             algorithm, engine, ..
         } => (Some(algorithm), engine),
     };
-    let engine = scenario::EngineSetup::for_scenario(&scenario, run.threads);
+    let mut engine = scenario::EngineSetup::for_scenario(&scenario, run.threads);
+    if let Some(socket) = run.engine_socket {
+        engine.spec.shared.socket = socket.to_path_buf();
+    }
     if kind == EngineKind::Sec && !run.threads {
         return measure_offload_cell(scenario, frame_size, &engine, run);
     }
@@ -1031,6 +1045,7 @@ mod tests {
             },
             packets: 40,
             threads: false,
+            engine_socket: None,
         };
         let knobs = Knobs::default();
         let mut scenarios: Vec<Scenario> = Style::ALL

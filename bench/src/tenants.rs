@@ -186,9 +186,11 @@ fn drive(
             }
         }
         let now = start.elapsed();
-        if !queue.is_empty() {
-            engine.submit_burst(now, &mut queue);
-        }
+        let took = if queue.is_empty() {
+            0
+        } else {
+            engine.submit_burst(now, &mut queue)
+        };
         let n = engine.poll_burst(now, &mut out);
         for mut job in out.drain(..) {
             if dual && job.desc.kind == DescriptorKind::CipherOnly && !finishing {
@@ -208,7 +210,9 @@ fn drive(
                 return (done, waiting_ns);
             }
         }
-        if n == 0 && queue.is_empty() {
+        // Nothing back, and nothing more the engine would take: wait (a
+        // full ring or socket is a wait, not a spin on the submit).
+        if n == 0 && (queue.is_empty() || took == 0) {
             let next = engine.next_completion();
             if matches!(next, NextCompletion::External | NextCompletion::At(_)) {
                 let before = thread_cpu_ns();

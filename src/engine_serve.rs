@@ -18,6 +18,15 @@ use anyhow::{bail, Context, Result};
 pub enum EngineCommand {
     /// Serve one engine to many tenants (gateways with engine = "shared").
     Serve(ServeArgs),
+    /// A running server's counters: tenants, requests, refusals by rule.
+    Stats {
+        /// The server's control socket.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Print the counters as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -51,7 +60,10 @@ pub struct ServeArgs {
 }
 
 pub fn run(command: &EngineCommand) -> Result<()> {
-    let EngineCommand::Serve(args) = command;
+    let args = match command {
+        EngineCommand::Serve(args) => args,
+        EngineCommand::Stats { socket, json } => return stats(socket, *json),
+    };
     let mut spec = match &args.config {
         Some(path) => crate::load_config(path)?.engine,
         None => EngineSpec::default(),
@@ -128,5 +140,32 @@ fn drop_privileges(user: &str, socket: &std::path::Path) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+fn stats(socket: &std::path::Path, json: bool) -> Result<()> {
+    let s = accel::shared::query_stats(socket)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    println!(
+        "tenants          {} attached now, {} since start, {} reclaimed",
+        s.tenants, s.attached, s.reclaimed
+    );
+    println!(
+        "requests         {} executed, {} discarded (their tenant was gone)",
+        s.executed, s.discarded
+    );
+    println!(
+        "refused          {} (foreign session {}, stale handle {}, bad region {}, malformed {})",
+        s.refused(),
+        s.foreign_session,
+        s.stale_session,
+        s.bad_region,
+        s.malformed
+    );
+    println!("quota full       {}", s.quota_full);
+    println!("sessions wiped   {}", s.sessions_wiped);
     Ok(())
 }

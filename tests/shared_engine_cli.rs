@@ -152,6 +152,28 @@ fn pcap_through_the_server_delivers_what_was_sent_over_both_transports() {
             assert_eq!(&got[14..], &common::after_hops(sent, 2)[..], "{transport}");
         }
     }
+    // The operator's view: four gateways came and went, nothing refused.
+    let out = espgw()
+        .args(["engine", "stats", "--json", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["attached"], 4, "{stats}");
+    assert_eq!(stats["reclaimed"], 4, "{stats}");
+    assert_eq!(stats["tenants"], 0, "{stats}");
+    assert!(stats["executed"].as_u64().unwrap() >= 8, "{stats}");
+    assert_eq!(stats["foreign_session"], 0);
+    assert_eq!(stats["bad_region"], 0);
+    // A second server on the same socket is refused, naming the path.
+    let second = espgw()
+        .args(["engine", "serve", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("another server answers"));
 }
 
 #[test]

@@ -454,3 +454,35 @@ fn soak_tenants_attaching_and_dying_under_load() {
     assert_eq!(s.reclaimed, s.attached, "{s:?}");
     assert_eq!(s.refused(), 0, "{s:?}");
 }
+
+#[test]
+fn the_socket_is_owner_only_and_never_taken_from_a_live_server_or_a_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = server();
+    let mode = std::fs::metadata(&server.socket)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let spec = EngineSpec::default();
+    let again = accel::shared::Server::bind(ServerConfig::new(server.socket.clone(), spec.clone()));
+    assert!(matches!(again, Err(accel::shared::ServeError::InUse { .. })));
+    let path = server.socket.clone();
+    server.stop().expect("stops");
+    assert!(!path.exists(), "a stopped server removes its socket");
+    std::fs::write(&path, b"not a socket").unwrap();
+    let on_file = accel::shared::Server::bind(ServerConfig::new(path.clone(), spec.clone()));
+    assert!(matches!(
+        on_file,
+        Err(accel::shared::ServeError::NotASocket { .. })
+    ));
+    std::fs::remove_file(&path).unwrap();
+    let nested = accel::shared::Server::bind(ServerConfig::new(
+        path,
+        EngineSpec {
+            kind: EngineKind::Shared,
+            ..spec
+        },
+    ));
+    assert!(matches!(nested, Err(accel::shared::ServeError::Nested)));
+}

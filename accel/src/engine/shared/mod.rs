@@ -23,7 +23,7 @@ pub mod tenant;
 pub mod wire;
 
 pub use server::{spawn, ServeError, Server, ServerConfig, ServerHandle};
-pub use tenant::{AttachError, SharedEngine};
+pub use tenant::{query_stats, AttachError, SharedEngine};
 pub use wire::{StatsReply, Transport, UnknownTransport};
 
 /// Where a tenant finds the server, and what it asks for.

@@ -711,7 +711,7 @@ impl Server {
 
     fn publish(&self) {
         let mut stats = self.stats;
-        stats.tenants = self.tenants.iter().filter(|t| t.is_some()).count() as u64;
+        stats.tenants = self.live_tenants() as u64;
         match self.published.stats.lock() {
             Ok(mut s) => *s = stats,
             Err(poisoned) => *poisoned.into_inner() = stats,
@@ -813,6 +813,12 @@ impl Server {
                 }
                 self.attach(i, transport, entries, slot_size);
             }
+            // An operator's query (`espgw engine stats`) needs no attach.
+            Request::Stats => {
+                let mut stats = self.stats;
+                stats.tenants = self.live_tenants() as u64;
+                self.answer(i, Reply::Stats(stats));
+            }
             _ if !attached => {
                 self.refuse_message(i, refusal::PROTOCOL, "attach first");
             }
@@ -903,11 +909,6 @@ impl Server {
                         }
                     }
                 }
-            }
-            Request::Stats => {
-                let mut stats = self.stats;
-                stats.tenants = self.tenants.iter().filter(|t| t.is_some()).count() as u64;
-                self.answer(i, Reply::Stats(stats));
             }
             Request::Detach => self.reclaim(i),
         }

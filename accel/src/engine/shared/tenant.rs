@@ -612,7 +612,26 @@ impl Drop for SharedEngine {
     }
 }
 
-/// Whether a server answers at `path` (for `espgw check-config`-style hints).
-pub fn reachable(path: &Path) -> bool {
-    sys::connect(path).is_ok()
+/// Asks the server at `path` for its counters without attaching (an
+/// operator's query: `espgw engine stats`).
+pub fn query_stats(path: &Path) -> Result<StatsReply, AttachError> {
+    let connect = |source| AttachError::Connect {
+        path: path.display().to_string(),
+        source,
+    };
+    let sock = sys::connect(path).map_err(connect)?;
+    sys::set_timeouts(&sock, CONTROL_TIMEOUT).map_err(connect)?;
+    let protocol = |e: io::Error| AttachError::Protocol(e.to_string());
+    sys::send(sock.as_raw_fd(), &[op::STATS], &[], false).map_err(protocol)?;
+    let mut rx = vec![0u8; 256];
+    let mut fds = Vec::new();
+    match sys::recv(sock.as_raw_fd(), &mut rx, &mut fds, false).map_err(protocol)? {
+        Received::Message(n) => match Reply::parse(&rx[..n]) {
+            Ok(Reply::Stats(s)) => Ok(s),
+            Ok(Reply::Refused { reason, .. }) => Err(AttachError::Refused(reason.to_owned())),
+            Ok(other) => Err(AttachError::Protocol(format!("unexpected reply {other:?}"))),
+            Err(e) => Err(AttachError::Protocol(e.to_string())),
+        },
+        _ => Err(AttachError::Protocol("the server closed the connection".into())),
+    }
 }

@@ -486,3 +486,56 @@ fn the_socket_is_owner_only_and_never_taken_from_a_live_server_or_a_file() {
     ));
     assert!(matches!(nested, Err(accel::shared::ServeError::Nested)));
 }
+
+/// Round robin with quotas: a tenant flooding large requests does not hold
+/// up a light one, whose every small burst comes back promptly and right.
+#[test]
+fn a_flooding_tenant_does_not_starve_a_light_one() {
+    use std::sync::atomic::AtomicBool;
+    let server = server_with(EngineKind::Soft, |c| c.quota = 16);
+    let stop = AtomicBool::new(false);
+    let alg = Algorithm::Aes128Sha1;
+    std::thread::scope(|scope| {
+        let flood = scope.spawn(|| {
+            let mut t = tenant(&server, Transport::Shm);
+            let h = t.register(&spec(alg, 3)).expect("registers");
+            let mut queue = VecDeque::new();
+            let mut out = Vec::new();
+            let mut done = 0usize;
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                while queue.len() + t.in_flight() < 64 {
+                    queue.push_back(job(h, alg, 8000, i));
+                    i += 1;
+                }
+                t.submit_burst(Duration::ZERO, &mut queue);
+                done += t.poll_burst(Duration::ZERO, &mut out);
+                out.clear();
+                if t.next_completion() == NextCompletion::External {
+                    t.wait(Duration::from_millis(1));
+                }
+            }
+            done
+        });
+        let mut light = tenant(&server, Transport::Socket);
+        let mut soft = SoftEngine::default();
+        let hl = light.register(&spec(alg, 4)).expect("registers");
+        let hs = soft.register(&spec(alg, 4)).expect("registers");
+        let mut slowest = Duration::ZERO;
+        for round in 0..20u32 {
+            let seeds = round * 8..round * 8 + 8;
+            let began = Instant::now();
+            let got = run(&mut light, seeds.clone().map(|i| job(hl, alg, 64, i)).collect());
+            slowest = slowest.max(began.elapsed());
+            let want = run(&mut soft, seeds.map(|i| job(hs, alg, 64, i)).collect());
+            assert_eq!(results(&got), results(&want));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let flooded = flood.join().expect("flooder");
+        assert!(flooded > 0, "the flooder was served too");
+        assert!(
+            slowest < Duration::from_secs(1),
+            "a light burst took {slowest:?} behind the flood"
+        );
+    });
+}

@@ -491,9 +491,10 @@ fn the_socket_is_owner_only_and_never_taken_from_a_live_server_or_a_file() {
 /// up a light one, whose every small burst comes back promptly and right.
 #[test]
 fn a_flooding_tenant_does_not_starve_a_light_one() {
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
     let server = server_with(EngineKind::Soft, |c| c.quota = 16);
     let stop = AtomicBool::new(false);
+    let flooded = AtomicUsize::new(0);
     let alg = Algorithm::Aes128Sha1;
     std::thread::scope(|scope| {
         let flood = scope.spawn(|| {
@@ -510,6 +511,7 @@ fn a_flooding_tenant_does_not_starve_a_light_one() {
                 }
                 t.submit_burst(Duration::ZERO, &mut queue);
                 done += t.poll_burst(Duration::ZERO, &mut out);
+                flooded.store(done, Ordering::Relaxed);
                 out.clear();
                 if t.next_completion() == NextCompletion::External {
                     t.wait(Duration::from_millis(1));
@@ -517,6 +519,13 @@ fn a_flooding_tenant_does_not_starve_a_light_one() {
             }
             done
         });
+        // The flood is under way before the light tenant starts.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while flooded.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let before = flooded.load(Ordering::Relaxed);
+        assert!(before > 0, "the flood started");
         let mut light = tenant(&server, Transport::Socket);
         let mut soft = SoftEngine::default();
         let hl = light.register(&spec(alg, 4)).expect("registers");
@@ -531,8 +540,8 @@ fn a_flooding_tenant_does_not_starve_a_light_one() {
             assert_eq!(results(&got), results(&want));
         }
         stop.store(true, Ordering::Relaxed);
-        let flooded = flood.join().expect("flooder");
-        assert!(flooded > 0, "the flooder was served too");
+        let total = flood.join().expect("flooder");
+        assert!(total > before, "the flooder was served meanwhile too");
         assert!(
             slowest < Duration::from_secs(1),
             "a light burst took {slowest:?} behind the flood"

@@ -287,6 +287,18 @@ fn regions_outside_the_tenants_own_buffer_are_refused_and_counted() {
     // The tenant is still served.
     let back = run(&mut t, vec![job(h, alg, 64, 1)]);
     assert_eq!(back[0].desc.status, Status::Done);
+    // Over the socket: a descriptor whose ICV runs past the request's data
+    // (the tenant side does not check; the server does).
+    let mut st = tenant(&server, Transport::Socket);
+    let hs = st.register(&spec(alg, 1)).expect("registers");
+    let mut bad = job(hs, alg, 64, 2);
+    bad.desc.icv = Region::new(bad.desc.icv.offset as usize, 64);
+    let original = bad.buf.data().to_vec();
+    let back = run(&mut st, vec![bad, job(hs, alg, 64, 3)]);
+    assert_eq!(back[0].desc.status, Status::Error(DescriptorError::BadRegions));
+    assert_eq!(back[0].buf.data(), &original[..], "nothing was executed");
+    assert_eq!(back[1].desc.status, Status::Done);
+    eventually(&server, "socket region refusal", |s| s.bad_region == n as u64 + 1);
 }
 
 /// Keeps one tenant busy and checks every result against soft.

@@ -136,6 +136,13 @@ fn pcap_through_the_server_delivers_what_was_sent_over_both_transports() {
     for transport in ["shm", "socket"] {
         let a = shared_config("configs/site-a.toml", &socket, transport, &dir);
         let b = shared_config("configs/site-b.toml", &socket, transport, &dir);
+        let summary = espgw().arg("check-config").arg(&a).output().unwrap();
+        let summary = String::from_utf8_lossy(&summary.stdout);
+        let want = format!(
+            "engine shared style async buffers registered socket {} transport {transport}",
+            socket.display()
+        );
+        assert!(summary.contains(&want), "{summary}");
         let (esp, out) = (
             dir.join(format!("{transport}-esp.pcap")),
             dir.join(format!("{transport}-out.pcap")),

@@ -698,6 +698,7 @@ fn write_shared_request_seeds() {
             index: 3,
             generation: 2,
         },
+        17,
     );
     write("shared_request", "release", &m);
     write("shared_request", "stats", &[op::STATS]);

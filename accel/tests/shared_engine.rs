@@ -204,11 +204,14 @@ fn another_tenants_session_is_refused_and_counted() {
 #[test]
 fn a_released_or_forged_handle_is_refused_and_counted() {
     let server = server();
-    for transport in Transport::ALL {
+    for (k, transport) in Transport::ALL.into_iter().enumerate() {
         let mut t = tenant(&server, transport);
         let alg = Algorithm::Aes128Sha1;
         let h = t.register(&spec(alg, 1)).expect("registers");
         t.release(h);
+        // Releases have no reply: wait until the server has done it (the
+        // previous round's tenant took its other session with it).
+        eventually(&server, "released", |s| s.sessions_wiped > 2 * k as u64);
         // The slot is reused by the next registration: the old generation
         // must still be refused, never reach the new keys.
         let h2 = t.register(&spec(alg, 9)).expect("registers");
@@ -559,4 +562,38 @@ fn a_flooding_tenant_does_not_starve_a_light_one() {
             "a light burst took {slowest:?} behind the flood"
         );
     });
+}
+
+/// A release costs the tenant no round trip, and jobs it submitted before
+/// releasing still run with the session's keys.
+#[test]
+fn jobs_submitted_before_a_release_still_run() {
+    let server = server();
+    for transport in Transport::ALL {
+        let mut t = tenant(&server, transport);
+        let mut soft = SoftEngine::default();
+        let alg = Algorithm::Aes128Gcm16;
+        let h = t.register(&spec(alg, 6)).expect("registers");
+        let hl = soft.register(&spec(alg, 6)).expect("registers");
+        let mut queue: VecDeque<Job> = (0..40).map(|i| job(h, alg, 1400, i)).collect();
+        let taken = t.submit_burst(Duration::ZERO, &mut queue);
+        assert_eq!(taken, 40);
+        t.release(h);
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while out.len() < 40 && Instant::now() < deadline {
+            t.poll_burst(Duration::ZERO, &mut out);
+            t.wait(Duration::from_millis(2));
+        }
+        out.sort_by_key(|j| j.user);
+        let want = run(&mut soft, (0..40).map(|i| job(hl, alg, 1400, i)).collect());
+        assert_eq!(results(&out), results(&want), "{transport}");
+        // And afterwards the handle is refused.
+        let back = run(&mut t, vec![job(h, alg, 64, 99)]);
+        assert_eq!(back[0].desc.status, Status::Error(DescriptorError::BadSession));
+    }
+    let s = eventually(&server, "wiped", |s| {
+        s.sessions_wiped >= 2 && s.stale_session == 2
+    });
+    assert_eq!(s.executed, 80);
 }

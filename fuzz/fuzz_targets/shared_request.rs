@@ -67,10 +67,10 @@ fuzz_target!(|data: &[u8]| {
                 })
             );
         }
-        Ok(Request::Release { handle }) => {
+        Ok(Request::Release { handle, mark }) => {
             let mut again = Vec::new();
-            wire::release(&mut again, handle);
-            assert_eq!(Request::parse(&again), Ok(Request::Release { handle }));
+            wire::release(&mut again, handle, mark);
+            assert_eq!(Request::parse(&again), Ok(Request::Release { handle, mark }));
         }
         Ok(Request::Stats | Request::Detach) => assert_eq!(data.len(), 1),
         Err(e) => {

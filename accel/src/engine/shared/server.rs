@@ -116,6 +116,9 @@ struct Owned {
     tenant: u16,
     generation: u16,
     engine: SessionHandle,
+    /// Released by its tenant, not yet with the engine: requests from this
+    /// ring position on (socket: every later one) are refused as stale.
+    closing: Option<u32>,
 }
 
 struct ShmSide {
@@ -166,6 +169,9 @@ struct Tenant {
     /// Completed jobs the completion ring had no room for.
     held: VecDeque<Job>,
     sessions: Vec<SessionHandle>,
+    /// Releases not yet done: the tenant's earlier requests still have to
+    /// reach the engine (shm: the ring read up to the mark).
+    releases: Vec<(u32, SessionHandle)>,
     /// Since when completions have waited undelivered.
     stalled_since: Option<Instant>,
 }
@@ -348,6 +354,13 @@ impl Server {
         if !self.queue.is_empty() {
             self.engine.submit_burst(now, &mut self.queue);
         }
+        if self.queue.is_empty() {
+            for i in 0..n {
+                if self.tenants[i].as_ref().is_some_and(|t| !t.releases.is_empty()) {
+                    self.due_releases(i);
+                }
+            }
+        }
         self.done.clear();
         if self.engine.poll_burst(now, &mut self.done) > 0 {
             worked = true;
@@ -401,15 +414,17 @@ impl Server {
         }
         let mut raw = [0u8; REQUEST_LEN];
         for _ in 0..take {
-            match self.tenants[i].as_mut().map(|t| &mut t.side) {
+            let pos = match self.tenants[i].as_mut().map(|t| &mut t.side) {
                 Some(Side::Shm(shm)) => {
-                    shm.rings.read_request(shm.req_tail, &mut raw);
-                    shm.req_tail = shm.req_tail.wrapping_add(1);
+                    let pos = shm.req_tail;
+                    shm.rings.read_request(pos, &mut raw);
+                    shm.req_tail = pos.wrapping_add(1);
+                    pos
                 }
                 _ => break,
-            }
+            };
             let user = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
-            self.accept_request(i, user, RequestEntry::decode(&raw), None);
+            self.accept_request(i, user, pos, RequestEntry::decode(&raw), None);
         }
         if let Some(Side::Shm(shm)) = self.tenants[i].as_ref().map(|t| &t.side) {
             shm.rings.store(layout::REQ_TAIL, shm.req_tail);
@@ -452,6 +467,7 @@ impl Server {
         &mut self,
         i: usize,
         user: u32,
+        pos: u32,
         entry: Result<RequestEntry, wire::WireError>,
         data: Option<&[u8]>,
     ) {
@@ -485,6 +501,15 @@ impl Server {
             }
             Some(owned) if owned.tenant as usize != i || owned.generation != generation => {
                 self.stats.foreign_session += 1;
+                self.refuse(i, entry.user, DescriptorError::BadSession);
+                return;
+            }
+            // Released: a request written after the release (its ring
+            // position at or past the mark; on a socket, any later one).
+            Some(Owned {
+                closing: Some(mark), ..
+            }) if data.is_some() || (pos.wrapping_sub(mark) as i32) >= 0 => {
+                self.stats.stale_session += 1;
                 self.refuse(i, entry.user, DescriptorError::BadSession);
                 return;
             }
@@ -759,6 +784,7 @@ impl Server {
             in_flight: 0,
             held: VecDeque::new(),
             sessions: Vec::new(),
+            releases: Vec::new(),
             stalled_since: None,
         });
     }
@@ -850,6 +876,7 @@ impl Server {
                             tenant: i as u16,
                             generation: t.generation,
                             engine,
+                            closing: None,
                         });
                         t.sessions.push(handle);
                         self.answer(i, Reply::Registered(handle));
@@ -863,20 +890,32 @@ impl Server {
                     }
                 }
             }
-            Request::Release { handle } => {
+            Request::Release { handle, mark } => {
                 let Some(t) = self.tenants[i].as_mut() else { return };
                 match self.sessions.get(handle).copied() {
-                    Some(o) if o.tenant as usize == i && o.generation == t.generation => {
-                        if let Some(o) = self.sessions.remove(handle) {
-                            self.engine.release(o.engine);
-                            self.stats.sessions_wiped += 1;
-                        }
-                        t.sessions.retain(|h| *h != handle);
-                        self.answer(i, Reply::Released);
-                    }
-                    Some(_) => {
+                    Some(o) if o.tenant as usize != i || o.generation != t.generation => {
                         self.stats.foreign_session += 1;
                         self.refuse_message(i, refusal::NOT_YOURS, "the session is another tenant's");
+                    }
+                    // Released twice.
+                    Some(Owned { closing: Some(_), .. }) => {
+                        self.stats.stale_session += 1;
+                        self.refuse_message(i, refusal::NOT_YOURS, "the session is already released");
+                    }
+                    Some(_) => {
+                        // Jobs the tenant submitted before releasing still
+                        // run: the release waits until they are with the
+                        // engine (shm: the ring read up to the tenant's
+                        // mark; socket: earlier messages are read first).
+                        let mark = match &t.side {
+                            Side::Shm(_) => mark,
+                            _ => 0,
+                        };
+                        t.releases.push((mark, handle));
+                        if let Some(o) = self.sessions.get_mut(handle) {
+                            o.closing = Some(mark);
+                        }
+                        self.answer(i, Reply::Released);
                     }
                     None => {
                         self.stats.stale_session += 1;
@@ -900,7 +939,7 @@ impl Server {
                                 self.refuse(i, entry.user, DescriptorError::Fault);
                                 continue;
                             }
-                            self.accept_request(i, entry.user, Ok(entry), Some(data));
+                            self.accept_request(i, entry.user, 0, Ok(entry), Some(data));
                         }
                         Err(_) => {
                             // The rest of the message cannot be trusted.
@@ -911,6 +950,41 @@ impl Server {
                 }
             }
             Request::Detach => self.reclaim(i),
+        }
+    }
+
+    /// Releases tenant `i`'s session `handle` with the engine (which wipes
+    /// its keys).
+    fn release_now(&mut self, i: usize, handle: SessionHandle) {
+        if let Some(o) = self.sessions.remove(handle) {
+            self.engine.release(o.engine);
+            self.stats.sessions_wiped += 1;
+        }
+        if let Some(t) = self.tenants[i].as_mut() {
+            t.sessions.retain(|h| *h != handle);
+        }
+    }
+
+    /// Deferred releases that are due: called when the engine has taken
+    /// every queued job, so none of the session's can be left behind.
+    fn due_releases(&mut self, i: usize) {
+        loop {
+            let due = match self.tenants[i].as_mut() {
+                Some(t) => match (t.releases.first().copied(), &t.side) {
+                    // Wrapping distance: the tail is at or past the mark.
+                    (Some((at, handle)), Side::Shm(shm)) if (shm.req_tail.wrapping_sub(at) as i32) >= 0 => {
+                        t.releases.remove(0);
+                        handle
+                    }
+                    (Some((_, handle)), Side::Socket(_)) => {
+                        t.releases.remove(0);
+                        handle
+                    }
+                    _ => return,
+                },
+                None => return,
+            };
+            self.release_now(i, due);
         }
     }
 

@@ -469,11 +469,15 @@ impl Engine for SharedEngine {
         reply
     }
 
+    /// A round trip, off the fast path like `register`: once it returns, a
+    /// job naming the handle is refused, while jobs of the session already
+    /// submitted still run (the server wipes the keys once they are with
+    /// the engine). A refusal (not ours, already released) or a dead server
+    /// leaves nothing to undo here.
     fn release(&mut self, handle: SessionHandle) {
         self.tx.clear();
-        wire::release(&mut self.tx, handle);
-        // A refusal (not ours, already gone) or a dead server leaves
-        // nothing to undo here: the server wipes what it holds either way.
+        let mark = self.shm.as_ref().map_or(0, |shm| shm.req_head);
+        wire::release(&mut self.tx, handle, mark);
         let _ = self.call();
     }
 

@@ -182,8 +182,14 @@ pub enum Request<'a> {
         enc_key: &'a [u8],
         auth_key: &'a [u8],
     },
+    /// Forgets a session. `mark` is the tenant's request-ring head when it
+    /// released (shm): entries before it still run, entries from it on
+    /// naming the session are refused. Answered with Released at once (the
+    /// engine wipes the keys once the earlier requests are with it), or
+    /// Refused for a handle that is not the tenant's.
     Release {
         handle: SessionHandle,
+        mark: u32,
     },
     /// Socket transport: `count` request entries, each followed by its
     /// `data_len` bytes, in `body`.
@@ -253,12 +259,13 @@ impl<'a> Request<'a> {
                 })
             }
             op::RELEASE => {
-                exact(msg, 12)?;
+                exact(msg, 16)?;
                 Ok(Request::Release {
                     handle: SessionHandle {
                         index: u32_at(msg, 4),
                         generation: u32_at(msg, 8),
                     },
+                    mark: u32_at(msg, 12),
                 })
             }
             op::SUBMIT => {
@@ -307,10 +314,11 @@ pub fn register(out: &mut Vec<u8>, algorithm: Algorithm, esn: bool, enc_key: &[u
 }
 
 /// Appends a Release request to `out`.
-pub fn release(out: &mut Vec<u8>, handle: SessionHandle) {
+pub fn release(out: &mut Vec<u8>, handle: SessionHandle, mark: u32) {
     out.extend_from_slice(&[op::RELEASE, 0, 0, 0]);
     out.extend_from_slice(&handle.index.to_le_bytes());
     out.extend_from_slice(&handle.generation.to_le_bytes());
+    out.extend_from_slice(&mark.to_le_bytes());
 }
 
 /// Starts a Submit (or Completions, with `code`) message in `out`; entries
@@ -335,6 +343,7 @@ pub enum Reply<'a> {
         region_len: u64,
     },
     Registered(SessionHandle),
+    /// The session is closed to new requests (its earlier ones still run).
     Released,
     /// Socket transport: `count` completion entries each followed by its data.
     Completions {

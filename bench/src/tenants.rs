@@ -488,7 +488,7 @@ pub fn table(rows: &[Row], options: &Options) -> String {
 }
 
 /// Ratios against the study's figures and the issue's bars.
-pub fn derived(rows: &[Row]) -> String {
+pub fn derived(rows: &[Row], algorithm: Algorithm) -> String {
     let mut s = String::from("derived:\n");
     let ratio = |a: Option<&Row>, b: Option<&Row>| match (a, b) {
         (Some(a), Some(b)) if b.aggregate_mbps > 0.0 => Some(a.aggregate_mbps / b.aggregate_mbps),
@@ -545,6 +545,12 @@ pub fn derived(rows: &[Row]) -> String {
                 v.dedup();
                 v
             };
+            if algorithm.is_aead() {
+                s += &format!(
+                    "  sec: with {algorithm} the sync caller is one request waited for; \
+                     --algorithms aes128-sha1 gives the cipher-then-MAC caller of --style sync\n"
+                );
+            }
             for size in sizes {
                 let Some(sync) = find(rows, engine, Mode::InProcessSync, 1, size) else {
                     continue;
@@ -581,7 +587,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         )
     })?;
     print!("{}", table(&rows, options));
-    print!("{}", derived(&rows));
+    print!("{}", derived(&rows, options.algorithm));
     if let Some(path) = &options.json {
         let json = serde_json::json!({
             "algorithm": options.algorithm.keyword(),
@@ -632,7 +638,7 @@ mod tests {
                 matches!(r.mode, Mode::Shm | Mode::Socket)
             );
         }
-        let text = derived(&rows);
+        let text = derived(&rows, options.algorithm);
         for want in ["95 %+", "2000 vs 1600", "exceeded a single host caller"] {
             assert!(text.contains(want), "{text}");
         }

@@ -16,6 +16,7 @@ use ike_stub::Config;
 mod control;
 mod daemon;
 mod demo;
+mod engine_serve;
 mod report;
 mod soak;
 mod veth_bench;
@@ -41,7 +42,7 @@ enum Command {
     /// Run the gateway offline over a capture file.
     Pcap(PcapArgs),
     /// Measure the ESP data path in memory across packet sizes and algorithms.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Forward between the config's inside and outside interfaces (root).
     Run(RunArgs),
     /// Build a four-namespace demo network, run two gateways and show ESP
@@ -57,6 +58,11 @@ enum Command {
     Sa {
         #[command(subcommand)]
         command: SaCommand,
+    },
+    /// A crypto engine shared by many tenants: `espgw engine serve`.
+    Engine {
+        #[command(subcommand)]
+        command: engine_serve::EngineCommand,
     },
 }
 
@@ -163,7 +169,8 @@ struct PcapArgs {
 /// Engine choices that override the config's `[accel]` section.
 #[derive(clap::Args)]
 struct AccelArgs {
-    /// Crypto engine: soft, sec or afalg.
+    /// Crypto engine: soft, sec, afalg or shared (shared takes its socket
+    /// from the config's [accel] socket).
     #[arg(long)]
     engine: Option<EngineKind>,
     /// Submission style: sync, dual-pass or async.
@@ -175,6 +182,9 @@ struct AccelArgs {
     /// How the afalg engine reaches the kernel: sync or io-uring.
     #[arg(long)]
     afalg_io: Option<accel::afalg::AfalgIo>,
+    /// The shared engine's server socket (overrides [accel] socket).
+    #[arg(long, value_name = "PATH")]
+    engine_socket: Option<PathBuf>,
 }
 
 impl AccelArgs {
@@ -190,6 +200,9 @@ impl AccelArgs {
         }
         if let Some(io) = self.afalg_io {
             spec.afalg_io = io;
+        }
+        if let Some(socket) = &self.engine_socket {
+            spec.shared.socket = socket.clone();
         }
         (spec, self.style.unwrap_or(config.style))
     }
@@ -234,6 +247,7 @@ fn main() -> ExitCode {
         Command::Run(args) => daemon::run(&args),
         Command::Reload(query) => show(&query, "reload", report::reload_text),
         Command::Demo(args) => demo::run(&args),
+        Command::Engine { command } => engine_serve::run(&command),
         Command::Stats(query) => show(&query, "stats", report::stats_table),
         Command::Sa { command } => match command {
             SaCommand::List(query) => show(&query, "sa list", report::sa_table),
@@ -251,7 +265,7 @@ fn main() -> ExitCode {
 
 /// Loads a configuration, warning when its keys are readable by others
 /// or an inbound SA admits every inner packet.
-fn load_config(file: &Path) -> Result<Config> {
+pub(crate) fn load_config(file: &Path) -> Result<Config> {
     let config = Config::load(file)?;
     for warning in config.warnings() {
         eprintln!("espgw: warning: {warning}");

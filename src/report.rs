@@ -47,6 +47,14 @@ pub fn config_summary(config: &Config) -> String {
         "  engine {} style {} buffers {}",
         e.kind, config.style, e.buffers
     );
+    if e.kind == accel::EngineKind::Shared {
+        let _ = write!(
+            out,
+            " socket {} transport {}",
+            e.shared.socket.display(),
+            e.shared.transport
+        );
+    }
     if e.kind == accel::EngineKind::Sec {
         let _ = write!(
             out,

@@ -74,6 +74,7 @@ fn afalg_gives_the_same_bytes_as_soft() {
                         buffers,
                         sec: SecConfig::default(),
                         afalg_io: io,
+                        ..EngineSpec::default()
                     };
                     let mut pair = Pair::on(alg, "tunnel", esn, "", &spec, style);
                     pair.a.set_iv_seed(3);

@@ -24,7 +24,7 @@ use ike_stub::Config;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 
-const TARGETS: [&str; 12] = [
+const TARGETS: [&str; 13] = [
     "esp_decap",
     "gateway_inbound",
     "gateway_outbound",
@@ -37,6 +37,7 @@ const TARGETS: [&str; 12] = [
     "control_plane",
     "pcap_verdicts",
     "vnet_offload",
+    "shared_request",
 ];
 
 fn seeds_dir() -> PathBuf {
@@ -672,4 +673,65 @@ fn write_fuzz_seeds() {
     write("control_plane", "raw-request", &raw_op);
 
     every_fuzz_target_has_seeds();
+}
+
+/// The shared engine's requests (`shared_request`): one of each message,
+/// a burst with data, and ring entries, written by the protocol's own
+/// encoders. Run with `--ignored` (also written by `write_seeds`' run).
+#[test]
+#[ignore]
+fn write_shared_request_seeds() {
+    use accel::shared::wire::{self, op, RequestEntry, Transport, REQUEST_LEN};
+    let mut m = Vec::new();
+    wire::attach(&mut m, Transport::Shm, 256, 2464);
+    write("shared_request", "attach-shm", &m);
+    m.clear();
+    wire::attach(&mut m, Transport::Socket, 64, 8448);
+    write("shared_request", "attach-socket", &m);
+    m.clear();
+    wire::register(&mut m, Algorithm::Aes128Sha1, true, &[0x11; 16], &[0x22; 20]);
+    write("shared_request", "register", &m);
+    m.clear();
+    wire::release(
+        &mut m,
+        accel::SessionHandle {
+            index: 3,
+            generation: 2,
+        },
+        17,
+    );
+    write("shared_request", "release", &m);
+    write("shared_request", "stats", &[op::STATS]);
+    write("shared_request", "detach", &[op::DETACH]);
+    let entry = |payload: usize, data_offset: u32| RequestEntry {
+        user: 5,
+        session: accel::SessionHandle {
+            index: 0,
+            generation: 1,
+        },
+        desc: Descriptor {
+            kind: DescriptorKind::SinglePass,
+            direction: Direction::Encrypt,
+            auth_only: Region::new(0, 8),
+            esn_high: Some(1),
+            iv: Region::new(8, 16),
+            cipher: Region::new(24, payload),
+            icv: Region::new(24 + payload, 12),
+            status: Status::Pending,
+        },
+        data_offset,
+        data_len: (36 + payload) as u32,
+    };
+    wire::start_burst(&mut m, op::SUBMIT);
+    for payload in [16usize, 64] {
+        let at = m.len();
+        m.resize(at + REQUEST_LEN, 0);
+        entry(payload, 0).encode(&mut m[at..]);
+        m.extend((0..36 + payload).map(|i| i as u8));
+    }
+    wire::set_count(&mut m, 2);
+    write("shared_request", "submit-burst", &m);
+    let mut raw = [0u8; REQUEST_LEN];
+    entry(1400, 8192).encode(&mut raw);
+    write("shared_request", "ring-entry", &raw);
 }

@@ -1,7 +1,8 @@
 //! Nothing on the fast path allocates (DESIGN.md, issue 12): once warmed
 //! up, a gateway carries batch after batch of ESP both ways on the `soft`
 //! engine and on the `sec` model, in every style, with registered buffers,
-//! without one heap allocation. A counting global allocator watches the
+//! and through the shared engine (tenant and server), without one heap
+//! allocation. A counting global allocator watches the
 //! steady state; the per-request buffer policy, whose point is a bounce
 //! buffer per request, is shown to allocate so that the counter is seen to
 //! work.
@@ -149,6 +150,30 @@ fn the_steady_state_allocates_nothing_on_soft_and_sec() {
             }
         }
     }
+    // The shared engine: the tenant's side and the server's (a thread of
+    // this process, so the counter sees both) over both transports.
+    let socket = std::env::temp_dir().join(format!("espgw-noalloc-{}.sock", std::process::id()));
+    let server = accel::shared::spawn(accel::shared::ServerConfig::new(
+        socket.clone(),
+        engine_spec(EngineKind::Soft, BufferPolicy::Registered),
+    ))
+    .expect("server starts");
+    for transport in accel::shared::Transport::ALL {
+        for style in Style::ALL {
+            for alg in [Algorithm::Aes128Gcm16, Algorithm::Aes128Sha1] {
+                let mut spec = engine_spec(EngineKind::Shared, BufferPolicy::Registered);
+                spec.shared.socket = socket.clone();
+                spec.shared.transport = transport;
+                let mut rig = Rig::new(alg, &spec, style);
+                let n = rig.allocations(20, 50);
+                assert_eq!(
+                    n, 0,
+                    "shared/{transport} {style} {alg}: {n} allocations in 50 rounds of {BATCH} packets each way"
+                );
+            }
+        }
+    }
+    drop(server);
     // The counter counts: per-request buffers allocate a bounce buffer for
     // every request.
     let mut rig = Rig::new(

@@ -76,6 +76,32 @@ impl PacketBuf {
         }
     }
 
+    /// A standalone buffer of `len` bytes, all of them data, with no
+    /// headroom or tailroom: for engine-level requests that are not frames
+    /// (the shared engine's server copies, the tenants benchmark's 4 and 8
+    /// KB requests). Allocates; never on the fast path.
+    pub fn with_len(len: usize) -> Self {
+        PacketBuf {
+            storage: vec![0u8; len].into_boxed_slice(),
+            start: 0,
+            end: len as u32,
+            tag: UNTAGGED,
+            note: 0,
+        }
+    }
+
+    /// Sets the data window to `0..len` of the storage (at most its
+    /// capacity), for standalone buffers reused at different lengths.
+    pub fn set_window(&mut self, len: usize) {
+        self.start = 0;
+        self.end = len.min(self.storage.len()) as u32;
+    }
+
+    /// The bytes of storage.
+    pub fn capacity(&self) -> usize {
+        self.storage.len()
+    }
+
     /// Empties the buffer, restores the default headroom and clears the
     /// metadata.
     pub fn reset(&mut self) {

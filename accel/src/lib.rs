@@ -27,6 +27,8 @@ mod wiped;
 #[cfg(target_os = "linux")]
 pub use engine::afalg;
 pub use engine::sec;
+#[cfg(target_os = "linux")]
+pub use engine::shared;
 
 // The ICV bypass (`fuzzing.rs`) exists for `cargo fuzz`, whose builds keep
 // debug assertions; an optimised build without them is a release build, and

@@ -12,6 +12,7 @@ pub mod offload;
 pub mod plot;
 pub mod report;
 pub mod scenario;
+pub mod tenants;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -90,7 +91,7 @@ pub struct BenchArgs {
     /// Also draw charts (SVG and PNG) into this directory, creating it.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
-    /// Sweep only this engine (soft, sec or afalg). Default: soft inline and
+    /// Sweep only this engine (soft, sec, afalg or shared). Default: soft inline and
     /// the sec engine model.
     #[arg(long)]
     pub engine: Option<EngineKind>,
@@ -118,6 +119,23 @@ pub struct BenchArgs {
     /// scheduler. Not part of the default sweep.
     #[arg(long)]
     pub sec_threads: bool,
+    /// Instead of the sweep: one engine shared by this many tenants at a
+    /// time (e.g. 1,2,4) through `espgw engine serve`'s server, beside the
+    /// same engine in-process. `--engine` picks soft or sec (default both),
+    /// the first of `--algorithms` is used.
+    #[arg(long, value_delimiter = ',')]
+    pub tenants: Vec<usize>,
+    /// `--engine shared`: the socket of the `espgw engine serve` to sweep
+    /// through (default /run/espgw/engine.sock).
+    #[arg(long, value_name = "PATH")]
+    pub engine_socket: Option<PathBuf>,
+    /// `--tenants`: transports to measure, shm and/or socket.
+    #[arg(long, value_delimiter = ',', default_values_t = accel::shared::Transport::ALL)]
+    pub transport: Vec<accel::shared::Transport>,
+    /// `--tenants`: request sizes in bytes (ESP packets, and the study's
+    /// 4 KB and 8 KB requests).
+    #[arg(long, value_delimiter = ',', default_values_t = tenants::DEFAULT_REQUEST_SIZES)]
+    pub request_sizes: Vec<usize>,
 }
 
 /// What a cell measured.
@@ -520,6 +538,11 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         timing,
         packets: args.packets,
         threads: args.sec_threads,
+        // Leaked once per sweep so that `Run` stays `Copy`.
+        engine_socket: args
+            .engine_socket
+            .as_ref()
+            .map(|p| &*Box::leak(p.clone().into_boxed_path())),
     };
     let mut cells = Vec::new();
     for (scenario, size) in plan {
@@ -587,6 +610,8 @@ struct Run {
     timing: Timing,
     packets: usize,
     threads: bool,
+    /// `--engine shared`: the engine server's socket (None: the default).
+    engine_socket: Option<&'static std::path::Path>,
 }
 
 /// Engine counters of one gateway, to take deltas over a measurement.
@@ -656,7 +681,10 @@ fn measure_cell(scenario: Scenario, frame_size: usize, run: Run) -> anyhow::Resu
             algorithm, engine, ..
         } => (Some(algorithm), engine),
     };
-    let engine = scenario::EngineSetup::for_scenario(&scenario, run.threads);
+    let mut engine = scenario::EngineSetup::for_scenario(&scenario, run.threads);
+    if let Some(socket) = run.engine_socket {
+        engine.spec.shared.socket = socket.to_path_buf();
+    }
     if kind == EngineKind::Sec && !run.threads {
         return measure_offload_cell(scenario, frame_size, &engine, run);
     }
@@ -775,6 +803,21 @@ fn measure_offload_cell(
 
 /// The `espgw bench` command.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    if !args.tenants.is_empty() {
+        return tenants::run(&tenants::Options {
+            tenants: args.tenants.clone(),
+            transports: args.transport.clone(),
+            sizes: args.request_sizes.clone(),
+            engines: args
+                .engine
+                .map_or_else(|| vec![EngineKind::Soft, EngineKind::Sec], |e| vec![e]),
+            algorithm: args.algorithms.first().copied().unwrap_or(Algorithm::Aes128Gcm16),
+            slice: Duration::from_millis(args.slice_ms.max(1)),
+            repetitions: args.repetitions.max(1),
+            profile: args.rate.clone(),
+            json: args.json.clone(),
+        });
+    }
     if args.io {
         let sizes: Vec<usize> = if args.sizes == DEFAULT_SIZES {
             vec![64, 1518]
@@ -1014,6 +1057,7 @@ mod tests {
             },
             packets: 40,
             threads: false,
+            engine_socket: None,
         };
         let knobs = Knobs::default();
         let mut scenarios: Vec<Scenario> = Style::ALL

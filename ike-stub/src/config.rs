@@ -815,15 +815,58 @@ impl Validator<'_> {
             })?,
             None => accel::afalg::AfalgIo::default(),
         };
+        let shared = self.shared_engine(kind)?;
         Ok((
             EngineSpec {
                 kind,
                 buffers,
                 sec,
                 afalg_io,
+                shared,
             },
             style,
         ))
+    }
+
+    /// `socket` and `transport` of `engine = "shared"`.
+    fn shared_engine(&self, kind: EngineKind) -> Result<accel::shared::SharedSpec, ConfigError> {
+        let a = &self.raw.accel;
+        let mut shared = accel::shared::SharedSpec::default();
+        for (key, what) in [(&a.socket, "socket"), (&a.transport, "transport")] {
+            if let Some(v) = key {
+                if kind != EngineKind::Shared {
+                    return self.err(
+                        span(v),
+                        ConfigErrorKind::Value(format!(
+                            "[accel] {what} is a setting of the shared engine: set engine = \"shared\" or remove it"
+                        )),
+                    );
+                }
+            }
+        }
+        if let Some(t) = &a.transport {
+            shared.transport = self.value::<accel::shared::Transport>(t, "[accel] transport", "")?;
+        }
+        match (&a.socket, &a.engine) {
+            (Some(path), _) if path.get_ref().is_empty() => {
+                return self.err(
+                    span(path),
+                    ConfigErrorKind::Value("[accel] socket must name the engine server's socket".into()),
+                );
+            }
+            (Some(path), _) => shared.socket = path.get_ref().into(),
+            (None, Some(engine)) if kind == EngineKind::Shared => {
+                return self.err(
+                    span(engine),
+                    ConfigErrorKind::Value(
+                        "[accel] engine = \"shared\" needs socket = \"PATH\", the socket `espgw engine serve --socket PATH` listens on"
+                            .into(),
+                    ),
+                );
+            }
+            _ => {}
+        }
+        Ok(shared)
     }
 
     fn port(&self, name: &S<String>) -> Result<Port, ConfigError> {

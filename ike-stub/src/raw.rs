@@ -103,6 +103,9 @@ pub(crate) struct RawAccel {
     /// The threaded `sec` engine (real parallelism on a spare core).
     pub threads: Option<S<bool>>,
     pub afalg_io: Option<S<String>>,
+    /// The `shared` engine: the server's control socket and the transport.
+    pub socket: Option<S<String>>,
+    pub transport: Option<S<String>>,
     pub fail_every: Option<S<u64>>,
     pub lose_completion_every: Option<S<u64>>,
 }

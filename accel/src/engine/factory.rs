@@ -16,6 +16,9 @@ pub struct EngineSpec {
     /// How the `afalg` engine talks to the kernel.
     #[cfg(target_os = "linux")]
     pub afalg_io: super::afalg::AfalgIo,
+    /// Where the `shared` engine's server is.
+    #[cfg(target_os = "linux")]
+    pub shared: super::shared::SharedSpec,
 }
 
 /// Why an engine could not be built.
@@ -27,6 +30,9 @@ pub enum EngineError {
     /// The threaded `sec` engine could not start its channel workers.
     #[error("the threaded sec engine could not start: {0}")]
     SecThreads(String),
+    /// The shared engine's server could not be reached or refused us.
+    #[error("the shared engine is unavailable: {0}")]
+    SharedUnavailable(String),
 }
 
 /// Builds the engine `spec` describes.
@@ -49,6 +55,17 @@ pub fn build_engine(spec: &EngineSpec) -> Result<Box<dyn Engine>, EngineError> {
             super::afalg::AfalgEngine::new(spec.buffers, spec.afalg_io)
                 .map_err(|e| EngineError::AfalgUnavailable(e.to_string()))?,
         ),
+        #[cfg(target_os = "linux")]
+        EngineKind::Shared => Box::new(
+            super::shared::SharedEngine::attach(&spec.shared)
+                .map_err(|e| EngineError::SharedUnavailable(e.to_string()))?,
+        ),
+        #[cfg(not(target_os = "linux"))]
+        EngineKind::Shared => {
+            return Err(EngineError::SharedUnavailable(
+                "the shared engine needs Linux (memfd, eventfd)".into(),
+            ));
+        }
         #[cfg(not(target_os = "linux"))]
         EngineKind::Afalg => {
             return Err(EngineError::AfalgUnavailable(

@@ -4,7 +4,8 @@
 //!
 //! One module per engine: `soft` (inline), `sec` (the SEC 2.x model and
 //! its threaded variant),
-//! `afalg` (the Linux kernel crypto API); `factory` builds the one a
+//! `afalg` (the Linux kernel crypto API), `shared` (an engine served to
+//! many tenants by `espgw engine serve`); `factory` builds the one a
 //! configuration names. This module owns the [`Engine`] contract and the
 //! counters every engine reports; it must not know packet headers, SAs or
 //! policies.
@@ -21,6 +22,8 @@ use crate::session::{SessionError, SessionHandle, SessionSpec};
 pub mod afalg;
 mod factory;
 pub mod sec;
+#[cfg(target_os = "linux")]
+pub mod shared;
 pub mod soft;
 
 pub use factory::{build_engine, EngineError, EngineSpec};
@@ -37,16 +40,24 @@ pub enum EngineKind {
     Sec,
     /// The Linux kernel crypto API through AF_ALG sockets.
     Afalg,
+    /// An engine in another process, served by `espgw engine serve`.
+    Shared,
 }
 
 impl EngineKind {
-    pub const ALL: [EngineKind; 3] = [EngineKind::Soft, EngineKind::Sec, EngineKind::Afalg];
+    pub const ALL: [EngineKind; 4] = [
+        EngineKind::Soft,
+        EngineKind::Sec,
+        EngineKind::Afalg,
+        EngineKind::Shared,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Soft => "soft",
             EngineKind::Sec => "sec",
             EngineKind::Afalg => "afalg",
+            EngineKind::Shared => "shared",
         }
     }
 
@@ -65,7 +76,7 @@ impl fmt::Display for EngineKind {
 
 /// An engine name that is not known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown engine `{0}`; expected soft, sec or afalg")]
+#[error("unknown engine `{0}`; expected soft, sec, afalg or shared")]
 pub struct UnknownEngine(pub String);
 
 impl FromStr for EngineKind {

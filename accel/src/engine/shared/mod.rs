@@ -1,0 +1,52 @@
+//! The shared engine: one engine in a server process (`espgw engine
+//! serve`), many tenants, each with its own rings, sessions and data area
+//! (the third study of `docs/BACKGROUND.md`: a shared-memory ring per
+//! guest, eventfd doorbells, one back-end thread pipelining every guest's
+//! requests, and the back end enforcing key isolation itself).
+//!
+//! - [`wire`]: the protocol (control messages, ring entries, region layout),
+//!   sans-IO and total over hostile input;
+//! - [`rings`]: a tenant's shared region through raw pointers and atomics;
+//! - [`server`]: the back end, which owns the engine and every key;
+//! - [`tenant`]: [`SharedEngine`], the [`Engine`](crate::Engine) a gateway
+//!   uses to reach it (`engine = "shared"` in `[accel]`);
+//! - `sys`: the system calls (memfd, mmap, eventfd, `SCM_RIGHTS`).
+//!
+//! Must not know packets: like every engine it sees descriptors and bytes.
+
+use std::path::PathBuf;
+
+pub mod rings;
+pub mod server;
+mod sys;
+pub mod tenant;
+pub mod wire;
+
+pub use server::{spawn, ServeError, Server, ServerConfig, ServerHandle};
+pub use tenant::{query_stats, AttachError, SharedEngine};
+pub use wire::{StatsReply, Transport, UnknownTransport};
+
+/// Where a tenant finds the server, and what it asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedSpec {
+    /// The server's control socket.
+    pub socket: PathBuf,
+    pub transport: Transport,
+    /// Ring entries (rounded up to a power of two): the most requests this
+    /// tenant has in flight.
+    pub entries: u32,
+    /// Bytes of one data slot: the largest request (a job's regions).
+    pub slot_size: u32,
+}
+
+impl Default for SharedSpec {
+    fn default() -> Self {
+        SharedSpec {
+            socket: PathBuf::from("/run/espgw/engine.sock"),
+            transport: Transport::Shm,
+            entries: 256,
+            // A pool buffer's data at most (a frame and its ESP growth).
+            slot_size: crate::buffer::BUFFER_SIZE as u32,
+        }
+    }
+}

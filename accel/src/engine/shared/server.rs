@@ -1,0 +1,1297 @@
+//! The server behind `espgw engine serve`: one engine, many tenants, one
+//! back-end thread.
+//!
+//! The thread accepts tenants on the control socket, serves their rings
+//! (or sockets) round robin, at most `burst` requests from each per pass
+//! and never more than the tenant's in-flight quota, and hands every pass
+//! to the engine as one burst: the pipelining of the study's back end.
+//! It owns every key: a session registered by a tenant lives in the
+//! server's table with its owner, and a descriptor is executed only if
+//! its session belongs to the tenant that sent it, names a live handle,
+//! and lies inside that tenant's own data area; anything else is refused,
+//! counted and completed with an error, never executed. Request bytes are
+//! copied out of the tenant's region before anything checks or computes
+//! over them, so a tenant that rewrites its region meanwhile harms only
+//! itself. A tenant whose socket closes (it died) or that leaves its
+//! completions unread past `hung_after` is reclaimed: its sessions are
+//! released (the engine wipes the keys), its region unmapped, its queued
+//! jobs dropped and its in-flight ones discarded as they complete; the
+//! others notice nothing but the engine time those jobs took.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zeroize::{Zeroize, Zeroizing};
+
+use super::rings::Rings;
+use super::sys::{self, EventFd, Mapping, Received};
+use super::wire::{
+    self, layout, op, BurstIter, CompletionEntry, Reply, Request, RequestEntry, StatsReply, Transport,
+    COMPLETION_LEN, MAX_MESSAGE, REQUEST_LEN,
+};
+use crate::buffer::PacketBuf;
+use crate::descriptor::{DescriptorError, Status};
+use crate::engine::{
+    build_engine, Engine, EngineError, EngineKind, EngineSpec, NextCompletion, RegisterError,
+};
+use crate::job::Job;
+use crate::session::{SessionHandle, SessionSpec, SessionTable};
+
+/// Refusal codes of a Refused reply.
+pub mod refusal {
+    /// The message did not parse, or came out of order.
+    pub const PROTOCOL: u8 = 1;
+    /// No room: tenants, sessions or sizes beyond the server's limits.
+    pub const FULL: u8 = 2;
+    /// The keys do not suit the algorithm.
+    pub const KEYS: u8 = 3;
+    /// The session is not this tenant's.
+    pub const NOT_YOURS: u8 = 4;
+    /// The server let the tenant go (hung, or a ring no honest tenant
+    /// writes); the connection closes after this message.
+    pub const EVICTED: u8 = 5;
+}
+
+/// How a server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub socket: PathBuf,
+    /// The engine behind the server: soft, sec (or afalg); never shared.
+    pub engine: EngineSpec,
+    pub max_tenants: usize,
+    /// Requests one tenant may have in flight (also bounded by its ring).
+    pub quota: usize,
+    /// The largest data slot a tenant may ask for, in bytes.
+    pub max_slot: u32,
+    /// Requests taken from one tenant per round-robin pass.
+    pub burst: usize,
+    /// A tenant that leaves completions undelivered this long is reclaimed.
+    pub hung_after: Duration,
+    /// How long the thread polls an idle set of rings before it sleeps on
+    /// the doorbells.
+    pub spin: Duration,
+}
+
+impl ServerConfig {
+    pub fn new(socket: PathBuf, engine: EngineSpec) -> ServerConfig {
+        ServerConfig {
+            socket,
+            engine,
+            max_tenants: 64,
+            quota: 256,
+            max_slot: 16 * 1024 + 512,
+            burst: 32,
+            hung_after: Duration::from_secs(2),
+            spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// Why a server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {path}: {source}")]
+    Listen { path: PathBuf, source: io::Error },
+    #[error("{path} exists and is not a socket; remove it or choose another path")]
+    NotASocket { path: PathBuf },
+    #[error("another server answers on {path}; stop it or choose another path")]
+    InUse { path: PathBuf },
+    #[error("the shared engine cannot serve itself: choose soft, sec or afalg behind the server")]
+    Nested,
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("the server's poll failed: {0}")]
+    Poll(io::Error),
+}
+
+/// Who owns a server-side session.
+#[derive(Debug, Clone, Copy)]
+struct Owned {
+    tenant: u16,
+    generation: u16,
+    engine: SessionHandle,
+    /// Released by its tenant, not yet with the engine: requests from this
+    /// ring position on (socket: every later one) are refused as stale.
+    closing: Option<u32>,
+}
+
+struct ShmSide {
+    rings: Rings,
+    to_server: EventFd,
+    to_tenant: EventFd,
+    /// Our copies of the indices we own (never read back from the region).
+    req_tail: u32,
+    comp_head: u32,
+    /// The tenant's completion tail as last read: re-read only when the
+    /// ring looks full, so that the line it lives on is not pulled across
+    /// per completion.
+    comp_tail_seen: u32,
+    /// Completions written since the last publish.
+    dirty: bool,
+    /// The tenant's completion tail at the last tick, and when it last
+    /// moved: completions left unread past `hung_after` mean a hung tenant.
+    seen_tail: u32,
+    tail_moved: Instant,
+}
+
+struct SocketSide {
+    /// Completions message under construction.
+    out: Vec<u8>,
+    out_count: u16,
+    /// Complete messages the socket would not take yet.
+    pending: VecDeque<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+    /// Completions in `out` and `pending`.
+    undelivered: usize,
+}
+
+enum Side {
+    /// Connected, no Attach yet.
+    Unattached,
+    Shm(Box<ShmSide>),
+    Socket(Box<SocketSide>),
+}
+
+struct Tenant {
+    generation: u16,
+    sock: OwnedFd,
+    side: Side,
+    quota: usize,
+    max_data: u32,
+    /// Jobs in the engine or its queue.
+    in_flight: usize,
+    /// Completed jobs the completion ring had no room for.
+    held: VecDeque<Job>,
+    sessions: Vec<SessionHandle>,
+    /// Releases not yet done: the tenant's earlier requests still have to
+    /// reach the engine (shm: the ring read up to the mark).
+    releases: Vec<(u32, SessionHandle)>,
+    /// Since when completions have waited undelivered.
+    stalled_since: Option<Instant>,
+}
+
+impl Tenant {
+    fn id(&self, index: usize) -> u32 {
+        (u32::from(self.generation) << 16) | index as u32
+    }
+
+    fn room(&self) -> usize {
+        let undelivered = match &self.side {
+            Side::Socket(s) => s.undelivered,
+            _ => 0,
+        };
+        self.quota
+            .saturating_sub(self.in_flight + self.held.len() + undelivered)
+    }
+}
+
+/// Counters shared with whoever started the server.
+#[derive(Debug, Default)]
+pub struct Published {
+    stats: Mutex<StatsReply>,
+    busy_ns: std::sync::atomic::AtomicU64,
+}
+
+impl Published {
+    pub fn stats(&self) -> StatsReply {
+        match self.stats.lock() {
+            Ok(s) => *s,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+
+    /// Nanoseconds the back-end thread spent in passes that moved work.
+    pub fn busy_ns(&self) -> u64 {
+        self.busy_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// The server; see the module documentation.
+pub struct Server {
+    config: ServerConfig,
+    listener: OwnedFd,
+    engine: Box<dyn Engine>,
+    tenants: Vec<Option<Tenant>>,
+    generations: Vec<u16>,
+    sessions: SessionTable<Owned>,
+    pool: Vec<PacketBuf>,
+    pool_total: usize,
+    queue: VecDeque<Job>,
+    done: Vec<Job>,
+    rr: usize,
+    stats: StatsReply,
+    rx: Zeroizing<Vec<u8>>,
+    reply: Vec<u8>,
+    fds: Vec<OwnedFd>,
+    pollfds: Vec<libc::pollfd>,
+    start: Instant,
+    published: Arc<Published>,
+    busy_ns: u64,
+}
+
+const TICK_EVERY: u32 = 64;
+/// Sessions one tenant may hold (an SA pair per tunnel, rekeys overlapping).
+pub const MAX_SESSIONS: usize = 4096;
+
+impl Server {
+    /// Builds the engine and listens on the socket (mode 0600). A stale
+    /// socket file left by a dead server is replaced; a live one is not.
+    pub fn bind(config: ServerConfig) -> Result<Server, ServeError> {
+        if config.engine.kind == EngineKind::Shared {
+            return Err(ServeError::Nested);
+        }
+        let path = config.socket.clone();
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            use std::os::unix::fs::FileTypeExt;
+            if !meta.file_type().is_socket() {
+                return Err(ServeError::NotASocket { path });
+            }
+            if sys::connect(&path).is_ok() {
+                return Err(ServeError::InUse { path });
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        let listener = sys::listen(&path).map_err(|source| ServeError::Listen {
+            path: path.clone(),
+            source,
+        })?;
+        let engine = build_engine(&config.engine)?;
+        Ok(Server {
+            listener,
+            engine,
+            tenants: Vec::new(),
+            generations: Vec::new(),
+            sessions: SessionTable::default(),
+            pool: Vec::new(),
+            pool_total: 0,
+            queue: VecDeque::with_capacity(config.quota * 4),
+            done: Vec::with_capacity(config.quota * 4),
+            rr: 0,
+            stats: StatsReply::default(),
+            rx: Zeroizing::new(vec![0u8; MAX_MESSAGE]),
+            reply: Vec::with_capacity(256),
+            fds: Vec::new(),
+            pollfds: Vec::new(),
+            start: Instant::now(),
+            published: Arc::new(Published::default()),
+            busy_ns: 0,
+            config,
+        })
+    }
+
+    pub fn published(&self) -> Arc<Published> {
+        Arc::clone(&self.published)
+    }
+
+    pub fn stats(&self) -> StatsReply {
+        self.stats
+    }
+
+    /// Serves until `stop` is set.
+    pub fn run(&mut self, stop: &AtomicBool) -> Result<(), ServeError> {
+        // Sleeps end when asked, not up to 50 us later (the default slack):
+        // a modelled engine's completion time is a deadline.
+        // SAFETY: prctl with an integer argument; only this thread changes.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000, 0, 0, 0) };
+        let mut idle_since: Option<Instant> = None;
+        let mut pass: u32 = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let began = Instant::now();
+            let now = self.start.elapsed();
+            let worked = self.pass(now);
+            pass = pass.wrapping_add(1);
+            if worked {
+                self.busy_ns += began.elapsed().as_nanos() as u64;
+                idle_since = None;
+            }
+            if pass.is_multiple_of(TICK_EVERY) {
+                self.tick();
+            }
+            if worked {
+                continue;
+            }
+            let since = *idle_since.get_or_insert(began);
+            let timeout = match self.engine.next_completion() {
+                NextCompletion::Ready => continue,
+                NextCompletion::At(t) => t.saturating_sub(self.start.elapsed()),
+                NextCompletion::External => Duration::from_micros(200),
+                NextCompletion::Idle => Duration::from_millis(100),
+            };
+            // A modelled completion due within a few spins' time is
+            // waited for here: a sleep would wake too late for it.
+            if since.elapsed() < self.config.spin || timeout < 4 * self.config.spin {
+                // Polling: the study's back end spins on its rings while
+                // work is likely; yielding keeps a shared core usable.
+                std::thread::yield_now();
+                continue;
+            }
+            self.sleep(timeout)?;
+            self.tick();
+            idle_since = None;
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// One round-robin pass: intake from every tenant, one burst into the
+    /// engine, completions back out. Whether anything moved.
+    fn pass(&mut self, now: Duration) -> bool {
+        let mut worked = false;
+        let n = self.tenants.len();
+        if n > 0 {
+            self.rr = (self.rr + 1) % n;
+            for k in 0..n {
+                let i = (self.rr + k) % n;
+                worked |= self.intake(i);
+            }
+        }
+        if !self.queue.is_empty() {
+            self.engine.submit_burst(now, &mut self.queue);
+        }
+        if self.queue.is_empty() {
+            for i in 0..n {
+                if self.tenants[i].as_ref().is_some_and(|t| !t.releases.is_empty()) {
+                    self.due_releases(i);
+                }
+            }
+        }
+        self.done.clear();
+        if self.engine.poll_burst(now, &mut self.done) > 0 {
+            worked = true;
+            let mut done = std::mem::take(&mut self.done);
+            for job in done.drain(..) {
+                self.complete(job);
+            }
+            self.done = done;
+        }
+        for i in 0..n {
+            worked |= self.flush(i);
+        }
+        worked
+    }
+
+    fn intake(&mut self, i: usize) -> bool {
+        match self.tenants[i].as_ref().map(|t| &t.side) {
+            Some(Side::Shm(_)) => self.intake_shm(i),
+            Some(Side::Socket(_)) => self.intake_socket(i),
+            _ => false,
+        }
+    }
+
+    fn intake_shm(&mut self, i: usize) -> bool {
+        let burst = self.config.burst;
+        let (avail, room, entries) = match self.tenants[i].as_ref() {
+            Some(
+                t @ Tenant {
+                    side: Side::Shm(shm), ..
+                },
+            ) => (
+                shm.rings.load(layout::REQ_HEAD).wrapping_sub(shm.req_tail),
+                t.room(),
+                shm.rings.entries(),
+            ),
+            _ => return false,
+        };
+        if avail == 0 {
+            return false;
+        }
+        if avail > entries {
+            // A head no honest tenant can publish: the ring is not to be
+            // trusted any further.
+            self.stats.malformed += 1;
+            self.evict(i, "the request ring's head is past its capacity");
+            return true;
+        }
+        let take = (avail as usize).min(burst).min(room);
+        if take < avail as usize && take == room {
+            self.stats.quota_full += 1;
+        }
+        let mut raw = [0u8; REQUEST_LEN];
+        for _ in 0..take {
+            let pos = match self.tenants[i].as_mut().map(|t| &mut t.side) {
+                Some(Side::Shm(shm)) => {
+                    let pos = shm.req_tail;
+                    shm.rings.read_request(pos, &mut raw);
+                    shm.req_tail = pos.wrapping_add(1);
+                    pos
+                }
+                _ => break,
+            };
+            let user = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+            self.accept_request(i, user, pos, RequestEntry::decode(&raw), None);
+        }
+        if let Some(Side::Shm(shm)) = self.tenants[i].as_ref().map(|t| &t.side) {
+            shm.rings.store(layout::REQ_TAIL, shm.req_tail);
+        }
+        take > 0
+    }
+
+    fn intake_socket(&mut self, i: usize) -> bool {
+        let mut worked = false;
+        // A few messages per pass, so one chatty tenant cannot hold the
+        // thread.
+        for _ in 0..4 {
+            let Some(t) = self.tenants[i].as_ref() else {
+                return worked;
+            };
+            if t.room() == 0 {
+                self.stats.quota_full += 1;
+                return worked;
+            }
+            let fd = t.sock.as_raw_fd();
+            match sys::recv(fd, &mut self.rx, &mut self.fds, true) {
+                Ok(Received::Message(n)) => {
+                    worked = true;
+                    self.fds.clear();
+                    self.message(i, n);
+                }
+                Ok(Received::Empty) => return worked,
+                Ok(Received::Closed) | Err(_) => {
+                    self.reclaim(i);
+                    return true;
+                }
+            }
+        }
+        worked
+    }
+
+    /// Checks one request and queues it for the engine, or refuses it.
+    /// `data` is the socket transport's inline data.
+    fn accept_request(
+        &mut self,
+        i: usize,
+        user: u32,
+        pos: u32,
+        entry: Result<RequestEntry, wire::WireError>,
+        data: Option<&[u8]>,
+    ) {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(_) => {
+                self.stats.malformed += 1;
+                self.refuse(i, user, DescriptorError::BadRegions);
+                return;
+            }
+        };
+        let Some(t) = self.tenants[i].as_ref() else { return };
+        let generation = t.generation;
+        let in_area = match (&t.side, data) {
+            (Side::Shm(shm), None) => {
+                shm.rings.data_fits(entry.data_offset, entry.data_len) && entry.data_len <= t.max_data
+            }
+            (Side::Socket(_), Some(d)) => d.len() == entry.data_len as usize && entry.data_len <= t.max_data,
+            _ => false,
+        };
+        if !in_area || !entry.regions_fit() {
+            self.stats.bad_region += 1;
+            self.refuse(i, entry.user, DescriptorError::BadRegions);
+            return;
+        }
+        let engine_handle = match self.sessions.get(entry.session).copied() {
+            None => {
+                self.stats.stale_session += 1;
+                self.refuse(i, entry.user, DescriptorError::BadSession);
+                return;
+            }
+            Some(owned) if owned.tenant as usize != i || owned.generation != generation => {
+                self.stats.foreign_session += 1;
+                self.refuse(i, entry.user, DescriptorError::BadSession);
+                return;
+            }
+            // Released: a request written after the release (its ring
+            // position at or past the mark; on a socket, any later one).
+            Some(Owned {
+                closing: Some(mark), ..
+            }) if data.is_some() || (pos.wrapping_sub(mark) as i32) >= 0 => {
+                self.stats.stale_session += 1;
+                self.refuse(i, entry.user, DescriptorError::BadSession);
+                return;
+            }
+            Some(owned) => owned.engine,
+        };
+        let Some(mut buf) = self.pool.pop() else {
+            // Unreachable while quotas hold (the pool has a quota's worth
+            // per tenant); refused rather than waited for.
+            self.stats.quota_full += 1;
+            self.refuse(i, entry.user, DescriptorError::Fault);
+            return;
+        };
+        buf.set_window(entry.data_len as usize);
+        let Some(t) = self.tenants[i].as_mut() else {
+            self.pool.push(buf);
+            return;
+        };
+        match (&t.side, data) {
+            (Side::Shm(shm), None) => shm.rings.read_data(entry.data_offset, buf.data_mut()),
+            (_, Some(d)) => buf.data_mut().copy_from_slice(d),
+            _ => {}
+        }
+        buf.set_tag(entry.data_offset);
+        buf.set_note(generation);
+        let mut desc = entry.desc;
+        desc.status = Status::Pending;
+        t.in_flight += 1;
+        let user = ((i as u64) << 32) | u64::from(entry.user);
+        self.queue.push_back(Job::new(engine_handle, desc, buf, 0, user));
+    }
+
+    /// Completes a refused request with an error status; nothing runs.
+    fn refuse(&mut self, i: usize, user: u32, error: DescriptorError) {
+        let entry = CompletionEntry {
+            user,
+            status: Status::Error(error),
+            data_len: 0,
+        };
+        let Some(t) = self.tenants[i].as_mut() else { return };
+        match &mut t.side {
+            Side::Shm(shm) => {
+                // An honest tenant has at most `entries` requests out, so
+                // its ring has room; a dishonest one loses the refusal.
+                if comp_room(shm) {
+                    let mut raw = [0u8; COMPLETION_LEN];
+                    entry.encode(&mut raw);
+                    shm.rings.write_completion(shm.comp_head, &raw);
+                    shm.comp_head = shm.comp_head.wrapping_add(1);
+                    shm.dirty = true;
+                }
+            }
+            Side::Socket(s) => push_completion(s, &entry, &[]),
+            Side::Unattached => {}
+        }
+    }
+
+    /// Routes one finished job back to its tenant, or discards it if the
+    /// tenant is gone.
+    fn complete(&mut self, mut job: Job) {
+        let i = (job.user >> 32) as usize;
+        let generation = job.buf.note();
+        let live = matches!(self.tenants.get(i), Some(Some(t)) if t.generation == generation);
+        if !live {
+            self.stats.discarded += 1;
+            self.pool.push(job.buf);
+            return;
+        }
+        self.stats.executed += 1;
+        let Some(Some(t)) = self.tenants.get_mut(i) else {
+            return;
+        };
+        t.in_flight = t.in_flight.saturating_sub(1);
+        match &mut t.side {
+            Side::Shm(shm) => {
+                if !t.held.is_empty() || !deliver_shm(shm, &job) {
+                    t.held.push_back(job);
+                    t.stalled_since.get_or_insert_with(Instant::now);
+                    return;
+                }
+            }
+            Side::Socket(s) => {
+                let entry = completion_of(&job);
+                let data = if entry.data_len > 0 { job.buf.data() } else { &[] };
+                push_completion(s, &entry, data);
+            }
+            Side::Unattached => {}
+        }
+        job.desc.status = Status::Pending;
+        self.pool.push(job.buf);
+    }
+
+    /// Publishes completions and rings sleeping tenants; retries held
+    /// ones and unsent messages. Whether anything moved.
+    fn flush(&mut self, i: usize) -> bool {
+        let Some(t) = self.tenants[i].as_mut() else {
+            return false;
+        };
+        let mut moved = false;
+        let mut dead = false;
+        match &mut t.side {
+            Side::Shm(shm) => {
+                while let Some(job) = t.held.front() {
+                    if !deliver_shm(shm, job) {
+                        break;
+                    }
+                    moved = true;
+                    if let Some(job) = t.held.pop_front() {
+                        self.pool.push(job.buf);
+                    }
+                }
+                if shm.dirty {
+                    shm.dirty = false;
+                    if shm
+                        .rings
+                        .store_then_flag(layout::COMP_HEAD, shm.comp_head, layout::TENANT_SLEEPING)
+                    {
+                        shm.to_tenant.ring();
+                    }
+                }
+                if t.held.is_empty() {
+                    t.stalled_since = None;
+                }
+            }
+            Side::Socket(s) => {
+                if s.out_count > 0 {
+                    wire::set_count(&mut s.out, s.out_count);
+                    let next = s.spare.pop().unwrap_or_else(|| Vec::with_capacity(MAX_MESSAGE));
+                    let full = std::mem::replace(&mut s.out, next);
+                    s.pending.push_back(full);
+                    s.out_count = 0;
+                    wire::start_burst(&mut s.out, op::COMPLETIONS);
+                }
+                while let Some(msg) = s.pending.front() {
+                    match sys::send(t.sock.as_raw_fd(), msg, &[], true) {
+                        Ok(true) => {
+                            moved = true;
+                            s.undelivered -= count_of(msg);
+                            if let Some(mut msg) = s.pending.pop_front() {
+                                msg.clear();
+                                s.spare.push(msg);
+                            }
+                        }
+                        Ok(false) => break,
+                        Err(_) => {
+                            dead = true;
+                            break;
+                        }
+                    }
+                }
+                if s.pending.is_empty() {
+                    t.stalled_since = None;
+                } else {
+                    t.stalled_since.get_or_insert_with(Instant::now);
+                }
+            }
+            Side::Unattached => {}
+        }
+        if dead {
+            self.reclaim(i);
+        }
+        moved
+    }
+
+    /// The slow path, every few passes and after each sleep: new tenants,
+    /// control messages of shm tenants, hung tenants, published counters.
+    fn tick(&mut self) {
+        while let Ok(Some(sock)) = sys::accept(&self.listener) {
+            self.connected(sock);
+        }
+        // Jobs whose completions the engine lost (a modelled channel
+        // reset) come back with an error, so no tenant waits for them.
+        let mut lost = std::mem::take(&mut self.done);
+        lost.clear();
+        if self.engine.reclaim(self.start.elapsed(), &mut lost) > 0 {
+            for job in lost.drain(..) {
+                self.complete(job);
+            }
+        }
+        self.done = lost;
+        for i in 0..self.tenants.len() {
+            let Some(t) = self.tenants[i].as_ref() else {
+                continue;
+            };
+            if !matches!(t.side, Side::Socket(_)) {
+                // Socket tenants are read every pass already.
+                while let Some(t) = self.tenants[i].as_ref() {
+                    match sys::recv(t.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
+                        Ok(Received::Message(n)) => {
+                            self.fds.clear();
+                            self.message(i, n);
+                        }
+                        Ok(Received::Empty) => break,
+                        Ok(Received::Closed) | Err(_) => {
+                            self.reclaim(i);
+                            break;
+                        }
+                    }
+                }
+            }
+            let hung_after = self.config.hung_after;
+            let hung = match self.tenants[i].as_mut() {
+                Some(t) => {
+                    let unread = match &mut t.side {
+                        Side::Shm(shm) => {
+                            let tail = shm.rings.load(layout::COMP_TAIL);
+                            if tail != shm.seen_tail || tail == shm.comp_head {
+                                shm.seen_tail = tail;
+                                shm.tail_moved = Instant::now();
+                            }
+                            shm.tail_moved.elapsed() > hung_after
+                        }
+                        _ => false,
+                    };
+                    unread || t.stalled_since.is_some_and(|s| s.elapsed() > hung_after)
+                }
+                None => false,
+            };
+            if hung {
+                self.evict(i, "completions left unread past the server's hung limit");
+            }
+        }
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let mut stats = self.stats;
+        stats.tenants = self.live_tenants() as u64;
+        match self.published.stats.lock() {
+            Ok(mut s) => *s = stats,
+            Err(poisoned) => *poisoned.into_inner() = stats,
+        }
+        self.published.busy_ns.store(self.busy_ns, Ordering::Relaxed);
+    }
+
+    fn connected(&mut self, sock: OwnedFd) {
+        // The socket is the owner's alone (mode 0600); a peer of another
+        // user got in only through a changed mode, and is turned away.
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        match sys::peer_uid(&sock) {
+            Ok(uid) if uid == me || uid == 0 => {}
+            _ => {
+                self.stats.malformed += 1;
+                return;
+            }
+        }
+        let live = self.tenants.iter().filter(|t| t.is_some()).count();
+        if live >= self.config.max_tenants {
+            Reply::Refused {
+                code: refusal::FULL,
+                reason: "the server serves its maximum of tenants",
+            }
+            .emit(&mut self.reply);
+            let _ = sys::send(sock.as_raw_fd(), &self.reply, &[], true);
+            return;
+        }
+        let i = match self.tenants.iter().position(|t| t.is_none()) {
+            Some(i) => i,
+            None => {
+                self.tenants.push(None);
+                self.generations.push(0);
+                self.tenants.len() - 1
+            }
+        };
+        self.generations[i] = self.generations[i].wrapping_add(1).max(1);
+        self.tenants[i] = Some(Tenant {
+            generation: self.generations[i],
+            sock,
+            side: Side::Unattached,
+            quota: 0,
+            max_data: 0,
+            in_flight: 0,
+            held: VecDeque::new(),
+            sessions: Vec::new(),
+            releases: Vec::new(),
+            stalled_since: None,
+        });
+    }
+
+    /// Handles the message of `n` bytes in `self.rx` from tenant `i`, then
+    /// wipes it (it may have held keys).
+    fn message(&mut self, i: usize, n: usize) {
+        let rx = std::mem::take(&mut self.rx);
+        match Request::parse(&rx[..n]) {
+            Ok(request) => self.request(i, request),
+            Err(e) => {
+                self.stats.malformed += 1;
+                self.refuse_message(i, refusal::PROTOCOL, &e.to_string());
+            }
+        }
+        let mut rx = rx;
+        rx[..n].zeroize();
+        self.rx = rx;
+    }
+
+    fn refuse_message(&mut self, i: usize, code: u8, reason: &str) {
+        let Some(t) = self.tenants[i].as_ref() else { return };
+        Reply::Refused { code, reason }.emit(&mut self.reply);
+        let _ = sys::send(t.sock.as_raw_fd(), &self.reply, &[], true);
+    }
+
+    fn answer(&mut self, i: usize, reply: Reply<'_>) {
+        let Some(t) = self.tenants[i].as_ref() else { return };
+        reply.emit(&mut self.reply);
+        // Replies are rare and small: a socket too full for one is a
+        // tenant that stopped reading, which the hung check reclaims.
+        if sys::send(t.sock.as_raw_fd(), &self.reply, &[], true).is_err() {
+            self.reclaim(i);
+        }
+    }
+
+    fn request(&mut self, i: usize, request: Request<'_>) {
+        let attached = matches!(
+            self.tenants[i].as_ref().map(|t| &t.side),
+            Some(Side::Shm(_) | Side::Socket(_))
+        );
+        match request {
+            Request::Attach {
+                transport,
+                entries,
+                slot_size,
+                ..
+            } => {
+                if attached {
+                    self.refuse_message(i, refusal::PROTOCOL, "already attached");
+                    return;
+                }
+                self.attach(i, transport, entries, slot_size);
+            }
+            // An operator's query (`espgw engine stats`) needs no attach.
+            Request::Stats => {
+                let mut stats = self.stats;
+                stats.tenants = self.live_tenants() as u64;
+                self.answer(i, Reply::Stats(stats));
+            }
+            _ if !attached => {
+                self.refuse_message(i, refusal::PROTOCOL, "attach first");
+            }
+            Request::Register {
+                algorithm,
+                esn,
+                enc_key,
+                auth_key,
+            } => {
+                if self.tenants[i]
+                    .as_ref()
+                    .is_some_and(|t| t.sessions.len() >= MAX_SESSIONS)
+                {
+                    let reason = format!("a tenant holds at most {MAX_SESSIONS} sessions");
+                    self.refuse_message(i, refusal::FULL, &reason);
+                    return;
+                }
+                let spec = match SessionSpec::new(algorithm, esn, enc_key, auth_key) {
+                    Ok(spec) => spec,
+                    Err(e) => {
+                        self.refuse_message(i, refusal::KEYS, &e.to_string());
+                        return;
+                    }
+                };
+                match self.engine.register(&spec) {
+                    Ok(engine) => {
+                        let Some(t) = self.tenants[i].as_mut() else { return };
+                        let handle = self.sessions.insert(Owned {
+                            tenant: i as u16,
+                            generation: t.generation,
+                            engine,
+                            closing: None,
+                        });
+                        t.sessions.push(handle);
+                        self.answer(i, Reply::Registered(handle));
+                    }
+                    Err(e) => {
+                        let code = match e {
+                            RegisterError::Keys(_) => refusal::KEYS,
+                            _ => refusal::FULL,
+                        };
+                        self.refuse_message(i, code, &e.to_string());
+                    }
+                }
+            }
+            Request::Release { handle, mark } => {
+                let Some(t) = self.tenants[i].as_mut() else { return };
+                match self.sessions.get(handle).copied() {
+                    Some(o) if o.tenant as usize != i || o.generation != t.generation => {
+                        self.stats.foreign_session += 1;
+                        self.refuse_message(i, refusal::NOT_YOURS, "the session is another tenant's");
+                    }
+                    // Released twice.
+                    Some(Owned { closing: Some(_), .. }) => {
+                        self.stats.stale_session += 1;
+                        self.refuse_message(i, refusal::NOT_YOURS, "the session is already released");
+                    }
+                    Some(_) => {
+                        // Jobs the tenant submitted before releasing still
+                        // run: the release waits until they are with the
+                        // engine (shm: the ring read up to the tenant's
+                        // mark; socket: earlier messages are read first).
+                        let mark = match &t.side {
+                            Side::Shm(_) => mark,
+                            _ => 0,
+                        };
+                        t.releases.push((mark, handle));
+                        if let Some(o) = self.sessions.get_mut(handle) {
+                            o.closing = Some(mark);
+                        }
+                        self.answer(i, Reply::Released);
+                    }
+                    None => {
+                        self.stats.stale_session += 1;
+                        self.refuse_message(i, refusal::NOT_YOURS, "no such session (released?)");
+                    }
+                }
+            }
+            Request::Submit { count, body } => {
+                let is_socket = matches!(self.tenants[i].as_ref().map(|t| &t.side), Some(Side::Socket(_)));
+                if !is_socket {
+                    self.stats.malformed += 1;
+                    self.refuse_message(i, refusal::PROTOCOL, "this tenant submits through its rings");
+                    return;
+                }
+                for item in BurstIter::requests(count, body) {
+                    match item {
+                        Ok((entry, data)) => {
+                            let room = self.tenants[i].as_ref().map_or(0, Tenant::room);
+                            if room == 0 {
+                                self.stats.quota_full += 1;
+                                self.refuse(i, entry.user, DescriptorError::Fault);
+                                continue;
+                            }
+                            self.accept_request(i, entry.user, 0, Ok(entry), Some(data));
+                        }
+                        Err(_) => {
+                            // The rest of the message cannot be trusted.
+                            self.stats.malformed += 1;
+                            break;
+                        }
+                    }
+                }
+            }
+            Request::Detach => self.reclaim(i),
+        }
+    }
+
+    /// Releases tenant `i`'s session `handle` with the engine (which wipes
+    /// its keys).
+    fn release_now(&mut self, i: usize, handle: SessionHandle) {
+        if let Some(o) = self.sessions.remove(handle) {
+            self.engine.release(o.engine);
+            self.stats.sessions_wiped += 1;
+        }
+        if let Some(t) = self.tenants[i].as_mut() {
+            t.sessions.retain(|h| *h != handle);
+        }
+    }
+
+    /// Deferred releases that are due: called when the engine has taken
+    /// every queued job, so none of the session's can be left behind.
+    fn due_releases(&mut self, i: usize) {
+        loop {
+            let due = match self.tenants[i].as_mut() {
+                Some(t) => match (t.releases.first().copied(), &t.side) {
+                    // Wrapping distance: the tail is at or past the mark.
+                    (Some((at, handle)), Side::Shm(shm)) if (shm.req_tail.wrapping_sub(at) as i32) >= 0 => {
+                        t.releases.remove(0);
+                        handle
+                    }
+                    (Some((_, handle)), Side::Socket(_)) => {
+                        t.releases.remove(0);
+                        handle
+                    }
+                    _ => return,
+                },
+                None => return,
+            };
+            self.release_now(i, due);
+        }
+    }
+
+    fn attach(&mut self, i: usize, transport: Transport, entries: u32, slot_size: u32) {
+        if !entries.is_power_of_two() || !(1..=4096).contains(&entries) {
+            self.refuse_message(i, refusal::FULL, "entries must be a power of two from 1 to 4096");
+            return;
+        }
+        if slot_size < 64 || slot_size > self.config.max_slot {
+            let reason = format!("slot_size must be from 64 to {} bytes", self.config.max_slot);
+            self.refuse_message(i, refusal::FULL, &reason);
+            return;
+        }
+        // The ring is no larger than the quota, so an honest tenant (one
+        // request per ring entry) never meets a refusal for it.
+        let cap = (self.config.quota.max(1) as u32 + 1).next_power_of_two() / 2;
+        let entries = entries.min(cap);
+        let quota = entries as usize;
+        let (.., region_len) = layout::offsets(entries as usize, slot_size as usize);
+        let side = match transport {
+            Transport::Shm => {
+                let made = (|| -> io::Result<_> {
+                    let (memfd, map) = Mapping::create("espgw-tenant", region_len)?;
+                    let rings = Rings::new(map, entries, slot_size)
+                        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+                    Ok((memfd, rings, EventFd::new()?, EventFd::new()?))
+                })();
+                let (memfd, rings, to_server, to_tenant) = match made {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.refuse_message(i, refusal::FULL, &format!("cannot make the shared region: {e}"));
+                        return;
+                    }
+                };
+                let Some(t) = self.tenants[i].as_ref() else { return };
+                Reply::Attached {
+                    transport,
+                    tenant: t.id(i),
+                    entries,
+                    slot_size,
+                    region_len: region_len as u64,
+                }
+                .emit(&mut self.reply);
+                let fds = [memfd.as_raw_fd(), to_server.raw(), to_tenant.raw()];
+                if sys::send(t.sock.as_raw_fd(), &self.reply, &fds, true).is_err() {
+                    self.reclaim(i);
+                    return;
+                }
+                // The memfd goes out of scope here: the mapping keeps the
+                // memory, the tenant has its own descriptor.
+                Side::Shm(Box::new(ShmSide {
+                    rings,
+                    to_server,
+                    to_tenant,
+                    req_tail: 0,
+                    comp_head: 0,
+                    comp_tail_seen: 0,
+                    dirty: false,
+                    seen_tail: 0,
+                    tail_moved: Instant::now(),
+                }))
+            }
+            Transport::Socket => {
+                let Some(t) = self.tenants[i].as_ref() else { return };
+                Reply::Attached {
+                    transport,
+                    tenant: t.id(i),
+                    entries,
+                    slot_size,
+                    region_len: 0,
+                }
+                .emit(&mut self.reply);
+                if sys::send(t.sock.as_raw_fd(), &self.reply, &[], true).is_err() {
+                    self.reclaim(i);
+                    return;
+                }
+                let mut out = Vec::with_capacity(MAX_MESSAGE);
+                wire::start_burst(&mut out, op::COMPLETIONS);
+                Side::Socket(Box::new(SocketSide {
+                    out,
+                    out_count: 0,
+                    pending: VecDeque::new(),
+                    spare: Vec::new(),
+                    undelivered: 0,
+                }))
+            }
+        };
+        // A quota's worth of buffers per tenant, made now rather than per
+        // request; they stay when the tenant leaves (its in-flight jobs
+        // bring theirs back later).
+        let want = self.config.max_slot as usize;
+        while self.pool_total < quota * (self.live_tenants() + 1) {
+            self.pool.push(PacketBuf::with_len(want));
+            self.pool_total += 1;
+        }
+        let Some(t) = self.tenants[i].as_mut() else { return };
+        t.side = side;
+        t.quota = quota;
+        t.max_data = slot_size;
+        t.held.reserve(quota);
+        self.stats.attached += 1;
+    }
+
+    fn live_tenants(&self) -> usize {
+        self.tenants
+            .iter()
+            .filter(|t| t.as_ref().is_some_and(|t| !matches!(t.side, Side::Unattached)))
+            .count()
+    }
+
+    /// Tells tenant `i` why it is being let go, then reclaims it.
+    fn evict(&mut self, i: usize, reason: &str) {
+        self.refuse_message(i, refusal::EVICTED, reason);
+        self.reclaim(i);
+    }
+
+    /// Takes everything of tenant `i` back: sessions (keys wiped), queued
+    /// jobs, held completions, its region and descriptors. Jobs already in
+    /// the engine are discarded as they complete (the generation check).
+    fn reclaim(&mut self, i: usize) {
+        let Some(t) = self.tenants[i].take() else { return };
+        if !matches!(t.side, Side::Unattached) {
+            self.stats.reclaimed += 1;
+        }
+        for handle in &t.sessions {
+            if let Some(o) = self.sessions.remove(*handle) {
+                self.engine.release(o.engine);
+                self.stats.sessions_wiped += 1;
+            }
+        }
+        let generation = t.generation;
+        let pool = &mut self.pool;
+        let stats = &mut self.stats;
+        self.queue.retain_mut(|job| {
+            if (job.user >> 32) as usize == i && job.buf.note() == generation {
+                stats.discarded += 1;
+                pool.push(std::mem::replace(&mut job.buf, PacketBuf::empty()));
+                false
+            } else {
+                true
+            }
+        });
+        for job in t.held {
+            self.stats.discarded += 1;
+            self.pool.push(job.buf);
+        }
+        // Dropping `t` unmaps the region and closes the socket and doorbells.
+    }
+
+    /// Sleeps on the listener, every tenant's socket and every doorbell,
+    /// after telling the shm tenants to ring.
+    fn sleep(&mut self, timeout: Duration) -> Result<(), ServeError> {
+        self.publish();
+        let mut pending = false;
+        for t in self.tenants.iter().flatten() {
+            if let Side::Shm(shm) = &t.side {
+                let head = shm
+                    .rings
+                    .flag_then_load(layout::SERVER_SLEEPING, 1, layout::REQ_HEAD);
+                pending |= head != shm.req_tail;
+            }
+        }
+        if !pending {
+            self.pollfds.clear();
+            self.pollfds.push(sys::pollfd(self.listener.as_raw_fd()));
+            for t in self.tenants.iter().flatten() {
+                self.pollfds.push(sys::pollfd(t.sock.as_raw_fd()));
+                if let Side::Shm(shm) = &t.side {
+                    self.pollfds.push(sys::pollfd(shm.to_server.raw()));
+                }
+            }
+            sys::poll(&mut self.pollfds, timeout).map_err(ServeError::Poll)?;
+        }
+        for t in self.tenants.iter().flatten() {
+            if let Side::Shm(shm) = &t.side {
+                shm.rings.store(layout::SERVER_SLEEPING, 0);
+                shm.to_server.drain();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        for i in 0..self.tenants.len() {
+            self.reclaim(i);
+        }
+        let _ = std::fs::remove_file(&self.config.socket);
+    }
+}
+
+fn completion_of(job: &Job) -> CompletionEntry {
+    let status = job.desc.status;
+    let data_len = match status {
+        Status::Done | Status::AuthFailed => job.buf.len() as u32,
+        _ => 0,
+    };
+    CompletionEntry {
+        user: job.user as u32,
+        status,
+        data_len,
+    }
+}
+
+/// Writes a job's result into its tenant's region; false if the ring is full.
+fn deliver_shm(shm: &mut ShmSide, job: &Job) -> bool {
+    if !comp_room(shm) {
+        return false;
+    }
+    let entry = completion_of(job);
+    if entry.data_len > 0 {
+        shm.rings.write_data(job.buf.tag(), job.buf.data());
+    }
+    let mut raw = [0u8; COMPLETION_LEN];
+    entry.encode(&mut raw);
+    shm.rings.write_completion(shm.comp_head, &raw);
+    shm.comp_head = shm.comp_head.wrapping_add(1);
+    shm.dirty = true;
+    true
+}
+
+/// Whether the completion ring has room for one more entry.
+fn comp_room(shm: &mut ShmSide) -> bool {
+    let entries = shm.rings.entries();
+    if shm.comp_head.wrapping_sub(shm.comp_tail_seen) < entries {
+        return true;
+    }
+    shm.comp_tail_seen = shm.rings.load(layout::COMP_TAIL);
+    // A tail ahead of our head is a lie; it buys no room.
+    let used = shm.comp_head.wrapping_sub(shm.comp_tail_seen);
+    used < entries
+}
+
+fn push_completion(s: &mut SocketSide, entry: &CompletionEntry, data: &[u8]) {
+    if s.out.len() + COMPLETION_LEN + data.len() > MAX_MESSAGE || s.out_count == u16::MAX {
+        wire::set_count(&mut s.out, s.out_count);
+        let next = s.spare.pop().unwrap_or_else(|| Vec::with_capacity(MAX_MESSAGE));
+        let full = std::mem::replace(&mut s.out, next);
+        s.pending.push_back(full);
+        s.out_count = 0;
+        wire::start_burst(&mut s.out, op::COMPLETIONS);
+    }
+    let at = s.out.len();
+    s.out.resize(at + COMPLETION_LEN, 0);
+    entry.encode(&mut s.out[at..]);
+    s.out.extend_from_slice(data);
+    s.out_count += 1;
+    s.undelivered += 1;
+}
+
+fn count_of(msg: &[u8]) -> usize {
+    u16::from_le_bytes([msg[2], msg[3]]) as usize
+}
+
+/// A server running on a thread of this process (tests, the benchmark).
+pub struct ServerHandle {
+    stop: Arc<AtomicBool>,
+    published: Arc<Published>,
+    thread: Option<JoinHandle<Result<(), ServeError>>>,
+    pub socket: PathBuf,
+}
+
+impl ServerHandle {
+    pub fn stats(&self) -> StatsReply {
+        self.published.stats()
+    }
+
+    pub fn busy_ns(&self) -> u64 {
+        self.published.busy_ns()
+    }
+
+    /// Stops the thread and returns how it ended.
+    pub fn stop(mut self) -> Result<(), ServeError> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(ServeError::Poll(io::Error::other("the server thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Binds a server and runs it on a new thread.
+pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServeError> {
+    let socket = config.socket.clone();
+    let mut server = Server::bind(config)?;
+    let published = server.published();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name("espgw-engine".into())
+        .spawn(move || server.run(&flag))
+        .map_err(ServeError::Poll)?;
+    Ok(ServerHandle {
+        stop,
+        published,
+        thread: Some(thread),
+        socket,
+    })
+}

@@ -1,0 +1,406 @@
+//! The few system calls the shared engine needs, wrapped once: sequenced
+//! packet Unix sockets with file descriptors passed alongside
+//! (`SCM_RIGHTS`), memfd regions mapped shared, and eventfd doorbells.
+//! Everything returns `io::Result`; nothing here knows the protocol.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::time::Duration;
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "socket path {} is longer than the {} bytes a Unix socket address holds",
+                path.display(),
+                addr.sun_path.len() - 1
+            ),
+        ));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((addr, len as libc::socklen_t))
+}
+
+fn seqpacket() -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; the descriptor is owned from here on.
+    let fd = check(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket(2) and is ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Binds a listening sequenced-packet socket at `path` with mode 0600
+/// (owner only): the umask is tightened around bind(2) so that there is
+/// no moment at which another user could connect.
+pub fn listen(path: &Path) -> io::Result<OwnedFd> {
+    let fd = seqpacket()?;
+    let (addr, len) = sockaddr(path)?;
+    // SAFETY: umask never fails; the old mask is restored just below.
+    let old = unsafe { libc::umask(0o177) };
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+    let bound = check(unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) });
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    bound?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    // SAFETY: plain system call on our descriptor.
+    check(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
+    set_nonblocking(fd.as_raw_fd())?;
+    Ok(fd)
+}
+
+/// Accepts one connection without blocking; `None` if none is waiting.
+pub fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+    // SAFETY: null address arguments are allowed by accept4(2).
+    let fd = unsafe {
+        libc::accept4(
+            listener.as_raw_fd(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: accept4 returned a new descriptor that is ours.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Connects to the server's socket (blocking).
+pub fn connect(path: &Path) -> io::Result<OwnedFd> {
+    let fd = seqpacket()?;
+    let (addr, len) = sockaddr(path)?;
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+    check(unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), len) })?;
+    Ok(fd)
+}
+
+/// Bounds how long a blocking send or receive on `fd` may wait, so that a
+/// hung peer turns into an error instead of a hang.
+pub fn set_timeouts(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: `tv` is a live timeval of the size given.
+        check(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&raw const tv).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor we hold.
+    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) })?;
+    Ok(())
+}
+
+/// The peer's user ID (`SO_PEERCRED`).
+pub fn peer_uid(fd: &OwnedFd) -> io::Result<u32> {
+    // SAFETY: ucred is plain data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` has room for `len` bytes.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(cred.uid)
+}
+
+/// Sends one message, with `fds` attached if any. `nonblocking` makes a
+/// full socket an `Ok(false)` instead of a wait.
+pub fn send(fd: RawFd, bytes: &[u8], fds: &[RawFd], nonblocking: bool) -> io::Result<bool> {
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // Room for up to four descriptors, aligned as cmsghdr needs.
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        assert!(fds.len() <= 4, "at most four descriptors per message");
+        let data_len = std::mem::size_of_val(fds) as u32;
+        // SAFETY: CMSG_SPACE is a pure computation.
+        let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: the control buffer holds `space` bytes (64 >= CMSG_SPACE(16)),
+        // so the first header and its data lie inside it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), fds.len());
+        }
+    }
+    let flags = libc::MSG_NOSIGNAL | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
+    loop {
+        // SAFETY: `msg` points at live buffers for the duration of the call.
+        let n = unsafe { libc::sendmsg(fd, &msg, flags) };
+        if n >= 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock if nonblocking => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// What [`recv`] got.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Received {
+    /// A message of this many bytes (truncated messages are reported as
+    /// errors, never half-read).
+    Message(usize),
+    /// Nothing waiting (non-blocking only).
+    Empty,
+    /// The peer closed the connection.
+    Closed,
+}
+
+/// Receives one message into `buf`, and any descriptors passed with it
+/// into `fds` (as owned descriptors; surplus ones are closed).
+pub fn recv(fd: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, nonblocking: bool) -> io::Result<Received> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    let flags = libc::MSG_CMSG_CLOEXEC | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
+    let n = loop {
+        // SAFETY: `msg` points at live buffers for the duration of the call.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock if nonblocking => return Ok(Received::Empty),
+            io::ErrorKind::ConnectionReset => return Ok(Received::Closed),
+            _ => return Err(e),
+        }
+    };
+    // SAFETY: the kernel filled `control` up to msg_controllen; the CMSG
+    // macros walk only within it.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "message larger than the protocol allows",
+        ));
+    }
+    if n == 0 {
+        return Ok(Received::Closed);
+    }
+    Ok(Received::Message(n))
+}
+
+/// A counter the other side can wait on (eventfd(2)): the doorbell.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: plain system call; the descriptor is owned from here on.
+        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+        // SAFETY: just returned by eventfd(2).
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn from_fd(fd: OwnedFd) -> io::Result<EventFd> {
+        set_nonblocking(fd.as_raw_fd())?;
+        Ok(EventFd(fd))
+    }
+
+    /// Rings: adds one to the counter, waking a waiter.
+    pub fn ring(&self) {
+        let one: u64 = 1;
+        // A full counter (2^64 - 2 rings unread) or a closed peer is not
+        // worth reporting: the waiter is awake either way.
+        // SAFETY: writes eight bytes from a live u64.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    /// Clears the counter without blocking.
+    pub fn drain(&self) {
+        let mut value: u64 = 0;
+        // SAFETY: reads eight bytes into a live u64.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&raw mut value).cast(), 8) };
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Waits until any of `fds` is readable (or hung up), at most `timeout`.
+/// Returns the `revents` in `fds`.
+pub fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a live slice of pollfd; a null signal mask is allowed.
+    let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
+}
+
+pub fn pollfd(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// A shared mapping of a memfd: the tenant's rings and data area.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; who may touch which part of it is
+// the protocol's business (atomics for the ring indices).
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Creates a memfd of `len` bytes and maps it.
+    pub fn create(name: &str, len: usize) -> io::Result<(OwnedFd, Mapping)> {
+        let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: plain system call with a valid C string.
+        let fd = check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+        // SAFETY: just returned by memfd_create(2).
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain system call on our descriptor.
+        check(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
+        let mapping = Mapping::map(&fd, len)?;
+        Ok((fd, mapping))
+    }
+
+    /// Maps `len` bytes of `fd` shared, after checking the file is that
+    /// long (a short file would fault on access, not fail here).
+    pub fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: stat is plain data, filled by fstat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is live.
+        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        if (st.st_size as u64) < len as u64 || len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("shared region is {} bytes, {len} expected", st.st_size),
+            ));
+        }
+        // SAFETY: mapping a file we hold, at an address the kernel picks.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from(io::ErrorKind::Other))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped; no reference into it
+        // outlives the mapping (the owners hold raw pointers only while
+        // they hold the mapping).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}

@@ -1,0 +1,641 @@
+//! The tenant's side: an [`Engine`] whose jobs run in the server.
+//!
+//! `submit_burst` copies each job's region into a free data slot, writes a
+//! request entry naming the slot and the server's session handle, publishes
+//! the ring head once per burst and rings the server's doorbell only when
+//! the server said it might sleep; `poll_burst` reads completions, copies
+//! results back into the jobs' own buffers and hands the jobs back. Neither
+//! blocks; [`Engine::wait`] sleeps on the tenant's doorbell. The socket
+//! transport does the same with one message per burst. Registration is a
+//! blocking round trip on the control socket, off the fast path: the keys
+//! cross once and stay in the server.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use zeroize::{Zeroize, Zeroizing};
+
+use super::rings::Rings;
+use super::sys::{self, EventFd, Mapping, Received};
+use super::wire::{
+    self, layout, op, BurstIter, CompletionEntry, Reply, RequestEntry, StatsReply, Transport, COMPLETION_LEN,
+    MAX_MESSAGE, REQUEST_LEN,
+};
+use super::SharedSpec;
+use crate::descriptor::{DescriptorError, Status};
+use crate::engine::{Engine, EngineCounters, EngineKind, NextCompletion, RegisterError};
+use crate::job::Job;
+use crate::session::{SessionHandle, SessionSpec};
+
+/// How long a control round trip (attach, register, release) may take.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a tenant could not attach.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("cannot reach the engine server at {path}: {source} (is `espgw engine serve --socket {path}` running?)")]
+    Connect { path: String, source: io::Error },
+    #[error("the engine server refused to attach: {0}")]
+    Refused(String),
+    #[error("the engine server's answer was not understood: {0}")]
+    Protocol(String),
+    #[error("cannot map the shared region: {0}")]
+    Map(io::Error),
+}
+
+struct ShmTenant {
+    rings: Rings,
+    to_server: EventFd,
+    to_tenant: EventFd,
+    req_head: u32,
+    comp_tail: u32,
+}
+
+/// An engine served by `espgw engine serve`; see the module documentation.
+pub struct SharedEngine {
+    sock: OwnedFd,
+    transport: Transport,
+    tenant: u32,
+    shm: Option<ShmTenant>,
+    entries: u32,
+    slot_size: u32,
+    slots: Vec<Option<Job>>,
+    free: Vec<u32>,
+    /// Jobs finished without the server (refused here, or the server gone).
+    done: Vec<Job>,
+    tx: Vec<u8>,
+    rx: Vec<u8>,
+    fds: Vec<OwnedFd>,
+    counters: EngineCounters,
+    server_gone: bool,
+}
+
+// SAFETY: the mapping and descriptors are owned by this value alone; the
+// engine moves between threads as a whole, never shared.
+unsafe impl Send for SharedEngine {}
+
+impl std::fmt::Debug for SharedEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedEngine")
+            .field("tenant", &self.tenant)
+            .field("transport", &self.transport)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+impl SharedEngine {
+    /// Connects to the server at `spec.socket` and attaches.
+    pub fn attach(spec: &SharedSpec) -> Result<SharedEngine, AttachError> {
+        let path = spec.socket.display().to_string();
+        let sock = sys::connect(&spec.socket).map_err(|source| AttachError::Connect {
+            path: path.clone(),
+            source,
+        })?;
+        // Control round trips are off the fast path but must not hang a
+        // gateway on a hung server.
+        sys::set_timeouts(&sock, CONTROL_TIMEOUT).map_err(|source| AttachError::Connect {
+            path: path.clone(),
+            source,
+        })?;
+        let entries = spec.entries.next_power_of_two();
+        let mut tx = Vec::with_capacity(MAX_MESSAGE);
+        wire::attach(&mut tx, spec.transport, entries, spec.slot_size);
+        let protocol = |e: io::Error| AttachError::Protocol(e.to_string());
+        sys::send(sock.as_raw_fd(), &tx, &[], false).map_err(protocol)?;
+        let mut rx = vec![0u8; MAX_MESSAGE];
+        let mut fds = Vec::new();
+        let n = match sys::recv(sock.as_raw_fd(), &mut rx, &mut fds, false).map_err(protocol)? {
+            Received::Message(n) => n,
+            _ => return Err(AttachError::Protocol("the server closed the connection".into())),
+        };
+        let (tenant, entries, slot_size, region_len) = match Reply::parse(&rx[..n]) {
+            Ok(Reply::Attached {
+                transport,
+                tenant,
+                entries,
+                slot_size,
+                region_len,
+            }) if transport == spec.transport => (tenant, entries, slot_size, region_len),
+            Ok(Reply::Refused { reason, .. }) => return Err(AttachError::Refused(reason.to_owned())),
+            Ok(other) => return Err(AttachError::Protocol(format!("unexpected reply {other:?}"))),
+            Err(e) => return Err(AttachError::Protocol(e.to_string())),
+        };
+        let shm = match spec.transport {
+            Transport::Shm => {
+                if fds.len() != 3 {
+                    return Err(AttachError::Protocol(format!(
+                        "expected 3 descriptors, got {}",
+                        fds.len()
+                    )));
+                }
+                let mut it = fds.drain(..);
+                let (Some(memfd), Some(to_server), Some(to_tenant)) = (it.next(), it.next(), it.next())
+                else {
+                    return Err(AttachError::Protocol("descriptors missing".into()));
+                };
+                drop(it);
+                let map = Mapping::map(&memfd, region_len as usize).map_err(AttachError::Map)?;
+                let rings = Rings::new(map, entries, slot_size)
+                    .ok_or_else(|| AttachError::Protocol("the region does not fit its rings".into()))?;
+                Some(ShmTenant {
+                    rings,
+                    to_server: EventFd::from_fd(to_server).map_err(AttachError::Map)?,
+                    to_tenant: EventFd::from_fd(to_tenant).map_err(AttachError::Map)?,
+                    req_head: 0,
+                    comp_tail: 0,
+                })
+            }
+            Transport::Socket => None,
+        };
+        Ok(SharedEngine {
+            sock,
+            transport: spec.transport,
+            tenant,
+            shm,
+            entries,
+            slot_size,
+            slots: (0..entries).map(|_| None).collect(),
+            free: (0..entries).rev().collect(),
+            done: Vec::with_capacity(entries as usize),
+            tx,
+            rx,
+            fds,
+            counters: EngineCounters {
+                per_channel: vec![0],
+                ..EngineCounters::default()
+            },
+            server_gone: false,
+        })
+    }
+
+    /// The ID the server gave this tenant.
+    pub fn tenant_id(&self) -> u32 {
+        self.tenant
+    }
+
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Whether the server has gone away (its socket closed).
+    pub fn server_gone(&self) -> bool {
+        self.server_gone
+    }
+
+    /// Asks the server for its counters (a blocking round trip).
+    pub fn server_stats(&mut self) -> io::Result<StatsReply> {
+        self.tx.clear();
+        self.tx.push(op::STATS);
+        match self.call()? {
+            Reply::Stats(s) => Ok(s),
+            other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sends `self.tx` and waits for the reply, handling completions that
+    /// arrive meanwhile (socket transport).
+    fn call(&mut self) -> io::Result<Reply<'_>> {
+        sys::send(self.sock.as_raw_fd(), &self.tx, &[], false)?;
+        loop {
+            let n = match sys::recv(self.sock.as_raw_fd(), &mut self.rx, &mut self.fds, false)? {
+                Received::Message(n) => n,
+                Received::Empty => continue,
+                Received::Closed => {
+                    self.server_gone = true;
+                    return Err(io::Error::from(io::ErrorKind::ConnectionAborted));
+                }
+            };
+            self.fds.clear();
+            if self.rx[0] == op::COMPLETIONS {
+                self.completions(n);
+                continue;
+            }
+            return Reply::parse(&self.rx[..n]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+    }
+
+    /// Test hook for the server's checks: writes `entry` to the request
+    /// ring as it stands, bypassing every check this side makes (shm only).
+    /// The returned cookie comes back with the refusal.
+    #[doc(hidden)]
+    pub fn submit_raw(&mut self, mut entry: RequestEntry, job: Job) -> Option<u32> {
+        let shm = self.shm.as_mut()?;
+        let slot = self.free.pop()?;
+        entry.user = slot;
+        let mut raw = [0u8; REQUEST_LEN];
+        entry.encode(&mut raw);
+        shm.rings.write_request(shm.req_head, &raw);
+        shm.req_head = shm.req_head.wrapping_add(1);
+        if shm
+            .rings
+            .store_then_flag(layout::REQ_HEAD, shm.req_head, layout::SERVER_SLEEPING)
+        {
+            shm.to_server.ring();
+        }
+        self.slots[slot as usize] = Some(job);
+        self.counters.submitted += 1;
+        Some(slot)
+    }
+
+    fn refuse_here(&mut self, mut job: Job) {
+        job.desc.status = Status::Error(DescriptorError::BadRegions);
+        self.counters.errors += 1;
+        self.counters.submitted += 1;
+        self.done.push(job);
+    }
+
+    fn submit_shm(&mut self, jobs: &mut VecDeque<Job>) -> usize {
+        let Some(shm) = self.shm.as_mut() else { return 0 };
+        let tail = shm.rings.load(layout::REQ_TAIL);
+        let mut taken = 0;
+        let mut raw = [0u8; REQUEST_LEN];
+        while !jobs.is_empty() {
+            if shm.req_head.wrapping_sub(tail) >= self.entries {
+                break;
+            }
+            let Some(&slot) = self.free.last() else { break };
+            let Some(mut job) = jobs.pop_front() else { break };
+            taken += 1;
+            let len = job.region_bytes().len();
+            if len > self.slot_size as usize || job.is_bounced() {
+                job.desc.status = Status::Error(DescriptorError::BadRegions);
+                self.counters.errors += 1;
+                self.done.push(job);
+                continue;
+            }
+            self.free.pop();
+            let offset = slot * self.slot_size;
+            shm.rings.write_data(offset, job.region_bytes());
+            RequestEntry {
+                user: slot,
+                session: job.session,
+                desc: job.desc,
+                data_offset: offset,
+                data_len: len as u32,
+            }
+            .encode(&mut raw);
+            shm.rings.write_request(shm.req_head, &raw);
+            shm.req_head = shm.req_head.wrapping_add(1);
+            self.slots[slot as usize] = Some(job);
+        }
+        if taken > 0 {
+            self.counters.doorbells += 1;
+            if shm
+                .rings
+                .store_then_flag(layout::REQ_HEAD, shm.req_head, layout::SERVER_SLEEPING)
+            {
+                shm.to_server.ring();
+            }
+        }
+        taken
+    }
+
+    fn submit_socket(&mut self, jobs: &mut VecDeque<Job>) -> usize {
+        wire::start_burst(&mut self.tx, op::SUBMIT);
+        let mut count: u16 = 0;
+        let mut refused = 0;
+        // Peek at the jobs and take them only once the message is sent,
+        // so that a full socket leaves them queued in order.
+        let mut n = 0;
+        for job in jobs.iter_mut() {
+            if count as usize >= self.free.len() {
+                break;
+            }
+            let len = job.region_bytes().len();
+            if len > self.slot_size as usize || job.is_bounced() {
+                if count == 0 {
+                    refused += 1;
+                    n += 1;
+                    continue;
+                }
+                break;
+            }
+            if self.tx.len() + REQUEST_LEN + len > MAX_MESSAGE {
+                break;
+            }
+            let slot = self.free[self.free.len() - 1 - count as usize];
+            let at = self.tx.len();
+            self.tx.resize(at + REQUEST_LEN, 0);
+            RequestEntry {
+                user: slot,
+                session: job.session,
+                desc: job.desc,
+                data_offset: 0,
+                data_len: len as u32,
+            }
+            .encode(&mut self.tx[at..]);
+            self.tx.extend_from_slice(job.region_bytes());
+            count += 1;
+            n += 1;
+        }
+        // Oversized jobs at the front are refused here, never sent.
+        for _ in 0..refused {
+            if let Some(job) = jobs.pop_front() {
+                self.refuse_here(job);
+            }
+        }
+        if count == 0 {
+            return refused;
+        }
+        wire::set_count(&mut self.tx, count);
+        match sys::send(self.sock.as_raw_fd(), &self.tx, &[], true) {
+            Ok(true) => {}
+            Ok(false) => return refused,
+            Err(_) => {
+                self.server_gone = true;
+                return refused;
+            }
+        }
+        self.counters.doorbells += 1;
+        for _ in refused..n {
+            let (Some(slot), Some(job)) = (self.free.pop(), jobs.pop_front()) else {
+                break;
+            };
+            self.slots[slot as usize] = Some(job);
+        }
+        n
+    }
+
+    /// Takes the completions of a Completions message of `n` bytes in `rx`.
+    fn completions(&mut self, n: usize) {
+        let Ok(Reply::Completions { count, body }) = Reply::parse(&self.rx[..n]) else {
+            return;
+        };
+        for item in BurstIter::completions(count, body) {
+            let Ok((entry, data)) = item else { break };
+            let Some(mut job) = self.slots.get_mut(entry.user as usize).and_then(Option::take) else {
+                continue;
+            };
+            self.free.push(entry.user);
+            finish(&mut job, entry, |dst| {
+                let len = dst.len().min(data.len());
+                dst[..len].copy_from_slice(&data[..len]);
+            });
+            if matches!(job.desc.status, Status::Error(_)) {
+                self.counters.errors += 1;
+            }
+            self.done.push(job);
+        }
+    }
+
+    fn poll_shm(&mut self, out: &mut Vec<Job>) -> usize {
+        let Some(shm) = self.shm.as_mut() else { return 0 };
+        let head = shm.rings.load(layout::COMP_HEAD);
+        let mut n = 0;
+        let mut raw = [0u8; COMPLETION_LEN];
+        while shm.comp_tail != head {
+            shm.rings.read_completion(shm.comp_tail, &mut raw);
+            shm.comp_tail = shm.comp_tail.wrapping_add(1);
+            let Ok(entry) = CompletionEntry::decode(&raw) else {
+                continue;
+            };
+            let Some(mut job) = self.slots.get_mut(entry.user as usize).and_then(Option::take) else {
+                continue;
+            };
+            self.free.push(entry.user);
+            let offset = entry.user * self.slot_size;
+            let rings = &shm.rings;
+            finish(&mut job, entry, |dst| rings.read_data(offset, dst));
+            if matches!(job.desc.status, Status::Error(_)) {
+                self.counters.errors += 1;
+            }
+            out.push(job);
+            n += 1;
+        }
+        shm.rings.store(layout::COMP_TAIL, shm.comp_tail);
+        n
+    }
+
+    fn completions_waiting(&self) -> bool {
+        match &self.shm {
+            Some(shm) => shm.rings.load(layout::COMP_HEAD) != shm.comp_tail,
+            None => false,
+        }
+    }
+}
+
+/// Sets a job's status from its completion and copies the result back
+/// (only for statuses that carry data, and at most the job's own length).
+fn finish(job: &mut Job, entry: CompletionEntry, copy: impl FnOnce(&mut [u8])) {
+    job.desc.status = match entry.status {
+        Status::Pending => Status::Error(DescriptorError::Fault),
+        s => s,
+    };
+    if entry.data_len > 0 && matches!(job.desc.status, Status::Done | Status::AuthFailed) {
+        let dst = job.region_bytes();
+        let len = dst.len().min(entry.data_len as usize);
+        copy(&mut dst[..len]);
+    }
+}
+
+impl Engine for SharedEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Shared
+    }
+
+    fn register(&mut self, spec: &SessionSpec) -> Result<SessionHandle, RegisterError> {
+        let mut msg = Zeroizing::new(Vec::with_capacity(8 + spec.enc_key.len() + spec.auth_key.len()));
+        wire::register(&mut msg, spec.algorithm, spec.esn, &spec.enc_key, &spec.auth_key);
+        let saved = std::mem::replace(&mut self.tx, std::mem::take(&mut *msg));
+        let reply = self.call().map_err(|e| e.to_string());
+        let reply = match reply {
+            Ok(Reply::Registered(handle)) => Ok(handle),
+            Ok(Reply::Refused { code, reason }) if code == super::server::refusal::FULL => {
+                Err(RegisterError::Refused {
+                    engine: EngineKind::Shared,
+                    reason: reason.to_owned(),
+                })
+            }
+            Ok(Reply::Refused { reason, .. }) => Err(RegisterError::Refused {
+                engine: EngineKind::Shared,
+                reason: reason.to_owned(),
+            }),
+            Ok(other) => Err(RegisterError::Refused {
+                engine: EngineKind::Shared,
+                reason: format!("unexpected reply {other:?}"),
+            }),
+            Err(e) => Err(RegisterError::Refused {
+                engine: EngineKind::Shared,
+                reason: format!("the engine server is unreachable: {e}"),
+            }),
+        };
+        // The message held the keys: wipe it before the buffer is reused.
+        let mut sent = std::mem::replace(&mut self.tx, saved);
+        sent.zeroize();
+        reply
+    }
+
+    /// A round trip, off the fast path like `register`: once it returns, a
+    /// job naming the handle is refused, while jobs of the session already
+    /// submitted still run (the server wipes the keys once they are with
+    /// the engine). A refusal (not ours, already released) or a dead server
+    /// leaves nothing to undo here.
+    fn release(&mut self, handle: SessionHandle) {
+        self.tx.clear();
+        let mark = self.shm.as_ref().map_or(0, |shm| shm.req_head);
+        wire::release(&mut self.tx, handle, mark);
+        let _ = self.call();
+    }
+
+    fn submit_burst(&mut self, _now: Duration, jobs: &mut VecDeque<Job>) -> usize {
+        if self.server_gone {
+            return 0;
+        }
+        let n = match self.transport {
+            Transport::Shm => self.submit_shm(jobs),
+            Transport::Socket => self.submit_socket(jobs),
+        };
+        self.counters.submitted += n as u64;
+        self.counters.per_channel[0] += n as u64;
+        n
+    }
+
+    fn poll_burst(&mut self, _now: Duration, out: &mut Vec<Job>) -> usize {
+        let mut n = 0;
+        if self.transport == Transport::Socket {
+            // Every message waiting, without blocking.
+            loop {
+                match sys::recv(self.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
+                    Ok(Received::Message(len)) => {
+                        self.fds.clear();
+                        match self.rx[0] {
+                            op::COMPLETIONS => self.completions(len),
+                            // Unasked, a refusal is the server letting us go.
+                            op::REFUSED => self.server_gone = true,
+                            _ => {}
+                        }
+                    }
+                    Ok(Received::Empty) => break,
+                    Ok(Received::Closed) | Err(_) => {
+                        self.server_gone = true;
+                        break;
+                    }
+                }
+            }
+        } else {
+            n += self.poll_shm(out);
+        }
+        n += self.done.len();
+        out.append(&mut self.done);
+        self.counters.completed += n as u64;
+        n
+    }
+
+    fn next_completion(&self) -> NextCompletion {
+        if !self.done.is_empty() || self.completions_waiting() {
+            NextCompletion::Ready
+        } else if self.in_flight() > 0 {
+            NextCompletion::External
+        } else {
+            NextCompletion::Idle
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.entries as usize - self.free.len() + self.done.len()
+    }
+
+    fn counters(&self) -> EngineCounters {
+        self.counters.clone()
+    }
+
+    /// The server is gone: every job it held comes back as a fault.
+    fn reclaim(&mut self, _now: Duration, out: &mut Vec<Job>) -> usize {
+        if !self.server_gone {
+            return 0;
+        }
+        let mut n = 0;
+        for (slot, entry) in self.slots.iter_mut().enumerate() {
+            if let Some(mut job) = entry.take() {
+                job.desc.status = Status::Error(DescriptorError::Fault);
+                self.free.push(slot as u32);
+                self.counters.errors += 1;
+                out.push(job);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        if !self.done.is_empty() || self.in_flight() == 0 {
+            return;
+        }
+        // A short spin first: the server usually answers within
+        // microseconds, sooner than a sleep and a wake-up would.
+        let spin_until = Instant::now() + Duration::from_micros(20).min(timeout);
+        while Instant::now() < spin_until {
+            // The clock costs more than a look at the ring: look often.
+            for _ in 0..32 {
+                if self.completions_waiting() {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let mut fds = [sys::pollfd(self.sock.as_raw_fd()), sys::pollfd(-1)];
+        if let Some(shm) = &self.shm {
+            if shm
+                .rings
+                .flag_then_load(layout::TENANT_SLEEPING, 1, layout::COMP_HEAD)
+                != shm.comp_tail
+            {
+                shm.rings.store(layout::TENANT_SLEEPING, 0);
+                return;
+            }
+            fds[1] = sys::pollfd(shm.to_tenant.raw());
+        }
+        let _ = sys::poll(&mut fds, timeout.saturating_sub(Duration::from_micros(20)));
+        if self.transport == Transport::Shm && fds[0].revents & (libc::POLLHUP | libc::POLLIN) != 0 {
+            // The control socket carries nothing unasked on shm: readable
+            // means closed.
+            let mut probe = [0u8; 1];
+            let mut fds = Vec::new();
+            if matches!(
+                sys::recv(self.sock.as_raw_fd(), &mut probe, &mut fds, true),
+                Ok(Received::Closed) | Err(_)
+            ) {
+                self.server_gone = true;
+            }
+        }
+        if let Some(shm) = &self.shm {
+            shm.rings.store(layout::TENANT_SLEEPING, 0);
+            shm.to_tenant.drain();
+        }
+    }
+}
+
+impl Drop for SharedEngine {
+    fn drop(&mut self) {
+        // Closing the socket is the detach; the server reclaims the rest.
+        let _ = sys::send(self.sock.as_raw_fd(), &[op::DETACH], &[], true);
+    }
+}
+
+/// Asks the server at `path` for its counters without attaching (an
+/// operator's query: `espgw engine stats`).
+pub fn query_stats(path: &Path) -> Result<StatsReply, AttachError> {
+    let connect = |source| AttachError::Connect {
+        path: path.display().to_string(),
+        source,
+    };
+    let sock = sys::connect(path).map_err(connect)?;
+    sys::set_timeouts(&sock, CONTROL_TIMEOUT).map_err(connect)?;
+    let protocol = |e: io::Error| AttachError::Protocol(e.to_string());
+    sys::send(sock.as_raw_fd(), &[op::STATS], &[], false).map_err(protocol)?;
+    let mut rx = vec![0u8; 256];
+    let mut fds = Vec::new();
+    match sys::recv(sock.as_raw_fd(), &mut rx, &mut fds, false).map_err(protocol)? {
+        Received::Message(n) => match Reply::parse(&rx[..n]) {
+            Ok(Reply::Stats(s)) => Ok(s),
+            Ok(Reply::Refused { reason, .. }) => Err(AttachError::Refused(reason.to_owned())),
+            Ok(other) => Err(AttachError::Protocol(format!("unexpected reply {other:?}"))),
+            Err(e) => Err(AttachError::Protocol(e.to_string())),
+        },
+        _ => Err(AttachError::Protocol("the server closed the connection".into())),
+    }
+}

@@ -301,17 +301,28 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
         .map(|s| std::fs::read_to_string(dir.join(format!("w2{s}.log"))).unwrap_or_default())
         .collect();
     let context = format!("sent {sent}, received {received}\ngwA {a:#}\ngwB {b:#}\n{logs}");
-    let dropped: Vec<(&str, u64)> = [
-        "replay_too_old",
-        "replay_duplicate",
-        "reassembly_failed",
-        "reassembly_timeout",
-    ]
-    .into_iter()
-    .map(|name| (name, drops(&b, name)))
-    .filter(|(_, n)| *n > 0)
-    .collect();
+    // What the workers' coordination decides: sequence numbers in order
+    // (no replay drop) and unique IPv4 IDs per tunnel (no overlapping
+    // fragments). Always zero.
+    let dropped: Vec<(&str, u64)> = ["replay_too_old", "replay_duplicate", "reassembly_failed"]
+        .into_iter()
+        .map(|name| (name, drops(&b, name)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
     assert!(dropped.is_empty(), "gwB dropped {dropped:?}: {context}");
+    // A datagram whose fragment never came times out. With nothing lost
+    // before gwB read it that is the workers' doing and must not happen;
+    // on a host too busy for gwB to keep up, fragments the kernel dropped
+    // at gwB's socket (counted) account for at most as many timeouts.
+    let timeouts = drops(&b, "reassembly_timeout");
+    let lost_at_gw_b = b["kernel_drops"].as_u64().unwrap_or(0);
+    assert!(
+        timeouts <= lost_at_gw_b,
+        "gwB timed out {timeouts} reassemblies with {lost_at_gw_b} frames lost before it read them: {context}"
+    );
+    if timeouts > 0 {
+        eprintln!("note: {timeouts} reassembly timeouts at gwB, explained by {lost_at_gw_b} frames the kernel dropped at its socket (a busy host)");
+    }
     // The flood did fragment after encapsulation: gwB reassembled.
     assert!(b["fragments_absorbed"].as_u64().unwrap_or(0) >= 2000, "{context}");
     eprintln!(

@@ -25,11 +25,11 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 /// Bytes of one slot: a 1518-byte frame with the slot's header and the
 /// virtio-net header before it fits (`tp_mac` is 76 with them).
 pub const SLOT_SIZE: usize = 2048;
-/// Slots per ring (8 MiB, the memory of the `recvmmsg` path's socket
-/// buffer, which holds about 3,300 full-size frames): room for a burst
-/// while the worker is descheduled, so that a flood of fragments is not
-/// cut (`tests/workers_netns.rs` saw 2,048 slots overflow on a busy host).
-pub const SLOTS: usize = 4096;
+/// Slots per ring (16 MiB): room for a burst while the worker is
+/// descheduled, more than the `recvmmsg` path's 8 MiB socket buffer holds
+/// (about 3,300 full-size frames); `tests/workers_netns.rs` saw 2,048 and
+/// 4,096 slots overflow under its fragment flood on a busy host.
+pub const SLOTS: usize = 8192;
 const BLOCK_SIZE: usize = 1 << 20;
 
 /// One slot as the kernel filled it.

@@ -18,4 +18,4 @@ pub use sad::{
     USAGE_BATCH,
 };
 pub use selector::{proto, FlowKey, Ipv4Prefix, PortRange, ProtocolSelector, Selector, SelectorError};
-pub use spd::{Action, Decision, Policy, PolicyDirection, Spd};
+pub use spd::{Action, Decision, FlowCacheStats, Policy, PolicyDirection, Spd, FLOW_CACHE_ENTRIES};

@@ -91,7 +91,8 @@ impl Gateway {
                     self.stats.local_delivered += 1;
                     return Ok(Classified::Done(Ok(Next::Consume)));
                 }
-                match self.spd.lookup(PolicyDirection::Out, &flow).action {
+                let decision = self.spd.lookup_cached(PolicyDirection::Out, &flow);
+                match decision.action {
                     Action::Protect(sa) => {
                         decrement_ttl(buf)?;
                         Ok(Classified::Encapsulate(sa))
@@ -101,7 +102,7 @@ impl Gateway {
                         self.stats.bypassed += 1;
                         Ok(Classified::Done(Ok(Next::Route)))
                     }
-                    Action::Discard => Err(self.no_policy_or_discard(PolicyDirection::Out, &flow)),
+                    Action::Discard => Err(no_policy_or_discard(decision)),
                 }
             }
             Port::Outside => {
@@ -117,9 +118,10 @@ impl Gateway {
                     return Ok(Classified::Done(Ok(Next::Control)));
                 }
                 // RFC 4301 §5.2: plaintext must be allowed by a bypass policy.
-                match self.spd.lookup(PolicyDirection::In, &flow).action {
+                let decision = self.spd.lookup_cached(PolicyDirection::In, &flow);
+                match decision.action {
                     Action::Protect(_) => return Err(DropReason::PolicyMismatch),
-                    Action::Discard => return Err(self.no_policy_or_discard(PolicyDirection::In, &flow)),
+                    Action::Discard => return Err(no_policy_or_discard(decision)),
                     Action::Bypass => {}
                 }
                 if self.is_local(flow.dst) {
@@ -133,17 +135,6 @@ impl Gateway {
                 self.stats.bypassed += 1;
                 Ok(Classified::Done(Ok(Next::Route)))
             }
-        }
-    }
-
-    pub(super) fn no_policy_or_discard(
-        &self,
-        direction: PolicyDirection,
-        flow: &spd_sad::FlowKey,
-    ) -> DropReason {
-        match self.spd.lookup(direction, flow).policy {
-            Some(_) => DropReason::PolicyDiscard,
-            None => DropReason::NoPolicy,
         }
     }
 
@@ -187,6 +178,14 @@ impl Gateway {
         }
         buf.trim_front(EthernetFrame::<&[u8]>::header_len());
         Ok(None)
+    }
+}
+
+/// A discard decision's reason: a policy said so, or none matched.
+fn no_policy_or_discard(decision: spd_sad::Decision) -> DropReason {
+    match decision.policy {
+        Some(_) => DropReason::PolicyDiscard,
+        None => DropReason::NoPolicy,
     }
 }
 

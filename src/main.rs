@@ -41,7 +41,7 @@ enum Command {
     /// Run the gateway offline over a capture file.
     Pcap(PcapArgs),
     /// Measure the ESP data path in memory across packet sizes and algorithms.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Forward between the config's inside and outside interfaces (root).
     Run(RunArgs),
     /// Build a four-namespace demo network, run two gateways and show ESP

@@ -469,8 +469,15 @@ struct FlowCache {
 
 impl Default for FlowCache {
     fn default() -> Self {
+        // Zeroed memory from the allocator: the OS maps pages as lookups
+        // first touch them, so a small configuration's cache costs little
+        // resident memory, and building an SPD writes nothing.
+        let entries = Box::<[CacheSet]>::new_zeroed_slice(FLOW_CACHE_SETS);
+        // SAFETY: a `CacheSet` is integers only, so all-zero bytes are a
+        // valid value: every entry empty (generation 0).
+        let entries = unsafe { entries.assume_init() };
         FlowCache {
-            entries: vec![CacheSet::default(); FLOW_CACHE_SETS].into_boxed_slice(),
+            entries,
             stats: FlowCacheStats::default(),
         }
     }

@@ -42,6 +42,25 @@ impl Gateway {
         self.interfaces.iter().any(|i| i.address == addr)
     }
 
+    /// Starts loading the flow-cache sets of a batch from the inside
+    /// before its frames are classified one by one (see
+    /// [`spd_sad::Spd::prefetch`]). Reads headers only; a frame too short
+    /// to parse is left to `classify` to judge.
+    pub(super) fn prefetch_policies(&self, from: Port, bufs: &[PacketBuf]) {
+        if from != Port::Inside {
+            return;
+        }
+        let offset = match self.link_of(from) {
+            LinkLayer::RawIp => 0,
+            LinkLayer::Ethernet => EthernetFrame::<&[u8]>::header_len(),
+        };
+        for buf in bufs {
+            if let Some(Ok(ip)) = buf.data().get(offset..).map(Ipv4Packet::new_checked) {
+                self.spd.prefetch(PolicyDirection::Out, &flow_key(&ip));
+            }
+        }
+    }
+
     pub(super) fn classify(&mut self, from: Port, buf: &mut PacketBuf) -> Classified {
         match self.classify_inner(from, buf) {
             Ok(c) => c,

@@ -74,6 +74,10 @@ pub struct ScaleRow {
     /// Flow-cache hits over lookups during the encapsulation slices.
     pub cache_hit_rate: f64,
     pub sa_state_bytes: f64,
+    /// One `handle_timeout` (the tick that re-evaluates every SA's
+    /// lifetimes), in microseconds: the dataplane does nothing else
+    /// meanwhile.
+    pub tick_us: f64,
     /// Resident-memory growth per tunnel while they were installed; `None`
     /// where /proc/self/statm is not readable.
     pub rss_bytes_per_tunnel: Option<f64>,
@@ -458,6 +462,20 @@ impl Rig {
         };
         let spd_index_ns = time_lookups(&mut self.gw, false);
         let spd_cached_ns = time_lookups(&mut self.gw, true);
+        let tick_us = {
+            let mut out = Vec::new();
+            let mut samples = Vec::new();
+            for i in 1..=9u64 {
+                let start = Instant::now();
+                self.gw
+                    .handle_timeout(Duration::from_millis(i), &mut out, &mut self.traffic.pool);
+                samples.push(start.elapsed().as_nanos() as f64 / 1e3);
+                for (buf, _) in out.drain(..) {
+                    self.traffic.pool.free(buf);
+                }
+            }
+            median(samples)
+        };
         let sa_state_bytes = {
             let (n, total) = self
                 .gw
@@ -477,6 +495,7 @@ impl Rig {
             spd_cached_ns,
             cache_hit_rate: hits as f64 / (hits + misses).max(1) as f64,
             sa_state_bytes,
+            tick_us,
             rss_bytes_per_tunnel: self.rss_per_tunnel,
             setup_tunnels_per_s: (tunnels - 1) as f64 / self.setup_s.max(1e-9),
             ..churn
@@ -610,6 +629,7 @@ fn churn(
         spd_cached_ns: f64::NAN,
         cache_hit_rate: f64::NAN,
         sa_state_bytes: f64::NAN,
+        tick_us: f64::NAN,
         rss_bytes_per_tunnel: None,
         setup_tunnels_per_s: f64::NAN,
         churn: n,
@@ -677,7 +697,7 @@ pub fn table(rows: &[ScaleRow], opts: &ScaleOptions) -> String {
     );
     let _ = writeln!(
         out,
-        "{:>8} {:>8} {:>6} {:>10} {:>9} {:>9} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "{:>8} {:>8} {:>6} {:>10} {:>9} {:>9} {:>6} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "tunnels",
         "policies",
         "shapes",
@@ -686,6 +706,7 @@ pub fn table(rows: &[ScaleRow], opts: &ScaleOptions) -> String {
         "spd cache",
         "hit %",
         "SA B",
+        "tick µs",
         "RSS B/tun",
         "setup t/s",
         "install/s",
@@ -696,7 +717,7 @@ pub fn table(rows: &[ScaleRow], opts: &ScaleOptions) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{:>8} {:>8} {:>6} {:>10.1} {:>9.1} {:>9.1} {:>6.1} {:>8.0} {:>10} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>8}",
+            "{:>8} {:>8} {:>6} {:>10.1} {:>9.1} {:>9.1} {:>6.1} {:>8.0} {:>8.1} {:>10} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>8}",
             r.tunnels,
             r.policies,
             r.shapes,
@@ -705,6 +726,7 @@ pub fn table(rows: &[ScaleRow], opts: &ScaleOptions) -> String {
             r.spd_cached_ns,
             r.cache_hit_rate * 100.0,
             r.sa_state_bytes,
+            r.tick_us,
             r.rss_bytes_per_tunnel.map_or("-".into(), |b| format!("{b:.0}")),
             r.setup_tunnels_per_s,
             r.installs_per_s,

@@ -162,11 +162,13 @@ pub fn stats_json(gateway: &Gateway) -> Value {
             let c = sa.counters();
             let p = sa.params();
             let age = sa.age(now);
+            let idle = sa.idle(now);
             let remaining = |limits: &spd_sad::Limits| {
                 json!({
                     "bytes": limits.bytes.map(|b| b.saturating_sub(c.bytes)),
                     "packets": limits.packets.map(|n| n.saturating_sub(c.packets)),
                     "seconds": limits.seconds.map(|s| s.saturating_sub(age.as_secs())),
+                    "idle_seconds": limits.idle_seconds.map(|s| s.saturating_sub(idle.as_secs())),
                 })
             };
             let window = sa.replay_window();
@@ -180,6 +182,7 @@ pub fn stats_json(gateway: &Gateway) -> Value {
                 "remote": p.remote.to_string(),
                 "state": format!("{:?}", sa.state()).to_lowercase(),
                 "age_seconds": age.as_secs_f64(),
+                "idle_seconds": idle.as_secs_f64(),
                 "packets": c.packets,
                 "bytes": c.bytes,
                 "lifetime_remaining": {
@@ -349,7 +352,7 @@ pub fn stats_table(doc: &Value) -> String {
 /// `espgw sa list` as a table; never shows key material.
 pub fn sa_table(doc: &Value) -> String {
     let mut out = format!(
-        "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>8} {:>10} {:>12} {:>14} {:>10}\n",
+        "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>8} {:>8} {:>10} {:>12} {:>14} {:>10}\n",
         "name",
         "dir",
         "spi",
@@ -357,6 +360,7 @@ pub fn sa_table(doc: &Value) -> String {
         "proposal",
         "state",
         "age s",
+        "idle s",
         "packets",
         "bytes",
         "hard left",
@@ -365,11 +369,16 @@ pub fn sa_table(doc: &Value) -> String {
     for sa in doc["sas"].as_array().into_iter().flatten() {
         let text = |k: &str| sa[k].as_str().unwrap_or("-").to_owned();
         let hard = &sa["lifetime_remaining"]["hard"];
-        let left = [("bytes", "B"), ("packets", "p"), ("seconds", "s")]
-            .iter()
-            .filter_map(|(k, unit)| hard[*k].as_u64().map(|v| format!("{v}{unit}")))
-            .next()
-            .unwrap_or_else(|| "-".into());
+        let left = [
+            ("bytes", "B"),
+            ("packets", "p"),
+            ("seconds", "s"),
+            ("idle_seconds", "s idle"),
+        ]
+        .iter()
+        .filter_map(|(k, unit)| hard[*k].as_u64().map(|v| format!("{v}{unit}")))
+        .next()
+        .unwrap_or_else(|| "-".into());
         let window = if text("direction") == "in" {
             format!("{}/{}", sa["replay_window"]["top"], sa["replay_window"]["size"])
         } else {
@@ -377,7 +386,7 @@ pub fn sa_table(doc: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>8.1} {:>10} {:>12} {:>14} {:>10}",
+            "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>8.1} {:>8.1} {:>10} {:>12} {:>14} {:>10}",
             text("name"),
             text("direction"),
             text("spi"),
@@ -385,6 +394,7 @@ pub fn sa_table(doc: &Value) -> String {
             text("proposal"),
             text("state"),
             sa["age_seconds"].as_f64().unwrap_or(0.0),
+            sa["idle_seconds"].as_f64().unwrap_or(0.0),
             sa["packets"].to_string(),
             sa["bytes"].to_string(),
             left,

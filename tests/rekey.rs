@@ -583,3 +583,74 @@ fn keys_derived_from_the_secret_carry_traffic() {
     .expect_err("no keys");
     assert!(err.to_string().contains("secret"), "{err}");
 }
+
+/// An idle soft lifetime starts a rekey like any soft limit, under the
+/// virtual clock: a quiet tunnel gets fresh SAs (whose idle clocks start
+/// at installation) and carries traffic afterwards without a loss.
+#[test]
+fn an_idle_tunnel_rekeys_at_its_soft_idle_lifetime() {
+    let life_a = "[tunnel.lifetime]\nsoft_idle_s = 1\nhard_idle_s = 5\n";
+    let life_b = "[tunnel.lifetime]\nsoft_idle_s = 2\nhard_idle_s = 5\n";
+    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+    let mut net = Net::with_secret(
+        Algorithm::Aes128Gcm16,
+        life_a,
+        life_b,
+        sections,
+        &EngineSpec::default(),
+    );
+    net.traffic(100, true);
+    // 0.9 s of quiet after the last packet: not yet.
+    net.settle(890);
+    assert_eq!(net.generation(0), 0, "idle for less than soft_idle_s");
+    net.settle(300);
+    assert_eq!(net.generation(0), 1, "soft_idle_s reached: rekeyed");
+    assert_eq!(net.generation(1), 1);
+    net.traffic(100, true);
+    net.settle(400);
+    net.assert_all_delivered_once();
+    assert!(net.sites.iter().all(|s| s.drops.is_empty()));
+    assert_eq!(net.sa_names(0), vec!["t-in.1".to_owned(), "t-out.1".to_owned()]);
+}
+
+/// Without a secret nothing rekeys: the hard idle lifetime retires the SA
+/// and a packet after it drops as `sa_expired`; traffic before it kept
+/// the SA alive past the same span counted from installation.
+#[test]
+fn a_hard_idle_lifetime_retires_a_quiet_sa() {
+    let lifetime = "[tunnel.lifetime]\nsoft_idle_s = 1\nhard_idle_s = 2\n";
+    let alg = Algorithm::Aes128Gcm16;
+    let mut net = Net::new(
+        &config_text(true, alg, lifetime, ""),
+        &config_text(false, alg, lifetime, ""),
+        &EngineSpec::default(),
+    );
+    // A packet every 0.5 s for 3 s: never idle for 1 s.
+    for _ in 0..6 {
+        net.send(0, 100);
+        net.settle(500);
+    }
+    assert_eq!(net.sites[1].delivered.len(), 6);
+    assert!(net.sites[0].drops.is_empty());
+    let out = net.sites[0].gw.sad().find("t-out").expect("installed");
+    assert_eq!(
+        net.sites[0].gw.sad().get(out).map(|sa| sa.state()),
+        Some(spd_sad::SaState::Active)
+    );
+    net.settle(600);
+    assert_eq!(
+        net.sites[0].gw.sad().get(out).map(|sa| sa.state()),
+        Some(spd_sad::SaState::SoftExpired),
+        "1.1 s idle"
+    );
+    net.settle(1000);
+    net.send(0, 100);
+    net.settle(10);
+    assert_eq!(net.sites[1].delivered.len(), 6);
+    assert_eq!(net.sites[0].drops, vec![DropReason::SaExpired]);
+    let status = &net.sites[0].plane.tunnels(net.now)[0];
+    assert!(
+        status.note.as_deref().is_some_and(|n| n.contains("sa_expired")),
+        "{status:?}"
+    );
+}

@@ -3,9 +3,18 @@
 //! descriptor per algorithm.
 //!
 //! Ids:
-//! * `spd_lookup/{match,miss}/<policies>`: outbound lookup; `match` hits a
-//!   policy near the end of the list (the worst case for a linear SPD),
-//!   `miss` falls through to the default discard.
+//! * `spd_lookup/{match,miss}/<policies>`: outbound lookup by the
+//!   tuple-space index alone (`Spd::lookup`, what a flow-cache miss costs
+//!   before the cache is filled); `match` hits a policy near the end of the
+//!   list (the worst case for a linear SPD), `miss` falls through to the
+//!   default discard.
+//! * `spd_lookup/{cache_hit,cache_miss}/<policies>`: the dataplane's call,
+//!   `Spd::lookup_cached`; `cache_hit` repeats one flow, `cache_miss`
+//!   cycles through 65,536 flows (16 x the cache) matching that same
+//!   policy, so that every lookup misses and refills an entry.
+//! * `spd_lookup/linear_match/<policies>`: the first-match scan over the
+//!   ordered list that the index replaced, for comparison (at 100,000 only
+//!   with `SPD_LINEAR_100K=1`: it takes hundreds of microseconds).
 //! * `sad_lookup_inbound/{hit,miss}/<sas>`: `Sad<()>::lookup_inbound`.
 //! * `replay/{in-order,reordered}/w<size>[-esn]`: one `check` + `update`
 //!   per sequence number.
@@ -154,6 +163,42 @@ fn spd_lookup(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("miss", n), &miss, |b, flow| {
             b.iter(|| spd.lookup(PolicyDirection::Out, black_box(flow)))
         });
+        let mut cached = spd.clone();
+        group.bench_with_input(BenchmarkId::new("cache_hit", n), &flow, |b, flow| {
+            b.iter(|| cached.lookup_cached(PolicyDirection::Out, black_box(flow)))
+        });
+        // Same policy, different source ports where its selector allows
+        // them, else different source addresses inside its prefix.
+        let selector = policies[index].selector;
+        let flows: Vec<FlowKey> = (0..65_536u32)
+            .map(|i| {
+                let mut f = flow;
+                if selector.src_ports.is_any() {
+                    f.ports = f.ports.map(|(_, dp)| (i as u16, dp));
+                } else if selector.src.len() <= 16 {
+                    f.src = Ipv4Addr::from(u32::from(selector.src.addr()) | (i & !selector.src.mask()));
+                } else {
+                    f.dst = Ipv4Addr::from(i.wrapping_mul(2_654_435_761));
+                    f.ports = Some((f.ports.map_or(0, |p| p.0), i as u16));
+                }
+                f
+            })
+            .collect();
+        let mut at = 0usize;
+        group.bench_function(BenchmarkId::new("cache_miss", n), |b| {
+            b.iter(|| {
+                at = (at + 1) & 0xffff;
+                cached.lookup_cached(PolicyDirection::Out, black_box(&flows[at]))
+            })
+        });
+        let misses = cached.cache_stats().misses;
+        assert!(misses > 0, "cache_miss missed the cache");
+        if n <= 1_000 || std::env::var_os("SPD_LINEAR_100K").is_some() {
+            let ordered = policies.to_vec();
+            group.bench_with_input(BenchmarkId::new("linear_match", n), &flow, |b, flow| {
+                b.iter(|| ordered.iter().position(|p| p.selector.matches(black_box(flow))))
+            });
+        }
     }
     group.finish();
 }

@@ -11,6 +11,7 @@ pub mod measure;
 pub mod offload;
 pub mod plot;
 pub mod report;
+pub mod scale;
 pub mod scenario;
 pub mod tenants;
 
@@ -136,6 +137,22 @@ pub struct BenchArgs {
     /// 4 KB and 8 KB requests).
     #[arg(long, value_delimiter = ',', default_values_t = tenants::DEFAULT_REQUEST_SIZES)]
     pub request_sizes: Vec<usize>,
+    /// Instead of the sweep: the scaling run with traffic spread over this
+    /// many tunnels per row (e.g. 1,100,10000): encapsulation and SPD
+    /// lookup time per packet, memory, and SA install / rekey / delete
+    /// rates while traffic flows. Frame size: the smallest of `--sizes`;
+    /// transform: the first of `--algorithms`.
+    #[arg(long, value_delimiter = ',')]
+    pub tunnels: Vec<usize>,
+    /// With `--tunnels` (or alone, for one tunnel): pad the SPD to this
+    /// many policies per row (e.g. 10,1000,100000), consulted before the
+    /// tunnels' own.
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Vec<usize>,
+    /// With `--tunnels`: SAs installed, tunnels rekeyed and SAs deleted
+    /// per row while traffic flows.
+    #[arg(long, default_value_t = 10_000)]
+    pub churn: usize,
 }
 
 /// What a cell measured.
@@ -832,6 +849,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if !args.tunnels.is_empty() || !args.policies.is_empty() {
+        return run_scale(args);
+    }
     let progress = ProgressBar::new(0).with_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} cells  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -850,6 +870,41 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for path in plot::write_charts(&sweep, dir)? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `espgw bench --tunnels / --policies`: see [`scale`].
+fn run_scale(args: &BenchArgs) -> anyhow::Result<()> {
+    if let Some(cpu) = args.pin {
+        pin_to(cpu)?;
+    }
+    let frame_size = args.sizes.iter().copied().min().unwrap_or(MIN_FRAME);
+    if frame_size < MIN_FRAME {
+        bail!("--sizes: frames start at {MIN_FRAME} bytes");
+    }
+    let opts = scale::ScaleOptions {
+        tunnels: args.tunnels.clone(),
+        policies: args.policies.clone(),
+        algorithm: args.algorithms.first().copied().unwrap_or(Algorithm::Aes128Gcm16),
+        frame_size,
+        slice: Duration::from_millis(args.slice_ms.max(1)),
+        repetitions: args.repetitions.max(1),
+        churn: args.churn,
+    };
+    let rows = scale::measure(&opts, |row| {
+        eprintln!("measured {} tunnels, {} policies", row.tunnels, row.policies)
+    })?;
+    print!("{}", scale::table(&rows, &opts));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for path in scale::write_chart(&rows, dir)? {
             eprintln!("wrote {}", path.display());
         }
     }

@@ -1048,18 +1048,32 @@ impl Validator<'_> {
             return Ok(Lifetime::default());
         };
         let l = raw.get_ref();
+        let soft_idle = self.idle_seconds("soft_idle_s", l.soft_idle_s.as_ref())?;
+        let hard_idle = self.idle_seconds("hard_idle_s", l.hard_idle_s.as_ref())?;
         let lifetime = Lifetime {
             soft: Limits {
                 bytes: l.soft_bytes,
                 packets: l.soft_packets,
                 seconds: l.soft_seconds,
+                idle_seconds: soft_idle,
             },
             hard: Limits {
                 bytes: l.hard_bytes,
                 packets: l.hard_packets,
                 seconds: l.hard_seconds,
+                idle_seconds: hard_idle,
             },
         };
+        if let (Some(s), Some(h), Some(at)) = (soft_idle, hard_idle, l.soft_idle_s.as_ref()) {
+            if s > h {
+                return self.err(
+                    span(at),
+                    ConfigErrorKind::Value(format!(
+                        "soft_idle_s ({s}) is above hard_idle_s ({h}); the soft limit must come first"
+                    )),
+                );
+            }
+        }
         for (what, soft, hard) in [
             ("bytes", l.soft_bytes, l.hard_bytes),
             ("packets", l.soft_packets, l.hard_packets),
@@ -1077,6 +1091,24 @@ impl Validator<'_> {
             }
         }
         Ok(lifetime)
+    }
+
+    /// An idle limit: whole seconds since the SA's last packet, at least 1
+    /// (0 would retire every SA at once).
+    fn idle_seconds(&self, field: &str, raw: Option<&S<i64>>) -> Result<Option<u64>, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        match u64::try_from(*raw.get_ref()) {
+            Ok(s) if s >= 1 => Ok(Some(s)),
+            _ => self.err(
+                span(raw),
+                ConfigErrorKind::Value(format!(
+                    "{field} = {} is not a number of seconds of at least 1; it counts the seconds since the SA's last packet (leave it out for no idle limit)",
+                    raw.get_ref()
+                )),
+            ),
+        }
     }
 
     fn mode(&self, mode: Option<&S<String>>) -> Result<Mode, ConfigError> {

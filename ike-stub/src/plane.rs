@@ -514,11 +514,7 @@ impl ControlPlane {
 
     /// An SA lifetime event from the gateway about the SA called `name`.
     pub fn handle_sa_event(&mut self, now: Duration, name: &str, event: SaEvent) {
-        let Some(index) = self
-            .tunnels
-            .iter()
-            .position(|t| t.all_sas().iter().any(|n| n == name))
-        else {
+        let Some(index) = self.tunnel_of_sa(name) else {
             match event {
                 SaEvent::SoftExpired(_) => self.counters.soft_expired += 1,
                 SaEvent::HardExpired(_) => {
@@ -575,6 +571,26 @@ impl ControlPlane {
                 }
             }
         }
+    }
+
+    /// The tunnel that owns the SA called `name`. Tunnel SAs are named
+    /// `{tunnel}-{direction}[.{generation}]` ([`TunnelConfig::sa_name`]):
+    /// the tunnel that name points at is asked first, so that a rekey
+    /// storm over thousands of tunnels does not list every tunnel's SAs
+    /// for every event; other names (static SAs) ask every tunnel.
+    fn tunnel_of_sa(&self, name: &str) -> Option<usize> {
+        let owns = |t: &Tunnel| t.all_sas().iter().any(|n| n == name);
+        let base = match name.rsplit_once('.') {
+            Some((base, generation)) if generation.bytes().all(|b| b.is_ascii_digit()) => base,
+            _ => name,
+        };
+        let named = base.strip_suffix("-out").or_else(|| base.strip_suffix("-in"));
+        if let Some(at) = named.and_then(|n| self.tunnels.iter().position(|t| t.config.name == n)) {
+            if owns(&self.tunnels[at]) {
+                return Some(at);
+            }
+        }
+        self.tunnels.iter().position(owns)
     }
 
     fn start_rekey(&mut self, now: Duration, index: usize) {

@@ -136,7 +136,7 @@ pub(crate) struct RawNeighbor {
     pub mac: S<String>,
 }
 
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLifetime {
     pub soft_bytes: Option<u64>,
@@ -145,6 +145,10 @@ pub(crate) struct RawLifetime {
     pub hard_packets: Option<u64>,
     pub soft_seconds: Option<u64>,
     pub hard_seconds: Option<u64>,
+    /// Seconds since the SA's last packet. Signed, so that a negative
+    /// value gets the range message rather than serde's.
+    pub soft_idle_s: Option<S<i64>>,
+    pub hard_idle_s: Option<S<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

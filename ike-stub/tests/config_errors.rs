@@ -653,3 +653,38 @@ fn mac_and_mtu_are_optional_and_recorded() {
     assert_eq!(config.inside.mac.0, [2, 0, 0, 0, 1, 1]);
     assert_eq!(config.outside.mtu, 1400);
 }
+
+#[test]
+fn idle_lifetimes_are_read_and_checked() {
+    let life = format!("{SA}[sa.lifetime]\nsoft_idle_s = 30\nhard_idle_s = 120\nhard_seconds = 3600\n");
+    let config = parse(&format!("{BASE}{life}")).expect("valid idle lifetimes");
+    let lifetime = config.sas[0].params.lifetime;
+    assert_eq!(lifetime.soft.idle_seconds, Some(30));
+    assert_eq!(lifetime.hard.idle_seconds, Some(120));
+    assert_eq!(lifetime.hard.seconds, Some(3600));
+
+    let zero = format!("{SA}[sa.lifetime]\nhard_idle_s = 0\n");
+    expect_error(
+        &zero,
+        line_of(&zero, "hard_idle_s"),
+        15,
+        "hard_idle_s = 0 is not a number of seconds of at least 1",
+    );
+    let negative = format!("{SA}[sa.lifetime]\nsoft_idle_s = -5\n");
+    expect_error(
+        &negative,
+        line_of(&negative, "soft_idle_s"),
+        15,
+        "since the SA's last packet",
+    );
+    let order = format!("{SA}[sa.lifetime]\nsoft_idle_s = 60\nhard_idle_s = 10\n");
+    expect_error(
+        &order,
+        line_of(&order, "soft_idle_s"),
+        15,
+        "soft_idle_s (60) is above hard_idle_s (10)",
+    );
+    let text = format!("{SA}[sa.lifetime]\nhard_idle_s = \"soon\"\n");
+    let err = parse(&format!("{BASE}{text}")).expect_err("a string is not seconds");
+    assert_eq!(err.line, line_of(&text, "hard_idle_s"), "{err}");
+}

@@ -66,6 +66,11 @@ impl ReplayWindow {
         self.esn
     }
 
+    /// Heap bytes of the bitmap (for an SA's memory figure).
+    pub fn bitmap_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.bitmap)
+    }
+
     /// Highest sequence number accepted so far.
     pub fn top(&self) -> u64 {
         self.top

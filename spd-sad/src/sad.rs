@@ -7,6 +7,7 @@
 //! context, which is where keys are zeroized.
 
 use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,14 +84,19 @@ impl fmt::Display for Mode {
 pub struct Limits {
     pub bytes: Option<u64>,
     pub packets: Option<u64>,
+    /// Seconds since the SA was installed.
     pub seconds: Option<u64>,
+    /// Seconds since the SA's last packet (since its installation before
+    /// the first): an idle SA is retired or rekeyed like any other.
+    pub idle_seconds: Option<u64>,
 }
 
 impl Limits {
-    fn reached(&self, bytes: u64, packets: u64, age: Duration) -> bool {
+    fn reached(&self, bytes: u64, packets: u64, age: Duration, idle: Duration) -> bool {
         self.bytes.is_some_and(|b| bytes >= b)
             || self.packets.is_some_and(|p| packets >= p)
             || self.seconds.is_some_and(|s| age >= Duration::from_secs(s))
+            || self.idle_seconds.is_some_and(|s| idle >= Duration::from_secs(s))
     }
 }
 
@@ -188,6 +194,12 @@ pub const SEQUENCE_BLOCK: u64 = 32;
 /// (sooner when a lifetime limit is nearer than that).
 pub const USAGE_BATCH: u64 = 32;
 
+/// What one SA's state may take, in bytes, with a replay window of up to
+/// 1,024 packets, a name of up to 32 bytes and one selector, apart from
+/// its crypto context's heap (see [`SecurityAssociation::state_bytes`]; a
+/// test holds it).
+pub const SA_STATE_BOUND: usize = 768;
+
 /// Bytes one packet can add to an SA's usage, at most (a jumbo-free frame).
 const BIGGEST_PACKET: u64 = 2048;
 
@@ -214,6 +226,9 @@ pub struct SaShared {
     last_sent: AtomicU64,
     packets: AtomicU64,
     bytes: AtomicU64,
+    /// The latest packet any copy had counted at its last flush, in
+    /// nanoseconds of the caller's clock (0: none yet).
+    last_active_ns: AtomicU64,
 }
 
 /// One security association.
@@ -223,6 +238,8 @@ pub struct SecurityAssociation<C> {
     /// Inbound: owned by the one worker that receives this SA's packets.
     replay: ReplayWindow,
     installed_at: Duration,
+    /// When this copy last counted a packet (its installation before).
+    last_active: Duration,
     state: SaState,
     /// This copy's drop counters (packets and bytes live in `shared`).
     counters: SaCounters,
@@ -271,6 +288,7 @@ impl<C> SecurityAssociation<C> {
             params,
             shared: Arc::new(SaShared::default()),
             installed_at: now,
+            last_active: now,
             state: SaState::Active,
             counters: SaCounters::default(),
             inbound_in_flight: 0,
@@ -366,6 +384,10 @@ impl<C> SecurityAssociation<C> {
         if self.last_used > 0 {
             self.shared.last_sent.fetch_max(self.last_used, Ordering::Relaxed);
         }
+        if self.last_active > self.installed_at {
+            let ns = u64::try_from(self.last_active.as_nanos()).unwrap_or(u64::MAX);
+            self.shared.last_active_ns.fetch_max(ns, Ordering::Relaxed);
+        }
         let lifetime = &self.params.lifetime;
         let before = |used: u64, limits: [Option<u64>; 2]| {
             limits
@@ -410,6 +432,7 @@ impl<C> SecurityAssociation<C> {
             shared: Arc::clone(&self.shared),
             replay: self.replay.clone(),
             installed_at: self.installed_at,
+            last_active: self.last_active,
             state: self.state,
             counters: SaCounters::default(),
             inbound_in_flight: 0,
@@ -465,6 +488,26 @@ impl<C> SecurityAssociation<C> {
 
     pub fn age(&self, now: Duration) -> Duration {
         now.saturating_sub(self.installed_at)
+    }
+
+    /// The memory this copy holds for the SA, in bytes, apart from what
+    /// its crypto context `C` owns on the heap: the struct itself, the
+    /// shared part (counted whole by every copy), the replay bitmap, the
+    /// name and the selectors. Bounded by [`SA_STATE_BOUND`] plus the
+    /// name, the selectors and a window above 1,024 packets.
+    pub fn state_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + std::mem::size_of::<SaShared>()
+            + self.replay.bitmap_bytes()
+            + self.params.name.capacity()
+            + self.params.selectors.capacity() * std::mem::size_of::<Selector>()
+    }
+
+    /// Time since the last packet of any copy (as far as the others have
+    /// added theirs: every batch and every tick), or since installation.
+    pub fn idle(&self, now: Duration) -> Duration {
+        let shared = Duration::from_nanos(self.shared.last_active_ns.load(Ordering::Relaxed));
+        now.saturating_sub(self.last_active.max(shared))
     }
 
     /// True once this copy of an outbound SA can send no more: its block is
@@ -585,10 +628,13 @@ impl<C> SecurityAssociation<C> {
         if self.near_limit {
             // Other workers' packets count too: read the shared usage.
             let (bytes, packets) = self.usage();
-            return !hard.reached(bytes, packets, self.age(now));
+            return !hard.reached(bytes, packets, self.age(now), self.idle(now));
         }
         hard.seconds
             .is_none_or(|s| self.age(now) < Duration::from_secs(s))
+            && hard
+                .idle_seconds
+                .is_none_or(|s| self.idle(now) < Duration::from_secs(s))
     }
 
     /// Whether an inner packet may have arrived through this SA: only
@@ -612,6 +658,7 @@ impl<C> SecurityAssociation<C> {
     /// Counts one packet of `bytes` and moves the lifetime state on; returns
     /// the transition, if any.
     pub fn account(&mut self, bytes: usize, now: Duration) -> Option<SaState> {
+        self.last_active = self.last_active.max(now);
         self.unflushed_packets += 1;
         self.unflushed_bytes += bytes as u64;
         if self.unflushed_packets < self.flush_packets && self.unflushed_bytes < self.flush_bytes {
@@ -624,14 +671,15 @@ impl<C> SecurityAssociation<C> {
     /// Re-evaluates lifetimes at `now`; returns a transition, if any.
     pub fn refresh_state(&mut self, now: Duration) -> Option<SaState> {
         let age = self.age(now);
+        let idle = self.idle(now);
         let (bytes, packets) = self.usage();
         let exhausted = self.sequence_exhausted();
         // Without ESN the counter runs out; rekey while 2^24 numbers are left.
         let nearly_exhausted =
             self.reserved_sequence() >= self.sequence_limit().saturating_sub(SEQUENCE_RESERVE);
-        let new_state = if self.params.lifetime.hard.reached(bytes, packets, age) || exhausted {
+        let new_state = if self.params.lifetime.hard.reached(bytes, packets, age, idle) || exhausted {
             SaState::HardExpired
-        } else if self.params.lifetime.soft.reached(bytes, packets, age) || nearly_exhausted {
+        } else if self.params.lifetime.soft.reached(bytes, packets, age, idle) || nearly_exhausted {
             SaState::SoftExpired
         } else {
             SaState::Active
@@ -683,11 +731,17 @@ struct Slot<C> {
 /// All SAs of a gateway.
 pub struct Sad<C> {
     slots: Vec<Slot<C>>,
+    /// Empty slots, reused last-freed first: an install takes one without a
+    /// scan.
+    free: Vec<usize>,
+    /// SA names (unique) to ids: `find`, the duplicate check and the
+    /// control plane's commands without a scan.
+    by_name: FxHashMap<String, SaId>,
     /// SPI to SA: Fx hashing, since SPIs are chosen by the peer but looked
     /// up per packet, and SipHash's flood resistance costs more than a
     /// lookup here (the table is bounded by the SAs we installed).
     by_spi: FxHashMap<u32, SaId>,
-    events: Vec<SaEvent>,
+    events: VecDeque<SaEvent>,
     /// This database's worker and how many there are, once placed.
     placement: Option<(usize, usize)>,
 }
@@ -708,8 +762,10 @@ impl<C> Default for Sad<C> {
     fn default() -> Self {
         Sad {
             slots: Vec::new(),
+            free: Vec::new(),
+            by_name: FxHashMap::default(),
             by_spi: FxHashMap::default(),
-            events: Vec::new(),
+            events: VecDeque::new(),
             placement: None,
         }
     }
@@ -731,7 +787,7 @@ impl<C> Sad<C> {
         if params.spi < 256 {
             return Err(SadError::ReservedSpi(params.spi));
         }
-        if self.iter().any(|(_, existing)| existing.name() == params.name) {
+        if self.by_name.contains_key(&params.name) {
             return Err(SadError::DuplicateName(params.name.clone()));
         }
         if params.direction == SaDirection::Inbound && params.selectors.is_empty() {
@@ -745,7 +801,7 @@ impl<C> Sad<C> {
                 });
             }
         }
-        let slot = match self.slots.iter().position(|s| s.sa.is_none()) {
+        let slot = match self.free.pop() {
             Some(free) => free,
             None if self.slots.len() > SaId::SLOT_MASK as usize => {
                 return Err(SadError::Full(self.slots.len()))
@@ -767,6 +823,7 @@ impl<C> Sad<C> {
         if sa.params.direction == SaDirection::Inbound {
             self.by_spi.insert(sa.params.spi, id);
         }
+        self.by_name.insert(sa.params.name.clone(), id);
         entry.sa = Some(sa);
         Ok(id)
     }
@@ -786,8 +843,10 @@ impl<C> Sad<C> {
                     sa: s.sa.as_ref().map(SecurityAssociation::fork),
                 })
                 .collect(),
+            free: self.free.clone(),
+            by_name: self.by_name.clone(),
             by_spi: self.by_spi.clone(),
-            events: Vec::new(),
+            events: VecDeque::new(),
             placement: None,
         }
     }
@@ -817,6 +876,10 @@ impl<C> Sad<C> {
         if sa.params.direction == SaDirection::Inbound && self.by_spi.get(&sa.params.spi) == Some(&id) {
             self.by_spi.remove(&sa.params.spi);
         }
+        if self.by_name.get(&sa.params.name) == Some(&id) {
+            self.by_name.remove(&sa.params.name);
+        }
+        self.free.push(id.slot());
         Some(sa)
     }
 
@@ -835,7 +898,7 @@ impl<C> Sad<C> {
     }
 
     pub fn find(&self, name: &str) -> Option<SaId> {
-        self.iter().find(|(_, sa)| sa.name() == name).map(|(id, _)| id)
+        self.by_name.get(name).copied()
     }
 
     /// Inbound lookup (RFC 4301 §4.1): by SPI. A tunnel-mode packet must
@@ -856,7 +919,7 @@ impl<C> Sad<C> {
     }
 
     pub fn len(&self) -> usize {
-        self.iter().count()
+        self.by_name.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -866,8 +929,8 @@ impl<C> Sad<C> {
     /// Records a lifetime transition of `id` for the control plane.
     pub fn note_transition(&mut self, id: SaId, state: SaState) {
         match state {
-            SaState::SoftExpired => self.events.push(SaEvent::SoftExpired(id)),
-            SaState::HardExpired => self.events.push(SaEvent::HardExpired(id)),
+            SaState::SoftExpired => self.events.push_back(SaEvent::SoftExpired(id)),
+            SaState::HardExpired => self.events.push_back(SaEvent::HardExpired(id)),
             SaState::Active => {}
         }
     }
@@ -881,8 +944,8 @@ impl<C> Sad<C> {
                 sa.flush_usage();
             }
             match slot.sa.as_mut().and_then(|sa| sa.refresh_state(now)) {
-                Some(SaState::SoftExpired) => self.events.push(SaEvent::SoftExpired(id)),
-                Some(SaState::HardExpired) => self.events.push(SaEvent::HardExpired(id)),
+                Some(SaState::SoftExpired) => self.events.push_back(SaEvent::SoftExpired(id)),
+                Some(SaState::HardExpired) => self.events.push_back(SaEvent::HardExpired(id)),
                 Some(SaState::Active) | None => {}
             }
         }
@@ -890,11 +953,7 @@ impl<C> Sad<C> {
 
     /// Next pending lifetime event, oldest first.
     pub fn poll_event(&mut self) -> Option<SaEvent> {
-        if self.events.is_empty() {
-            None
-        } else {
-            Some(self.events.remove(0))
-        }
+        self.events.pop_front()
     }
 }
 
@@ -1075,11 +1134,13 @@ mod tests {
                 bytes: Some(1000),
                 packets: None,
                 seconds: Some(50),
+                idle_seconds: None,
             },
             hard: Limits {
                 bytes: None,
                 packets: Some(20),
                 seconds: Some(60),
+                idle_seconds: None,
             },
         };
         let mut sa = SecurityAssociation::new(p.clone(), (), Duration::from_secs(100));
@@ -1168,5 +1229,143 @@ mod tests {
         assert_eq!(b.get_mut(id).unwrap().next_sequence(), Ok(2));
         assert_eq!(a.get_mut(id).unwrap().next_sequence(), Ok(3));
         assert_eq!(a.get(id).unwrap().owner(), None);
+    }
+
+    /// Idle lifetimes under a virtual clock: soft, then hard, counted from
+    /// the last packet (from installation before the first); traffic
+    /// pushes both back; a packet after the hard idle limit finds the SA
+    /// unusable even before the tick that notices.
+    #[test]
+    fn idle_lifetimes_soft_then_hard_from_the_last_packet() {
+        let secs = Duration::from_secs;
+        let mut p = params("o", SaDirection::Outbound, 0x1000);
+        p.lifetime.soft.idle_seconds = Some(10);
+        p.lifetime.hard.idle_seconds = Some(30);
+        let mut sad: Sad<()> = Sad::new();
+        let id = sad.insert(p, (), secs(100)).unwrap();
+        // Idle since installation.
+        sad.handle_timeout(secs(109));
+        assert_eq!(sad.poll_event(), None);
+        assert_eq!(sad.get(id).unwrap().idle(secs(109)), secs(9));
+        // A packet at 109 restarts the count.
+        assert_eq!(sad.get_mut(id).unwrap().account(100, secs(109)), None);
+        sad.handle_timeout(secs(118));
+        assert_eq!(sad.poll_event(), None, "9 s since the last packet");
+        sad.handle_timeout(secs(119));
+        assert_eq!(sad.poll_event(), Some(SaEvent::SoftExpired(id)));
+        assert_eq!(sad.get(id).unwrap().state(), SaState::SoftExpired);
+        // Soft-expired but usable; traffic keeps it from the hard limit.
+        let sa = sad.get_mut(id).unwrap();
+        assert!(sa.is_usable(secs(130)));
+        sa.account(100, secs(130));
+        assert!(sa.is_usable(secs(159)));
+        assert!(!sa.is_usable(secs(160)), "30 s idle: unusable before any tick");
+        sad.handle_timeout(secs(159));
+        assert_eq!(sad.poll_event(), None);
+        sad.handle_timeout(secs(160));
+        assert_eq!(sad.poll_event(), Some(SaEvent::HardExpired(id)));
+        assert!(!sad.get(id).unwrap().is_usable(secs(161)));
+    }
+
+    /// Another worker's packets keep a copy from idling out once that
+    /// worker has added its usage (a batch or a tick).
+    #[test]
+    fn idle_time_counts_every_copy() {
+        let secs = Duration::from_secs;
+        let mut p = params("o", SaDirection::Outbound, 0x1000);
+        p.lifetime.hard.idle_seconds = Some(5);
+        let mut first: Sad<()> = Sad::new();
+        let id = first.insert(p, (), Duration::ZERO).unwrap();
+        let mut second = first.fork();
+        second.get_mut(id).unwrap().account(64, secs(4));
+        second.handle_timeout(secs(4));
+        first.handle_timeout(secs(6));
+        assert_eq!(first.poll_event(), None, "the other copy sent at 4 s");
+        assert_eq!(first.get(id).unwrap().idle(secs(6)), secs(2));
+        first.handle_timeout(secs(9));
+        assert_eq!(first.poll_event(), Some(SaEvent::HardExpired(id)));
+    }
+
+    /// The memory an SA's state takes is stated and bounded.
+    #[test]
+    fn sa_state_memory_is_bounded() {
+        let mut p = params("a-tunnel-name-of-32-bytes-000000", SaDirection::Inbound, 0x1000);
+        p.replay_window = 1024;
+        assert_eq!(p.name.len(), 32);
+        let sa = SecurityAssociation::new(p, (), Duration::ZERO);
+        let bytes = sa.state_bytes();
+        assert!(bytes <= SA_STATE_BOUND, "{bytes} bytes per SA");
+        // The window is the part that scales: 65,536 packets is 8 KiB more.
+        let mut big = params("b", SaDirection::Inbound, 0x1001);
+        big.replay_window = crate::replay::MAX_WINDOW;
+        let big = SecurityAssociation::new(big, (), Duration::ZERO);
+        assert!(
+            big.state_bytes() <= SA_STATE_BOUND + 8192,
+            "{}",
+            big.state_bytes()
+        );
+    }
+
+    /// Installs, finds and deletes by name and SPI stay exact through
+    /// churn at 10,000 SAs (no scan: a quadratic install would make this
+    /// test slow, not wrong; the rate is `espgw bench --tunnels`'s).
+    #[test]
+    fn ten_thousand_sas_install_find_and_delete() {
+        let mut sad: Sad<u32> = Sad::new();
+        let mut ids = Vec::new();
+        for i in 0..10_000u32 {
+            let dir = if i % 2 == 0 {
+                SaDirection::Inbound
+            } else {
+                SaDirection::Outbound
+            };
+            let id = sad
+                .insert(params(&format!("sa{i}"), dir, 0x1000 + i), i, Duration::ZERO)
+                .unwrap();
+            ids.push(id);
+        }
+        assert_eq!(sad.len(), 10_000);
+        assert_eq!(
+            sad.insert(
+                params("sa7", SaDirection::Outbound, 0x9999_9999),
+                0,
+                Duration::ZERO
+            ),
+            Err(SadError::DuplicateName("sa7".into()))
+        );
+        // Delete every third, then reinstall them under new names.
+        for (i, id) in ids.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
+            assert_eq!(sad.remove(*id).map(|sa| *sa.crypto()), Some(i as u32));
+        }
+        assert_eq!(sad.len(), 10_000 - 3334);
+        assert_eq!(sad.find("sa3"), None);
+        assert_eq!(sad.lookup_inbound(0x1000 + 6, "10.0.0.1".parse().unwrap()), None);
+        for i in (0..10_000u32).filter(|i| i % 3 == 0) {
+            let id = sad
+                .insert(
+                    params(&format!("re{i}"), SaDirection::Inbound, 0x10_0000 + i),
+                    i,
+                    Duration::ZERO,
+                )
+                .unwrap();
+            assert!(!ids.contains(&id), "a reused slot has a new generation");
+        }
+        assert_eq!(sad.len(), 10_000);
+        assert_eq!(sad.slots.len(), 10_000, "freed slots were reused");
+        for i in 0..10_000u32 {
+            let (name, spi) = if i % 3 == 0 {
+                (format!("re{i}"), 0x10_0000 + i)
+            } else {
+                (format!("sa{i}"), 0x1000 + i)
+            };
+            let id = sad.find(&name).expect("installed");
+            assert_eq!(sad.get(id).map(|sa| *sa.crypto()), Some(i));
+            let inbound = i % 3 == 0 || i % 2 == 0;
+            assert_eq!(
+                sad.lookup_inbound(spi, "10.0.0.1".parse().unwrap()),
+                inbound.then_some(id),
+                "{name}"
+            );
+        }
     }
 }

@@ -7,7 +7,13 @@
 //! and takes the first policy whose selector matches, by its own bitwise
 //! matching; no match is the default discard with policy `None`.
 //!
-//! `PROPTEST_CASES` raises the number of cases (default 256).
+//! Every lookup is asked three ways: the tuple-space index alone
+//! (`lookup`), and through the flow cache twice (`lookup_cached`: a miss
+//! that fills it, then a hit), so a stale cached decision after an edit
+//! fails the test.
+//!
+//! `PROPTEST_CASES` raises the number of cases (default 256). A second,
+//! seeded test does the same at 100,000 policies.
 
 use std::net::Ipv4Addr;
 
@@ -246,20 +252,25 @@ fn apply(spd: &mut Spd, op: &Op) -> Option<String> {
     }
 }
 
-fn check(spd: &Spd, reference: &Reference, flows: &[FlowKey]) -> Result<(), TestCaseError> {
+fn check(spd: &mut Spd, reference: &Reference, flows: &[FlowKey]) -> Result<(), TestCaseError> {
     prop_assert_eq!(spd.len(), reference.policies.len());
     for direction in [PolicyDirection::Out, PolicyDirection::In] {
         let expected: Vec<&Policy> = reference.ordered(direction);
         let got: Vec<&Policy> = spd.policies(direction).iter().collect();
         prop_assert_eq!(got, expected, "{} order", direction);
         for flow in flows {
-            prop_assert_eq!(
-                spd.lookup(direction, flow),
-                reference.lookup(direction, flow),
-                "{} {:?}",
-                direction,
-                flow
-            );
+            let expected = reference.lookup(direction, flow);
+            prop_assert_eq!(spd.lookup(direction, flow), expected, "{} {:?}", direction, flow);
+            for pass in ["filling the cache", "from the cache"] {
+                prop_assert_eq!(
+                    spd.lookup_cached(direction, flow),
+                    expected,
+                    "{} {:?} {}",
+                    direction,
+                    flow,
+                    pass
+                );
+            }
         }
     }
     Ok(())
@@ -275,7 +286,7 @@ proptest! {
         let mut reference = Reference::default();
         for op in &ops {
             prop_assert_eq!(apply(&mut spd, op), reference.apply(op), "{:?}", op);
-            check(&spd, &reference, &flows)?;
+            check(&mut spd, &reference, &flows)?;
         }
         // Flows built to hit each remaining selector, too.
         let hits: Vec<FlowKey> = reference
@@ -291,6 +302,257 @@ proptest! {
                 ports: Some((p.selector.src_ports.last, p.selector.dst_ports.first)),
             })
             .collect();
-        check(&spd, &reference, &hits)?;
+        check(&mut spd, &reference, &hits)?;
+    }
+}
+
+/// A small deterministic generator (xorshift64*) for the large test.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn address(&mut self) -> u32 {
+        if self.below(5) == 0 {
+            self.next() as u32
+        } else {
+            BASES[self.below(BASES.len() as u64) as usize] ^ (self.next() as u32 & 0x3ff)
+        }
+    }
+
+    fn prefix(&mut self) -> Ipv4Prefix {
+        // Gateway-like lengths mostly, any length sometimes.
+        let len = match self.below(6) {
+            0 => self.below(33) as u8,
+            1 => 32,
+            2 => 16,
+            _ => 24,
+        };
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        Ipv4Prefix::new(Ipv4Addr::from(self.address() & mask), len).expect("host bits cleared")
+    }
+
+    fn port(&mut self) -> u16 {
+        if self.below(4) == 0 {
+            self.next() as u16
+        } else {
+            PORTS[self.below(PORTS.len() as u64) as usize]
+        }
+    }
+
+    fn ports(&mut self) -> PortRange {
+        match self.below(4) {
+            0 | 1 => PortRange::ANY,
+            2 => {
+                let p = self.port();
+                PortRange { first: p, last: p }
+            }
+            _ => {
+                let (a, b) = (self.port(), self.port());
+                PortRange {
+                    first: a.min(b),
+                    last: a.max(b),
+                }
+            }
+        }
+    }
+
+    fn protocol(&mut self) -> u8 {
+        PROTOCOLS[self.below(PROTOCOLS.len() as u64) as usize]
+    }
+
+    fn policy(&mut self, i: usize) -> Policy {
+        let protocol = if self.below(3) == 0 {
+            ProtocolSelector::Any
+        } else {
+            ProtocolSelector::Number(self.protocol())
+        };
+        Policy {
+            name: format!("p{}", i % 90_000),
+            direction: if self.below(4) == 0 {
+                PolicyDirection::In
+            } else {
+                PolicyDirection::Out
+            },
+            priority: self.below(50) as u32,
+            selector: Selector {
+                src: self.prefix(),
+                dst: self.prefix(),
+                protocol,
+                src_ports: self.ports(),
+                dst_ports: self.ports(),
+            },
+            action: match self.below(4) {
+                0 => Action::Bypass,
+                1 => Action::Discard,
+                _ => Action::Protect(SaId(self.below(5000) as u32)),
+            },
+        }
+    }
+
+    fn flow(&mut self) -> FlowKey {
+        FlowKey {
+            src: Ipv4Addr::from(self.address()),
+            dst: Ipv4Addr::from(self.address()),
+            protocol: self.protocol(),
+            ports: if self.below(5) == 0 {
+                None
+            } else {
+                Some((self.port(), self.port()))
+            },
+        }
+    }
+}
+
+/// The first-match reference over a list already in lookup order.
+fn linear(ordered: &[&Policy], flow: &FlowKey) -> Decision {
+    ordered
+        .iter()
+        .position(|p| matches(&p.selector, flow))
+        .map(|i| Decision {
+            action: ordered[i].action,
+            policy: Some(i),
+        })
+        .unwrap_or(Decision {
+            action: Action::Discard,
+            policy: None,
+        })
+}
+
+/// `seen` keeps every flow checked so far (so that after edits the flows
+/// cached before them are asked again: a stale entry fails).
+fn check_large(
+    spd: &mut Spd,
+    reference: &Reference,
+    rng: &mut Rng,
+    stage: &str,
+    seen: &mut [Vec<FlowKey>; 2],
+) {
+    assert_eq!(spd.len(), reference.policies.len(), "{stage}");
+    for direction in [PolicyDirection::Out, PolicyDirection::In] {
+        let ordered = reference.ordered(direction);
+        assert!(
+            spd.policies(direction).iter().eq(ordered.iter().copied()),
+            "{stage}: {direction} order"
+        );
+        let seen = &mut seen[usize::from(direction == PolicyDirection::In)];
+        let mut flows: Vec<FlowKey> = (0..150).map(|_| rng.flow()).collect();
+        // And flows aimed at policies spread over the whole list.
+        for _ in 0..150 {
+            let p = ordered[rng.below(ordered.len() as u64) as usize];
+            flows.push(FlowKey {
+                src: Ipv4Addr::from(
+                    u32::from(p.selector.src.addr()) | (rng.next() as u32 & !p.selector.src.mask()),
+                ),
+                dst: p.selector.dst.addr(),
+                protocol: match p.selector.protocol {
+                    ProtocolSelector::Any => rng.protocol(),
+                    ProtocolSelector::Number(n) => n,
+                },
+                ports: Some((p.selector.src_ports.first, p.selector.dst_ports.last)),
+            });
+        }
+        seen.extend(flows);
+        for flow in seen.iter() {
+            let expected = linear(&ordered, flow);
+            assert_eq!(
+                spd.lookup(direction, flow),
+                expected,
+                "{stage}: {direction} {flow:?}"
+            );
+            assert_eq!(
+                spd.lookup_cached(direction, flow),
+                expected,
+                "{stage}: {direction} {flow:?}"
+            );
+            assert_eq!(
+                spd.lookup_cached(direction, flow),
+                expected,
+                "{stage}: {direction} {flow:?}"
+            );
+        }
+    }
+}
+
+/// The property at 100,000 policies, seeded (`SPD_SEED` picks another
+/// seed): build, check, then edit by every operation and check again.
+#[test]
+fn spd_lookup_agrees_with_the_linear_reference_at_100k_policies() {
+    let seed = std::env::var("SPD_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x1234_5678_9abc_def1u64);
+    let mut rng = Rng(seed.max(1));
+    let mut spd = Spd::new();
+    let mut reference = Reference::default();
+    for i in 0..100_000 {
+        let policy = rng.policy(i);
+        spd.insert(policy.clone());
+        reference.policies.push(policy);
+    }
+    assert!(spd.shapes(PolicyDirection::Out) > 10, "a table of many shapes");
+    let mut seen = [Vec::new(), Vec::new()];
+    check_large(&mut spd, &reference, &mut rng, "built", &mut seen);
+    let mut ops = Vec::new();
+    for _ in 0..300 {
+        let name = format!("p{}", rng.below(95_000));
+        ops.push(match rng.below(3) {
+            0 => Op::Remove(name),
+            1 => Op::SetAction(name, Action::Protect(SaId(rng.below(5000) as u32))),
+            _ => Op::SetAction(name, Action::Bypass),
+        });
+    }
+    for _ in 0..20 {
+        ops.push(Op::RemoveForSa(SaId(rng.below(5000) as u32)));
+    }
+    for _ in 0..200 {
+        let i = rng.below(100_000) as usize;
+        ops.push(Op::Insert(rng.policy(i)));
+    }
+    for op in &ops {
+        assert_eq!(apply(&mut spd, op), apply_fast(&mut reference, op), "{op:?}");
+    }
+    check_large(&mut spd, &reference, &mut rng, "edited", &mut seen);
+}
+
+/// `Reference::apply` with the name search done once per direction rather
+/// than by sorting for every operation (the same answer, in time for 100k).
+fn apply_fast(reference: &mut Reference, op: &Op) -> Option<String> {
+    match op {
+        Op::Remove(name) | Op::SetAction(name, _) => {
+            let mut at = None;
+            for direction in [PolicyDirection::Out, PolicyDirection::In] {
+                // The first of the lowest priority, in insertion order.
+                let best = reference
+                    .policies
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.direction == direction && p.name == *name)
+                    .min_by_key(|(i, p)| (p.priority, *i));
+                if let Some((i, _)) = best {
+                    at = Some(i);
+                    break;
+                }
+            }
+            let at = at?;
+            match op {
+                Op::Remove(_) => Some(format!("{:?}", reference.policies.remove(at))),
+                Op::SetAction(_, action) => {
+                    reference.policies[at].action = *action;
+                    Some(name.clone())
+                }
+                _ => unreachable!("only remove and set_action reach here"),
+            }
+        }
+        other => reference.apply(other),
     }
 }

@@ -42,6 +42,25 @@ impl Gateway {
         self.interfaces.iter().any(|i| i.address == addr)
     }
 
+    /// Starts loading the flow-cache sets of a batch from the inside
+    /// before its frames are classified one by one (see
+    /// [`spd_sad::Spd::prefetch`]). Reads headers only; a frame too short
+    /// to parse is left to `classify` to judge.
+    pub(super) fn prefetch_policies(&self, from: Port, bufs: &[PacketBuf]) {
+        if from != Port::Inside {
+            return;
+        }
+        let offset = match self.link_of(from) {
+            LinkLayer::RawIp => 0,
+            LinkLayer::Ethernet => EthernetFrame::<&[u8]>::header_len(),
+        };
+        for buf in bufs {
+            if let Some(Ok(ip)) = buf.data().get(offset..).map(Ipv4Packet::new_checked) {
+                self.spd.prefetch(PolicyDirection::Out, &flow_key(&ip));
+            }
+        }
+    }
+
     pub(super) fn classify(&mut self, from: Port, buf: &mut PacketBuf) -> Classified {
         match self.classify_inner(from, buf) {
             Ok(c) => c,
@@ -91,7 +110,8 @@ impl Gateway {
                     self.stats.local_delivered += 1;
                     return Ok(Classified::Done(Ok(Next::Consume)));
                 }
-                match self.spd.lookup(PolicyDirection::Out, &flow).action {
+                let decision = self.spd.lookup_cached(PolicyDirection::Out, &flow);
+                match decision.action {
                     Action::Protect(sa) => {
                         decrement_ttl(buf)?;
                         Ok(Classified::Encapsulate(sa))
@@ -101,7 +121,7 @@ impl Gateway {
                         self.stats.bypassed += 1;
                         Ok(Classified::Done(Ok(Next::Route)))
                     }
-                    Action::Discard => Err(self.no_policy_or_discard(PolicyDirection::Out, &flow)),
+                    Action::Discard => Err(no_policy_or_discard(decision)),
                 }
             }
             Port::Outside => {
@@ -117,9 +137,10 @@ impl Gateway {
                     return Ok(Classified::Done(Ok(Next::Control)));
                 }
                 // RFC 4301 §5.2: plaintext must be allowed by a bypass policy.
-                match self.spd.lookup(PolicyDirection::In, &flow).action {
+                let decision = self.spd.lookup_cached(PolicyDirection::In, &flow);
+                match decision.action {
                     Action::Protect(_) => return Err(DropReason::PolicyMismatch),
-                    Action::Discard => return Err(self.no_policy_or_discard(PolicyDirection::In, &flow)),
+                    Action::Discard => return Err(no_policy_or_discard(decision)),
                     Action::Bypass => {}
                 }
                 if self.is_local(flow.dst) {
@@ -133,17 +154,6 @@ impl Gateway {
                 self.stats.bypassed += 1;
                 Ok(Classified::Done(Ok(Next::Route)))
             }
-        }
-    }
-
-    pub(super) fn no_policy_or_discard(
-        &self,
-        direction: PolicyDirection,
-        flow: &spd_sad::FlowKey,
-    ) -> DropReason {
-        match self.spd.lookup(direction, flow).policy {
-            Some(_) => DropReason::PolicyDiscard,
-            None => DropReason::NoPolicy,
         }
     }
 
@@ -187,6 +197,14 @@ impl Gateway {
         }
         buf.trim_front(EthernetFrame::<&[u8]>::header_len());
         Ok(None)
+    }
+}
+
+/// A discard decision's reason: a policy said so, or none matched.
+fn no_policy_or_discard(decision: spd_sad::Decision) -> DropReason {
+    match decision.policy {
+        Some(_) => DropReason::PolicyDiscard,
+        None => DropReason::NoPolicy,
     }
 }
 

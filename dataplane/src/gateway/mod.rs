@@ -456,6 +456,7 @@ impl Gateway {
     ) {
         self.lend(pool, |gw| {
             gw.last_now = gw.last_now.max(now);
+            gw.prefetch_policies(from, bufs);
             for mut buf in bufs.drain(..) {
                 gw.stats.rx_packets += 1;
                 match gw.classify(from, &mut buf) {

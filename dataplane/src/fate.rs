@@ -396,7 +396,7 @@ mod tests {
         assert_eq!(replaced(&buf), None);
         for fate in [Fate::Consumed]
             .into_iter()
-            .chain(DropReason::ALL.into_iter().map(Fate::Dropped))
+            .chain(DropReason::ALL.iter().copied().map(Fate::Dropped))
         {
             mark_replaced(&mut buf, fate);
             assert_eq!(replaced(&buf), Some(fate));

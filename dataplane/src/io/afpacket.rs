@@ -782,7 +782,12 @@ impl AfPacket {
     }
 }
 
-fn set_option<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+pub(crate) fn set_option<T>(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: value points at a live T of the size given.
     let r = unsafe {
         libc::setsockopt(

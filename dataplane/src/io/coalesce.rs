@@ -22,7 +22,7 @@
 //! Pure: it plans and rewrites headers in byte slices, the driver
 //! ([`crate::io::afpacket`]) builds the scatter lists. No allocation.
 
-use crate::io::offload::{fold, ones_sum};
+use crate::io::offload::{fold, ones_sum, pseudo_header_sum};
 use crate::wire::vnet::{Gso, VnetHeader, VnetRepr, HEADER_LEN};
 
 const ETHERNET_LEN: usize = 14;
@@ -123,11 +123,7 @@ impl Segment {
         if flags & !(TCP_ECE | TCP_PSH) != TCP_ACK {
             return None;
         }
-        let mut pseudo = [0u8; 12];
-        pseudo[..8].copy_from_slice(&ip[12..20]);
-        pseudo[9] = PROTO_TCP;
-        pseudo[10..12].copy_from_slice(&(tcp.len() as u16).to_be_bytes());
-        if fold(ones_sum(tcp, ones_sum(&pseudo, 0))) != 0 {
+        if fold(ones_sum(tcp, pseudo_header_sum(ip, PROTO_TCP, tcp.len()))) != 0 {
             return None;
         }
         Some(Segment {
@@ -233,13 +229,9 @@ fn rewrite_first(frame: &mut [u8], first: &Segment, total: usize, psh: u8) {
     let header_sum = fold(ones_sum(&frame[ip..ip + IPV4_LEN], 0));
     frame[ip + 10..ip + 12].copy_from_slice(&header_sum.to_be_bytes());
     frame[tcp + 13] = first.flags | psh;
-    let mut pseudo = [0u8; 12];
-    pseudo[..8].copy_from_slice(&frame[ip + 12..ip + 20]);
-    pseudo[9] = PROTO_TCP;
-    pseudo[10..12].copy_from_slice(&((total - IPV4_LEN) as u16).to_be_bytes());
     // The partial-checksum convention: the folded pseudo-header sum, not
     // complemented; the kernel (or the device) adds the rest.
-    let pseudo_sum = !fold(ones_sum(&pseudo, 0));
+    let pseudo_sum = !fold(pseudo_header_sum(&frame[ip..], PROTO_TCP, total - IPV4_LEN));
     frame[tcp + 16..tcp + 18].copy_from_slice(&pseudo_sum.to_be_bytes());
 }
 

@@ -163,6 +163,13 @@ pub fn ones_sum(data: &[u8], initial: u64) -> u64 {
     acc
 }
 
+/// The RFC 793/768 pseudo-header of an IPv4 packet, summed (not folded):
+/// its source and destination addresses (`ip_header[12..20]`), protocol
+/// and L4 length.
+pub fn pseudo_header_sum(ip_header: &[u8], protocol: u8, l4_len: usize) -> u64 {
+    ones_sum(&ip_header[12..20], u64::from(protocol) + l4_len as u64)
+}
+
 /// Folds a sum to 16 bits and complements it: the checksum to store.
 pub fn fold(mut acc: u64) -> u16 {
     while acc >> 16 != 0 {
@@ -341,10 +348,7 @@ fn segment(
     }
     let id = u16::from_be_bytes([ip[4], ip[5]]);
     let seq = u32::from_be_bytes([head[l4 + 4], head[l4 + 5], head[l4 + 6], head[l4 + 7]]);
-    let mut pseudo = [0u8; 12];
-    pseudo[..8].copy_from_slice(&ip[12..20]);
-    pseudo[9] = protocol;
-    let pseudo_sum = ones_sum(&pseudo, 0);
+    let pseudo_sum = pseudo_header_sum(ip, protocol, 0);
     for i in 0..count {
         let Some(mut seg) = pool.alloc() else {
             return Err(OffloadDrop::NoBuffer);

@@ -59,21 +59,9 @@ unsafe impl Send for RxRing {}
 // socket (the other threads reach the socket for options only).
 unsafe impl Sync for RxRing {}
 
+/// A `SOL_PACKET` option on the ring's socket.
 fn set<T>(fd: &OwnedFd, name: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: value points at a live T of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as u32,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    crate::io::afpacket::set_option(fd, libc::SOL_PACKET, name, value)
 }
 
 impl RxRing {

@@ -189,9 +189,11 @@ pub fn run(
     // Room for a batch of segments from one more super-packet.
     let mut bufs = Vec::with_capacity(BATCH * 2);
     let mut out: Vec<Output> = Vec::with_capacity(BATCH * 4);
-    let mut control: Vec<PacketBuf> = Vec::with_capacity(CONTROL_QUEUE);
+    let mut tx = Transmit {
+        control: Vec::with_capacity(CONTROL_QUEUE),
+        plan: Plan::default(),
+    };
     let mut summary = RunSummary::default();
-    let mut plan = Plan::default();
     let start = Instant::now();
     let mut last_timeout = Duration::ZERO;
     let receivers = sockets.receivers();
@@ -221,14 +223,7 @@ pub fn run(
                 // is not drained by one receive.
                 if bufs.len() >= BATCH {
                     gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
-                    transmit(
-                        &mut out,
-                        &mut pool,
-                        sockets,
-                        &mut summary,
-                        &mut control,
-                        &mut plan,
-                    );
+                    tx.send(&mut out, &mut pool, sockets, &mut summary);
                 }
             }
             if !bufs.is_empty() {
@@ -241,35 +236,21 @@ pub fn run(
             summary.kernel_drops += sockets.kernel_drops();
             last_timeout = now;
         }
-        transmit(
-            &mut out,
-            &mut pool,
-            sockets,
-            &mut summary,
-            &mut control,
-            &mut plan,
-        );
+        tx.send(&mut out, &mut pool, sockets, &mut summary);
         summary.pool_in_use = pool.in_use();
         summary.pool_capacity = pool.capacity();
         on_tick(&mut Tick {
             gateway,
             now,
             summary: &summary,
-            received: &control,
+            received: &tx.control,
             out: &mut out,
             pool: &mut pool,
         });
-        for buf in control.drain(..) {
+        for buf in tx.control.drain(..) {
             pool.free(buf);
         }
-        transmit(
-            &mut out,
-            &mut pool,
-            sockets,
-            &mut summary,
-            &mut control,
-            &mut plan,
-        );
+        tx.send(&mut out, &mut pool, sockets, &mut summary);
         if idle && gateway.in_flight() == 0 {
             // Nothing to do: sleep until a frame arrives, or 10 ms pass: timers, and
             // commands from the control plane that other workers wait on.
@@ -281,15 +262,8 @@ pub fn run(
     }
     summary.kernel_drops += sockets.kernel_drops();
     crate::drive::shutdown(gateway, start.elapsed(), &mut out, &mut pool);
-    transmit(
-        &mut out,
-        &mut pool,
-        sockets,
-        &mut summary,
-        &mut control,
-        &mut plan,
-    );
-    for buf in control.drain(..) {
+    tx.send(&mut out, &mut pool, sockets, &mut summary);
+    for buf in tx.control.drain(..) {
         pool.free(buf);
     }
     if pool.in_use() != 0 {
@@ -332,49 +306,58 @@ fn wait_for_engine(gateway: &mut Gateway, now: Duration, fds: &mut [libc::pollfd
     }
 }
 
-/// Sends what the gateway forwards, keeps control datagrams for the next
-/// tick, and frees everything else.
-fn transmit(
-    out: &mut Vec<Output>,
-    pool: &mut PacketPool,
-    sockets: &Sockets,
-    summary: &mut RunSummary,
-    control: &mut Vec<PacketBuf>,
-    plan: &mut Plan,
-) {
-    for port in [Port::Inside, Port::Outside] {
-        let device = sockets.transmit_on(port);
-        let mut frames: [&mut [u8]; MAX_BATCH] = std::array::from_fn(|_| &mut [][..]);
-        let mut n = 0;
-        let mut flush = |frames: &mut [&mut [u8]]| {
-            let Sent { sent, failed } = device.send_batch(frames, plan, &mut summary.offload);
-            summary.frames_out += sent as u64;
-            summary.send_errors += failed as u64;
-        };
-        for (buf, verdict) in out.iter_mut() {
-            if *verdict == Verdict::Forward(port) {
-                frames[n] = buf.data_mut();
-                n += 1;
-                if n == MAX_BATCH {
-                    flush(&mut frames);
-                    n = 0;
+/// The transmit side's state of a worker: control datagrams held for the
+/// next tick, and the coalescing plan reused for every batch.
+struct Transmit {
+    control: Vec<PacketBuf>,
+    plan: Plan,
+}
+
+impl Transmit {
+    /// Sends what the gateway forwards, keeps control datagrams for the
+    /// next tick, and frees everything else.
+    fn send(
+        &mut self,
+        out: &mut Vec<Output>,
+        pool: &mut PacketPool,
+        sockets: &Sockets,
+        summary: &mut RunSummary,
+    ) {
+        let (control, plan) = (&mut self.control, &mut self.plan);
+        for port in [Port::Inside, Port::Outside] {
+            let device = sockets.transmit_on(port);
+            let mut frames: [&mut [u8]; MAX_BATCH] = std::array::from_fn(|_| &mut [][..]);
+            let mut n = 0;
+            let mut flush = |frames: &mut [&mut [u8]]| {
+                let Sent { sent, failed } = device.send_batch(frames, plan, &mut summary.offload);
+                summary.frames_out += sent as u64;
+                summary.send_errors += failed as u64;
+            };
+            for (buf, verdict) in out.iter_mut() {
+                if *verdict == Verdict::Forward(port) {
+                    frames[n] = buf.data_mut();
+                    n += 1;
+                    if n == MAX_BATCH {
+                        flush(&mut frames);
+                        n = 0;
+                    }
                 }
             }
-        }
-        if n > 0 {
-            flush(&mut frames[..n]);
-        }
-    }
-    for (buf, verdict) in out.drain(..) {
-        match verdict {
-            Verdict::Control if control.len() < CONTROL_QUEUE => {
-                control.push(buf);
-                continue;
+            if n > 0 {
+                flush(&mut frames[..n]);
             }
-            Verdict::Control => summary.control_overflow += 1,
-            Verdict::Forward(_) | Verdict::Consumed | Verdict::Drop(_) => {}
         }
-        pool.free(buf);
+        for (buf, verdict) in out.drain(..) {
+            match verdict {
+                Verdict::Control if control.len() < CONTROL_QUEUE => {
+                    control.push(buf);
+                    continue;
+                }
+                Verdict::Control => summary.control_overflow += 1,
+                Verdict::Forward(_) | Verdict::Consumed | Verdict::Drop(_) => {}
+            }
+            pool.free(buf);
+        }
     }
 }
 

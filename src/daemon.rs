@@ -24,7 +24,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use dataplane::io::afpacket::{AfPacket, Receive};
 use dataplane::io::run::{Device, RunSummary, Sockets, Tick};
 use dataplane::io::tun::Tun;
-use dataplane::{Gateway, Port, CONTROL_PORT};
+use dataplane::{Gateway, Port};
 use ike_stub::{Config, ControlPlane, Datagram, WorkerCommand};
 use serde_json::{json, Value};
 use spd_sad::SaEvent;
@@ -145,6 +145,7 @@ impl Plane<'_> {
         }
         if now.saturating_sub(self.last_timeout) >= Duration::from_millis(5) {
             self.last_timeout = now;
+            self.plane.follow_peers(t.gateway);
             self.plane.handle_timeout(now);
         }
         self.apply(t, links, workers);
@@ -187,7 +188,7 @@ impl Plane<'_> {
         let ready = links.applied_everywhere();
         while self.pending.front().is_some_and(|d| d.after_commands <= ready) {
             let Some(d) = self.pending.pop_front() else { break };
-            if let Err(e) = t.send_datagram((CONTROL_PORT, CONTROL_PORT), d.to, &d.payload) {
+            if let Err(e) = t.send_datagram(d.ports, d.to, &d.payload) {
                 tracing::warn!(to = %d.to, "control message not sent: {e}");
             }
         }

@@ -1,17 +1,21 @@
 //! The control plane between two gateways joined in memory under a virtual
 //! clock: rekeys while traffic flows both ways, hard expiry without a
-//! rekey, a peer that never answers, hostile control messages, reloads.
+//! rekey, a peer that never answers, hostile control messages, reloads;
+//! and UDP-encapsulated tunnels (RFC 3948) with one end behind a NAT whose
+//! mapping changes, rekeying over port 4500.
 
 mod common;
 
 use std::collections::VecDeque;
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
 use accel::{Algorithm, EngineKind, EngineSpec, Style};
 use common::{tunnel_config, udp_packet, HOST_A, HOST_B};
-use dataplane::{DropReason, Gateway, LinkLayer, Output, PacketPool, Port, Verdict, CONTROL_PORT};
+use dataplane::{DropReason, Gateway, LinkLayer, Output, PacketPool, Port, Verdict};
 use ike_stub::{Config, ControlPlane, ReloadError};
+use smoltcp::wire::Ipv4Packet;
 
 const SECRET: &str = "secret = \"a test secret, longer than sixteen bytes\"\n";
 /// One-way delay of the wire between the gateways.
@@ -50,6 +54,65 @@ struct Net {
     mute: [bool; 2],
     sent: [u32; 2],
     last_timeout: Duration,
+    /// A NAT in front of site 0 (A), translating its outside address and
+    /// port 4500 to a public one, as a masquerading router would.
+    nat: Option<Nat>,
+    /// Frames the NAT had no mapping for.
+    nat_dropped: usize,
+}
+
+/// Source NAT for site 0's UDP port 4500: out, its address and port become
+/// `public`; in, only what is sent to `public` comes back, translated.
+struct Nat {
+    private: (Ipv4Addr, u16),
+    public: (Ipv4Addr, u16),
+}
+
+impl Nat {
+    /// Translates `frame` going from site `from`; `None`: dropped.
+    fn translate(&self, from: usize, frame: &mut [u8]) -> Option<()> {
+        // Out, the source is rewritten; in, the destination.
+        let (addr_at, port_at, mapped, to) = match from {
+            0 => (12, 20, self.private, self.public),
+            _ => (16, 22, self.public, self.private),
+        };
+        let addr = Ipv4Addr::new(
+            frame[addr_at],
+            frame[addr_at + 1],
+            frame[addr_at + 2],
+            frame[addr_at + 3],
+        );
+        let port = u16::from_be_bytes([frame[port_at], frame[port_at + 1]]);
+        // Only UDP of the mapping gets through: raw ESP cannot cross a
+        // port-translating NAT.
+        if frame[9] != 17 || (addr, port) != mapped {
+            return None;
+        }
+        frame[addr_at..addr_at + 4].copy_from_slice(&to.0.octets());
+        frame[port_at..port_at + 2].copy_from_slice(&to.1.to_be_bytes());
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[..]);
+        ip.fill_checksum();
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        // A zero UDP checksum (RFC 3948 ESP) stays zero; others are redone.
+        if frame[26..28] != [0, 0] {
+            smoltcp::wire::UdpPacket::new_unchecked(&mut frame[20..]).fill_checksum(&src.into(), &dst.into());
+        }
+        Some(())
+    }
+}
+
+/// Whether an outer frame carries ESP: raw, or in UDP with neither the
+/// non-ESP marker nor the keepalive byte.
+fn is_esp(frame: &[u8]) -> bool {
+    match frame.get(9) {
+        Some(50) => true,
+        // UDP not on IKE's port 500, longer than a keepalive, unmarked.
+        Some(17) => {
+            let ike = 500u16.to_be_bytes();
+            frame.len() > 36 && frame[20..22] != ike && frame[22..24] != ike && frame[28..32] != [0; 4]
+        }
+        _ => false,
+    }
 }
 
 impl Net {
@@ -80,6 +143,8 @@ impl Net {
             mute: [false; 2],
             sent: [0; 2],
             last_timeout: Duration::ZERO,
+            nat: None,
+            nat_dropped: 0,
         }
     }
 
@@ -88,13 +153,21 @@ impl Net {
             let site = &mut self.sites[from];
             match verdict {
                 Verdict::Forward(Port::Outside) => {
-                    let frame = buf.data().to_vec();
-                    if frame.get(9) == Some(&50) {
+                    // Kept as sent, before any NAT.
+                    let mut frame = buf.data().to_vec();
+                    if is_esp(&frame) {
                         site.sent_esp.push(frame.clone());
                     } else {
                         site.sent_control.push(frame.clone());
                     }
-                    self.wire.push_back((self.now + WIRE_DELAY, 1 - from, frame));
+                    let translated = match &self.nat {
+                        Some(nat) => nat.translate(from, &mut frame),
+                        None => Some(()),
+                    };
+                    match translated {
+                        Some(()) => self.wire.push_back((self.now + WIRE_DELAY, 1 - from, frame)),
+                        None => self.nat_dropped += 1,
+                    }
                 }
                 Verdict::Forward(Port::Inside) => {
                     let data = buf.data();
@@ -164,14 +237,7 @@ impl Net {
                 let mut out = Vec::new();
                 self.sites[s]
                     .gw
-                    .send_datagram(
-                        now,
-                        (CONTROL_PORT, CONTROL_PORT),
-                        d.to,
-                        &d.payload,
-                        &mut out,
-                        &mut self.pool,
-                    )
+                    .send_datagram(now, d.ports, d.to, &d.payload, &mut out, &mut self.pool)
                     .expect("route to the peer");
                 self.route(s, &mut out);
             }
@@ -653,4 +719,188 @@ fn a_hard_idle_lifetime_retires_a_quiet_sa() {
         status.note.as_deref().is_some_and(|n| n.contains("sa_expired")),
         "{status:?}"
     );
+}
+
+/// The NAT's public address: on the gateways' link, so B routes to it.
+const NAT_PUBLIC: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 99);
+
+/// A UDP-encapsulated tunnel with A behind a NAT that maps 10.0.0.1:4500
+/// to `NAT_PUBLIC:port`.
+fn behind_nat(lifetime_a: &str, lifetime_b: &str, port: u16) -> Net {
+    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+    let alg = Algorithm::Aes128Gcm16;
+    let encap = "encap = \"udp\"\n";
+    let mut net = Net::new(
+        &config_text(true, alg, &format!("{encap}{SECRET}{lifetime_a}"), sections),
+        &config_text(false, alg, &format!("{encap}{SECRET}{lifetime_b}"), sections),
+        &EngineSpec::default(),
+    );
+    net.nat = Some(Nat {
+        private: (Ipv4Addr::new(10, 0, 0, 1), 4500),
+        public: (NAT_PUBLIC, port),
+    });
+    net
+}
+
+/// Where B's outer packets go: the destination and UDP port of its last ESP frame.
+fn last_destination(net: &Net, site: usize) -> (Ipv4Addr, u16) {
+    let frame = net.sites[site].sent_esp.last().expect("an ESP frame was sent");
+    let ip = Ipv4Packet::new_unchecked(&frame[..]);
+    (ip.dst_addr(), u16::from_be_bytes([frame[22], frame[23]]))
+}
+
+#[test]
+fn a_udp_encapsulated_tunnel_behind_a_nat_carries_traffic_and_rekeys_over_4500() {
+    let lifetime = "[tunnel.lifetime]\nsoft_bytes = 20000\nhard_bytes = 400000\n";
+    let mut net = behind_nat(lifetime, lifetime, 40_001);
+    // B knows A only by its configured address, which the NAT hides: A
+    // speaks first, and B follows the authenticated packet to the NAT.
+    net.send(0, 100);
+    net.settle(20);
+    assert_eq!(net.sites[1].gw.stats().nat_peer_moved, 1);
+    while net.generation(0) < 3 || net.generation(1) < 3 {
+        let i = net.sent[0];
+        net.send(0, size(i));
+        net.send(1, size(i + 3));
+        net.step();
+        assert!(i < 100_000, "rekeys stalled");
+    }
+    net.settle(400);
+    net.assert_all_delivered_once();
+    for s in 0..2 {
+        let site = &net.sites[s];
+        assert!(site.drops.is_empty(), "site {s}: {:?}", site.drops);
+        // Every ESP frame was UDP with checksum zero (RFC 3948 §2.1); none raw.
+        assert!(site.sent_esp.iter().all(|f| f[9] == 17 && f[26..28] == [0, 0]));
+        // The exchange ran on 4500, each message behind the non-ESP marker.
+        let control: Vec<&Vec<u8>> = site.sent_control.iter().filter(|f| f.len() > 29).collect();
+        assert!(!control.is_empty());
+        for frame in control {
+            assert_eq!(
+                u16::from_be_bytes([frame[22], frame[23]]) % 40_001 % 4500,
+                0,
+                "{frame:02x?}"
+            );
+            assert_eq!(frame[28..32], [0; 4]);
+        }
+        assert!(site.plane.counters().rekeys_completed >= 3);
+        let stats = site.gw.stats();
+        assert!(stats.balanced(), "site {s}: {stats:?}");
+    }
+    // B's SAs, rekeyed ones included, send to where the NAT put A.
+    assert_eq!(last_destination(&net, 1), (NAT_PUBLIC, 40_001));
+    assert_eq!(net.nat_dropped, 0, "nothing went to A's hidden address");
+    assert!(net.pool.in_use() == 0, "every buffer came back");
+}
+
+#[test]
+fn a_peer_moves_only_on_an_authenticated_packet_that_is_its_newest() {
+    let lifetime = "";
+    let mut net = behind_nat(lifetime, lifetime, 40_001);
+    net.traffic(20, false);
+    net.settle(20);
+    net.traffic(5, true);
+    net.settle(20);
+    assert_eq!(last_destination(&net, 1), (NAT_PUBLIC, 40_001));
+    let stats = |net: &Net| *net.sites[1].gw.stats();
+    let moved = stats(&net).nat_peer_moved;
+    assert_eq!(moved, 1);
+
+    // An attacker at another address replays an old frame of A's, sends
+    // one with a sequence number ahead of the window and a broken ICV, and
+    // a keepalive: none of them moves the tunnel.
+    let attacker = |frame: &[u8]| {
+        let mut f = frame.to_vec();
+        f[12..16].copy_from_slice(&[10, 0, 0, 66]);
+        f[20..22].copy_from_slice(&5555u16.to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut f[..]).fill_checksum();
+        f
+    };
+    let old = net.sites[0].sent_esp[3].clone();
+    net.inject(1, Port::Outside, &attacker(&old));
+    let mut ahead = attacker(net.sites[0].sent_esp.last().expect("sent"));
+    ahead[32..36].copy_from_slice(&1000u32.to_be_bytes());
+    net.inject(1, Port::Outside, &ahead);
+    let mut keepalive = attacker(&old[..29]);
+    keepalive[2..4].copy_from_slice(&29u16.to_be_bytes());
+    keepalive[24..26].copy_from_slice(&9u16.to_be_bytes());
+    keepalive[26..28].copy_from_slice(&[0, 0]);
+    keepalive[28] = 0xff;
+    Ipv4Packet::new_unchecked(&mut keepalive[..]).fill_checksum();
+    let keepalives = stats(&net).nat_keepalives_received;
+    net.inject(1, Port::Outside, &keepalive);
+    assert_eq!(
+        net.sites[1].drops,
+        vec![DropReason::ReplayDuplicate, DropReason::AuthFailed]
+    );
+    assert_eq!(
+        stats(&net).nat_keepalives_received,
+        keepalives + 1,
+        "ignored, counted"
+    );
+    assert_eq!(stats(&net).nat_peer_moved, moved);
+    net.traffic(3, true);
+    net.settle(20);
+    assert_eq!(
+        last_destination(&net, 1),
+        (NAT_PUBLIC, 40_001),
+        "still at the NAT"
+    );
+
+    // The NAT forgets the mapping and makes a new one: A's next packet
+    // moves the tunnel, and B's answers follow at once.
+    net.nat = Some(Nat {
+        private: (Ipv4Addr::new(10, 0, 0, 1), 4500),
+        public: (NAT_PUBLIC, 40_777),
+    });
+    net.traffic(3, false);
+    net.settle(20);
+    assert_eq!(stats(&net).nat_peer_moved, moved + 1);
+    let dropped = net.nat_dropped;
+    net.traffic(3, true);
+    net.settle(20);
+    assert_eq!(last_destination(&net, 1), (NAT_PUBLIC, 40_777));
+    assert_eq!(net.nat_dropped, dropped, "nothing was sent to the old mapping");
+
+    // Raw ESP to a UDP-encapsulated SA is refused: A's frame without its
+    // UDP header.
+    let frame = net.sites[0].sent_esp.last().expect("sent").clone();
+    let mut raw = [&frame[..20], &frame[28..]].concat();
+    raw[9] = 50;
+    let len = raw.len() as u16;
+    raw[2..4].copy_from_slice(&len.to_be_bytes());
+    Ipv4Packet::new_unchecked(&mut raw[..]).fill_checksum();
+    net.inject(1, Port::Outside, &raw);
+    assert_eq!(net.sites[1].drops.last(), Some(&DropReason::EncapMismatch));
+    assert!(stats(&net).balanced());
+}
+
+#[test]
+fn keepalives_go_to_each_encapsulated_peer_every_interval() {
+    let interval = "[gateway]\nnat_keepalive_s = 1\n";
+    let alg = Algorithm::Aes128Gcm16;
+    let encap = "encap = \"udp\"\n";
+    // Without a NAT in between: A's keepalives reach B directly.
+    let a = config_text(true, alg, encap, "").replace("[gateway]\n", interval);
+    let b = config_text(false, alg, encap, "");
+    let mut net = Net::new(&a, &b, &EngineSpec::default());
+    net.settle(3500);
+    let keepalives: Vec<&Vec<u8>> = net.sites[0]
+        .sent_control
+        .iter()
+        .filter(|f| f.len() == 29 && f[28] == 0xff)
+        .collect();
+    // At the start, then after 1, 2 and 3 s.
+    assert_eq!(keepalives.len(), 4, "{:?}", net.sites[0].gw.stats());
+    for f in &keepalives {
+        assert_eq!(f[20..24], [0x11, 0x94, 0x11, 0x94], "4500 to 4500");
+    }
+    assert_eq!(net.sites[0].gw.stats().nat_keepalives_sent, 4);
+    assert_eq!(net.sites[1].gw.stats().nat_keepalives_received, 4);
+    // B keeps the default interval (20 s): one at its start.
+    assert_eq!(net.sites[1].gw.stats().nat_keepalives_sent, 1);
+    assert!(net
+        .sites
+        .iter()
+        .all(|s| s.drops.is_empty() && s.gw.stats().balanced()));
 }

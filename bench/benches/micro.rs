@@ -226,6 +226,7 @@ fn sad_lookup(c: &mut Criterion) {
                 esn: false,
                 replay_window: 64,
                 lifetime: Lifetime::default(),
+                encap: None,
                 selectors: vec![Selector::ANY],
             };
             sad.insert(params, (), Duration::ZERO).expect("insert SA");

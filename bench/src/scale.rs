@@ -156,6 +156,7 @@ fn sa(
             esn: false,
             replay_window: 64,
             lifetime: Lifetime::default(),
+            encap: None,
             selectors: selector.into_iter().collect(),
         },
         algorithm,

@@ -17,7 +17,7 @@ use accel::{
 };
 use rand::Rng;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
-use spd_sad::{proto, Mode, ReplayError, SaDirection, SaId, SaState, Sad, SecurityAssociation};
+use spd_sad::{proto, Mode, ReplayError, SaDirection, SaId, SaState, Sad, SecurityAssociation, UdpEncap};
 
 use crate::buffer::PacketBuf;
 use crate::stats::DropReason;
@@ -41,38 +41,77 @@ pub struct SaCrypto {
     /// Tunnel mode: the outer header, built once.
     pub outer: OuterHeader,
     pub(crate) keys: Arc<SessionSpec>,
+    /// UDP-encapsulated SAs: where the peer is now, shared by every SA of
+    /// its tunnel on every worker, and the address this copy last used or
+    /// saw (so that a packet compares with a plain field, and the shared
+    /// cell is read only when something moved).
+    pub(crate) peer: Option<Arc<crate::nat::Peer>>,
+    pub(crate) seen_peer: Option<crate::nat::PeerAddr>,
 }
 
-/// A tunnel SA's outer IPv4 header, built once at install from what never
-/// changes per packet (version, IHL, TTL, protocol, addresses), with the
-/// ones' complement sum of those fields (DPDK's per-SA header template), so
-/// that a packet only writes and sums its own fields: DSCP/ECN, length,
-/// identification and DF (RFC 4301 §5.1.2.1, RFC 6040).
+/// A tunnel SA's outer headers (IPv4, and UDP for RFC 3948), built once at
+/// install from what never changes per packet (version, IHL, TTL,
+/// protocol, addresses, ports), with the ones' complement sum of those
+/// fields (DPDK's per-SA header template), so that a packet only writes and
+/// sums its own fields: DSCP/ECN, length, identification and DF (RFC 4301
+/// §5.1.2.1, RFC 6040).
 #[derive(Debug, Clone, Copy)]
 pub struct OuterHeader {
-    bytes: [u8; IPV4_HEADER_LEN],
+    bytes: [u8; IPV4_HEADER_LEN + crate::nat::UDP_HEADER_LEN],
+    /// 20, or 28 with the UDP header.
+    len: usize,
     partial_sum: u32,
 }
 
 impl OuterHeader {
     pub fn new(local: Ipv4Addr, remote: Ipv4Addr, ttl: u8) -> OuterHeader {
-        let mut bytes = [0u8; IPV4_HEADER_LEN];
+        Self::with_encap(local, remote, ttl, None)
+    }
+
+    /// The header of an SA with `encap`: UDP from our port to the peer's,
+    /// with checksum zero as RFC 3948 §2.1 allows over IPv4 (ESP's ICV
+    /// covers the payload).
+    pub fn with_encap(local: Ipv4Addr, remote: Ipv4Addr, ttl: u8, encap: Option<UdpEncap>) -> OuterHeader {
+        let mut bytes = [0u8; IPV4_HEADER_LEN + crate::nat::UDP_HEADER_LEN];
         bytes[0] = 0x45;
         bytes[8] = ttl;
-        bytes[9] = proto::ESP;
+        bytes[9] = if encap.is_some() { proto::UDP } else { proto::ESP };
         bytes[12..16].copy_from_slice(&local.octets());
         bytes[16..20].copy_from_slice(&remote.octets());
-        let partial_sum = bytes
+        let partial_sum = bytes[..IPV4_HEADER_LEN]
             .chunks_exact(2)
             .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
             .sum();
-        OuterHeader { bytes, partial_sum }
+        let len = match encap {
+            Some(encap) => {
+                bytes[20..22].copy_from_slice(&encap.local_port.to_be_bytes());
+                bytes[22..24].copy_from_slice(&encap.remote_port.to_be_bytes());
+                IPV4_HEADER_LEN + crate::nat::UDP_HEADER_LEN
+            }
+            None => IPV4_HEADER_LEN,
+        };
+        OuterHeader {
+            bytes,
+            len,
+            partial_sum,
+        }
     }
 
-    /// Writes the header for one packet into `dst` (20 bytes).
+    /// Bytes of outer header before ESP: 20, or 28 when UDP-encapsulated.
+    #[inline(always)]
+    pub fn header_len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the header carries UDP (RFC 3948).
+    pub fn is_udp(&self) -> bool {
+        self.len > IPV4_HEADER_LEN
+    }
+
+    /// Writes the header for one packet into `dst` ([`header_len`](Self::header_len) bytes).
     #[inline(always)]
     fn write(&self, dst: &mut [u8], tos: u8, total_len: u16, ident: u16, dont_fragment: bool) {
-        dst.copy_from_slice(&self.bytes);
+        dst.copy_from_slice(&self.bytes[..self.len]);
         dst[1] = tos;
         dst[2..4].copy_from_slice(&total_len.to_be_bytes());
         dst[4..6].copy_from_slice(&ident.to_be_bytes());
@@ -83,6 +122,10 @@ impl OuterHeader {
         sum = (sum & 0xffff) + (sum >> 16);
         sum = (sum & 0xffff) + (sum >> 16);
         dst[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        if self.len > IPV4_HEADER_LEN {
+            let udp_len = total_len - IPV4_HEADER_LEN as u16;
+            dst[24..26].copy_from_slice(&udp_len.to_be_bytes());
+        }
     }
 }
 
@@ -143,12 +186,14 @@ fn round_up(n: usize, align: usize) -> usize {
     (n + align - 1) & !(align - 1)
 }
 
-/// Size of `packet` (an IPv4 packet) once `alg` protects it in `mode`, and
-/// the largest packet that still fits `mtu` (for ICMP fragmentation-needed).
-pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, mtu: usize) -> (usize, usize) {
+/// Size of `packet` (an IPv4 packet) once `alg` protects it in `mode`
+/// (behind a UDP header too when `udp`), and the largest packet that still
+/// fits `mtu` (for ICMP fragmentation-needed).
+pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, udp: bool, mtu: usize) -> (usize, usize) {
     let header_len = ip_header_len(packet);
+    let udp_len = if udp { crate::nat::UDP_HEADER_LEN } else { 0 };
     let (outer, protected, kept) = match mode {
-        Mode::Tunnel => (IPV4_HEADER_LEN, packet.len(), 0),
+        Mode::Tunnel => (IPV4_HEADER_LEN + udp_len, packet.len(), 0),
         Mode::Transport => (header_len, packet.len() - header_len, header_len),
     };
     let align = alg.pad_align();
@@ -210,11 +255,11 @@ pub fn encapsulate_prepare<R: Rng>(
     let cipher_len = payload_len + pad_len + esp::TRAILER_LEN;
     let esp_overhead = esp::HEADER_LEN + alg.iv_len();
     let outer_len = match mode {
-        Mode::Tunnel => IPV4_HEADER_LEN,
+        Mode::Tunnel => sa.crypto().outer.header_len(),
         Mode::Transport => header_len,
     };
     if buf.tailroom() < pad_len + esp::TRAILER_LEN + alg.icv_len()
-        || buf.headroom() < esp_overhead + IPV4_HEADER_LEN
+        || buf.headroom() < esp_overhead + outer_len
         || outer_len + esp_overhead + cipher_len + alg.icv_len() > usize::from(u16::MAX)
     {
         return Err(DropReason::NoBufferSpace);
@@ -235,10 +280,7 @@ pub fn encapsulate_prepare<R: Rng>(
             cipher_len,
             esn.then_some((seq >> 32) as u32),
         ),
-        esp_offset: match mode {
-            Mode::Tunnel => IPV4_HEADER_LEN,
-            Mode::Transport => header_len,
-        },
+        esp_offset: outer_len,
         seq,
         protected_len: payload_len,
     };
@@ -251,7 +293,7 @@ pub fn encapsulate_prepare<R: Rng>(
     EspTrailer::emit(&mut trailer[..pad_len + esp::TRAILER_LEN], next_header);
 
     let room = match mode {
-        Mode::Tunnel => buf.prepend(IPV4_HEADER_LEN + esp_overhead).is_some(),
+        Mode::Tunnel => buf.prepend(outer_len + esp_overhead).is_some(),
         Mode::Transport => buf.open_gap_after(header_len, esp_overhead),
     };
     if !room {
@@ -323,13 +365,27 @@ pub fn decapsulate_prepare(
     let header_len = ip_header_len(data);
     let ip = Ipv4Packet::new_unchecked(data);
     let dst = ip.dst_addr();
-    let esp_packet = EspPacket::new_checked(&data[header_len..]).map_err(|_| DropReason::Malformed)?;
+    // RFC 3948: classification sent UDP here only for an encapsulation
+    // port, with a payload that is not a keepalive or IKE.
+    let arrival_port = match ip.next_header() == IpProtocol::Udp {
+        true => Some(crate::nat::destination_port(&data[header_len..]).ok_or(DropReason::Malformed)?),
+        false => None,
+    };
+    let esp_offset = header_len + arrival_port.map_or(0, |_| crate::nat::UDP_HEADER_LEN);
+    let esp_packet = data
+        .get(esp_offset..)
+        .and_then(|esp| EspPacket::new_checked(esp).ok())
+        .ok_or(DropReason::Malformed)?;
     let sa_id = sad
         .lookup_inbound(esp_packet.spi(), dst)
         .ok_or(DropReason::UnknownSpi)?;
     let sa = sad.get_mut(sa_id).ok_or(DropReason::UnknownSpi)?;
+    // Linux XFRM's rule too: an SA takes the encapsulation it was made for.
+    if sa.params().encap.map(|e| e.local_port) != arrival_port {
+        return Err(DropReason::EncapMismatch);
+    }
     let alg = sa.crypto().algorithm;
-    let esp_len = data.len() - header_len;
+    let esp_len = data.len() - esp_offset;
     let overhead = esp::HEADER_LEN + alg.iv_len() + alg.icv_len();
     // RFC 4303 §2.4: the ciphertext is whole blocks, and at least a trailer.
     let cipher_len = match esp_len.checked_sub(overhead) {
@@ -361,7 +417,7 @@ pub fn decapsulate_prepare(
     Ok(Inbound::Ready(Pending {
         sa: sa_id,
         desc: descriptor(Direction::Decrypt, alg, cipher_len, esn_high),
-        esp_offset: header_len,
+        esp_offset,
         seq,
         protected_len: 0,
     }))

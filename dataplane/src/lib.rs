@@ -18,6 +18,7 @@ pub mod fate;
 pub mod gateway;
 pub mod icmp;
 pub mod io;
+pub mod nat;
 pub mod neighbor;
 pub mod reassembly;
 pub mod route;

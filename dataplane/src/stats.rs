@@ -74,6 +74,9 @@ pub enum DropReason {
     /// ARP from a sender outside the networks of the interface it arrived
     /// on: neither answered nor learnt (see `crate::neighbor`).
     ArpOffLink,
+    /// ESP that came raw to a UDP-encapsulated SA, or inside UDP (RFC
+    /// 3948) to a raw one or on another port than the SA's.
+    EncapMismatch,
 }
 
 impl DropReason {
@@ -202,6 +205,13 @@ pub struct Stats {
     /// ARP replies from a sender with no entry that answered no request of
     /// ours: consumed, not learnt (as Linux does with `arp_accept = 0`).
     pub arp_unsolicited: u64,
+    /// NAT keepalives (RFC 3948 §2.3) received, consumed (also in
+    /// `local_delivered`), and sent (also in `generated`).
+    pub nat_keepalives_received: u64,
+    pub nat_keepalives_sent: u64,
+    /// Times an authenticated UDP-encapsulated packet showed its peer at a
+    /// new address or port, which the tunnel's SAs then sent to.
+    pub nat_peer_moved: u64,
     pub drops: DropCounters,
 }
 
@@ -223,6 +233,9 @@ impl Stats {
         self.icmp_rate_limited += other.icmp_rate_limited;
         self.neighbor_table_full += other.neighbor_table_full;
         self.arp_unsolicited += other.arp_unsolicited;
+        self.nat_keepalives_received += other.nat_keepalives_received;
+        self.nat_keepalives_sent += other.nat_keepalives_sent;
+        self.nat_peer_moved += other.nat_peer_moved;
         self.drops.add(&other.drops);
     }
 
@@ -292,6 +305,7 @@ mod tests {
                 "reassembly_timeout",
                 "other_host",
                 "arp_off_link",
+                "encap_mismatch",
             ]
         );
     }

@@ -16,7 +16,7 @@ use dataplane::neighbor::NeighborLimits;
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
 use spd_sad::{
     Action, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange, ProtocolSelector,
-    SaDirection, SaParams, Selector, MAX_WINDOW,
+    SaDirection, SaParams, Selector, UdpEncap, MAX_WINDOW,
 };
 use zeroize::Zeroizing;
 
@@ -27,6 +27,9 @@ use crate::raw::{RawConfig, RawLifetime, RawPolicy, RawPorts, RawSa, RawTunnel, 
 pub const DEFAULT_REPLAY_WINDOW: u32 = 64;
 /// Default priority of policies and tunnels; lower is consulted first.
 pub const DEFAULT_PRIORITY: u32 = 100;
+/// Interval of NAT keepalives (RFC 3948 §2.3) unless the file says.
+pub const DEFAULT_NAT_KEEPALIVE: Duration = Duration::from_secs(20);
+
 /// Default TTL of outer tunnel headers.
 pub const DEFAULT_OUTER_TTL: u8 = 64;
 
@@ -91,6 +94,9 @@ pub struct TunnelConfig {
     pub esn: bool,
     pub replay_window: u32,
     pub lifetime: Lifetime,
+    /// RFC 3948 UDP encapsulation, and with it the rekey exchange on the
+    /// encapsulation's ports (with the non-ESP marker).
+    pub encap: Option<UdpEncap>,
     /// The pre-shared secret the rekey exchange is keyed from; without
     /// one the tunnel keeps its configured keys until they expire.
     pub secret: Option<Zeroizing<Vec<u8>>>,
@@ -185,6 +191,8 @@ pub struct Config {
     pub routes: Vec<Route>,
     pub neighbors: Vec<(Ipv4Addr, EthernetAddress)>,
     pub outer_ttl: u8,
+    /// Interval of NAT keepalives to UDP-encapsulated peers; `None`: none.
+    pub nat_keepalive: Option<Duration>,
     pub sas: Vec<SaConfig>,
     pub policies: Vec<PolicyConfig>,
     pub tunnels: Vec<TunnelConfig>,
@@ -207,6 +215,9 @@ pub enum InstallError {
         sa: String,
         reason: accel::RegisterError,
     },
+    /// The gateway refused the SA's shape (the file's checks let it by).
+    #[error(transparent)]
+    Refused(dataplane::InstallSaError),
 }
 
 impl InstallError {
@@ -221,6 +232,7 @@ impl InstallError {
                 sa: sa.to_owned(),
                 reason,
             },
+            e @ dataplane::InstallSaError::TransportOverUdp(_) => InstallError::Refused(e),
         }
     }
 }
@@ -273,6 +285,7 @@ impl Config {
             neighbors: self.neighbors.clone(),
             link,
             outer_ttl: self.outer_ttl,
+            nat_keepalive: self.nat_keepalive,
             style,
             // Offline work has no ARP; `espgw run` turns resolution on.
             resolve_neighbors: false,
@@ -597,12 +610,32 @@ impl Validator<'_> {
                 .outer_ttl
                 .as_ref()
                 .map_or(DEFAULT_OUTER_TTL, |t| *t.get_ref()),
+            nat_keepalive: self.nat_keepalive()?,
             sas,
             policies,
             tunnels,
             rekey: self.rekey()?,
             limits: self.limits()?,
         })
+    }
+
+    /// `[gateway] nat_keepalive_s`: RFC 3948 §2.3 leaves the interval to
+    /// the implementation; 20 s is strongSwan's and Linux's usual choice.
+    fn nat_keepalive(&self) -> Result<Option<Duration>, ConfigError> {
+        match self.raw.gateway.nat_keepalive_s.as_ref() {
+            None => Ok(Some(DEFAULT_NAT_KEEPALIVE)),
+            Some(s) => match *s.get_ref() {
+                0 => Ok(None),
+                n @ 1..=3600 => Ok(Some(Duration::from_secs(n as u64))),
+                n => self.err(
+                    span(s),
+                    ConfigErrorKind::Value(format!(
+                        "nat_keepalive_s {n} is outside 0 (none) to 3600; NAT mappings of UDP \
+                         usually last 30 s or more, so 20 is the usual choice"
+                    )),
+                ),
+            },
+        }
     }
 
     fn limits(&self) -> Result<FloodLimits, ConfigError> {
@@ -1122,6 +1155,70 @@ impl Validator<'_> {
         }
     }
 
+    /// `encap`, `udp_port` and `peer_udp_port` of an SA or tunnel.
+    fn encap(
+        &self,
+        encap: Option<&S<String>>,
+        udp_port: Option<&S<u16>>,
+        peer_udp_port: Option<&S<u16>>,
+        mode: Mode,
+    ) -> Result<Option<UdpEncap>, ConfigError> {
+        let udp = match encap.map(|e| (e, e.get_ref().as_str())) {
+            None | Some((_, "none")) => false,
+            Some((_, "udp")) => true,
+            Some((e, other)) => {
+                return self.err(
+                    span(e),
+                    ConfigErrorKind::Value(format!(
+                        "encap `{other}` is not `udp` (RFC 3948 NAT traversal) or `none` (raw ESP)"
+                    )),
+                )
+            }
+        };
+        if !udp {
+            if let Some(port) = udp_port.or(peer_udp_port) {
+                return self.err(
+                    span(port),
+                    ConfigErrorKind::Value("UDP ports need `encap = \"udp\"`; raw ESP has no ports".into()),
+                );
+            }
+            return Ok(None);
+        }
+        if mode == Mode::Transport {
+            // RFC 3948 §3.1.2: transport mode behind a NAT needs the inner
+            // TCP/UDP checksums fixed up from the peers' original addresses
+            // (NAT-OA), which a configured tunnel does not know.
+            return self.err(
+                encap.and_then(span),
+                ConfigErrorKind::Value(
+                    "encap = \"udp\" needs tunnel mode: transport mode behind a NAT needs the \
+                     original addresses to fix inner checksums (RFC 3948 §3.1.2); use mode = \"tunnel\""
+                        .into(),
+                ),
+            );
+        }
+        let port = |p: Option<&S<u16>>, field: &str| match p {
+            None => Ok(UdpEncap::NAT_T.local_port),
+            Some(p) if *p.get_ref() == 0 => self.err(
+                span(p),
+                ConfigErrorKind::Value(format!("{field} 0 is not a port; RFC 3948 uses 4500")),
+            ),
+            // IKE's own port: its messages would be taken for ESP.
+            Some(p) if *p.get_ref() == dataplane::CONTROL_PORT => self.err(
+                span(p),
+                ConfigErrorKind::Value(format!(
+                    "{field} {} is IKE's port and carries no ESP; RFC 3948 uses 4500",
+                    dataplane::CONTROL_PORT
+                )),
+            ),
+            Some(p) => Ok(*p.get_ref()),
+        };
+        Ok(Some(UdpEncap {
+            local_port: port(udp_port, "udp_port")?,
+            remote_port: port(peer_udp_port, "peer_udp_port")?,
+        }))
+    }
+
     fn replay_window(&self, window: Option<&S<u32>>, esn: bool) -> Result<u32, ConfigError> {
         let size = window.map_or(DEFAULT_REPLAY_WINDOW, |w| *w.get_ref());
         if size > MAX_WINDOW {
@@ -1176,12 +1273,19 @@ impl Validator<'_> {
             }
         };
         let algorithm = self.algorithm(&s.proposal)?;
+        let mode = self.mode(s.mode.as_ref())?;
         let sa = SaConfig {
             params: SaParams {
                 name: s.name.get_ref().clone(),
                 direction,
                 spi: self.spi(&s.spi)?,
-                mode: self.mode(s.mode.as_ref())?,
+                mode,
+                encap: self.encap(
+                    s.encap.as_ref(),
+                    s.udp_port.as_ref(),
+                    s.peer_udp_port.as_ref(),
+                    mode,
+                )?,
                 local: self.addr(&s.local, "local")?,
                 remote: self.addr(&s.remote, "remote")?,
                 esn: s.esn,
@@ -1253,6 +1357,12 @@ impl Validator<'_> {
         }
         let algorithm = self.algorithm(&t.proposal)?;
         let mode = self.mode(t.mode.as_ref())?;
+        let encap = self.encap(
+            t.encap.as_ref(),
+            t.udp_port.as_ref(),
+            t.peer_udp_port.as_ref(),
+            mode,
+        )?;
         let local = self.addr(&t.local, "local")?;
         let remote = self.addr(&t.remote, "remote")?;
         let subnet =
@@ -1330,6 +1440,7 @@ impl Validator<'_> {
                     direction,
                     spi: self.spi(spi)?,
                     mode,
+                    encap,
                     local: l,
                     remote: r,
                     esn: t.esn,
@@ -1396,6 +1507,7 @@ impl Validator<'_> {
             replay_window,
             lifetime,
             secret,
+            encap,
         };
         Ok((tunnel, out_sa, in_sa, out_policy, in_policy))
     }

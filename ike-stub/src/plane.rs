@@ -33,6 +33,8 @@ use crate::config::{
 };
 use crate::message::{peek_tunnel, Kind, Message, MessageError};
 use crate::prf::{TunnelSecrets, NONCE_LEN};
+use dataplane::nat::NON_ESP_MARKER;
+use dataplane::CONTROL_PORT;
 
 /// A change to every worker's SAD or SPD.
 #[derive(Debug, Clone)]
@@ -166,6 +168,8 @@ impl SaCommand {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Datagram {
     pub to: Ipv4Addr,
+    /// Our UDP port and the peer's.
+    pub ports: (u16, u16),
     pub payload: Vec<u8>,
     /// How many commands the plane had issued when it produced this
     /// datagram: all of them must be applied on every worker first.
@@ -254,6 +258,12 @@ impl Phase {
 /// The state of one tunnel.
 struct Tunnel {
     config: TunnelConfig,
+    /// UDP-encapsulated tunnels: the address and port the peer's latest
+    /// authenticated message came from, where our messages go (RFC 7296
+    /// §2.23); `None` until one came.
+    peer_at: Option<(Ipv4Addr, u16)>,
+    /// Where the gateway's ESP last said the peer was (see `follow_peers`).
+    dataplane_peer: Option<(Ipv4Addr, u16)>,
     secrets: Option<TunnelSecrets>,
     generation: u32,
     phase: Phase,
@@ -288,6 +298,8 @@ impl Tunnel {
             generation: 0,
             phase: Phase::Established,
             next_message_id: 0,
+            peer_at: None,
+            dataplane_peer: None,
             peer_request: None,
             retiring: Vec::new(),
             retry_at: None,
@@ -484,10 +496,46 @@ impl ControlPlane {
         self.commands_issued += 1;
     }
 
-    fn send(&mut self, to: Ipv4Addr, payload: Vec<u8>) {
+    /// Takes in where the gateway's authenticated ESP says each
+    /// UDP-encapsulated peer moved to, so that an exchange this end starts
+    /// reaches a peer whose NAT mapping changed before it spoke IKE again.
+    pub fn follow_peers(&mut self, gateway: &Gateway) {
+        for tunnel in &mut self.tunnels {
+            let Some(encap) = tunnel.config.encap else {
+                continue;
+            };
+            let Some(at) = gateway.encapsulated_peer(tunnel.config.local, tunnel.config.remote, encap) else {
+                continue;
+            };
+            let at = (at.address, at.port);
+            if tunnel.dataplane_peer != Some(at) {
+                tunnel.dataplane_peer = Some(at);
+                tunnel.peer_at = Some(at);
+            }
+        }
+    }
+
+    /// Sends to tunnel `index`'s peer: on IKE's port, or for a
+    /// UDP-encapsulated tunnel on its ports behind the non-ESP marker
+    /// (RFC 3948 §2.2), to where the peer last spoke from.
+    fn send(&mut self, index: usize, payload: Vec<u8>) {
+        let tunnel = &self.tunnels[index];
+        let (to, ports, payload) = match tunnel.config.encap {
+            None => (tunnel.config.remote, (CONTROL_PORT, CONTROL_PORT), payload),
+            Some(encap) => {
+                let (to, port) = tunnel
+                    .peer_at
+                    .unwrap_or((tunnel.config.remote, encap.remote_port));
+                let mut marked = Vec::with_capacity(NON_ESP_MARKER.len() + payload.len());
+                marked.extend_from_slice(&NON_ESP_MARKER);
+                marked.extend_from_slice(&payload);
+                (to, (encap.local_port, port), marked)
+            }
+        };
         self.counters.sent += 1;
         self.datagrams.push(Datagram {
             to,
+            ports,
             payload,
             after_commands: self.commands_issued,
         });
@@ -622,7 +670,7 @@ impl ControlPlane {
         };
         tunnel.retry_at = None;
         tracing::info!(tunnel = %tunnel.config.name, generation = tunnel.generation + 1, "rekey started");
-        let to = tunnel.config.remote;
+        let to = index;
         self.counters.rekeys_started += 1;
         self.send(to, wire);
     }
@@ -630,9 +678,19 @@ impl ControlPlane {
     /// A control datagram the gateway delivered: the whole IPv4 packet.
     pub fn handle_datagram(&mut self, now: Duration, packet: &[u8]) {
         self.counters.received += 1;
-        let Some((src, dst, payload)) = udp_payload(packet) else {
+        let Some(((src, src_port), (dst, dst_port), payload)) = udp_endpoints(packet) else {
             self.counters.malformed += 1;
             return;
+        };
+        // RFC 3948 §2.2: IKE on an encapsulation port follows the marker.
+        let encapsulated = dst_port != CONTROL_PORT;
+        let payload = match payload.strip_prefix(&NON_ESP_MARKER[..]) {
+            Some(ike) if encapsulated => ike,
+            _ if encapsulated => {
+                self.counters.malformed += 1;
+                return;
+            }
+            _ => payload,
         };
         let name = match peek_tunnel(payload) {
             Ok(name) => name,
@@ -647,7 +705,15 @@ impl ControlPlane {
             return;
         };
         let tunnel = &self.tunnels[index];
-        if src != tunnel.config.remote || dst != tunnel.config.local {
+        // A tunnel takes its messages on its own ports only. Behind a NAT
+        // the peer's address may change: its messages are authenticated,
+        // so any source will do, and the latest one is where we answer.
+        let expected_port = tunnel.config.encap.map_or(CONTROL_PORT, |e| e.local_port);
+        let from_anywhere = tunnel.config.encap.is_some();
+        if dst_port != expected_port
+            || dst != tunnel.config.local
+            || (!from_anywhere && src != tunnel.config.remote)
+        {
             self.counters.wrong_peer += 1;
             return;
         }
@@ -660,6 +726,19 @@ impl ControlPlane {
             // A request comes from the exchange's initiator, a response from its responder.
             self.counters.malformed += 1;
             return;
+        }
+        // Only a message that is not a replay may say where the peer is:
+        // a request no older than the last, or the response to our latest.
+        let tunnel = &mut self.tunnels[index];
+        let fresh = match message.response {
+            false => tunnel
+                .peer_request
+                .as_ref()
+                .is_none_or(|(last, _)| message.message_id >= *last),
+            true => message.message_id.wrapping_add(1) == tunnel.next_message_id,
+        };
+        if from_anywhere && fresh {
+            tunnel.peer_at = Some((src, src_port));
         }
         if message.response {
             self.handle_response(now, index, &message);
@@ -687,7 +766,7 @@ impl ControlPlane {
                 // The peer did not hear our answer: repeat it, do nothing again.
                 self.counters.duplicates += 1;
                 if let Some(answer) = answer.clone() {
-                    let to = tunnel.config.remote;
+                    let to = index;
                     self.send(to, answer);
                 }
                 return;
@@ -769,7 +848,7 @@ impl ControlPlane {
         .seal(&secrets.sk_a);
         tunnel.peer_request = Some((message.message_id, Some(answer.clone())));
         tunnel.phase = Phase::Responded { generation };
-        let to = tunnel.config.remote;
+        let to = index;
         tracing::info!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
@@ -801,7 +880,7 @@ impl ControlPlane {
         }
         .seal(&secrets.sk_a);
         tunnel.peer_request = Some((message.message_id, Some(answer.clone())));
-        let to = tunnel.config.remote;
+        let to = index;
         self.send(to, answer);
     }
 
@@ -900,7 +979,7 @@ impl ControlPlane {
                 // Nothing more leaves on the old outbound SA once repointed.
                 tunnel.retiring.push((old_out, Some(now + grace)));
                 let repoints = tunnel.repoints();
-                let to = tunnel.config.remote;
+                let to = index;
                 self.command(SaCommand::InstallSa(Box::new(inbound)));
                 self.command(SaCommand::InstallSa(Box::new(outbound)));
                 for repoint in repoints {
@@ -958,6 +1037,7 @@ impl ControlPlane {
                 esn: t.esn,
                 replay_window: t.replay_window,
                 lifetime: t.lifetime,
+                encap: t.encap,
                 selectors,
             },
             algorithm: t.algorithm,
@@ -984,7 +1064,6 @@ impl ControlPlane {
             for name in &due {
                 tunnel.soft_seen.remove(name);
             }
-            let remote = tunnel.config.remote;
             let mut resend = None;
             let mut gave_up = false;
             match &mut tunnel.phase {
@@ -1021,7 +1100,7 @@ impl ControlPlane {
             }
             if let Some(wire) = resend {
                 self.counters.retransmitted += 1;
-                self.send(remote, wire);
+                self.send(index, wire);
             }
             if retry {
                 self.start_rekey(now, index);
@@ -1277,6 +1356,7 @@ impl ControlPlane {
         gateway: &mut Gateway,
         received: impl IntoIterator<Item = &'a [u8]>,
     ) -> Vec<Datagram> {
+        self.follow_peers(gateway);
         while let Some(event) = gateway.poll_event() {
             let id = match event {
                 SaEvent::SoftExpired(id) | SaEvent::HardExpired(id) => id,
@@ -1318,6 +1398,13 @@ fn same_but_selectors(a: &SaConfig, b: &SaConfig) -> bool {
 
 /// Source, destination and UDP payload of an IPv4/UDP packet.
 pub fn udp_payload(packet: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, &[u8])> {
+    udp_endpoints(packet).map(|((src, _), (dst, _), payload)| (src, dst, payload))
+}
+
+/// Source and destination addresses and ports, and the payload, of an
+/// IPv4/UDP packet.
+#[allow(clippy::type_complexity)]
+pub fn udp_endpoints(packet: &[u8]) -> Option<((Ipv4Addr, u16), (Ipv4Addr, u16), &[u8])> {
     let version_ihl = *packet.first()?;
     let header_len = usize::from(version_ihl & 0x0f) * 4;
     if version_ihl >> 4 != 4 || header_len < 20 || packet.len() < header_len + 8 || packet[9] != 17 {
@@ -1336,5 +1423,7 @@ pub fn udp_payload(packet: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, &[u8])> {
     if udp_len < 8 || udp_len > udp.len() {
         return None;
     }
-    Some((src, dst, &udp[8..udp_len]))
+    let src_port = u16::from_be_bytes([udp[0], udp[1]]);
+    let dst_port = u16::from_be_bytes([udp[2], udp[3]]);
+    Some(((src, src_port), (dst, dst_port), &udp[8..udp_len]))
 }

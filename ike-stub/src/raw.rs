@@ -84,6 +84,9 @@ pub(crate) struct RawGateway {
     #[serde(default)]
     pub allow_insecure_null: bool,
     pub outer_ttl: Option<S<u8>>,
+    /// Seconds between NAT keepalives to UDP-encapsulated peers (RFC 3948
+    /// §2.3); 0 sends none.
+    pub nat_keepalive_s: Option<S<i64>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -171,6 +174,13 @@ pub(crate) struct RawSa {
     /// Inbound only: `"any"` admits every inner packet. Without it the SA
     /// admits what the inbound policies naming it select.
     pub selectors: Option<S<String>>,
+    /// `"udp"`: RFC 3948 UDP encapsulation (NAT traversal); `"none"` or
+    /// absent: raw ESP.
+    pub encap: Option<S<String>>,
+    /// Our UDP port for `encap = "udp"` (4500).
+    pub udp_port: Option<S<u16>>,
+    /// The peer's UDP port for `encap = "udp"` (4500).
+    pub peer_udp_port: Option<S<u16>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -221,4 +231,8 @@ pub(crate) struct RawTunnel {
     pub initial_seq_out: Option<u64>,
     pub initial_seq_in: Option<u64>,
     pub secret: Option<S<SecretText>>,
+    /// As for `[[sa]]`: `"udp"` for RFC 3948 encapsulation.
+    pub encap: Option<S<String>>,
+    pub udp_port: Option<S<u16>>,
+    pub peer_udp_port: Option<S<u16>>,
 }

@@ -688,3 +688,51 @@ fn idle_lifetimes_are_read_and_checked() {
     let err = parse(&format!("{BASE}{text}")).expect_err("a string is not seconds");
     assert_eq!(err.line, line_of(&text, "hard_idle_s"), "{err}");
 }
+
+#[test]
+fn udp_encapsulation_is_read_and_its_mistakes_named() {
+    let config = parse(&format!("{BASE}{SA}encap = \"udp\"\n")).unwrap();
+    assert_eq!(config.sas[0].params.encap, Some(spd_sad::UdpEncap::NAT_T));
+    let ports = parse(&format!(
+        "{BASE}{SA}encap = \"udp\"\nudp_port = 4600\npeer_udp_port = 31000\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        ports.sas[0].params.encap,
+        Some(spd_sad::UdpEncap {
+            local_port: 4600,
+            remote_port: 31000
+        })
+    );
+    assert_eq!(parse(&format!("{BASE}{SA}")).unwrap().sas[0].params.encap, None);
+
+    let extra = format!("{SA}encap = \"tcp\"\n");
+    let line = line_of(&extra, "encap = ");
+    expect_error(&extra, line, 9, "encap `tcp` is not `udp`");
+    let extra = format!("{SA}udp_port = 4500\n");
+    let line = line_of(&extra, "udp_port");
+    expect_error(&extra, line, 12, "UDP ports need `encap = \"udp\"`");
+    let extra = format!("{SA}encap = \"udp\"\npeer_udp_port = 500\n");
+    let line = line_of(&extra, "peer_udp_port");
+    expect_error(&extra, line, 17, "IKE's port");
+    let extra = format!("{SA}mode = \"transport\"\nencap = \"udp\"\n");
+    let line = line_of(&extra, "encap = ");
+    expect_error(&extra, line, 9, "needs tunnel mode");
+}
+
+#[test]
+fn nat_keepalive_interval_is_bounded() {
+    assert_eq!(
+        parse(&format!("{BASE}{SA}")).unwrap().nat_keepalive,
+        Some(std::time::Duration::from_secs(20))
+    );
+    let off = BASE.replace("name = \"t\"\n", "name = \"t\"\nnat_keepalive_s = 0\n");
+    assert_eq!(parse(&format!("{off}{SA}")).unwrap().nat_keepalive, None);
+    let text = BASE.replace("name = \"t\"\n", "name = \"t\"\nnat_keepalive_s = -3\n");
+    let err = parse(&format!("{text}{SA}")).expect_err("refused");
+    assert_eq!((err.line, err.column), (3, 19), "{err}");
+    assert!(
+        err.to_string().contains("nat_keepalive_s -3 is outside 0"),
+        "{err}"
+    );
+}

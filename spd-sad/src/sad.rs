@@ -159,6 +159,24 @@ impl SaCounters {
     }
 }
 
+/// The UDP ports of an RFC 3948 encapsulated SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdpEncap {
+    /// Ours: the source port outbound, the destination port inbound.
+    pub local_port: u16,
+    /// The peer's, until an authenticated packet shows that its NAT mapped
+    /// it to another (see the dataplane's peer learning).
+    pub remote_port: u16,
+}
+
+impl UdpEncap {
+    /// RFC 3948 §2: port 4500 both ways.
+    pub const NAT_T: UdpEncap = UdpEncap {
+        local_port: 4500,
+        remote_port: 4500,
+    };
+}
+
 /// The configuration an SA is created from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaParams {
@@ -172,6 +190,10 @@ pub struct SaParams {
     pub esn: bool,
     pub replay_window: u32,
     pub lifetime: Lifetime,
+    /// RFC 3948 UDP encapsulation: ESP inside UDP between these ports, for
+    /// peers behind a NAT. `None`: raw ESP (IP protocol 50). An SA of one
+    /// kind refuses packets of the other, as Linux XFRM does.
+    pub encap: Option<UdpEncap>,
     /// For inbound SAs: what may arrive through this SA (RFC 4301 §5.2
     /// step 4). Empty admits nothing, and [`Sad::insert`] refuses an
     /// inbound SA without selectors: an SA that admits anything says so
@@ -573,6 +595,11 @@ impl<C> SecurityAssociation<C> {
         self.replay.update(seq);
     }
 
+    /// Inbound: the highest sequence number accepted so far.
+    pub fn highest_accepted(&self) -> u64 {
+        self.replay.top()
+    }
+
     /// Inbound: whether the 64-bit sequence number inferred for `seq_low`
     /// now is the one the window will give it when its turn comes, whatever
     /// the packets still in flight turn out to be. Inference is monotonic in
@@ -911,6 +938,14 @@ impl<C> Sad<C> {
         (sa.params.mode == Mode::Transport || sa.params.local == dst).then_some(id)
     }
 
+    /// Every SA, to change (their crypto state; the indexes stay as they are).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (SaId, &mut SecurityAssociation<C>)> {
+        self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
+            let generation = s.generation;
+            s.sa.as_mut().map(|sa| (SaId::new(i, generation), sa))
+        })
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (SaId, &SecurityAssociation<C>)> {
         self.slots
             .iter()
@@ -972,6 +1007,7 @@ mod tests {
             esn: false,
             replay_window: 64,
             lifetime: Lifetime::default(),
+            encap: None,
             selectors: match direction {
                 SaDirection::Inbound => vec![Selector::ANY],
                 SaDirection::Outbound => vec![],

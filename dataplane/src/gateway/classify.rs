@@ -20,7 +20,8 @@ use crate::wire::{flow_key, EspPacket};
 pub(super) enum Classified {
     Done(Result<Next, DropReason>),
     Arp(icmp::Arp),
-    /// A fragment of ESP addressed to us: reassemble first.
+    /// A fragment of ESP (or, with UDP encapsulation, of any UDP)
+    /// addressed to us: reassemble first.
     Fragment,
     Encapsulate(SaId),
     Decapsulate,
@@ -127,6 +128,16 @@ impl Gateway {
             Port::Outside => {
                 if flow.protocol == proto::ESP && is_fragment && self.is_local(flow.dst) {
                     return Ok(Classified::Fragment);
+                }
+                // RFC 3948: UDP to us may be ESP; its port is in the first
+                // fragment only, so every UDP fragment to us is reassembled.
+                if flow.protocol == proto::UDP && self.receives_encapsulated() && self.is_local(flow.dst) {
+                    if is_fragment {
+                        return Ok(Classified::Fragment);
+                    }
+                    if let Some(classified) = self.classify_encapsulated(buf, &flow) {
+                        return classified;
+                    }
                 }
                 if flow.protocol == proto::ESP && self.is_esp_for_us(buf, flow.dst) {
                     return Ok(Classified::Decapsulate);

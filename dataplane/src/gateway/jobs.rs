@@ -174,7 +174,13 @@ impl Gateway {
         // RFC 4301 §8.1 / RFC 1191: with DF set, a packet that will not fit
         // the outside MTU once protected is refused with the MTU it must meet.
         let mtu = usize::from(self.interfaces[Port::Outside.index()].mtu);
-        let (size, fits) = esp::protected_size(buf.data(), sa.crypto().algorithm, sa.params().mode, mtu);
+        let (size, fits) = esp::protected_size(
+            buf.data(),
+            sa.crypto().algorithm,
+            sa.params().mode,
+            sa.crypto().outer.is_udp(),
+            mtu,
+        );
         let dont_fragment = Ipv4Packet::new_unchecked(buf.data()).dont_frag();
         if size > mtu && dont_fragment {
             let from = self.interfaces[Port::Inside.index()].address;
@@ -236,7 +242,7 @@ impl Gateway {
                 out.push((spent, Verdict::Consumed));
                 // The datagram's buffer came from the pool: a new frame.
                 self.stats.generated += 1;
-                self.start_decapsulation(now, datagram, out);
+                self.reassembled(now, datagram, out);
             }
             Reassembled::Dropped(fragment, _) => self.emit(fragment, Err(DropReason::ReassemblyFailed), out),
         }
@@ -516,7 +522,12 @@ impl Gateway {
         buf: &mut PacketBuf,
         pending: &Pending,
     ) -> Result<Next, DropReason> {
-        match esp::decapsulate_finish(&mut self.sad, buf, pending, now)? {
+        let arrival = Self::arrival(buf, pending.esp_offset);
+        let decapsulated = esp::decapsulate_finish(&mut self.sad, buf, pending, now)?;
+        if let Some(from) = arrival {
+            self.learn_peer(pending.sa, pending.seq, from);
+        }
+        match decapsulated {
             Decapsulated::Dummy => {
                 self.stats.dummy_packets += 1;
                 return Ok(Next::Consume);

@@ -15,10 +15,12 @@
 //! driver's business (`crate::drive`).
 //!
 //! Files: `classify` (what a frame is), `jobs` (the engine job machine),
-//! `forward` (routes, fragments, ARP, framing); this one holds the state
+//! `forward` (routes, fragments, ARP, framing), `encap` (RFC 3948 UDP
+//! encapsulation: keepalives, IKE on 4500, peers that move); this one holds the state
 //! and the entry points.
 
 mod classify;
+mod encap;
 mod forward;
 mod ipid;
 mod jobs;
@@ -30,11 +32,12 @@ use std::time::Duration;
 use accel::{Engine, NextCompletion, RegisterError, SessionSpec, Style};
 use rand::rngs::StdRng;
 use smoltcp::wire::EthernetAddress;
-use spd_sad::{SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd};
+use spd_sad::{Mode, SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd, UdpEncap};
 
 use crate::buffer::{PacketBuf, PacketPool};
 pub use crate::esp::SaCrypto;
 use crate::icmp;
+use crate::nat;
 use crate::neighbor::{NeighborLimits, Neighbors, Waiting};
 use crate::reassembly::Reassembler;
 use crate::route::{Interface, Port, Route, RoutingTable};
@@ -78,6 +81,10 @@ pub struct GatewaySetup {
     pub link: LinkLayer,
     /// TTL of the outer header of tunnel-mode packets.
     pub outer_ttl: u8,
+    /// How often to send NAT keepalives (RFC 3948 §2.3) to each
+    /// UDP-encapsulated peer; `None`: never. Only the gateway that answers
+    /// ARP (worker 0) sends them.
+    pub nat_keepalive: Option<Duration>,
     /// How packets' crypto is handed to the engine.
     pub style: Style,
     /// Resolve next hops by ARP. Off for offline work (captures), where a
@@ -115,6 +122,11 @@ pub enum InstallSaError {
     Sad(#[from] SadError),
     #[error(transparent)]
     Engine(#[from] RegisterError),
+    #[error(
+        "SA `{0}`: UDP encapsulation needs tunnel mode (transport mode behind a NAT needs the peers' \
+         original addresses to fix inner checksums, RFC 3948 §3.1.2)"
+    )]
+    TransportOverUdp(String),
 }
 
 /// Why the gateway could not send a control datagram.
@@ -158,6 +170,13 @@ pub struct Gateway {
     next_ip_id: ipid::IpIds,
     stats: Stats,
     last_now: Duration,
+    /// UDP-encapsulated peers, shared with the forks, and the epoch this
+    /// gateway's SAs last followed.
+    peers: nat::Peers,
+    peers_seen: u64,
+    /// Our ports that UDP-encapsulated SAs receive on (usually just 4500).
+    nat_ports: Vec<u16>,
+    next_keepalive: Duration,
 }
 
 /// Where a packet goes once the gateway is done with it.
@@ -217,6 +236,10 @@ impl Gateway {
             next_ip_id: ipid::IpIds::new(0, 1),
             stats: Stats::default(),
             last_now: Duration::ZERO,
+            peers: nat::Peers::default(),
+            peers_seen: 0,
+            nat_ports: Vec::new(),
+            next_keepalive: Duration::ZERO,
         }
     }
 
@@ -302,6 +325,9 @@ impl Gateway {
             ..self.setup.clone()
         };
         let mut copy = Gateway::new(setup, engine);
+        copy.peers = self.peers.clone();
+        copy.peers_seen = self.peers_seen;
+        copy.nat_ports = self.nat_ports.clone();
         copy.spd = self.spd.clone();
         copy.sad = self.sad.fork();
         let ids: Vec<SaId> = copy.sad.iter().map(|(id, _)| id).collect();
@@ -344,6 +370,18 @@ impl Gateway {
         self.jobs.live()
     }
 
+    /// Where the UDP-encapsulated peer configured as `remote` (with
+    /// `encap`) of our `local` is now: where its NAT put it, as learnt from
+    /// its authenticated packets, or where it was configured.
+    pub fn encapsulated_peer(
+        &self,
+        local: Ipv4Addr,
+        remote: Ipv4Addr,
+        encap: UdpEncap,
+    ) -> Option<nat::PeerAddr> {
+        self.peers.current(local, remote, encap)
+    }
+
     /// Installs an SA: its keys are registered with the engine, which
     /// keeps its own form of them.
     pub fn install_sa(
@@ -352,12 +390,32 @@ impl Gateway {
         keys: SessionSpec,
         now: Duration,
     ) -> Result<SaId, InstallSaError> {
+        if params.encap.is_some() && params.mode == Mode::Transport {
+            return Err(InstallSaError::TransportOverUdp(params.name));
+        }
+        let peer = params
+            .encap
+            .map(|encap| self.peers.cell(params.local, params.remote, encap));
+        // A rekeyed SA of a peer that moved starts where the peer is now.
+        let seen_peer = peer.as_ref().map(|p| p.current());
+        let encap = params.encap.map(|encap| UdpEncap {
+            remote_port: seen_peer.map_or(encap.remote_port, |p| p.port),
+            ..encap
+        });
+        let remote = seen_peer.map_or(params.remote, |p| p.address);
+        if let Some(encap) = params.encap {
+            if !self.nat_ports.contains(&encap.local_port) {
+                self.nat_ports.push(encap.local_port);
+            }
+        }
         let handle = self.engine.register(&keys)?;
         let crypto = SaCrypto {
             handle,
             algorithm: keys.algorithm,
-            outer: crate::esp::OuterHeader::new(params.local, params.remote, self.outer_ttl),
+            outer: crate::esp::OuterHeader::with_encap(params.local, remote, self.outer_ttl, encap),
             keys: Arc::new(keys),
+            peer,
+            seen_peer,
         };
         self.sad.insert(params, crypto, now).map_err(|e| {
             self.engine.release(handle);
@@ -402,6 +460,8 @@ impl Gateway {
 
     fn timeout(&mut self, now: Duration, out: &mut Vec<Output>) {
         self.last_now = self.last_now.max(now);
+        self.follow_peers();
+        self.send_keepalives(now, out);
         self.sad.handle_timeout(now);
         self.pump(now, out);
         self.expire_jobs(now, out);
@@ -489,10 +549,15 @@ impl Gateway {
     pub fn poll_timeout(&self) -> Option<Duration> {
         let reassembly = self.reassembler.next_deadline();
         let neighbors = self.neighbors.next_deadline();
-        [self.jobs_deadline(), reassembly, neighbors]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.jobs_deadline(),
+            reassembly,
+            neighbors,
+            self.keepalive_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Stops: every packet still parked for ARP or held in reassembly is

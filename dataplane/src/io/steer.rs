@@ -332,6 +332,7 @@ mod tests {
             esn: false,
             replay_window: 64,
             lifetime: Lifetime::default(),
+            encap: None,
             selectors: Vec::new(),
         };
         sad.insert(params, (), std::time::Duration::ZERO).unwrap()

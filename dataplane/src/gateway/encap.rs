@@ -1,0 +1,206 @@
+//! RFC 3948 UDP encapsulation in the gateway: what a datagram to one of our
+//! encapsulation ports is, keepalives out, and following a peer whose NAT
+//! mapping moved. The wire rules and the shared peer cells are
+//! `crate::nat`'s; must not touch the engine or the SPD.
+
+use std::time::Duration;
+
+use smoltcp::wire::Ipv4Packet;
+use spd_sad::{FlowKey, SaDirection, SaId};
+
+use super::classify::Classified;
+use super::{Gateway, Next};
+use crate::buffer::PacketBuf;
+use crate::esp::OuterHeader;
+use crate::icmp;
+use crate::nat::{self, PeerAddr};
+use crate::stats::DropReason;
+use crate::Output;
+
+impl Gateway {
+    /// Whether UDP to our address may be ESP in UDP: some SA receives on
+    /// an encapsulation port.
+    pub(super) fn receives_encapsulated(&self) -> bool {
+        !self.nat_ports.is_empty()
+    }
+
+    /// A whole UDP datagram to one of our addresses: ESP in UDP, IKE behind
+    /// the non-ESP marker, or a keepalive when it is for an encapsulation
+    /// port; `None` when it is not.
+    pub(super) fn classify_encapsulated(
+        &mut self,
+        buf: &PacketBuf,
+        flow: &FlowKey,
+    ) -> Option<Result<Classified, DropReason>> {
+        let (_, port) = flow.ports?;
+        if !self.nat_ports.contains(&port) {
+            return None;
+        }
+        let data = buf.data();
+        let header_len = usize::from(data[0] & 0x0f) * 4;
+        let udp = &data[header_len..];
+        let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+        let Some(payload) = udp.get(nat::UDP_HEADER_LEN..udp_len) else {
+            return Some(Err(DropReason::Malformed));
+        };
+        Some(match nat::Payload::of(payload) {
+            nat::Payload::Esp => Ok(Classified::Decapsulate),
+            // RFC 3948 §2.3: the receiver ignores keepalives.
+            nat::Payload::Keepalive => {
+                self.stats.local_delivered += 1;
+                self.stats.nat_keepalives_received += 1;
+                Ok(Classified::Done(Ok(Next::Consume)))
+            }
+            nat::Payload::Ike => {
+                self.stats.local_delivered += 1;
+                if self.setup.control_port.is_none() {
+                    return Some(Ok(Classified::Done(Ok(Next::Consume))));
+                }
+                self.stats.control_received += 1;
+                Ok(Classified::Done(Ok(Next::Control)))
+            }
+            nat::Payload::Malformed => Err(DropReason::Malformed),
+        })
+    }
+
+    /// A datagram the reassembler completed: ESP goes on to decapsulation;
+    /// UDP is classified again now that its header and payload are whole.
+    pub(super) fn reassembled(&mut self, now: Duration, datagram: PacketBuf, out: &mut Vec<Output>) {
+        let ip = Ipv4Packet::new_unchecked(datagram.data());
+        let flow = crate::wire::flow_key(&ip);
+        if flow.protocol != spd_sad::proto::UDP {
+            return self.start_decapsulation(now, datagram, out);
+        }
+        match self.classify_encapsulated(&datagram, &flow) {
+            Some(Ok(Classified::Decapsulate)) => self.start_decapsulation(now, datagram, out),
+            Some(Ok(Classified::Done(result))) => self.emit(datagram, result, out),
+            Some(Ok(_)) => self.emit(datagram, Err(DropReason::Malformed), out),
+            Some(Err(reason)) => self.emit(datagram, Err(reason), out),
+            None if self.is_control(&flow, false) => {
+                self.stats.local_delivered += 1;
+                self.stats.control_received += 1;
+                self.emit(datagram, Ok(Next::Control), out);
+            }
+            None => {
+                self.stats.local_delivered += 1;
+                self.emit(datagram, Ok(Next::Consume), out);
+            }
+        }
+    }
+
+    /// Where a UDP-encapsulated packet came from, read before
+    /// decapsulation strips the outer headers.
+    pub(super) fn arrival(buf: &PacketBuf, esp_offset: usize) -> Option<PeerAddr> {
+        let data = buf.data();
+        let header_len = usize::from(data.first()? & 0x0f) * 4;
+        if esp_offset == header_len {
+            return None;
+        }
+        let ip = Ipv4Packet::new_checked(data).ok()?;
+        Some(PeerAddr {
+            address: ip.src_addr(),
+            port: nat::source_port(data.get(header_len..)?)?,
+        })
+    }
+
+    /// After an inbound packet of `sa` verified: when it is the newest of
+    /// its SA and came from elsewhere than the peer was, the peer moved
+    /// (its NAT mapped it anew) and the tunnel follows it.
+    pub(super) fn learn_peer(&mut self, sa: SaId, seq: u64, from: PeerAddr) {
+        let Some(sa) = self.sad.get_mut(sa) else { return };
+        if sa.crypto().seen_peer == Some(from) || sa.highest_accepted() != seq {
+            return;
+        }
+        let Some(peer) = sa.crypto().peer.clone() else {
+            return;
+        };
+        sa.crypto_mut().seen_peer = Some(from);
+        if peer.current() != from {
+            self.peers.moved(&peer, from);
+            self.stats.nat_peer_moved += 1;
+        }
+    }
+
+    /// Rebuilds the outer headers of this gateway's SAs whose peer moved,
+    /// when any did since the last look (one shared load otherwise).
+    pub(super) fn follow_peers(&mut self) {
+        let epoch = self.peers.epoch();
+        if epoch == self.peers_seen {
+            return;
+        }
+        self.peers_seen = epoch;
+        let ttl = self.outer_ttl;
+        for (_, sa) in self.sad.iter_mut() {
+            let Some(now_at) = sa.crypto().peer.as_ref().map(|p| p.current()) else {
+                continue;
+            };
+            if sa.crypto().seen_peer == Some(now_at) {
+                continue;
+            }
+            let (local, encap, outbound) = {
+                let p = sa.params();
+                (p.local, p.encap, p.direction == SaDirection::Outbound)
+            };
+            let crypto = sa.crypto_mut();
+            crypto.seen_peer = Some(now_at);
+            if outbound {
+                let encap = encap.map(|e| spd_sad::UdpEncap {
+                    remote_port: now_at.port,
+                    ..e
+                });
+                crypto.outer = OuterHeader::with_encap(local, now_at.address, ttl, encap);
+            }
+        }
+    }
+
+    /// When the next keepalives are due, if anything sends them.
+    pub(super) fn keepalive_deadline(&self) -> Option<Duration> {
+        (self.setup.nat_keepalive.is_some() && self.setup.answer_arp && self.receives_encapsulated())
+            .then_some(self.next_keepalive)
+    }
+
+    /// RFC 3948 §2.3: one 0xFF byte to each UDP-encapsulated peer, every
+    /// interval, so that the NAT in between keeps the mapping.
+    pub(super) fn send_keepalives(&mut self, now: Duration, out: &mut Vec<Output>) {
+        let Some(interval) = self.setup.nat_keepalive else {
+            return;
+        };
+        if !self.setup.answer_arp || now < self.next_keepalive || !self.receives_encapsulated() {
+            return;
+        }
+        self.next_keepalive = now + interval;
+        let mut sent: Vec<(std::net::Ipv4Addr, u16, PeerAddr)> = Vec::new();
+        for (_, sa) in self.sad.iter() {
+            let p = sa.params();
+            let (Some(encap), SaDirection::Outbound) = (p.encap, p.direction) else {
+                continue;
+            };
+            let Some(peer) = sa.crypto().seen_peer else {
+                continue;
+            };
+            let end = (p.local, encap.local_port, peer);
+            if !sent.contains(&end) {
+                sent.push(end);
+            }
+        }
+        for (local, local_port, peer) in sent {
+            let Some(mut buf) = self.pool.alloc() else {
+                // The next interval tries again; the mapping usually lasts longer.
+                return;
+            };
+            if !icmp::udp_datagram(
+                &mut buf,
+                (local, local_port),
+                (peer.address, peer.port),
+                self.next_ip_id.take(),
+                &[nat::KEEPALIVE],
+            ) {
+                self.pool.free(buf);
+                continue;
+            }
+            self.stats.generated += 1;
+            self.stats.nat_keepalives_sent += 1;
+            self.emit(buf, Ok(Next::Route), out);
+        }
+    }
+}

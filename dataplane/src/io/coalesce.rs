@@ -19,6 +19,16 @@
 //! one is sent alone, as it came, so that the receiver still drops it (a
 //! super-packet's checksums are computed afresh, which would launder it).
 //!
+//! UDP/IPv4 datagrams of one flow go out the same way as a UDP GSO
+//! super-packet (`gso_type` UDP_L4, as `__udp_gso_segment` cuts it): same
+//! headers and ports, IDs counting up unless DF, every datagram but the
+//! last exactly the first's size. That is what carries RFC 3948 ESP
+//! between two gateways (a tunnel's ESP-in-UDP datagrams are one flow, and
+//! one size for one size of inner packet), and a flood of equal
+//! datagrams to one inside host. A datagram with a nonzero checksum is
+//! verified first, like a TCP segment; a zero one (ESP in UDP, RFC 3948
+//! §2.1) has nothing to launder.
+//!
 //! Pure: it plans and rewrites headers in byte slices, the driver
 //! ([`crate::io::afpacket`]) builds the scatter lists. No allocation.
 
@@ -28,6 +38,8 @@ use crate::wire::vnet::{Gso, VnetHeader, VnetRepr, HEADER_LEN};
 const ETHERNET_LEN: usize = 14;
 const IPV4_LEN: usize = 20;
 const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+const UDP_LEN: usize = 8;
 const TCP_ACK: u8 = 0x10;
 const TCP_PSH: u8 = 0x08;
 const TCP_ECE: u8 = 0x40;
@@ -138,6 +150,62 @@ impl Segment {
     }
 }
 
+/// What of a UDP/IPv4 datagram decides whether it can be merged.
+#[derive(Debug, Clone, Copy)]
+struct Datagram {
+    /// Ethernet + IPv4 total length: where the datagram ends in its frame.
+    end: usize,
+    payload: usize,
+    id: u16,
+    df: bool,
+}
+
+impl Datagram {
+    /// A merge candidate: UDP/IPv4 over Ethernet without IP options, not
+    /// fragmented, some payload, lengths that agree, a right checksum (or
+    /// none).
+    fn parse(frame: &[u8]) -> Option<Datagram> {
+        let ip = frame.get(ETHERNET_LEN..)?;
+        if frame[12..14] != [0x08, 0x00] || ip.len() < IPV4_LEN || ip[0] != 0x45 || ip[9] != PROTO_UDP {
+            return None;
+        }
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
+        if fragment != 0
+            || total > ip.len()
+            || total <= IPV4_LEN + UDP_LEN
+            || fold(ones_sum(&ip[..IPV4_LEN], 0)) != 0
+        {
+            return None;
+        }
+        let udp = &ip[IPV4_LEN..total];
+        if usize::from(u16::from_be_bytes([udp[4], udp[5]])) != udp.len() {
+            return None;
+        }
+        if udp[6..8] != [0, 0] && fold(ones_sum(udp, pseudo_header_sum(ip, PROTO_UDP, udp.len()))) != 0 {
+            return None;
+        }
+        Some(Datagram {
+            end: ETHERNET_LEN + total,
+            payload: udp.len() - UDP_LEN,
+            id: u16::from_be_bytes([ip[4], ip[5]]),
+            df: ip[6] & IPV4_DF != 0,
+        })
+    }
+}
+
+/// Whether `next` may follow `first` in one UDP super-packet: Ethernet
+/// header; IPv4 TOS, flags, TTL, protocol, addresses; UDP ports.
+fn same_udp_headers(first: &[u8], next: &[u8]) -> bool {
+    let ip = ETHERNET_LEN;
+    let udp = ETHERNET_LEN + IPV4_LEN;
+    first[..ip + 2] == next[..ip + 2]
+        && first[ip + 6] & 0xe0 == next[ip + 6] & 0xe0
+        && first[ip + 8..ip + 10] == next[ip + 8..ip + 10]
+        && first[ip + 12..ip + 20] == next[ip + 12..ip + 20]
+        && first[udp..udp + 4] == next[udp..udp + 4]
+}
+
 /// Whether `next` may follow `first` in one super-packet, header-wise:
 /// the bytes that must be equal are (Ethernet header; IPv4 TOS, flags,
 /// TTL, protocol, addresses; TCP ports, ACK number, data offset, window,
@@ -171,9 +239,13 @@ pub fn plan(frames: &mut [&mut [u8]], plan: &mut Plan) {
         };
         plan.spans[i] = (0, frames[i].len());
         let Some(first) = Segment::parse(frames[i]) else {
-            plan.messages[plan.len] = alone;
+            let message = match Datagram::parse(frames[i]) {
+                Some(first) => plan_udp(frames, plan, i, n, first),
+                None => alone,
+            };
+            plan.messages[plan.len] = message;
             plan.len += 1;
-            i += 1;
+            i += message.count;
             continue;
         };
         plan.spans[i] = (0, first.end);
@@ -218,6 +290,66 @@ pub fn plan(frames: &mut [&mut [u8]], plan: &mut Plan) {
         plan.len += 1;
         i += count;
     }
+}
+
+/// The message of UDP datagrams starting at frame `i`, whose first is
+/// `first`: as many as may follow it, with the first frame's headers made
+/// those of the super-packet.
+fn plan_udp(frames: &mut [&mut [u8]], plan: &mut Plan, i: usize, n: usize, first: Datagram) -> Message {
+    plan.spans[i] = (0, first.end);
+    let header_len = ETHERNET_LEN + IPV4_LEN + UDP_LEN;
+    let mut last = first;
+    let mut count = 1;
+    let mut total = first.end - ETHERNET_LEN;
+    // Only the last datagram may be shorter (then it ends the run).
+    while i + count < n && last.payload == first.payload {
+        let j = i + count;
+        let Some(next) = Datagram::parse(frames[j]) else {
+            break;
+        };
+        let fits = next.payload <= first.payload
+            && next.df == first.df
+            && (first.df || next.id == first.id.wrapping_add(count as u16))
+            && total + next.payload <= MAX_TOTAL
+            && same_udp_headers(frames[i], frames[j]);
+        if !fits {
+            break;
+        }
+        plan.spans[j] = (header_len, next.end);
+        total += next.payload;
+        last = next;
+        count += 1;
+    }
+    let mut message = Message {
+        start: i,
+        count,
+        header: [0; HEADER_LEN],
+    };
+    if count > 1 {
+        let frame = &mut *frames[i];
+        let ip = ETHERNET_LEN;
+        let udp = ETHERNET_LEN + IPV4_LEN;
+        frame[ip + 2..ip + 4].copy_from_slice(&(total as u16).to_be_bytes());
+        frame[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+        let header_sum = fold(ones_sum(&frame[ip..ip + IPV4_LEN], 0));
+        frame[ip + 10..ip + 12].copy_from_slice(&header_sum.to_be_bytes());
+        let udp_len = total - IPV4_LEN;
+        frame[udp + 4..udp + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        // The partial-checksum convention, as for TCP; `__udp_gso_segment`
+        // swaps the super-packet's length in this sum for each datagram's.
+        let pseudo_sum = !fold(pseudo_header_sum(&frame[ip..], PROTO_UDP, udp_len));
+        frame[udp + 6..udp + 8].copy_from_slice(&pseudo_sum.to_be_bytes());
+        let repr = VnetRepr {
+            partial_csum: Some(((ETHERNET_LEN + IPV4_LEN) as u16, 6)),
+            data_valid: false,
+            gso: Gso::UdpL4,
+            gso_ecn: false,
+            gso_size: first.payload as u16,
+            hdr_len: header_len as u16,
+        };
+        repr.emit(&mut VnetHeader::new_unchecked(&mut message.header[..]));
+    }
+    message
 }
 
 /// The first frame's headers made those of the whole super-packet.
@@ -482,5 +614,94 @@ mod tests {
         let p = run(&mut frames);
         assert_eq!(p.len, 3);
         assert_eq!(p.spans[1], (0, 3));
+    }
+
+    /// A UDP/IPv4 datagram of `payload` bytes from 4500 to 4500, with
+    /// checksum zero (ESP in UDP) unless `checksum`.
+    fn datagram(id: u16, payload: usize, df: bool, checksum: bool) -> Vec<u8> {
+        let total = IPV4_LEN + UDP_LEN + payload;
+        let mut f = vec![0u8; ETHERNET_LEN + total];
+        f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip = ETHERNET_LEN;
+        f[ip] = 0x45;
+        f[ip + 2..ip + 4].copy_from_slice(&(total as u16).to_be_bytes());
+        f[ip + 4..ip + 6].copy_from_slice(&id.to_be_bytes());
+        f[ip + 6] = if df { IPV4_DF } else { 0 };
+        f[ip + 8] = 64;
+        f[ip + 9] = PROTO_UDP;
+        f[ip + 12..ip + 20].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        let s = fold(ones_sum(&f[ip..ip + IPV4_LEN], 0));
+        f[ip + 10..ip + 12].copy_from_slice(&s.to_be_bytes());
+        let u = ip + IPV4_LEN;
+        f[u..u + 4].copy_from_slice(&[0x11, 0x94, 0x11, 0x94]);
+        f[u + 4..u + 6].copy_from_slice(&((UDP_LEN + payload) as u16).to_be_bytes());
+        for (k, b) in f[u + UDP_LEN..].iter_mut().enumerate() {
+            *b = (usize::from(id) * 7 + k) as u8;
+        }
+        if checksum {
+            let sum = fold(ones_sum(&f[u..], pseudo_header_sum(&f[ip..], PROTO_UDP, UDP_LEN + payload)));
+            f[u + 6..u + 8].copy_from_slice(&sum.to_be_bytes());
+        }
+        f
+    }
+
+    /// `frame` with its UDP checksum zeroed, after checking that it is right.
+    fn without_udp_checksum(frame: &[u8]) -> Vec<u8> {
+        let ip = ETHERNET_LEN;
+        let u = ip + IPV4_LEN;
+        let udp_len = frame.len() - u;
+        assert_eq!(fold(ones_sum(&frame[u..], pseudo_header_sum(&frame[ip..], PROTO_UDP, udp_len))), 0);
+        let mut f = frame.to_vec();
+        f[u + 6..u + 8].copy_from_slice(&[0, 0]);
+        f
+    }
+
+    #[test]
+    fn esp_in_udp_datagrams_become_one_udp_super_packet_that_cuts_back_into_them() {
+        let original: Vec<Vec<u8>> = (0..6)
+            .map(|k| datagram(100 + k, if k == 5 { 700 } else { 1444 }, true, false))
+            .collect();
+        let mut frames = original.clone();
+        let p = run(&mut frames);
+        assert_eq!(p.len, 1);
+        let m = p.messages()[0];
+        assert_eq!(m.count, 6);
+        let repr = VnetRepr::parse(&VnetHeader::new_checked(&m.header[..]).expect("header"));
+        assert_eq!(repr.gso, Gso::UdpL4);
+        assert_eq!(repr.gso_size, 1444);
+        assert_eq!(repr.hdr_len as usize, ETHERNET_LEN + IPV4_LEN + UDP_LEN);
+        let back = resegment(&frames, &p, &m);
+        assert_eq!(back.len(), 6);
+        for (got, want) in back.iter().zip(&original) {
+            // The kernel fills in each datagram's checksum; the rest is as sent.
+            assert_eq!(without_udp_checksum(got), *want);
+        }
+    }
+
+    #[test]
+    fn udp_runs_end_at_a_damaged_or_different_datagram() {
+        let mut bad = datagram(3, 1000, false, true);
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        let mut other_port = datagram(4, 1000, false, false);
+        other_port[ETHERNET_LEN + IPV4_LEN + 1] = 0x95;
+        let mut frames = vec![
+            datagram(1, 1000, false, true),
+            datagram(2, 1000, false, true),
+            bad,
+            datagram(4, 1000, false, false),
+            other_port,
+            // Without DF the IDs must count up: 9 does not follow 5.
+            datagram(5, 1000, false, false),
+            datagram(9, 1000, false, false),
+            // A shorter datagram ends a run; a longer one cannot follow.
+            datagram(10, 500, false, false),
+            datagram(11, 1000, false, false),
+        ];
+        let p = run(&mut frames);
+        let counts: Vec<usize> = p.messages().iter().map(|m| m.count).collect();
+        assert_eq!(counts, [2, 1, 1, 1, 1, 2, 1]);
+        assert_eq!(p.messages()[1].header, [0; HEADER_LEN], "the damaged one goes alone");
     }
 }

@@ -346,6 +346,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         style = %style,
         workers,
         receive = dataplane::io::afpacket::Receive::from(args.receive).name(),
+        udp_gso = dataplane::io::afpacket::udp_gso_supported(),
         tunnels = config.tunnels.len(),
         "forwarding"
     );

@@ -1,8 +1,10 @@
 //! `espgw bench --veth`: the end-to-end benchmark of issue 14. The demo's
 //! four namespaces (hostA - gwA - gwB - hostB, veth pairs, the kernel's
 //! default offloads) are built twice: once with plain kernel IPv4
-//! forwarding in the gateway namespaces (the reference row), once with
-//! `espgw run` in each and an aes128gcm16 tunnel between them. Each row
+//! forwarding in the gateway namespaces (the reference row), then with
+//! `espgw run` in each and an aes128gcm16 tunnel between them, once as raw
+//! ESP and once as ESP in UDP (RFC 3948, whose datagrams the gateways can
+//! hand the middle link as UDP GSO super-packets). Each row
 //! gets iperf3 TCP with 1 and 4 streams (median of a few runs) and UDP at
 //! 64 and 1400 bytes of payload at the highest rate with at most 1 % loss
 //! (bisection); the espgw row also gets the gateways' CPU cycles per
@@ -224,7 +226,17 @@ fn kernel_gateways(names: &Names) -> Result<()> {
     Ok(())
 }
 
-fn gateway_config(side: &str, dir: &Path) -> Result<PathBuf> {
+/// How the espgw rows carry ESP between the gateways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encap {
+    /// IP protocol 50.
+    Raw,
+    /// RFC 3948 UDP on port 4500: the middle link can carry a tunnel's
+    /// packets as UDP GSO super-packets.
+    Udp,
+}
+
+fn gateway_config(side: &str, dir: &Path, encap: Encap) -> Result<PathBuf> {
     let (inside, outside, local, remote, local_net, remote_net, spi_out, spi_in, key_out, key_in) =
         if side == "a" {
             (
@@ -263,9 +275,13 @@ fn gateway_config(side: &str, dir: &Path) -> Result<PathBuf> {
          [[tunnel]]\nname = \"t\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n\
          local_subnet = \"{local_net}.0/24\"\nremote_subnet = \"{remote_net}.0/24\"\n\
          proposal = \"aes128gcm16\"\nspi_out = 0x{spi_out}\nspi_in = 0x{spi_in}\n\
-         enc_key_out = \"{}\"\nenc_key_in = \"{}\"\nreplay_window = 1024\n",
+         enc_key_out = \"{}\"\nenc_key_in = \"{}\"\nreplay_window = 1024\n{}",
         key(key_out),
         key(key_in),
+        match encap {
+            Encap::Raw => "",
+            Encap::Udp => "encap = \"udp\"\n",
+        },
     );
     let path = dir.join(format!("bench-{side}.toml"));
     std::fs::write(&path, text)?;
@@ -274,11 +290,11 @@ fn gateway_config(side: &str, dir: &Path) -> Result<PathBuf> {
 }
 
 /// `espgw run` in each gateway namespace; returns their control sockets.
-fn espgw_gateways(lab: &mut Lab<'_>, dir: &Path) -> Result<Vec<PathBuf>> {
+fn espgw_gateways(lab: &mut Lab<'_>, dir: &Path, encap: Encap) -> Result<Vec<PathBuf>> {
     let exe = std::env::current_exe().context("locating the espgw binary")?;
     let mut sockets = Vec::new();
     for (side, ns) in [("a", lab.names.gw_a.clone()), ("b", lab.names.gw_b.clone())] {
-        let config = gateway_config(side, dir)?;
+        let config = gateway_config(side, dir, encap)?;
         let socket = dir.join(format!("bench-{side}.sock"));
         let log = dir.join(format!("gw{side}.log"));
         let child = Command::new("ip")
@@ -319,17 +335,26 @@ fn espgw_gateways(lab: &mut Lab<'_>, dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn iperf3(ns: &str, args: &[&str]) -> Result<Value> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "iperf3", "-J"])
-        .args(args)
-        .output()
-        .context("running iperf3")?;
-    let doc: Value = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("iperf3 {}: no JSON answer", args.join(" ")))?;
-    if let Some(error) = doc["error"].as_str() {
-        bail!("iperf3 {}: {error}", args.join(" "));
+    // The server takes a moment to finish a test after its client has
+    // (longer when the last UDP test filled queues): "busy" is retried.
+    let mut attempt = 0;
+    loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "iperf3", "-J"])
+            .args(args)
+            .output()
+            .context("running iperf3")?;
+        let doc: Value = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("iperf3 {}: no JSON answer", args.join(" ")))?;
+        match doc["error"].as_str() {
+            Some(error) if error.contains("busy") && attempt < 10 => {
+                attempt += 1;
+                thread::sleep(Duration::from_millis(500));
+            }
+            Some(error) => bail!("iperf3 {}: {error}", args.join(" ")),
+            None => return Ok(doc),
+        }
     }
-    Ok(doc)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -579,17 +604,25 @@ pub fn run(options: &Options) -> Result<()> {
         kernel_gateways(&names)?;
         measure(&mut lab, options, None)?
     };
-    eprintln!("espgw row ...");
-    let espgw = {
+    let espgw_row = |encap: Encap| {
+        eprintln!(
+            "espgw row, ESP {} ...",
+            if encap == Encap::Raw { "raw" } else { "in UDP" }
+        );
         let mut lab = build(&names)?;
-        let sockets = espgw_gateways(&mut lab, &dir)?;
+        let sockets = espgw_gateways(&mut lab, &dir, encap)?;
         measure(&mut lab, options, Some(&sockets))
     };
+    let espgw = espgw_row(Encap::Raw);
+    let espgw_udp = espgw.as_ref().ok().map(|_| espgw_row(Encap::Udp));
     let _ = std::fs::remove_dir_all(&dir);
     let espgw = espgw?;
-    print!("{}", table(&kernel, &espgw, options, started.elapsed()));
+    let espgw_udp = espgw_udp.context("the raw row failed")??;
+    print!(
+        "{}",
+        table(&kernel, &[&espgw, &espgw_udp], options, started.elapsed())
+    );
     if let Some(path) = &options.json {
-        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         let doc = json!({
             "topology": "hostA - gwA - gwB - hostB, veth, kernel default offloads",
             "tcp_seconds": options.tcp_seconds,
@@ -600,12 +633,9 @@ pub fn run(options: &Options) -> Result<()> {
             "cycles_source": "/proc/PID/stat utime+stime x cpu MHz (/proc/cpuinfo) / packets from the gateway's counters",
             "kernel": row_json(&kernel),
             "espgw": row_json(&espgw),
-            "ratio": {
-                "tcp_x1": ratio(espgw.tcp1_gbps, kernel.tcp1_gbps),
-                "tcp_x4": ratio(espgw.tcp4_gbps, kernel.tcp4_gbps),
-                "udp_64": ratio(espgw.udp64.received_pps, kernel.udp64.received_pps),
-                "udp_1400": ratio(espgw.udp1400.received_pps, kernel.udp1400.received_pps),
-            },
+            "espgw_udp_encap": row_json(&espgw_udp),
+            "ratio": ratios(&espgw, &kernel),
+            "ratio_udp_encap": ratios(&espgw_udp, &kernel),
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -613,7 +643,19 @@ pub fn run(options: &Options) -> Result<()> {
     Ok(())
 }
 
-fn table(kernel: &Row, espgw: &Row, options: &Options, took: Duration) -> String {
+/// A row's figures over the kernel's, in the JSON report.
+fn ratios(row: &Row, kernel: &Row) -> Value {
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    json!({
+        "tcp_x1": ratio(row.tcp1_gbps, kernel.tcp1_gbps),
+        "tcp_x4": ratio(row.tcp4_gbps, kernel.tcp4_gbps),
+        "udp_64": ratio(row.udp64.received_pps, kernel.udp64.received_pps),
+        "udp_1400": ratio(row.udp1400.received_pps, kernel.udp1400.received_pps),
+    })
+}
+
+/// `espgw`: the raw-ESP row, then the ESP-in-UDP row.
+fn table(kernel: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> String {
     use std::fmt::Write as _;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let udp = |u: &Udp| {
@@ -641,7 +683,8 @@ fn table(kernel: &Row, espgw: &Row, options: &Options, took: Duration) -> String
         "{:<22} {:>9} {:>9} {:>13} {:>15} {:>22}",
         "", "Gbit/s", "Gbit/s", "kpps", "kpps", "gwA / gwB"
     );
-    for (name, row) in [("kernel forwarding", kernel), ("espgw aes128gcm16", espgw)] {
+    let names = ["kernel forwarding", "espgw aes128gcm16", "espgw ... in UDP 4500"];
+    for (name, row) in names.into_iter().zip([kernel, espgw[0], espgw[1]]) {
         let _ = writeln!(
             out,
             "{:<22} {:>9.2} {:>9.2} {:>13} {:>15} {:>22}",
@@ -654,41 +697,42 @@ fn table(kernel: &Row, espgw: &Row, options: &Options, took: Duration) -> String
                 .map_or("-".to_owned(), |(a, b)| format!("{a:.0} / {b:.0}"))
         );
     }
-    let _ = writeln!(
-        out,
-        "{:<22} {:>8.2}x {:>8.2}x {:>12.2}x {:>14.2}x {:>22}",
-        "espgw / kernel",
-        ratio(espgw.tcp1_gbps, kernel.tcp1_gbps),
-        ratio(espgw.tcp4_gbps, kernel.tcp4_gbps),
-        ratio(espgw.udp64.received_pps, kernel.udp64.received_pps),
-        ratio(espgw.udp1400.received_pps, kernel.udp1400.received_pps),
-        ""
-    );
+    for (name, row) in [("espgw / kernel", espgw[0]), ("... in UDP / kernel", espgw[1])] {
+        let _ = writeln!(
+            out,
+            "{:<22} {:>8.2}x {:>8.2}x {:>12.2}x {:>14.2}x {:>22}",
+            name,
+            ratio(row.tcp1_gbps, kernel.tcp1_gbps),
+            ratio(row.tcp4_gbps, kernel.tcp4_gbps),
+            ratio(row.udp64.received_pps, kernel.udp64.received_pps),
+            ratio(row.udp1400.received_pps, kernel.udp1400.received_pps),
+            ""
+        );
+    }
     let _ = writeln!(
         out,
         "(* iperf3 could send no faster without loss: the sender's limit. Cycles: /proc/PID/stat utime+stime x {:.0} MHz over one 64 B probe at the rate found, per packet encapsulated (gwA) or decapsulated (gwB); no hardware counters.)",
         cpu_mhz()
     );
-    let worst = espgw.cycles.map_or(f64::INFINITY, |(a, b)| a.max(b));
-    for (bar, holds) in [
-        (
-            "TCP x1 >= 0.6x kernel",
-            ratio(espgw.tcp1_gbps, kernel.tcp1_gbps) >= 0.6,
-        ),
-        (
-            "UDP 64 B (<= 1 % loss) >= 0.75x kernel",
-            ratio(espgw.udp64.received_pps, kernel.udp64.received_pps) >= 0.75,
-        ),
-        (
-            "<= 2,400 cycles per forwarded 64 B packet (each gateway)",
-            worst <= 2400.0,
-        ),
-    ] {
-        let _ = writeln!(
-            out,
-            "bar {bar}: {}",
-            if holds { "holds" } else { "DOES NOT HOLD" }
-        );
+    for (name, row) in [("raw ESP", espgw[0]), ("ESP in UDP", espgw[1])] {
+        let worst = row.cycles.map_or(f64::INFINITY, |(a, b)| a.max(b));
+        for (bar, holds) in [
+            (
+                "TCP x1 >= 0.6x kernel",
+                ratio(row.tcp1_gbps, kernel.tcp1_gbps) >= 0.6,
+            ),
+            (
+                "UDP 64 B (<= 1 % loss) >= 0.75x kernel",
+                ratio(row.udp64.received_pps, kernel.udp64.received_pps) >= 0.75,
+            ),
+            (
+                "<= 2,400 cycles per forwarded 64 B packet (each gateway)",
+                worst <= 2400.0,
+            ),
+        ] {
+            let verdict = if holds { "holds" } else { "DOES NOT HOLD" };
+            let _ = writeln!(out, "bar {bar}, {name}: {verdict}");
+        }
     }
     out
 }

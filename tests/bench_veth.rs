@@ -54,13 +54,19 @@ fn both_rows_have_nonzero_figures() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(out.status.success(), "{context}");
-    for row in ["kernel forwarding", "espgw aes128gcm16", "espgw / kernel"] {
+    for row in [
+        "kernel forwarding",
+        "espgw aes128gcm16",
+        "espgw / kernel",
+        "in UDP 4500",
+        "in UDP / kernel",
+    ] {
         assert!(stdout.contains(row), "no `{row}` row: {context}");
     }
     let text = std::fs::read_to_string(&json).expect("the JSON report");
     let _ = std::fs::remove_file(&json);
     let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    for row in ["kernel", "espgw"] {
+    for row in ["kernel", "espgw", "espgw_udp_encap"] {
         let r = &doc[row];
         for figure in [
             &r["tcp_x1_gbit_s"],
@@ -74,11 +80,14 @@ fn both_rows_have_nonzero_figures() {
             );
         }
     }
-    for gateway in ["gwA", "gwB"] {
-        let cycles = doc["espgw"]["cycles_per_packet_64"][gateway]
-            .as_f64()
-            .unwrap_or(0.0);
-        assert!(cycles > 0.0 && cycles.is_finite(), "{gateway} cycles: {text}");
+    for row in ["espgw", "espgw_udp_encap"] {
+        for gateway in ["gwA", "gwB"] {
+            let cycles = doc[row]["cycles_per_packet_64"][gateway].as_f64().unwrap_or(0.0);
+            assert!(
+                cycles > 0.0 && cycles.is_finite(),
+                "{row} {gateway} cycles: {text}"
+            );
+        }
     }
     assert!(doc["kernel"]["cycles_per_packet_64"].is_null(), "{text}");
     for ns in ["ebt-hostA", "ebt-gwA", "ebt-gwB", "ebt-hostB"] {

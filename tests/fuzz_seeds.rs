@@ -24,7 +24,7 @@ use ike_stub::Config;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 
-const TARGETS: [&str; 13] = [
+const TARGETS: [&str; 14] = [
     "esp_decap",
     "gateway_inbound",
     "gateway_outbound",
@@ -38,6 +38,7 @@ const TARGETS: [&str; 13] = [
     "pcap_verdicts",
     "vnet_offload",
     "shared_request",
+    "udp_encap_inbound",
 ];
 
 fn seeds_dir() -> PathBuf {
@@ -734,4 +735,105 @@ fn write_shared_request_seeds() {
     let mut raw = [0u8; REQUEST_LEN];
     entry(1400, 8192).encode(&mut raw);
     write("shared_request", "ring-entry", &raw);
+}
+
+/// Seeds of `udp_encap_inbound`: site A's UDP-encapsulated ESP for B (AES-GCM
+/// and ChaCha20-Poly1305, ESN off and on, small and fragmented), a
+/// keepalive, IKE behind the non-ESP marker, the same ESP from another
+/// address and port (a NAT's new mapping), and raw ESP to the UDP SA. Run
+/// with `--ignored`.
+#[test]
+#[ignore = "writes fuzz/seeds/udp_encap_inbound; run with --ignored to regenerate them"]
+fn write_udp_encap_seeds() {
+    let udp = |src: [u8; 4], sport: u16, payload: &[u8]| -> Vec<u8> {
+        let total = 28 + payload.len();
+        let mut p = vec![0u8; total];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&4500u16.to_be_bytes());
+        p[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
+        p[28..].copy_from_slice(payload);
+        ipv4_fix_checksum(&mut p);
+        p
+    };
+    for (selector, alg, esn) in [
+        (0u8, Algorithm::Aes128Gcm16, false),
+        (1, Algorithm::ChaCha20Poly1305, false),
+        (2, Algorithm::Aes128Gcm16, true),
+    ] {
+        // A small outside MTU, so that a large packet leaves in fragments.
+        let a_text = common::tunnel_config(alg, "tunnel", esn, true, "encap = \"udp\"\n")
+            .replace("mtu = 9000", "mtu = 1000");
+        let mut a = common::gateway_from(&a_text);
+        let mut frames = Vec::new();
+        for len in [0, 100, 900] {
+            frames.extend(through(
+                &mut a,
+                Port::Inside,
+                &udp_packet(HOST_A, HOST_B, len, 3),
+                Port::Outside,
+            ));
+        }
+        assert!(frames.iter().all(|f| f[9] == 17), "ESP in UDP");
+        let mut big = udp_packet(HOST_A, HOST_B, 1400, 4);
+        big[6] = 0;
+        ipv4_fix_checksum(&mut big);
+        let fragments = through(&mut a, Port::Inside, &big, Port::Outside);
+        let joined = |frames: &[Vec<u8>]| frames.join(&b"FRAG"[..]);
+        write(
+            "udp_encap_inbound",
+            &format!("esp-{selector}"),
+            &[&[selector][..], &joined(&frames)].concat(),
+        );
+        if fragments.len() > 1 {
+            write(
+                "udp_encap_inbound",
+                &format!("fragments-{selector}"),
+                &[&[selector][..], &joined(&fragments)].concat(),
+            );
+        }
+        // The NAT's new mapping: the same packets from 10.0.0.99:40001.
+        let moved: Vec<Vec<u8>> = frames
+            .iter()
+            .map(|f| {
+                let mut f = f.clone();
+                f[12..16].copy_from_slice(&[10, 0, 0, 99]);
+                f[20..22].copy_from_slice(&40001u16.to_be_bytes());
+                ipv4_fix_checksum(&mut f);
+                f
+            })
+            .collect();
+        write(
+            "udp_encap_inbound",
+            &format!("moved-{selector}"),
+            &[&[selector][..], &joined(&moved)].concat(),
+        );
+        // Raw ESP to the UDP SA: the UDP header cut out.
+        let mut raw = [&frames[1][..20], &frames[1][28..]].concat();
+        raw[9] = 50;
+        let len = raw.len() as u16;
+        raw[2..4].copy_from_slice(&len.to_be_bytes());
+        ipv4_fix_checksum(&mut raw);
+        write(
+            "udp_encap_inbound",
+            &format!("raw-esp-{selector}"),
+            &[&[selector][..], &raw].concat(),
+        );
+    }
+    let keepalive = udp([10, 0, 0, 1], 4500, &[0xff]);
+    let ike = udp(
+        [10, 0, 0, 1],
+        4500,
+        &[0, 0, 0, 0, b'E', b'S', b'P', b'G', 1, 2, 3, 4],
+    );
+    write(
+        "udp_encap_inbound",
+        "keepalive-ike",
+        &[&[0u8][..], &[keepalive, ike].join(&b"FRAG"[..])].concat(),
+    );
 }

@@ -80,7 +80,9 @@ fuzz_target!(|data: &[u8]| {
             other => panic!("unknown verdict {other}: {line}"),
         }
         for r in v["more_drops"].as_array().into_iter().flatten() {
-            *reasons.entry(r.as_str().expect("a reason").to_owned()).or_default() += 1;
+            *reasons
+                .entry(r.as_str().expect("a reason").to_owned())
+                .or_default() += 1;
         }
         transmitted += v["transmitted"].as_u64().expect("a count");
         count += 1;

@@ -34,7 +34,9 @@ fn checksums_ok(frame: &[u8]) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&size, rest)) = data.split_first() else { return };
+    let Some((&size, rest)) = data.split_first() else {
+        return;
+    };
     let mut pool = PacketPool::new(1 + usize::from(size % 128));
     let (header, frame) = rest.split_at(rest.len().min(10));
     let Some(mut buf) = pool.alloc() else { return };
@@ -50,7 +52,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(counters.gso_segments as usize, out.len());
         let ip = &frame[14..];
         let ihl = usize::from(ip[0] & 0x0f) * 4;
-        let l4_len = if ip[9] == 6 { usize::from(ip[ihl + 12] >> 4) * 4 } else { 8 };
+        let l4_len = if ip[9] == 6 {
+            usize::from(ip[ihl + 12] >> 4) * 4
+        } else {
+            8
+        };
         let headers = 14 + ihl + l4_len;
         let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
         let mut joined = Vec::new();

@@ -38,9 +38,16 @@ impl Gateway {
         }
         let data = buf.data();
         let header_len = usize::from(data[0] & 0x0f) * 4;
-        let udp = &data[header_len..];
-        let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
-        let Some(payload) = udp.get(nat::UDP_HEADER_LEN..udp_len) else {
+        let udp = data.get(header_len..).unwrap_or_default();
+        // The UDP length must say what the IPv4 length says (the buffer
+        // ends where the datagram does): ESP's length is taken from it.
+        let payload = match udp.get(4..6) {
+            Some(&[hi, lo]) if usize::from(u16::from_be_bytes([hi, lo])) == udp.len() => {
+                udp.get(nat::UDP_HEADER_LEN..)
+            }
+            _ => None,
+        };
+        let Some(payload) = payload else {
             return Some(Err(DropReason::Malformed));
         };
         Some(match nat::Payload::of(payload) {

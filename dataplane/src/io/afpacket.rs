@@ -45,8 +45,42 @@ pub struct AfPacket {
     /// `PACKET_VNET_HDR` is on: a virtio-net header precedes every frame,
     /// both ways.
     vnet: bool,
+    /// UDP datagrams may go out as UDP GSO super-packets (see
+    /// [`udp_gso_supported`]).
+    udp_gso: bool,
     /// Frames arrive in a `PACKET_MMAP` ring rather than the socket's queue.
     ring: Option<RxRing>,
+}
+
+/// Whether this kernel takes a UDP GSO super-packet (`gso_type` UDP_L4)
+/// from a packet socket's virtio-net header: Linux 6.2 and later
+/// (`virtio_net_hdr_to_skb` learnt it with USO). An older kernel refuses
+/// the message with EINVAL, so UDP is then sent datagram by datagram.
+pub fn udp_gso_supported() -> bool {
+    // SAFETY: utsname is plain data, filled by uname(2).
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is a valid utsname to write into.
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return false;
+    }
+    let release: String = name
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect();
+    kernel_at_least(&release, (6, 2))
+}
+
+/// Whether a kernel release string (`6.18.44-foo`) is `min` or later.
+fn kernel_at_least(release: &str, min: (u32, u32)) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
+    match (major, minor) {
+        (Some(major), Some(minor)) => (major, minor) >= min,
+        _ => false,
+    }
 }
 
 /// How a forwarding socket takes frames from the kernel.
@@ -339,6 +373,7 @@ impl AfPacket {
             fd,
             device: device.to_owned(),
             vnet,
+            udp_gso: vnet && udp_gso_supported(),
             ring,
         })
     }
@@ -665,7 +700,7 @@ impl AfPacket {
         }
         let mut outcome = Sent::default();
         for chunk in frames.chunks_mut(coalesce::MAX_FRAMES) {
-            coalesce::plan(chunk, plan);
+            coalesce::plan(chunk, plan, self.udp_gso);
             // One header and at most one span per frame.
             // SAFETY: iovec and mmsghdr are plain data; zero is their empty value.
             let mut iovecs: [libc::iovec; 2 * coalesce::MAX_FRAMES] = unsafe { std::mem::zeroed() };
@@ -802,4 +837,19 @@ pub(crate) fn set_option<T>(
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod kernel_tests {
+    use super::kernel_at_least;
+
+    #[test]
+    fn kernel_releases_compare_by_major_then_minor() {
+        assert!(kernel_at_least("6.18.44-fc-v669", (6, 2)));
+        assert!(kernel_at_least("6.2.0", (6, 2)));
+        assert!(kernel_at_least("7.0-rc1", (6, 2)));
+        assert!(!kernel_at_least("6.1.0-28-amd64", (6, 2)));
+        assert!(!kernel_at_least("5.19.17", (6, 2)));
+        assert!(!kernel_at_least("garbage", (6, 2)));
+    }
 }

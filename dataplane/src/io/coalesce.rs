@@ -226,8 +226,9 @@ fn same_headers(first: &[u8], next: &[u8], header_len: usize) -> bool {
 /// Plans how `frames` (at most [`MAX_FRAMES`]) go out, and rewrites the
 /// headers of each super-packet's first frame: IPv4 total length and
 /// header checksum, PSH if the last segment had it, and the TCP checksum
-/// field holding the pseudo-header sum for the kernel to complete.
-pub fn plan(frames: &mut [&mut [u8]], plan: &mut Plan) {
+/// field holding the pseudo-header sum for the kernel to complete. UDP is
+/// merged only when `udp` (the kernel takes UDP GSO from the socket).
+pub fn plan(frames: &mut [&mut [u8]], plan: &mut Plan, udp: bool) {
     plan.len = 0;
     let n = frames.len().min(MAX_FRAMES);
     let mut i = 0;
@@ -240,8 +241,8 @@ pub fn plan(frames: &mut [&mut [u8]], plan: &mut Plan) {
         plan.spans[i] = (0, frames[i].len());
         let Some(first) = Segment::parse(frames[i]) else {
             let message = match Datagram::parse(frames[i]) {
-                Some(first) => plan_udp(frames, plan, i, n, first),
-                None => alone,
+                Some(first) if udp => plan_udp(frames, plan, i, n, first),
+                _ => alone,
             };
             plan.messages[plan.len] = message;
             plan.len += 1;
@@ -429,7 +430,7 @@ mod tests {
     fn run(frames: &mut [Vec<u8>]) -> Plan {
         let mut refs: Vec<&mut [u8]> = frames.iter_mut().map(|f| &mut f[..]).collect();
         let mut p = Plan::default();
-        plan(&mut refs, &mut p);
+        plan(&mut refs, &mut p, true);
         p
     }
 
@@ -640,7 +641,10 @@ mod tests {
             *b = (usize::from(id) * 7 + k) as u8;
         }
         if checksum {
-            let sum = fold(ones_sum(&f[u..], pseudo_header_sum(&f[ip..], PROTO_UDP, UDP_LEN + payload)));
+            let sum = fold(ones_sum(
+                &f[u..],
+                pseudo_header_sum(&f[ip..], PROTO_UDP, UDP_LEN + payload),
+            ));
             f[u + 6..u + 8].copy_from_slice(&sum.to_be_bytes());
         }
         f
@@ -651,7 +655,13 @@ mod tests {
         let ip = ETHERNET_LEN;
         let u = ip + IPV4_LEN;
         let udp_len = frame.len() - u;
-        assert_eq!(fold(ones_sum(&frame[u..], pseudo_header_sum(&frame[ip..], PROTO_UDP, udp_len))), 0);
+        assert_eq!(
+            fold(ones_sum(
+                &frame[u..],
+                pseudo_header_sum(&frame[ip..], PROTO_UDP, udp_len)
+            )),
+            0
+        );
         let mut f = frame.to_vec();
         f[u + 6..u + 8].copy_from_slice(&[0, 0]);
         f
@@ -702,6 +712,10 @@ mod tests {
         let p = run(&mut frames);
         let counts: Vec<usize> = p.messages().iter().map(|m| m.count).collect();
         assert_eq!(counts, [2, 1, 1, 1, 1, 2, 1]);
-        assert_eq!(p.messages()[1].header, [0; HEADER_LEN], "the damaged one goes alone");
+        assert_eq!(
+            p.messages()[1].header,
+            [0; HEADER_LEN],
+            "the damaged one goes alone"
+        );
     }
 }

@@ -269,6 +269,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let workers = if tun_inside { 1 } else { workers };
     let sockets = open_sockets(&config, workers, args.receive.into())?;
+    let moderation = dataplane::io::run::Moderation {
+        delay: Duration::from_micros(args.rx_coalesce_us),
+    };
     // After the sockets: a TUN inside exists only once it is opened.
     for line in device_defaults(&mut config)? {
         tracing::info!("{line}");
@@ -347,6 +350,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         workers,
         receive = dataplane::io::afpacket::Receive::from(args.receive).name(),
         udp_gso = dataplane::io::afpacket::udp_gso_supported(),
+        rx_coalesce_us = moderation.delay.as_micros(),
         tunnels = config.tunnels.len(),
         "forwarding"
     );
@@ -393,7 +397,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                             let _ = request.reply.send(reply.to_string());
                         }
                     };
-                    let result = dataplane::io::run::run(gateway, sockets, &stop, &mut tick);
+                    let result = dataplane::io::run::run(gateway, sockets, &stop, moderation, &mut tick);
                     (result, plane.map(|p| p.plane))
                 })
             })

@@ -266,6 +266,7 @@ pub fn answer(
         map.insert("frames_in".into(), run.frames_in.into());
         map.insert("frames_out".into(), run.frames_out.into());
         map.insert("control_overflow".into(), run.control_overflow.into());
+        map.insert("rx_moderated".into(), run.moderated.into());
         map.insert(
             "offload".into(),
             serde_json::to_value(run.offload).unwrap_or(Value::Null),

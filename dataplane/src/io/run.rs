@@ -106,6 +106,9 @@ pub struct RunSummary {
     /// (a soak watches these for leaks).
     pub pool_in_use: usize,
     pub pool_capacity: usize,
+    /// Turns after which the worker waited for more frames (see
+    /// [`Moderation`]).
+    pub moderated: u64,
 }
 
 /// The sockets of one worker: where frames come from (several per port
@@ -177,10 +180,26 @@ impl Tick<'_> {
 /// Forwards until `stop` is set. `on_tick` is called between batches (and
 /// at least every 10 ms): the place for the control plane and operations
 /// requests, which must not block.
+/// Receive moderation, as a NIC's interrupt coalescing (`ethtool -C
+/// rx-usecs`): while frames keep arriving (the previous turn had some too)
+/// but a turn brings fewer than [`MODERATE_BELOW`], the worker waits
+/// `delay` before the next, so that the per-turn costs (system calls,
+/// timers, the control plane's tick) are shared by more packets. A lone
+/// packet after an idle turn is never delayed, so a ping or a handshake
+/// pays nothing; a flood pays at most `delay` of latency. Zero turns it off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moderation {
+    pub delay: Duration,
+}
+
+/// Packets per turn under which a busy worker waits (a quarter batch).
+pub const MODERATE_BELOW: usize = BATCH / 4;
+
 pub fn run(
     gateway: &mut Gateway,
     sockets: &Sockets,
     stop: &AtomicBool,
+    moderation: Moderation,
     on_tick: &mut dyn FnMut(&mut Tick<'_>),
 ) -> std::io::Result<RunSummary> {
     let mut pool = PacketPool::new(POOL);
@@ -205,9 +224,13 @@ pub fn run(
             revents: 0,
         })
         .collect();
+    let mut was_busy = false;
     while !stop.load(Ordering::Relaxed) {
         let now = start.elapsed();
         let mut idle = true;
+        // Packets handed to the gateway this turn (segments, not frames:
+        // one super-packet is a full turn's work).
+        let mut handed = 0;
         for (port, device) in &receivers {
             let n = device.recv_batch(&mut pool, &mut raw, BATCH, &mut scratch)?;
             scratch.count_rejected(&mut summary.offload);
@@ -222,11 +245,13 @@ pub fn run(
                 // batch at a time and send what comes out, so the pool
                 // is not drained by one receive.
                 if bufs.len() >= BATCH {
+                    handed += bufs.len();
                     gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
                     tx.send(&mut out, &mut pool, sockets, &mut summary);
                 }
             }
             if !bufs.is_empty() {
+                handed += bufs.len();
                 gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
             }
         }
@@ -251,6 +276,11 @@ pub fn run(
             pool.free(buf);
         }
         tx.send(&mut out, &mut pool, sockets, &mut summary);
+        if !idle && was_busy && handed < MODERATE_BELOW && !moderation.delay.is_zero() {
+            summary.moderated += 1;
+            std::thread::sleep(moderation.delay);
+        }
+        was_busy = !idle;
         if idle && gateway.in_flight() == 0 {
             // Nothing to do: sleep until a frame arrives, or 10 ms pass: timers, and
             // commands from the control plane that other workers wait on.
@@ -371,5 +401,6 @@ impl RunSummary {
         self.offload.add(&other.offload);
         self.pool_in_use += other.pool_in_use;
         self.pool_capacity += other.pool_capacity;
+        self.moderated += other.moderated;
     }
 }

@@ -2,7 +2,9 @@
 //! veth pairs, two gateways from `configs/demo-{a,b}.toml`, ping, UDP and
 //! TCP traffic both ways, a capture of the gwA–gwB link that must hold only
 //! ESP (and ARP), a short report, and everything removed again, also on
-//! Ctrl-C or failure.
+//! Ctrl-C or failure. With `--nat`, a fifth namespace masquerades gwA
+//! behind an address and port of its own (nftables), and the tunnel is
+//! RFC 3948 ESP in UDP that gwB must follow to wherever the NAT put gwA.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -20,7 +22,17 @@ use dataplane::io::offload::OffloadCounters;
 use accel::{Algorithm, BufferPolicy, EngineKind, Style};
 use anyhow::{bail, ensure, Context, Result};
 
-const NAMESPACES: [&str; 4] = ["espgw-hostA", "espgw-gwA", "espgw-gwB", "espgw-hostB"];
+/// Every namespace the demo may make; `espgw-nat` only with `--nat`.
+const NAMESPACES: [&str; 5] = ["espgw-hostA", "espgw-gwA", "espgw-gwB", "espgw-hostB", NAT_NS];
+const NAT_NS: &str = "espgw-nat";
+/// `--nat`: gwA keeps 10.0.0.1 behind the NAT's inside address; gwB and
+/// the NAT's outside address are on 172.16.0.0/24.
+const NAT_INSIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
+const NAT_PUBLIC: Ipv4Addr = Ipv4Addr::new(172, 16, 0, 1);
+const GW_B_PUBLIC: Ipv4Addr = Ipv4Addr::new(172, 16, 0, 2);
+/// The source ports the NAT maps gwA's 4500 to: never 4500 itself, so gwB
+/// has a port to learn as well as an address.
+const NAT_PORTS: &str = "40000-40999";
 const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
 const HOST_B: Ipv4Addr = Ipv4Addr::new(192, 168, 2, 20);
 
@@ -75,6 +87,12 @@ pub struct DemoArgs {
     /// completion lost (reclaimed after the job timeout).
     #[arg(long, value_name = "N")]
     lose_completion_every: Option<u64>,
+    /// Put gwA behind a masquerading NAT (a fifth namespace, nftables) and
+    /// run the tunnel as RFC 3948 ESP in UDP on both gateways: gwB knows
+    /// only gwA's private address and must learn the NAT's address and
+    /// port from gwA's authenticated packets.
+    #[arg(long, conflicts_with_all = ["flood_check", "soak"])]
+    nat: bool,
 }
 
 /// "200kB", "1MB", "64KiB", "5000": a size in bytes.
@@ -166,12 +184,16 @@ fn in_ns(ns: &str, cmd: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn check_prerequisites() -> Result<()> {
+fn check_prerequisites(nat: bool) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("espgw demo needs root (network namespaces, veth pairs and raw sockets); run it with sudo");
     }
-    for (tool, package) in [("ip", "iproute2"), ("ping", "iputils-ping")] {
+    let nft = nat.then_some(("nft", "nftables"));
+    for (tool, package) in [("ip", "iproute2"), ("ping", "iputils-ping")]
+        .into_iter()
+        .chain(nft)
+    {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .stdout(Stdio::null())
@@ -185,21 +207,29 @@ fn check_prerequisites() -> Result<()> {
     Ok(())
 }
 
-/// Builds the four namespaces and three veth pairs.
-fn build_topology() -> Result<()> {
+/// Builds the four namespaces and three veth pairs; with `nat`, a fifth
+/// namespace between the gateways and one more pair.
+fn build_topology(nat: bool) -> Result<()> {
     remove_namespaces();
-    for ns in NAMESPACES {
+    for ns in NAMESPACES.into_iter().filter(|ns| nat || *ns != NAT_NS) {
         ip(&["netns", "add", ns])?;
         in_ns(ns, &["ip", "link", "set", "lo", "up"])?;
         // Only IPv4 in this lab: no router solicitations or ND noise.
         in_ns(ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
     }
-    let pairs = [
-        ("ha0", "espgw-hostA", "a-in", "espgw-gwA"),
-        ("a-out", "espgw-gwA", "b-out", "espgw-gwB"),
-        ("b-in", "espgw-gwB", "hb0", "espgw-hostB"),
-    ];
-    for (left, left_ns, right, right_ns) in pairs {
+    let middle: &[_] = if nat {
+        &[
+            ("a-out", "espgw-gwA", "n-in", NAT_NS),
+            ("n-out", NAT_NS, "b-out", "espgw-gwB"),
+        ]
+    } else {
+        &[("a-out", "espgw-gwA", "b-out", "espgw-gwB")]
+    };
+    let pairs = [("ha0", "espgw-hostA", "a-in", "espgw-gwA")]
+        .iter()
+        .chain(middle)
+        .chain(&[("b-in", "espgw-gwB", "hb0", "espgw-hostB")]);
+    for &(left, left_ns, right, right_ns) in pairs {
         ip(&[
             "link", "add", left, "netns", left_ns, "type", "veth", "peer", "name", right, "netns", right_ns,
         ])?;
@@ -228,7 +258,105 @@ fn build_topology() -> Result<()> {
         "espgw-hostB",
         &["ip", "route", "add", "default", "via", "192.168.2.1"],
     )?;
+    if nat {
+        build_nat()?;
+    }
     Ok(())
+}
+
+/// The NAT in `espgw-nat`: a router that masquerades what leaves on
+/// `n-out` (source address and port rewritten), and lets in from there only
+/// what answers a mapping gwA opened, as a home router does. gwB therefore
+/// cannot reach gwA's private address at all, and must send to the mapping.
+fn build_nat() -> Result<()> {
+    let inside = format!("{NAT_INSIDE}/24");
+    let public = format!("{NAT_PUBLIC}/24");
+    in_ns(NAT_NS, &["ip", "addr", "add", &inside, "dev", "n-in"])?;
+    in_ns(NAT_NS, &["ip", "addr", "add", &public, "dev", "n-out"])?;
+    in_ns(NAT_NS, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+    let rules = format!(
+        "table ip espgw_demo_nat {{
+    chain postrouting {{
+        type nat hook postrouting priority srcnat; policy accept;
+        oifname \"n-out\" meta l4proto {{ tcp, udp }} masquerade to :{NAT_PORTS}
+        oifname \"n-out\" masquerade
+    }}
+    chain forward {{
+        type filter hook forward priority filter; policy drop;
+        iifname \"n-in\" oifname \"n-out\" accept
+        iifname \"n-out\" oifname \"n-in\" ct state established,related accept
+    }}
+}}
+"
+    );
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", NAT_NS, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .context("running `nft -f -` in espgw-nat")?;
+    nft.stdin
+        .take()
+        .context("nft's standard input")?
+        .write_all(rules.as_bytes())?;
+    let status = nft.wait()?;
+    ensure!(status.success(), "nft refused the NAT rules:\n{rules}");
+    Ok(())
+}
+
+/// `--nat`: the shipped demo config rewritten for the NAT between the
+/// gateways. gwA reaches gwB's public address through the NAT; gwB knows
+/// gwA only by its private address (as a peer behind a NAT is configured),
+/// which it cannot reach: it learns the NAT's address and port.
+fn nat_config(side: &str, text: &str) -> Result<String> {
+    let quoted = |key: &str, value: &str| format!("{key} = \"{value}\"");
+    let (edits, route) = if side == "a" {
+        (
+            vec![
+                (quoted("via", "10.0.0.2"), quoted("via", &NAT_INSIDE.to_string())),
+                (
+                    quoted("remote", "10.0.0.2"),
+                    quoted("remote", &GW_B_PUBLIC.to_string()),
+                ),
+            ],
+            ("172.16.0.0/24", NAT_INSIDE),
+        )
+    } else {
+        (
+            vec![
+                (
+                    quoted("address", "10.0.0.2/24"),
+                    quoted("address", &format!("{GW_B_PUBLIC}/24")),
+                ),
+                (quoted("via", "10.0.0.1"), quoted("via", &NAT_PUBLIC.to_string())),
+                (
+                    quoted("local", "10.0.0.2"),
+                    quoted("local", &GW_B_PUBLIC.to_string()),
+                ),
+            ],
+            ("10.0.0.0/24", NAT_PUBLIC),
+        )
+    };
+    let route = format!(
+        "[[route]]\ndestination = \"{}\"\nvia = \"{}\"\n\n",
+        route.0, route.1
+    );
+    let mut text = text.to_owned();
+    for (from, to) in &edits {
+        ensure!(
+            text.contains(from.as_str()),
+            "configs/demo-{side}.toml has no `{from}` for --nat to rewrite"
+        );
+        text = text.replacen(from.as_str(), to, 1);
+    }
+    ensure!(
+        text.contains("[[tunnel]]"),
+        "configs/demo-{side}.toml has no [[tunnel]]"
+    );
+    text = text.replacen("[[tunnel]]", &format!("{route}[[tunnel]]"), 1);
+    // The tunnel is the file's last table (until --rekey-every adds its
+    // lifetime after this).
+    text += "encap = \"udp\"\n";
+    Ok(text)
 }
 
 /// The shipped demo config, with another proposal and fitting keys if
@@ -281,6 +409,9 @@ fn demo_config(side: &str, args: &DemoArgs, dir: &Path) -> Result<PathBuf> {
             accel += &format!("lose_completion_every = {n}\n");
         }
         text = text.replacen("engine = \"soft\"\n", &accel, 1);
+    }
+    if args.nat {
+        text = nat_config(side, &text)?;
     }
     if let Some(bytes) = rekey_every {
         // The tunnel is the file's last table, so its lifetime goes last.
@@ -340,23 +471,121 @@ fn enter(ns: &str) -> Result<()> {
     Ok(())
 }
 
+/// A UDP flow of ESP between the gateways as one link shows it: source
+/// address and port, destination address and port.
+type UdpFlow = (Ipv4Addr, u16, Ipv4Addr, u16);
+
 #[derive(Default)]
 struct Wire {
     frames: AtomicU64,
     esp: AtomicU64,
     arp: AtomicU64,
     plaintext: AtomicU64,
-    /// The gateways' rekey exchange (UDP port 500 between them).
+    /// The gateways' rekey exchange (UDP port 500 between them, or behind
+    /// the non-ESP marker on an encapsulation port).
     control: AtomicU64,
+    /// RFC 3948 NAT keepalives.
+    keepalives: AtomicU64,
     other: AtomicU64,
-    sample: std::sync::Mutex<Option<Vec<u8>>>,
+    /// A large ESP frame and where its ESP header starts.
+    sample: std::sync::Mutex<Option<(Vec<u8>, usize)>>,
+    /// The distinct flows of ESP in UDP seen (a handful: one each way, one
+    /// more per NAT mapping), in order of their first frame.
+    udp_flows: std::sync::Mutex<Vec<FlowSeen>>,
 }
 
-/// Watches the gwA–gwB link from inside gwA until `stop`.
-fn capture(wire: Arc<Wire>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<()>> {
+/// One flow of ESP in UDP on a link, by frame number on that link.
+#[derive(Debug, Clone, Copy)]
+struct FlowSeen {
+    flow: UdpFlow,
+    frames: u64,
+    first: u64,
+    last: u64,
+}
+
+/// What a frame on the link between the gateways is.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Arp,
+    /// ESP, raw or in UDP (with where the ESP header starts), or a
+    /// later fragment of either.
+    Esp(Option<(usize, UdpFlow)>),
+    Control,
+    Keepalive,
+    Plaintext,
+    Other,
+}
+
+/// The gateways' outer addresses, with and without `--nat`: only the
+/// gateways (and the NAT on their behalf) send from them, so a packet
+/// between two of them is never a host's plaintext.
+const OUTER: [Ipv4Addr; 4] = [
+    Ipv4Addr::new(10, 0, 0, 1),
+    Ipv4Addr::new(10, 0, 0, 2),
+    NAT_PUBLIC,
+    GW_B_PUBLIC,
+];
+
+fn classify(frame: &[u8]) -> Seen {
+    match frame.get(12..14) {
+        Some([0x08, 0x06]) => return Seen::Arp,
+        Some([0x08, 0x00]) => {}
+        _ => return Seen::Other,
+    }
+    let Some(ip) = frame.get(14..).filter(|ip| ip.len() >= 20) else {
+        return Seen::Other;
+    };
+    let header = usize::from(ip[0] & 0x0f) * 4;
+    let addr = |at: usize| Ipv4Addr::new(ip[at], ip[at + 1], ip[at + 2], ip[at + 3]);
+    let (src, dst) = (addr(12), addr(16));
+    let between_gateways = OUTER.contains(&src) && OUTER.contains(&dst);
+    let later_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff != 0;
+    match ip[9] {
+        50 => Seen::Esp(None),
+        // A later fragment carries no UDP header to look at; between the
+        // gateways' outer addresses it is part of an encapsulated packet.
+        17 if later_fragment && between_gateways => Seen::Esp(None),
+        17 if between_gateways => {
+            let Some(udp) = ip.get(header..header + dataplane::nat::UDP_HEADER_LEN) else {
+                return Seen::Plaintext;
+            };
+            let port = |at: usize| u16::from_be_bytes([udp[at], udp[at + 1]]);
+            let (sport, dport) = (port(0), port(2));
+            let payload = ip
+                .get(header + dataplane::nat::UDP_HEADER_LEN..)
+                .unwrap_or_default();
+            if sport == dataplane::CONTROL_PORT || dport == dataplane::CONTROL_PORT {
+                return Seen::Control;
+            }
+            let nat_t = spd_sad::UdpEncap::NAT_T.local_port;
+            if sport != nat_t && dport != nat_t {
+                return Seen::Plaintext;
+            }
+            match dataplane::nat::Payload::of(payload) {
+                dataplane::nat::Payload::Esp => Seen::Esp(Some((
+                    14 + header + dataplane::nat::UDP_HEADER_LEN,
+                    (src, sport, dst, dport),
+                ))),
+                dataplane::nat::Payload::Ike => Seen::Control,
+                dataplane::nat::Payload::Keepalive => Seen::Keepalive,
+                dataplane::nat::Payload::Malformed => Seen::Other,
+            }
+        }
+        _ => Seen::Plaintext,
+    }
+}
+
+/// Watches device `dev` in namespace `ns` (a link between the gateways)
+/// until `stop`.
+fn capture(
+    ns: &'static str,
+    dev: &'static str,
+    wire: Arc<Wire>,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<Result<()>> {
     thread::spawn(move || {
-        enter("espgw-gwA")?;
-        let socket = dataplane::io::afpacket::AfPacket::open_capture("a-out")?;
+        enter(ns)?;
+        let socket = dataplane::io::afpacket::AfPacket::open_capture(dev)?;
         let mut pool = dataplane::PacketPool::new(64);
         let mut bufs = Vec::new();
         let mut scratch = dataplane::io::afpacket::RxScratch::new();
@@ -366,42 +595,43 @@ fn capture(wire: Arc<Wire>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Result<
             }
             for buf in bufs.drain(..) {
                 let frame = buf.data();
-                wire.frames.fetch_add(1, Ordering::Relaxed);
-                match (frame.get(12..14), frame.get(14 + 9)) {
-                    (Some([0x08, 0x06]), _) => wire.arp.fetch_add(1, Ordering::Relaxed),
-                    (Some([0x08, 0x00]), Some(50)) => {
+                let number = wire.frames.fetch_add(1, Ordering::Relaxed);
+                let counter = match classify(frame) {
+                    Seen::Arp => &wire.arp,
+                    Seen::Esp(udp) => {
+                        let (offset, flow) = udp.map_or((34, None), |(at, flow)| (at, Some(flow)));
                         if let Ok(mut sample) = wire.sample.lock() {
-                            if sample.is_none() && frame.len() > 200 {
-                                *sample = Some(frame.to_vec());
+                            if sample.is_none() && frame.len() > 200 && frame.len() >= offset + 24 {
+                                *sample = Some((frame.to_vec(), offset));
                             }
                         }
-                        wire.esp.fetch_add(1, Ordering::Relaxed)
+                        if let (Some(flow), Ok(mut flows)) = (flow, wire.udp_flows.lock()) {
+                            match flows.iter_mut().find(|f| f.flow == flow) {
+                                Some(seen) => {
+                                    seen.frames += 1;
+                                    seen.last = number;
+                                }
+                                None => flows.push(FlowSeen {
+                                    flow,
+                                    frames: 1,
+                                    first: number,
+                                    last: number,
+                                }),
+                            }
+                        }
+                        &wire.esp
                     }
-                    (Some([0x08, 0x00]), Some(17)) if is_control(frame) => {
-                        wire.control.fetch_add(1, Ordering::Relaxed)
-                    }
-                    (Some([0x08, 0x00]), _) => wire.plaintext.fetch_add(1, Ordering::Relaxed),
-                    _ => wire.other.fetch_add(1, Ordering::Relaxed),
+                    Seen::Control => &wire.control,
+                    Seen::Keepalive => &wire.keepalives,
+                    Seen::Plaintext => &wire.plaintext,
+                    Seen::Other => &wire.other,
                 };
+                counter.fetch_add(1, Ordering::Relaxed);
                 pool.free(buf);
             }
         }
         Ok(())
     })
-}
-
-/// UDP between the two gateways' outside addresses, to port 500: their
-/// own rekey exchange, which is meant to be on the wire.
-fn is_control(frame: &[u8]) -> bool {
-    let ip = match frame.get(14..) {
-        Some(ip) if ip.len() >= 28 => ip,
-        _ => return false,
-    };
-    let header = usize::from(ip[0] & 0x0f) * 4;
-    let gateways = [[10, 0, 0, 1], [10, 0, 0, 2]];
-    gateways.contains(&[ip[12], ip[13], ip[14], ip[15]])
-        && gateways.contains(&[ip[16], ip[17], ip[18], ip[19]])
-        && ip.get(header + 2..header + 4) == Some(&dataplane::CONTROL_PORT.to_be_bytes()[..])
 }
 
 /// Makes gwA (process `pid`, reading `config`) reload while traffic flows:
@@ -676,6 +906,16 @@ pub(crate) fn ping() -> (String, bool) {
     }
 }
 
+/// One ping hostA → hostB, waiting a second for the answer: whether it came.
+fn ping_once() -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", "espgw-hostA", "ping", "-c", "1", "-W", "1"])
+        .arg(HOST_B.to_string())
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// UDP echo and a TCP stream, hostA → hostB and back.
 pub(crate) fn udp_and_tcp(tcp_bytes: usize) -> Result<(usize, usize, usize, f64, bool)> {
     let ready = Arc::new(AtomicBool::new(false));
@@ -817,7 +1057,7 @@ pub(crate) fn offload_line(stats: &serde_json::Value) -> String {
 /// Builds the topology and starts both gateways; everything goes away
 /// when the returned `Lab` is dropped.
 pub(crate) fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, PathBuf)> {
-    check_prerequisites()?;
+    check_prerequisites(args.nat)?;
     let dir = std::env::temp_dir().join(format!("espgw-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut lab = Lab {
@@ -826,7 +1066,7 @@ pub(crate) fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, PathBuf)> {
         keep: args.keep,
     };
     eprintln!("building hostA — gwA — gwB — hostB ...");
-    build_topology()?;
+    build_topology(args.nat)?;
     let (config_a, config_b) = (demo_config("a", args, &dir)?, demo_config("b", args, &dir)?);
     let (stats_a, stats_b) = (dir.join("gwA.json"), dir.join("gwB.json"));
     lab.gateways.push(start_gateway(
@@ -862,12 +1102,36 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
     }
     let (mut lab, stats_a, stats_b) = start_lab(args)?;
-    let wire = Arc::new(Wire::default());
+    // With --nat, both sides of the NAT: gwA's private link and the
+    // public one, where gwB sees the NAT's mapping.
+    let links: &[(&str, &str, &str)] = if args.nat {
+        &[
+            ("espgw-gwA", "a-out", "gwA–NAT link"),
+            ("espgw-gwB", "b-out", "NAT–gwB link"),
+        ]
+    } else {
+        &[("espgw-gwA", "a-out", "gwA–gwB link")]
+    };
     let stop_capture = Arc::new(AtomicBool::new(false));
-    let capturer = capture(Arc::clone(&wire), Arc::clone(&stop_capture));
+    let captures: Vec<_> = links
+        .iter()
+        .map(|&(ns, dev, label)| {
+            let wire = Arc::new(Wire::default());
+            let capturer = capture(ns, dev, Arc::clone(&wire), Arc::clone(&stop_capture));
+            (label, wire, capturer)
+        })
+        .collect();
     thread::sleep(Duration::from_millis(200));
     ensure!(!interrupted.load(Ordering::Relaxed), "interrupted");
 
+    // --nat: gwB knows gwA only once gwA's first ESP arrives, and its
+    // workers follow the move at their next timeout, so the reply to that
+    // very packet may still go to gwA's configured address, which the NAT
+    // drops. One ping first, reported apart, is that first contact.
+    let first_contact = args.nat.then(|| {
+        eprintln!("first contact: one ping from hostA, gwB's first news of gwA ...");
+        ping_once()
+    });
     eprintln!("sending ping, UDP and TCP from hostA to hostB ...");
     let (ping_summary, ping_ok) = ping();
     ensure!(!interrupted.load(Ordering::Relaxed), "interrupted");
@@ -911,10 +1175,14 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     };
     thread::sleep(Duration::from_millis(200));
     stop_capture.store(true, Ordering::Relaxed);
-    let capture_result = capturer
-        .join()
-        .map_err(|_| anyhow::anyhow!("the capture panicked"))?;
-    capture_result.context("capturing the gwA–gwB link")?;
+    let mut wires = Vec::new();
+    for (label, wire, capturer) in captures {
+        capturer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the capture panicked"))?
+            .with_context(|| format!("capturing the {label}"))?;
+        wires.push((label, wire));
+    }
 
     // Ask gwA over its control socket, as `espgw sa list` would.
     let sa_list = crate::control::ask(&crate::control::default_path("demo-a"), "sa list")
@@ -934,13 +1202,33 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     };
     let (a, b) = (read_stats(&stats_a), read_stats(&stats_b));
 
-    let frames = wire.frames.load(Ordering::Relaxed);
-    let esp = wire.esp.load(Ordering::Relaxed);
-    let plaintext = wire.plaintext.load(Ordering::Relaxed);
+    let total =
+        |c: fn(&Wire) -> &AtomicU64| -> u64 { wires.iter().map(|(_, w)| c(w).load(Ordering::Relaxed)).sum() };
+    // Every link must carry ESP: the smallest count stands for all.
+    let esp = wires
+        .iter()
+        .map(|(_, w)| w.esp.load(Ordering::Relaxed))
+        .min()
+        .unwrap_or(0);
+    let plaintext = total(|w| &w.plaintext);
     println!(
-        "espgw demo: {} tunnel, engine {}, style {}, buffers {}",
-        args.algorithm, args.engine, args.style, args.buffers
+        "espgw demo: {} tunnel{}, engine {}, style {}, buffers {}",
+        args.algorithm,
+        if args.nat {
+            ", ESP in UDP 4500 (RFC 3948), gwA behind a masquerading NAT"
+        } else {
+            ""
+        },
+        args.engine,
+        args.style,
+        args.buffers
     );
+    if let Some(answered) = first_contact {
+        println!(
+            "  first ping hostA → hostB, gwB's first packet from gwA: {} (see `nat` below for where gwB sent the reply)",
+            if answered { "answered" } else { "not answered" }
+        );
+    }
     println!("  ping  hostA → hostB: {}", results.ping);
     println!(
         "  udp   {} datagrams of 1..1400 bytes, {} echoed back intact",
@@ -957,36 +1245,58 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             "MISMATCH"
         }
     );
-    println!(
-        "  wire  gwA–gwB link: {frames} frames: {esp} ESP, {} ARP, {} rekey exchange (UDP 500), {plaintext} plaintext IPv4, {} other → {}",
-        wire.arp.load(Ordering::Relaxed),
-        wire.control.load(Ordering::Relaxed),
-        wire.other.load(Ordering::Relaxed),
-        if plaintext == 0 {
-            "no plaintext leaked"
+    for (label, wire) in &wires {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let leaked = n(&wire.plaintext);
+        let keepalives = if args.nat {
+            format!("{} NAT keepalives, ", n(&wire.keepalives))
         } else {
-            "PLAINTEXT LEAKED"
-        }
-    );
-    if let Ok(sample) = wire.sample.lock() {
-        if let Some(f) = sample.as_ref() {
-            let spi = u32::from_be_bytes([f[34], f[35], f[36], f[37]]);
-            let seq = u32::from_be_bytes([f[38], f[39], f[40], f[41]]);
-            println!(
-                "  esp   sample: {}.{}.{}.{} → {}.{}.{}.{} SPI {spi:#010x} seq {seq} {} bytes: {}…",
-                f[26],
-                f[27],
-                f[28],
-                f[29],
-                f[30],
-                f[31],
-                f[32],
-                f[33],
-                f.len() - 14,
-                f[42..58].iter().map(|b| format!("{b:02x}")).collect::<String>()
-            );
+            String::new()
+        };
+        println!(
+            "  wire  {label}: {} frames: {} ESP{}, {} ARP, {} rekey exchange ({}), {keepalives}{leaked} plaintext IPv4, {} other → {}",
+            n(&wire.frames),
+            n(&wire.esp),
+            if args.nat { " in UDP" } else { "" },
+            n(&wire.arp),
+            n(&wire.control),
+            if args.nat { "IKE on 4500" } else { "UDP 500" },
+            n(&wire.other),
+            if leaked == 0 {
+                "no plaintext leaked"
+            } else {
+                "PLAINTEXT LEAKED"
+            }
+        );
+    }
+    for (_, wire) in wires.iter().take(1) {
+        if let Ok(sample) = wire.sample.lock() {
+            if let Some((f, at)) = sample.as_ref() {
+                let word = |i: usize| u32::from_be_bytes([f[i], f[i + 1], f[i + 2], f[i + 3]]);
+                let (spi, seq) = (word(*at), word(at + 4));
+                let udp = if *at > 34 {
+                    format!(
+                        " UDP {} → {}",
+                        u16::from_be_bytes([f[34], f[35]]),
+                        u16::from_be_bytes([f[36], f[37]])
+                    )
+                } else {
+                    String::new()
+                };
+                println!(
+                    "  esp   sample: {} → {}{udp} SPI {spi:#010x} seq {seq} {} bytes: {}…",
+                    Ipv4Addr::from(word(26)),
+                    Ipv4Addr::from(word(30)),
+                    f.len() - 14,
+                    f[at + 8..at + 24]
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                );
+            }
         }
     }
+    let nat_ok = !args.nat || nat_report(&wires, &a, &b);
     for (name, s) in [("gwA", &a), ("gwB", &b)] {
         println!(
             "  {name}   rx {} tx {} encapsulated {} decapsulated {} generated {} · drops: {} · kernel socket drops {} · offload: {}",
@@ -1105,6 +1415,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let all_ok = results.ping_ok
         && results.udp_echoed == results.udp_sent
         && results.tcp_ok
+        && nat_ok
         && esp > 0
         && plaintext == 0
         && nothing_lost
@@ -1112,6 +1423,82 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     ensure!(all_ok, "the demo found a problem (see above)");
     println!("  ok");
     Ok(())
+}
+
+/// `--nat`: prints where the NAT put gwA and where gwB sent its ESP, and
+/// says whether gwB followed gwA there. On the public link, gwA's ESP must
+/// come from one NAT mapping of its 4500 (not 4500 itself: the NAT maps
+/// to 40000-40999), gwB must send its ESP to that mapping, and to gwA's
+/// configured address only before it first did (what it sent there the
+/// NAT dropped), and gwB must have counted the move (`nat_peer_moved`).
+fn nat_report(wires: &[(&str, Arc<Wire>)], gw_a: &serde_json::Value, gw_b: &serde_json::Value) -> bool {
+    let flows = wires
+        .get(1)
+        .and_then(|(_, w)| w.udp_flows.lock().ok().map(|f| f.clone()))
+        .unwrap_or_default();
+    let nat_t = spd_sad::UdpEncap::NAT_T.local_port;
+    let configured = Ipv4Addr::new(10, 0, 0, 1);
+    let from_a: Vec<FlowSeen> = flows
+        .iter()
+        .filter(|f| (f.flow.0, f.flow.2, f.flow.3) == (NAT_PUBLIC, GW_B_PUBLIC, nat_t))
+        .copied()
+        .collect();
+    let from_b = |to: Ipv4Addr| -> Vec<FlowSeen> {
+        flows
+            .iter()
+            .filter(|f| (f.flow.0, f.flow.1, f.flow.2) == (GW_B_PUBLIC, nat_t, to))
+            .copied()
+            .collect()
+    };
+    let (to_mapping, to_configured) = (from_b(NAT_PUBLIC), from_b(configured));
+    let stale: u64 = to_configured.iter().map(|f| f.frames).sum();
+    let moved = gw_b["nat_peer_moved"].as_u64().unwrap_or(0);
+    let followed = match (from_a.as_slice(), to_mapping.as_slice()) {
+        ([a], [b]) => {
+            a.flow.1 != nat_t
+                && b.flow.3 == a.flow.1
+                && to_configured.iter().all(|f| f.last < b.first)
+                && flows.len() == 2 + to_configured.len()
+                && moved >= 1
+        }
+        _ => false,
+    };
+    let list = |fs: &[FlowSeen], pick: fn(&UdpFlow) -> (Ipv4Addr, u16)| -> String {
+        let text: Vec<String> = fs
+            .iter()
+            .map(|f| {
+                let (a, p) = pick(&f.flow);
+                format!("{a}:{p} ({} frames)", f.frames)
+            })
+            .collect();
+        if text.is_empty() {
+            "nowhere".into()
+        } else {
+            text.join(", ")
+        }
+    };
+    println!(
+        "  nat   gwA {configured}:{nat_t} appears behind the NAT as {}; gwB, configured with {configured}:{nat_t}, sent its ESP to {}{} · gwB nat_peer_moved {moved} · keepalives gwA sent {} gwB received {}, gwB sent {} gwA received {} → {}",
+        list(&from_a, |f| (f.0, f.1)),
+        list(&to_mapping, |f| (f.2, f.3)),
+        if stale > 0 {
+            format!(
+                " and, before it followed, {stale} to {configured}:{nat_t}, which the NAT dropped"
+            )
+        } else {
+            String::new()
+        },
+        gw_a["nat_keepalives_sent"],
+        gw_b["nat_keepalives_received"],
+        gw_b["nat_keepalives_sent"],
+        gw_a["nat_keepalives_received"],
+        if followed {
+            "gwB followed gwA behind the NAT"
+        } else {
+            "gwB DID NOT FOLLOW gwA's NAT mapping"
+        }
+    );
+    followed
 }
 
 impl DemoArgs {
@@ -1125,5 +1512,80 @@ impl DemoArgs {
 
     pub(crate) fn lose_completion_every(&self) -> Option<u64> {
         self.lose_completion_every
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet frame with an IPv4 header from `src` to `dst` carrying
+    /// `proto` and `payload`.
+    fn frame(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, proto, 0, 0];
+        ip.extend(src.octets());
+        ip.extend(dst.octets());
+        f.extend(ip);
+        f.extend(payload);
+        f
+    }
+
+    fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut u = Vec::new();
+        u.extend(sport.to_be_bytes());
+        u.extend(dport.to_be_bytes());
+        u.extend((8 + payload.len() as u16).to_be_bytes());
+        u.extend([0, 0]);
+        u.extend(payload);
+        u
+    }
+
+    #[test]
+    fn the_wire_watch_tells_esp_in_udp_from_plaintext() {
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let esp = [0, 0, 0x10, 0x01, 0, 0, 0, 7, 0xaa, 0xbb];
+        assert_eq!(classify(&frame(a, b, 50, &esp)), Seen::Esp(None));
+        let mapped = frame(NAT_PUBLIC, GW_B_PUBLIC, 17, &udp(40_123, 4500, &esp));
+        assert_eq!(
+            classify(&mapped),
+            Seen::Esp(Some((42, (NAT_PUBLIC, 40_123, GW_B_PUBLIC, 4500))))
+        );
+        assert_eq!(
+            classify(&frame(a, GW_B_PUBLIC, 17, &udp(4500, 4500, &[0xff]))),
+            Seen::Keepalive
+        );
+        assert_eq!(
+            classify(&frame(
+                GW_B_PUBLIC,
+                NAT_PUBLIC,
+                17,
+                &udp(4500, 40_123, &[0, 0, 0, 0, 1, 2, 3, 4])
+            )),
+            Seen::Control
+        );
+        assert_eq!(
+            classify(&frame(a, b, 17, &udp(500, 500, &[1; 40]))),
+            Seen::Control
+        );
+        // A host's datagram, even to 4500, is plaintext on this link; so is
+        // one between the gateways on another port.
+        assert_eq!(
+            classify(&frame(HOST_A, HOST_B, 17, &udp(4500, 4500, &esp))),
+            Seen::Plaintext
+        );
+        assert_eq!(
+            classify(&frame(a, b, 17, &udp(7000, 7000, &esp))),
+            Seen::Plaintext
+        );
+        assert_eq!(classify(&frame(HOST_A, HOST_B, 6, &[0; 20])), Seen::Plaintext);
+        // A later fragment of ESP in UDP has no UDP header of its own.
+        let mut later = frame(NAT_PUBLIC, GW_B_PUBLIC, 17, &[0x5a; 100]);
+        later[14 + 6..14 + 8].copy_from_slice(&185u16.to_be_bytes());
+        assert_eq!(classify(&later), Seen::Esp(None));
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(classify(&arp), Seen::Arp);
     }
 }

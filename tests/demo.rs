@@ -28,6 +28,16 @@ static NETNS: Prerequisite = Prerequisite::new("netns", || {
     Ok(())
 });
 
+/// `espgw demo --nat` also needs nftables for its masquerading namespace.
+static NFTABLES: Prerequisite = Prerequisite::new("nftables", || {
+    NETNS.check()?;
+    let found = Command::new("sh").args(["-c", "command -v nft"]).output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        return Err("no `nft` (apt-get install nftables)".into());
+    }
+    Ok(())
+});
+
 fn main() -> std::process::ExitCode {
     testkit::run([
         testkit::needs!(&NETNS, demo_passes_traffic_only_as_esp_and_cleans_up),
@@ -35,6 +45,10 @@ fn main() -> std::process::ExitCode {
         testkit::needs!(&NETNS, a_flood_of_bad_esp_does_not_starve_good_traffic),
         testkit::needs!(&NETNS, io_comparison_runs_every_method),
         testkit::needs!(&NETNS, run_takes_the_devices_mac_and_mtu),
+        testkit::needs!(
+            &NFTABLES,
+            demo_behind_a_nat_follows_the_mapping_and_passes_only_esp_in_udp
+        ),
     ])
 }
 
@@ -359,5 +373,77 @@ fn run_takes_the_devices_mac_and_mtu() {
     assert!(
         neigh.contains("lladdr 02:11:22:33:44:55"),
         "neighbour cache: {neigh}"
+    );
+}
+
+/// `espgw demo --nat`: gwA behind a masquerading namespace that maps its
+/// 4500 to a port of 40000-40999, RFC 3948 ESP in UDP on both gateways,
+/// gwB configured with gwA's private address only. Ping, UDP and TCP pass,
+/// both sides of the NAT carry nothing but ESP in UDP (and ARP, IKE,
+/// keepalives), and gwB sends to the NAT's mapping, having counted the move.
+fn demo_behind_a_nat_follows_the_mapping_and_passes_only_esp_in_udp() {
+    let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
+    for (algorithm, engine) in [
+        ("aes128gcm16", "soft"),
+        ("aes128-sha1", "sec"),
+        ("chacha20poly1305", "soft"),
+    ] {
+        let report = espgw(&[
+            "demo",
+            "--nat",
+            "--algorithm",
+            algorithm,
+            "--engine",
+            engine,
+            "--tcp-bytes",
+            "300000",
+        ]);
+        assert!(report.contains("ESP in UDP 4500 (RFC 3948)"), "{report}");
+        assert!(report.contains("0% packet loss"), "{report}");
+        assert!(report.contains("200 echoed back intact"), "{report}");
+        assert!(report.contains("byte count and checksum match"), "{report}");
+        let wires: Vec<&str> = report
+            .lines()
+            .filter(|l| l.trim_start().starts_with("wire "))
+            .collect();
+        assert_eq!(wires.len(), 2, "both sides of the NAT watched:\n{report}");
+        for wire in &wires {
+            assert!(
+                wire.contains("ESP in UDP") && wire.contains(" 0 plaintext IPv4, 0 other"),
+                "{wire}"
+            );
+        }
+        let nat = report
+            .lines()
+            .find(|l| l.trim_start().starts_with("nat "))
+            .unwrap_or_else(|| panic!("no nat line:\n{report}"));
+        assert!(nat.ends_with("gwB followed gwA behind the NAT"), "{nat}");
+        assert!(nat.contains("appears behind the NAT as 172.16.0.1:4"), "{nat}");
+        assert!(counter(&report, "nat", "nat_peer_moved") >= 1, "{nat}");
+        // All gwA sent reached gwB; gwB's first reply or so went to gwA's
+        // configured address before it followed, which the NAT dropped.
+        assert_eq!(
+            counter(&report, "gwA", "encapsulated"),
+            counter(&report, "gwB", "decapsulated"),
+            "{report}"
+        );
+        let (sent_b, got_a) = (
+            counter(&report, "gwB", "encapsulated"),
+            counter(&report, "gwA", "decapsulated"),
+        );
+        assert!(got_a <= sent_b && sent_b - got_a <= 2, "{report}");
+        assert!(counter(&report, "gwA", "encapsulated") > 200, "{report}");
+        assert!(
+            report.contains("all namespaces and veth pairs removed"),
+            "{report}"
+        );
+    }
+    let left = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    assert!(
+        !String::from_utf8_lossy(&left.stdout).contains("espgw-"),
+        "namespaces left behind"
     );
 }

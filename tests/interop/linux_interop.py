@@ -28,6 +28,15 @@ each way so that ESN cases cross 2^32), and then:
   - espgw's counters: no drops except other_host/policy_discard (control channel), no
     kernel socket drops, no engine errors;
   - ESN: both kernel SAs and both espgw SAs are past 2^32.
+UDP encapsulation (RFC 3948, `encap = "udp"` in espgw, `encap espinudp 4500
+4500 0.0.0.0` on the VM's SAs, which lp-xfrm pairs with a UDP_ENCAP_ESPINUDP
+socket on 4500): tunnel mode with GCM, CBC-SHA1 and rfc7539esp
+chacha20poly1305 (and CBC-SHA1 with ESN across 2^32), the same checks, and
+also: both kernel SAs say `encap type espinudp sport 4500 dport 4500`;
+XfrmInStateMismatch stays 0 (the kernel refuses raw ESP to an encapsulated
+SA, so espgw's ESP arrived in UDP); espgw's NAT keepalives reached the VM
+(nat_keepalives_sent >= 1; the kernel's encap socket eats them); espgw's
+peer did not move (nat_peer_moved 0: the VM sends from 4500).
 Negative cases: wrong keys (the kernel's XfrmInStateProtoError and the SA's
 `failed` count the packets; espgw counts auth_failed), wrong SPIs
 (XfrmInNoStates; espgw's unknown_spi).
@@ -136,6 +145,8 @@ class Lab:
         for block in re.split(r"(?m)^src ", out)[1:]:
             spi = int(re.search(r"spi 0x([0-9a-f]+)", block).group(1), 16)
             s = {"mode": re.search(r"mode (\w+)", block).group(1), "esn": "flag esn" in block}
+            m = re.search(r"encap type (\S+) sport (\d+) dport (\d+)", block)
+            s["encap"] = (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
             m = re.search(r"seq-hi 0x([0-9a-f]+), seq 0x([0-9a-f]+), oseq-hi 0x([0-9a-f]+), oseq 0x([0-9a-f]+)", block)
             if m:
                 s["seq"] = int(m.group(1), 16) << 32 | int(m.group(2), 16)
@@ -149,7 +160,7 @@ class Lab:
 
     # ---- espgw
 
-    def config(self, name, alg, mode, esn, spi_out=0x1002, spi_in=0x1001, wrong_keys=False):
+    def config(self, name, alg, mode, esn, spi_out=0x1002, spi_in=0x1001, wrong_keys=False, encap=False):
         """espgw's side of the VM's default SAs: espgw out = VM in (SPI 0x1002,
         keys 20.., 30..), espgw in = VM out (SPI 0x1001, keys 00.., 10..)."""
         _, ek, ak = ALGS[alg]
@@ -201,7 +212,8 @@ spi_out = {spi_out:#x}
 spi_in = {spi_in:#x}
 {keys}esn = {"true" if esn else "false"}
 replay_window = {128 if esn else 64}
-{seq}
+{seq}{'encap = "udp"' if encap else ""}
+
 # The VM's control port answers the host kernel at 10.99.0.3 on the same
 # tap; espgw reads the tap promiscuously and must not forward that traffic.
 [[policy]]
@@ -286,13 +298,13 @@ action = "discard"
         m = re.search(r"(\d+) packets transmitted, (\d+) packets received", out)
         return (int(m.group(2)) if m else 0), count
 
-    def traffic(self, count=12, big=3):
+    def traffic(self, count=12, big=3, big_size=1400):
         """Pings both ways; returns (answered, sent) summed and a text."""
         results = {
             "host->vm": self.ping_from_host(count),
-            "host->vm 1400B": self.ping_from_host(big, 1400),
+            f"host->vm {big_size}B": self.ping_from_host(big, big_size),
             "vm->host": self.ping_from_vm(count),
-            "vm->host 1400B": self.ping_from_vm(big, 1400),
+            f"vm->host {big_size}B": self.ping_from_vm(big, big_size),
         }
         got = sum(r[0] for r in results.values())
         sent = sum(r[1] for r in results.values())
@@ -301,9 +313,9 @@ action = "discard"
 
     # ---- one case
 
-    def lp_xfrm(self, alg, mode, esn, replay=64):
+    def lp_xfrm(self, alg, mode, esn, replay=64, encap=False):
         lalg, ek, ak = ALGS[alg]
-        args = [f"alg={lalg}", "peer=10.99.0.1", f"replay={replay}"]
+        args = [f"alg={lalg}", "peer=10.99.0.1", f"replay={replay}", f"encap={'udp' if encap else 'none'}"]
         if alg == "aes256-sha256":
             args += [f"ekey_out=0x{hexseq(0, ek)}", f"ekey_in=0x{hexseq(0x20, ek)}"]
         if mode == "transport":
@@ -314,9 +326,9 @@ action = "discard"
             args += ["esn=1", f"iseq={START:#x}", f"oseq={START:#x}"]
         self.vm("lp-xfrm " + " ".join(args) + " >/dev/null")
 
-    def run_case(self, name, alg, mode, esn, negative=None):
-        self.lp_xfrm(alg, mode, esn)
-        kw = {}
+    def run_case(self, name, alg, mode, esn, negative=None, encap=False):
+        self.lp_xfrm(alg, mode, esn, encap=encap)
+        kw = {"encap": encap}
         if negative == "wrong-key":
             kw["wrong_keys"] = True
         elif negative == "wrong-spi":
@@ -330,6 +342,12 @@ action = "discard"
                 got, sent, text = self.replay_traffic()
             elif negative:
                 got, sent, text = self.negative_traffic()
+            elif encap:
+                # The UDP header takes 8 bytes of the tunnel's MTU: with
+                # CBC-SHA1 over a 1500-byte link, 1422-byte inner packets
+                # are the most it carries, so a 1400-byte ping (1428 bytes,
+                # DF) would rightly be refused with fragmentation-needed.
+                got, sent, text = self.traffic(big_size=1372)
             else:
                 got, sent, text = self.traffic()
             live = self.query(sock, "stats")
@@ -374,6 +392,17 @@ action = "discard"
             unexpected = {k: v for k, v in drops.items() if k not in ("policy_discard", "other_host")}
             if unexpected:
                 problems.append(f"espgw drops {unexpected}")
+            if encap:
+                want = ("espinudp", 4500, 4500)
+                for label, s in (("VM in SA 0x1002", vm_in), ("VM out SA 0x1001", vm_out)):
+                    if s.get("encap") != want:
+                        problems.append(f"{label} has encap {s.get('encap')}, not {want}")
+                if final["nat_keepalives_sent"] < 1:
+                    problems.append("espgw sent no NAT keepalive")
+                if final["nat_peer_moved"]:
+                    problems.append(f"espgw's peer moved {final['nat_peer_moved']} times; the VM sends from 4500")
+                text += (f"; ESP in UDP 4500<->4500 both ways, espgw keepalives sent {final['nat_keepalives_sent']},"
+                         f" peer moved {final['nat_peer_moved']}")
             # Every packet one side sent, the other side accepted.
             if vm_in.get("packets") != sas["out"]["packets"]:
                 problems.append(f"espgw sent {sas['out']['packets']} ESP, the VM's SA took {vm_in.get('packets')}")
@@ -457,32 +486,39 @@ def main():
         for mode in MODES:
             for esn in (False, True):
                 cases.append((f"{alg}-{mode}-{'esn' if esn else 'noesn'}", alg, mode, esn, None))
+    # RFC 3948: ESP in UDP 4500 is tunnel mode only in espgw.
+    for alg, esn in (("aes128gcm16", False), ("aes128-sha1", False), ("chacha20poly1305", False),
+                     ("aes128-sha1", True)):
+        cases.append((f"udp-{alg}-tunnel-{'esn' if esn else 'noesn'}", alg, "tunnel", esn, None, True))
     cases += [
         ("neg-wrong-key-aes128gcm16", "aes128gcm16", "tunnel", False, "wrong-key"),
         ("neg-wrong-key-aes128-sha1", "aes128-sha1", "tunnel", False, "wrong-key"),
         ("neg-wrong-key-chacha20poly1305", "chacha20poly1305", "tunnel", False, "wrong-key"),
         ("neg-wrong-spi-aes128-sha1", "aes128-sha1", "tunnel", False, "wrong-spi"),
         ("neg-replay-to-vm-aes128gcm16", "aes128gcm16", "tunnel", False, "replay"),
+        ("neg-udp-wrong-key-aes128gcm16", "aes128gcm16", "tunnel", False, "wrong-key", True),
+        ("neg-udp-wrong-key-chacha20poly1305", "chacha20poly1305", "tunnel", False, "wrong-key", True),
     ]
     if args.only:
         wanted = args.only.split(",")
         cases = [c for c in cases if any(w in c[0] for w in wanted)]
 
     rows = []
-    for name, alg, mode, esn, negative in cases:
+    for name, alg, mode, esn, negative, *encap in cases:
+        encap = bool(encap and encap[0])
         t0 = time.time()
         try:
-            problems, text = lab.run_case(name, alg, mode, esn, negative)
+            problems, text = lab.run_case(name, alg, mode, esn, negative, encap)
         except (Failure, subprocess.TimeoutExpired, KeyError, ValueError) as e:
             problems, text = [f"{type(e).__name__}: {e}"], ""
         verdict = "FAIL" if problems else "PASS"
         print(f"{verdict} {name} ({time.time() - t0:.1f}s): {text}", flush=True)
         for p in problems:
             print(f"     problem: {p}", flush=True)
-        rows.append((alg, mode, "on" if esn else "off", negative or "-", verdict))
+        rows.append((alg, mode, "on" if esn else "off", "udp" if encap else "-", negative or "-", verdict))
 
-    lines = [f"{'algorithm':<15} {'mode':<10} {'ESN':<4} {'case':<10} result"]
-    lines += [f"{a:<15} {m:<10} {e:<4} {n:<10} {v}" for a, m, e, n, v in rows]
+    lines = [f"{'algorithm':<17} {'mode':<10} {'ESN':<4} {'encap':<6} {'case':<10} result"]
+    lines += [f"{a:<17} {m:<10} {e:<4} {u:<6} {n:<10} {v}" for a, m, e, u, n, v in rows]
     failed = sum(1 for r in rows if r[-1] == "FAIL")
     lines.append(f"XFRM interop: {len(rows) - failed} passed, {failed} failed")
     table = "\n".join(lines)

@@ -39,6 +39,21 @@ negative  one capture with: a good packet (seq 1), a packet encrypted with
     left out), replay == 1, unknown_spi == 1, and 2 packets decapsulated (so a
     failed ICV did not advance the replay window).
 
+UDP encapsulation (RFC 3948): aes128gcm16, aes128-sha1 and chacha20poly1305
+in tunnel mode (ESN off and on) again with `encap = "udp"` in espgw's tunnel
+and scapy's `nat_t_header=UDP(sport=4500, dport=4500)`:
+scapy->espgw, espgw->scapy  as above, ESP inside UDP 4500 -> 4500; espgw's
+    outer UDP header must have ports 4500 -> 4500, checksum 0 (RFC 3948 §2.1
+    allows it over IPv4) and a length that ends where the IP datagram does.
+negative  as above plus a tampered packet (one ciphertext byte flipped) and a
+    raw ESP packet (right SPI and keys, not in UDP), a NAT keepalive (0xFF)
+    and an IKE message behind the non-ESP marker: expect auth_failed == 2,
+    replay == 1, unknown_spi == 1, encap_mismatch == 1,
+    nat_keepalives_received == 1, 2 packets decapsulated.
+moved     scapy sends from 10.0.0.2:31000 (a NAT's mapping) instead of 4500:
+    espgw accepts it, and counts nat_peer_moved == 1 (learnt from the newest
+    authenticated packet); a forged packet from a third port moves nothing.
+
 ESN caveat: espgw cannot be told a starting sequence number or replay top
 from its config, so ESN runs use small sequence numbers (high 32 bits = 0).
 That still checks that both sides include the high bits in the ICV (HMAC) or
@@ -79,7 +94,9 @@ SPI_OUT, SPI_IN, SPI_UNKNOWN = 0x1001, 0x2002, 0xBAD0BAD
 UDP_SIZES = (0, 1, 2, 3, 15, 16, 17, 100, 1000, 1400)
 DROP_CHECKS = ("auth_failed", "replay_duplicate", "unknown_spi")
 
-Case = namedtuple("Case", "alg mode esn")
+Case = namedtuple("Case", "alg mode esn encap", defaults=(False,))
+NAT_ALGORITHMS = ("aes128gcm16", "aes128-sha1", "chacha20poly1305")
+NAT_PORT, NAT_MAPPED_PORT, NAT_FORGED_PORT = 4500, 31000, 31001
 
 
 class CheckFailed(Exception):
@@ -92,7 +109,7 @@ def expect(cond, msg):
 
 
 def case_label(case):
-    return f"{case.alg} {case.mode} esn={'on' if case.esn else 'off'}"
+    return f"{case.alg} {case.mode} esn={'on' if case.esn else 'off'}" + (" udp" if case.encap else "")
 
 
 def case_keys(case):
@@ -142,25 +159,30 @@ spi_in = {SPI_IN}
 esn = {str(case.esn).lower()}
 replay_window = 64
 """
+    if case.encap:
+        text += 'encap = "udp"\n'
+
     if subnets:
         text += f'local_subnet = "{subnets[0]}"\nremote_subnet = "{subnets[1]}"\n'
     return (text + toml_key("enc_key_out", enc_out) + toml_key("auth_key_out", auth_out)
             + toml_key("enc_key_in", enc_in) + toml_key("auth_key_in", auth_in))
 
 
-def scapy_sa(case, spi, enc, auth, outer_src, outer_dst):
+def scapy_sa(case, spi, enc, auth, outer_src, outer_dst, sport=NAT_PORT):
+    """`sport` is the UDP source port when the case is UDP-encapsulated."""
     a = ALGORITHMS[case.alg]
     return SecurityAssociation(
         ESP, spi=spi, crypt_algo=a.crypt, crypt_key=enc or None,
         crypt_icv_size=a.icv if a.aead else None,
         auth_algo=a.auth, auth_key=auth or None,
         tunnel_header=IP(src=outer_src, dst=outer_dst) if case.mode == "tunnel" else None,
+        nat_t_header=UDP(sport=sport, dport=NAT_PORT) if case.encap else None,
         esn_en=case.esn, esn=0)
 
 
-def peer_encryptor(case, keys, spi=SPI_IN):
+def peer_encryptor(case, keys, spi=SPI_IN, sport=NAT_PORT):
     """scapy as the peer sending to espgw: espgw's inbound SA."""
-    return scapy_sa(case, spi, keys[2], keys[3], PEER, GW_OUTSIDE)
+    return scapy_sa(case, spi, keys[2], keys[3], PEER, GW_OUTSIDE, sport)
 
 
 def peer_decryptor(case, keys):
@@ -200,6 +222,57 @@ def run_espgw(args, name, config, side, frames):
     return list(rdpcap(str(d / "out.pcap"))), json.loads((d / "stats.json").read_text())
 
 
+def keepalives_out(out, case):
+    """Takes espgw's NAT keepalives (RFC 3948 §2.3: one 0xFF byte in UDP from
+    our encapsulation port to the peer's) out of `out`, checking each; the
+    gateway sends one at start and then every nat_keepalive_s."""
+    if not case.encap:
+        return out, 0
+    rest, n = [], 0
+    for frame in out:
+        ip = IP(bytes(frame[IP]))
+        udp = bytes(ip)[ip.ihl * 4:]
+        if ip.proto == 17 and ip.frag == 0 and not ip.flags.MF and udp[8:] == b"\xff":
+            expect((ip.src, ip.dst) == (GW_OUTSIDE, PEER)
+                   and struct.unpack("!HHH", udp[:6]) == (NAT_PORT, NAT_PORT, 9),
+                   f"keepalive {ip.src}:{udp[:2].hex()} -> {ip.dst}:{udp[2:4].hex()} length {udp[4:6].hex()}")
+            n += 1
+        else:
+            rest.append(frame)
+    return rest, n
+
+
+def reassembled(out):
+    """The outer datagrams of `out`, fragments put back together: ESP in UDP
+    is 8 bytes longer, so the largest packet's ESP datagram may not fit the
+    link's 1500 bytes and espgw fragments it after encapsulation (RFC 4301
+    §8.1, like a raw ESP datagram that does not fit). Returns (datagrams,
+    how many were fragmented)."""
+    datagrams, pending, fragmented = [], {}, 0
+    for frame in out:
+        ip = IP(bytes(frame[IP]))
+        if ip.frag == 0 and not ip.flags.MF:
+            datagrams.append(frame)
+            continue
+        parts = pending.setdefault((ip.src, ip.dst, ip.id), [])
+        parts.append(ip)
+        ends = [q for q in parts if not q.flags.MF]
+        total = ends and ends[0].frag * 8 + len(bytes(ends[0].payload))
+        if not total or sum(len(bytes(q.payload)) for q in parts) != total:
+            continue
+        payload = bytearray(total)
+        for q in parts:
+            payload[q.frag * 8: q.frag * 8 + len(bytes(q.payload))] = bytes(q.payload)
+        head = min(parts, key=lambda q: q.frag).copy()
+        head.remove_payload()
+        head.flags, head.frag, head.len, head.chksum = 0, 0, None, None
+        datagrams.append(frame.__class__(bytes(frame)[:14]) / IP(bytes(head / Raw(bytes(payload)))))
+        del pending[(ip.src, ip.dst, ip.id)]
+        fragmented += 1
+    expect(not pending, f"fragments never completed: {list(pending)}")
+    return datagrams, fragmented
+
+
 def sa_stats(stats, spi):
     return next(s for s in stats["sas"] if int(s["spi"], 16) == spi)
 
@@ -218,6 +291,7 @@ def scapy_to_espgw(args, case, keys, name):
         inner, subnets = test_packets(PEER, GW_OUTSIDE), None
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / sa.encrypt(p) for p in inner]
     out, stats = run_espgw(args, name, config_text(case, keys, subnets), "outside", frames)
+    out, _ = keepalives_out(out, case)
     n = len(inner)
     expect_drops(stats)
     expect(stats["decapsulated"] == n, f"decapsulated {stats['decapsulated']}, expected {n}")
@@ -238,8 +312,16 @@ def scapy_to_espgw(args, case, keys, name):
 
 def check_outer(i, ip, pkt, case):
     src, dst = (GW_OUTSIDE, PEER) if case.mode == "tunnel" else (pkt.src, pkt.dst)
-    expect((ip.src, ip.dst, ip.proto) == (src, dst, 50),
-           f"packet {i}: outer {ip.src} -> {ip.dst} proto {ip.proto}, expected {src} -> {dst} proto 50")
+    proto = 17 if case.encap else 50
+    expect((ip.src, ip.dst, ip.proto) == (src, dst, proto),
+           f"packet {i}: outer {ip.src} -> {ip.dst} proto {ip.proto}, expected {src} -> {dst} proto {proto}")
+    if case.encap:
+        udp = bytes(ip)[ip.ihl * 4:]
+        sport, dport, length, csum = struct.unpack("!HHHH", udp[:8])
+        expect((sport, dport) == (NAT_PORT, NAT_PORT),
+               f"packet {i}: outer UDP {sport} -> {dport}, expected {NAT_PORT} -> {NAT_PORT}")
+        expect(csum == 0, f"packet {i}: outer UDP checksum {csum:#06x}, expected 0 (RFC 3948 §2.1)")
+        expect(length == len(udp), f"packet {i}: outer UDP length {length} != {len(udp)}")
     expect(checksum(bytes(ip)[: ip.ihl * 4]) == 0, f"packet {i}: bad outer header checksum {ip.chksum:#06x}")
     expect(ip.len == len(bytes(ip)), f"packet {i}: outer total length {ip.len} != {len(bytes(ip))}")
     expect(ip.flags.DF == pkt.flags.DF, f"packet {i}: outer DF {ip.flags.DF}, inner DF {pkt.flags.DF}")
@@ -254,6 +336,8 @@ def espgw_to_scapy(args, case, keys, name):
     inner = test_packets(HOST_A, dst)
     frames = [Ether(src=MAC[HOST_A], dst=MAC[GW_INSIDE]) / p for p in inner]
     out, stats = run_espgw(args, name, config_text(case, keys, subnets), "inside", frames)
+    out, keepalives = keepalives_out(out, case)
+    out, fragmented = reassembled(out) if case.encap else (out, 0)
     n = len(inner)
     expect_drops(stats)
     expect(stats["encapsulated"] == n, f"encapsulated {stats['encapsulated']}, expected {n}")
@@ -280,6 +364,8 @@ def espgw_to_scapy(args, case, keys, name):
                    f"packet {i}: GCM IV {iv.hex()} is not the sequence number {i + 1}")
     elif a.iv_len:
         expect(len(set(ivs)) == n, f"CBC IVs repeat: {[iv.hex() for iv in ivs]}")
+    if case.encap:
+        return f"{n} packets, {keepalives} keepalive, {fragmented} fragmented after encapsulation"
     return n
 
 
@@ -296,16 +382,62 @@ def negative(args, case, keys, name):
     first = good.encrypt(p1, seq_num=1)
     has_auth = case.alg != "null"
     esps = [first] + ([bad.encrypt(p2, seq_num=2)] if has_auth else []) \
-        + [first, stranger.encrypt(p2, seq_num=1), good.encrypt(p2, seq_num=2)]
+        + [first, stranger.encrypt(p2, seq_num=1)]
+    want = {"auth_failed": int(has_auth), "replay_duplicate": 1, "unknown_spi": 1}
+    if case.encap:
+        esps += udp_extras(case, keys, good, p2)
+        want.update(auth_failed=2, encap_mismatch=1)
+    esps.append(good.encrypt(p2, seq_num=2))
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / e for e in esps]
     _, stats = run_espgw(args, name, config_text(case, keys, subnets), "outside", frames)
-    want = {"auth_failed": int(has_auth), "replay_duplicate": 1, "unknown_spi": 1}
     expect_drops(stats, **want)
     expect(stats["decapsulated"] == 2, f"decapsulated {stats['decapsulated']}, expected 2 (seq 1, seq 2)")
     sa_drops = sa_stats(stats, SPI_IN)["drops"]
     for k in ("auth_failed", "replay_duplicate"):
         expect(sa_drops[k] == want[k], f"inbound SA drops.{k} = {sa_drops[k]}, expected {want[k]}")
+    if case.encap:
+        got = (stats["nat_keepalives_received"], stats["local_delivered"], stats["nat_peer_moved"])
+        expect(got == (1, 2, 0),
+               f"(nat_keepalives_received, local_delivered, nat_peer_moved) = {got}, expected (1, 2, 0):"
+               " the keepalive and the IKE message are consumed, and the peer stays where it was")
+        want.update(keepalive=1, ike=1)
     return ", ".join(f"{k}={v}" for k, v in want.items())
+
+
+def udp_extras(case, keys, good, pkt):
+    """For a UDP-encapsulated SA, before the good seq-2 packet: seq 2 with a
+    ciphertext byte flipped (the UDP checksum is 0, so only the ICV can
+    catch it), seq 3 as raw ESP (right keys, no UDP), a keepalive and an IKE
+    message behind the non-ESP marker (RFC 3948 §2.2, §2.3)."""
+    tampered = bytearray(bytes(good.encrypt(pkt, seq_num=2)))
+    tampered[-20] ^= 0x01
+    raw = scapy_sa(case._replace(encap=False), SPI_IN, keys[2], keys[3], PEER, GW_OUTSIDE)
+    udp = IP(src=PEER, dst=GW_OUTSIDE) / UDP(sport=NAT_PORT, dport=NAT_PORT)
+    ike = bytes(4) + bytes(range(8)) * 2 + bytes([0x21, 0x20, 0x22, 0x08]) + bytes(8)
+    return [IP(bytes(tampered)), raw.encrypt(pkt, seq_num=3),
+            IP(bytes(udp / Raw(b"\xff"))), IP(bytes(udp / Raw(ike)))]
+
+
+def moved(args, case, keys, name):
+    """The peer's NAT mapping is 10.0.0.2:31000, not :4500: espgw takes its
+    packets and follows it once; a forgery and a replay from another port
+    move nothing."""
+    mapped = peer_encryptor(case, keys, sport=NAT_MAPPED_PORT)
+    wrong = tuple(bytes(b ^ 0x5A for b in k) for k in keys)
+    forger = peer_encryptor(case, wrong, sport=NAT_FORGED_PORT)
+    elsewhere = peer_encryptor(case, keys, sport=NAT_FORGED_PORT)
+    inner = test_packets(HOST_B, HOST_A)[:4]
+    esps = [mapped.encrypt(p, seq_num=i + 1) for i, p in enumerate(inner[:3])]
+    esps += [forger.encrypt(inner[3], seq_num=4), elsewhere.encrypt(inner[0], seq_num=1)]
+    frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / e for e in esps]
+    out, stats = run_espgw(args, name, config_text(case, keys, ("192.168.1.0/24", "192.168.2.0/24")),
+                           "outside", frames)
+    out, _ = keepalives_out(out, case)
+    expect_drops(stats, auth_failed=1, replay_duplicate=1)
+    expect(stats["decapsulated"] == 3 and len(out) == 3,
+           f"decapsulated {stats['decapsulated']}, forwarded {len(out)}, expected 3 and 3")
+    expect(stats["nat_peer_moved"] == 1, f"nat_peer_moved {stats['nat_peer_moved']}, expected 1")
+    return "nat_peer_moved=1, forged and replayed from another port ignored"
 
 
 def run_case(args, case, direction, check):
@@ -333,8 +465,10 @@ def main():
     args.workdir.mkdir(parents=True, exist_ok=True)
     checks = (("scapy->espgw", scapy_to_espgw), ("espgw->scapy", espgw_to_scapy), ("negative", negative))
     cases = [Case(alg, mode, esn) for alg in ALGORITHMS for mode in MODES for esn in (False, True)]
-    results = [run_case(args, case, direction, check)
-               for case in cases for direction, check in checks
+    cases += [Case(alg, "tunnel", esn, encap=True) for alg in NAT_ALGORITHMS for esn in (False, True)]
+    runs = [(case, direction, check) for case in cases for direction, check in checks]
+    runs += [(case, "moved", moved) for case in cases if case.encap and not case.esn]
+    results = [run_case(args, case, direction, check) for case, direction, check in runs
                if args.filter in f"{case_label(case)} {direction}"]
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")

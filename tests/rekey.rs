@@ -853,10 +853,19 @@ fn a_peer_moves_only_on_an_authenticated_packet_that_is_its_newest() {
         private: (Ipv4Addr::new(10, 0, 0, 1), 4500),
         public: (NAT_PUBLIC, 40_777),
     });
-    net.traffic(3, false);
-    net.settle(20);
+    // The wire takes 2 ms: B has the packet after three steps, before its
+    // next timeout (every 10 ms here, and just now).
+    net.last_timeout = net.now;
+    net.send(0, 100);
+    for _ in 0..3 {
+        net.step();
+    }
     assert_eq!(stats(&net).nat_peer_moved, moved + 1);
     let dropped = net.nat_dropped;
+    // B's answer to that very packet already goes to the new mapping.
+    net.send(1, 100);
+    net.settle(20);
+    assert_eq!(net.nat_dropped, dropped, "the first answer followed the move");
     net.traffic(3, true);
     net.settle(20);
     assert_eq!(last_destination(&net, 1), (NAT_PUBLIC, 40_777));

@@ -8,7 +8,8 @@
 //! rule for IKE, applied to ESP), so that neither a forger nor a replayed
 //! packet can redirect a tunnel. The learnt address lives in one [`Peer`]
 //! per tunnel end, shared by every worker's copies of the tunnel's SAs;
-//! workers pick a change up at their next timeout, not per packet.
+//! the worker that saw the move follows at once, the others at their next
+//! batch, never per packet.
 //!
 //! Owns the RFC 3948 wire rules and the peer cells; must not touch SAs'
 //! keys, the engine or the SPD.

@@ -126,10 +126,15 @@ impl Gateway {
             self.peers.moved(&peer, from);
             self.stats.nat_peer_moved += 1;
         }
+        // This worker's own SAs follow at once, so that the answer to this
+        // very packet goes to where it came from; the others look at their
+        // next batch.
+        self.follow_peers();
     }
 
     /// Rebuilds the outer headers of this gateway's SAs whose peer moved,
-    /// when any did since the last look (one shared load otherwise).
+    /// when any did since the last look: one load of a shared counter that
+    /// is written only on a move, once a batch.
     pub(super) fn follow_peers(&mut self) {
         let epoch = self.peers.epoch();
         if epoch == self.peers_seen {

@@ -516,6 +516,7 @@ impl Gateway {
     ) {
         self.lend(pool, |gw| {
             gw.last_now = gw.last_now.max(now);
+            gw.follow_peers();
             gw.prefetch_policies(from, bufs);
             for mut buf in bufs.drain(..) {
                 gw.stats.rx_packets += 1;

@@ -505,7 +505,9 @@ mod tests {
     /// every length and alignment.
     #[test]
     fn ones_sum_agrees_with_the_word_by_word_definition() {
-        let data: Vec<u8> = (0..3000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let data: Vec<u8> = (0..3000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
         let naive = |d: &[u8], initial: u64| -> u64 {
             let mut acc = initial;
             for w in d.chunks(2) {
@@ -516,7 +518,11 @@ mod tests {
         for start in 0..8 {
             for len in (0..200).chain([1447, 1448, 1500, 2900]) {
                 let d = &data[start..start + len];
-                assert_eq!(fold(ones_sum(d, 77)), fold(naive(d, 77)), "start {start} len {len}");
+                assert_eq!(
+                    fold(ones_sum(d, 77)),
+                    fold(naive(d, 77)),
+                    "start {start} len {len}"
+                );
             }
         }
         assert_eq!(fold(ones_sum(&[0xff; 64], 0)), fold(naive(&[0xff; 64], 0)));

@@ -99,11 +99,16 @@ struct Plane<'s> {
 
 /// With several workers, an inside socket of the fanout group and the
 /// program it holds: every packet an outbound policy protects goes to the
-/// worker owning its SA (see `dataplane::io::steer`).
+/// worker owning its SA; and an outside socket with its program: every ESP
+/// packet goes to the worker owning its inbound SA (see
+/// `dataplane::io::steer`).
 struct Steering<'s> {
-    socket: &'s AfPacket,
+    /// `None` with a TUN inside, which is not a fanout group.
+    socket: Option<&'s AfPacket>,
     workers: usize,
     program: Vec<dataplane::io::steer::Insn>,
+    outside: &'s AfPacket,
+    outside_program: Vec<dataplane::io::steer::Insn>,
 }
 
 impl Steering<'_> {
@@ -111,12 +116,22 @@ impl Steering<'_> {
     /// changed. A rekey keeps the outer addresses and so the owner; a
     /// reload may add policies.
     fn update(&mut self, gateway: &Gateway) -> Result<()> {
-        let program = dataplane::io::steer::inside_program(gateway.spd(), gateway.sad(), self.workers)?;
-        if program != self.program {
-            self.socket
-                .set_steering(&program)
-                .with_context(|| format!("installing the steering program on `{}`", self.socket.device()))?;
-            self.program = program;
+        if let Some(socket) = self.socket {
+            let program = dataplane::io::steer::inside_program(gateway.spd(), gateway.sad(), self.workers)?;
+            if program != self.program {
+                socket
+                    .set_steering(&program)
+                    .with_context(|| format!("installing the steering program on `{}`", socket.device()))?;
+                self.program = program;
+            }
+        }
+        // A reload may add an encapsulation port.
+        let outside = dataplane::io::steer::outside_program(gateway.nat_ports())?;
+        if outside != self.outside_program {
+            self.outside
+                .set_steering(&outside)
+                .with_context(|| format!("installing the steering program on `{}`", self.outside.device()))?;
+            self.outside_program = outside;
         }
         Ok(())
     }
@@ -295,11 +310,16 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for (index, gateway) in gateways.iter_mut().enumerate() {
         gateway.place(index, workers);
     }
-    let mut steering = match sockets.first().map(|s| &s.inside) {
-        Some(Device::Packet(socket)) if workers > 1 => Some(Steering {
-            socket,
+    let mut steering = match sockets.first().map(|s| (&s.inside, &s.outside)) {
+        Some((inside, Device::Packet(outside))) if workers > 1 => Some(Steering {
+            socket: match inside {
+                Device::Packet(socket) => Some(socket),
+                _ => None,
+            },
             workers,
             program: Vec::new(),
+            outside,
+            outside_program: Vec::new(),
         }),
         _ => None,
     };
@@ -308,6 +328,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
         tracing::info!(
             "inside steered by a {}-instruction BPF program: each outbound SA's packets go to the worker that owns it",
             steering.program.len()
+        );
+        tracing::info!(
+            "outside steered by a {}-instruction BPF program, fragments reassembled first: each inbound SA's packets go to the worker that owns its replay window",
+            steering.outside_program.len()
         );
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -518,7 +542,7 @@ fn open_sockets(config: &Config, workers: usize, receive: Receive) -> Result<Vec
     let tun_inside = config.inside.kind == dataplane::InterfaceKind::Tun;
     let open = |device: &str, role: &str, worker: bool, group: u16| -> Result<AfPacket> {
         let socket = if worker {
-            AfPacket::open_worker(device, group, receive)
+            AfPacket::open_worker_outside(device, group, receive)
         } else {
             AfPacket::open_receiving(device, receive)
         };
@@ -547,6 +571,7 @@ fn open_sockets(config: &Config, workers: usize, receive: Receive) -> Result<Vec
         };
         let mut s = Sockets::single(
             inside,
+            // Steered by SPI, so that each inbound SA has one replay window.
             Device::Packet(open(&config.outside.device, "outside", many, group + 1)?),
         );
         if many {

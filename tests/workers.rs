@@ -263,3 +263,56 @@ fn placed_workers_keep_sequence_blocks_and_ip_ids_apart() {
         "a rekeyed SA keeps its owner"
     );
 }
+
+/// Each inbound SA has one replay window, at the worker that owns its SPI:
+/// the outside steering sends the SA's packets there, and another
+/// worker's copy refuses them rather than check them against a second
+/// window that has not seen their sequence numbers (which would let a
+/// replay with a spoofed source, hashed to another worker, through).
+#[test]
+fn an_inbound_sa_is_checked_by_one_replay_window_only() {
+    for encap in ["", "encap = \"udp\"\n"] {
+        let mut pair = Pair::with_extra(Algorithm::Aes128Gcm16, "tunnel", false, encap);
+        let mut fork = pair
+            .b
+            .fork(accel::build_engine(&EngineSpec::default()).unwrap())
+            .expect("the fork registers every SA");
+        pair.b.place(0, 2);
+        fork.place(1, 2);
+        let spi = pair
+            .b
+            .sad()
+            .get(pair.b.sad().find("t-in").unwrap())
+            .unwrap()
+            .params()
+            .spi;
+        let owner = spd_sad::inbound_owner(spi, 2);
+        let mut pool = dataplane::PacketPool::new(4);
+        let frames: Vec<Vec<u8>> = (0..3)
+            .map(|i| {
+                let (verdict, frame) = pair.encapsulate(&udp_packet(HOST_A, HOST_B, 64, i));
+                assert_eq!(verdict, Verdict::Forward(Port::Outside));
+                frame
+            })
+            .collect();
+        let (owning, other) = if owner == 0 {
+            (&mut pair.b, &mut fork)
+        } else {
+            (&mut fork, &mut pair.b)
+        };
+        let now = std::time::Duration::ZERO;
+        for frame in &frames {
+            let (verdict, _) = run(owning, &mut pool, now, Port::Outside, frame);
+            assert_eq!(verdict, Verdict::Forward(Port::Inside), "{encap}");
+        }
+        // A replay at the owner is a duplicate; at the other worker, whose
+        // window never saw it, it is refused all the same.
+        let (verdict, _) = run(owning, &mut pool, now, Port::Outside, &frames[1]);
+        assert_eq!(verdict, Verdict::Drop(DropReason::ReplayDuplicate), "{encap}");
+        for frame in &frames {
+            let (verdict, _) = run(other, &mut pool, now, Port::Outside, frame);
+            assert_eq!(verdict, Verdict::Drop(DropReason::NotOwner), "{encap}");
+        }
+        assert_eq!(other.stats().decapsulated, 0);
+    }
+}

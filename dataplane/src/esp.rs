@@ -384,6 +384,12 @@ pub fn decapsulate_prepare(
     if sa.params().encap.map(|e| e.local_port) != arrival_port {
         return Err(DropReason::EncapMismatch);
     }
+    // One replay window per SA: a packet the steering did not send to the
+    // window's worker (a source the kernel hashed elsewhere) is refused,
+    // never checked against a second window.
+    if sa.owner() == Some(false) {
+        return Err(DropReason::NotOwner);
+    }
     let alg = sa.crypto().algorithm;
     let esp_len = data.len() - esp_offset;
     let overhead = esp::HEADER_LEN + alg.iv_len() + alg.icv_len();

@@ -77,6 +77,10 @@ pub enum DropReason {
     /// ESP that came raw to a UDP-encapsulated SA, or inside UDP (RFC
     /// 3948) to a raw one or on another port than the SA's.
     EncapMismatch,
+    /// Inbound ESP that reached a worker other than its SA's owner, which
+    /// holds the SA's one replay window (the outside steering sends each
+    /// SPI to its owner; see `io::steer`).
+    NotOwner,
 }
 
 impl DropReason {
@@ -306,6 +310,7 @@ mod tests {
                 "other_host",
                 "arp_off_link",
                 "encap_mismatch",
+                "not_owner",
             ]
         );
     }

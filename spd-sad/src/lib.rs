@@ -13,9 +13,9 @@ pub mod spd;
 
 pub use replay::{ReplayError, ReplayWindow, MAX_WINDOW};
 pub use sad::{
-    owner_worker, Lifetime, Limits, Mode, SaCounters, SaDirection, SaEvent, SaId, SaParams, SaShared,
-    SaState, Sad, SadError, SecurityAssociation, SequenceError, UdpEncap, SA_STATE_BOUND, SEQUENCE_BLOCK,
-    SEQUENCE_RESERVE, USAGE_BATCH,
+    inbound_owner, owner_worker, Lifetime, Limits, Mode, SaCounters, SaDirection, SaEvent, SaId, SaParams,
+    SaShared, SaState, Sad, SadError, SecurityAssociation, SequenceError, UdpEncap, SA_STATE_BOUND,
+    SEQUENCE_BLOCK, SEQUENCE_RESERVE, USAGE_BATCH,
 };
 pub use selector::{proto, FlowKey, Ipv4Prefix, PortRange, ProtocolSelector, Selector, SelectorError};
 pub use spd::{Action, Decision, FlowCacheStats, Policy, PolicyDirection, Spd, FLOW_CACHE_ENTRIES};

@@ -276,9 +276,11 @@ pub struct SecurityAssociation<C> {
     seq_next: u64,
     seq_end: u64,
     last_used: u64,
-    /// Outbound, with several workers placed (see [`Sad::place`]): whether
-    /// the driver steers this SA's packets to this copy's worker. `None`
-    /// (not placed): a copy alone is treated as the owner.
+    /// With several workers placed (see [`Sad::place`]): whether the driver
+    /// steers this SA's packets to this copy's worker (outbound: by the
+    /// outer addresses, [`owner_worker`]; inbound: by SPI,
+    /// [`inbound_owner`]). `None` (not placed): a copy alone is treated as
+    /// the owner.
     owner: Option<bool>,
     /// Usage counted here and not yet added to `shared`, and how much may
     /// gather before it must be (a batch, or less when a limit is near).
@@ -473,6 +475,9 @@ impl<C> SecurityAssociation<C> {
     }
 
     fn place(&mut self, worker: usize, workers: usize) {
+        if self.params.direction == SaDirection::Inbound {
+            self.owner = Some(inbound_owner(self.params.spi, workers) == worker);
+        }
         if self.params.direction == SaDirection::Outbound {
             self.owner = Some(owner_worker(self.params.local, self.params.remote, workers) == worker);
             // A block reserved before the placement may belong to a worker
@@ -783,6 +788,14 @@ pub fn owner_worker(local: Ipv4Addr, remote: Ipv4Addr, workers: usize) -> usize 
     // Fibonacci hashing: neighbouring addresses land on different workers.
     let mixed = key.wrapping_mul(0x9e37_79b1) >> 8;
     mixed as usize % workers.max(1)
+}
+
+/// The worker, of `workers`, that owns the inbound SA of `spi`: the
+/// outside steering sends every packet carrying that SPI there (the
+/// kernel takes the SPI modulo the group's size), so that one replay
+/// window sees them all. Other workers' copies refuse the SA's packets.
+pub fn inbound_owner(spi: u32, workers: usize) -> usize {
+    spi as usize % workers.max(1)
 }
 
 impl<C> Default for Sad<C> {

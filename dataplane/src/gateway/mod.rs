@@ -370,6 +370,12 @@ impl Gateway {
         self.jobs.live()
     }
 
+    /// Our ports that UDP-encapsulated SAs receive on (for the outside
+    /// steering program).
+    pub fn nat_ports(&self) -> &[u16] {
+        &self.nat_ports
+    }
+
     /// Where the UDP-encapsulated peer configured as `remote` (with
     /// `encap`) of our `local` is now: where its NAT put it, as learnt from
     /// its authenticated packets, or where it was configured.

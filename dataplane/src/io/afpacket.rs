@@ -197,7 +197,6 @@ const ETH_P_ALL: u16 = 0x0003;
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_ARP: u16 = 0x0806;
 const PACKET_FANOUT: libc::c_int = 18;
-const PACKET_FANOUT_HASH: u32 = 0;
 const PACKET_FANOUT_CBPF: u32 = 6;
 const PACKET_FANOUT_DATA: libc::c_int = 22;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -225,23 +224,9 @@ impl AfPacket {
         Self::open_with(device, false, ETH_P_ALL, None, false, Receive::Batch)
     }
 
-    /// Opens `device` for one worker of several: IPv4 frames only, spread
-    /// over the workers of fanout `group` by the kernel's flow hash, so a
-    /// flow (and every packet of one ESP tunnel: same outer addresses)
-    /// always reaches the same worker.
-    pub fn open_worker(device: &str, group: u16, receive: Receive) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(
-            device,
-            true,
-            ETH_P_IP,
-            Some((group, PACKET_FANOUT_HASH)),
-            true,
-            receive,
-        )
-    }
-
-    /// Like [`open_worker`](Self::open_worker), but the group's workers
-    /// are chosen by a classic BPF program (`PACKET_FANOUT_CBPF`): the
+    /// Opens `device` for one worker of several, IPv4 frames only, in
+    /// fanout group `group`, whose workers are chosen by a classic BPF
+    /// program (`PACKET_FANOUT_CBPF`): the
     /// `k`-th socket to join is worker `k`, and the program's value modulo
     /// the group's size picks it. Set the program with
     /// [`set_steering`](Self::set_steering) once every worker has joined
@@ -256,6 +241,26 @@ impl AfPacket {
             true,
             ETH_P_IP,
             Some((group, PACKET_FANOUT_CBPF)),
+            true,
+            receive,
+        )
+    }
+
+    /// Like [`open_worker_steered`](Self::open_worker_steered), for the
+    /// outside: the kernel reassembles fragments before the program runs
+    /// (`PACKET_FANOUT_FLAG_DEFRAG`), so that a datagram's SPI, which only
+    /// its first fragment has, decides where all of it goes
+    /// ([`crate::io::steer::outside_program`]).
+    pub fn open_worker_outside(
+        device: &str,
+        group: u16,
+        receive: Receive,
+    ) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(
+            device,
+            true,
+            ETH_P_IP,
+            Some((group, PACKET_FANOUT_CBPF | libc::PACKET_FANOUT_FLAG_DEFRAG)),
             true,
             receive,
         )

@@ -7,12 +7,86 @@
 //! window never sees one worker's numbers fall behind another's. Bypassed
 //! and unmatched traffic is spread by a hash of its addresses.
 //!
-//! Pure: the program is built from the SPD and SAD; the driver installs it
-//! ([`AfPacket::set_steering`](crate::io::afpacket::AfPacket::set_steering)).
+//! The outside has its own program ([`outside_program`]): every ESP
+//! packet, raw or in UDP on an encapsulation port (RFC 3948), goes to the
+//! worker that owns its inbound SA ([`spd_sad::inbound_owner`], by SPI),
+//! so that one replay window sees all of an SA's packets. Without it, the
+//! kernel's flow hash would send a packet with a spoofed source address
+//! or port to another worker, whose copy of the window had not seen its
+//! sequence number: a replay accepted. The outside group also reassembles
+//! fragments before steering (`PACKET_FANOUT_FLAG_DEFRAG`), since only a
+//! first fragment has the SPI.
+//!
+//! Pure: the programs are built from the SPD and SAD; the driver installs
+//! them ([`AfPacket::set_steering`](crate::io::afpacket::AfPacket::set_steering)).
 
 use spd_sad::{
     owner_worker, proto, Action, Ipv4Prefix, PolicyDirection, PortRange, ProtocolSelector, Sad, Spd,
 };
+
+/// `ret A`'s value is taken modulo the group's size by the kernel
+/// (`fanout_demux_bpf`): an SPI returned as it is lands on
+/// [`spd_sad::inbound_owner`].
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
+    Insn { code, jt, jf, k }
+}
+
+/// Most encapsulation ports the outside program tests (its jumps are one
+/// byte).
+pub const MAX_NAT_PORTS: usize = 200;
+
+/// The outside fanout program: ESP (IP protocol 50) by its SPI; UDP to one
+/// of `nat_ports` carrying ESP (not the non-ESP marker of IKE) by the SPI
+/// after the UDP header; everything else by a hash of its addresses.
+pub fn outside_program(nat_ports: &[u16]) -> Result<Vec<Insn>, SteerError> {
+    let ports = nat_ports.len();
+    if ports > MAX_NAT_PORTS {
+        return Err(SteerError::TooManyPorts(ports));
+    }
+    let mut program = vec![
+        // A = the protocol.
+        insn(LD | B | ABS, 0, 0, NET + 9),
+    ];
+    // Layout, with P ports: [0] A = protocol; [1] ESP? to [9+P]; [2] UDP?
+    // else to the hash at [12+P]; [3] X = header length; [4] A = destination
+    // port; [5..5+P] one test per port, to [6+P]; [5+P] to the hash; [6+P]
+    // A = the word after the UDP header; [7+P] zero (IKE) to the hash;
+    // [8+P] return it; [9+P] X = header length; [10+P] A = the SPI; [11+P]
+    // return it; [12+P..] the hash.
+    let udp_len = 2 + ports + 1 + 3;
+    program.push(insn(JMP | JEQ | K, (1 + udp_len) as u8, 0, u32::from(proto::ESP)));
+    program.push(insn(JMP | JEQ | K, 0, (udp_len + 3) as u8, u32::from(proto::UDP)));
+    program.push(insn(LDX | B | MSH, 0, 0, NET));
+    program.push(insn(LD | H | IND, 0, 0, NET + 2));
+    for (i, port) in nat_ports.iter().enumerate() {
+        // On a match: past the other port tests and the `ja`.
+        program.push(insn(JMP | JEQ | K, (ports - i) as u8, 0, u32::from(*port)));
+    }
+    program.push(insn(JMP | JA, 0, 0, 3 + 3));
+    program.push(insn(LD | W | IND, 0, 0, NET + 8));
+    // Four zero bytes: IKE behind the non-ESP marker, spread like the rest.
+    program.push(insn(JMP | JEQ | K, 4, 0, 0));
+    program.push(insn(RET | RET_A, 0, 0, 0));
+    program.push(insn(LDX | B | MSH, 0, 0, NET));
+    program.push(insn(LD | W | IND, 0, 0, NET));
+    program.push(insn(RET | RET_A, 0, 0, 0));
+    program.extend_from_slice(&address_hash());
+    Ok(program)
+}
+
+/// What is not steered to an owner: spread by a hash of the addresses.
+fn address_hash() -> [Insn; 8] {
+    [
+        insn(LD | W | ABS, 0, 0, NET + 12),
+        insn(MISC | TAX, 0, 0, 0),
+        insn(LD | W | ABS, 0, 0, NET + 16),
+        insn(ALU | XOR | X, 0, 0, 0),
+        insn(MISC | TAX, 0, 0, 0),
+        insn(ALU | RSH | K, 0, 0, 16),
+        insn(ALU | XOR | X, 0, 0, 0),
+        insn(RET | RET_A, 0, 0, 0),
+    ]
+}
 
 /// One classic BPF instruction (`struct sock_filter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +105,8 @@ pub const MAX_INSNS: usize = 4096;
 pub enum SteerError {
     #[error("{policies} outbound policies need a steering program of {insns} instructions, more than the kernel's {MAX_INSNS}; merge policies or run with --workers 1")]
     TooLong { policies: usize, insns: usize },
+    #[error("{0} UDP encapsulation ports are more than the outside steering program's {MAX_NAT_PORTS}; use fewer `udp_port` values or run with --workers 1")]
+    TooManyPorts(usize),
 }
 
 // Classic BPF encodings (linux/bpf_common.h, linux/filter.h).
@@ -179,56 +255,7 @@ pub fn inside_program<C>(spd: &Spd, sad: &Sad<C>, workers: usize) -> Result<Vec<
         };
         blocks.push((block, owner));
     }
-    let hash = [
-        Insn {
-            code: LD | W | ABS,
-            jt: 0,
-            jf: 0,
-            k: NET + 12,
-        },
-        Insn {
-            code: MISC | TAX,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        Insn {
-            code: LD | W | ABS,
-            jt: 0,
-            jf: 0,
-            k: NET + 16,
-        },
-        Insn {
-            code: ALU | XOR | X,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        Insn {
-            code: MISC | TAX,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        Insn {
-            code: ALU | RSH | K,
-            jt: 0,
-            jf: 0,
-            k: 16,
-        },
-        Insn {
-            code: ALU | XOR | X,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        Insn {
-            code: RET | RET_A,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-    ];
+    let hash = address_hash();
     // Each block ends in a `ret` or a jump to the hash: its length is its
     // tests plus one.
     let total: usize = blocks.iter().map(|(b, _)| b.insns.len() + 1).sum::<usize>() + hash.len();
@@ -291,6 +318,7 @@ mod tests {
                 c if c == LD | H | ABS => a = load(i.k, 2)?,
                 c if c == LD | B | ABS => a = load(i.k, 1)?,
                 c if c == LD | H | IND => a = load(i.k.wrapping_add(x), 2)?,
+                c if c == LD | W | IND => a = load(i.k.wrapping_add(x), 4)?,
                 c if c == LDX | B | MSH => x = 4 * (load(i.k, 1)? & 0xf),
                 c if c == ALU | AND | K => a &= i.k,
                 c if c == ALU | RSH | K => a >>= i.k,
@@ -508,6 +536,69 @@ mod tests {
             seen[run(&program, &packet(&flow, 0)).unwrap() as usize % 2] += 1;
         }
         assert!(seen[0] > 8 && seen[1] > 8, "{seen:?}");
+    }
+
+    /// An IPv4 packet of `protocol` from `src` whose payload is `payload`.
+    fn outer(protocol: u8, src: [u8; 4], payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; 20];
+        p[0] = 0x45;
+        p[9] = protocol;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p.extend_from_slice(payload);
+        p
+    }
+
+    fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut u = Vec::new();
+        u.extend_from_slice(&sport.to_be_bytes());
+        u.extend_from_slice(&dport.to_be_bytes());
+        u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        u.extend_from_slice(&[0, 0]);
+        u.extend_from_slice(payload);
+        u
+    }
+
+    #[test]
+    fn esp_reaches_its_inbound_sas_owner_whatever_its_source() {
+        let program = outside_program(&[4500, 4600]).expect("builds");
+        let esp = |spi: u32| [&spi.to_be_bytes()[..], &[0, 0, 0, 9], &[0xaa; 40]].concat();
+        for spi in [0x1001u32, 0x1002, 0xdead_beef] {
+            let want = spd_sad::inbound_owner(spi, 3);
+            for src in [[10, 0, 0, 1], [198, 51, 100, 7], [10, 9, 8, 7]] {
+                // Raw ESP, and ESP in UDP from any source port.
+                let raw = run(&program, &outer(50, src, &esp(spi))).expect("runs");
+                assert_eq!(raw as usize % 3, want, "raw ESP SPI {spi:#x} from {src:?}");
+                for sport in [4500, 61_000, 1] {
+                    for dport in [4500, 4600] {
+                        let packet = outer(17, src, &udp(sport, dport, &esp(spi)));
+                        let got = run(&program, &packet).expect("runs");
+                        assert_eq!(got as usize % 3, want, "UDP {sport}->{dport} SPI {spi:#x}");
+                    }
+                }
+            }
+        }
+        // With IP options the SPI is found past them.
+        let mut with_options = outer(50, [10, 0, 0, 1], &[0; 4]);
+        with_options[0] = 0x46;
+        with_options.truncate(20);
+        with_options.extend_from_slice(&[1, 1, 1, 1]);
+        with_options.extend_from_slice(&esp(0x1001));
+        assert_eq!(run(&program, &with_options), Some(0x1001));
+        // IKE behind the marker, UDP on other ports and other protocols:
+        // by the addresses, whatever their ports.
+        let hash = |src: [u8; 4]| run(&program, &outer(6, src, &[0; 20])).expect("runs");
+        for src in [[10, 0, 0, 1], [198, 51, 100, 7]] {
+            let ike = outer(17, src, &udp(4500, 4500, &[0, 0, 0, 0, 1, 2, 3, 4]));
+            assert_eq!(run(&program, &ike), Some(hash(src)));
+            let other = outer(17, src, &udp(4500, 53, &esp(0x1001)));
+            assert_eq!(run(&program, &other), Some(hash(src)));
+        }
+        assert_ne!(hash([10, 0, 0, 1]), hash([198, 51, 100, 7]));
+        assert!(matches!(
+            outside_program(&vec![4500; MAX_NAT_PORTS + 1]),
+            Err(SteerError::TooManyPorts(_))
+        ));
     }
 
     #[test]

@@ -174,6 +174,9 @@ pub struct Gateway {
     /// gateway's SAs last followed.
     peers: nat::Peers,
     peers_seen: u64,
+    /// Scratch for `handle_batch`'s two passes (kept, so not allocated
+    /// per batch).
+    classified: Vec<(PacketBuf, Classified)>,
     /// Our ports that UDP-encapsulated SAs receive on (usually just 4500).
     nat_ports: Vec<u16>,
     next_keepalive: Duration,
@@ -238,6 +241,7 @@ impl Gateway {
             last_now: Duration::ZERO,
             peers: nat::Peers::default(),
             peers_seen: 0,
+            classified: Vec::with_capacity(128),
             nat_ports: Vec::new(),
             next_keepalive: Duration::ZERO,
         }
@@ -524,9 +528,32 @@ impl Gateway {
             gw.last_now = gw.last_now.max(now);
             gw.follow_peers();
             gw.prefetch_policies(from, bufs);
+            // Two passes: every frame is classified first and the SAs it
+            // names start loading into the cache, then each goes on in
+            // arrival order. With many tunnels the SA state is then there
+            // when its packet's turn comes, rather than a miss per packet.
+            let mut classified = std::mem::take(&mut gw.classified);
             for mut buf in bufs.drain(..) {
                 gw.stats.rx_packets += 1;
-                match gw.classify(from, &mut buf) {
+                let class = gw.classify(from, &mut buf);
+                if let Classified::Encapsulate(sa) = class {
+                    gw.sad.prefetch(sa);
+                }
+                classified.push((buf, class));
+            }
+            // Then the engine's session state of those SAs, in two steps a
+            // pass apart: the slot, then the keys the slot points to.
+            for stage in [accel::Prefetch::Slot, accel::Prefetch::Keys] {
+                for (_, class) in &classified {
+                    if let Classified::Encapsulate(sa) = class {
+                        if let Some(sa) = gw.sad.get(*sa) {
+                            gw.engine.prefetch(sa.crypto().handle, stage);
+                        }
+                    }
+                }
+            }
+            for (buf, class) in classified.drain(..) {
+                match class {
                     Classified::Done(result) => gw.emit(buf, result, out),
                     Classified::Arp(arp) => gw.handle_arp(now, from, buf, arp, out),
                     Classified::Fragment => gw.reassemble(now, buf, out),
@@ -534,6 +561,7 @@ impl Gateway {
                     Classified::Decapsulate => gw.start_decapsulation(now, buf, out),
                 }
             }
+            gw.classified = classified;
             gw.pump(now, out);
         });
     }

@@ -6,7 +6,6 @@
 //! engine issued at registration; it carries no keys and no reference count.
 
 use std::fmt;
-use std::str::FromStr;
 
 use crate::buffer::PacketBuf;
 use crate::descriptor::Descriptor;
@@ -135,8 +134,26 @@ impl Job {
 }
 
 /// How the dataplane hands a packet's crypto to the engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
+///
+/// Names (config `[accel] style`, `--style`, JSON) are the variants in
+/// kebab case, derived once for strum and serde alike.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Hash,
+    serde::Serialize,
+    strum::VariantArray,
+    strum::VariantNames,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case", parse_err_ty = UnknownStyle, parse_err_fn = UnknownStyle::new)]
 pub enum Style {
     /// Low-level: the cipher, then the MAC, as two requests the caller
     /// waits for one after the other, packet by packet.
@@ -151,42 +168,52 @@ pub enum Style {
 }
 
 impl Style {
-    pub const ALL: [Style; 3] = [Style::Sync, Style::DualPass, Style::Async];
+    pub const ALL: [Style; <Style as strum::VariantArray>::VARIANTS.len()] =
+        crate::variant_array(<Style as strum::VariantArray>::VARIANTS);
+    /// The names, in the order of [`ALL`](Self::ALL).
+    pub const NAMES: &'static [&'static str] = <Style as strum::VariantNames>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            Style::Sync => "sync",
-            Style::DualPass => "dual-pass",
-            Style::Async => "async",
-        }
-    }
-}
-
-impl fmt::Display for Style {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        self.into()
     }
 }
 
 /// A style name that is not known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown submission style `{0}`; expected sync, dual-pass or async")]
+#[error("unknown submission style `{0}`; expected {names}", names = crate::one_of(Style::NAMES))]
 pub struct UnknownStyle(pub String);
 
-impl FromStr for Style {
-    type Err = UnknownStyle;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Style::ALL
-            .into_iter()
-            .find(|st| st.name() == s)
-            .ok_or_else(|| UnknownStyle(s.to_owned()))
+impl UnknownStyle {
+    fn new(name: &str) -> UnknownStyle {
+        UnknownStyle(name.to_owned())
     }
 }
 
 /// How packet bytes reach the engine (the TrustZone study's two cases).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
+///
+/// Names (config `[accel] buffers`, `--buffers`, JSON) are the variants in
+/// kebab case, derived once for strum and serde alike.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Hash,
+    serde::Serialize,
+    strum::VariantArray,
+    strum::VariantNames,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(
+    serialize_all = "kebab-case",
+    parse_err_ty = UnknownBufferPolicy,
+    parse_err_fn = UnknownBufferPolicy::new
+)]
 pub enum BufferPolicy {
     /// The pool is registered once; jobs carry buffer handles (zero copy).
     #[default]
@@ -197,34 +224,58 @@ pub enum BufferPolicy {
 }
 
 impl BufferPolicy {
-    pub const ALL: [BufferPolicy; 2] = [BufferPolicy::Registered, BufferPolicy::PerRequest];
+    pub const ALL: [BufferPolicy; <BufferPolicy as strum::VariantArray>::VARIANTS.len()] =
+        crate::variant_array(<BufferPolicy as strum::VariantArray>::VARIANTS);
+    /// The names, in the order of [`ALL`](Self::ALL).
+    pub const NAMES: &'static [&'static str] = <BufferPolicy as strum::VariantNames>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            BufferPolicy::Registered => "registered",
-            BufferPolicy::PerRequest => "per-request",
-        }
-    }
-}
-
-impl fmt::Display for BufferPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        self.into()
     }
 }
 
 /// A buffer policy name that is not known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown buffer policy `{0}`; expected registered or per-request")]
+#[error("unknown buffer policy `{0}`; expected {names}", names = crate::one_of(BufferPolicy::NAMES))]
 pub struct UnknownBufferPolicy(pub String);
 
-impl FromStr for BufferPolicy {
-    type Err = UnknownBufferPolicy;
+impl UnknownBufferPolicy {
+    fn new(name: &str) -> UnknownBufferPolicy {
+        UnknownBufferPolicy(name.to_owned())
+    }
+}
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        BufferPolicy::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| UnknownBufferPolicy(s.to_owned()))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are config values, CLI values and JSON text: deriving
+    /// them must not rename one, and serde must agree with strum. A new
+    /// style or policy is added here too.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        assert_eq!(Style::NAMES, ["sync", "dual-pass", "async"]);
+        for (style, name) in Style::ALL.into_iter().zip(Style::NAMES) {
+            assert_eq!(style.name(), *name);
+            assert_eq!(style.to_string(), *name);
+            assert_eq!(name.parse::<Style>(), Ok(style));
+            assert_eq!(serde_json::to_value(style).unwrap(), *name);
+        }
+        assert_eq!(
+            "batch".parse::<Style>().unwrap_err().to_string(),
+            "unknown submission style `batch`; expected sync, dual-pass or async"
+        );
+
+        assert_eq!(BufferPolicy::NAMES, ["registered", "per-request"]);
+        for (policy, name) in BufferPolicy::ALL.into_iter().zip(BufferPolicy::NAMES) {
+            assert_eq!(policy.name(), *name);
+            assert_eq!(policy.to_string(), *name);
+            assert_eq!(name.parse::<BufferPolicy>(), Ok(policy));
+            assert_eq!(serde_json::to_value(policy).unwrap(), *name);
+        }
+        assert_eq!(
+            "pinned".parse::<BufferPolicy>().unwrap_err().to_string(),
+            "unknown buffer policy `pinned`; expected registered or per-request"
+        );
     }
 }

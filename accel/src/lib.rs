@@ -38,6 +38,26 @@ compile_error!(
     "`--cfg fuzzing` disables ICV checks and is for `cargo fuzz` builds only (with debug assertions)"
 );
 
+/// A derived variant list (`strum::VariantArray`) as an array, so an enum's
+/// `ALL` iterates by value and carries its length in its type. `N` other
+/// than the number of variants fails const evaluation, so the build.
+pub const fn variant_array<T: Copy, const N: usize>(variants: &'static [T]) -> [T; N] {
+    match variants.first_chunk::<N>() {
+        Some(all) if variants.len() == N => *all,
+        _ => panic!("the array length is not the number of variants"),
+    }
+}
+
+/// `a, b or c`: the names an unknown-name error offers, from the derived
+/// list, so a new variant is offered too.
+pub fn one_of(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
 pub use algorithm::{Algorithm, CipherKind, IntegrityKind, UnknownAlgorithm};
 pub use buffer::{PacketBuf, PacketPool};
 pub use descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, Region, Status};

@@ -843,7 +843,7 @@ impl Validator<'_> {
             }
         }
         let afalg_io = match &a.afalg_io {
-            Some(io) => io.get_ref().parse().or_else(|e: String| {
+            Some(io) => io.get_ref().parse().or_else(|e: accel::afalg::UnknownAfalgIo| {
                 self.err(span(io), ConfigErrorKind::Value(format!("[accel] afalg_io: {e}")))
             })?,
             None => accel::afalg::AfalgIo::default(),

@@ -603,8 +603,25 @@ fn precheck(alg: Algorithm, desc: &Descriptor, len: usize) -> Result<Option<Pass
 }
 
 /// How requests reach the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+///
+/// Names (config `[accel] afalg_io`, `--afalg-io`, JSON) are the variants
+/// in kebab case, derived once for strum and serde alike.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    strum::VariantArray,
+    strum::VariantNames,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case", parse_err_ty = UnknownAfalgIo, parse_err_fn = UnknownAfalgIo::new)]
 pub enum AfalgIo {
     /// `sendmsg` then `read` in the caller's thread.
     Sync,
@@ -615,31 +632,24 @@ pub enum AfalgIo {
 }
 
 impl AfalgIo {
-    pub const ALL: [AfalgIo; 2] = [AfalgIo::Sync, AfalgIo::IoUring];
+    pub const ALL: [AfalgIo; <AfalgIo as strum::VariantArray>::VARIANTS.len()] =
+        crate::variant_array(<AfalgIo as strum::VariantArray>::VARIANTS);
+    /// The names, in the order of [`ALL`](Self::ALL).
+    pub const NAMES: &'static [&'static str] = <AfalgIo as strum::VariantNames>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            AfalgIo::Sync => "sync",
-            AfalgIo::IoUring => "io-uring",
-        }
+        self.into()
     }
 }
 
-impl std::str::FromStr for AfalgIo {
-    type Err = String;
+/// An AF_ALG I/O name that is not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown AF_ALG I/O `{0}`; expected {names}", names = crate::one_of(AfalgIo::NAMES))]
+pub struct UnknownAfalgIo(pub String);
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "sync" => Ok(AfalgIo::Sync),
-            "io-uring" => Ok(AfalgIo::IoUring),
-            other => Err(format!("unknown AF_ALG I/O `{other}`; expected sync or io-uring")),
-        }
-    }
-}
-
-impl std::fmt::Display for AfalgIo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+impl UnknownAfalgIo {
+    fn new(name: &str) -> UnknownAfalgIo {
+        UnknownAfalgIo(name.to_owned())
     }
 }
 
@@ -1270,5 +1280,27 @@ impl Drop for AfalgEngine {
             std::mem::forget(std::mem::take(&mut self.reqs.0));
             std::mem::forget(self.ring.take());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are config values, `--afalg-io` values and JSON text:
+    /// deriving them must not rename one, and serde must agree with strum.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        assert_eq!(AfalgIo::NAMES, ["sync", "io-uring"]);
+        for (io, name) in AfalgIo::ALL.into_iter().zip(AfalgIo::NAMES) {
+            assert_eq!(io.name(), *name);
+            assert_eq!(io.to_string(), *name);
+            assert_eq!(name.parse::<AfalgIo>(), Ok(io));
+            assert_eq!(serde_json::to_value(io).unwrap(), *name);
+        }
+        assert_eq!(
+            "epoll".parse::<AfalgIo>().unwrap_err().to_string(),
+            "unknown AF_ALG I/O `epoll`; expected sync or io-uring"
+        );
     }
 }

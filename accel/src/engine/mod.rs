@@ -11,8 +11,6 @@
 //! policies.
 
 use std::collections::VecDeque;
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use crate::job::Job;
@@ -30,8 +28,26 @@ pub use factory::{build_engine, EngineError, EngineSpec};
 pub use soft::SoftEngine;
 
 /// The engines espgw can put behind the boundary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
+///
+/// Names (config `[accel] engine`, `--engine`, JSON) are the variants in
+/// lower case, derived once for strum and serde alike.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Hash,
+    serde::Serialize,
+    strum::VariantArray,
+    strum::VariantNames,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase", parse_err_ty = UnknownEngine, parse_err_fn = UnknownEngine::new)]
 pub enum EngineKind {
     /// Inline software in the caller's thread.
     #[default]
@@ -45,20 +61,13 @@ pub enum EngineKind {
 }
 
 impl EngineKind {
-    pub const ALL: [EngineKind; 4] = [
-        EngineKind::Soft,
-        EngineKind::Sec,
-        EngineKind::Afalg,
-        EngineKind::Shared,
-    ];
+    pub const ALL: [EngineKind; <EngineKind as strum::VariantArray>::VARIANTS.len()] =
+        crate::variant_array(<EngineKind as strum::VariantArray>::VARIANTS);
+    /// The names, in the order of [`ALL`](Self::ALL).
+    pub const NAMES: &'static [&'static str] = <EngineKind as strum::VariantNames>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Soft => "soft",
-            EngineKind::Sec => "sec",
-            EngineKind::Afalg => "afalg",
-            EngineKind::Shared => "shared",
-        }
+        self.into()
     }
 
     /// Whether this engine can run `alg` at all: the SEC has no ChaCha20
@@ -68,25 +77,14 @@ impl EngineKind {
     }
 }
 
-impl fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// An engine name that is not known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown engine `{0}`; expected soft, sec, afalg or shared")]
+#[error("unknown engine `{0}`; expected {names}", names = crate::one_of(EngineKind::NAMES))]
 pub struct UnknownEngine(pub String);
 
-impl FromStr for EngineKind {
-    type Err = UnknownEngine;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EngineKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| UnknownEngine(s.to_owned()))
+impl UnknownEngine {
+    fn new(name: &str) -> UnknownEngine {
+        UnknownEngine(name.to_owned())
     }
 }
 
@@ -279,4 +277,27 @@ pub trait Engine: Send {
     /// driver's interrupt wait. Engines without a device to wait for
     /// return at once. The gateway core never calls it.
     fn wait(&mut self, _timeout: Duration) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are config values, `--engine` values and JSON text:
+    /// deriving them must not rename one, and serde must agree with strum.
+    /// A new engine is added here too.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        assert_eq!(EngineKind::NAMES, ["soft", "sec", "afalg", "shared"]);
+        for (kind, name) in EngineKind::ALL.into_iter().zip(EngineKind::NAMES) {
+            assert_eq!(kind.name(), *name);
+            assert_eq!(kind.to_string(), *name);
+            assert_eq!(name.parse::<EngineKind>(), Ok(kind));
+            assert_eq!(serde_json::to_value(kind).unwrap(), *name);
+        }
+        assert_eq!(
+            "qat".parse::<EngineKind>().unwrap_err().to_string(),
+            "unknown engine `qat`; expected soft, sec, afalg or shared"
+        );
+    }
 }

@@ -29,8 +29,27 @@ pub const MAX_KEY: usize = 64;
 pub const MAX_REASON: usize = 200;
 
 /// How a tenant's descriptors and data reach the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
+///
+/// Names (config `[accel] transport`, `--transport`, JSON) are the
+/// variants in lower case, derived once for strum and serde alike; the wire
+/// codes are written out, as they must never move.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Hash,
+    serde::Serialize,
+    strum::VariantArray,
+    strum::VariantNames,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase", parse_err_ty = UnknownTransport, parse_err_fn = UnknownTransport::new)]
 pub enum Transport {
     /// A ring pair and data area in shared memory, eventfd doorbells.
     #[default]
@@ -41,13 +60,13 @@ pub enum Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 2] = [Transport::Shm, Transport::Socket];
+    pub const ALL: [Transport; <Transport as strum::VariantArray>::VARIANTS.len()] =
+        crate::variant_array(<Transport as strum::VariantArray>::VARIANTS);
+    /// The names, in the order of [`ALL`](Self::ALL).
+    pub const NAMES: &'static [&'static str] = <Transport as strum::VariantNames>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            Transport::Shm => "shm",
-            Transport::Socket => "socket",
-        }
+        self.into()
     }
 
     fn code(self) -> u8 {
@@ -66,25 +85,14 @@ impl Transport {
     }
 }
 
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// A transport name that is not known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown transport `{0}`; expected shm or socket")]
+#[error("unknown transport `{0}`; expected {names}", names = crate::one_of(Transport::NAMES))]
 pub struct UnknownTransport(pub String);
 
-impl std::str::FromStr for Transport {
-    type Err = UnknownTransport;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Transport::ALL
-            .into_iter()
-            .find(|t| t.name() == s)
-            .ok_or_else(|| UnknownTransport(s.to_owned()))
+impl UnknownTransport {
+    fn new(name: &str) -> UnknownTransport {
+        UnknownTransport(name.to_owned())
     }
 }
 
@@ -787,6 +795,24 @@ pub mod layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names are config values, `--transport` values and JSON text:
+    /// deriving them must not rename one, and serde must agree with strum.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        assert_eq!(Transport::NAMES, ["shm", "socket"]);
+        for (transport, name) in Transport::ALL.into_iter().zip(Transport::NAMES) {
+            assert_eq!(transport.name(), *name);
+            assert_eq!(transport.to_string(), *name);
+            assert_eq!(name.parse::<Transport>(), Ok(transport));
+            assert_eq!(serde_json::to_value(transport).unwrap(), *name);
+            assert_eq!(Transport::from_code(transport.code()), Some(transport));
+        }
+        assert_eq!(
+            "vsock".parse::<Transport>().unwrap_err().to_string(),
+            "unknown transport `vsock`; expected shm or socket"
+        );
+    }
 
     fn entry() -> RequestEntry {
         RequestEntry {

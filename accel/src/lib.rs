@@ -67,7 +67,7 @@ pub use engine::{
 };
 pub use job::{BufferPolicy, Job, Style, UnknownBufferPolicy, UnknownStyle};
 pub use sec::{
-    Completion, DeviceProfile, EuKind, EuRate, FaultPlan, HostCosts, SecConfig, SecEngine, ThreadedSecEngine,
-    Throughput, UnknownProfile,
+    Completion, CompletionKind, DeviceProfile, EuKind, EuRate, FaultPlan, HostCosts, SecConfig, SecEngine,
+    ThreadedSecEngine, Throughput, UnknownProfile,
 };
 pub use session::{Session, SessionError, SessionHandle, SessionSpec, SessionTable};

@@ -736,3 +736,48 @@ fn nat_keepalive_interval_is_bounded() {
         "{err}"
     );
 }
+
+/// Keyword fields are parsed by derived `FromStr`s; an unknown word is
+/// named, with every accepted one, at the value.
+#[test]
+fn unknown_keywords_name_the_accepted_ones() {
+    let sa_field = |from: &str, to: &str| SA.replace(from, to);
+    let mode = sa_field("auth_key", "mode = \"bridge\"\nauth_key");
+    expect_error(
+        &mode,
+        line_of(&mode, "mode ="),
+        8,
+        "mode `bridge` is not `tunnel` or `transport`",
+    );
+    let direction = sa_field("direction = \"out\"", "direction = \"both\"");
+    expect_error(
+        &direction,
+        line_of(&direction, "direction ="),
+        13,
+        "SA direction `both` must be `out` or `in`",
+    );
+    let policy = |direction: &str, action: &str| {
+        format!("\n[[policy]]\nname = \"p\"\ndirection = \"{direction}\"\naction = \"{action}\"\n")
+    };
+    let fwd = policy("fwd", "bypass");
+    expect_error(
+        &fwd,
+        line_of(&fwd, "direction ="),
+        13,
+        "policy direction `fwd` must be `out` or `in`",
+    );
+    let drop = policy("out", "drop");
+    expect_error(
+        &drop,
+        line_of(&drop, "action ="),
+        10,
+        "action `drop` must be `protect`, `bypass` or `discard`",
+    );
+    let completion = "\n[accel]\nengine = \"sec\"\ncompletion = \"msi\"\n";
+    expect_error(
+        completion,
+        line_of(completion, "completion ="),
+        14,
+        "[accel] completion `msi` must be `interrupt`, `polling` or `coalesced`",
+    );
+}

@@ -62,8 +62,13 @@ use rustc_hash::FxHashMap;
 
 use crate::sad::SaId;
 use crate::selector::{FlowKey, PortRange, ProtocolSelector, Selector};
-/// Which traffic a policy governs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which traffic a policy governs. Its name (the config's `direction`,
+/// policy names, JSON) is the variant in lower case, derived for parsing
+/// and `Display`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::EnumString, strum::VariantNames, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum PolicyDirection {
     /// Traffic leaving through the protected (outside) interface.
     Out,
@@ -71,12 +76,11 @@ pub enum PolicyDirection {
     In,
 }
 
+// Not derived: strum's `Display` honours a width, which would change how
+// the `{:<N}` columns of `espgw check-config` print today.
 impl fmt::Display for PolicyDirection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PolicyDirection::Out => "out",
-            PolicyDirection::In => "in",
-        })
+        f.write_str(self.into())
     }
 }
 
@@ -816,6 +820,18 @@ impl Spd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names are config values and parts of policy names: deriving
+    /// them must not rename one.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        use strum::VariantNames;
+        assert_eq!(PolicyDirection::VARIANTS, ["out", "in"]);
+        for (d, name) in [(PolicyDirection::Out, "out"), (PolicyDirection::In, "in")] {
+            assert_eq!(d.to_string(), name);
+            assert_eq!(name.parse::<PolicyDirection>(), Ok(d));
+        }
+    }
     use crate::selector::{PortRange, ProtocolSelector};
 
     fn policy(name: &str, priority: u32, src: &str, dst: &str, action: Action) -> Policy {

@@ -14,6 +14,7 @@ use accel::{
 use dataplane::icmp::IcmpLimits;
 use dataplane::neighbor::NeighborLimits;
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
+use smoltcp::wire::Ipv4Cidr;
 use spd_sad::{
     Action, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange, ProtocolSelector,
     SaDirection, SaParams, Selector, UdpEncap, MAX_WINDOW,
@@ -531,19 +532,12 @@ impl Validator<'_> {
         })
     }
 
+    /// smoltcp's parser: six octets of one or two hex digits, all joined
+    /// by `:` or all by `-`.
     fn mac(&self, at: &S<String>) -> Result<EthernetAddress, ConfigError> {
-        let parts: Vec<_> = at.get_ref().split(':').collect();
-        let bytes: Option<Vec<u8>> = (parts.len() == 6)
-            .then(|| {
-                parts
-                    .iter()
-                    .map(|p| u8::from_str_radix(p, 16).ok().filter(|_| p.len() == 2))
-                    .collect()
-            })
-            .flatten();
-        match bytes {
-            Some(b) => Ok(EthernetAddress::from_bytes(&b)),
-            None => self.err(
+        match at.get_ref().parse::<EthernetAddress>() {
+            Ok(mac) => Ok(mac),
+            Err(()) => self.err(
                 span(at),
                 ConfigErrorKind::Value(format!(
                     "`{}` is not a MAC address; write six hex pairs separated by colons, e.g. 02:00:00:00:00:01",
@@ -948,14 +942,12 @@ impl Validator<'_> {
             let at = span(i);
             let i = i.get_ref();
             let port = self.port(&i.name)?;
-            let (address, len) = match i.address.get_ref().split_once('/') {
-                Some((a, l)) => (
-                    a.parse::<Ipv4Addr>().ok(),
-                    l.parse::<u8>().ok().filter(|l| *l <= 32),
-                ),
-                None => (None, None),
-            };
-            let (Some(address), Some(len)) = (address, len) else {
+            // smoltcp's parser, held to its canonical form: it would take
+            // `010.0.0.1` as 10.0.0.1, which tools that read octal take as
+            // 8.0.0.1 (std refuses it for that reason, and so do we).
+            let text = i.address.get_ref();
+            let cidr = text.parse::<Ipv4Cidr>().ok().filter(|c| c.to_string() == *text);
+            let Some(cidr) = cidr else {
                 return self.err(
                     span(&i.address),
                     ConfigErrorKind::Value(format!(
@@ -964,13 +956,9 @@ impl Validator<'_> {
                     )),
                 );
             };
-            let mask = if len == 0 {
-                0
-            } else {
-                u32::MAX << (32 - u32::from(len))
-            };
+            let address = cidr.address();
             let network =
-                Ipv4Prefix::new(Ipv4Addr::from(u32::from(address) & mask), len).unwrap_or(Ipv4Prefix::ANY);
+                Ipv4Prefix::new(cidr.network().address(), cidr.prefix_len()).unwrap_or(Ipv4Prefix::ANY);
             let mac = match &i.mac {
                 Some(m) => self.mac(m)?,
                 // A stand-in for offline use (pcap, bench): a locally

@@ -304,27 +304,20 @@ mod tests {
     /// and the run's keys beside them.
     #[test]
     fn a_gateways_final_document_parses() {
-        let config = ike_stub::Config::load(Path::new("configs/demo-a.toml")).unwrap();
-        let engine = accel::build_engine(&config.engine).unwrap();
-        let gateway = config
-            .build_gateway(
-                dataplane::LinkLayer::Ethernet,
-                engine,
-                config.style,
-                Duration::ZERO,
-            )
-            .unwrap();
-        let mut total = *gateway.stats();
-        total.rx_packets = 3;
-        total.generated = 1;
-        total.tx_packets = 3;
-        total.drops.count(dataplane::DropReason::NoRoute);
         let run = dataplane::io::run::RunSummary {
             kernel_drops: 2,
             pool_capacity: 4096,
             ..Default::default()
         };
-        let mut doc = crate::report::answer(&gateway, None, total, &run, "stats");
+        let (mut doc, total) = crate::report::tests::answer_for(
+            |s| {
+                s.rx_packets = 3;
+                s.generated = 1;
+                s.tx_packets = 3;
+                s.drops.count(dataplane::DropReason::NoRoute);
+            },
+            &run,
+        );
         // The daemon adds this one to the final document itself.
         doc["send_errors"] = 5.into();
         let f = Final::deserialize(&doc).unwrap();

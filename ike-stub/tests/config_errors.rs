@@ -741,45 +741,44 @@ fn nat_keepalive_interval_is_bounded() {
 /// named, with every accepted one, at the value.
 #[test]
 fn unknown_keywords_name_the_accepted_ones() {
-    let sa_field = |from: &str, to: &str| SA.replace(from, to);
-    let mode = sa_field("auth_key", "mode = \"bridge\"\nauth_key");
-    expect_error(
-        &mode,
-        line_of(&mode, "mode ="),
-        8,
-        "mode `bridge` is not `tunnel` or `transport`",
-    );
-    let direction = sa_field("direction = \"out\"", "direction = \"both\"");
-    expect_error(
-        &direction,
-        line_of(&direction, "direction ="),
-        13,
-        "SA direction `both` must be `out` or `in`",
-    );
     let policy = |direction: &str, action: &str| {
         format!("\n[[policy]]\nname = \"p\"\ndirection = \"{direction}\"\naction = \"{action}\"\n")
     };
-    let fwd = policy("fwd", "bypass");
-    expect_error(
-        &fwd,
-        line_of(&fwd, "direction ="),
-        13,
-        "policy direction `fwd` must be `out` or `in`",
-    );
-    let drop = policy("out", "drop");
-    expect_error(
-        &drop,
-        line_of(&drop, "action ="),
-        10,
-        "action `drop` must be `protect`, `bypass` or `discard`",
-    );
-    let completion = "\n[accel]\nengine = \"sec\"\ncompletion = \"msi\"\n";
-    expect_error(
-        completion,
-        line_of(completion, "completion ="),
-        14,
-        "[accel] completion `msi` must be `interrupt`, `polling` or `coalesced`",
-    );
+    let cases = [
+        (
+            SA.replace("auth_key", "mode = \"bridge\"\nauth_key"),
+            "mode =",
+            8,
+            "mode `bridge` is not `tunnel` or `transport`",
+        ),
+        (
+            SA.replace("direction = \"out\"", "direction = \"both\""),
+            "direction =",
+            13,
+            "SA direction `both` must be `out` or `in`",
+        ),
+        (
+            policy("fwd", "bypass"),
+            "direction =",
+            13,
+            "policy direction `fwd` must be `out` or `in`",
+        ),
+        (
+            policy("out", "drop"),
+            "action =",
+            10,
+            "action `drop` must be `protect`, `bypass` or `discard`",
+        ),
+        (
+            "\n[accel]\nengine = \"sec\"\ncompletion = \"msi\"\n".to_owned(),
+            "completion =",
+            14,
+            "[accel] completion `msi` must be `interrupt`, `polling` or `coalesced`",
+        ),
+    ];
+    for (extra, field, column, message) in cases {
+        expect_error(&extra, line_of(&extra, field), column, message);
+    }
 }
 
 /// Interface addresses are address/prefix-length in the canonical form;

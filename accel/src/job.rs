@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
+
 use crate::buffer::PacketBuf;
 use crate::descriptor::Descriptor;
 use crate::session::{Session, SessionHandle};
@@ -137,22 +139,9 @@ impl Job {
 ///
 /// Names (config `[accel] style`, `--style`, JSON) are the variants in
 /// kebab case, derived once for strum and serde alike.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Hash,
-    serde::Serialize,
-    strum::VariantArray,
-    strum::VariantNames,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
 #[strum(serialize_all = "kebab-case", parse_err_ty = UnknownStyle, parse_err_fn = UnknownStyle::new)]
 pub enum Style {
     /// Low-level: the cipher, then the MAC, as two requests the caller
@@ -167,48 +156,22 @@ pub enum Style {
     Async,
 }
 
-impl Style {
-    pub const ALL: [Style; <Style as strum::VariantArray>::VARIANTS.len()] =
-        crate::variant_array(<Style as strum::VariantArray>::VARIANTS);
-    /// The names, in the order of [`ALL`](Self::ALL).
-    pub const NAMES: &'static [&'static str] = <Style as strum::VariantNames>::VARIANTS;
+crate::name_table!(Style);
 
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
-
-/// A style name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown submission style `{0}`; expected {names}", names = crate::one_of(Style::NAMES))]
-pub struct UnknownStyle(pub String);
-
-impl UnknownStyle {
-    fn new(name: &str) -> UnknownStyle {
-        UnknownStyle(name.to_owned())
-    }
-}
+crate::unknown_name!(
+    /// A style name that is not known.
+    UnknownStyle,
+    Style,
+    "submission style"
+);
 
 /// How packet bytes reach the engine (the TrustZone study's two cases).
 ///
 /// Names (config `[accel] buffers`, `--buffers`, JSON) are the variants in
 /// kebab case, derived once for strum and serde alike.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Hash,
-    serde::Serialize,
-    strum::VariantArray,
-    strum::VariantNames,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
 #[strum(
     serialize_all = "kebab-case",
     parse_err_ty = UnknownBufferPolicy,
@@ -223,27 +186,14 @@ pub enum BufferPolicy {
     PerRequest,
 }
 
-impl BufferPolicy {
-    pub const ALL: [BufferPolicy; <BufferPolicy as strum::VariantArray>::VARIANTS.len()] =
-        crate::variant_array(<BufferPolicy as strum::VariantArray>::VARIANTS);
-    /// The names, in the order of [`ALL`](Self::ALL).
-    pub const NAMES: &'static [&'static str] = <BufferPolicy as strum::VariantNames>::VARIANTS;
+crate::name_table!(BufferPolicy);
 
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
-
-/// A buffer policy name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown buffer policy `{0}`; expected {names}", names = crate::one_of(BufferPolicy::NAMES))]
-pub struct UnknownBufferPolicy(pub String);
-
-impl UnknownBufferPolicy {
-    fn new(name: &str) -> UnknownBufferPolicy {
-        UnknownBufferPolicy(name.to_owned())
-    }
-}
+crate::unknown_name!(
+    /// A buffer policy name that is not known.
+    UnknownBufferPolicy,
+    BufferPolicy,
+    "buffer policy"
+);
 
 #[cfg(test)]
 mod tests {
@@ -254,25 +204,13 @@ mod tests {
     /// style or policy is added here too.
     #[test]
     fn the_derived_names_are_the_published_keys() {
-        assert_eq!(Style::NAMES, ["sync", "dual-pass", "async"]);
-        for (style, name) in Style::ALL.into_iter().zip(Style::NAMES) {
-            assert_eq!(style.name(), *name);
-            assert_eq!(style.to_string(), *name);
-            assert_eq!(name.parse::<Style>(), Ok(style));
-            assert_eq!(serde_json::to_value(style).unwrap(), *name);
-        }
+        crate::assert_published_names::<Style>(&["sync", "dual-pass", "async"]);
         assert_eq!(
             "batch".parse::<Style>().unwrap_err().to_string(),
             "unknown submission style `batch`; expected sync, dual-pass or async"
         );
 
-        assert_eq!(BufferPolicy::NAMES, ["registered", "per-request"]);
-        for (policy, name) in BufferPolicy::ALL.into_iter().zip(BufferPolicy::NAMES) {
-            assert_eq!(policy.name(), *name);
-            assert_eq!(policy.to_string(), *name);
-            assert_eq!(name.parse::<BufferPolicy>(), Ok(policy));
-            assert_eq!(serde_json::to_value(policy).unwrap(), *name);
-        }
+        crate::assert_published_names::<BufferPolicy>(&["registered", "per-request"]);
         assert_eq!(
             "pinned".parse::<BufferPolicy>().unwrap_err().to_string(),
             "unknown buffer policy `pinned`; expected registered or per-request"

@@ -8,27 +8,15 @@ use std::time::Duration;
 use accel::{Algorithm, BufferPolicy, Completion, DeviceProfile, EngineKind, EngineSpec, SecConfig, Style};
 use dataplane::{Gateway, LinkLayer};
 use ike_stub::Config;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// How the `sec` engine signals completions (`--completion`).
 ///
 /// Names (`--completion` values, JSON, scenario names) are the variants in
 /// kebab case, derived once for strum and serde alike.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Default,
-    serde::Serialize,
-    strum::VariantArray,
-    strum::VariantNames,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum CompletionMode {
     /// Wake the dataplane on every completion.
@@ -40,16 +28,9 @@ pub enum CompletionMode {
     Coalesced,
 }
 
+accel::name_table!(CompletionMode);
+
 impl CompletionMode {
-    pub const ALL: [CompletionMode; <CompletionMode as strum::VariantArray>::VARIANTS.len()] =
-        accel::variant_array(<CompletionMode as strum::VariantArray>::VARIANTS);
-    /// The names, in the order of [`ALL`](Self::ALL).
-    pub const NAMES: &'static [&'static str] = <CompletionMode as strum::VariantNames>::VARIANTS;
-
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-
     pub fn parse(text: &str) -> anyhow::Result<CompletionMode> {
         text.parse().map_err(|_| {
             anyhow::anyhow!(

@@ -5,22 +5,13 @@ use std::net::Ipv4Addr;
 
 use smoltcp::wire::EthernetAddress;
 use spd_sad::Ipv4Prefix;
+use strum::{EnumString, IntoStaticStr, VariantNames};
 
 /// The two sides of the gateway. Names (the config's interface names,
 /// JSON) are the variants in lower case, for serde and strum alike.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    strum::EnumString,
-    strum::VariantNames,
-    strum::IntoStaticStr,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(EnumString, VariantNames, IntoStaticStr)]
 #[strum(serialize_all = "lowercase")]
 pub enum Port {
     /// The protected network: plaintext.

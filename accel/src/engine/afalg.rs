@@ -72,6 +72,7 @@ use crate::descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, 
 use crate::engine::{Engine, EngineCounters, EngineKind, NextCompletion, RegisterError};
 use crate::job::{BufferPolicy, Job};
 use crate::session::{SessionHandle, SessionSpec, SessionTable};
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// Why AF_ALG cannot be used here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -606,21 +607,9 @@ fn precheck(alg: Algorithm, desc: &Descriptor, len: usize) -> Result<Option<Pass
 ///
 /// Names (config `[accel] afalg_io`, `--afalg-io`, JSON) are the variants
 /// in kebab case, derived once for strum and serde alike.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Serialize,
-    strum::VariantArray,
-    strum::VariantNames,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
 #[strum(serialize_all = "kebab-case", parse_err_ty = UnknownAfalgIo, parse_err_fn = UnknownAfalgIo::new)]
 pub enum AfalgIo {
     /// `sendmsg` then `read` in the caller's thread.
@@ -631,27 +620,14 @@ pub enum AfalgIo {
     IoUring,
 }
 
-impl AfalgIo {
-    pub const ALL: [AfalgIo; <AfalgIo as strum::VariantArray>::VARIANTS.len()] =
-        crate::variant_array(<AfalgIo as strum::VariantArray>::VARIANTS);
-    /// The names, in the order of [`ALL`](Self::ALL).
-    pub const NAMES: &'static [&'static str] = <AfalgIo as strum::VariantNames>::VARIANTS;
+crate::name_table!(AfalgIo);
 
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
-
-/// An AF_ALG I/O name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown AF_ALG I/O `{0}`; expected {names}", names = crate::one_of(AfalgIo::NAMES))]
-pub struct UnknownAfalgIo(pub String);
-
-impl UnknownAfalgIo {
-    fn new(name: &str) -> UnknownAfalgIo {
-        UnknownAfalgIo(name.to_owned())
-    }
-}
+crate::unknown_name!(
+    /// An AF_ALG I/O name that is not known.
+    UnknownAfalgIo,
+    AfalgIo,
+    "AF_ALG I/O"
+);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -1291,13 +1267,7 @@ mod tests {
     /// deriving them must not rename one, and serde must agree with strum.
     #[test]
     fn the_derived_names_are_the_published_keys() {
-        assert_eq!(AfalgIo::NAMES, ["sync", "io-uring"]);
-        for (io, name) in AfalgIo::ALL.into_iter().zip(AfalgIo::NAMES) {
-            assert_eq!(io.name(), *name);
-            assert_eq!(io.to_string(), *name);
-            assert_eq!(name.parse::<AfalgIo>(), Ok(io));
-            assert_eq!(serde_json::to_value(io).unwrap(), *name);
-        }
+        crate::assert_published_names::<AfalgIo>(&["sync", "io-uring"]);
         assert_eq!(
             "epoll".parse::<AfalgIo>().unwrap_err().to_string(),
             "unknown AF_ALG I/O `epoll`; expected sync or io-uring"

@@ -13,6 +13,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
+
 use crate::job::Job;
 use crate::session::{SessionError, SessionHandle, SessionSpec};
 
@@ -31,22 +33,9 @@ pub use soft::SoftEngine;
 ///
 /// Names (config `[accel] engine`, `--engine`, JSON) are the variants in
 /// lower case, derived once for strum and serde alike.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Hash,
-    serde::Serialize,
-    strum::VariantArray,
-    strum::VariantNames,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
 #[strum(serialize_all = "lowercase", parse_err_ty = UnknownEngine, parse_err_fn = UnknownEngine::new)]
 pub enum EngineKind {
     /// Inline software in the caller's thread.
@@ -60,16 +49,9 @@ pub enum EngineKind {
     Shared,
 }
 
+crate::name_table!(EngineKind);
+
 impl EngineKind {
-    pub const ALL: [EngineKind; <EngineKind as strum::VariantArray>::VARIANTS.len()] =
-        crate::variant_array(<EngineKind as strum::VariantArray>::VARIANTS);
-    /// The names, in the order of [`ALL`](Self::ALL).
-    pub const NAMES: &'static [&'static str] = <EngineKind as strum::VariantNames>::VARIANTS;
-
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-
     /// Whether this engine can run `alg` at all: the SEC has no ChaCha20
     /// or Poly1305 unit, and refuses such sessions at registration.
     pub fn supports(self, alg: crate::Algorithm) -> bool {
@@ -77,16 +59,12 @@ impl EngineKind {
     }
 }
 
-/// An engine name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown engine `{0}`; expected {names}", names = crate::one_of(EngineKind::NAMES))]
-pub struct UnknownEngine(pub String);
-
-impl UnknownEngine {
-    fn new(name: &str) -> UnknownEngine {
-        UnknownEngine(name.to_owned())
-    }
-}
+crate::unknown_name!(
+    /// An engine name that is not known.
+    UnknownEngine,
+    EngineKind,
+    "engine"
+);
 
 /// Bytes an engine moved across its (modelled) bus, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -288,13 +266,7 @@ mod tests {
     /// A new engine is added here too.
     #[test]
     fn the_derived_names_are_the_published_keys() {
-        assert_eq!(EngineKind::NAMES, ["soft", "sec", "afalg", "shared"]);
-        for (kind, name) in EngineKind::ALL.into_iter().zip(EngineKind::NAMES) {
-            assert_eq!(kind.name(), *name);
-            assert_eq!(kind.to_string(), *name);
-            assert_eq!(name.parse::<EngineKind>(), Ok(kind));
-            assert_eq!(serde_json::to_value(kind).unwrap(), *name);
-        }
+        crate::assert_published_names::<EngineKind>(&["soft", "sec", "afalg", "shared"]);
         assert_eq!(
             "qat".parse::<EngineKind>().unwrap_err().to_string(),
             "unknown engine `qat`; expected soft, sec, afalg or shared"

@@ -12,6 +12,7 @@
 use crate::algorithm::Algorithm;
 use crate::descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, Region, Status};
 use crate::session::SessionHandle;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// Bumped whenever a message or entry changes shape.
 pub const VERSION: u16 = 1;
@@ -33,22 +34,9 @@ pub const MAX_REASON: usize = 200;
 /// Names (config `[accel] transport`, `--transport`, JSON) are the
 /// variants in lower case, derived once for strum and serde alike; the wire
 /// codes are written out, as they must never move.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Hash,
-    serde::Serialize,
-    strum::VariantArray,
-    strum::VariantNames,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
 #[strum(serialize_all = "lowercase", parse_err_ty = UnknownTransport, parse_err_fn = UnknownTransport::new)]
 pub enum Transport {
     /// A ring pair and data area in shared memory, eventfd doorbells.
@@ -59,16 +47,9 @@ pub enum Transport {
     Socket,
 }
 
+crate::name_table!(Transport);
+
 impl Transport {
-    pub const ALL: [Transport; <Transport as strum::VariantArray>::VARIANTS.len()] =
-        crate::variant_array(<Transport as strum::VariantArray>::VARIANTS);
-    /// The names, in the order of [`ALL`](Self::ALL).
-    pub const NAMES: &'static [&'static str] = <Transport as strum::VariantNames>::VARIANTS;
-
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-
     fn code(self) -> u8 {
         match self {
             Transport::Shm => 1,
@@ -85,16 +66,12 @@ impl Transport {
     }
 }
 
-/// A transport name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown transport `{0}`; expected {names}", names = crate::one_of(Transport::NAMES))]
-pub struct UnknownTransport(pub String);
-
-impl UnknownTransport {
-    fn new(name: &str) -> UnknownTransport {
-        UnknownTransport(name.to_owned())
-    }
-}
+crate::unknown_name!(
+    /// A transport name that is not known.
+    UnknownTransport,
+    Transport,
+    "transport"
+);
 
 /// Why bytes from the other side are not a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -800,12 +777,8 @@ mod tests {
     /// deriving them must not rename one, and serde must agree with strum.
     #[test]
     fn the_derived_names_are_the_published_keys() {
-        assert_eq!(Transport::NAMES, ["shm", "socket"]);
-        for (transport, name) in Transport::ALL.into_iter().zip(Transport::NAMES) {
-            assert_eq!(transport.name(), *name);
-            assert_eq!(transport.to_string(), *name);
-            assert_eq!(name.parse::<Transport>(), Ok(transport));
-            assert_eq!(serde_json::to_value(transport).unwrap(), *name);
+        crate::assert_published_names::<Transport>(&["shm", "socket"]);
+        for transport in Transport::ALL {
             assert_eq!(Transport::from_code(transport.code()), Some(transport));
         }
         assert_eq!(

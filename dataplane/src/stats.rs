@@ -5,15 +5,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use spd_sad::ReplayError;
+use strum::{EnumCount, EnumString, IntoStaticStr, VariantArray};
 
 /// Why a packet was not forwarded. Every dropped packet is counted under
 /// exactly one of these.
 ///
 /// The list of reasons and their names are derived (strum): a new variant
 /// is one line here, and every table, counter array and name follows.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::EnumCount, strum::IntoStaticStr,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, VariantArray, EnumCount, IntoStaticStr, EnumString)]
 #[strum(serialize_all = "snake_case")]
 pub enum DropReason {
     /// No SPD entry matched (the default is discard, RFC 4301 §4.4.1).
@@ -92,7 +91,7 @@ impl DropReason {
 
     /// The reason of the name [`name`](Self::name) gives.
     pub fn from_name(name: &str) -> Option<DropReason> {
-        DropReason::ALL.iter().copied().find(|r| r.name() == name)
+        name.parse().ok()
     }
 
     /// Any of the anti-replay refusals.

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use dataplane::io::pcap::PcapRun;
 use dataplane::Gateway;
 use ike_stub::{Config, ControlPlane, ControlRequest, PolicyAction};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 pub fn config_summary(config: &Config) -> String {
@@ -317,30 +318,46 @@ pub fn answer(
     }
 }
 
-/// `espgw stats` as a table.
+/// `espgw stats` as a table, from the gateway counters parsed typed (a
+/// field renamed on one side fails to parse, it does not show as null).
 pub fn stats_table(doc: &Value) -> String {
+    let s = match dataplane::Stats::deserialize(doc) {
+        Ok(s) => s,
+        Err(e) => {
+            return match doc["error"].as_str() {
+                Some(error) => format!("{error}\n"),
+                None => format!("the answer holds no gateway counters: {e}\n"),
+            }
+        }
+    };
     let mut out = String::new();
-    for key in [
-        "rx_packets",
-        "tx_packets",
-        "encapsulated",
-        "decapsulated",
-        "bypassed",
-        "local_delivered",
-        "generated",
-        "fragments_absorbed",
-        "kernel_drops",
-        "icmp_rate_limited",
-        "neighbor_table_full",
-        "arp_unsolicited",
+    for (key, n) in [
+        ("rx_packets", s.rx_packets),
+        ("tx_packets", s.tx_packets),
+        ("encapsulated", s.encapsulated),
+        ("decapsulated", s.decapsulated),
+        ("bypassed", s.bypassed),
+        ("local_delivered", s.local_delivered),
+        ("generated", s.generated),
+        ("fragments_absorbed", s.fragments_absorbed),
     ] {
-        let _ = writeln!(out, "{key:<20} {}", doc[key]);
+        let _ = writeln!(out, "{key:<20} {n}");
+    }
+    // The run's counter, beside the gateway's.
+    let _ = writeln!(out, "{:<20} {}", "kernel_drops", doc["kernel_drops"]);
+    for (key, n) in [
+        ("icmp_rate_limited", s.icmp_rate_limited),
+        ("neighbor_table_full", s.neighbor_table_full),
+        ("arp_unsolicited", s.arp_unsolicited),
+    ] {
+        let _ = writeln!(out, "{key:<20} {n}");
     }
     let _ = writeln!(out, "drops:");
-    if let Some(drops) = doc["drops"].as_object() {
-        for (reason, n) in drops.iter().filter(|(_, n)| n.as_u64().unwrap_or(0) > 0) {
-            let _ = writeln!(out, "  {reason:<18} {n}");
-        }
+    // By name, as the table always listed them.
+    let mut drops: Vec<(dataplane::DropReason, u64)> = s.drops.iter().filter(|(_, n)| *n > 0).collect();
+    drops.sort_by_key(|(reason, _)| reason.name());
+    for (reason, n) in drops {
+        let _ = writeln!(out, "  {:<18} {n}", reason.name());
     }
     let _ = writeln!(
         out,
@@ -454,4 +471,61 @@ pub fn reload_text(doc: &Value) -> String {
         list("unchanged"),
         r["manual_changes"]
     )
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// `espgw stats`'s answer from a gateway on `configs/demo-a.toml`
+    /// whose summed counters are `total`.
+    pub(crate) fn answer_for(
+        total: impl FnOnce(&mut dataplane::Stats),
+        run: &dataplane::io::run::RunSummary,
+    ) -> (Value, dataplane::Stats) {
+        let config = Config::load(std::path::Path::new("configs/demo-a.toml")).unwrap();
+        let engine = accel::build_engine(&config.engine).unwrap();
+        let gateway = config
+            .build_gateway(
+                dataplane::LinkLayer::Ethernet,
+                engine,
+                config.style,
+                std::time::Duration::ZERO,
+            )
+            .unwrap();
+        let mut stats = *gateway.stats();
+        total(&mut stats);
+        (answer(&gateway, None, stats, run, "stats"), stats)
+    }
+
+    #[test]
+    fn the_stats_table_shows_the_typed_counters() {
+        let run = dataplane::io::run::RunSummary {
+            kernel_drops: 4,
+            ..Default::default()
+        };
+        let (doc, _) = answer_for(
+            |s| {
+                s.rx_packets = 12;
+                s.arp_unsolicited = 1;
+                s.drops.count(dataplane::DropReason::UnknownSpi);
+                s.drops.count(dataplane::DropReason::AuthFailed);
+                s.drops.count(dataplane::DropReason::AuthFailed);
+            },
+            &run,
+        );
+        let table = stats_table(&doc);
+        for line in [
+            "rx_packets           12\n",
+            "kernel_drops         4\n",
+            "arp_unsolicited      1\n",
+            "drops:\n  auth_failed        2\n  unknown_spi        1\nengine: ",
+        ] {
+            assert!(table.contains(line), "`{line}` missing from:\n{table}");
+        }
+        assert!(stats_table(&json!({ "error": "no such gateway" })).starts_with("no such gateway"));
+        let mut stale = doc;
+        stale["drops"]["icv_failed"] = 1.into();
+        assert!(stats_table(&stale).contains("unknown drop reason `icv_failed`"));
+    }
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use dataplane::io::offload::OffloadCounters;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::demo::{self, DemoArgs};
@@ -56,16 +57,6 @@ fn ask(name: &str) -> Result<Value> {
     crate::control::ask(&crate::control::default_path(name), "stats")
 }
 
-fn u(v: &Value, key: &str) -> u64 {
-    v[key].as_u64().unwrap_or(0)
-}
-
-fn drops(v: &Value) -> u64 {
-    v["drops"]
-        .as_object()
-        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
-}
-
 /// Frames the driver dropped before the gateway saw them (offload state
 /// it could not make whole).
 fn offload_drops(v: &Value) -> u64 {
@@ -77,16 +68,38 @@ fn offload_drops(v: &Value) -> u64 {
     })
 }
 
-/// One gateway's final counters, both sides of the balance: every frame
-/// received or generated was transmitted, consumed or dropped under a reason.
-fn balance(v: &Value) -> (u64, u64) {
-    let came = u(v, "rx_packets") + u(v, "generated");
-    let went = u(v, "tx_packets")
-        + u(v, "local_delivered")
-        + u(v, "dummy_packets")
-        + u(v, "fragments_absorbed")
-        + drops(v);
-    (came, went)
+/// The part of a gateway's `--stats` document the soak checks, typed: a
+/// field the daemon renames fails to parse here instead of reading 0.
+#[derive(Debug, Deserialize)]
+struct Final {
+    #[serde(flatten)]
+    gateway: dataplane::Stats,
+    kernel_drops: u64,
+    send_errors: u64,
+    pool: Pool,
+    control: Option<Control>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Pool {
+    in_use: u64,
+    capacity: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct Control {
+    rekeys_completed: u64,
+}
+
+/// A final `--stats` file: the document (for the parts read as text) and
+/// its typed counters.
+fn read_final(path: &Path) -> Result<(Value, Final)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let typed =
+        Final::deserialize(&doc).with_context(|| format!("{} is not a gateway's stats", path.display()))?;
+    Ok((doc, typed))
 }
 
 /// What one gateway looked like at a moment.
@@ -99,7 +112,7 @@ fn sample(pid: u32, name: &str) -> Result<Sample> {
     let stats = ask(name)?;
     Ok(Sample {
         rss_kib: rss_kib(pid)?,
-        pool_in_use: stats["pool"]["in_use"].as_u64().unwrap_or(0),
+        pool_in_use: Pool::deserialize(&stats["pool"])?.in_use,
     })
 }
 
@@ -161,7 +174,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
                     began.elapsed().as_secs()
                 );
             }
-            let pool = ask(names[i])?["pool"]["in_use"].as_u64().unwrap_or(0);
+            let pool = Pool::deserialize(&ask(names[i])?["pool"])?.in_use;
             peak_pool[i] = peak_pool[i].max(pool);
         }
         rounds += 1;
@@ -183,13 +196,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
             "a gateway stopped with {status}: buffers not returned?"
         );
     }
-    let read = |p: &Path| -> Value {
-        std::fs::read_to_string(p)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(Value::Null)
-    };
-    let finals = [read(&stats_a), read(&stats_b)];
+    let finals = [read_final(&stats_a), read_final(&stats_b)];
     drop(lab);
 
     println!(
@@ -208,7 +215,14 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
     let mut explained = host_errors;
     println!("  hosts UDP receive errors in the host namespaces' kernels: {host_errors}");
     for (i, (name, f)) in ["gwA", "gwB"].iter().zip(&finals).enumerate() {
-        let (came, went) = balance(f);
+        let (doc, f) = match f {
+            Ok(f) => f,
+            Err(e) => {
+                problems.push(format!("{name}'s final counters: {e:#}"));
+                continue;
+            }
+        };
+        let (came, went) = f.gateway.balance();
         let growth = end[i].rss_kib as i64 - start[i].rss_kib as i64;
         println!(
             "  {name}   rss {} → {} KiB ({growth:+} KiB) · pool in use {} → {} (peak {} of {}) · rx {} + generated {} = {came}, tx + consumed + drops = {went} · drops: {} · kernel drops {} · rekeys {}",
@@ -217,14 +231,14 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
             start[i].pool_in_use,
             end[i].pool_in_use,
             peak_pool[i],
-            f["pool"]["capacity"],
-            u(f, "rx_packets"),
-            u(f, "generated"),
-            demo::drops_line(f),
-            u(f, "kernel_drops"),
-            f["control"]["rekeys_completed"],
+            f.pool.capacity,
+            f.gateway.rx_packets,
+            f.gateway.generated,
+            demo::drops_line(doc),
+            f.kernel_drops,
+            f.control.as_ref().map_or_else(|| "-".into(), |c| c.rekeys_completed.to_string()),
         );
-        explained += drops(f) + offload_drops(f) + u(f, "kernel_drops") + u(f, "send_errors");
+        explained += f.gateway.drops.total() + offload_drops(doc) + f.kernel_drops + f.send_errors;
         if came != went {
             problems.push(format!(
                 "{name}'s counters do not add up: {came} in, {went} accounted for"
@@ -279,4 +293,40 @@ fn args_faults(args: &DemoArgs) -> String {
         out += &format!(", every {n}th completion lost");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document a gateway leaves at exit parses into the typed view:
+    /// the gateway counters whole (a renamed one is an error, not a 0),
+    /// and the run's keys beside them.
+    #[test]
+    fn a_gateways_final_document_parses() {
+        let run = dataplane::io::run::RunSummary {
+            kernel_drops: 2,
+            pool_capacity: 4096,
+            ..Default::default()
+        };
+        let (mut doc, total) = crate::report::tests::answer_for(
+            |s| {
+                s.rx_packets = 3;
+                s.generated = 1;
+                s.tx_packets = 3;
+                s.drops.count(dataplane::DropReason::NoRoute);
+            },
+            &run,
+        );
+        // The daemon adds this one to the final document itself.
+        doc["send_errors"] = 5.into();
+        let f = Final::deserialize(&doc).unwrap();
+        assert_eq!(f.gateway, total);
+        assert_eq!(f.gateway.balance(), (4, 4));
+        assert_eq!((f.kernel_drops, f.send_errors, f.pool.capacity), (2, 5, 4096));
+        assert!(f.control.is_none());
+
+        doc.as_object_mut().unwrap().remove("tx_packets");
+        assert!(Final::deserialize(&doc).is_err());
+    }
 }

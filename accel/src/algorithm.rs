@@ -1,27 +1,48 @@
 //! ESP transforms by strongSwan proposal keyword, with the wire parameters
 //! (key, IV, ICV and block sizes) that the dataplane lays packets out by.
 
-use std::fmt;
-use std::str::FromStr;
-
 /// An ESP transform: one cipher and one integrity algorithm, or one AEAD.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// The keyword beside each variant is the only place it is written: the
+/// list, `FromStr`, `Display` and the error's suggestions derive from it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::VariantArray,
+    strum::VariantNames,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
+#[strum(parse_err_ty = UnknownAlgorithm, parse_err_fn = UnknownAlgorithm::new)]
 pub enum Algorithm {
     /// AES-GCM-128 with a 16-byte ICV (RFC 4106).
+    #[strum(serialize = "aes128gcm16")]
     Aes128Gcm16,
     /// AES-GCM-256 with a 16-byte ICV (RFC 4106).
+    #[strum(serialize = "aes256gcm16")]
     Aes256Gcm16,
     /// ChaCha20-Poly1305 (RFC 7634): 256-bit key, 4-byte salt, 16-byte ICV.
+    #[strum(serialize = "chacha20poly1305")]
     ChaCha20Poly1305,
     /// AES-CBC-128 (RFC 3602) with HMAC-SHA1-96 (RFC 2404).
+    #[strum(serialize = "aes128-sha1")]
     Aes128Sha1,
     /// AES-CBC-256 (RFC 3602) with HMAC-SHA-256-128 (RFC 4868).
+    #[strum(serialize = "aes256-sha256")]
     Aes256Sha256,
     /// 3DES-EDE-CBC (RFC 2451) with HMAC-SHA1-96 (RFC 2404).
+    #[strum(serialize = "3des-sha1")]
     TripleDesSha1,
     /// ESP-NULL (RFC 2410) with HMAC-SHA1-96: integrity only.
+    #[strum(serialize = "null-sha1")]
     NullSha1,
     /// Neither encryption nor integrity. Insecure: the benchmark baseline only.
+    #[strum(serialize = "null")]
     Null,
 }
 
@@ -52,41 +73,26 @@ pub struct UnknownAlgorithm {
     pub keyword: String,
 }
 
-impl Algorithm {
-    pub const ALL: [Algorithm; 8] = [
-        Algorithm::Aes128Gcm16,
-        Algorithm::Aes256Gcm16,
-        Algorithm::ChaCha20Poly1305,
-        Algorithm::Aes128Sha1,
-        Algorithm::Aes256Sha256,
-        Algorithm::TripleDesSha1,
-        Algorithm::NullSha1,
-        Algorithm::Null,
-    ];
+impl UnknownAlgorithm {
+    fn new(keyword: &str) -> UnknownAlgorithm {
+        UnknownAlgorithm {
+            keyword: keyword.to_owned(),
+        }
+    }
+}
 
-    pub const KEYWORDS: [&'static str; 8] = [
-        "aes128gcm16",
-        "aes256gcm16",
-        "chacha20poly1305",
-        "aes128-sha1",
-        "aes256-sha256",
-        "3des-sha1",
-        "null-sha1",
-        "null",
-    ];
+impl Algorithm {
+    /// Every transform, in declaration order (the shared engine's wire
+    /// codes index it).
+    pub const ALL: [Algorithm; <Algorithm as strum::VariantArray>::VARIANTS.len()] =
+        crate::variant_array(<Algorithm as strum::VariantArray>::VARIANTS);
+
+    /// The keywords, in the order of [`ALL`](Self::ALL).
+    pub const KEYWORDS: &'static [&'static str] = <Algorithm as strum::VariantNames>::VARIANTS;
 
     /// The strongSwan ESP proposal keyword.
     pub fn keyword(self) -> &'static str {
-        match self {
-            Algorithm::Aes128Gcm16 => "aes128gcm16",
-            Algorithm::Aes256Gcm16 => "aes256gcm16",
-            Algorithm::ChaCha20Poly1305 => "chacha20poly1305",
-            Algorithm::Aes128Sha1 => "aes128-sha1",
-            Algorithm::Aes256Sha256 => "aes256-sha256",
-            Algorithm::TripleDesSha1 => "3des-sha1",
-            Algorithm::NullSha1 => "null-sha1",
-            Algorithm::Null => "null",
-        }
+        self.into()
     }
 
     #[inline]
@@ -184,25 +190,6 @@ impl Algorithm {
     }
 }
 
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.keyword())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = UnknownAlgorithm;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Algorithm::ALL
-            .into_iter()
-            .find(|a| a.keyword() == s)
-            .ok_or_else(|| UnknownAlgorithm {
-                keyword: s.to_owned(),
-            })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,11 +205,34 @@ mod tests {
     #[test]
     fn keywords_round_trip() {
         for (alg, kw) in Algorithm::ALL.iter().zip(Algorithm::KEYWORDS) {
-            assert_eq!(alg.keyword(), kw);
+            assert_eq!(alg.keyword(), *kw);
+            assert_eq!(alg.to_string(), *kw);
             assert_eq!(kw.parse::<Algorithm>().unwrap(), *alg);
         }
         let err = "aes128".parse::<Algorithm>().unwrap_err();
+        assert_eq!(err.keyword, "aes128");
         assert!(err.to_string().contains("aes128gcm16"));
+    }
+
+    /// The keywords are config values, CLI values and JSON text, and their
+    /// order is the shared engine's wire code: deriving them must not
+    /// rename or reorder one. A new transform is added here too.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        assert_eq!(
+            Algorithm::KEYWORDS,
+            [
+                "aes128gcm16",
+                "aes256gcm16",
+                "chacha20poly1305",
+                "aes128-sha1",
+                "aes256-sha256",
+                "3des-sha1",
+                "null-sha1",
+                "null",
+            ]
+        );
+        assert_eq!(Algorithm::ALL.len(), Algorithm::KEYWORDS.len());
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! engine issued at registration; it carries no keys and no reference count.
 
 use std::fmt;
-use std::str::FromStr;
+
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 use crate::buffer::PacketBuf;
 use crate::descriptor::Descriptor;
@@ -135,8 +136,13 @@ impl Job {
 }
 
 /// How the dataplane hands a packet's crypto to the engine.
+///
+/// Names (config `[accel] style`, `--style`, JSON) are the variants in
+/// kebab case, derived once for strum and serde alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
+#[strum(serialize_all = "kebab-case", parse_err_ty = UnknownStyle, parse_err_fn = UnknownStyle::new)]
 pub enum Style {
     /// Low-level: the cipher, then the MAC, as two requests the caller
     /// waits for one after the other, packet by packet.
@@ -150,43 +156,27 @@ pub enum Style {
     Async,
 }
 
-impl Style {
-    pub const ALL: [Style; 3] = [Style::Sync, Style::DualPass, Style::Async];
+crate::name_table!(Style);
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Style::Sync => "sync",
-            Style::DualPass => "dual-pass",
-            Style::Async => "async",
-        }
-    }
-}
-
-impl fmt::Display for Style {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A style name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown submission style `{0}`; expected sync, dual-pass or async")]
-pub struct UnknownStyle(pub String);
-
-impl FromStr for Style {
-    type Err = UnknownStyle;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Style::ALL
-            .into_iter()
-            .find(|st| st.name() == s)
-            .ok_or_else(|| UnknownStyle(s.to_owned()))
-    }
-}
+crate::unknown_name!(
+    /// A style name that is not known.
+    UnknownStyle,
+    Style,
+    "submission style"
+);
 
 /// How packet bytes reach the engine (the TrustZone study's two cases).
+///
+/// Names (config `[accel] buffers`, `--buffers`, JSON) are the variants in
+/// kebab case, derived once for strum and serde alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
+#[strum(
+    serialize_all = "kebab-case",
+    parse_err_ty = UnknownBufferPolicy,
+    parse_err_fn = UnknownBufferPolicy::new
+)]
 pub enum BufferPolicy {
     /// The pool is registered once; jobs carry buffer handles (zero copy).
     #[default]
@@ -196,35 +186,34 @@ pub enum BufferPolicy {
     PerRequest,
 }
 
-impl BufferPolicy {
-    pub const ALL: [BufferPolicy; 2] = [BufferPolicy::Registered, BufferPolicy::PerRequest];
+crate::name_table!(BufferPolicy);
 
-    pub fn name(self) -> &'static str {
-        match self {
-            BufferPolicy::Registered => "registered",
-            BufferPolicy::PerRequest => "per-request",
-        }
-    }
-}
+crate::unknown_name!(
+    /// A buffer policy name that is not known.
+    UnknownBufferPolicy,
+    BufferPolicy,
+    "buffer policy"
+);
 
-impl fmt::Display for BufferPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// A buffer policy name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown buffer policy `{0}`; expected registered or per-request")]
-pub struct UnknownBufferPolicy(pub String);
+    /// The names are config values, CLI values and JSON text: deriving
+    /// them must not rename one, and serde must agree with strum. A new
+    /// style or policy is added here too.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        crate::assert_published_names::<Style>(&["sync", "dual-pass", "async"]);
+        assert_eq!(
+            "batch".parse::<Style>().unwrap_err().to_string(),
+            "unknown submission style `batch`; expected sync, dual-pass or async"
+        );
 
-impl FromStr for BufferPolicy {
-    type Err = UnknownBufferPolicy;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        BufferPolicy::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| UnknownBufferPolicy(s.to_owned()))
+        crate::assert_published_names::<BufferPolicy>(&["registered", "per-request"]);
+        assert_eq!(
+            "pinned".parse::<BufferPolicy>().unwrap_err().to_string(),
+            "unknown buffer policy `pinned`; expected registered or per-request"
+        );
     }
 }

@@ -155,9 +155,11 @@ pub struct BenchArgs {
     pub churn: usize,
 }
 
-/// What a cell measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+/// What a cell measured. Its name (in the results' JSON and CSV) is the
+/// variant in kebab case, for serde and strum alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Path {
     /// Site A alone: inside → ESP out (or forward, for ipv4-fwd).
     Encap,
@@ -173,13 +175,7 @@ pub enum Path {
 
 impl Path {
     pub fn name(self) -> &'static str {
-        match self {
-            Path::Encap => "encap",
-            Path::Decap => "decap",
-            Path::RoundTrip => "round-trip",
-            Path::Encrypt => "encrypt",
-            Path::Decrypt => "decrypt",
-        }
+        self.into()
     }
 
     /// Gateways a packet crosses on this path.
@@ -931,6 +927,24 @@ mod tests {
 
     fn names(list: &[Scenario]) -> Vec<String> {
         list.iter().map(Scenario::name).collect()
+    }
+
+    /// Path names are the results' `path` column: deriving them must not
+    /// rename one, and serde must agree with strum.
+    #[test]
+    fn the_derived_path_names_are_the_published_keys() {
+        let paths = [
+            Path::Encap,
+            Path::Decap,
+            Path::RoundTrip,
+            Path::Encrypt,
+            Path::Decrypt,
+        ];
+        let names: Vec<&str> = paths.iter().map(|p| p.name()).collect();
+        assert_eq!(names, ["encap", "decap", "round-trip", "encrypt", "decrypt"]);
+        for path in paths {
+            assert_eq!(serde_json::to_value(path).unwrap(), path.name());
+        }
     }
 
     #[test]

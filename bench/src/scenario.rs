@@ -8,10 +8,16 @@ use std::time::Duration;
 use accel::{Algorithm, BufferPolicy, Completion, DeviceProfile, EngineKind, EngineSpec, SecConfig, Style};
 use dataplane::{Gateway, LinkLayer};
 use ike_stub::Config;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// How the `sec` engine signals completions (`--completion`).
+///
+/// Names (`--completion` values, JSON, scenario names) are the variants in
+/// kebab case, derived once for strum and serde alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
+#[strum(serialize_all = "kebab-case")]
 pub enum CompletionMode {
     /// Wake the dataplane on every completion.
     #[default]
@@ -22,26 +28,16 @@ pub enum CompletionMode {
     Coalesced,
 }
 
+accel::name_table!(CompletionMode);
+
 impl CompletionMode {
-    pub const ALL: [CompletionMode; 3] = [
-        CompletionMode::Interrupt,
-        CompletionMode::Polling,
-        CompletionMode::Coalesced,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CompletionMode::Interrupt => "interrupt",
-            CompletionMode::Polling => "polling",
-            CompletionMode::Coalesced => "coalesced",
-        }
-    }
-
     pub fn parse(text: &str) -> anyhow::Result<CompletionMode> {
-        CompletionMode::ALL
-            .into_iter()
-            .find(|m| m.name() == text)
-            .ok_or_else(|| anyhow::anyhow!("--completion `{text}`: expected interrupt, polling or coalesced"))
+        text.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "--completion `{text}`: expected {}",
+                accel::one_of(CompletionMode::NAMES)
+            )
+        })
     }
 
     pub fn to_accel(self) -> Completion {
@@ -53,12 +49,6 @@ impl CompletionMode {
                 timeout: Duration::from_micros(50),
             },
         }
-    }
-}
-
-impl fmt::Display for CompletionMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -323,4 +313,25 @@ pub fn gateway(
     let config = Config::parse(Path::new("<bench>"), &text)?;
     let built = accel::build_engine(&engine.spec)?;
     Ok(config.build_gateway(LinkLayer::Ethernet, built, engine.style, Duration::ZERO)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are `--completion` values and parts of scenario names in
+    /// the results' JSON and CSV: deriving them must not rename one.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        assert_eq!(CompletionMode::NAMES, ["interrupt", "polling", "coalesced"]);
+        for (mode, name) in CompletionMode::ALL.into_iter().zip(CompletionMode::NAMES) {
+            assert_eq!(mode.to_string(), *name);
+            assert_eq!(CompletionMode::parse(name).unwrap(), mode);
+            assert_eq!(serde_json::to_value(mode).unwrap(), *name);
+        }
+        assert_eq!(
+            CompletionMode::parse("msi").unwrap_err().to_string(),
+            "--completion `msi`: expected interrupt, polling or coalesced"
+        );
+    }
 }

@@ -5,10 +5,14 @@ use std::net::Ipv4Addr;
 
 use smoltcp::wire::EthernetAddress;
 use spd_sad::Ipv4Prefix;
+use strum::{EnumString, IntoStaticStr, VariantNames};
 
-/// The two sides of the gateway.
+/// The two sides of the gateway. Names (the config's interface names,
+/// JSON) are the variants in lower case, for serde and strum alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(EnumString, VariantNames, IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Port {
     /// The protected network: plaintext.
     Inside,
@@ -25,21 +29,22 @@ impl Port {
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Port::Inside => "inside",
-            Port::Outside => "outside",
-        }
+        self.into()
     }
 }
 
+// Not derived: strum's `Display` honours a width, which would change how
+// the `{:<N}` columns of `espgw check-config` print today.
 impl fmt::Display for Port {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
 }
 
-/// What kind of device an interface is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What kind of device an interface is; its name (the config's `kind`) is
+/// the variant in lower case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, strum::EnumString, strum::VariantNames)]
+#[strum(serialize_all = "lowercase")]
 pub enum InterfaceKind {
     /// An Ethernet device, read raw with AF_PACKET.
     #[default]
@@ -114,6 +119,21 @@ impl RoutingTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names are config values and JSON text: deriving them must not
+    /// rename one, and serde must agree with strum.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        use strum::VariantNames;
+        assert_eq!(Port::VARIANTS, ["inside", "outside"]);
+        for (port, name) in [(Port::Inside, "inside"), (Port::Outside, "outside")] {
+            assert_eq!(port.to_string(), name);
+            assert_eq!(name.parse::<Port>(), Ok(port));
+            assert_eq!(serde_json::to_value(port).unwrap(), name);
+        }
+        assert_eq!(InterfaceKind::VARIANTS, ["ethernet", "tun"]);
+        assert_eq!("tun".parse::<InterfaceKind>(), Ok(InterfaceKind::Tun));
+    }
 
     #[test]
     fn longest_prefix_wins() {

@@ -3,17 +3,16 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use spd_sad::ReplayError;
+use strum::{EnumCount, EnumString, IntoStaticStr, VariantArray};
 
 /// Why a packet was not forwarded. Every dropped packet is counted under
 /// exactly one of these.
 ///
 /// The list of reasons and their names are derived (strum): a new variant
 /// is one line here, and every table, counter array and name follows.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::EnumCount, strum::IntoStaticStr,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, VariantArray, EnumCount, IntoStaticStr, EnumString)]
 #[strum(serialize_all = "snake_case")]
 pub enum DropReason {
     /// No SPD entry matched (the default is discard, RFC 4301 §4.4.1).
@@ -96,7 +95,7 @@ impl DropReason {
 
     /// The reason of the name [`name`](Self::name) gives.
     pub fn from_name(name: &str) -> Option<DropReason> {
-        DropReason::ALL.iter().copied().find(|r| r.name() == name)
+        name.parse().ok()
     }
 
     /// Any of the anti-replay refusals.
@@ -173,8 +172,42 @@ impl Serialize for DropCounters {
     }
 }
 
-/// Gateway-wide counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+impl<'de> Deserialize<'de> for DropCounters {
+    /// The map [`Serialize`] writes. A name no reason has is an error (a
+    /// document from another build, or a renamed reason), never skipped;
+    /// a reason the map leaves out counts 0.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Counters;
+        impl<'de> serde::de::Visitor<'de> for Counters {
+            type Value = DropCounters;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map from drop reason names to counts")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<DropCounters, A::Error> {
+                let mut counters = DropCounters::default();
+                while let Some((name, n)) = map.next_entry::<std::borrow::Cow<'de, str>, u64>()? {
+                    let reason = DropReason::from_name(&name).ok_or_else(|| {
+                        let names: Vec<&str> = DropReason::ALL.iter().map(|r| r.name()).collect();
+                        serde::de::Error::custom(format!(
+                            "unknown drop reason `{name}`; known: {}",
+                            names.join(", ")
+                        ))
+                    })?;
+                    counters.0[reason.index()] = n;
+                }
+                Ok(counters)
+            }
+        }
+        deserializer.deserialize_map(Counters)
+    }
+}
+
+/// Gateway-wide counters: what the daemon writes (`--stats`, `espgw
+/// stats`) and what its readers parse back, so a renamed field fails to
+/// parse instead of reading 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
     pub rx_packets: u64,
     pub tx_packets: u64,
@@ -246,12 +279,20 @@ impl Stats {
     /// Every received packet is transmitted, consumed or dropped; every
     /// transmitted frame was received or generated.
     pub fn balanced(&self) -> bool {
-        self.rx_packets + self.generated
-            == self.tx_packets
-                + self.local_delivered
-                + self.dummy_packets
-                + self.fragments_absorbed
-                + self.drops.total()
+        let (came, went) = self.balance();
+        came == went
+    }
+
+    /// Both sides of [`balanced`](Self::balanced): frames received or
+    /// generated, and frames transmitted, consumed or dropped.
+    pub fn balance(&self) -> (u64, u64) {
+        let came = self.rx_packets + self.generated;
+        let went = self.tx_packets
+            + self.local_delivered
+            + self.dummy_packets
+            + self.fragments_absorbed
+            + self.drops.total();
+        (came, went)
     }
 }
 
@@ -313,6 +354,56 @@ mod tests {
                 "not_owner",
             ]
         );
+    }
+
+    /// What the daemon writes, its readers parse back whole; a stale or
+    /// misspelt reason is an error, not a 0.
+    #[test]
+    fn stats_round_trip_through_json() {
+        let mut stats = Stats {
+            rx_packets: 7,
+            generated: 2,
+            tx_packets: 5,
+            nat_peer_moved: 1,
+            ..Stats::default()
+        };
+        for (i, &reason) in DropReason::ALL.iter().enumerate() {
+            for _ in 0..i % 3 {
+                stats.drops.count(reason);
+            }
+        }
+        let json = serde_json::to_value(stats).unwrap();
+        assert_eq!(json["drops"]["auth_failed"], 1);
+        assert_eq!(serde_json::from_value::<Stats>(json.clone()).unwrap(), stats);
+
+        let mut renamed = json.clone();
+        let drops = renamed["drops"].as_object_mut().unwrap();
+        let n = drops.remove("auth_failed").unwrap();
+        drops.insert("icv_failed".into(), n);
+        let err = serde_json::from_value::<Stats>(renamed).unwrap_err().to_string();
+        assert!(err.contains("unknown drop reason `icv_failed`"), "{err}");
+
+        let mut missing = json;
+        missing.as_object_mut().unwrap().remove("rx_packets");
+        let err = serde_json::from_value::<Stats>(missing).unwrap_err().to_string();
+        assert!(err.contains("rx_packets"), "{err}");
+    }
+
+    #[test]
+    fn balance_counts_every_way_out() {
+        let mut stats = Stats {
+            rx_packets: 10,
+            generated: 1,
+            tx_packets: 6,
+            local_delivered: 2,
+            dummy_packets: 1,
+            fragments_absorbed: 1,
+            ..Stats::default()
+        };
+        assert_eq!(stats.balance(), (11, 10));
+        assert!(!stats.balanced());
+        stats.drops.count(DropReason::Malformed);
+        assert!(stats.balanced());
     }
 
     #[test]

@@ -8,12 +8,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use accel::{
-    Algorithm, BufferPolicy, Completion, DeviceProfile, Engine, EngineKind, EngineSpec, SecConfig, Session,
-    SessionSpec, Style,
+    Algorithm, BufferPolicy, Completion, CompletionKind, DeviceProfile, Engine, EngineKind, EngineSpec,
+    SecConfig, Session, SessionSpec, Style,
 };
 use dataplane::icmp::IcmpLimits;
 use dataplane::neighbor::NeighborLimits;
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
+use smoltcp::wire::Ipv4Cidr;
 use spd_sad::{
     Action, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange, ProtocolSelector,
     SaDirection, SaParams, Selector, UdpEncap, MAX_WINDOW,
@@ -449,6 +450,23 @@ pub fn install_policy(gateway: &mut Gateway, policy: &PolicyConfig) {
     });
 }
 
+/// The words of a policy's `action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::VariantNames)]
+#[strum(serialize_all = "lowercase")]
+enum ActionWord {
+    Protect,
+    Bypass,
+    Discard,
+}
+
+/// The words of an SA's or tunnel's `encap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::VariantNames)]
+#[strum(serialize_all = "lowercase")]
+enum EncapWord {
+    None,
+    Udp,
+}
+
 struct Validator<'a> {
     loc: &'a Locator<'a>,
     raw: &'a RawConfig,
@@ -495,19 +513,31 @@ impl Validator<'_> {
         })
     }
 
+    /// A keyword field, parsed by `T`'s derived `FromStr`. An unknown word
+    /// is reported by `message(word, the accepted words)`, the accepted
+    /// words from the derived list (`` `a`, `b` or `c` ``).
+    fn keyword<T>(
+        &self,
+        at: &S<String>,
+        kind: fn(String) -> ConfigErrorKind,
+        message: impl FnOnce(&str, &str) -> String,
+    ) -> Result<T, ConfigError>
+    where
+        T: FromStr + strum::VariantNames,
+    {
+        at.get_ref().parse::<T>().or_else(|_| {
+            let quoted: Vec<String> = T::VARIANTS.iter().map(|n| format!("`{n}`")).collect();
+            let quoted: Vec<&str> = quoted.iter().map(String::as_str).collect();
+            self.err(span(at), kind(message(at.get_ref(), &accel::one_of(&quoted))))
+        })
+    }
+
+    /// smoltcp's parser: six octets of one or two hex digits, all joined
+    /// by `:` or all by `-`.
     fn mac(&self, at: &S<String>) -> Result<EthernetAddress, ConfigError> {
-        let parts: Vec<_> = at.get_ref().split(':').collect();
-        let bytes: Option<Vec<u8>> = (parts.len() == 6)
-            .then(|| {
-                parts
-                    .iter()
-                    .map(|p| u8::from_str_radix(p, 16).ok().filter(|_| p.len() == 2))
-                    .collect()
-            })
-            .flatten();
-        match bytes {
-            Some(b) => Ok(EthernetAddress::from_bytes(&b)),
-            None => self.err(
+        match at.get_ref().parse::<EthernetAddress>() {
+            Ok(mac) => Ok(mac),
+            Err(()) => self.err(
                 span(at),
                 ConfigErrorKind::Value(format!(
                     "`{}` is not a MAC address; write six hex pairs separated by colons, e.g. 02:00:00:00:00:01",
@@ -802,23 +832,20 @@ impl Validator<'_> {
         };
         sec.channels = positive(a.channels.as_ref(), "channels", sec.channels)?;
         sec.fifo_depth = positive(a.fifo_depth.as_ref(), "fifo_depth", sec.fifo_depth)?;
-        sec.completion = match a.completion.as_ref().map(|c| (c, c.get_ref().as_str())) {
-            None | Some((_, "interrupt")) => Completion::Interrupt,
-            Some((_, "polling")) => Completion::Polling,
-            Some((_, "coalesced")) => Completion::Coalesced {
+        let completion = a.completion.as_ref().map(|c| {
+            self.keyword(c, ConfigErrorKind::Value, |other, expected| {
+                format!("[accel] completion `{other}` must be {expected}")
+            })
+        });
+        sec.completion = match completion.transpose()? {
+            None | Some(CompletionKind::Interrupt) => Completion::Interrupt,
+            Some(CompletionKind::Polling) => Completion::Polling,
+            Some(CompletionKind::Coalesced) => Completion::Coalesced {
                 count: positive(a.coalesce_count.as_ref(), "coalesce_count", 8)?,
                 timeout: std::time::Duration::from_micros(
                     a.coalesce_usecs.as_ref().map_or(50, |u| *u.get_ref()),
                 ),
             },
-            Some((c, other)) => {
-                return self.err(
-                    span(c),
-                    ConfigErrorKind::Value(format!(
-                        "[accel] completion `{other}` must be `interrupt`, `polling` or `coalesced`"
-                    )),
-                );
-            }
         };
         sec.buffers = buffers;
         // Fault injection for soak tests: the sec engine model only.
@@ -843,7 +870,7 @@ impl Validator<'_> {
             }
         }
         let afalg_io = match &a.afalg_io {
-            Some(io) => io.get_ref().parse().or_else(|e: String| {
+            Some(io) => io.get_ref().parse().or_else(|e: accel::afalg::UnknownAfalgIo| {
                 self.err(span(io), ConfigErrorKind::Value(format!("[accel] afalg_io: {e}")))
             })?,
             None => accel::afalg::AfalgIo::default(),
@@ -903,16 +930,9 @@ impl Validator<'_> {
     }
 
     fn port(&self, name: &S<String>) -> Result<Port, ConfigError> {
-        match name.get_ref().as_str() {
-            "inside" => Ok(Port::Inside),
-            "outside" => Ok(Port::Outside),
-            other => self.err(
-                span(name),
-                ConfigErrorKind::Interfaces(format!(
-                    "interface name `{other}` must be `inside` or `outside`"
-                )),
-            ),
-        }
+        self.keyword(name, ConfigErrorKind::Interfaces, |other, expected| {
+            format!("interface name `{other}` must be {expected}")
+        })
     }
 
     fn interfaces(&self) -> Result<(Interface, Interface, [LinkOverrides; 2]), ConfigError> {
@@ -922,14 +942,12 @@ impl Validator<'_> {
             let at = span(i);
             let i = i.get_ref();
             let port = self.port(&i.name)?;
-            let (address, len) = match i.address.get_ref().split_once('/') {
-                Some((a, l)) => (
-                    a.parse::<Ipv4Addr>().ok(),
-                    l.parse::<u8>().ok().filter(|l| *l <= 32),
-                ),
-                None => (None, None),
-            };
-            let (Some(address), Some(len)) = (address, len) else {
+            // smoltcp's parser, held to its canonical form: it would take
+            // `010.0.0.1` as 10.0.0.1, which tools that read octal take as
+            // 8.0.0.1 (std refuses it for that reason, and so do we).
+            let text = i.address.get_ref();
+            let cidr = text.parse::<Ipv4Cidr>().ok().filter(|c| c.to_string() == *text);
+            let Some(cidr) = cidr else {
                 return self.err(
                     span(&i.address),
                     ConfigErrorKind::Value(format!(
@@ -938,13 +956,9 @@ impl Validator<'_> {
                     )),
                 );
             };
-            let mask = if len == 0 {
-                0
-            } else {
-                u32::MAX << (32 - u32::from(len))
-            };
+            let address = cidr.address();
             let network =
-                Ipv4Prefix::new(Ipv4Addr::from(u32::from(address) & mask), len).unwrap_or(Ipv4Prefix::ANY);
+                Ipv4Prefix::new(cidr.network().address(), cidr.prefix_len()).unwrap_or(Ipv4Prefix::ANY);
             let mac = match &i.mac {
                 Some(m) => self.mac(m)?,
                 // A stand-in for offline use (pcap, bench): a locally
@@ -962,26 +976,22 @@ impl Validator<'_> {
                     ConfigErrorKind::Value(format!("MTU {mtu} is out of range; use 576 to 9000")),
                 );
             }
-            let kind = match i.kind.as_ref().map(|k| (k, k.get_ref().as_str())) {
-                None | Some((_, "ethernet")) => InterfaceKind::Ethernet,
-                Some((_, "tun")) if port == Port::Inside => InterfaceKind::Tun,
-                Some((k, "tun")) => {
-                    return self.err(
-                        span(k),
-                        ConfigErrorKind::Interfaces(
-                            "only the `inside` interface can be a TUN device; the outside needs Ethernet for ESP to peers"
-                                .into(),
-                        ),
-                    );
-                }
-                Some((k, other)) => {
-                    return self.err(
-                        span(k),
-                        ConfigErrorKind::Interfaces(format!(
-                            "interface kind `{other}` must be `ethernet` or `tun`"
-                        )),
-                    );
-                }
+            let kind = match &i.kind {
+                None => InterfaceKind::Ethernet,
+                Some(k) => match self.keyword(k, ConfigErrorKind::Interfaces, |other, expected| {
+                    format!("interface kind `{other}` must be {expected}")
+                })? {
+                    InterfaceKind::Tun if port != Port::Inside => {
+                        return self.err(
+                            span(k),
+                            ConfigErrorKind::Interfaces(
+                                "only the `inside` interface can be a TUN device; the outside needs Ethernet for ESP to peers"
+                                    .into(),
+                            ),
+                        );
+                    }
+                    kind => kind,
+                },
             };
             if found[port.index()].is_some() {
                 return self.err(
@@ -1145,14 +1155,11 @@ impl Validator<'_> {
     }
 
     fn mode(&self, mode: Option<&S<String>>) -> Result<Mode, ConfigError> {
-        match mode.map(|m| (m, m.get_ref().as_str())) {
-            None | Some((_, "tunnel")) => Ok(Mode::Tunnel),
-            Some((_, "transport")) => Ok(Mode::Transport),
-            Some((m, other)) => self.err(
-                span(m),
-                ConfigErrorKind::Value(format!("mode `{other}` is not `tunnel` or `transport`")),
-            ),
-        }
+        mode.map_or(Ok(Mode::Tunnel), |m| {
+            self.keyword(m, ConfigErrorKind::Value, |other, expected| {
+                format!("mode `{other}` is not {expected}")
+            })
+        })
     }
 
     /// `encap`, `udp_port` and `peer_udp_port` of an SA or tunnel.
@@ -1163,17 +1170,15 @@ impl Validator<'_> {
         peer_udp_port: Option<&S<u16>>,
         mode: Mode,
     ) -> Result<Option<UdpEncap>, ConfigError> {
-        let udp = match encap.map(|e| (e, e.get_ref().as_str())) {
-            None | Some((_, "none")) => false,
-            Some((_, "udp")) => true,
-            Some((e, other)) => {
-                return self.err(
-                    span(e),
-                    ConfigErrorKind::Value(format!(
-                        "encap `{other}` is not `udp` (RFC 3948 NAT traversal) or `none` (raw ESP)"
-                    )),
-                )
-            }
+        let encap_word = encap.map(|e| {
+            // Each word's meaning is in the message, so it is written out.
+            self.keyword(e, ConfigErrorKind::Value, |other, _| {
+                format!("encap `{other}` is not `udp` (RFC 3948 NAT traversal) or `none` (raw ESP)")
+            })
+        });
+        let udp = match encap_word.transpose()? {
+            None | Some(EncapWord::None) => false,
+            Some(EncapWord::Udp) => true,
         };
         if !udp {
             if let Some(port) = udp_port.or(peer_udp_port) {
@@ -1262,16 +1267,10 @@ impl Validator<'_> {
     }
 
     fn sa(&self, s: &RawSa) -> Result<SaConfig, ConfigError> {
-        let direction = match s.direction.get_ref().as_str() {
-            "out" => SaDirection::Outbound,
-            "in" => SaDirection::Inbound,
-            other => {
-                return self.err(
-                    span(&s.direction),
-                    ConfigErrorKind::Value(format!("SA direction `{other}` must be `out` or `in`")),
-                );
-            }
-        };
+        let direction: SaDirection =
+            self.keyword(&s.direction, ConfigErrorKind::Value, |other, expected| {
+                format!("SA direction `{other}` must be {expected}")
+            })?;
         let algorithm = self.algorithm(&s.proposal)?;
         let mode = self.mode(s.mode.as_ref())?;
         let sa = SaConfig {
@@ -1525,16 +1524,10 @@ impl Validator<'_> {
     }
 
     fn policy(&self, p: &RawPolicy) -> Result<PolicyConfig, ConfigError> {
-        let direction = match p.direction.get_ref().as_str() {
-            "out" => PolicyDirection::Out,
-            "in" => PolicyDirection::In,
-            other => {
-                return self.err(
-                    span(&p.direction),
-                    ConfigErrorKind::Value(format!("policy direction `{other}` must be `out` or `in`")),
-                );
-            }
-        };
+        let direction: PolicyDirection =
+            self.keyword(&p.direction, ConfigErrorKind::Value, |other, expected| {
+                format!("policy direction `{other}` must be {expected}")
+            })?;
         let prefix = |s: Option<&S<String>>, field: &str| -> Result<Ipv4Prefix, ConfigError> {
             s.map_or(Ok(Ipv4Prefix::ANY), |s| self.value(s, field, "192.168.1.0/24"))
         };
@@ -1548,9 +1541,12 @@ impl Validator<'_> {
             src_ports: self.ports(p.source_ports.as_ref())?,
             dst_ports: self.ports(p.destination_ports.as_ref())?,
         };
-        let action = match (p.action.get_ref().as_str(), &p.sa) {
-            ("protect", Some(sa)) => PolicyAction::Protect(sa.get_ref().clone()),
-            ("protect", None) => {
+        let word = self.keyword(&p.action, ConfigErrorKind::Value, |other, expected| {
+            format!("action `{other}` must be {expected}")
+        })?;
+        let action = match (word, &p.sa) {
+            (ActionWord::Protect, Some(sa)) => PolicyAction::Protect(sa.get_ref().clone()),
+            (ActionWord::Protect, None) => {
                 return self.err(
                     span(&p.action),
                     ConfigErrorKind::Value(
@@ -1558,7 +1554,7 @@ impl Validator<'_> {
                     ),
                 );
             }
-            ("bypass" | "discard", Some(sa)) => {
+            (ActionWord::Bypass | ActionWord::Discard, Some(sa)) => {
                 return self.err(
                     span(sa),
                     ConfigErrorKind::Value(
@@ -1566,16 +1562,8 @@ impl Validator<'_> {
                     ),
                 );
             }
-            ("bypass", None) => PolicyAction::Bypass,
-            ("discard", None) => PolicyAction::Discard,
-            (other, _) => {
-                return self.err(
-                    span(&p.action),
-                    ConfigErrorKind::Value(format!(
-                        "action `{other}` must be `protect`, `bypass` or `discard`"
-                    )),
-                );
-            }
+            (ActionWord::Bypass, None) => PolicyAction::Bypass,
+            (ActionWord::Discard, None) => PolicyAction::Discard,
         };
         Ok(PolicyConfig {
             name: p.name.get_ref().clone(),

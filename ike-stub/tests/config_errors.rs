@@ -736,3 +736,95 @@ fn nat_keepalive_interval_is_bounded() {
         "{err}"
     );
 }
+
+/// Keyword fields are parsed by derived `FromStr`s; an unknown word is
+/// named, with every accepted one, at the value.
+#[test]
+fn unknown_keywords_name_the_accepted_ones() {
+    let policy = |direction: &str, action: &str| {
+        format!("\n[[policy]]\nname = \"p\"\ndirection = \"{direction}\"\naction = \"{action}\"\n")
+    };
+    let cases = [
+        (
+            SA.replace("auth_key", "mode = \"bridge\"\nauth_key"),
+            "mode =",
+            8,
+            "mode `bridge` is not `tunnel` or `transport`",
+        ),
+        (
+            SA.replace("direction = \"out\"", "direction = \"both\""),
+            "direction =",
+            13,
+            "SA direction `both` must be `out` or `in`",
+        ),
+        (
+            policy("fwd", "bypass"),
+            "direction =",
+            13,
+            "policy direction `fwd` must be `out` or `in`",
+        ),
+        (
+            policy("out", "drop"),
+            "action =",
+            10,
+            "action `drop` must be `protect`, `bypass` or `discard`",
+        ),
+        (
+            "\n[accel]\nengine = \"sec\"\ncompletion = \"msi\"\n".to_owned(),
+            "completion =",
+            14,
+            "[accel] completion `msi` must be `interrupt`, `polling` or `coalesced`",
+        ),
+    ];
+    for (extra, field, column, message) in cases {
+        expect_error(&extra, line_of(&extra, field), column, message);
+    }
+}
+
+/// Interface addresses are address/prefix-length in the canonical form;
+/// MACs are six octets joined by `:` (or `-`, as smoltcp parses them).
+#[test]
+fn interface_addresses_and_macs_parse_as_written() {
+    for bad in [
+        "192.168.1.1",
+        "192.168.1.1/33",
+        "192.168.1/24",
+        "010.0.0.1/24",
+        "192.168.1.1/",
+    ] {
+        let text = BASE.replace("192.168.1.1/24", bad);
+        let err = parse(&text).unwrap_err();
+        assert_eq!(
+            err.line,
+            text.lines().position(|l| l.contains(bad)).unwrap() + 1,
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&format!(
+                "interface address `{bad}` must be address/prefix-length, e.g. 192.168.1.1/24"
+            )),
+            "{err}"
+        );
+    }
+    let config = parse(&BASE.replace("192.168.1.1/24", "192.168.1.77/26")).unwrap();
+    assert_eq!(config.inside.address, std::net::Ipv4Addr::new(192, 168, 1, 77));
+    assert_eq!(config.inside.network.to_string(), "192.168.1.64/26");
+
+    for (text, mac) in [
+        ("02:00:5e:10:0a:FF", [2, 0, 0x5e, 0x10, 0x0a, 0xff]),
+        ("02-00-5e-10-0a-ff", [2, 0, 0x5e, 0x10, 0x0a, 0xff]),
+    ] {
+        let extra = format!("\n[[neighbor]]\naddress = \"10.0.0.2\"\nmac = \"{text}\"\n");
+        let config = parse(&format!("{BASE}{extra}")).unwrap();
+        assert_eq!(config.neighbors[0].1 .0, mac, "{text}");
+    }
+    for bad in [
+        "02:00:00:00:00:100",
+        "02:00:00:00:00:0g",
+        "02:00-00:00:00:00",
+        "020000000001",
+    ] {
+        let extra = format!("\n[[neighbor]]\naddress = \"10.0.0.2\"\nmac = \"{bad}\"\n");
+        expect_error(&extra, line_of(&extra, "mac ="), 7, "is not a MAC address");
+    }
+}

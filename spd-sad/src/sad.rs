@@ -45,24 +45,34 @@ impl SaId {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An SA's direction. Its name (the config's `direction`, SA names, JSON)
+/// is written once, beside the variant; parsing and `Display` derive from it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::EnumString, strum::VariantNames, strum::IntoStaticStr,
+)]
 pub enum SaDirection {
     /// We encapsulate with it.
+    #[strum(serialize = "out")]
     Outbound,
     /// We decapsulate with it.
+    #[strum(serialize = "in")]
     Inbound,
 }
 
+// Not derived: strum's `Display` honours a width, which would change how
+// the `{:<N}` columns of `espgw check-config` print today.
 impl fmt::Display for SaDirection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SaDirection::Outbound => "out",
-            SaDirection::Inbound => "in",
-        })
+        f.write_str(self.into())
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An SA's mode; its name (the config's `mode`, JSON) is the variant in
+/// lower case, derived for parsing and `Display`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::EnumString, strum::VariantNames, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum Mode {
     /// The whole inner IP packet is protected and a new outer header added.
     Tunnel,
@@ -72,10 +82,7 @@ pub enum Mode {
 
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Mode::Tunnel => "tunnel",
-            Mode::Transport => "transport",
-        })
+        f.write_str(self.into())
     }
 }
 
@@ -1030,6 +1037,24 @@ impl<C> Sad<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names are config values and parts of SA names: deriving them
+    /// must not rename one.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        use strum::VariantNames;
+        assert_eq!(SaDirection::VARIANTS, ["out", "in"]);
+        assert_eq!(Mode::VARIANTS, ["tunnel", "transport"]);
+        for (d, name) in [(SaDirection::Outbound, "out"), (SaDirection::Inbound, "in")] {
+            assert_eq!(d.to_string(), name);
+            assert_eq!(name.parse::<SaDirection>(), Ok(d));
+        }
+        for (m, name) in [(Mode::Tunnel, "tunnel"), (Mode::Transport, "transport")] {
+            assert_eq!(m.to_string(), name);
+            assert_eq!(name.parse::<Mode>(), Ok(m));
+        }
+        assert!("Tunnel".parse::<Mode>().is_err());
+    }
 
     fn params(name: &str, direction: SaDirection, spi: u32) -> SaParams {
         SaParams {

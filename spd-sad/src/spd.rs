@@ -62,8 +62,13 @@ use rustc_hash::FxHashMap;
 
 use crate::sad::SaId;
 use crate::selector::{FlowKey, PortRange, ProtocolSelector, Selector};
-/// Which traffic a policy governs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which traffic a policy governs. Its name (the config's `direction`,
+/// policy names, JSON) is the variant in lower case, derived for parsing
+/// and `Display`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::EnumString, strum::VariantNames, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum PolicyDirection {
     /// Traffic leaving through the protected (outside) interface.
     Out,
@@ -71,12 +76,11 @@ pub enum PolicyDirection {
     In,
 }
 
+// Not derived: strum's `Display` honours a width, which would change how
+// the `{:<N}` columns of `espgw check-config` print today.
 impl fmt::Display for PolicyDirection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PolicyDirection::Out => "out",
-            PolicyDirection::In => "in",
-        })
+        f.write_str(self.into())
     }
 }
 
@@ -817,6 +821,17 @@ impl Spd {
 mod tests {
     use super::*;
     use crate::selector::{PortRange, ProtocolSelector};
+
+    /// The names are config values and parts of policy names: deriving
+    /// them must not rename one.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        use strum::VariantNames;
+        assert_eq!(PolicyDirection::VARIANTS, ["out", "in"]);
+        let both = [PolicyDirection::Out, PolicyDirection::In];
+        assert_eq!(both.map(|d| d.to_string()), ["out", "in"]);
+        assert_eq!(["out", "in"].map(|n| n.parse().ok()), both.map(Some));
+    }
 
     fn policy(name: &str, priority: u32, src: &str, dst: &str, action: Action) -> Policy {
         Policy {

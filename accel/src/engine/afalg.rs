@@ -72,6 +72,7 @@ use crate::descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, 
 use crate::engine::{Engine, EngineCounters, EngineKind, NextCompletion, RegisterError};
 use crate::job::{BufferPolicy, Job};
 use crate::session::{SessionHandle, SessionSpec, SessionTable};
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// Why AF_ALG cannot be used here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -603,8 +604,13 @@ fn precheck(alg: Algorithm, desc: &Descriptor, len: usize) -> Result<Option<Pass
 }
 
 /// How requests reach the kernel.
+///
+/// Names (config `[accel] afalg_io`, `--afalg-io`, JSON) are the variants
+/// in kebab case, derived once for strum and serde alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
+#[strum(serialize_all = "kebab-case", parse_err_ty = UnknownAfalgIo, parse_err_fn = UnknownAfalgIo::new)]
 pub enum AfalgIo {
     /// `sendmsg` then `read` in the caller's thread.
     Sync,
@@ -614,34 +620,14 @@ pub enum AfalgIo {
     IoUring,
 }
 
-impl AfalgIo {
-    pub const ALL: [AfalgIo; 2] = [AfalgIo::Sync, AfalgIo::IoUring];
+crate::name_table!(AfalgIo);
 
-    pub fn name(self) -> &'static str {
-        match self {
-            AfalgIo::Sync => "sync",
-            AfalgIo::IoUring => "io-uring",
-        }
-    }
-}
-
-impl std::str::FromStr for AfalgIo {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "sync" => Ok(AfalgIo::Sync),
-            "io-uring" => Ok(AfalgIo::IoUring),
-            other => Err(format!("unknown AF_ALG I/O `{other}`; expected sync or io-uring")),
-        }
-    }
-}
-
-impl std::fmt::Display for AfalgIo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::unknown_name!(
+    /// An AF_ALG I/O name that is not known.
+    UnknownAfalgIo,
+    AfalgIo,
+    "AF_ALG I/O"
+);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -1270,5 +1256,21 @@ impl Drop for AfalgEngine {
             std::mem::forget(std::mem::take(&mut self.reqs.0));
             std::mem::forget(self.ring.take());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are config values, `--afalg-io` values and JSON text:
+    /// deriving them must not rename one, and serde must agree with strum.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        crate::assert_published_names::<AfalgIo>(&["sync", "io-uring"]);
+        assert_eq!(
+            "epoll".parse::<AfalgIo>().unwrap_err().to_string(),
+            "unknown AF_ALG I/O `epoll`; expected sync or io-uring"
+        );
     }
 }

@@ -11,9 +11,9 @@
 //! policies.
 
 use std::collections::VecDeque;
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
+
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 use crate::job::Job;
 use crate::session::{SessionError, SessionHandle, SessionSpec};
@@ -30,8 +30,13 @@ pub use factory::{build_engine, EngineError, EngineSpec};
 pub use soft::SoftEngine;
 
 /// The engines espgw can put behind the boundary.
+///
+/// Names (config `[accel] engine`, `--engine`, JSON) are the variants in
+/// lower case, derived once for strum and serde alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
+#[strum(serialize_all = "lowercase", parse_err_ty = UnknownEngine, parse_err_fn = UnknownEngine::new)]
 pub enum EngineKind {
     /// Inline software in the caller's thread.
     #[default]
@@ -44,23 +49,9 @@ pub enum EngineKind {
     Shared,
 }
 
+crate::name_table!(EngineKind);
+
 impl EngineKind {
-    pub const ALL: [EngineKind; 4] = [
-        EngineKind::Soft,
-        EngineKind::Sec,
-        EngineKind::Afalg,
-        EngineKind::Shared,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Soft => "soft",
-            EngineKind::Sec => "sec",
-            EngineKind::Afalg => "afalg",
-            EngineKind::Shared => "shared",
-        }
-    }
-
     /// Whether this engine can run `alg` at all: the SEC has no ChaCha20
     /// or Poly1305 unit, and refuses such sessions at registration.
     pub fn supports(self, alg: crate::Algorithm) -> bool {
@@ -68,27 +59,12 @@ impl EngineKind {
     }
 }
 
-impl fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// An engine name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown engine `{0}`; expected soft, sec, afalg or shared")]
-pub struct UnknownEngine(pub String);
-
-impl FromStr for EngineKind {
-    type Err = UnknownEngine;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EngineKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| UnknownEngine(s.to_owned()))
-    }
-}
+crate::unknown_name!(
+    /// An engine name that is not known.
+    UnknownEngine,
+    EngineKind,
+    "engine"
+);
 
 /// Bytes an engine moved across its (modelled) bus, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -292,4 +268,21 @@ pub trait Engine: Send {
     /// driver's interrupt wait. Engines without a device to wait for
     /// return at once. The gateway core never calls it.
     fn wait(&mut self, _timeout: Duration) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are config values, `--engine` values and JSON text:
+    /// deriving them must not rename one, and serde must agree with strum.
+    /// A new engine is added here too.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        crate::assert_published_names::<EngineKind>(&["soft", "sec", "afalg", "shared"]);
+        assert_eq!(
+            "qat".parse::<EngineKind>().unwrap_err().to_string(),
+            "unknown engine `qat`; expected soft, sec, afalg or shared"
+        );
+    }
 }

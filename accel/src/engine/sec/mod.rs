@@ -36,8 +36,17 @@ pub use threaded::{SpawnError, ThreadedSecEngine};
 pub const DESCRIPTOR_BYTES: u64 = 64;
 
 /// How the engine tells the dataplane that work is done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+///
+/// [`CompletionKind`] is the same without the coalescing parameters: its
+/// names (the config's `[accel] completion`) are the variants in kebab
+/// case, derived for parsing as for serde.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, strum::EnumDiscriminants)]
 #[serde(rename_all = "kebab-case")]
+#[strum_discriminants(
+    name(CompletionKind),
+    derive(strum::EnumString, strum::VariantNames, strum::IntoStaticStr),
+    strum(serialize_all = "kebab-case")
+)]
 pub enum Completion {
     /// An interrupt per completion; a job becomes visible when its
     /// interrupt fires, at its completion time.
@@ -54,11 +63,7 @@ pub enum Completion {
 
 impl Completion {
     pub fn name(&self) -> &'static str {
-        match self {
-            Completion::Interrupt => "interrupt",
-            Completion::Polling => "polling",
-            Completion::Coalesced { .. } => "coalesced",
-        }
+        CompletionKind::from(self).into()
     }
 }
 
@@ -222,5 +227,33 @@ pub fn bus_bytes(alg: Algorithm, desc: &Descriptor) -> BusBytes {
         context,
         data_in,
         data_out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are the config's `[accel] completion` values and JSON
+    /// text: deriving them must not rename one.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        use strum::VariantNames;
+        assert_eq!(CompletionKind::VARIANTS, ["interrupt", "polling", "coalesced"]);
+        let coalesced = Completion::Coalesced {
+            count: 8,
+            timeout: Duration::from_micros(50),
+        };
+        for (completion, name) in [
+            (Completion::Interrupt, "interrupt"),
+            (Completion::Polling, "polling"),
+            (coalesced, "coalesced"),
+        ] {
+            assert_eq!(completion.name(), name);
+            assert_eq!(
+                name.parse::<CompletionKind>(),
+                Ok(CompletionKind::from(completion))
+            );
+        }
     }
 }

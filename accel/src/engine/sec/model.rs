@@ -173,7 +173,7 @@ pub struct SecEngine {
     channels: Vec<Channel>,
     bus: Reservations,
     /// By `EuKind::index`, one entry per instance.
-    units: [Vec<Reservations>; 5],
+    units: [Vec<Reservations>; EuKind::ALL.len()],
     /// Jobs whose completion the fault plan loses, with their channel and
     /// the time they would have completed; `reclaim` returns them.
     lost: Vec<(usize, Ns, Job)>,

@@ -141,7 +141,13 @@ impl Default for HostCosts {
 }
 
 /// The execution-unit kinds of a SEC 2.x-class part.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+///
+/// Names (the engine counters' `eu_busy_ns` keys) are the variants in
+/// kebab case, derived.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, strum::VariantArray, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum EuKind {
     /// AES (CBC, and GCM, modelled at the same rate).
     Aesu,
@@ -156,26 +162,16 @@ pub enum EuKind {
 }
 
 impl EuKind {
-    pub const ALL: [EuKind; 5] = [
-        EuKind::Aesu,
-        EuKind::Deu,
-        EuKind::MdeuSha1,
-        EuKind::MdeuSha256,
-        EuKind::Null,
-    ];
+    /// Every kind, in the order of [`DeviceProfile::units`].
+    pub const ALL: [EuKind; <EuKind as strum::VariantArray>::VARIANTS.len()] =
+        crate::variant_array(<EuKind as strum::VariantArray>::VARIANTS);
 
     pub fn index(self) -> usize {
         self as usize
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            EuKind::Aesu => "aesu",
-            EuKind::Deu => "deu",
-            EuKind::MdeuSha1 => "mdeu-sha1",
-            EuKind::MdeuSha256 => "mdeu-sha256",
-            EuKind::Null => "null",
-        }
+        self.into()
     }
 }
 
@@ -204,7 +200,7 @@ pub struct DeviceProfile {
     /// The bus between the device and memory, shared by all channels.
     pub bus: Throughput,
     /// By [`EuKind::index`].
-    pub units: [EuRate; 5],
+    pub units: [EuRate; EuKind::ALL.len()],
     /// Channels (job rings) of the part: the `SecConfig` default.
     pub channels: usize,
     /// Descriptors a channel's fetch FIFO holds: the `SecConfig` default.
@@ -222,12 +218,10 @@ impl DeviceProfile {
     pub const NAMES: [&'static str; 3] = ["none", "sec2-266mhz", "qat-class"];
 
     pub fn by_name(name: &str) -> Result<DeviceProfile, UnknownProfile> {
-        match name {
-            "none" => Ok(DeviceProfile::none()),
-            "sec2-266mhz" => Ok(DeviceProfile::sec2_266mhz()),
-            "qat-class" => Ok(DeviceProfile::qat_class()),
-            other => Err(UnknownProfile(other.to_owned())),
-        }
+        DeviceProfile::all()
+            .into_iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| UnknownProfile(name.to_owned()))
     }
 
     /// Every known profile.
@@ -253,7 +247,7 @@ impl DeviceProfile {
             setup: Duration::ZERO,
             latency: Duration::ZERO,
             bus: Throughput::Unlimited,
-            units: [unlimited; 5],
+            units: [unlimited; EuKind::ALL.len()],
             channels: 4,
             fifo_depth: 24,
             host: HostCosts::pcie_x86(),
@@ -372,8 +366,12 @@ impl std::str::FromStr for DeviceProfile {
 mod tests {
     use super::*;
 
+    /// `NAMES` is the command line's and the config's list: it must be
+    /// `all()`'s names, in order, and keep every published one.
     #[test]
     fn names_round_trip_and_unknown_lists_them() {
+        assert_eq!(DeviceProfile::all().map(|p| p.name), DeviceProfile::NAMES);
+        assert_eq!(DeviceProfile::NAMES, ["none", "sec2-266mhz", "qat-class"]);
         for (name, profile) in DeviceProfile::NAMES.iter().zip(DeviceProfile::all()) {
             assert_eq!(profile.name, *name);
             assert_eq!(DeviceProfile::by_name(name), Ok(profile));
@@ -381,6 +379,16 @@ mod tests {
         let err = DeviceProfile::by_name("sec3").unwrap_err().to_string();
         for name in DeviceProfile::NAMES {
             assert!(err.contains(name), "{err}");
+        }
+    }
+
+    /// The unit names are keys of the engine counters' `eu_busy_ns`.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        let names: Vec<&str> = EuKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names, ["aesu", "deu", "mdeu-sha1", "mdeu-sha256", "null"]);
+        for (i, kind) in EuKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind.index(), i);
         }
     }
 

@@ -12,6 +12,7 @@
 use crate::algorithm::Algorithm;
 use crate::descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, Region, Status};
 use crate::session::SessionHandle;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// Bumped whenever a message or entry changes shape.
 pub const VERSION: u16 = 1;
@@ -29,8 +30,14 @@ pub const MAX_KEY: usize = 64;
 pub const MAX_REASON: usize = 200;
 
 /// How a tenant's descriptors and data reach the server.
+///
+/// Names (config `[accel] transport`, `--transport`, JSON) are the
+/// variants in lower case, derived once for strum and serde alike; the wire
+/// codes are written out, as they must never move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(VariantArray, VariantNames, IntoStaticStr, EnumString, Display)]
+#[strum(serialize_all = "lowercase", parse_err_ty = UnknownTransport, parse_err_fn = UnknownTransport::new)]
 pub enum Transport {
     /// A ring pair and data area in shared memory, eventfd doorbells.
     #[default]
@@ -40,16 +47,9 @@ pub enum Transport {
     Socket,
 }
 
+crate::name_table!(Transport);
+
 impl Transport {
-    pub const ALL: [Transport; 2] = [Transport::Shm, Transport::Socket];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Shm => "shm",
-            Transport::Socket => "socket",
-        }
-    }
-
     fn code(self) -> u8 {
         match self {
             Transport::Shm => 1,
@@ -66,27 +66,12 @@ impl Transport {
     }
 }
 
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A transport name that is not known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown transport `{0}`; expected shm or socket")]
-pub struct UnknownTransport(pub String);
-
-impl std::str::FromStr for Transport {
-    type Err = UnknownTransport;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Transport::ALL
-            .into_iter()
-            .find(|t| t.name() == s)
-            .ok_or_else(|| UnknownTransport(s.to_owned()))
-    }
-}
+crate::unknown_name!(
+    /// A transport name that is not known.
+    UnknownTransport,
+    Transport,
+    "transport"
+);
 
 /// Why bytes from the other side are not a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -787,6 +772,20 @@ pub mod layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names are config values, `--transport` values and JSON text:
+    /// deriving them must not rename one, and serde must agree with strum.
+    #[test]
+    fn the_derived_names_are_the_published_keys() {
+        crate::assert_published_names::<Transport>(&["shm", "socket"]);
+        for transport in Transport::ALL {
+            assert_eq!(Transport::from_code(transport.code()), Some(transport));
+        }
+        assert_eq!(
+            "vsock".parse::<Transport>().unwrap_err().to_string(),
+            "unknown transport `vsock`; expected shm or socket"
+        );
+    }
 
     fn entry() -> RequestEntry {
         RequestEntry {

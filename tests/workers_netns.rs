@@ -364,7 +364,13 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
     );
     assert!(sent as usize >= ROUNDS * 16 * 9 / 10, "{context}");
     // Something lost at the kernel's sockets is not the workers' doing, but
-    // the flood must have gone through to mean anything.
-    assert!(received * 10 >= sent * 9, "{context}");
+    // the flood must have gone through to mean anything: 90 %, or on a host
+    // too busy for the gateways to keep up (frames the kernel dropped at
+    // their sockets, counted) at least half.
+    let lost_at_sockets = a["kernel_drops"].as_u64().unwrap_or(0) + lost_at_gw_b;
+    if received * 10 < sent * 9 {
+        assert!(lost_at_sockets > 0 && received * 2 >= sent, "{context}");
+        eprintln!("note: {received} of {sent} arrived; the kernel dropped {lost_at_sockets} frames at the gateways' sockets (a busy host)");
+    }
     assert!(a["encapsulated"].as_u64().unwrap_or(0) >= sent, "{context}");
 }

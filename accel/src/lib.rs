@@ -125,7 +125,7 @@ pub use buffer::{PacketBuf, PacketPool};
 pub use descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, Region, Status};
 pub use engine::{
     build_engine, BusBytes, Engine, EngineCounters, EngineError, EngineKind, EngineSpec, HostCharges,
-    NextCompletion, Prefetch, RegisterError, SoftEngine, UnknownEngine,
+    NextCompletion, RegisterError, SoftEngine, UnknownEngine,
 };
 pub use job::{BufferPolicy, Job, Style, UnknownBufferPolicy, UnknownStyle};
 pub use sec::{

@@ -129,24 +129,6 @@ impl SessionHandle {
     };
 }
 
-/// Starts loading every cache line of `value` (a hint: reads and writes
-/// nothing the program can see). Engines use it to fetch a batch's key
-/// schedules before the batch is worked on.
-pub fn prefetch_lines<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let start = (value as *const T).cast::<i8>();
-        for offset in (0..std::mem::size_of::<T>()).step_by(64) {
-            // SAFETY: the address lies inside the live `value`; a prefetch
-            // has no effect the program can observe.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
-}
-
 /// Registered sessions of one engine, in slots reused after release.
 /// Lookups are an index and a generation compare: nothing per packet
 /// hashes, locks or counts references.
@@ -198,13 +180,6 @@ impl<T> SessionTable<T> {
     }
 
     #[inline]
-    /// Starts loading the slot of `handle` into the cache.
-    pub fn prefetch(&self, handle: SessionHandle) {
-        if let Some(slot) = self.slots.get(handle.index as usize) {
-            prefetch_lines(slot);
-        }
-    }
-
     pub fn get(&self, handle: SessionHandle) -> Option<&T> {
         let slot = self.slots.get(handle.index as usize)?;
         (slot.generation == handle.generation).then_some(slot.value.as_ref()?)
@@ -273,25 +248,6 @@ pub(crate) enum MacState {
     HmacSha1(Wiped<Hmac<sha1::Sha1>>),
     HmacSha256(Wiped<Hmac<sha2::Sha256>>),
     None,
-}
-
-impl Session {
-    /// Starts loading the expanded keys, which live in boxes of their own.
-    pub fn prefetch_keys(&self) {
-        match &self.cipher {
-            CipherState::Aead { key, .. } => key.prefetch(),
-            CipherState::Cbc { encrypt, decrypt } => {
-                prefetch_lines(&**encrypt);
-                prefetch_lines(&**decrypt);
-            }
-            CipherState::Null => {}
-        }
-        match &self.mac {
-            MacState::HmacSha1(mac) => mac.prefetch(),
-            MacState::HmacSha256(mac) => mac.prefetch(),
-            MacState::None => {}
-        }
-    }
 }
 
 /// An SA's expanded keys, as the CPU engines (`soft`, `sec`) keep them.

@@ -21,13 +21,6 @@ impl<T> Wiped<T> {
     }
 }
 
-impl<T> Wiped<T> {
-    /// Starts loading the boxed value into the CPU cache.
-    pub(crate) fn prefetch(&self) {
-        crate::session::prefetch_lines(&**self.inner);
-    }
-}
-
 impl<T> Deref for Wiped<T> {
     type Target = T;
 

@@ -181,13 +181,6 @@ pub enum RegisterError {
     Refused { engine: EngineKind, reason: String },
 }
 
-/// The stages of [`Engine::prefetch`], a batch apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prefetch {
-    Slot,
-    Keys,
-}
-
 /// Executes jobs.
 ///
 /// The contract, which every engine keeps and `tests/engines.rs` checks:
@@ -222,12 +215,6 @@ pub trait Engine: Send {
     /// Moves jobs from the front of `jobs` into the engine, as many as it
     /// has room for, with one doorbell; returns how many it took.
     fn submit_burst(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize;
-
-    /// A hint that a job of `handle` comes soon: an engine that computes on
-    /// this CPU starts loading the session's state into the cache, the slot
-    /// at [`Prefetch::Slot`] and, once that had time to arrive, the keys it
-    /// points to at [`Prefetch::Keys`]. Nothing else may change.
-    fn prefetch(&self, _handle: SessionHandle, _stage: Prefetch) {}
 
     /// Whether [`run_inline`](Engine::run_inline) runs jobs: true for
     /// engines that compute on the calling CPU. Fixed for an engine's life.

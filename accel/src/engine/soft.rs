@@ -39,17 +39,6 @@ impl SoftEngine {
         }
     }
 
-    fn prefetch_session(&self, handle: crate::SessionHandle, stage: super::Prefetch) {
-        match stage {
-            super::Prefetch::Slot => self.sessions.prefetch(handle),
-            super::Prefetch::Keys => {
-                if let Some(session) = self.sessions.get(handle) {
-                    session.prefetch_keys();
-                }
-            }
-        }
-    }
-
     fn run(&mut self, job: &mut Job) {
         match self.sessions.get(job.session) {
             Some(session) => {
@@ -68,10 +57,6 @@ impl SoftEngine {
 impl Engine for SoftEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Soft
-    }
-
-    fn prefetch(&self, handle: SessionHandle, stage: super::Prefetch) {
-        self.prefetch_session(handle, stage);
     }
 
     fn register(&mut self, spec: &SessionSpec) -> Result<SessionHandle, RegisterError> {

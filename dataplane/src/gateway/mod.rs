@@ -541,17 +541,6 @@ impl Gateway {
                 }
                 classified.push((buf, class));
             }
-            // Then the engine's session state of those SAs, in two steps a
-            // pass apart: the slot, then the keys the slot points to.
-            for stage in [accel::Prefetch::Slot, accel::Prefetch::Keys] {
-                for (_, class) in &classified {
-                    if let Classified::Encapsulate(sa) = class {
-                        if let Some(sa) = gw.sad.get(*sa) {
-                            gw.engine.prefetch(sa.crypto().handle, stage);
-                        }
-                    }
-                }
-            }
             for (buf, class) in classified.drain(..) {
                 match class {
                     Classified::Done(result) => gw.emit(buf, result, out),

@@ -54,11 +54,10 @@ fn udp_sum(f: &[u8]) -> u16 {
     fold(ones_sum(&f[34..], ones_sum(&pseudo, 0)))
 }
 
-/// A UDP datagram of one ESP-in-UDP flow.
-fn datagram(spec: &[u8], id: u16) -> Vec<u8> {
-    let kind = spec[0];
-    let payload = 1 + usize::from(u16::from_be_bytes([spec[2], spec[3]])) % 1500;
-    let total = 20 + 8 + payload;
+/// An Ethernet + IPv4 frame of `protocol` with `l4_len` bytes after the
+/// IPv4 header, between `addrs`; DF unless the spec's kind says not.
+fn ipv4_frame(kind: u8, id: u16, protocol: u8, l4_len: usize, addrs: [u8; 8]) -> Vec<u8> {
+    let total = 20 + l4_len;
     let mut f = vec![0u8; 14 + total];
     f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
@@ -67,8 +66,29 @@ fn datagram(spec: &[u8], id: u16) -> Vec<u8> {
     f[18..20].copy_from_slice(&id.to_be_bytes());
     f[20] = if kind & 8 != 0 { 0 } else { 0x40 };
     f[22] = 64;
-    f[23] = 17;
-    f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+    f[23] = protocol;
+    f[26..34].copy_from_slice(&addrs);
+    f
+}
+
+/// The checksums set, with the spec's byte changed before or after.
+fn damage_and_fix(mut f: Vec<u8>, spec: &[u8]) -> Vec<u8> {
+    let at = usize::from(spec[5]) % f.len();
+    if spec[0] & 32 != 0 {
+        f[at] = spec[6];
+    }
+    fix(&mut f);
+    if spec[0] & 16 != 0 {
+        f[at] = spec[6];
+    }
+    f
+}
+
+/// A UDP datagram of one ESP-in-UDP flow.
+fn datagram(spec: &[u8], id: u16) -> Vec<u8> {
+    let kind = spec[0];
+    let payload = 1 + usize::from(u16::from_be_bytes([spec[2], spec[3]])) % 1500;
+    let mut f = ipv4_frame(kind, id, 17, 8 + payload, [10, 0, 0, 1, 10, 0, 0, 2]);
     f[34..38].copy_from_slice(&[0x11, 0x94, 0x11, 0x94]);
     f[38..40].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
     // Nonzero for now: `fix` computes it.
@@ -76,15 +96,7 @@ fn datagram(spec: &[u8], id: u16) -> Vec<u8> {
     for (k, b) in f[42..].iter_mut().enumerate() {
         *b = (usize::from(id) + k) as u8;
     }
-    let at = usize::from(spec[5]) % f.len();
-    if kind & 32 != 0 {
-        f[at] = spec[6];
-    }
-    fix(&mut f);
-    if kind & 16 != 0 {
-        f[at] = spec[6];
-    }
-    f
+    damage_and_fix(f, spec)
 }
 
 fn frame(spec: &[u8], seq: u32, id: u16) -> Vec<u8> {
@@ -93,17 +105,8 @@ fn frame(spec: &[u8], seq: u32, id: u16) -> Vec<u8> {
         return datagram(spec, id);
     }
     let payload = usize::from(u16::from_be_bytes([spec[2], spec[3]])) % 1600;
-    let total = 20 + 32 + payload;
-    let mut f = vec![0u8; 14 + total];
-    f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&(total as u16).to_be_bytes());
-    f[18..20].copy_from_slice(&id.to_be_bytes());
-    f[20] = if kind & 8 != 0 { 0 } else { 0x40 };
-    f[22] = 64;
-    f[23] = if kind & 1 != 0 { 17 } else { 6 };
-    f[26..34].copy_from_slice(&[192, 168, 1, 10, 192, 168, 2, 20]);
+    let protocol = if kind & 1 != 0 { 17 } else { 6 };
+    let mut f = ipv4_frame(kind, id, protocol, 32 + payload, [192, 168, 1, 10, 192, 168, 2, 20]);
     f[34..36].copy_from_slice(&5201u16.to_be_bytes());
     f[36..38].copy_from_slice(&40000u16.to_be_bytes());
     f[38..42].copy_from_slice(&seq.to_be_bytes());
@@ -115,15 +118,7 @@ fn frame(spec: &[u8], seq: u32, id: u16) -> Vec<u8> {
     for (k, b) in f[66..].iter_mut().enumerate() {
         *b = (seq as usize + k) as u8;
     }
-    let at = usize::from(spec[5]) % f.len();
-    if kind & 32 != 0 {
-        f[at] = spec[6];
-    }
-    fix(&mut f);
-    if kind & 16 != 0 {
-        f[at] = spec[6];
-    }
-    f
+    damage_and_fix(f, spec)
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -38,6 +38,13 @@ impl Gateway {
             && self.is_local(flow.dst)
     }
 
+    /// A datagram for the control plane, counted as delivered here.
+    pub(super) fn deliver_to_control(&mut self) -> Result<Next, DropReason> {
+        self.stats.local_delivered += 1;
+        self.stats.control_received += 1;
+        Ok(Next::Control)
+    }
+
     /// Whether `addr` is one of the gateway's own addresses.
     pub(super) fn is_local(&self, addr: Ipv4Addr) -> bool {
         self.interfaces.iter().any(|i| i.address == addr)
@@ -143,9 +150,7 @@ impl Gateway {
                     return Ok(Classified::Decapsulate);
                 }
                 if self.is_control(&flow, is_fragment) {
-                    self.stats.local_delivered += 1;
-                    self.stats.control_received += 1;
-                    return Ok(Classified::Done(Ok(Next::Control)));
+                    return Ok(Classified::Done(self.deliver_to_control()));
                 }
                 // RFC 4301 §5.2: plaintext must be allowed by a bypass policy.
                 let decision = self.spd.lookup_cached(PolicyDirection::In, &flow);

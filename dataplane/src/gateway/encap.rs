@@ -58,14 +58,11 @@ impl Gateway {
                 self.stats.nat_keepalives_received += 1;
                 Ok(Classified::Done(Ok(Next::Consume)))
             }
-            nat::Payload::Ike => {
+            nat::Payload::Ike if self.setup.control_port.is_none() => {
                 self.stats.local_delivered += 1;
-                if self.setup.control_port.is_none() {
-                    return Some(Ok(Classified::Done(Ok(Next::Consume))));
-                }
-                self.stats.control_received += 1;
-                Ok(Classified::Done(Ok(Next::Control)))
+                Ok(Classified::Done(Ok(Next::Consume)))
             }
+            nat::Payload::Ike => Ok(Classified::Done(self.deliver_to_control())),
             nat::Payload::Malformed => Err(DropReason::Malformed),
         })
     }
@@ -84,9 +81,8 @@ impl Gateway {
             Some(Ok(_)) => self.emit(datagram, Err(DropReason::Malformed), out),
             Some(Err(reason)) => self.emit(datagram, Err(reason), out),
             None if self.is_control(&flow, false) => {
-                self.stats.local_delivered += 1;
-                self.stats.control_received += 1;
-                self.emit(datagram, Ok(Next::Control), out);
+                let result = self.deliver_to_control();
+                self.emit(datagram, result, out);
             }
             None => {
                 self.stats.local_delivered += 1;

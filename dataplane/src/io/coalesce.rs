@@ -94,6 +94,32 @@ impl Plan {
     }
 }
 
+/// The IPv4 packet of `frame` and its total length, if it is what both
+/// merges take: IPv4 over Ethernet without options, of `protocol`, not
+/// fragmented, at least `min_total` bytes, with a right header checksum.
+fn whole_ipv4(frame: &[u8], protocol: u8, min_total: usize) -> Option<(&[u8], usize)> {
+    let ip = frame.get(ETHERNET_LEN..)?;
+    if frame[12..14] != [0x08, 0x00] || ip.len() < IPV4_LEN || ip[0] != 0x45 || ip[9] != protocol {
+        return None;
+    }
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
+    if fragment != 0 || total > ip.len() || total < min_total || fold(ones_sum(&ip[..IPV4_LEN], 0)) != 0 {
+        return None;
+    }
+    Some((ip, total))
+}
+
+/// Gives the first frame's IPv4 header the super-packet's total length,
+/// and the checksum that goes with it.
+fn set_total_len(frame: &mut [u8], total: usize) {
+    let ip = ETHERNET_LEN;
+    frame[ip + 2..ip + 4].copy_from_slice(&(total as u16).to_be_bytes());
+    frame[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+    let header_sum = fold(ones_sum(&frame[ip..ip + IPV4_LEN], 0));
+    frame[ip + 10..ip + 12].copy_from_slice(&header_sum.to_be_bytes());
+}
+
 /// What of a TCP/IPv4 segment decides whether it can be merged.
 #[derive(Debug, Clone, Copy)]
 struct Segment {
@@ -113,19 +139,7 @@ impl Segment {
     /// fragmented, ACK (and ECE) with or without PSH, some payload, and a
     /// right checksum.
     fn parse(frame: &[u8]) -> Option<Segment> {
-        let ip = frame.get(ETHERNET_LEN..)?;
-        if frame[12..14] != [0x08, 0x00] || ip.len() < IPV4_LEN || ip[0] != 0x45 || ip[9] != PROTO_TCP {
-            return None;
-        }
-        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-        let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
-        if fragment != 0
-            || total > ip.len()
-            || total < IPV4_LEN + 20
-            || fold(ones_sum(&ip[..IPV4_LEN], 0)) != 0
-        {
-            return None;
-        }
+        let (ip, total) = whole_ipv4(frame, PROTO_TCP, IPV4_LEN + 20)?;
         let tcp = &ip[IPV4_LEN..total];
         let tcp_header = usize::from(tcp[12] >> 4) * 4;
         if tcp_header < 20 || tcp_header >= tcp.len() {
@@ -165,19 +179,7 @@ impl Datagram {
     /// fragmented, some payload, lengths that agree, a right checksum (or
     /// none).
     fn parse(frame: &[u8]) -> Option<Datagram> {
-        let ip = frame.get(ETHERNET_LEN..)?;
-        if frame[12..14] != [0x08, 0x00] || ip.len() < IPV4_LEN || ip[0] != 0x45 || ip[9] != PROTO_UDP {
-            return None;
-        }
-        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-        let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
-        if fragment != 0
-            || total > ip.len()
-            || total <= IPV4_LEN + UDP_LEN
-            || fold(ones_sum(&ip[..IPV4_LEN], 0)) != 0
-        {
-            return None;
-        }
+        let (ip, total) = whole_ipv4(frame, PROTO_UDP, IPV4_LEN + UDP_LEN + 1)?;
         let udp = &ip[IPV4_LEN..total];
         if usize::from(u16::from_be_bytes([udp[4], udp[5]])) != udp.len() {
             return None;
@@ -330,10 +332,7 @@ fn plan_udp(frames: &mut [&mut [u8]], plan: &mut Plan, i: usize, n: usize, first
         let frame = &mut *frames[i];
         let ip = ETHERNET_LEN;
         let udp = ETHERNET_LEN + IPV4_LEN;
-        frame[ip + 2..ip + 4].copy_from_slice(&(total as u16).to_be_bytes());
-        frame[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
-        let header_sum = fold(ones_sum(&frame[ip..ip + IPV4_LEN], 0));
-        frame[ip + 10..ip + 12].copy_from_slice(&header_sum.to_be_bytes());
+        set_total_len(frame, total);
         let udp_len = total - IPV4_LEN;
         frame[udp + 4..udp + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         // The partial-checksum convention, as for TCP; `__udp_gso_segment`
@@ -357,10 +356,7 @@ fn plan_udp(frames: &mut [&mut [u8]], plan: &mut Plan, i: usize, n: usize, first
 fn rewrite_first(frame: &mut [u8], first: &Segment, total: usize, psh: u8) {
     let ip = ETHERNET_LEN;
     let tcp = ETHERNET_LEN + IPV4_LEN;
-    frame[ip + 2..ip + 4].copy_from_slice(&(total as u16).to_be_bytes());
-    frame[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
-    let header_sum = fold(ones_sum(&frame[ip..ip + IPV4_LEN], 0));
-    frame[ip + 10..ip + 12].copy_from_slice(&header_sum.to_be_bytes());
+    set_total_len(frame, total);
     frame[tcp + 13] = first.flags | psh;
     // The partial-checksum convention: the folded pseudo-header sum, not
     // complemented; the kernel (or the device) adds the rest.

@@ -523,9 +523,7 @@ pub fn decapsulate_finish(
         }
     }
     let protected_len = buf.len();
-    if let Some(state) = sa.account(protected_len, now) {
-        sad.note_transition(pending.sa, state);
-    }
+    sad.account(pending.sa, protected_len, now);
     Ok(Decapsulated::Packet)
 }
 

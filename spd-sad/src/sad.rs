@@ -7,7 +7,8 @@
 //! context, which is where keys are zeroized.
 
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,6 +100,23 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The earliest time one of the time limits could be reached, for an
+    /// SA installed at `installed_at` whose last packet (over every copy,
+    /// as far as known) was at `last_active`. Idle limits move later with
+    /// every packet, so this is a lower bound, looked at again when it comes.
+    fn next_deadline(&self, installed_at: Duration, last_active: Duration) -> Option<Duration> {
+        let after = |base: Duration, seconds: Option<u64>| {
+            seconds.and_then(|s| base.checked_add(Duration::from_secs(s)))
+        };
+        [
+            after(installed_at, self.seconds),
+            after(last_active, self.idle_seconds),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
     fn reached(&self, bytes: u64, packets: u64, age: Duration, idle: Duration) -> bool {
         self.bytes.is_some_and(|b| bytes >= b)
             || self.packets.is_some_and(|p| packets >= p)
@@ -229,6 +247,14 @@ pub const USAGE_BATCH: u64 = 32;
 /// test holds it).
 pub const SA_STATE_BOUND: usize = 768;
 
+/// SAs a tick adds up, and deadlines it looks at, at most (some 50-100 µs
+/// of cold SAs here), so that a tick is never a long pause for the dataplane
+/// whatever the table's size; the rest go to the next call.
+pub const TICK_BUDGET: usize = 1024;
+
+/// How far ahead of the SA it adds up the tick loads the next ones.
+const PREFETCH_AHEAD: usize = 6;
+
 /// Bytes one packet can add to an SA's usage, at most (a jumbo-free frame).
 const BIGGEST_PACKET: u64 = 2048;
 
@@ -298,6 +324,12 @@ pub struct SecurityAssociation<C> {
     /// Within a batch per copy of a byte or packet limit: count every
     /// packet at once and check the shared usage before each.
     near_limit: bool,
+    /// Whether the database's list of SAs used since the last tick holds
+    /// this one (see [`Sad::account`]).
+    listed: bool,
+    /// The deadline of this SA's entry in the database's timer heap, if it
+    /// has one; an entry with any other deadline is stale.
+    scheduled: Option<Duration>,
     crypto: C,
 }
 
@@ -333,6 +365,8 @@ impl<C> SecurityAssociation<C> {
             flush_packets: 1,
             flush_bytes: 1,
             near_limit: true,
+            listed: false,
+            scheduled: None,
             crypto,
         }
     }
@@ -477,6 +511,8 @@ impl<C> SecurityAssociation<C> {
             flush_packets: 1,
             flush_bytes: 1,
             near_limit: true,
+            listed: false,
+            scheduled: None,
             crypto: self.crypto.clone(),
         }
     }
@@ -532,6 +568,9 @@ impl<C> SecurityAssociation<C> {
     pub fn state_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + std::mem::size_of::<SaShared>()
+            // Its places in the database's timer heap and list of SAs used.
+            + std::mem::size_of::<Reverse<Timer>>()
+            + std::mem::size_of::<SaId>()
             + self.replay.bitmap_bytes()
             + self.params.name.capacity()
             + self.params.selectors.capacity() * std::mem::size_of::<Selector>()
@@ -696,6 +735,8 @@ impl<C> SecurityAssociation<C> {
 
     /// Counts one packet of `bytes` and moves the lifetime state on; returns
     /// the transition, if any.
+    /// In a database, count through [`Sad::account`], which lists the SA
+    /// for the next tick.
     pub fn account(&mut self, bytes: usize, now: Duration) -> Option<SaState> {
         self.last_active = self.last_active.max(now);
         self.unflushed_packets += 1;
@@ -705,6 +746,24 @@ impl<C> SecurityAssociation<C> {
         }
         self.flush_usage();
         self.refresh_state(now)
+    }
+
+    /// When this SA's next time-based transition could come, if any: the
+    /// limits of the states it has not reached yet.
+    fn next_deadline(&self) -> Option<Duration> {
+        let last_active = self.last_active.max(Duration::from_nanos(
+            self.shared.last_active_ns.load(Ordering::Relaxed),
+        ));
+        let lifetime = &self.params.lifetime;
+        let hard = lifetime.hard.next_deadline(self.installed_at, last_active);
+        match self.state {
+            SaState::Active => [lifetime.soft.next_deadline(self.installed_at, last_active), hard]
+                .into_iter()
+                .flatten()
+                .min(),
+            SaState::SoftExpired => hard,
+            SaState::HardExpired => None,
+        }
     }
 
     /// Re-evaluates lifetimes at `now`; returns a transition, if any.
@@ -783,6 +842,41 @@ pub struct Sad<C> {
     events: VecDeque<SaEvent>,
     /// This database's worker and how many there are, once placed.
     placement: Option<(usize, usize)>,
+    /// SAs that counted a packet since the last tick: the tick adds up
+    /// their usage, and only theirs, so that its cost follows the SAs in
+    /// use rather than the table. Its capacity is kept at the table's size
+    /// so that listing one never allocates on the packet path.
+    used: VecDeque<SaId>,
+    /// How many of `used` the last tick left for the next (past its
+    /// budget); the oldest first.
+    carried: usize,
+    /// Whether deadlines due by the last tick were left for the next.
+    timers_due: bool,
+    /// Time-based lifetime deadlines, earliest first, one live entry per
+    /// SA with a time limit left (the one its `scheduled` names);
+    /// entries of removed SAs or of moved deadlines are skipped when they
+    /// come, and swept out when they outnumber the live ones.
+    timers: BinaryHeap<Reverse<Timer>>,
+}
+
+/// An SA's next time-based lifetime deadline in [`Sad::timers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    deadline: Duration,
+    sa: SaId,
+}
+
+/// Starts loading the cache line at `at` (a hint: reads and writes nothing
+/// the program can see, so any address will do).
+fn prefetch_line(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch neither faults nor changes memory.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 /// The worker, of `workers`, that owns outbound SAs between `local` and
@@ -814,6 +908,10 @@ impl<C> Default for Sad<C> {
             by_spi: FxHashMap::default(),
             events: VecDeque::new(),
             placement: None,
+            used: VecDeque::new(),
+            carried: 0,
+            timers_due: false,
+            timers: BinaryHeap::new(),
         }
     }
 }
@@ -872,7 +970,39 @@ impl<C> Sad<C> {
         }
         self.by_name.insert(sa.params.name.clone(), id);
         entry.sa = Some(sa);
+        self.used
+            .reserve(self.slots.len().saturating_sub(self.used.len()));
+        self.schedule(id);
         Ok(id)
+    }
+
+    /// Gives SA `id` a timer entry for its next time-based deadline, unless
+    /// it has one as early already (a later deadline is found when that
+    /// one comes).
+    fn schedule(&mut self, id: SaId) {
+        let Some(sa) = self.get_mut(id) else {
+            return;
+        };
+        let Some(deadline) = sa.next_deadline() else {
+            return;
+        };
+        if sa.scheduled.is_some_and(|at| at <= deadline) {
+            return;
+        }
+        sa.scheduled = Some(deadline);
+        self.timers.push(Reverse(Timer { deadline, sa: id }));
+        // Removed SAs and moved deadlines leave entries behind: sweep them
+        // out once they outnumber the live ones.
+        if self.timers.len() > 2 * self.len() + 64 {
+            let slots = &self.slots;
+            self.timers.retain(|Reverse(t)| {
+                slots
+                    .get(t.sa.slot())
+                    .filter(|s| s.generation == t.sa.generation())
+                    .and_then(|s| s.sa.as_ref())
+                    .is_some_and(|sa| sa.scheduled == Some(t.deadline))
+            });
+        }
     }
 
     /// A copy of the whole database for another worker (see
@@ -881,7 +1011,7 @@ impl<C> Sad<C> {
     where
         C: Clone,
     {
-        Sad {
+        let mut fork = Sad {
             slots: self
                 .slots
                 .iter()
@@ -895,7 +1025,16 @@ impl<C> Sad<C> {
             by_spi: self.by_spi.clone(),
             events: VecDeque::new(),
             placement: None,
+            used: VecDeque::with_capacity(self.slots.len()),
+            carried: 0,
+            timers_due: false,
+            timers: BinaryHeap::new(),
+        };
+        let ids: Vec<SaId> = fork.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            fork.schedule(id);
         }
+        fork
     }
 
     /// Says that this database is worker `worker`'s of `workers`, whose
@@ -938,18 +1077,10 @@ impl<C> Sad<C> {
         let Some(slot) = self.slots.get(id.slot()) else {
             return;
         };
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let start = (slot as *const Slot<C>).cast::<i8>();
-            for offset in (0..std::mem::size_of::<Slot<C>>()).step_by(64) {
-                // SAFETY: a prefetch reads and writes nothing the program
-                // can see; the address lies inside the live slot.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
-            }
+        let start = (slot as *const Slot<C>).cast::<u8>();
+        for offset in (0..std::mem::size_of::<Slot<C>>()).step_by(64) {
+            prefetch_line(start.wrapping_add(offset));
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = slot;
     }
 
     pub fn get(&self, id: SaId) -> Option<&SecurityAssociation<C>> {
@@ -1012,20 +1143,83 @@ impl<C> Sad<C> {
         }
     }
 
-    /// Re-evaluates time-based lifetimes of every SA.
+    /// Counts one packet of `bytes` on SA `id` (see
+    /// [`SecurityAssociation::account`]) and records its transition, if
+    /// any. The first packet since the last tick adds the SA's usage to the
+    /// other workers' at once (so that how near a limit it is was looked at
+    /// again) and lists the SA for the next tick.
+    pub fn account(&mut self, id: SaId, bytes: usize, now: Duration) -> Option<SaState> {
+        let sa = self.get_mut(id)?;
+        if !sa.listed {
+            sa.listed = true;
+            sa.flush_packets = 1;
+            self.used.push_back(id);
+        }
+        let sa = self.get_mut(id)?;
+        let state = sa.account(bytes, now)?;
+        self.note_transition(id, state);
+        Some(state)
+    }
+
+    /// The tick: adds up the usage of the SAs used since the last one, and
+    /// re-evaluates lifetimes where that usage or a time limit due by `now`
+    /// may have moved them. Its cost follows the SAs used and the deadlines
+    /// due, not the size of the table, and is bounded: at most
+    /// [`TICK_BUDGET`] SAs of each kind, the oldest first; the rest wait for
+    /// the next call ([`Self::tick_backlog`]).
     pub fn handle_timeout(&mut self, now: Duration) {
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            let id = SaId::new(i, slot.generation);
-            if let Some(sa) = slot.sa.as_mut() {
-                // Tick time: this copy's usage joins the other workers'.
-                sa.flush_usage();
+        let listed = self.used.len();
+        let taken = listed.min(TICK_BUDGET);
+        for _ in 0..taken {
+            // The SAs are cold by now: load a few ahead while this one is
+            // added up.
+            if let Some(&ahead) = self.used.get(PREFETCH_AHEAD) {
+                self.prefetch(ahead);
             }
-            match slot.sa.as_mut().and_then(|sa| sa.refresh_state(now)) {
-                Some(SaState::SoftExpired) => self.events.push_back(SaEvent::SoftExpired(id)),
-                Some(SaState::HardExpired) => self.events.push_back(SaEvent::HardExpired(id)),
-                Some(SaState::Active) | None => {}
+            if let Some(sa) = self.used.get(PREFETCH_AHEAD / 2).and_then(|&id| self.get(id)) {
+                prefetch_line(Arc::as_ptr(&sa.shared).cast());
+            }
+            let Some(id) = self.used.pop_front() else {
+                break;
+            };
+            let Some(sa) = self.get_mut(id) else {
+                continue;
+            };
+            sa.listed = false;
+            // Tick time: this copy's usage joins the other workers'.
+            sa.flush_usage();
+            if let Some(state) = sa.refresh_state(now) {
+                self.note_transition(id, state);
             }
         }
+        self.carried = listed - taken;
+        for _ in 0..TICK_BUDGET {
+            let Some(&Reverse(timer)) = self.timers.peek() else {
+                break;
+            };
+            if timer.deadline > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(sa) = self.get_mut(timer.sa) else {
+                continue;
+            };
+            if sa.scheduled != Some(timer.deadline) {
+                continue;
+            }
+            sa.scheduled = None;
+            if let Some(state) = sa.refresh_state(now) {
+                self.note_transition(timer.sa, state);
+            }
+            self.schedule(timer.sa);
+        }
+        self.timers_due = self.timers.peek().is_some_and(|Reverse(t)| t.deadline <= now);
+    }
+
+    /// Whether the last tick left work past its budget: call
+    /// [`Self::handle_timeout`] again soon rather than at the next tick.
+    pub fn tick_backlog(&self) -> bool {
+        self.carried > 0 || self.timers_due
     }
 
     /// Next pending lifetime event, oldest first.
@@ -1311,6 +1505,14 @@ mod tests {
         assert_eq!(other.get_mut(id).unwrap().next_sequence(), Ok(SEQUENCE_BLOCK + 2));
         assert_eq!(own.get_mut(id).unwrap().next_sequence(), Ok(4));
         assert_eq!(own.get(id).unwrap().last_sequence(), 4);
+        // The packets are counted as the dataplane does, which lists the
+        // SA for the tick.
+        for _ in 0..2 {
+            other.account(id, 64, Duration::ZERO);
+        }
+        for _ in 0..4 {
+            own.account(id, 64, Duration::ZERO);
+        }
         other.handle_timeout(Duration::ZERO);
         assert_eq!(own.get(id).unwrap().last_sequence(), SEQUENCE_BLOCK + 2);
         own.handle_timeout(Duration::ZERO);
@@ -1344,16 +1546,16 @@ mod tests {
         assert_eq!(sad.poll_event(), None);
         assert_eq!(sad.get(id).unwrap().idle(secs(109)), secs(9));
         // A packet at 109 restarts the count.
-        assert_eq!(sad.get_mut(id).unwrap().account(100, secs(109)), None);
+        assert_eq!(sad.account(id, 100, secs(109)), None);
         sad.handle_timeout(secs(118));
         assert_eq!(sad.poll_event(), None, "9 s since the last packet");
         sad.handle_timeout(secs(119));
         assert_eq!(sad.poll_event(), Some(SaEvent::SoftExpired(id)));
         assert_eq!(sad.get(id).unwrap().state(), SaState::SoftExpired);
         // Soft-expired but usable; traffic keeps it from the hard limit.
-        let sa = sad.get_mut(id).unwrap();
-        assert!(sa.is_usable(secs(130)));
-        sa.account(100, secs(130));
+        assert!(sad.get(id).unwrap().is_usable(secs(130)));
+        sad.account(id, 100, secs(130));
+        let sa = sad.get(id).unwrap();
         assert!(sa.is_usable(secs(159)));
         assert!(!sa.is_usable(secs(160)), "30 s idle: unusable before any tick");
         sad.handle_timeout(secs(159));
@@ -1373,7 +1575,7 @@ mod tests {
         let mut first: Sad<()> = Sad::new();
         let id = first.insert(p, (), Duration::ZERO).unwrap();
         let mut second = first.fork();
-        second.get_mut(id).unwrap().account(64, secs(4));
+        second.account(id, 64, secs(4));
         second.handle_timeout(secs(4));
         first.handle_timeout(secs(6));
         assert_eq!(first.poll_event(), None, "the other copy sent at 4 s");
@@ -1462,6 +1664,174 @@ mod tests {
                 inbound.then_some(id),
                 "{name}"
             );
+        }
+    }
+
+    /// What the tick did before it followed only the SAs used and the
+    /// deadlines due: add up and re-evaluate every SA.
+    fn sweep_every_sa(sad: &mut Sad<()>, now: Duration) {
+        let ids: Vec<SaId> = sad.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            let sa = sad.get_mut(id).unwrap();
+            sa.flush_usage();
+            if let Some(state) = sa.refresh_state(now) {
+                sad.note_transition(id, state);
+            }
+        }
+    }
+
+    fn drain_events(sad: &mut Sad<()>) -> Vec<(u32, bool)> {
+        let mut events: Vec<(u32, bool)> = std::iter::from_fn(|| sad.poll_event())
+            .map(|e| match e {
+                SaEvent::SoftExpired(id) => (id.0, false),
+                SaEvent::HardExpired(id) => (id.0, true),
+            })
+            .collect();
+        events.sort_unstable();
+        events
+    }
+
+    /// The tick's bookkeeping (the list of SAs used, the deadline heap)
+    /// gives the same events by every tick, and the same states, as the
+    /// sweep over every SA did, over random time, idle and packet limits,
+    /// random traffic and SAs removed and added meanwhile.
+    #[test]
+    fn the_tick_finds_what_a_sweep_over_every_sa_finds() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        let mut tracked: Sad<()> = Sad::new();
+        let mut swept: Sad<()> = Sad::new();
+        let random_limits = |random: &mut dyn FnMut(u64) -> u64| {
+            let mut maybe = |scale: u64| (random(3) == 0).then(|| 1 + random(scale));
+            Limits {
+                bytes: None,
+                packets: maybe(400),
+                seconds: maybe(60),
+                idle_seconds: maybe(20),
+            }
+        };
+        let mut names = 0u32;
+        let mut install =
+            |at: Duration, tracked: &mut Sad<()>, swept: &mut Sad<()>, random: &mut dyn FnMut(u64) -> u64| {
+                names += 1;
+                let mut p = params(&format!("sa{names}"), SaDirection::Outbound, 0x1000 + names);
+                p.lifetime.soft = random_limits(random);
+                p.lifetime.hard = random_limits(random);
+                let a = tracked.insert(p.clone(), (), at).unwrap();
+                let b = swept.insert(p, (), at).unwrap();
+                assert_eq!(a, b);
+            };
+        for _ in 0..300 {
+            install(Duration::ZERO, &mut tracked, &mut swept, &mut random);
+        }
+        let (mut soft, mut hard) = (0, 0);
+        for tick in 1..=240u64 {
+            let now = Duration::from_millis(250 * tick);
+            let ids: Vec<SaId> = tracked.iter().map(|(id, _)| id).collect();
+            for &id in &ids {
+                if random(4) != 0 {
+                    continue;
+                }
+                for _ in 0..random(40) {
+                    let at = now - Duration::from_millis(100);
+                    tracked.account(id, 100, at);
+                    if let Some(state) = swept.get_mut(id).unwrap().account(100, at) {
+                        swept.note_transition(id, state);
+                    }
+                }
+            }
+            if random(5) == 0 {
+                let id = ids[random(ids.len() as u64) as usize];
+                assert!(tracked.remove(id).is_some() && swept.remove(id).is_some());
+                install(now, &mut tracked, &mut swept, &mut random);
+            }
+            tracked.handle_timeout(now);
+            sweep_every_sa(&mut swept, now);
+            let events = drain_events(&mut tracked);
+            assert_eq!(events, drain_events(&mut swept), "tick {tick}");
+            soft += events.iter().filter(|e| !e.1).count();
+            hard += events.iter().filter(|e| e.1).count();
+            for (id, sa) in tracked.iter() {
+                assert_eq!(sa.state(), swept.get(id).unwrap().state(), "tick {tick}");
+                assert_eq!(sa.counters(), swept.get(id).unwrap().counters(), "tick {tick}");
+            }
+        }
+        // The run reached both kinds of transition, not only quiet ticks.
+        assert!(soft > 50 && hard > 50, "{soft} soft, {hard} hard");
+    }
+
+    /// SAs removed and added by the thousand leave the timer heap no more
+    /// than about twice the SAs it holds.
+    #[test]
+    fn churn_keeps_the_timer_heap_bounded() {
+        let mut sad: Sad<()> = Sad::new();
+        let mut p = params("o", SaDirection::Outbound, 0x1000);
+        p.lifetime.hard.seconds = Some(3600);
+        p.lifetime.soft.idle_seconds = Some(600);
+        for i in 0..10_000u32 {
+            p.name = format!("o{i}");
+            let id = sad
+                .insert(p.clone(), (), Duration::from_millis(u64::from(i)))
+                .unwrap();
+            sad.remove(id).unwrap();
+            assert!(
+                sad.timers.len() <= 2 * sad.len() + 66,
+                "{} entries",
+                sad.timers.len()
+            );
+        }
+        let id = sad.insert(p, (), Duration::ZERO).unwrap();
+        sad.handle_timeout(Duration::from_secs(600));
+        assert_eq!(sad.poll_event(), Some(SaEvent::SoftExpired(id)));
+        sad.handle_timeout(Duration::from_secs(3600));
+        assert_eq!(sad.poll_event(), Some(SaEvent::HardExpired(id)));
+        assert_eq!(sad.poll_event(), None);
+        assert!(sad.timers.is_empty(), "nothing left to time");
+    }
+
+    /// A tick adds up at most [`TICK_BUDGET`] SAs and raises at most as
+    /// many deadlines, the oldest first, and says that it left the rest.
+    #[test]
+    fn a_tick_takes_at_most_its_budget_and_says_what_is_left() {
+        let secs = Duration::from_secs;
+        let n = 2 * TICK_BUDGET + 100;
+        let mut first: Sad<()> = Sad::new();
+        let mut p = params("o", SaDirection::Outbound, 0x1000);
+        p.lifetime.hard.seconds = Some(10);
+        let ids: Vec<SaId> = (0..n)
+            .map(|i| {
+                p.name = format!("o{i}");
+                first.insert(p.clone(), (), Duration::ZERO).unwrap()
+            })
+            .collect();
+        let second = first.fork();
+        // The first packet after a tick is added up at once; the second
+        // waits for the tick.
+        for &id in &ids {
+            first.account(id, 100, secs(1));
+            first.account(id, 100, secs(1));
+        }
+        let seen = |id: SaId| second.get(id).unwrap().counters().packets;
+        assert!(ids.iter().all(|&id| seen(id) == 1));
+        for round in 1..=3 {
+            first.handle_timeout(secs(2));
+            let flushed = ids.iter().filter(|&&id| seen(id) == 2).count();
+            assert_eq!(flushed, (round * TICK_BUDGET).min(n), "round {round}");
+            assert_eq!(first.tick_backlog(), flushed < n, "round {round}");
+            // Oldest first: the flushed ones are a prefix.
+            assert!(ids[..flushed].iter().all(|&id| seen(id) == 2));
+        }
+        let mut expired = 0;
+        for round in 1..=3 {
+            first.handle_timeout(secs(10));
+            expired += std::iter::from_fn(|| first.poll_event()).count();
+            assert_eq!(expired, (round * TICK_BUDGET).min(n), "round {round}");
+            assert_eq!(first.tick_backlog(), expired < n, "round {round}");
         }
     }
 }

@@ -204,9 +204,7 @@ impl Gateway {
                 // Lifetimes count what is handed to the engine, as Linux's
                 // xfrm_output does before the transform, so that finishing
                 // an outbound packet needs no SA.
-                if let Some(state) = sa.account(pending.protected_len, now) {
-                    self.sad.note_transition(sa_id, state);
-                }
+                self.sad.account(sa_id, pending.protected_len, now);
                 if self.jobs.inline_outbound {
                     self.jobs.inline.push(Job::new(
                         crypto.0,

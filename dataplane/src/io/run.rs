@@ -256,7 +256,9 @@ pub fn run(
             }
         }
         gateway.poll(now, &mut out, &mut pool);
-        if now.saturating_sub(last_timeout) >= Duration::from_millis(100) {
+        // A tick that left SAs past its budget goes on at the next turn,
+        // a budget at a time, rather than one long pause.
+        if now.saturating_sub(last_timeout) >= Duration::from_millis(100) || gateway.sad().tick_backlog() {
             gateway.handle_timeout(now, &mut out, &mut pool);
             summary.kernel_drops += sockets.kernel_drops();
             last_timeout = now;

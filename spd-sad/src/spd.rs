@@ -55,7 +55,7 @@
 //! indexes (no scan), and keep the ordered `Vec` in place (a shift when
 //! the new policy does not go at the end of its priority).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use rustc_hash::FxHashMap;
@@ -109,9 +109,10 @@ pub struct Policy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     pub action: Action,
-    /// Index of the matching policy in its direction's ordered list, or
-    /// `None` for the default discard.
-    pub policy: Option<usize>,
+    /// The matching policy's number (its place in insertion order: unique
+    /// and kept while the policy exists; see [`Spd::numbered`]), or `None`
+    /// for the default discard.
+    pub policy: Option<u64>,
 }
 
 /// Entries of the flow cache (four ways per set, a set in two 64-byte
@@ -447,7 +448,7 @@ impl CacheEntry {
                 1 => Action::Bypass,
                 _ => Action::Discard,
             },
-            policy: (self.policy != u32::MAX).then_some(self.policy as usize),
+            policy: (self.policy != u32::MAX).then_some(u64::from(self.policy)),
         }
     }
 }
@@ -506,10 +507,11 @@ impl FlowCache {
 /// Ordered policies for both directions, their index and the flow cache.
 #[derive(Clone)]
 pub struct Spd {
-    out: Vec<Policy>,
-    inbound: Vec<Policy>,
-    /// Each policy's order key, parallel to `out` and `inbound`.
-    keys: [Vec<OrderKey>; 2],
+    /// Each direction's policies by order key: adding or removing one is a
+    /// tree update, never a shift of the policies after it (100,000 of
+    /// them in a big SPD).
+    out: BTreeMap<OrderKey, Policy>,
+    inbound: BTreeMap<OrderKey, Policy>,
     index: [Index; 2],
     /// Policies by name (duplicates allowed): direction (0 out, 1 in), key.
     names: FxHashMap<String, BTreeSet<(u8, OrderKey)>>,
@@ -554,9 +556,8 @@ fn dir_of(index: u8) -> PolicyDirection {
 impl Default for Spd {
     fn default() -> Self {
         Spd {
-            out: Vec::new(),
-            inbound: Vec::new(),
-            keys: [Vec::new(), Vec::new()],
+            out: BTreeMap::new(),
+            inbound: BTreeMap::new(),
             index: [Index::default(), Index::default()],
             names: FxHashMap::default(),
             by_sa: FxHashMap::default(),
@@ -598,7 +599,6 @@ impl Spd {
             seq: self.next_seq,
         };
         // The new key is the largest of its priority: it goes after them.
-        let at = self.keys[d].partition_point(|k| *k < key);
         self.index[d].insert(&policy.selector, key, policy.action);
         self.names
             .entry(policy.name.clone())
@@ -607,17 +607,13 @@ impl Spd {
         if let Action::Protect(sa) = policy.action {
             self.by_sa.entry(sa).or_default().insert((d as u8, key));
         }
-        self.keys[d].insert(at, key);
-        self.list_mut(policy.direction).insert(at, policy);
+        self.list_mut(policy.direction).insert(key, policy);
         self.changed();
     }
 
     /// Removes the policy of direction `d` with key `key`.
     fn remove_at(&mut self, d: u8, key: OrderKey) -> Option<Policy> {
-        let dir = dir_of(d);
-        let at = self.keys[usize::from(d)].binary_search(&key).ok()?;
-        self.keys[usize::from(d)].remove(at);
-        let policy = self.list_mut(dir).remove(at);
+        let policy = self.list_mut(dir_of(d)).remove(&key)?;
         self.index[usize::from(d)].remove(&policy.selector, key);
         if let Some(set) = self.names.get_mut(&policy.name) {
             set.remove(&(d, key));
@@ -671,10 +667,9 @@ impl Spd {
         let Some((d, key)) = self.find_name(name) else {
             return false;
         };
-        let Ok(at) = self.keys[usize::from(d)].binary_search(&key) else {
+        let Some(policy) = self.list_mut(dir_of(d)).get_mut(&key) else {
             return false;
         };
-        let policy = &mut self.list_mut(dir_of(d))[at];
         let old = std::mem::replace(&mut policy.action, action);
         let selector = policy.selector;
         if let Some(rule) = self.index[usize::from(d)].rule_mut(&selector, key) {
@@ -693,23 +688,32 @@ impl Spd {
     /// The policy called `name`.
     pub fn get(&self, name: &str) -> Option<&Policy> {
         let (d, key) = self.find_name(name)?;
-        let at = self.keys[usize::from(d)].binary_search(&key).ok()?;
-        self.policies(dir_of(d)).get(at)
+        self.list(dir_of(d)).get(&key)
     }
 
-    fn list_mut(&mut self, direction: PolicyDirection) -> &mut Vec<Policy> {
+    fn list_mut(&mut self, direction: PolicyDirection) -> &mut BTreeMap<OrderKey, Policy> {
         match direction {
             PolicyDirection::Out => &mut self.out,
             PolicyDirection::In => &mut self.inbound,
         }
     }
 
-    /// The policies of a direction in the order they are consulted.
-    pub fn policies(&self, direction: PolicyDirection) -> &[Policy] {
+    fn list(&self, direction: PolicyDirection) -> &BTreeMap<OrderKey, Policy> {
         match direction {
             PolicyDirection::Out => &self.out,
             PolicyDirection::In => &self.inbound,
         }
+    }
+
+    /// The policies of a direction in the order they are consulted.
+    pub fn policies(&self, direction: PolicyDirection) -> impl ExactSizeIterator<Item = &Policy> + '_ {
+        self.list(direction).values()
+    }
+
+    /// The policies of a direction in the order they are consulted, each
+    /// with its number (what a [`Decision`] names it by).
+    pub fn numbered(&self, direction: PolicyDirection) -> impl ExactSizeIterator<Item = (u64, &Policy)> + '_ {
+        self.list(direction).iter().map(|(key, policy)| (key.seq, policy))
     }
 
     /// First matching policy; discard when none matches (RFC 4301 §4.4.1).
@@ -718,10 +722,9 @@ impl Spd {
         let d = dir_index(direction);
         self.index[d]
             .find(flow)
-            .and_then(|rule| Some((rule.action, self.keys[d].binary_search(&rule.key).ok()?)))
-            .map(|(action, i)| Decision {
-                action,
-                policy: Some(i),
+            .map(|rule| Decision {
+                action: rule.action,
+                policy: Some(rule.key.seq),
             })
             .unwrap_or(Decision {
                 action: Action::Discard,
@@ -866,7 +869,6 @@ mod tests {
         spd.insert(policy("also-200", 200, "any", "any", Action::Discard));
         let names: Vec<_> = spd
             .policies(PolicyDirection::Out)
-            .iter()
             .map(|p| p.name.as_str())
             .collect();
         assert_eq!(names, ["narrow", "wide", "also-200"]);

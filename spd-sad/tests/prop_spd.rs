@@ -193,7 +193,7 @@ impl Reference {
             if matches(&p.selector, flow) {
                 return Decision {
                     action: p.action,
-                    policy: Some(i),
+                    policy: Some(i as u64),
                 };
             }
         }
@@ -252,18 +252,39 @@ fn apply(spd: &mut Spd, op: &Op) -> Option<String> {
     }
 }
 
+/// A decision with the policy's number turned into its place in lookup
+/// order, as the references give it.
+fn places(spd: &Spd, direction: PolicyDirection) -> impl Fn(Decision) -> Decision {
+    let place: std::collections::HashMap<u64, u64> = spd
+        .numbered(direction)
+        .enumerate()
+        .map(|(i, (number, _))| (number, i as u64))
+        .collect();
+    move |d| Decision {
+        policy: d.policy.map(|n| place.get(&n).copied().unwrap_or(u64::MAX)),
+        ..d
+    }
+}
+
 fn check(spd: &mut Spd, reference: &Reference, flows: &[FlowKey]) -> Result<(), TestCaseError> {
     prop_assert_eq!(spd.len(), reference.policies.len());
     for direction in [PolicyDirection::Out, PolicyDirection::In] {
         let expected: Vec<&Policy> = reference.ordered(direction);
-        let got: Vec<&Policy> = spd.policies(direction).iter().collect();
+        let got: Vec<&Policy> = spd.policies(direction).collect();
         prop_assert_eq!(got, expected, "{} order", direction);
+        let place = places(spd, direction);
         for flow in flows {
             let expected = reference.lookup(direction, flow);
-            prop_assert_eq!(spd.lookup(direction, flow), expected, "{} {:?}", direction, flow);
+            prop_assert_eq!(
+                place(spd.lookup(direction, flow)),
+                expected,
+                "{} {:?}",
+                direction,
+                flow
+            );
             for pass in ["filling the cache", "from the cache"] {
                 prop_assert_eq!(
-                    spd.lookup_cached(direction, flow),
+                    place(spd.lookup_cached(direction, flow)),
                     expected,
                     "{} {:?} {}",
                     direction,
@@ -420,7 +441,7 @@ fn linear(ordered: &[&Policy], flow: &FlowKey) -> Decision {
         .position(|p| matches(&p.selector, flow))
         .map(|i| Decision {
             action: ordered[i].action,
-            policy: Some(i),
+            policy: Some(i as u64),
         })
         .unwrap_or(Decision {
             action: Action::Discard,
@@ -441,7 +462,7 @@ fn check_large(
     for direction in [PolicyDirection::Out, PolicyDirection::In] {
         let ordered = reference.ordered(direction);
         assert!(
-            spd.policies(direction).iter().eq(ordered.iter().copied()),
+            spd.policies(direction).eq(ordered.iter().copied()),
             "{stage}: {direction} order"
         );
         let seen = &mut seen[usize::from(direction == PolicyDirection::In)];
@@ -462,20 +483,21 @@ fn check_large(
             });
         }
         seen.extend(flows);
+        let place = places(spd, direction);
         for flow in seen.iter() {
             let expected = linear(&ordered, flow);
             assert_eq!(
-                spd.lookup(direction, flow),
+                place(spd.lookup(direction, flow)),
                 expected,
                 "{stage}: {direction} {flow:?}"
             );
             assert_eq!(
-                spd.lookup_cached(direction, flow),
+                place(spd.lookup_cached(direction, flow)),
                 expected,
                 "{stage}: {direction} {flow:?}"
             );
             assert_eq!(
-                spd.lookup_cached(direction, flow),
+                place(spd.lookup_cached(direction, flow)),
                 expected,
                 "{stage}: {direction} {flow:?}"
             );

@@ -223,9 +223,9 @@ impl Block {
 
 /// The inside fanout program for `workers` workers.
 pub fn inside_program<C>(spd: &Spd, sad: &Sad<C>, workers: usize) -> Result<Vec<Insn>, SteerError> {
-    let policies = spd.policies(PolicyDirection::Out);
-    let mut blocks = Vec::with_capacity(policies.len());
-    for policy in policies {
+    let policies = spd.policies(PolicyDirection::Out).len();
+    let mut blocks = Vec::with_capacity(policies);
+    for policy in spd.policies(PolicyDirection::Out) {
         let s = &policy.selector;
         let mut block = Block { insns: Vec::new() };
         block.prefix(12, s.src);
@@ -261,7 +261,7 @@ pub fn inside_program<C>(spd: &Spd, sad: &Sad<C>, workers: usize) -> Result<Vec<
     let total: usize = blocks.iter().map(|(b, _)| b.insns.len() + 1).sum::<usize>() + hash.len();
     if total > MAX_INSNS {
         return Err(SteerError::TooLong {
-            policies: policies.len(),
+            policies,
             insns: total,
         });
     }

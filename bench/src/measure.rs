@@ -445,28 +445,27 @@ pub struct CycleCounter {
 }
 
 impl CycleCounter {
-    const ENABLE: libc::c_ulong = 0x2400;
-    const DISABLE: libc::c_ulong = 0x2401;
-    const RESET: libc::c_ulong = 0x2403;
-
     /// Opens the counter, or says why there is none.
     pub fn open() -> Result<CycleCounter, String> {
+        use perf_event_open_sys::bindings;
         use std::os::fd::FromRawFd;
-        // struct perf_event_attr (128 bytes): type PERF_TYPE_HARDWARE (0),
-        // size, config PERF_COUNT_HW_CPU_CYCLES (0), flags: disabled,
-        // exclude_hv.
-        let mut attr = [0u64; 16];
-        attr[0] = 128u64 << 32;
-        attr[5] = 1 | (1 << 6);
+        let mut attr = bindings::perf_event_attr {
+            type_: bindings::PERF_TYPE_HARDWARE,
+            size: std::mem::size_of::<bindings::perf_event_attr>() as u32,
+            config: u64::from(bindings::PERF_COUNT_HW_CPU_CYCLES),
+            ..Default::default()
+        };
+        attr.set_disabled(1);
+        attr.set_exclude_hv(1);
         // SAFETY: perf_event_open reads the attribute block we own; pid 0
         // and cpu -1 mean this thread on any CPU.
-        let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) };
+        let fd = unsafe { perf_event_open_sys::perf_event_open(&mut attr, 0, -1, -1, 0) };
         if fd < 0 {
             return Err(std::io::Error::last_os_error().to_string());
         }
         // SAFETY: fd is a fresh descriptor owned from here on.
         Ok(CycleCounter {
-            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) },
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
         })
     }
 
@@ -474,7 +473,7 @@ impl CycleCounter {
         use std::os::fd::AsRawFd;
         // SAFETY: perf ioctl on our own counter.
         unsafe {
-            libc::ioctl(self.fd.as_raw_fd(), Self::RESET, 0);
+            perf_event_open_sys::ioctls::RESET(self.fd.as_raw_fd(), 0);
         }
     }
 
@@ -482,7 +481,7 @@ impl CycleCounter {
         use std::os::fd::AsRawFd;
         // SAFETY: perf ioctl on our own counter.
         unsafe {
-            libc::ioctl(self.fd.as_raw_fd(), Self::ENABLE, 0);
+            perf_event_open_sys::ioctls::ENABLE(self.fd.as_raw_fd(), 0);
         }
     }
 
@@ -490,7 +489,7 @@ impl CycleCounter {
         use std::os::fd::AsRawFd;
         // SAFETY: perf ioctl on our own counter.
         unsafe {
-            libc::ioctl(self.fd.as_raw_fd(), Self::DISABLE, 0);
+            perf_event_open_sys::ioctls::DISABLE(self.fd.as_raw_fd(), 0);
         }
     }
 

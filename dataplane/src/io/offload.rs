@@ -30,42 +30,37 @@ const TCP_FIN: u8 = 0x01;
 const TCP_PSH: u8 = 0x08;
 const TCP_CWR: u8 = 0x80;
 
-/// Why a received frame was dropped before the gateway saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a received frame was dropped before the gateway saw it. The list
+/// and the names (the stats keys) are derived: a new reason is one variant
+/// here, and the counters and their serialization follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::EnumCount, strum::IntoStaticStr)]
 pub enum OffloadDrop {
     /// Shorter than a virtio-net header.
+    #[strum(serialize = "vnet_header_short")]
     VnetHeader,
     /// Larger than a pool buffer and not a GSO super-packet the driver can
     /// cut (a jumbo frame), or cut short by the receive buffer.
+    #[strum(serialize = "frame_too_large")]
     TooLarge,
     /// A GSO type other than TCP or UDP over IPv4 (TCPv6, UFO, tunnels), or
     /// a GSO frame that is not IPv4 over Ethernet.
+    #[strum(serialize = "gso_unsupported")]
     GsoUnsupported,
     /// Headers that contradict the virtio-net header: `csum_start` or
     /// `csum_offset` outside the packet, `gso_size` 0, a truncated or
     /// fragmented IPv4 datagram, the wrong L4 protocol.
+    #[strum(serialize = "offload_malformed")]
     Malformed,
     /// The pool had no buffers for the segments.
+    #[strum(serialize = "gso_no_buffer")]
     NoBuffer,
 }
 
 impl OffloadDrop {
-    pub const ALL: [OffloadDrop; 5] = [
-        OffloadDrop::VnetHeader,
-        OffloadDrop::TooLarge,
-        OffloadDrop::GsoUnsupported,
-        OffloadDrop::Malformed,
-        OffloadDrop::NoBuffer,
-    ];
+    pub const ALL: &'static [OffloadDrop] = <OffloadDrop as strum::VariantArray>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            OffloadDrop::VnetHeader => "vnet_header_short",
-            OffloadDrop::TooLarge => "frame_too_large",
-            OffloadDrop::GsoUnsupported => "gso_unsupported",
-            OffloadDrop::Malformed => "offload_malformed",
-            OffloadDrop::NoBuffer => "gso_no_buffer",
-        }
+        self.into()
     }
 }
 
@@ -83,7 +78,7 @@ pub struct OffloadCounters {
     pub coalesced: u64,
     /// Segments merged into them.
     pub coalesced_segments: u64,
-    drops: [u64; OffloadDrop::ALL.len()],
+    drops: [u64; <OffloadDrop as strum::EnumCount>::COUNT],
 }
 
 impl OffloadCounters {
@@ -125,7 +120,8 @@ impl Serialize for OffloadCounters {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(Some(Self::WORK_KEYS.len() + OffloadDrop::ALL.len()))?;
-        let work = [
+        // Typed by the keys' count: a counter without a key does not compile.
+        let work: [u64; Self::WORK_KEYS.len()] = [
             self.csum_completed,
             self.gso_segmented,
             self.gso_segments,
@@ -135,7 +131,7 @@ impl Serialize for OffloadCounters {
         for (key, value) in Self::WORK_KEYS.iter().zip(work) {
             map.serialize_entry(key, &value)?;
         }
-        for reason in OffloadDrop::ALL {
+        for &reason in OffloadDrop::ALL {
             map.serialize_entry(reason.name(), &self.dropped(reason))?;
         }
         map.end()
@@ -415,6 +411,38 @@ fn segment(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every counter is published once, under the name the stats have
+    /// always used (the demo, the soak and `espgw stats` read them).
+    #[test]
+    fn the_offload_counters_publish_every_key_once() {
+        let json = serde_json::to_value(OffloadCounters::default()).unwrap();
+        let mut keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut expected = [
+            "csum_completed",
+            "gso_segmented",
+            "gso_segments",
+            "tx_coalesced",
+            "tx_coalesced_segments",
+            "vnet_header_short",
+            "frame_too_large",
+            "gso_unsupported",
+            "offload_malformed",
+            "gso_no_buffer",
+        ];
+        expected.sort_unstable();
+        assert_eq!(keys, expected);
+        let mut counters = OffloadCounters::default();
+        for (i, &reason) in OffloadDrop::ALL.iter().enumerate() {
+            for _ in 0..=i {
+                counters.count(reason);
+            }
+        }
+        for (i, &reason) in OffloadDrop::ALL.iter().enumerate() {
+            assert_eq!(counters.dropped(reason), i as u64 + 1, "{}", reason.name());
+        }
+    }
     use crate::wire::vnet::{VnetHeader, HEADER_LEN};
 
     /// Verifies an IPv4 header checksum and the TCP/UDP checksum of a

@@ -22,6 +22,7 @@ use spd_sad::{proto, Mode, ReplayError, SaDirection, SaId, SaState, Sad, Securit
 use crate::buffer::PacketBuf;
 use crate::stats::DropReason;
 use crate::wire::esp::{self, EspPacket, EspTrailer};
+use crate::wire::ipv4;
 
 /// RFC 4303 §2.6: next header 59 marks a dummy packet to be discarded.
 pub const NEXT_HEADER_NONE: u8 = 59;
@@ -174,11 +175,6 @@ fn descriptor(direction: Direction, alg: Algorithm, cipher_len: usize, esn_high:
     }
 }
 
-/// Header length of a packet the caller has already checked.
-fn ip_header_len(data: &[u8]) -> usize {
-    usize::from(data[0] & 0x0f) * 4
-}
-
 /// `n` rounded up to a multiple of `align`, a power of two (every ESP
 /// alignment is): masks instead of divisions on the per-packet path.
 fn round_up(n: usize, align: usize) -> usize {
@@ -190,7 +186,11 @@ fn round_up(n: usize, align: usize) -> usize {
 /// (behind a UDP header too when `udp`), and the largest packet that still
 /// fits `mtu` (for ICMP fragmentation-needed).
 pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, udp: bool, mtu: usize) -> (usize, usize) {
-    let header_len = ip_header_len(packet);
+    // Classification checked the packet; were it not whole, it is sized
+    // as if its header were the plain 20 bytes (and refused later).
+    let header_len = ipv4::header_len(packet)
+        .unwrap_or(IPV4_HEADER_LEN)
+        .min(packet.len());
     let udp_len = if udp { crate::nat::UDP_HEADER_LEN } else { 0 };
     let (outer, protected, kept) = match mode {
         Mode::Tunnel => (IPV4_HEADER_LEN + udp_len, packet.len(), 0),
@@ -321,7 +321,7 @@ pub fn encapsulate_prepare<R: Rng>(
         // mode); RFC 4301 §8.1: DF copied from the inner header.
         Mode::Tunnel => outer.write(header, inner_tos, total_len, ctx.ip_id, inner_df),
         Mode::Transport => {
-            let mut ip = Ipv4Packet::new_unchecked(header);
+            let mut ip = ipv4::header_mut(header)?;
             ip.set_next_header(IpProtocol::from(proto::ESP));
             ip.set_total_len(total_len);
             ip.fill_checksum();
@@ -362,8 +362,8 @@ pub fn decapsulate_prepare(
     has_held: impl Fn(SaId) -> bool,
 ) -> Result<Inbound, DropReason> {
     let data = buf.data();
-    let header_len = ip_header_len(data);
-    let ip = Ipv4Packet::new_unchecked(data);
+    let ip = ipv4::view(data)?;
+    let header_len = usize::from(ip.header_len());
     let dst = ip.dst_addr();
     // RFC 3948: classification sent UDP here only for an encapsulation
     // port, with a payload that is not a keepalive or IKE.
@@ -516,7 +516,7 @@ pub fn decapsulate_finish(
             buf.truncate(esp_offset + esp_overhead + payload_len);
             buf.close_gap_after(esp_offset, esp_overhead);
             let total_len = buf.len() as u16;
-            let mut ip = Ipv4Packet::new_unchecked(buf.data_mut());
+            let mut ip = ipv4::header_mut(buf.data_mut()).map_err(|_| malformed(sa))?;
             ip.set_next_header(IpProtocol::from(trailer.next_header));
             ip.set_total_len(total_len);
             ip.fill_checksum();

@@ -17,6 +17,7 @@ use smoltcp::wire::{
 };
 
 use crate::buffer::PacketBuf;
+use crate::wire::ipv4;
 
 /// ICMP types espgw sends or must not answer.
 pub mod kind {
@@ -129,7 +130,9 @@ pub fn arp_request(buf: &mut PacketBuf, our: (EthernetAddress, Ipv4Addr), target
 /// Turns the echo request in `buf` (an IPv4 packet) into its reply.
 pub fn echo_reply_in_place(buf: &mut PacketBuf) -> bool {
     let data = buf.data_mut();
-    let header_len = usize::from(data[0] & 0x0f) * 4;
+    let Ok(header_len) = ipv4::header_len(data) else {
+        return false;
+    };
     let Some(icmp) = data.get_mut(header_len..) else {
         return false;
     };
@@ -140,7 +143,9 @@ pub fn echo_reply_in_place(buf: &mut PacketBuf) -> bool {
     icmp[2..4].copy_from_slice(&[0, 0]);
     let sum = checksum(icmp);
     icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-    let mut ip = Ipv4Packet::new_unchecked(data);
+    let Ok(mut ip) = ipv4::view_mut(data) else {
+        return false;
+    };
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     ip.set_src_addr(dst);
     ip.set_dst_addr(src);
@@ -224,10 +229,10 @@ pub fn may_answer_with_error(packet: &[u8]) -> bool {
 pub fn error_in_place(buf: &mut PacketBuf, icmp_type: u8, code: u8, rest: u32, from: Ipv4Addr) -> bool {
     let (quoted, to) = {
         let data = buf.data();
-        let header_len = usize::from(data[0] & 0x0f) * 4;
-        let Ok(ip) = Ipv4Packet::new_checked(data) else {
+        let Ok(ip) = ipv4::view(data) else {
             return false;
         };
+        let header_len = usize::from(ip.header_len());
         ((header_len + 8).min(data.len()), ip.src_addr())
     };
     if !buf.truncate(quoted) || buf.prepend(8).is_none() || buf.prepend(20).is_none() {

@@ -182,11 +182,16 @@ impl Reassembler {
                 datagram.truncate(HEADER_ROOM + total);
                 datagram.trim_front(HEADER_ROOM - done.header_len);
                 let length = datagram.len() as u16;
-                let mut ip = Ipv4Packet::new_unchecked(datagram.data_mut());
-                ip.set_total_len(length);
-                ip.set_more_frags(false);
-                ip.set_frag_offset(0);
-                ip.fill_checksum();
+                // The first fragment's header, checked when it came; its
+                // total length is rewritten here. (Were it no header, the
+                // datagram would go on unchanged and the gateway's check of
+                // it refuse it.)
+                if let Ok(mut ip) = crate::wire::ipv4::header_mut(datagram.data_mut()) {
+                    ip.set_total_len(length);
+                    ip.set_more_frags(false);
+                    ip.set_frag_offset(0);
+                    ip.fill_checksum();
+                }
                 Reassembled::Complete {
                     datagram,
                     spent: frag,

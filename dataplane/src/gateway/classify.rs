@@ -14,7 +14,7 @@ use crate::buffer::PacketBuf;
 use crate::icmp;
 use crate::route::Port;
 use crate::stats::DropReason;
-use crate::wire::{flow_key, EspPacket};
+use crate::wire::{flow_key, ipv4, EspPacket};
 
 /// What classification decided for one frame.
 pub(super) enum Classified {
@@ -87,7 +87,7 @@ impl Gateway {
         if flow.protocol != proto::ICMP {
             return None;
         }
-        let header_len = usize::from(buf.data()[0] & 0x0f) * 4;
+        let header_len = ipv4::header_len(buf.data()).ok()?;
         if buf.data().get(header_len) != Some(&icmp::kind::ECHO_REQUEST) || !icmp::echo_reply_in_place(buf) {
             return None;
         }
@@ -106,7 +106,7 @@ impl Gateway {
             return Ok(Classified::Arp(arp));
         }
         check_ipv4(buf)?;
-        let ip = Ipv4Packet::new_unchecked(buf.data());
+        let ip = ipv4::view(buf.data())?;
         let flow = flow_key(&ip);
         let is_fragment = ip.more_frags() || ip.frag_offset() != 0;
         match from {
@@ -181,8 +181,10 @@ impl Gateway {
             return true;
         }
         let data = buf.data();
-        let header_len = usize::from(data[0] & 0x0f) * 4;
-        match EspPacket::new_checked(&data[header_len..]) {
+        let Ok(header_len) = ipv4::header_len(data) else {
+            return false;
+        };
+        match EspPacket::new_checked(data.get(header_len..).unwrap_or_default()) {
             Ok(esp) => self.sad.lookup_inbound(esp.spi(), dst).is_some(),
             Err(_) => false,
         }

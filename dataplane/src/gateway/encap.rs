@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use smoltcp::wire::Ipv4Packet;
 use spd_sad::{FlowKey, SaDirection, SaId};
 
 use super::classify::Classified;
@@ -15,6 +14,7 @@ use crate::esp::OuterHeader;
 use crate::icmp;
 use crate::nat::{self, PeerAddr};
 use crate::stats::DropReason;
+use crate::wire::ipv4;
 use crate::Output;
 
 impl Gateway {
@@ -37,7 +37,10 @@ impl Gateway {
             return None;
         }
         let data = buf.data();
-        let header_len = usize::from(data[0] & 0x0f) * 4;
+        let header_len = match ipv4::header_len(data) {
+            Ok(len) => len,
+            Err(reason) => return Some(Err(reason)),
+        };
         let udp = data.get(header_len..).unwrap_or_default();
         // The UDP length must say what the IPv4 length says (the buffer
         // ends where the datagram does): ESP's length is taken from it.
@@ -70,8 +73,10 @@ impl Gateway {
     /// A datagram the reassembler completed: ESP goes on to decapsulation;
     /// UDP is classified again now that its header and payload are whole.
     pub(super) fn reassembled(&mut self, now: Duration, datagram: PacketBuf, out: &mut Vec<Output>) {
-        let ip = Ipv4Packet::new_unchecked(datagram.data());
-        let flow = crate::wire::flow_key(&ip);
+        let flow = match ipv4::view(datagram.data()) {
+            Ok(ip) => crate::wire::flow_key(&ip),
+            Err(reason) => return self.emit(datagram, Err(reason), out),
+        };
         if flow.protocol != spd_sad::proto::UDP {
             return self.start_decapsulation(now, datagram, out);
         }
@@ -95,11 +100,11 @@ impl Gateway {
     /// decapsulation strips the outer headers.
     pub(super) fn arrival(buf: &PacketBuf, esp_offset: usize) -> Option<PeerAddr> {
         let data = buf.data();
-        let header_len = usize::from(data.first()? & 0x0f) * 4;
+        let ip = ipv4::view(data).ok()?;
+        let header_len = usize::from(ip.header_len());
         if esp_offset == header_len {
             return None;
         }
-        let ip = Ipv4Packet::new_checked(data).ok()?;
         Some(PeerAddr {
             address: ip.src_addr(),
             port: nat::source_port(data.get(header_len..)?)?,

@@ -7,7 +7,7 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use smoltcp::wire::{ArpOperation, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
+use smoltcp::wire::{ArpOperation, EthernetAddress, EthernetFrame, EthernetProtocol};
 
 use spd_sad::SaId;
 
@@ -18,6 +18,7 @@ use crate::icmp;
 use crate::neighbor::{Learnt, Neighbors, Queued};
 use crate::route::Port;
 use crate::stats::DropReason;
+use crate::wire::ipv4;
 use crate::Output;
 
 /// Where an SA's outer packets go, resolved once and reused while nothing
@@ -43,7 +44,10 @@ impl Gateway {
     /// normal route (fragmentation, ARP and errors included), remembering
     /// the hop for the next packet.
     pub(super) fn emit_protected(&mut self, sa: SaId, mut buf: PacketBuf, out: &mut Vec<Output>) {
-        let dst = Ipv4Packet::new_unchecked(buf.data()).dst_addr();
+        let dst = match ipv4::view(buf.data()) {
+            Ok(ip) => ip.dst_addr(),
+            Err(reason) => return self.emit(buf, Err(reason), out),
+        };
         match self.hops.get(sa.slot()).copied().flatten() {
             Some(hop)
                 if hop.sa == sa
@@ -96,12 +100,12 @@ impl Gateway {
         buf: &mut PacketBuf,
         out: &mut Vec<Output>,
     ) -> Result<Option<Port>, DropReason> {
-        let dst = Ipv4Packet::new_unchecked(buf.data()).dst_addr();
+        let ip = ipv4::view(buf.data())?;
+        let (dst, dont_frag) = (ip.dst_addr(), ip.dont_frag());
         let hop = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
         let mtu = usize::from(self.interfaces[hop.port.index()].mtu);
         if buf.len() > mtu {
-            let ip = Ipv4Packet::new_unchecked(buf.data());
-            if ip.dont_frag() {
+            if dont_frag {
                 return Err(DropReason::FragNeeded);
             }
             return self.fragment(buf, mtu, hop, out).map(|()| None);
@@ -143,16 +147,19 @@ impl Gateway {
         hop: crate::route::NextHop,
         out: &mut Vec<Output>,
     ) -> Result<(), DropReason> {
-        let header_len = usize::from(buf.data()[0] & 0x0f) * 4;
-        let chunk = (mtu - header_len) / 8 * 8;
+        let (header_len, base_offset, more_after) = {
+            let ip = ipv4::view(buf.data())?;
+            (
+                usize::from(ip.header_len()),
+                usize::from(ip.frag_offset()),
+                ip.more_frags(),
+            )
+        };
+        let chunk = mtu.saturating_sub(header_len) / 8 * 8;
         let payload_len = buf.len() - header_len;
         if chunk == 0 {
             return Err(DropReason::FragNeeded);
         }
-        let (base_offset, more_after) = {
-            let ip = Ipv4Packet::new_unchecked(buf.data());
-            (usize::from(ip.frag_offset()), ip.more_frags())
-        };
         let pieces = payload_len.div_ceil(chunk);
         let mut extra = Vec::with_capacity(pieces.saturating_sub(1));
         for i in 1..pieces {
@@ -177,7 +184,12 @@ impl Gateway {
                 return Err(DropReason::NoBufferSpace);
             }
             let total = piece.len() as u16;
-            let mut ip = Ipv4Packet::new_unchecked(piece.data_mut());
+            // The header is the datagram's, its total length still the
+            // whole datagram's: rewritten here.
+            let Ok(mut ip) = ipv4::header_mut(piece.data_mut()) else {
+                self.pool.free(piece);
+                return Err(DropReason::Malformed);
+            };
             ip.set_total_len(total);
             ip.set_frag_offset((base_offset + i * chunk) as u16);
             ip.set_more_frags(i + 1 < pieces || more_after);
@@ -186,7 +198,7 @@ impl Gateway {
         }
         buf.truncate(header_len + chunk);
         let total = buf.len() as u16;
-        let mut ip = Ipv4Packet::new_unchecked(buf.data_mut());
+        let mut ip = ipv4::header_mut(buf.data_mut())?;
         ip.set_total_len(total);
         ip.set_more_frags(true);
         ip.fill_checksum();
@@ -337,7 +349,9 @@ impl Gateway {
         if !icmp::may_answer_with_error(buf.data()) {
             return Err(reason);
         }
-        let to = Ipv4Packet::new_unchecked(buf.data()).src_addr();
+        let Ok(to) = ipv4::view(buf.data()).map(|ip| ip.src_addr()) else {
+            return Err(reason);
+        };
         if !self.icmp_limiter.allow(to, self.last_now) {
             self.stats.icmp_rate_limited += 1;
             return Err(reason);

@@ -24,7 +24,6 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use accel::{Algorithm, DescriptorKind, Direction, Job, NextCompletion, SessionHandle, Status, Style};
-use smoltcp::wire::Ipv4Packet;
 use spd_sad::SaId;
 
 use super::classify::decrement_ttl;
@@ -35,7 +34,7 @@ use crate::icmp;
 use crate::reassembly::Reassembled;
 use crate::route::Port;
 use crate::stats::DropReason;
-use crate::wire::flow_key;
+use crate::wire::{flow_key, ipv4};
 use crate::Output;
 
 /// How long a job may stay with the engine before the gateway gives up on
@@ -181,7 +180,10 @@ impl Gateway {
             sa.crypto().outer.is_udp(),
             mtu,
         );
-        let dont_fragment = Ipv4Packet::new_unchecked(buf.data()).dont_frag();
+        let dont_fragment = match ipv4::view(buf.data()) {
+            Ok(ip) => ip.dont_frag(),
+            Err(reason) => return self.emit(buf, Err(reason), out),
+        };
         if size > mtu && dont_fragment {
             let from = self.interfaces[Port::Inside.index()].address;
             let next_hop_mtu = u32::try_from(fits).unwrap_or(0);
@@ -533,8 +535,7 @@ impl Gateway {
             Decapsulated::Packet => {}
         }
         // RFC 4301 §5.2 step 4: the inner packet must match the SA's selectors.
-        let inner = Ipv4Packet::new_unchecked(buf.data());
-        let flow = flow_key(&inner);
+        let flow = flow_key(&ipv4::view(buf.data())?);
         let sa = self.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
         if !sa.admits(&flow) {
             sa.counters_mut().policy_mismatch += 1;

@@ -4,6 +4,7 @@
 
 pub mod esp;
 pub mod flow;
+pub mod ipv4;
 pub mod vnet;
 
 pub use esp::{EspPacket, EspTrailer};

@@ -1405,25 +1405,14 @@ pub fn udp_payload(packet: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, &[u8])> {
 /// IPv4/UDP packet.
 #[allow(clippy::type_complexity)]
 pub fn udp_endpoints(packet: &[u8]) -> Option<((Ipv4Addr, u16), (Ipv4Addr, u16), &[u8])> {
-    let version_ihl = *packet.first()?;
-    let header_len = usize::from(version_ihl & 0x0f) * 4;
-    if version_ihl >> 4 != 4 || header_len < 20 || packet.len() < header_len + 8 || packet[9] != 17 {
+    // smoltcp's checked views: after `new_checked` no accessor can read
+    // past the datagram (the fuzzer once found this parser doing so when it
+    // was written by hand).
+    let ip = smoltcp::wire::Ipv4Packet::new_checked(packet).ok()?;
+    if ip.version() != 4 || ip.next_header() != smoltcp::wire::IpProtocol::Udp {
         return None;
     }
-    let total = usize::from(u16::from_be_bytes([packet[2], packet[3]]));
-    let packet = packet.get(..total)?;
-    // The total length may end inside the headers checked above.
-    if packet.len() < header_len + 8 {
-        return None;
-    }
-    let src = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
-    let dst = Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
-    let udp = packet.get(header_len..)?;
-    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
-    if udp_len < 8 || udp_len > udp.len() {
-        return None;
-    }
-    let src_port = u16::from_be_bytes([udp[0], udp[1]]);
-    let dst_port = u16::from_be_bytes([udp[2], udp[3]]);
-    Some(((src, src_port), (dst, dst_port), &udp[8..udp_len]))
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let udp = smoltcp::wire::UdpPacket::new_checked(ip.payload()).ok()?;
+    Some(((src, udp.src_port()), (dst, udp.dst_port()), udp.payload()))
 }

@@ -303,69 +303,121 @@ fn build_nat() -> Result<()> {
     Ok(())
 }
 
+/// The tables of the shipped demo configs that the edits below change.
+/// Each edit names the value it expects to find, so that a shipped file
+/// that changed under them fails the demo with the key to look at,
+/// instead of the edit silently not happening.
+struct Shipped<'a> {
+    side: &'a str,
+    doc: toml_edit::DocumentMut,
+}
+
+impl Shipped<'_> {
+    /// The file's one `[[tunnel]]`.
+    fn tunnel(&mut self) -> Result<&mut toml_edit::Table> {
+        let side = self.side;
+        self.doc
+            .get_mut("tunnel")
+            .and_then(toml_edit::Item::as_array_of_tables_mut)
+            .and_then(|tunnels| tunnels.get_mut(0))
+            .ok_or_else(|| anyhow::anyhow!("configs/demo-{side}.toml has no [[tunnel]]"))
+    }
+
+    /// A top-level table, made if the file has none.
+    fn table(&mut self, name: &str) -> Result<&mut toml_edit::Table> {
+        let side = self.side;
+        self.doc
+            .entry(name)
+            .or_insert_with(toml_edit::table)
+            .as_table_mut()
+            .ok_or_else(|| anyhow::anyhow!("configs/demo-{side}.toml: `{name}` is not a table"))
+    }
+
+    /// The `[[name]]` entry whose `key` is `value`.
+    fn entry_where(&mut self, name: &str, key: &str, value: &str) -> Result<&mut toml_edit::Table> {
+        let found = self
+            .doc
+            .get_mut(name)
+            .and_then(toml_edit::Item::as_array_of_tables_mut)
+            .and_then(|all| {
+                all.iter_mut()
+                    .find(|t| t.get(key).and_then(|v| v.as_str()) == Some(value))
+            });
+        match found {
+            Some(table) => Ok(table),
+            None => Err(anyhow::anyhow!(
+                "configs/demo-{}.toml has no [[{name}]] with {key} = \"{value}\" for the demo to edit",
+                self.side
+            )),
+        }
+    }
+}
+
+/// Sets `key` of `table` from `from` to `to`; `from` must be its value.
+fn replace_value(table: &mut toml_edit::Table, key: &str, from: &str, to: &str) -> Result<()> {
+    let current = table.get(key).and_then(|v| v.as_str());
+    ensure!(
+        current == Some(from),
+        "the demo expects {key} = \"{from}\" where the shipped config has {current:?}"
+    );
+    table[key] = toml_edit::value(to);
+    Ok(())
+}
+
 /// `--nat`: the shipped demo config rewritten for the NAT between the
 /// gateways. gwA reaches gwB's public address through the NAT; gwB knows
 /// gwA only by its private address (as a peer behind a NAT is configured),
 /// which it cannot reach: it learns the NAT's address and port.
-fn nat_config(side: &str, text: &str) -> Result<String> {
-    let quoted = |key: &str, value: &str| format!("{key} = \"{value}\"");
-    let (edits, route) = if side == "a" {
-        (
-            vec![
-                (quoted("via", "10.0.0.2"), quoted("via", &NAT_INSIDE.to_string())),
-                (
-                    quoted("remote", "10.0.0.2"),
-                    quoted("remote", &GW_B_PUBLIC.to_string()),
-                ),
-            ],
-            ("172.16.0.0/24", NAT_INSIDE),
-        )
+fn nat_config(config: &mut Shipped<'_>) -> Result<()> {
+    let (destination, via) = if config.side == "a" {
+        replace_value(
+            config.entry_where("route", "via", "10.0.0.2")?,
+            "via",
+            "10.0.0.2",
+            &NAT_INSIDE.to_string(),
+        )?;
+        replace_value(config.tunnel()?, "remote", "10.0.0.2", &GW_B_PUBLIC.to_string())?;
+        ("172.16.0.0/24", NAT_INSIDE)
     } else {
-        (
-            vec![
-                (
-                    quoted("address", "10.0.0.2/24"),
-                    quoted("address", &format!("{GW_B_PUBLIC}/24")),
-                ),
-                (quoted("via", "10.0.0.1"), quoted("via", &NAT_PUBLIC.to_string())),
-                (
-                    quoted("local", "10.0.0.2"),
-                    quoted("local", &GW_B_PUBLIC.to_string()),
-                ),
-            ],
-            ("10.0.0.0/24", NAT_PUBLIC),
-        )
+        replace_value(
+            config.entry_where("interface", "name", "outside")?,
+            "address",
+            "10.0.0.2/24",
+            &format!("{GW_B_PUBLIC}/24"),
+        )?;
+        replace_value(
+            config.entry_where("route", "via", "10.0.0.1")?,
+            "via",
+            "10.0.0.1",
+            &NAT_PUBLIC.to_string(),
+        )?;
+        replace_value(config.tunnel()?, "local", "10.0.0.2", &GW_B_PUBLIC.to_string())?;
+        ("10.0.0.0/24", NAT_PUBLIC)
     };
-    let route = format!(
-        "[[route]]\ndestination = \"{}\"\nvia = \"{}\"\n\n",
-        route.0, route.1
-    );
-    let mut text = text.to_owned();
-    for (from, to) in &edits {
-        ensure!(
-            text.contains(from.as_str()),
-            "configs/demo-{side}.toml has no `{from}` for --nat to rewrite"
-        );
-        text = text.replacen(from.as_str(), to, 1);
-    }
-    ensure!(
-        text.contains("[[tunnel]]"),
-        "configs/demo-{side}.toml has no [[tunnel]]"
-    );
-    text = text.replacen("[[tunnel]]", &format!("{route}[[tunnel]]"), 1);
-    // The tunnel is the file's last table (until --rekey-every adds its
-    // lifetime after this).
-    text += "encap = \"udp\"\n";
-    Ok(text)
+    let mut route = toml_edit::Table::new();
+    route["destination"] = toml_edit::value(destination);
+    route["via"] = toml_edit::value(via.to_string());
+    let routes = config
+        .doc
+        .get_mut("route")
+        .and_then(toml_edit::Item::as_array_of_tables_mut)
+        .ok_or_else(|| anyhow::anyhow!("configs/demo-{}.toml has no [[route]]", config.side))?;
+    routes.push(route);
+    config.tunnel()?["encap"] = toml_edit::value("udp");
+    Ok(())
 }
 
-/// The shipped demo config, with another proposal and fitting keys if
-/// asked, and a short byte lifetime for `--rekey-every`.
-fn demo_config(side: &str, args: &DemoArgs, dir: &Path) -> Result<PathBuf> {
-    let (algorithm, rekey_every) = (args.algorithm, args.rekey_every);
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("configs/demo-{side}.toml"));
-    let mut text =
-        std::fs::read_to_string(&shipped).with_context(|| format!("reading {}", shipped.display()))?;
+/// The shipped demo config of `side` (its text), with another proposal
+/// and fitting keys if asked, the `sec` engine with faults, the NAT's
+/// addresses, and a short byte lifetime for `--rekey-every`. The shipped
+/// file stays the authority: only what a flag changes is edited, through
+/// `toml_edit`, and the rest (comments included) is kept as shipped.
+fn edited_demo_config(side: &str, args: &DemoArgs, shipped: &str) -> Result<String> {
+    let doc = shipped
+        .parse::<toml_edit::DocumentMut>()
+        .with_context(|| format!("configs/demo-{side}.toml is not TOML"))?;
+    let mut config = Shipped { side, doc };
+    let algorithm = args.algorithm;
     if algorithm != Algorithm::Aes128Gcm16 {
         let key = |len: usize, seed: u8| -> String {
             (0..len)
@@ -373,55 +425,64 @@ fn demo_config(side: &str, args: &DemoArgs, dir: &Path) -> Result<PathBuf> {
                 .collect()
         };
         let (out_seed, in_seed) = if side == "a" { (0x00, 0x20) } else { (0x20, 0x00) };
-        let mut keys = String::new();
+        let tunnel = config.tunnel()?;
+        ensure!(
+            tunnel.contains_key("proposal"),
+            "configs/demo-{side}.toml: its [[tunnel]] has no proposal for --algorithm to replace"
+        );
+        tunnel["proposal"] = toml_edit::value(algorithm.to_string());
+        for dir in ["out", "in"] {
+            tunnel.remove(&format!("enc_key_{dir}"));
+            tunnel.remove(&format!("auth_key_{dir}"));
+        }
         for (dir, seed) in [("out", out_seed), ("in", in_seed)] {
             if algorithm.enc_key_len() > 0 {
-                keys += &format!("enc_key_{dir} = \"{}\"\n", key(algorithm.enc_key_len(), seed));
+                tunnel[&format!("enc_key_{dir}")] = toml_edit::value(key(algorithm.enc_key_len(), seed));
             }
             if algorithm.auth_key_len() > 0 {
-                keys += &format!(
-                    "auth_key_{dir} = \"{}\"\n",
-                    key(algorithm.auth_key_len(), seed + 0x10)
-                );
+                tunnel[&format!("auth_key_{dir}")] =
+                    toml_edit::value(key(algorithm.auth_key_len(), seed + 0x10));
             }
         }
-        text = text
-            .lines()
-            .filter(|l| !l.starts_with("enc_key_") && !l.starts_with("auth_key_"))
-            .map(|l| {
-                if l.starts_with("proposal = ") {
-                    format!("proposal = \"{algorithm}\"\n{keys}")
-                } else {
-                    format!("{l}\n")
-                }
-            })
-            .collect();
         if algorithm.is_insecure() {
-            text = text.replacen("[gateway]\n", "[gateway]\nallow_insecure_null = true\n", 1);
+            config.table("gateway")?["allow_insecure_null"] = toml_edit::value(true);
         }
     }
     if args.fail_every.is_some() || args.lose_completion_every.is_some() {
-        let mut accel = "engine = \"sec\"\n".to_owned();
+        let accel = config.table("accel")?;
+        accel["engine"] = toml_edit::value("sec");
         if let Some(n) = args.fail_every {
-            accel += &format!("fail_every = {n}\n");
+            accel["fail_every"] = toml_edit::value(i64::try_from(n).context("--fail-every")?);
         }
         if let Some(n) = args.lose_completion_every {
-            accel += &format!("lose_completion_every = {n}\n");
+            accel["lose_completion_every"] =
+                toml_edit::value(i64::try_from(n).context("--lose-completion-every")?);
         }
-        text = text.replacen("engine = \"soft\"\n", &accel, 1);
     }
     if args.nat {
-        text = nat_config(side, &text)?;
+        nat_config(&mut config)?;
     }
-    if let Some(bytes) = rekey_every {
-        // The tunnel is the file's last table, so its lifetime goes last.
-        text += &format!(
-            "\n[tunnel.lifetime]\nsoft_bytes = {bytes}\nhard_bytes = {}\n\n[rekey]\ngrace_ms = 500\nretransmit_ms = 100\n",
-            // Far beyond the soft limit: a rekey takes a few milliseconds,
-            // in which a TCP burst through two workers moves megabytes.
-            bytes * 50
-        );
+    if let Some(bytes) = args.rekey_every {
+        let mut lifetime = toml_edit::Table::new();
+        lifetime["soft_bytes"] = toml_edit::value(i64::try_from(bytes).context("--rekey-every")?);
+        // Far beyond the soft limit: a rekey takes a few milliseconds, in
+        // which a TCP burst through two workers moves megabytes.
+        lifetime["hard_bytes"] = toml_edit::value(i64::try_from(bytes * 50).context("--rekey-every")?);
+        config
+            .tunnel()?
+            .insert("lifetime", toml_edit::Item::Table(lifetime));
+        let rekey = config.table("rekey")?;
+        rekey["grace_ms"] = toml_edit::value(500);
+        rekey["retransmit_ms"] = toml_edit::value(100);
     }
+    Ok(config.doc.to_string())
+}
+
+/// [`edited_demo_config`] of the shipped file, written to `dir`.
+fn demo_config(side: &str, args: &DemoArgs, dir: &Path) -> Result<PathBuf> {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("configs/demo-{side}.toml"));
+    let text = std::fs::read_to_string(&shipped).with_context(|| format!("reading {}", shipped.display()))?;
+    let text = edited_demo_config(side, args, &text)?;
     let path = dir.join(format!("demo-{side}.toml"));
     std::fs::write(&path, text)?;
     // The file holds keys: owner-only, as for a real gateway.
@@ -1518,6 +1579,79 @@ impl DemoArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    fn edited(side: &str, flags: &[&str]) -> ike_stub::Config {
+        let args =
+            <Cli as clap::Parser>::parse_from(std::iter::once("demo").chain(flags.iter().copied())).demo;
+        let shipped =
+            std::fs::read_to_string(format!("{}/configs/demo-{side}.toml", env!("CARGO_MANIFEST_DIR")))
+                .expect("the shipped config");
+        let text = edited_demo_config(side, &args, &shipped).unwrap_or_else(|e| panic!("{e:#}"));
+        ike_stub::Config::parse(Path::new("demo.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    /// Every flag's edit takes on the shipped files and gives what the
+    /// demo relies on: the gateways would otherwise run a config the demo
+    /// did not mean.
+    #[test]
+    fn the_shipped_demo_configs_take_every_edit() {
+        for side in ["a", "b"] {
+            let plain = edited(side, &[]);
+            let tunnel = plain.tunnel("a-b").expect("the shipped tunnel");
+            assert_eq!(tunnel.algorithm, Algorithm::Aes128Gcm16);
+            assert!(tunnel.secret.is_some() && tunnel.encap.is_none());
+
+            let null = edited(side, &["--algorithm", "null"]);
+            assert!(null.allow_insecure_null && !plain.allow_insecure_null);
+            let hmac = edited(side, &["--algorithm", "aes128-sha1"]);
+            assert_eq!(hmac.tunnel("a-b").unwrap().algorithm, Algorithm::Aes128Sha1);
+            let sa = hmac.sa("a-b-out").expect("the outbound SA");
+            assert_eq!((sa.enc_key.len(), sa.auth_key.len()), (16, 20));
+            let other = edited(
+                if side == "a" { "b" } else { "a" },
+                &["--algorithm", "aes128-sha1"],
+            );
+            let peer_in = other.sa("a-b-in").unwrap();
+            assert_eq!(
+                (&sa.enc_key, &sa.auth_key),
+                (&peer_in.enc_key, &peer_in.auth_key),
+                "both ends' keys agree"
+            );
+
+            let faults = edited(side, &["--fail-every", "7", "--lose-completion-every", "9"]);
+            assert_eq!(faults.engine.kind, EngineKind::Sec);
+            assert_eq!(faults.engine.sec.faults.fail_every, Some(7));
+            assert_eq!(faults.engine.sec.faults.drop_completion_every, Some(9));
+
+            let rekey = edited(side, &["--rekey-every", "200kB"]);
+            let life = rekey.tunnel("a-b").unwrap().lifetime;
+            assert_eq!(
+                (life.soft.bytes, life.hard.bytes),
+                (Some(200_000), Some(10_000_000))
+            );
+            assert_eq!(rekey.rekey.grace, Duration::from_millis(500));
+            assert_eq!(rekey.rekey.retransmit, Duration::from_millis(100));
+
+            let nat = edited(side, &["--nat", "--rekey-every", "200kB"]);
+            let tunnel = nat.tunnel("a-b").unwrap();
+            assert!(tunnel.encap.is_some());
+            assert!(tunnel.lifetime.soft.bytes.is_some());
+            let vias: Vec<_> = nat.routes.iter().map(|r| r.via).collect();
+            if side == "a" {
+                assert_eq!(tunnel.remote, GW_B_PUBLIC);
+                assert_eq!(vias, [Some(NAT_INSIDE), Some(NAT_INSIDE)]);
+            } else {
+                assert_eq!((tunnel.local, nat.outside.address), (GW_B_PUBLIC, GW_B_PUBLIC));
+                assert_eq!(vias, [Some(NAT_PUBLIC), Some(NAT_PUBLIC)]);
+            }
+        }
+    }
 
     /// An Ethernet frame with an IPv4 header from `src` to `dst` carrying
     /// `proto` and `payload`.

@@ -16,13 +16,17 @@
 //! module must not build or tear down any of them itself.
 
 use std::fs::File;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use accel::Algorithm;
 use anyhow::{bail, ensure, Context, Result};
+use ike_stub::builder::{pattern_key, ConfigBuilder, InterfaceBuilder, TunnelBuilder};
 use serde_json::{json, Value};
+use spd_sad::Ipv4Prefix;
 
 use crate::lab::topology::{gateway_command, have_tool, in_ns, is_root, kernel_forwarding, Lab, Names};
 use crate::lab::traffic;
@@ -98,53 +102,44 @@ enum Encap {
     Udp,
 }
 
+/// The configuration of gwA (`a`) or gwB: the demo's addresses, an
+/// aes128gcm16 tunnel `t` with published test keys (as in
+/// configs/demo-*.toml), raw ESP or ESP in UDP.
+fn gateway_config_builder(a: bool, encap: Encap) -> ConfigBuilder {
+    let third = |a: bool| if a { 1 } else { 2 };
+    let gw = |a: bool| Ipv4Addr::new(10, 0, 0, third(a));
+    let net = |a: bool| Ipv4Prefix::new(Ipv4Addr::new(192, 168, third(a), 0), 24).unwrap_or(Ipv4Prefix::ANY);
+    let spis = if a { (0x1001, 0x1002) } else { (0x1002, 0x1001) };
+    let (first_out, first_in) = if a { (0x00, 0x20) } else { (0x20, 0x00) };
+    // 20 bytes (key and salt): `first`, then 01 02 ... 13.
+    let key = |first: u8| {
+        let mut key = pattern_key(20, 1, 0);
+        key[0] = first;
+        key
+    };
+    let mut tunnel = TunnelBuilder::new("t", (gw(a), gw(!a)), Algorithm::Aes128Gcm16, spis)
+        .subnets(net(a), net(!a))
+        .replay_window(1024);
+    tunnel.enc_key_out = Some(key(first_out));
+    tunnel.enc_key_in = Some(key(first_in));
+    if encap == Encap::Udp {
+        tunnel = tunnel.udp_encap();
+    }
+    let (inside, outside) = if a { ("a-in", "a-out") } else { ("b-in", "b-out") };
+    ConfigBuilder::new()
+        .name(format!("bench-{}", if a { "a" } else { "b" }))
+        .interface(InterfaceBuilder::inside(
+            inside,
+            Ipv4Addr::new(192, 168, third(a), 1),
+            24,
+        ))
+        .interface(InterfaceBuilder::outside(outside, gw(a), 24))
+        .route_via(net(!a), gw(!a))
+        .tunnel(tunnel)
+}
+
 fn gateway_config(side: &str, dir: &Path, encap: Encap) -> Result<PathBuf> {
-    let (inside, outside, local, remote, local_net, remote_net, spi_out, spi_in, key_out, key_in) =
-        if side == "a" {
-            (
-                "a-in",
-                "a-out",
-                "10.0.0.1",
-                "10.0.0.2",
-                "192.168.1",
-                "192.168.2",
-                "1001",
-                "1002",
-                "00",
-                "20",
-            )
-        } else {
-            (
-                "b-in",
-                "b-out",
-                "10.0.0.2",
-                "10.0.0.1",
-                "192.168.2",
-                "192.168.1",
-                "1002",
-                "1001",
-                "20",
-                "00",
-            )
-        };
-    let key = |first: &str| format!("{first}0102030405060708090a0b0c0d0e0f10111213");
-    // Published test keys, as in configs/demo-*.toml.
-    let text = format!(
-        "[gateway]\nname = \"bench-{side}\"\n\n\
-         [[interface]]\nname = \"inside\"\ndevice = \"{inside}\"\naddress = \"{local_net}.1/24\"\n\n\
-         [[interface]]\nname = \"outside\"\ndevice = \"{outside}\"\naddress = \"{local}/24\"\n\n\
-         [[route]]\ndestination = \"{remote_net}.0/24\"\nvia = \"{remote}\"\n\n\
-         [[tunnel]]\nname = \"t\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n\
-         local_subnet = \"{local_net}.0/24\"\nremote_subnet = \"{remote_net}.0/24\"\n\
-         proposal = \"aes128gcm16\"\nspi_out = 0x{spi_out}\nspi_in = 0x{spi_in}\n\
-         enc_key_out = \"{}\"\nenc_key_in = \"{}\"\nreplay_window = 1024\n{}",
-        key(key_out),
-        key(key_in),
-        match encap {
-            Encap::Raw => "",
-            Encap::Udp => "encap = \"udp\"\n",
-        },
-    );
+    let text = gateway_config_builder(side == "a", encap).to_toml();
     let path = dir.join(format!("bench-{side}.toml"));
     std::fs::write(&path, text)?;
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
@@ -495,4 +490,59 @@ fn table(kernel: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gateways' files parse, and carry the keys, SPIs and
+    /// encapsulation the two ends must agree on.
+    #[test]
+    fn the_gateways_configs_are_valid_and_agree() {
+        let hex = |k: &[u8]| k.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        for encap in [Encap::Raw, Encap::Udp] {
+            let [a, b] = [true, false].map(|a| {
+                let built = gateway_config_builder(a, encap);
+                built
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{e}\n{}", built.to_toml()))
+            });
+            let (a_out, b_in) = (a.sa("t-out").unwrap(), b.sa("t-in").unwrap());
+            assert_eq!((a_out.params.spi, b_in.params.spi), (0x1001, 0x1001));
+            assert_eq!(hex(&a_out.enc_key), "000102030405060708090a0b0c0d0e0f10111213");
+            assert_eq!(a_out.enc_key, b_in.enc_key);
+            let (b_out, a_in) = (b.sa("t-out").unwrap(), a.sa("t-in").unwrap());
+            assert_eq!((b_out.params.spi, a_in.params.spi), (0x1002, 0x1002));
+            assert_eq!(hex(&b_out.enc_key), "200102030405060708090a0b0c0d0e0f10111213");
+            assert_eq!(b_out.enc_key, a_in.enc_key);
+            for config in [&a, &b] {
+                let tunnel = config.tunnel("t").unwrap();
+                assert_eq!(tunnel.encap.is_some(), encap == Encap::Udp);
+                assert_eq!(
+                    (tunnel.algorithm, tunnel.replay_window),
+                    (Algorithm::Aes128Gcm16, 1024)
+                );
+                // No MAC or MTU: `espgw run` takes each device's own.
+                assert_eq!(config.link_overrides, [ike_stub::LinkOverrides::default(); 2]);
+            }
+            assert_eq!(
+                (
+                    a.name.as_str(),
+                    a.inside.device.as_str(),
+                    a.outside.device.as_str()
+                ),
+                ("bench-a", "a-in", "a-out")
+            );
+            assert_eq!(
+                (
+                    b.name.as_str(),
+                    b.inside.device.as_str(),
+                    b.outside.device.as_str()
+                ),
+                ("bench-b", "b-in", "b-out")
+            );
+            assert_eq!(b.routes[0].via, Some(Ipv4Addr::new(10, 0, 0, 1)));
+        }
+    }
 }

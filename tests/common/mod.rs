@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, SecConfig, Style};
 use dataplane::{DropReason, Gateway, LinkLayer, PacketBuf, PacketPool, Port, Verdict};
-use ike_stub::builder::{pattern_key, test_site, ConfigBuilder};
+use ike_stub::builder::{pattern_key, test_site, ConfigBuilder, InterfaceBuilder};
 use ike_stub::Config;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
 use spd_sad::Mode;
@@ -39,6 +39,13 @@ pub fn key_hex(len: usize, seed: u8) -> String {
 pub fn tunnel_builder(alg: Algorithm, mode: &str, esn: bool, a: bool) -> ConfigBuilder {
     let mode: Mode = mode.parse().unwrap_or_else(|_| panic!("mode `{mode}`"));
     test_site(alg, mode, esn, a)
+}
+
+/// The interface `name` of `config`, for a test to change a setting of it.
+pub fn interface<'a>(config: &'a mut ConfigBuilder, name: &str) -> &'a mut InterfaceBuilder {
+    config
+        .interface_mut(name)
+        .unwrap_or_else(|| panic!("no interface `{name}`"))
 }
 
 /// [`tunnel_builder`]'s text, with `extra` TOML appended: keys of the

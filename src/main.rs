@@ -17,6 +17,7 @@ mod control;
 mod daemon;
 mod demo;
 mod engine_serve;
+mod lab;
 mod report;
 mod soak;
 mod veth_bench;
@@ -251,7 +252,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Run(args) => daemon::run(&args),
         Command::Reload(query) => show(&query, "reload", report::reload_text),
-        Command::Demo(args) => demo::run(&args),
+        Command::Demo(args) => match args.soak {
+            Some(seconds) => soak::run(&args, std::time::Duration::from_secs(seconds)),
+            None => demo::run(&args),
+        },
         Command::Engine { command } => engine_serve::run(&command),
         Command::Stats(query) => show(&query, "stats", report::stats_table),
         Command::Sa { command } => match command {

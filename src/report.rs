@@ -473,6 +473,50 @@ pub fn reload_text(doc: &Value) -> String {
     )
 }
 
+/// A gateway's drops with a count, `reason count, ...`, or `none` (the
+/// demo's and the soak's report lines).
+pub fn drops_line(stats: &serde_json::Value) -> String {
+    let drops: Vec<String> = stats["drops"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    if drops.is_empty() {
+        "none".into()
+    } else {
+        drops.join(", ")
+    }
+}
+
+/// What the driver did with the hosts' offloads: checksums completed,
+/// super-packets cut into segments and merged again on the way out, and
+/// frames it could not make whole.
+pub fn offload_line(stats: &serde_json::Value) -> String {
+    let o = &stats["offload"];
+    let n = |k: &str| o[k].as_u64().unwrap_or(0);
+    let mut line = format!(
+        "csum_completed {} gso_segmented {} (into {} segments) coalesced {} (from {} segments)",
+        n("csum_completed"),
+        n("gso_segmented"),
+        n("gso_segments"),
+        n("tx_coalesced"),
+        n("tx_coalesced_segments")
+    );
+    if let Some(map) = o.as_object() {
+        for (k, v) in map {
+            let v = v.as_u64().unwrap_or(0);
+            if v > 0 && !dataplane::io::offload::OffloadCounters::WORK_KEYS.contains(&k.as_str()) {
+                line += &format!(", {k} {v}");
+            }
+        }
+    }
+    line
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

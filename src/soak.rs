@@ -4,6 +4,10 @@
 //! gateway dies, if memory or pool buffers grow, if a gateway's counters
 //! do not add up, or if more datagrams are lost than the gateways and the
 //! kernel counted as dropped.
+//!
+//! Owns: the soak's rounds, its samples of the gateways and its verdict.
+//! The namespaces, the gateways and the traffic are the lab's
+//! (`crate::lab`); this module must not build or tear down any of them.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +19,9 @@ use dataplane::io::offload::OffloadCounters;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::demo::{self, DemoArgs};
+use crate::lab::gateways::start_lab;
+use crate::lab::topology::Names;
+use crate::lab::{traffic, DemoArgs};
 
 /// Resident memory of a process, in KiB.
 fn rss_kib(pid: u32) -> Result<u64> {
@@ -49,8 +55,8 @@ fn udp_in_errors(ns: &str) -> Result<u64> {
         .with_context(|| format!("no Udp InErrors in {ns}"))
 }
 
-fn host_udp_errors() -> Result<u64> {
-    Ok(udp_in_errors("espgw-hostA")? + udp_in_errors("espgw-hostB")?)
+fn host_udp_errors(names: &Names) -> Result<u64> {
+    Ok(udp_in_errors(&names.host_a)? + udp_in_errors(&names.host_b)?)
 }
 
 fn ask(name: &str) -> Result<Value> {
@@ -121,12 +127,13 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
     }
-    let (mut lab, stats_a, stats_b) = demo::start_lab(args)?;
-    let pids: Vec<u32> = lab.gateways.iter().map(std::process::Child::id).collect();
+    let (mut lab, dir, [stats_a, stats_b]) = start_lab(args)?;
+    let lab_names = lab.names.clone();
+    let pids: Vec<u32> = lab.children.iter().map(std::process::Child::id).collect();
     let names = ["demo-a", "demo-b"];
     // Warm up (ARP, first SAs), then take the baseline.
-    let _ = demo::ping();
-    let _ = demo::udp_streams(200, 500, Duration::from_micros(500))?;
+    let _ = traffic::ping(&lab_names, 5);
+    let _ = traffic::udp_streams(&lab_names, 200, 500, Duration::from_micros(500))?;
     let start: Vec<Sample> = pids
         .iter()
         .zip(names)
@@ -138,7 +145,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
         args_rekey(args),
         args_faults(args)
     );
-    let host_errors_before = host_udp_errors()?;
+    let host_errors_before = host_udp_errors(&lab_names)?;
     let began = Instant::now();
     let (mut rounds, mut udp_sent, mut udp_received, mut udp_duplicates) = (0u64, 0usize, 0usize, 0usize);
     let (mut tcp_ok, mut tcp_bytes, mut pings_ok) = (0u64, 0usize, 0u64);
@@ -146,13 +153,13 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
     let sizes = [64usize, 1400, 576, 1000, 200];
     while began.elapsed() < duration && !interrupted.load(Ordering::Relaxed) {
         let size = sizes[rounds as usize % sizes.len()];
-        let (ab, ba) = demo::udp_streams(1000, size, Duration::from_micros(500))?;
+        let (ab, ba) = traffic::udp_streams(&lab_names, 1000, size, Duration::from_micros(500))?;
         udp_sent += ab.sent + ba.sent;
         udp_received += ab.received + ba.received;
         udp_duplicates += ab.duplicates + ba.duplicates;
         // TCP and a little ping every other round; TCP retransmits what faults cost it.
         if rounds % 2 == 0 {
-            match demo::udp_and_tcp(500_000) {
+            match traffic::udp_and_tcp(&lab_names, 500_000) {
                 Ok((_, _, bytes, _, true)) => {
                     tcp_ok += 1;
                     tcp_bytes += bytes;
@@ -162,13 +169,13 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
                     "  round {rounds}: TCP did not finish ({e:#}); faults can stall a short transfer"
                 ),
             }
-            if demo::ping().1 {
+            if traffic::ping(&lab_names, 5).1 {
                 pings_ok += 1;
             }
         }
-        for (i, (child, name)) in lab.gateways.iter_mut().zip(["gwA", "gwB"]).enumerate() {
+        for (i, (child, name)) in lab.children.iter_mut().zip(["gwA", "gwB"]).enumerate() {
             if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(lab.dir.join(format!("{name}.log"))).unwrap_or_default();
+                let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
                 bail!(
                     "gateway {name} died ({status}) after {} s:\n{log}",
                     began.elapsed().as_secs()
@@ -185,9 +192,9 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
         .map(|(pid, name)| sample(*pid, name))
         .collect::<Result<_>>()?;
     let elapsed = began.elapsed();
-    let host_errors = host_udp_errors()?.saturating_sub(host_errors_before);
+    let host_errors = host_udp_errors(&lab_names)?.saturating_sub(host_errors_before);
     // Stop the gateways so they drain and write their final counters.
-    for mut child in std::mem::take(&mut lab.gateways) {
+    for mut child in std::mem::take(&mut lab.children) {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let status = child.wait()?;
@@ -234,7 +241,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
             f.pool.capacity,
             f.gateway.rx_packets,
             f.gateway.generated,
-            demo::drops_line(doc),
+            crate::report::drops_line(doc),
             f.kernel_drops,
             f.control.as_ref().map_or_else(|| "-".into(), |c| c.rekeys_completed.to_string()),
         );
@@ -265,7 +272,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
     if udp_duplicates > 0 {
         problems.push(format!("{udp_duplicates} duplicated datagrams"));
     }
-    if args.fail_every().is_none() && args.lose_completion_every().is_none() && lost > 0 {
+    if args.fail_every.is_none() && args.lose_completion_every.is_none() && lost > 0 {
         problems.push(format!("{lost} datagrams lost without injected faults"));
     }
     if problems.is_empty() {
@@ -280,16 +287,16 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
 }
 
 fn args_rekey(args: &DemoArgs) -> String {
-    args.rekey_every()
+    args.rekey_every
         .map_or_else(String::new, |b| format!(", rekey every {b} bytes"))
 }
 
 fn args_faults(args: &DemoArgs) -> String {
     let mut out = String::new();
-    if let Some(n) = args.fail_every() {
+    if let Some(n) = args.fail_every {
         out += &format!(", every {n}th descriptor fails");
     }
-    if let Some(n) = args.lose_completion_every() {
+    if let Some(n) = args.lose_completion_every {
         out += &format!(", every {n}th completion lost");
     }
     out

@@ -9,20 +9,30 @@
 //! 64 and 1400 bytes of payload at the highest rate with at most 1 % loss
 //! (bisection); the espgw row also gets the gateways' CPU cycles per
 //! forwarded 64-byte packet.
+//!
+//! Owns: the rows' method (medians, the loss bisection, cycles), the
+//! gateways' configuration and the table and JSON report. The namespaces,
+//! starting the gateways and iperf3 are the lab's (`crate::lab`); this
+//! module must not build or tear down any of them itself.
 
 use std::fs::File;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use accel::Algorithm;
 use anyhow::{bail, ensure, Context, Result};
+use ike_stub::builder::{pattern_key, ConfigBuilder, InterfaceBuilder, TunnelBuilder};
 use serde_json::{json, Value};
+use spd_sad::Ipv4Prefix;
+
+use crate::lab::topology::{gateway_command, have_tool, in_ns, is_root, kernel_forwarding, Lab, Names};
+use crate::lab::traffic;
 
 /// Loss a UDP rate may cost and still count (percent).
 const LOSS_LIMIT: f64 = 1.0;
-const HOST_B: &str = "192.168.2.20";
-const PORT: &str = "5301";
 
 pub struct Options {
     pub prefix: String,
@@ -56,75 +66,8 @@ struct Udp {
     sender_bound: bool,
 }
 
-struct Names {
-    host_a: String,
-    gw_a: String,
-    gw_b: String,
-    host_b: String,
-}
-
-impl Names {
-    fn new(prefix: &str) -> Names {
-        Names {
-            host_a: format!("{prefix}-hostA"),
-            gw_a: format!("{prefix}-gwA"),
-            gw_b: format!("{prefix}-gwB"),
-            host_b: format!("{prefix}-hostB"),
-        }
-    }
-
-    fn all(&self) -> [&str; 4] {
-        [&self.host_a, &self.gw_a, &self.gw_b, &self.host_b]
-    }
-}
-
-/// The namespaces, the gateways and the iperf3 server of one row, all
-/// removed on drop (also on failure).
-struct Lab<'a> {
-    names: &'a Names,
-    children: Vec<Child>,
-}
-
-impl Drop for Lab<'_> {
-    fn drop(&mut self) {
-        // `ip netns exec` execs the child, so its pid is the gateway's.
-        crate::demo::stop_children(&mut self.children);
-        remove(self.names);
-    }
-}
-
-fn remove(names: &Names) {
-    for ns in names.all() {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .with_context(|| format!("running `ip {}`", args.join(" ")))?;
-    ensure!(
-        out.status.success(),
-        "`ip {}` failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
-}
-
-fn in_ns(ns: &str, cmd: &[&str]) -> Result<()> {
-    let mut all = vec!["netns", "exec", ns];
-    all.extend_from_slice(cmd);
-    ip(&all)
-}
-
 fn check_prerequisites(prefix: &str) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         bail!("espgw bench --veth needs root (network namespaces and veth pairs); run it with sudo");
     }
     ensure!(
@@ -132,98 +75,21 @@ fn check_prerequisites(prefix: &str) -> Result<()> {
         "--veth-prefix `{prefix}`: give 1 to 8 characters other than `espgw` (the demo's namespaces)"
     );
     for (tool, package) in [("ip", "iproute2"), ("ping", "iputils-ping"), ("iperf3", "iperf3")] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
         ensure!(
-            found,
+            have_tool(tool),
             "espgw bench --veth needs `{tool}`: install it, e.g. `apt-get install -y {package}` (Debian, Ubuntu) or `dnf install -y {package}`"
         );
     }
     Ok(())
 }
 
-/// The four namespaces and three veth pairs, hosts addressed; the kernel's
-/// default offloads stay on everywhere.
-fn build(names: &Names) -> Result<Lab<'_>> {
-    remove(names);
-    let lab = Lab {
-        names,
-        children: Vec::new(),
-    };
-    for ns in names.all() {
-        ip(&["netns", "add", ns])?;
-        in_ns(ns, &["ip", "link", "set", "lo", "up"])?;
-        in_ns(ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
-    }
-    for (left, left_ns, right, right_ns) in [
-        ("ha0", &names.host_a, "a-in", &names.gw_a),
-        ("a-out", &names.gw_a, "b-out", &names.gw_b),
-        ("b-in", &names.gw_b, "hb0", &names.host_b),
-    ] {
-        // Created inside the namespaces, so that the names cannot clash
-        // with the root namespace's or another lab's devices.
-        in_ns(
-            left_ns,
-            &[
-                "ip", "link", "add", left, "type", "veth", "peer", "name", right, "netns", right_ns,
-            ],
-        )?;
-        in_ns(left_ns, &["ip", "link", "set", left, "up"])?;
-        in_ns(right_ns, &["ip", "link", "set", right, "up"])?;
-    }
-    in_ns(
-        &names.host_a,
-        &["ip", "addr", "add", "192.168.1.10/24", "dev", "ha0"],
-    )?;
-    in_ns(
-        &names.host_a,
-        &["ip", "route", "add", "default", "via", "192.168.1.1"],
-    )?;
-    in_ns(
-        &names.host_b,
-        &["ip", "addr", "add", "192.168.2.20/24", "dev", "hb0"],
-    )?;
-    in_ns(
-        &names.host_b,
-        &["ip", "route", "add", "default", "via", "192.168.2.1"],
-    )?;
-    // Room at the sink (iperf3 -w 4M), so that the sink is not what is
-    // measured; rmem_max is per namespace.
+/// The lab of one row: the topology, with room at the sink (iperf3 -w 4M),
+/// so that the sink is not what is measured; rmem_max is per namespace.
+fn build(names: &Names) -> Result<Lab> {
+    let lab = Lab::new(names.clone(), None);
+    lab.build(false)?;
     in_ns(&names.host_b, &["sysctl", "-qw", "net.core.rmem_max=16777216"])?;
     Ok(lab)
-}
-
-/// Plain kernel forwarding in the gateway namespaces.
-fn kernel_gateways(names: &Names) -> Result<()> {
-    for (ns, inside, outside, inside_addr, outside_addr, remote_net, via) in [
-        (
-            &names.gw_a,
-            "a-in",
-            "a-out",
-            "192.168.1.1/24",
-            "10.0.0.1/24",
-            "192.168.2.0/24",
-            "10.0.0.2",
-        ),
-        (
-            &names.gw_b,
-            "b-in",
-            "b-out",
-            "192.168.2.1/24",
-            "10.0.0.2/24",
-            "192.168.1.0/24",
-            "10.0.0.1",
-        ),
-    ] {
-        in_ns(ns, &["ip", "addr", "add", inside_addr, "dev", inside])?;
-        in_ns(ns, &["ip", "addr", "add", outside_addr, "dev", outside])?;
-        in_ns(ns, &["ip", "route", "add", remote_net, "via", via])?;
-        in_ns(ns, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
-    }
-    Ok(())
 }
 
 /// How the espgw rows carry ESP between the gateways.
@@ -236,53 +102,44 @@ enum Encap {
     Udp,
 }
 
+/// The configuration of gwA (`a`) or gwB: the demo's addresses, an
+/// aes128gcm16 tunnel `t` with published test keys (as in
+/// configs/demo-*.toml), raw ESP or ESP in UDP.
+fn gateway_config_builder(a: bool, encap: Encap) -> ConfigBuilder {
+    let third = |a: bool| if a { 1 } else { 2 };
+    let gw = |a: bool| Ipv4Addr::new(10, 0, 0, third(a));
+    let net = |a: bool| Ipv4Prefix::new(Ipv4Addr::new(192, 168, third(a), 0), 24).unwrap_or(Ipv4Prefix::ANY);
+    let spis = if a { (0x1001, 0x1002) } else { (0x1002, 0x1001) };
+    let (first_out, first_in) = if a { (0x00, 0x20) } else { (0x20, 0x00) };
+    // 20 bytes (key and salt): `first`, then 01 02 ... 13.
+    let key = |first: u8| {
+        let mut key = pattern_key(20, 1, 0);
+        key[0] = first;
+        key
+    };
+    let mut tunnel = TunnelBuilder::new("t", (gw(a), gw(!a)), Algorithm::Aes128Gcm16, spis)
+        .subnets(net(a), net(!a))
+        .replay_window(1024);
+    tunnel.enc_key_out = Some(key(first_out));
+    tunnel.enc_key_in = Some(key(first_in));
+    if encap == Encap::Udp {
+        tunnel = tunnel.udp_encap();
+    }
+    let (inside, outside) = if a { ("a-in", "a-out") } else { ("b-in", "b-out") };
+    ConfigBuilder::new()
+        .name(format!("bench-{}", if a { "a" } else { "b" }))
+        .interface(InterfaceBuilder::inside(
+            inside,
+            Ipv4Addr::new(192, 168, third(a), 1),
+            24,
+        ))
+        .interface(InterfaceBuilder::outside(outside, gw(a), 24))
+        .route_via(net(!a), gw(!a))
+        .tunnel(tunnel)
+}
+
 fn gateway_config(side: &str, dir: &Path, encap: Encap) -> Result<PathBuf> {
-    let (inside, outside, local, remote, local_net, remote_net, spi_out, spi_in, key_out, key_in) =
-        if side == "a" {
-            (
-                "a-in",
-                "a-out",
-                "10.0.0.1",
-                "10.0.0.2",
-                "192.168.1",
-                "192.168.2",
-                "1001",
-                "1002",
-                "00",
-                "20",
-            )
-        } else {
-            (
-                "b-in",
-                "b-out",
-                "10.0.0.2",
-                "10.0.0.1",
-                "192.168.2",
-                "192.168.1",
-                "1002",
-                "1001",
-                "20",
-                "00",
-            )
-        };
-    let key = |first: &str| format!("{first}0102030405060708090a0b0c0d0e0f10111213");
-    // Published test keys, as in configs/demo-*.toml.
-    let text = format!(
-        "[gateway]\nname = \"bench-{side}\"\n\n\
-         [[interface]]\nname = \"inside\"\ndevice = \"{inside}\"\naddress = \"{local_net}.1/24\"\n\n\
-         [[interface]]\nname = \"outside\"\ndevice = \"{outside}\"\naddress = \"{local}/24\"\n\n\
-         [[route]]\ndestination = \"{remote_net}.0/24\"\nvia = \"{remote}\"\n\n\
-         [[tunnel]]\nname = \"t\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n\
-         local_subnet = \"{local_net}.0/24\"\nremote_subnet = \"{remote_net}.0/24\"\n\
-         proposal = \"aes128gcm16\"\nspi_out = 0x{spi_out}\nspi_in = 0x{spi_in}\n\
-         enc_key_out = \"{}\"\nenc_key_in = \"{}\"\nreplay_window = 1024\n{}",
-        key(key_out),
-        key(key_in),
-        match encap {
-            Encap::Raw => "",
-            Encap::Udp => "encap = \"udp\"\n",
-        },
-    );
+    let text = gateway_config_builder(side == "a", encap).to_toml();
     let path = dir.join(format!("bench-{side}.toml"));
     std::fs::write(&path, text)?;
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
@@ -290,22 +147,15 @@ fn gateway_config(side: &str, dir: &Path, encap: Encap) -> Result<PathBuf> {
 }
 
 /// `espgw run` in each gateway namespace; returns their control sockets.
-fn espgw_gateways(lab: &mut Lab<'_>, dir: &Path, encap: Encap) -> Result<Vec<PathBuf>> {
-    let exe = std::env::current_exe().context("locating the espgw binary")?;
+fn espgw_gateways(lab: &mut Lab, dir: &Path, encap: Encap) -> Result<Vec<PathBuf>> {
     let mut sockets = Vec::new();
     for (side, ns) in [("a", lab.names.gw_a.clone()), ("b", lab.names.gw_b.clone())] {
         let config = gateway_config(side, dir, encap)?;
         let socket = dir.join(format!("bench-{side}.sock"));
         let log = dir.join(format!("gw{side}.log"));
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns])
-            .arg(&exe)
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
+        let child = gateway_command(&ns, &config)?
             .arg("--control")
             .arg(&socket)
-            .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(File::create(&log)?)
@@ -334,29 +184,6 @@ fn espgw_gateways(lab: &mut Lab<'_>, dir: &Path, encap: Encap) -> Result<Vec<Pat
     Ok(sockets)
 }
 
-fn iperf3(ns: &str, args: &[&str]) -> Result<Value> {
-    // The server takes a moment to finish a test after its client has
-    // (longer when the last UDP test filled queues): "busy" is retried.
-    let mut attempt = 0;
-    loop {
-        let out = Command::new("ip")
-            .args(["netns", "exec", ns, "iperf3", "-J"])
-            .args(args)
-            .output()
-            .context("running iperf3")?;
-        let doc: Value = serde_json::from_slice(&out.stdout)
-            .with_context(|| format!("iperf3 {}: no JSON answer", args.join(" ")))?;
-        match doc["error"].as_str() {
-            Some(error) if error.contains("busy") && attempt < 10 => {
-                attempt += 1;
-                thread::sleep(Duration::from_millis(500));
-            }
-            Some(error) => bail!("iperf3 {}: {error}", args.join(" ")),
-            None => return Ok(doc),
-        }
-    }
-}
-
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
@@ -365,66 +192,15 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn tcp(names: &Names, streams: u32, options: &Options) -> Result<f64> {
     let mut runs = Vec::new();
     for _ in 0..options.tcp_runs.max(1) {
-        let doc = iperf3(
-            &names.host_a,
-            &[
-                "-c",
-                HOST_B,
-                "-p",
-                PORT,
-                "-t",
-                &options.tcp_seconds.max(1).to_string(),
-                "-P",
-                &streams.to_string(),
-            ],
-        )?;
-        runs.push(
-            doc["end"]["sum_received"]["bits_per_second"]
-                .as_f64()
-                .unwrap_or(0.0)
-                / 1e9,
-        );
+        runs.push(traffic::iperf3_tcp(names, streams, options.tcp_seconds)?);
     }
     Ok(median(runs))
-}
-
-/// One UDP probe: `rate` bits/s of payload (0: as fast as iperf3 can).
-/// Returns (sent packets/s, received packets/s, loss %).
-fn udp_probe(names: &Names, len: usize, rate: f64, seconds: u32) -> Result<(f64, f64, f64)> {
-    let doc = iperf3(
-        &names.host_a,
-        &[
-            "-c",
-            HOST_B,
-            "-p",
-            PORT,
-            "-u",
-            "-t",
-            &seconds.max(1).to_string(),
-            "-l",
-            &len.to_string(),
-            "-b",
-            &format!("{}", rate as u64),
-            "-w",
-            "4M",
-        ],
-    )?;
-    let sum = &doc["end"]["sum"];
-    let packets = sum["packets"].as_f64().unwrap_or(0.0);
-    let lost = sum["lost_packets"].as_f64().unwrap_or(0.0);
-    let secs = sum["seconds"].as_f64().filter(|s| *s > 0.0).unwrap_or(1.0);
-    let loss = if packets > 0.0 {
-        100.0 * lost / packets
-    } else {
-        100.0
-    };
-    Ok((packets / secs, (packets - lost).max(0.0) / secs, loss))
 }
 
 /// The highest rate with at most 1 % loss: an unlimited probe, then
 /// bisection between nothing and what it sent.
 fn udp(names: &Names, len: usize, options: &Options) -> Result<Udp> {
-    let (sent, received, loss) = udp_probe(names, len, 0.0, options.udp_seconds)?;
+    let (sent, received, loss) = traffic::iperf3_udp(names, len, 0.0, options.udp_seconds)?;
     if loss <= LOSS_LIMIT {
         return Ok(Udp {
             received_pps: received,
@@ -437,7 +213,7 @@ fn udp(names: &Names, len: usize, options: &Options) -> Result<Udp> {
     let mut best = Udp::default();
     for _ in 0..options.udp_probes {
         let rate = (low + high) / 2.0;
-        let (_, received, loss) = udp_probe(names, len, rate, options.udp_seconds)?;
+        let (_, received, loss) = traffic::iperf3_udp(names, len, rate, options.udp_seconds)?;
         if loss <= LOSS_LIMIT {
             low = rate;
             if received > best.received_pps {
@@ -458,7 +234,7 @@ fn udp(names: &Names, len: usize, options: &Options) -> Result<Udp> {
             break;
         }
         high /= 2.0;
-        let (_, received, loss) = udp_probe(names, len, high, options.udp_seconds)?;
+        let (_, received, loss) = traffic::iperf3_udp(names, len, high, options.udp_seconds)?;
         if loss <= LOSS_LIMIT {
             best = Udp {
                 received_pps: received,
@@ -508,7 +284,7 @@ fn counter(socket: &Path, key: &str) -> Result<u64> {
 
 /// Gateway cycles per forwarded packet over one UDP probe of 64 bytes at
 /// `pps`: (gwA per packet encapsulated, gwB per packet decapsulated).
-fn cycles(lab: &Lab<'_>, sockets: &[PathBuf], pps: f64, seconds: u32) -> Result<(f64, f64)> {
+fn cycles(lab: &Lab, sockets: &[PathBuf], pps: f64, seconds: u32) -> Result<(f64, f64)> {
     // The gateways are the lab's first two children, the iperf3 server the third.
     let pids: Vec<u32> = lab.children.iter().take(2).map(Child::id).collect();
     ensure!(pids.len() == 2 && sockets.len() == 2, "two gateways expected");
@@ -517,7 +293,7 @@ fn cycles(lab: &Lab<'_>, sockets: &[PathBuf], pps: f64, seconds: u32) -> Result<
         counter(&sockets[0], "encapsulated")?,
         counter(&sockets[1], "decapsulated")?,
     ];
-    udp_probe(lab.names, 64, (pps * 64.0 * 8.0).max(1.0), seconds)?;
+    traffic::iperf3_udp(&lab.names, 64, (pps * 64.0 * 8.0).max(1.0), seconds)?;
     // The gateways fold their workers' counters in at tick time.
     thread::sleep(Duration::from_millis(300));
     let ticks_after = [cpu_ticks(pids[0])?, cpu_ticks(pids[1])?];
@@ -535,38 +311,17 @@ fn cycles(lab: &Lab<'_>, sockets: &[PathBuf], pps: f64, seconds: u32) -> Result<
     Ok((per(0), per(1)))
 }
 
-fn measure(lab: &mut Lab<'_>, options: &Options, sockets: Option<&[PathBuf]>) -> Result<Row> {
-    let names = lab.names;
+fn measure(lab: &mut Lab, options: &Options, sockets: Option<&[PathBuf]>) -> Result<Row> {
+    let names = lab.names.clone();
     // ARP everywhere before anything is timed.
-    let _ = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &names.host_a,
-            "ping",
-            "-c",
-            "3",
-            "-i",
-            "0.2",
-            "-W",
-            "2",
-            HOST_B,
-        ])
-        .stdout(Stdio::null())
-        .status();
-    let server = Command::new("ip")
-        .args(["netns", "exec", &names.host_b, "iperf3", "-s", "-p", PORT])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting the iperf3 server in hostB")?;
-    lab.children.push(server);
+    let _ = traffic::ping(&names, 3);
+    traffic::start_iperf3_server(lab)?;
     thread::sleep(Duration::from_millis(300));
     let mut row = Row {
-        tcp1_gbps: tcp(names, 1, options)?,
-        tcp4_gbps: tcp(names, 4, options)?,
-        udp64: udp(names, 64, options)?,
-        udp1400: udp(names, 1400, options)?,
+        tcp1_gbps: tcp(&names, 1, options)?,
+        tcp4_gbps: tcp(&names, 4, options)?,
+        udp64: udp(&names, 64, options)?,
+        udp1400: udp(&names, 1400, options)?,
         cycles: None,
     };
     if let Some(sockets) = sockets {
@@ -601,7 +356,7 @@ pub fn run(options: &Options) -> Result<()> {
     eprintln!("kernel forwarding row ({}-*) ...", options.prefix);
     let kernel = {
         let mut lab = build(&names)?;
-        kernel_gateways(&names)?;
+        kernel_forwarding(&names)?;
         measure(&mut lab, options, None)?
     };
     let espgw_row = |encap: Encap| {
@@ -735,4 +490,59 @@ fn table(kernel: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gateways' files parse, and carry the keys, SPIs and
+    /// encapsulation the two ends must agree on.
+    #[test]
+    fn the_gateways_configs_are_valid_and_agree() {
+        let hex = |k: &[u8]| k.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        for encap in [Encap::Raw, Encap::Udp] {
+            let [a, b] = [true, false].map(|a| {
+                let built = gateway_config_builder(a, encap);
+                built
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{e}\n{}", built.to_toml()))
+            });
+            let (a_out, b_in) = (a.sa("t-out").unwrap(), b.sa("t-in").unwrap());
+            assert_eq!((a_out.params.spi, b_in.params.spi), (0x1001, 0x1001));
+            assert_eq!(hex(&a_out.enc_key), "000102030405060708090a0b0c0d0e0f10111213");
+            assert_eq!(a_out.enc_key, b_in.enc_key);
+            let (b_out, a_in) = (b.sa("t-out").unwrap(), a.sa("t-in").unwrap());
+            assert_eq!((b_out.params.spi, a_in.params.spi), (0x1002, 0x1002));
+            assert_eq!(hex(&b_out.enc_key), "200102030405060708090a0b0c0d0e0f10111213");
+            assert_eq!(b_out.enc_key, a_in.enc_key);
+            for config in [&a, &b] {
+                let tunnel = config.tunnel("t").unwrap();
+                assert_eq!(tunnel.encap.is_some(), encap == Encap::Udp);
+                assert_eq!(
+                    (tunnel.algorithm, tunnel.replay_window),
+                    (Algorithm::Aes128Gcm16, 1024)
+                );
+                // No MAC or MTU: `espgw run` takes each device's own.
+                assert_eq!(config.link_overrides, [ike_stub::LinkOverrides::default(); 2]);
+            }
+            assert_eq!(
+                (
+                    a.name.as_str(),
+                    a.inside.device.as_str(),
+                    a.outside.device.as_str()
+                ),
+                ("bench-a", "a-in", "a-out")
+            );
+            assert_eq!(
+                (
+                    b.name.as_str(),
+                    b.inside.device.as_str(),
+                    b.outside.device.as_str()
+                ),
+                ("bench-b", "b-in", "b-out")
+            );
+            assert_eq!(b.routes[0].via, Some(Ipv4Addr::new(10, 0, 0, 1)));
+        }
+    }
 }

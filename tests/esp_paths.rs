@@ -6,7 +6,7 @@ mod common;
 use accel::Algorithm;
 use common::*;
 use dataplane::{DropReason, Port, Verdict};
-use spd_sad::SaDirection;
+use spd_sad::{Ipv4Prefix, SaDirection};
 
 const MODES: [&str; 2] = ["tunnel", "transport"];
 
@@ -306,13 +306,10 @@ fn inbound_policy_is_enforced_after_decapsulation() {
 
     // A peer whose outbound policy is wider than our inbound SA allows:
     // the inner packet is authentic but not allowed through that SA.
-    let wide = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "")
-        .replace(
-            "remote_subnet = \"192.168.2.0/24\"",
-            "remote_subnet = \"0.0.0.0/0\"",
-        )
-        .replace("destination = \"192.168.2.0/24\"", "destination = \"0.0.0.0/0\"");
-    let mut wide_a = gateway_from(&wide);
+    let mut wide = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
+    wide.tunnels[0].remote_subnet = Some(Ipv4Prefix::ANY);
+    wide.routes[0].destination = Ipv4Prefix::ANY;
+    let mut wide_a = gateway_from(&wide.to_toml());
     let stray = udp_packet(HOST_A, "172.16.0.1".parse().unwrap(), 10, 0);
     let (verdict, esp) = common::run(&mut wide_a, &mut pair.pool, pair.now, Port::Inside, &stray);
     assert_eq!(verdict, Verdict::Forward(Port::Outside));
@@ -410,9 +407,9 @@ fn hard_lifetime_stops_the_sa() {
 fn wrong_keys_and_unknown_spis_are_refused() {
     let mut pair = Pair::new(Algorithm::Aes128Sha1, "tunnel", false);
     // B configured with A's SPIs but other keys.
-    let other = tunnel_config(Algorithm::Aes128Sha1, "tunnel", false, false, "")
-        .replace(&key_hex(20, 101), &key_hex(20, 55));
-    let mut wrong_b = gateway_from(&other);
+    let mut other = tunnel_builder(Algorithm::Aes128Sha1, "tunnel", false, false);
+    other.tunnels[0].auth_key_in = Some(key(20, 55));
+    let mut wrong_b = gateway_from(&other.to_toml());
     let esp = pair.encapsulate(&udp_packet(HOST_A, HOST_B, 30, 0)).1;
     let (verdict, _) = common::run(&mut wrong_b, &mut pair.pool, pair.now, Port::Outside, &esp);
     assert_eq!(dropped(verdict), Some(DropReason::AuthFailed));
@@ -479,17 +476,10 @@ const SOURCES: [&str; 7] = [
 
 /// Site A with a tunnel that sends anything from anywhere through its SA.
 fn wide_sender(alg: Algorithm) -> dataplane::Gateway {
-    gateway_from(
-        &tunnel_config(alg, "tunnel", false, true, "")
-            .replace(
-                "local_subnet = \"192.168.1.0/24\"",
-                "local_subnet = \"0.0.0.0/0\"",
-            )
-            .replace(
-                "remote_subnet = \"192.168.2.0/24\"",
-                "remote_subnet = \"0.0.0.0/0\"",
-            ),
-    )
+    let mut wide = tunnel_builder(alg, "tunnel", false, true);
+    wide.tunnels[0].local_subnet = Some(Ipv4Prefix::ANY);
+    wide.tunnels[0].remote_subnet = Some(Ipv4Prefix::ANY);
+    gateway_from(&wide.to_toml())
 }
 
 /// 14 ESP packets from `a`: each of [`SOURCES`] to two hosts behind B,

@@ -13,7 +13,9 @@ use accel::{Algorithm, EngineSpec, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
 use ike_stub::Config;
-use smoltcp::wire::{ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Cidr, Ipv4Packet,
+};
 
 const GW_INSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x01];
 const GW_OUTSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x00, 0x01];
@@ -24,21 +26,12 @@ const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x00, 0x02];
 /// /8 (room for 100,000 distinct on-link senders), and `limits` as its
 /// `[limits]` section.
 fn site(a: bool, limits: &str, link: LinkLayer) -> Gateway {
-    let (inside, outside) = if a {
-        ("192.168.1.1", "10.0.0.1")
-    } else {
-        ("192.168.2.1", "10.0.0.2")
-    };
-    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, a, "")
-        .replace(
-            &format!("address = \"{inside}/24\""),
-            &format!("address = \"{inside}/24\"\nmac = \"02:00:00:00:01:01\""),
-        )
-        .replace(
-            &format!("address = \"{outside}/24\""),
-            &format!("address = \"{outside}/8\"\nmac = \"02:00:00:00:00:01\""),
-        )
-        + &format!("\n[limits]\n{limits}\n");
+    let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, a);
+    interface(&mut built, "inside").mac = Some(EthernetAddress([0x02, 0, 0, 0, 1, 1]));
+    let outside = interface(&mut built, "outside");
+    outside.mac = Some(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
+    outside.address = Ipv4Cidr::new(outside.address.address(), 8);
+    let text = built.to_toml() + &format!("\n[limits]\n{limits}\n");
     let config = Config::parse(Path::new("flood.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let mut setup = config.setup(link, Style::Async);
     setup.resolve_neighbors = link == LinkLayer::Ethernet;
@@ -340,9 +333,9 @@ fn a_ttl_flood_from_one_source_gets_its_own_bucket() {
 #[test]
 fn frag_needed_draws_on_the_same_buckets() {
     let limits = "icmp_errors_per_second = 100\nicmp_burst = 2\nicmp_per_source_ms = 0";
-    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "")
-        .replace("mtu = 9000", "mtu = 1400")
-        + &format!("\n[limits]\n{limits}\n");
+    let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
+    interface(&mut built, "outside").mtu = Some(1400);
+    let text = built.to_toml() + &format!("\n[limits]\n{limits}\n");
     let mut gw = gateway_from(&text);
     let mut pool = PacketPool::new(64);
     // DF packets that no longer fit once protected.

@@ -767,9 +767,10 @@ fn write_udp_encap_seeds() {
         (2, Algorithm::Aes128Gcm16, true),
     ] {
         // A small outside MTU, so that a large packet leaves in fragments.
-        let a_text = common::tunnel_config(alg, "tunnel", esn, true, "encap = \"udp\"\n")
-            .replace("mtu = 9000", "mtu = 1000");
-        let mut a = common::gateway_from(&a_text);
+        let mut a_config = common::tunnel_builder(alg, "tunnel", esn, true);
+        a_config.tunnels[0].encap = Some(ike_stub::builder::Encap::Udp);
+        common::interface(&mut a_config, "outside").mtu = Some(1000);
+        let mut a = common::gateway_from(&a_config.to_toml());
         let mut frames = Vec::new();
         for len in [0, 100, 900] {
             frames.extend(through(

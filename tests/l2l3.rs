@@ -20,16 +20,12 @@ const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x00, 0x02];
 
 /// Site A on Ethernet with ARP resolution on and no static neighbours.
 fn site_a(alg: Algorithm, outside_mtu: u16) -> Gateway {
-    let text = tunnel_config(alg, "tunnel", false, true, "")
-        .replace("mtu = 9000", &format!("mtu = {outside_mtu}"))
-        .replace(
-            "address = \"192.168.1.1/24\"",
-            "address = \"192.168.1.1/24\"\nmac = \"02:00:00:00:01:01\"",
-        )
-        .replace(
-            "address = \"10.0.0.1/24\"",
-            "address = \"10.0.0.1/24\"\nmac = \"02:00:00:00:00:01\"",
-        );
+    let mut built = tunnel_builder(alg, "tunnel", false, true);
+    interface(&mut built, "inside").mac = Some(EthernetAddress([0x02, 0, 0, 0, 1, 1]));
+    let outside = interface(&mut built, "outside");
+    outside.mac = Some(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
+    outside.mtu = Some(outside_mtu);
+    let text = built.to_toml();
     let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = true;

@@ -7,9 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use accel::{Algorithm, EngineSpec, Style};
-use common::{tunnel_config, udp_packet, HOST_A, HOST_B};
+use common::{interface, tunnel_builder, tunnel_config, udp_packet, HOST_A, HOST_B};
 use dataplane::{DropReason, Gateway, LinkLayer, Output, PacketPool, Port, Verdict};
 use ike_stub::Config;
+use smoltcp::wire::EthernetAddress;
 
 /// Site A on Ethernet; `resolve` turns ARP on (no static neighbours).
 fn site_a(resolve: bool) -> Gateway {
@@ -123,10 +124,9 @@ fn the_arp_queue_is_bounded_and_counts_what_it_refuses() {
 /// are counted as `other_host`, never forwarded.
 #[test]
 fn frames_for_other_hosts_are_not_ours() {
-    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "").replace(
-        "address = \"192.168.1.1/24\"",
-        "address = \"192.168.1.1/24\"\nmac = \"02:00:00:00:01:01\"",
-    );
+    let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
+    interface(&mut built, "inside").mac = Some(EthernetAddress([0x02, 0, 0, 0, 1, 1]));
+    let text = built.to_toml();
     let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.only_own_mac = true;

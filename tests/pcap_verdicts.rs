@@ -31,8 +31,9 @@ enum Expect {
 /// ESP from site A to site B, raw IPv4, with one of everything.
 fn capture() -> (Vec<Vec<u8>>, Vec<Expect>) {
     // Site A with a small outside MTU, so that big packets leave as fragments.
-    let a_text = tunnel_config(ALG, "tunnel", false, true, "").replace("mtu = 9000", "mtu = 600");
-    let mut a = gateway_from(&a_text);
+    let mut a_config = tunnel_builder(ALG, "tunnel", false, true);
+    interface(&mut a_config, "outside").mtu = Some(600);
+    let mut a = gateway_from(&a_config.to_toml());
     let mut pool = PacketPool::new(16);
     let mut esp = Vec::new();
     let mut encapsulate = |a: &mut Gateway, inner: &[u8]| -> Vec<Vec<u8>> {
@@ -252,8 +253,9 @@ fn every_frame_gets_one_line_and_the_lines_add_up_to_the_counters() {
 /// a packet split in fragments is one forwarded line.
 #[test]
 fn outbound_lines_name_the_sa_and_count_what_left() {
-    let a_text = tunnel_config(ALG, "tunnel", false, true, "").replace("mtu = 9000", "mtu = 600");
-    let mut a = gateway_from(&a_text);
+    let mut a_config = tunnel_builder(ALG, "tunnel", false, true);
+    interface(&mut a_config, "outside").mtu = Some(600);
+    let mut a = gateway_from(&a_config.to_toml());
     let mut dying = udp_packet(HOST_A, HOST_B, 20, 1);
     {
         let mut ip = Ipv4Packet::new_unchecked(&mut dying[..]);

@@ -1,13 +1,17 @@
 //! What the sweep measures: scenarios, and the pair of gateways each one
-//! runs through, configured from generated TOML exactly as a user would.
+//! runs through, configured from TOML (written by `ike_stub::builder`)
+//! and validated exactly as a user's file is.
 
 use std::fmt;
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
 use accel::{Algorithm, BufferPolicy, Completion, DeviceProfile, EngineKind, EngineSpec, SecConfig, Style};
 use dataplane::{Gateway, LinkLayer};
-use ike_stub::Config;
+use ike_stub::builder::{pattern_key, ConfigBuilder, InterfaceBuilder, PolicyBuilder, TunnelBuilder};
+use smoltcp::wire::EthernetAddress;
+use spd_sad::{Ipv4Prefix, PolicyDirection};
 use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// How the `sec` engine signals completions (`--completion`).
@@ -183,75 +187,56 @@ impl fmt::Display for Scenario {
     }
 }
 
-fn key_hex(len: usize, seed: u8) -> String {
-    (0..len)
-        .map(|i| format!("{:02x}", (i as u8).wrapping_mul(13).wrapping_add(seed)))
-        .collect()
-}
-
-/// Configuration text of one end; `a` is the 192.168.1.0/24 side.
-pub fn config_text(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> String {
-    let (me, peer, my_net, peer_net) = if a {
-        ("10.0.0.1", "10.0.0.2", "192.168.1", "192.168.2")
-    } else {
-        ("10.0.0.2", "10.0.0.1", "192.168.2", "192.168.1")
-    };
-    let mut text = format!(
-        r#"[gateway]
-name = "bench-{side}"
-allow_insecure_null = true
-
-[[interface]]
-name = "inside"
-device = "bench-in"
-address = "{my_net}.1/24"
-
-[[interface]]
-name = "outside"
-device = "bench-out"
-address = "{me}/24"
-
-[[route]]
-destination = "{peer_net}.0/24"
-via = "{peer}"
-
-[[neighbor]]
-address = "{peer}"
-mac = "02:00:00:00:00:0{peer_id}"
-"#,
-        side = if a { "a" } else { "b" },
-        peer_id = if a { 2 } else { 1 },
-    );
-    match algorithm {
-        None => {
-            text += &format!(
-                "\n[[policy]]\nname = \"fwd-out\"\ndirection = \"out\"\nsource = \"{my_net}.0/24\"\ndestination = \"{peer_net}.0/24\"\naction = \"bypass\"\n\n[[policy]]\nname = \"fwd-in\"\ndirection = \"in\"\nsource = \"{peer_net}.0/24\"\ndestination = \"{my_net}.0/24\"\naction = \"bypass\"\n"
-            );
-        }
+/// The configuration of one end; `a` is the 192.168.1.0/24 side.
+pub fn config(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> ConfigBuilder {
+    let third = |a: bool| if a { 1 } else { 2 };
+    let gw = |a: bool| Ipv4Addr::new(10, 0, 0, third(a));
+    let net = |a: bool| Ipv4Prefix::new(Ipv4Addr::new(192, 168, third(a), 0), 24).expect("a /24 network");
+    let (me, peer) = (gw(a), gw(!a));
+    let (my_net, peer_net) = (net(a), net(!a));
+    let mut config = ConfigBuilder::new()
+        .name(format!("bench-{}", if a { "a" } else { "b" }))
+        .allow_insecure_null()
+        .interface(InterfaceBuilder::inside(
+            "bench-in",
+            Ipv4Addr::new(192, 168, third(a), 1),
+            24,
+        ))
+        .interface(InterfaceBuilder::outside("bench-out", me, 24))
+        .route_via(peer_net, peer)
+        .neighbor(peer, EthernetAddress([0x02, 0, 0, 0, 0, third(!a)]));
+    config = match algorithm {
+        None => config
+            .policy(PolicyBuilder::bypass(
+                "fwd-out",
+                PolicyDirection::Out,
+                my_net,
+                peer_net,
+            ))
+            .policy(PolicyBuilder::bypass(
+                "fwd-in",
+                PolicyDirection::In,
+                peer_net,
+                my_net,
+            )),
         Some(alg) => {
-            let (spi_out, spi_in, seed_out, seed_in) = if a {
-                (0x1001, 0x1002, 1, 2)
+            let (spis, seed_out, seed_in) = if a {
+                ((0x1001, 0x1002), 1, 2)
             } else {
-                (0x1002, 0x1001, 2, 1)
+                ((0x1002, 0x1001), 2, 1)
             };
-            let mut keys = String::new();
-            for (dir, seed) in [("out", seed_out), ("in", seed_in)] {
-                if alg.enc_key_len() > 0 {
-                    keys += &format!("enc_key_{dir} = \"{}\"\n", key_hex(alg.enc_key_len(), seed));
-                }
-                if alg.auth_key_len() > 0 {
-                    keys += &format!(
-                        "auth_key_{dir} = \"{}\"\n",
-                        key_hex(alg.auth_key_len(), seed + 50)
-                    );
-                }
-            }
-            text += &format!(
-                "\n[[tunnel]]\nname = \"t\"\nlocal = \"{me}\"\nremote = \"{peer}\"\nlocal_subnet = \"{my_net}.0/24\"\nremote_subnet = \"{peer_net}.0/24\"\nproposal = \"{alg}\"\nspi_out = {spi_out}\nspi_in = {spi_in}\n{keys}replay_window = {replay_window}\n"
-            );
+            config.tunnel(
+                TunnelBuilder::new("t", (me, peer), alg, spis)
+                    .subnets(my_net, peer_net)
+                    .keys_with(|dir, len, auth| {
+                        let seed = if dir == "out" { seed_out } else { seed_in };
+                        pattern_key(len, 13, if auth { seed + 50 } else { seed })
+                    })
+                    .replay_window(replay_window),
+            )
         }
-    }
-    text
+    };
+    config
 }
 
 /// The engine one scenario runs on.
@@ -309,8 +294,7 @@ pub fn gateway(
     replay_window: u32,
     engine: &EngineSetup,
 ) -> anyhow::Result<Gateway> {
-    let text = config_text(algorithm, a, replay_window);
-    let config = Config::parse(Path::new("<bench>"), &text)?;
+    let config = config(algorithm, a, replay_window).parse_as(Path::new("<bench>"))?;
     let built = accel::build_engine(&engine.spec)?;
     Ok(config.build_gateway(LinkLayer::Ethernet, built, engine.style, Duration::ZERO)?)
 }

@@ -1,5 +1,5 @@
 //! Shared by the fuzz targets: gateways from the shipped configurations or
-//! from generated ones (one tunnel, every proposal, both modes, ESN on or
+//! from ones built with `ike_stub::builder` (one tunnel, every proposal, both modes, ESN on or
 //! off), small packet builders, and the end-of-input checks every gateway
 //! target makes (every buffer back in the pool, counters balanced).
 #![allow(dead_code)]
@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use accel::{Algorithm, EngineSpec, Style};
 use dataplane::{Gateway, LinkLayer, Output, PacketPool};
+use ike_stub::builder::{pattern_key, test_site, ConfigBuilder};
 use ike_stub::Config;
+use spd_sad::Mode;
 
 /// Site B's outside address; site A (the peer) is 10.0.0.1.
 pub const GW_A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -35,90 +37,27 @@ pub fn build(config: &Config, link: LinkLayer) -> Gateway {
         .expect("config installs")
 }
 
-/// Deterministic key bytes (the same function as tests/common).
-fn key_hex(len: usize, seed: u8) -> String {
-    (0..len)
-        .map(|i| format!("{:02x}", (i as u8).wrapping_mul(7).wrapping_add(seed)))
-        .collect()
-}
-
 /// The (encryption, integrity) keys site A sends with, which site B
-/// receives with.
+/// receives with (the same keys as tests/common's).
 pub fn a_to_b_keys(alg: Algorithm) -> (Vec<u8>, Vec<u8>) {
-    let bytes = |len: usize, seed: u8| -> Vec<u8> {
-        (0..len)
-            .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
-            .collect()
-    };
-    (bytes(alg.enc_key_len(), 1), bytes(alg.auth_key_len(), 101))
-}
-
-/// One end of a tunnel `t` between 10.0.0.1 (A, 192.168.1.0/24) and
-/// 10.0.0.2 (B, 192.168.2.0/24), raw IP, with `extra` TOML appended to the
-/// tunnel table.
-pub fn tunnel_config(alg: Algorithm, transport: bool, esn: bool, a: bool, extra: &str) -> String {
-    let (me, peer, my_net, peer_net, my_in) = if a {
-        ("10.0.0.1", "10.0.0.2", "192.168.1", "192.168.2", "192.168.1.1")
-    } else {
-        ("10.0.0.2", "10.0.0.1", "192.168.2", "192.168.1", "192.168.2.1")
-    };
-    let (spi_out, spi_in) = if a { (0x1001, 0x1002) } else { (0x1002, 0x1001) };
-    let (seed_out, seed_in) = if a { (1, 2) } else { (2, 1) };
-    let keys = |dir: &str, seed: u8| {
-        let mut s = String::new();
-        if alg.enc_key_len() > 0 {
-            s += &format!("enc_key_{dir} = \"{}\"\n", key_hex(alg.enc_key_len(), seed));
-        }
-        if alg.auth_key_len() > 0 {
-            s += &format!(
-                "auth_key_{dir} = \"{}\"\n",
-                key_hex(alg.auth_key_len(), seed + 100)
-            );
-        }
-        s
-    };
-    let mode = if transport { "transport" } else { "tunnel" };
-    format!(
-        r#"
-[gateway]
-allow_insecure_null = true
-
-[[interface]]
-name = "inside"
-device = "in0"
-address = "{my_in}/24"
-
-[[interface]]
-name = "outside"
-device = "out0"
-address = "{me}/24"
-mtu = 9000
-
-[[route]]
-destination = "{peer_net}.0/24"
-via = "{peer}"
-
-[[tunnel]]
-name = "t"
-local = "{me}"
-remote = "{peer}"
-local_subnet = "{my_net}.0/24"
-remote_subnet = "{peer_net}.0/24"
-proposal = "{alg}"
-mode = "{mode}"
-spi_out = {spi_out}
-spi_in = {spi_in}
-{keys_out}{keys_in}esn = {esn}
-replay_window = 64
-{extra}
-"#,
-        keys_out = keys("out", seed_out),
-        keys_in = keys("in", seed_in),
+    (
+        pattern_key(alg.enc_key_len(), 7, 1),
+        pattern_key(alg.auth_key_len(), 7, 101),
     )
 }
 
-pub fn parse(text: &str) -> Config {
-    Config::parse(Path::new("fuzz.toml"), text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+/// One end of the tunnel `t` the gateway tests share ([`test_site`]),
+/// raw IP.
+pub fn tunnel_builder(alg: Algorithm, transport: bool, esn: bool, a: bool) -> ConfigBuilder {
+    let mode = if transport { Mode::Transport } else { Mode::Tunnel };
+    test_site(alg, mode, esn, a)
+}
+
+/// The validated configuration `builder` describes.
+pub fn parse(builder: &ConfigBuilder) -> Config {
+    builder
+        .parse_as(Path::new("fuzz.toml"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", builder.to_toml()))
 }
 
 /// The Internet checksum of `bytes`.

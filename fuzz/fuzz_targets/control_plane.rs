@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use accel::Algorithm;
 use dataplane::LinkLayer;
+use ike_stub::builder::{LifetimeBuilder, RekeySection};
 use ike_stub::message::{Kind, Message};
 use ike_stub::prf::{TunnelSecrets, NONCE_LEN};
 use ike_stub::{Config, ControlPlane, SaCommand};
@@ -44,18 +45,20 @@ fn config() -> Config {
     CONFIG.with(|c| {
         c.borrow_mut()
             .get_or_insert_with(|| {
-                let extra = format!(
-                    "secret = \"{}\"\n[tunnel.lifetime]\nsoft_packets = 1000\nhard_packets = 2000\n\n\
-                     [rekey]\ngrace_ms = 300\nretransmit_ms = 20\n",
-                    common::SECRET
-                );
-                common::parse(&common::tunnel_config(
-                    Algorithm::Aes128Gcm16,
-                    false,
-                    false,
-                    false,
-                    &extra,
-                ))
+                let mut config =
+                    common::tunnel_builder(Algorithm::Aes128Gcm16, false, false, false).rekey(RekeySection {
+                        grace_ms: Some(300),
+                        retransmit_ms: Some(20),
+                        ..RekeySection::default()
+                    });
+                let tunnel = &mut config.tunnels[0];
+                tunnel.secret = Some(common::SECRET.to_owned());
+                tunnel.lifetime = Some(LifetimeBuilder {
+                    soft_packets: Some(1000),
+                    hard_packets: Some(2000),
+                    ..LifetimeBuilder::default()
+                });
+                common::parse(&config)
             })
             .clone()
     })

@@ -36,7 +36,7 @@ fn config(selector: usize) -> Config {
     let esn = selector / (Algorithm::ALL.len() * 2) == 1;
     CONFIGS.with(|c| {
         c.borrow_mut()[selector]
-            .get_or_insert_with(|| common::parse(&common::tunnel_config(alg, transport, esn, false, "")))
+            .get_or_insert_with(|| common::parse(&common::tunnel_builder(alg, transport, esn, false)))
             .clone()
     })
 }

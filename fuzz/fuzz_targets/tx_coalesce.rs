@@ -106,7 +106,13 @@ fn frame(spec: &[u8], seq: u32, id: u16) -> Vec<u8> {
     }
     let payload = usize::from(u16::from_be_bytes([spec[2], spec[3]])) % 1600;
     let protocol = if kind & 1 != 0 { 17 } else { 6 };
-    let mut f = ipv4_frame(kind, id, protocol, 32 + payload, [192, 168, 1, 10, 192, 168, 2, 20]);
+    let mut f = ipv4_frame(
+        kind,
+        id,
+        protocol,
+        32 + payload,
+        [192, 168, 1, 10, 192, 168, 2, 20],
+    );
     f[34..36].copy_from_slice(&5201u16.to_be_bytes());
     f[36..38].copy_from_slice(&40000u16.to_be_bytes());
     f[38..42].copy_from_slice(&seq.to_be_bytes());

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use accel::Algorithm;
 use dataplane::{LinkLayer, PacketPool, Port};
+use ike_stub::builder::Encap;
 use libfuzzer_sys::fuzz_target;
 
 #[path = "common.rs"]
@@ -30,8 +31,9 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Algorithm::Aes128Gcm16
     };
-    let text = common::tunnel_config(alg, false, selector & 2 != 0, false, "encap = \"udp\"\n");
-    let mut gateway = common::build(&common::parse(&text), LinkLayer::RawIp);
+    let mut config = common::tunnel_builder(alg, false, selector & 2 != 0, false);
+    config.tunnels[0].encap = Some(Encap::Udp);
+    let mut gateway = common::build(&common::parse(&config), LinkLayer::RawIp);
     let mut pool = PacketPool::new(16);
     let mut outputs = Vec::new();
     for i in 0..32u64 {

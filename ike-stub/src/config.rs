@@ -1668,7 +1668,7 @@ impl Validator<'_> {
 
 /// Hex key text (optional `0x`, optional colons between digits) as bytes,
 /// decoded straight into wiped memory: no intermediate copy of the text.
-fn decode_hex_key(text: &str) -> Option<Zeroizing<Vec<u8>>> {
+pub(crate) fn decode_hex_key(text: &str) -> Option<Zeroizing<Vec<u8>>> {
     let text = text.trim();
     let text = text.strip_prefix("0x").unwrap_or(text);
     let digits = || text.bytes().filter(|b| *b != b':');

@@ -8,6 +8,8 @@
 //! keys from `prf`), retiring replaced SAs, and reloads. It decides what
 //! the SAD and SPD hold; it never touches data packets and never does I/O.
 
+#[cfg(any(test, feature = "testing"))]
+pub mod builder;
 pub mod config;
 pub mod error;
 pub mod message;

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, SecConfig, Style};
 use dataplane::{DropReason, Gateway, LinkLayer, PacketBuf, PacketPool, Port, Verdict};
+use ike_stub::builder::{pattern_key, test_site, ConfigBuilder, InterfaceBuilder};
 use ike_stub::Config;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
+use spd_sad::Mode;
 use testkit::Prerequisite;
 
 /// The kernel's AF_ALG AEAD sockets, which this host's kernel lacks and the
@@ -23,88 +25,33 @@ pub const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
 pub const HOST_B: Ipv4Addr = Ipv4Addr::new(192, 168, 2, 20);
 
 /// Deterministic key bytes of `len`, different per `seed`.
-pub fn key_hex(len: usize, seed: u8) -> String {
-    (0..len)
-        .map(|i| format!("{:02x}", (i as u8).wrapping_mul(7).wrapping_add(seed)))
-        .collect()
+pub fn key(len: usize, seed: u8) -> Vec<u8> {
+    pattern_key(len, 7, seed)
 }
 
-/// TOML for one end of an `alg` tunnel. `a` is the 192.168.1.0/24 end.
+/// [`key`] in hex, as a file writes it.
+pub fn key_hex(len: usize, seed: u8) -> String {
+    key(len, seed).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One end of the shared test tunnel `t` ([`test_site`]) in `mode`
+/// (`"tunnel"` or `"transport"`); `a` is the 192.168.1.0/24 end.
+pub fn tunnel_builder(alg: Algorithm, mode: &str, esn: bool, a: bool) -> ConfigBuilder {
+    let mode: Mode = mode.parse().unwrap_or_else(|_| panic!("mode `{mode}`"));
+    test_site(alg, mode, esn, a)
+}
+
+/// The interface `name` of `config`, for a test to change a setting of it.
+pub fn interface<'a>(config: &'a mut ConfigBuilder, name: &str) -> &'a mut InterfaceBuilder {
+    config
+        .interface_mut(name)
+        .unwrap_or_else(|| panic!("no interface `{name}`"))
+}
+
+/// [`tunnel_builder`]'s text, with `extra` TOML appended: keys of the
+/// tunnel's table (the text ends with it), then any further tables.
 pub fn tunnel_config(alg: Algorithm, mode: &str, esn: bool, a: bool, extra: &str) -> String {
-    let (me, peer, my_net, peer_net, my_in, peer_gw) = if a {
-        (
-            "10.0.0.1",
-            "10.0.0.2",
-            "192.168.1",
-            "192.168.2",
-            "192.168.1.1",
-            "10.0.0.2",
-        )
-    } else {
-        (
-            "10.0.0.2",
-            "10.0.0.1",
-            "192.168.2",
-            "192.168.1",
-            "192.168.2.1",
-            "10.0.0.1",
-        )
-    };
-    let (spi_out, spi_in) = if a { (0x1001, 0x1002) } else { (0x1002, 0x1001) };
-    let (seed_out, seed_in) = if a { (1, 2) } else { (2, 1) };
-    let keys = |dir: &str, seed: u8| {
-        let mut s = String::new();
-        if alg.enc_key_len() > 0 {
-            s += &format!("enc_key_{dir} = \"{}\"\n", key_hex(alg.enc_key_len(), seed));
-        }
-        if alg.auth_key_len() > 0 {
-            s += &format!(
-                "auth_key_{dir} = \"{}\"\n",
-                key_hex(alg.auth_key_len(), seed + 100)
-            );
-        }
-        s
-    };
-    // Both modes protect traffic between the host networks (transport mode
-    // keeps the packet's own addresses as it is forwarded).
-    let subnets = format!("local_subnet = \"{my_net}.0/24\"\nremote_subnet = \"{peer_net}.0/24\"\n");
-    format!(
-        r#"
-[gateway]
-allow_insecure_null = true
-
-[[interface]]
-name = "inside"
-device = "in0"
-address = "{my_in}/24"
-
-[[interface]]
-name = "outside"
-device = "out0"
-address = "{me}/24"
-# A jumbo link between the gateways: the tests send inner packets up to
-# 1500 bytes with DF set, which must not need fragmenting here.
-mtu = 9000
-
-[[route]]
-destination = "{peer_net}.0/24"
-via = "{peer_gw}"
-
-[[tunnel]]
-name = "t"
-local = "{me}"
-remote = "{peer}"
-{subnets}proposal = "{alg}"
-mode = "{mode}"
-spi_out = {spi_out}
-spi_in = {spi_in}
-{keys_out}{keys_in}esn = {esn}
-replay_window = 64
-{extra}
-"#,
-        keys_out = keys("out", seed_out),
-        keys_in = keys("in", seed_in),
-    )
+    format!("{}{extra}\n", tunnel_builder(alg, mode, esn, a).to_toml())
 }
 
 /// The engine `kind` with `buffers`, everything else at its defaults (the

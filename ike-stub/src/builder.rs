@@ -1,0 +1,935 @@
+//! A typed builder of configuration files (feature `testing`), for the
+//! tests, the fuzz targets and the benchmark, which need gateways of many
+//! shapes and used to write their TOML by hand, each in its own way.
+//!
+//! Owns: the shape of a file as typed values ([`ConfigBuilder`] and the
+//! builders of its sections), and its text, serialized with serde and
+//! `toml`, so that it is always well-formed TOML with the parser's key
+//! names ([`crate::raw`] is the other side; the tests below hold the two
+//! together). What a file means is not decided here: [`ConfigBuilder::parse`]
+//! hands the text to [`Config::parse`], the one validator, so a builder
+//! can describe a file the gateway refuses (as tests of refusals need).
+//!
+//! Must not: be used by `espgw run` or hold defaults of its own (a field
+//! left `None` is a key left out, and the parser's default applies).
+//! Key material here is test material: it is not wiped.
+
+use std::fmt::Display;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::str::FromStr;
+
+use accel::{Algorithm, BufferPolicy, EngineKind, Style};
+use serde::{Deserialize, Serialize};
+use smoltcp::wire::{EthernetAddress, Ipv4Cidr};
+use spd_sad::{Ipv4Prefix, Mode, PolicyDirection};
+
+use crate::{Config, ConfigError};
+
+/// Deterministic key bytes for tests: byte `i` is `i * step + seed`
+/// (wrapping), so that every end and direction can have its own key.
+pub fn pattern_key(len: usize, step: u8, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(step).wrapping_add(seed))
+        .collect()
+}
+
+/// One end of the tunnel `t` that the gateway tests (`tests/common`) and
+/// the fuzz targets share, so that seeds written by one are read by the
+/// other: between 10.0.0.1 (site A, 192.168.1.0/24) and 10.0.0.2 (site B,
+/// 192.168.2.0/24), `a` choosing the end, on a jumbo outside link
+/// (tests send inner packets of up to 1500 bytes with DF set, which must
+/// not need fragmenting there). Keys are [`pattern_key`]s with step 7,
+/// seeded 1 (A to B) and 2 (B to A), plus 100 for integrity keys. Both
+/// modes protect the host networks (transport mode keeps the packet's own
+/// addresses as it is forwarded).
+pub fn test_site(alg: Algorithm, mode: Mode, esn: bool, a: bool) -> ConfigBuilder {
+    let third = |a: bool| if a { 1 } else { 2 };
+    let gw = |a: bool| Ipv4Addr::new(10, 0, 0, third(a));
+    let net = |a: bool| Ipv4Prefix::new(Ipv4Addr::new(192, 168, third(a), 0), 24).unwrap_or(Ipv4Prefix::ANY);
+    let spis = if a { (0x1001, 0x1002) } else { (0x1002, 0x1001) };
+    let (seed_out, seed_in) = if a { (1, 2) } else { (2, 1) };
+    ConfigBuilder::new()
+        .allow_insecure_null()
+        .interface(InterfaceBuilder::inside(
+            "in0",
+            Ipv4Addr::new(192, 168, third(a), 1),
+            24,
+        ))
+        .interface(InterfaceBuilder::outside("out0", gw(a), 24).mtu(9000))
+        .route_via(net(!a), gw(!a))
+        .tunnel(
+            TunnelBuilder::new("t", (gw(a), gw(!a)), alg, spis)
+                .subnets(net(a), net(!a))
+                .mode(mode)
+                .keys_with(|dir, len, auth| {
+                    let seed = if dir == "out" { seed_out } else { seed_in };
+                    pattern_key(len, 7, if auth { seed + 100 } else { seed })
+                })
+                .esn(esn)
+                .replay_window(64),
+        )
+}
+
+/// A whole configuration file. Fields are public so that a test can
+/// change what a shared helper built (`config.interfaces[1].mtu = ...`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigBuilder {
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub gateway: GatewaySection,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub accel: AccelSection,
+    #[serde(default, rename = "interface", skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceBuilder>,
+    #[serde(default, rename = "route", skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteBuilder>,
+    #[serde(default, rename = "neighbor", skip_serializing_if = "Vec::is_empty")]
+    pub neighbors: Vec<NeighborBuilder>,
+    #[serde(default, rename = "policy", skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyBuilder>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub rekey: RekeySection,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub limits: LimitsSection,
+    /// Last, so that the text ends with the last tunnel's table (or its
+    /// `lifetime`, when it has one).
+    #[serde(default, rename = "tunnel", skip_serializing_if = "Vec::is_empty")]
+    pub tunnels: Vec<TunnelBuilder>,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+impl ConfigBuilder {
+    pub fn new() -> ConfigBuilder {
+        ConfigBuilder::default()
+    }
+
+    /// `[gateway] name`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.gateway.name = Some(name.into());
+        self
+    }
+
+    /// `[gateway] allow_insecure_null = true`: proposal `null` allowed.
+    pub fn allow_insecure_null(mut self) -> Self {
+        self.gateway.allow_insecure_null = true;
+        self
+    }
+
+    pub fn outer_ttl(mut self, ttl: u8) -> Self {
+        self.gateway.outer_ttl = Some(ttl);
+        self
+    }
+
+    /// `[gateway] nat_keepalive_s` (0: none).
+    pub fn nat_keepalive_s(mut self, seconds: u32) -> Self {
+        self.gateway.nat_keepalive_s = Some(seconds);
+        self
+    }
+
+    pub fn accel(mut self, accel: AccelSection) -> Self {
+        self.accel = accel;
+        self
+    }
+
+    pub fn interface(mut self, interface: InterfaceBuilder) -> Self {
+        self.interfaces.push(interface);
+        self
+    }
+
+    /// A route to `destination` through the next hop `via`.
+    pub fn route_via(mut self, destination: Ipv4Prefix, via: Ipv4Addr) -> Self {
+        self.routes.push(RouteBuilder {
+            destination,
+            via: Some(via),
+            interface: None,
+        });
+        self
+    }
+
+    pub fn route(mut self, route: RouteBuilder) -> Self {
+        self.routes.push(route);
+        self
+    }
+
+    /// A static neighbour.
+    pub fn neighbor(mut self, address: Ipv4Addr, mac: EthernetAddress) -> Self {
+        self.neighbors.push(NeighborBuilder { address, mac });
+        self
+    }
+
+    pub fn policy(mut self, policy: PolicyBuilder) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    pub fn tunnel(mut self, tunnel: TunnelBuilder) -> Self {
+        self.tunnels.push(tunnel);
+        self
+    }
+
+    pub fn rekey(mut self, rekey: RekeySection) -> Self {
+        self.rekey = rekey;
+        self
+    }
+
+    pub fn limits(mut self, limits: LimitsSection) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The interface named `name` (`"inside"` or `"outside"`).
+    pub fn interface_mut(&mut self, name: &str) -> Option<&mut InterfaceBuilder> {
+        self.interfaces.iter_mut().find(|i| i.name == name)
+    }
+
+    pub fn tunnel_mut(&mut self, name: &str) -> Option<&mut TunnelBuilder> {
+        self.tunnels.iter_mut().find(|t| t.name == name)
+    }
+
+    /// The file's text. Every value the builder holds has a TOML form, so
+    /// serializing cannot fail; a failure would be a bug in this module.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| panic!("a ConfigBuilder always serializes: {e}"))
+    }
+
+    /// The text, validated by the real parser as a file named `path`.
+    pub fn parse_as(&self, path: &Path) -> Result<Config, ConfigError> {
+        Config::parse(path, &self.to_toml())
+    }
+
+    /// [`Self::parse_as`] a file named `builder.toml`.
+    pub fn parse(&self) -> Result<Config, ConfigError> {
+        self.parse_as(Path::new("builder.toml"))
+    }
+}
+
+/// `[gateway]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_insecure_null: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outer_ttl: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat_keepalive_s: Option<u32>,
+}
+
+/// `[accel]`: which engine and how it is set up. Keywords the engine
+/// modules name (`completion`, `profile`, `afalg_io`, `transport`) are
+/// written as the file writes them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccelSection {
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineKind>,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub style: Option<Style>,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub buffers: Option<BufferPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fifo_depth: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce_count: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce_usecs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub afalg_io: Option<String>,
+    /// The `shared` engine's server socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_every: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lose_completion_every: Option<u64>,
+}
+
+/// An `[[interface]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceBuilder {
+    pub name: String,
+    pub device: String,
+    /// `"ethernet"` or `"tun"`; absent: Ethernet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Our address and its network, written as smoltcp prints it (the
+    /// parser's canonical form).
+    #[serde(with = "text")]
+    pub address: Ipv4Cidr,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub mac: Option<EthernetAddress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u16>,
+}
+
+impl InterfaceBuilder {
+    /// The `inside` interface on `device` with `address`/`prefix_len`.
+    pub fn inside(device: impl Into<String>, address: Ipv4Addr, prefix_len: u8) -> InterfaceBuilder {
+        InterfaceBuilder::new("inside", device, address, prefix_len)
+    }
+
+    /// The `outside` interface on `device` with `address`/`prefix_len`.
+    pub fn outside(device: impl Into<String>, address: Ipv4Addr, prefix_len: u8) -> InterfaceBuilder {
+        InterfaceBuilder::new("outside", device, address, prefix_len)
+    }
+
+    fn new(name: &str, device: impl Into<String>, address: Ipv4Addr, prefix_len: u8) -> InterfaceBuilder {
+        InterfaceBuilder {
+            name: name.to_owned(),
+            device: device.into(),
+            kind: None,
+            address: Ipv4Cidr::new(address, prefix_len),
+            mac: None,
+            mtu: None,
+        }
+    }
+
+    pub fn mac(mut self, mac: EthernetAddress) -> Self {
+        self.mac = Some(mac);
+        self
+    }
+
+    pub fn mtu(mut self, mtu: u16) -> Self {
+        self.mtu = Some(mtu);
+        self
+    }
+
+    /// `kind = "tun"`.
+    pub fn tun(mut self) -> Self {
+        self.kind = Some("tun".to_owned());
+        self
+    }
+}
+
+/// A `[[route]]`: through `via`, or straight out of `interface`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteBuilder {
+    #[serde(with = "text")]
+    pub destination: Ipv4Prefix,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<Ipv4Addr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+}
+
+/// A `[[neighbor]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NeighborBuilder {
+    pub address: Ipv4Addr,
+    #[serde(with = "text")]
+    pub mac: EthernetAddress,
+}
+
+/// A `[[policy]]`. `action` is `"protect"` (with `sa`), `"bypass"` or
+/// `"discard"`; selectors left out are `any`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyBuilder {
+    pub name: String,
+    #[serde(with = "text")]
+    pub direction: PolicyDirection,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub source: Option<Ipv4Prefix>,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub destination: Option<Ipv4Prefix>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// `"any"`, `"53"` or `"1024-65535"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_ports: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_ports: Option<String>,
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sa: Option<String>,
+}
+
+impl PolicyBuilder {
+    /// Traffic from `source` to `destination` in `direction` passes in the
+    /// clear.
+    pub fn bypass(
+        name: impl Into<String>,
+        direction: PolicyDirection,
+        source: Ipv4Prefix,
+        destination: Ipv4Prefix,
+    ) -> PolicyBuilder {
+        PolicyBuilder {
+            name: name.into(),
+            direction,
+            priority: None,
+            source: Some(source),
+            destination: Some(destination),
+            protocol: None,
+            source_ports: None,
+            destination_ports: None,
+            action: "bypass".to_owned(),
+            sa: None,
+        }
+    }
+}
+
+/// RFC 3948 encapsulation of a tunnel's ESP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encap {
+    /// Raw ESP, IP protocol 50 (the default).
+    None,
+    /// ESP in UDP.
+    Udp,
+}
+
+/// A `[tunnel.lifetime]` (or `[sa.lifetime]`): whichever limit comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifetimeBuilder {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_packets: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_packets: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_idle_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_idle_s: Option<u64>,
+}
+
+/// A `[[tunnel]]`: two SAs and two policies between `local_subnet` behind
+/// `local` and `remote_subnet` behind `remote`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelBuilder {
+    pub name: String,
+    pub local: Ipv4Addr,
+    pub remote: Ipv4Addr,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub local_subnet: Option<Ipv4Prefix>,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub remote_subnet: Option<Ipv4Prefix>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    #[serde(with = "text")]
+    pub proposal: Algorithm,
+    pub spi_out: u32,
+    pub spi_in: u32,
+    #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
+    pub enc_key_out: Option<Vec<u8>>,
+    #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
+    pub enc_key_in: Option<Vec<u8>>,
+    #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
+    pub auth_key_out: Option<Vec<u8>>,
+    #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
+    pub auth_key_in: Option<Vec<u8>>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub esn: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_window: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_seq_out: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_seq_in: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap: Option<Encap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_udp_port: Option<u16>,
+    /// Last: a table, written after the tunnel's own keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<LifetimeBuilder>,
+}
+
+impl TunnelBuilder {
+    /// Tunnel `name` from `local` to `remote` with `proposal`, sending
+    /// with `spi_out` and receiving with `spi_in`; no keys yet.
+    pub fn new(
+        name: impl Into<String>,
+        (local, remote): (Ipv4Addr, Ipv4Addr),
+        proposal: Algorithm,
+        (spi_out, spi_in): (u32, u32),
+    ) -> TunnelBuilder {
+        TunnelBuilder {
+            name: name.into(),
+            local,
+            remote,
+            local_subnet: None,
+            remote_subnet: None,
+            protocol: None,
+            mode: None,
+            proposal,
+            spi_out,
+            spi_in,
+            enc_key_out: None,
+            enc_key_in: None,
+            auth_key_out: None,
+            auth_key_in: None,
+            esn: false,
+            replay_window: None,
+            priority: None,
+            initial_seq_out: None,
+            initial_seq_in: None,
+            secret: None,
+            encap: None,
+            udp_port: None,
+            peer_udp_port: None,
+            lifetime: None,
+        }
+    }
+
+    pub fn subnets(mut self, local: Ipv4Prefix, remote: Ipv4Prefix) -> Self {
+        self.local_subnet = Some(local);
+        self.remote_subnet = Some(remote);
+        self
+    }
+
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// Keys of the proposal's lengths, from `key(direction, length,
+    /// is_auth)`: the encryption key (with a GCM salt) and, for proposals
+    /// with HMAC, the integrity key, for `"out"` and `"in"`. A proposal
+    /// without a key of a kind gets no such key.
+    pub fn keys_with(mut self, mut key: impl FnMut(&str, usize, bool) -> Vec<u8>) -> Self {
+        let (enc, auth) = (self.proposal.enc_key_len(), self.proposal.auth_key_len());
+        let some = |len: usize, k: Vec<u8>| (len > 0).then_some(k);
+        self.enc_key_out = some(enc, key("out", enc, false));
+        self.auth_key_out = some(auth, key("out", auth, true));
+        self.enc_key_in = some(enc, key("in", enc, false));
+        self.auth_key_in = some(auth, key("in", auth, true));
+        self
+    }
+
+    pub fn esn(mut self, esn: bool) -> Self {
+        self.esn = esn;
+        self
+    }
+
+    pub fn replay_window(mut self, window: u32) -> Self {
+        self.replay_window = Some(window);
+        self
+    }
+
+    pub fn secret(mut self, secret: impl Into<String>) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// `encap = "udp"`, on the default ports unless set after.
+    pub fn udp_encap(mut self) -> Self {
+        self.encap = Some(Encap::Udp);
+        self
+    }
+
+    pub fn lifetime(mut self, lifetime: LifetimeBuilder) -> Self {
+        self.lifetime = Some(lifetime);
+        self
+    }
+}
+
+/// `[rekey]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RekeySection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmit_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbors_per_interface: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_errors_per_second: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_burst: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_per_source_ms: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_per_source_burst: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp_sources: Option<u32>,
+}
+
+/// A value written as its `Display` text and read back with `FromStr`.
+mod text {
+    use super::*;
+
+    pub fn serialize<T: Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(value)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Debug,
+        D: serde::Deserializer<'de>,
+    {
+        let text = String::deserialize(d)?;
+        text.parse()
+            .map_err(|e| serde::de::Error::custom(format!("`{text}`: {e:?}")))
+    }
+}
+
+/// [`text`] for an optional value (with `skip_serializing_if`).
+mod opt_text {
+    use super::*;
+
+    pub fn serialize<T: Display, S: serde::Serializer>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => s.collect_str(v),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Debug,
+        D: serde::Deserializer<'de>,
+    {
+        super::text::deserialize(d).map(Some)
+    }
+}
+
+/// Key bytes as lower-case hex.
+mod opt_hex {
+    use super::*;
+
+    pub fn serialize<S: serde::Serializer>(value: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(bytes) => s.serialize_str(&bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text = String::deserialize(d)?;
+        crate::config::decode_hex_key(&text)
+            .map(|k| Some(k.to_vec()))
+            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not hex")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel::EngineSpec;
+    use spd_sad::{SaDirection, UdpEncap};
+
+    fn net(text: &str) -> Ipv4Prefix {
+        text.parse().unwrap()
+    }
+
+    /// Every key a builder writes, set to something other than the
+    /// parser's default.
+    fn everything() -> ConfigBuilder {
+        let alg = Algorithm::Aes256Sha256;
+        ConfigBuilder::new()
+            .name("everything")
+            .allow_insecure_null()
+            .outer_ttl(32)
+            .nat_keepalive_s(7)
+            .accel(AccelSection {
+                engine: Some(EngineKind::Sec),
+                style: Some(Style::Sync),
+                buffers: Some(BufferPolicy::PerRequest),
+                channels: Some(2),
+                fifo_depth: Some(16),
+                completion: Some("coalesced".into()),
+                coalesce_count: Some(4),
+                coalesce_usecs: Some(20),
+                fail_every: Some(9),
+                lose_completion_every: Some(11),
+                ..AccelSection::default()
+            })
+            .interface(
+                InterfaceBuilder::inside("in0", Ipv4Addr::new(192, 168, 1, 1), 24)
+                    .mac(EthernetAddress([2, 0, 0, 0, 1, 1]))
+                    .mtu(1400),
+            )
+            .interface(InterfaceBuilder::outside("out0", Ipv4Addr::new(10, 0, 0, 1), 24).mtu(9000))
+            .route_via(net("192.168.2.0/24"), Ipv4Addr::new(10, 0, 0, 2))
+            .route(RouteBuilder {
+                destination: net("172.16.0.0/16"),
+                via: None,
+                interface: Some("outside".into()),
+            })
+            .neighbor(Ipv4Addr::new(10, 0, 0, 2), EthernetAddress([2, 0, 0, 0, 0, 2]))
+            .policy(PolicyBuilder {
+                priority: Some(5),
+                protocol: Some("udp".into()),
+                destination_ports: Some("53".into()),
+                source_ports: Some("1024-65535".into()),
+                ..PolicyBuilder::bypass(
+                    "dns",
+                    PolicyDirection::Out,
+                    net("192.168.1.0/24"),
+                    net("192.168.3.0/24"),
+                )
+            })
+            .rekey(RekeySection {
+                grace_ms: Some(300),
+                retransmit_ms: Some(20),
+                retries: Some(3),
+                retry_after_s: Some(9),
+            })
+            .limits(LimitsSection {
+                neighbors_per_interface: Some(64),
+                icmp_errors_per_second: Some(10),
+                icmp_burst: Some(3),
+                icmp_per_source_ms: Some(0),
+                icmp_per_source_burst: Some(2),
+                icmp_sources: Some(16),
+            })
+            .tunnel(TunnelBuilder {
+                protocol: Some("udp".into()),
+                priority: Some(50),
+                initial_seq_out: Some(7),
+                initial_seq_in: Some(8),
+                udp_port: Some(4501),
+                peer_udp_port: Some(4502),
+                ..TunnelBuilder::new(
+                    "t",
+                    (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)),
+                    alg,
+                    (0x1001, 0x1002),
+                )
+                .subnets(net("192.168.1.0/24"), net("192.168.2.0/24"))
+                .mode(Mode::Tunnel)
+                .keys_with(|dir, len, auth| pattern_key(len, 7, u8::from(dir == "in") + u8::from(auth) * 100))
+                .esn(true)
+                .replay_window(128)
+                .secret("a builder test secret, long enough")
+                .udp_encap()
+                .lifetime(LifetimeBuilder {
+                    soft_bytes: Some(1000),
+                    hard_bytes: Some(2000),
+                    soft_packets: Some(10),
+                    hard_packets: Some(20),
+                    soft_seconds: Some(30),
+                    hard_seconds: Some(60),
+                    soft_idle_s: Some(5),
+                    hard_idle_s: Some(9),
+                })
+            })
+    }
+
+    /// The text reads back into the same builder: nothing is lost or
+    /// renamed on the way through TOML.
+    #[test]
+    fn the_text_reads_back_as_the_builder() {
+        let built = everything();
+        let text = built.to_toml();
+        let back: ConfigBuilder = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(back, built, "{text}");
+    }
+
+    /// The real parser takes the text, and what it validates is what was
+    /// built, key by key.
+    #[test]
+    fn the_parser_reads_what_was_built() {
+        let built = everything();
+        let config = built
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}\n{}", built.to_toml()));
+        assert_eq!(config.name, "everything");
+        assert!(config.allow_insecure_null);
+        assert_eq!(config.outer_ttl, 32);
+        assert_eq!(config.nat_keepalive, Some(std::time::Duration::from_secs(7)));
+
+        let EngineSpec {
+            kind, buffers, sec, ..
+        } = &config.engine;
+        assert_eq!(
+            (*kind, *buffers, config.style),
+            (EngineKind::Sec, BufferPolicy::PerRequest, Style::Sync)
+        );
+        assert_eq!((sec.channels, sec.fifo_depth), (2, 16));
+        assert_eq!(
+            sec.completion,
+            accel::Completion::Coalesced {
+                count: 4,
+                timeout: std::time::Duration::from_micros(20)
+            }
+        );
+        assert_eq!(
+            (sec.faults.fail_every, sec.faults.drop_completion_every),
+            (Some(9), Some(11))
+        );
+
+        assert_eq!(config.inside.device, "in0");
+        assert_eq!(config.inside.address, Ipv4Addr::new(192, 168, 1, 1));
+        assert_eq!(config.inside.network, net("192.168.1.0/24"));
+        assert_eq!(config.inside.mac, EthernetAddress([2, 0, 0, 0, 1, 1]));
+        assert_eq!((config.inside.mtu, config.outside.mtu), (1400, 9000));
+        assert_eq!(config.outside.address, Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(config.routes.len(), 2);
+        assert_eq!(config.routes[0].destination, net("192.168.2.0/24"));
+        assert_eq!(config.routes[0].via, Some(Ipv4Addr::new(10, 0, 0, 2)));
+        assert_eq!(config.routes[1].via, None);
+        assert_eq!(
+            config.neighbors,
+            [(Ipv4Addr::new(10, 0, 0, 2), EthernetAddress([2, 0, 0, 0, 0, 2]))]
+        );
+        assert_eq!(config.rekey.grace, std::time::Duration::from_millis(300));
+        assert_eq!(config.rekey.retries, 3);
+        assert_eq!(config.limits.icmp.burst, 3);
+
+        let tunnel = config.tunnel("t").expect("the tunnel");
+        let built_tunnel = &built.tunnels[0];
+        assert_eq!(
+            (tunnel.local, tunnel.remote),
+            (built_tunnel.local, built_tunnel.remote)
+        );
+        assert_eq!(
+            (tunnel.algorithm, tunnel.mode, tunnel.esn),
+            (Algorithm::Aes256Sha256, Mode::Tunnel, true)
+        );
+        assert_eq!(tunnel.replay_window, 128);
+        assert_eq!(
+            tunnel.encap,
+            Some(UdpEncap {
+                local_port: 4501,
+                remote_port: 4502
+            })
+        );
+        assert_eq!(
+            tunnel.secret.as_deref().map(Vec::as_slice),
+            Some(&b"a builder test secret, long enough"[..])
+        );
+        let life = tunnel.lifetime;
+        assert_eq!((life.soft.bytes, life.hard.bytes), (Some(1000), Some(2000)));
+        assert_eq!((life.soft.packets, life.hard.packets), (Some(10), Some(20)));
+        assert_eq!((life.soft.seconds, life.hard.seconds), (Some(30), Some(60)));
+        assert_eq!(
+            (life.soft.idle_seconds, life.hard.idle_seconds),
+            (Some(5), Some(9))
+        );
+
+        let out = config.sa("t-out").expect("the outbound SA");
+        assert_eq!(out.params.direction, SaDirection::Outbound);
+        assert_eq!(out.params.spi, 0x1001);
+        assert_eq!(out.initial_seq, 7);
+        assert_eq!(Some(out.enc_key.to_vec()), built_tunnel.enc_key_out);
+        assert_eq!(Some(out.auth_key.to_vec()), built_tunnel.auth_key_out);
+        let inbound = config.sa("t-in").expect("the inbound SA");
+        assert_eq!(inbound.params.spi, 0x1002);
+        assert_eq!(inbound.initial_seq, 8);
+        assert_eq!(Some(inbound.enc_key.to_vec()), built_tunnel.enc_key_in);
+        assert_eq!(Some(inbound.auth_key.to_vec()), built_tunnel.auth_key_in);
+
+        let dns = config
+            .policies
+            .iter()
+            .find(|p| p.name == "dns")
+            .expect("the bypass policy");
+        assert_eq!(dns.priority, 5);
+        assert_eq!(dns.action, crate::PolicyAction::Bypass);
+        assert_eq!(dns.selector.dst, net("192.168.3.0/24"));
+        let tunnel_out = config
+            .policies
+            .iter()
+            .find(|p| p.name == "t-out")
+            .expect("the tunnel's policy");
+        assert_eq!(tunnel_out.priority, 50);
+    }
+
+    /// The shared test site parses for every proposal, mode and end.
+    #[test]
+    fn the_test_site_is_valid_for_every_proposal() {
+        for alg in Algorithm::ALL {
+            for mode in [Mode::Tunnel, Mode::Transport] {
+                for a in [true, false] {
+                    let site = test_site(alg, mode, true, a);
+                    let config = site.parse().unwrap_or_else(|e| panic!("{e}\n{}", site.to_toml()));
+                    assert_eq!(
+                        config.tunnel("t").map(|t| (t.algorithm, t.mode)),
+                        Some((alg, mode))
+                    );
+                }
+            }
+        }
+    }
+
+    /// A minimal tunnel in transport mode with its defaults left to the
+    /// parser, and the `shared` engine's keys.
+    #[test]
+    fn left_out_keys_take_the_parsers_defaults() {
+        let built = ConfigBuilder::new()
+            .accel(AccelSection {
+                engine: Some(EngineKind::Shared),
+                socket: Some("/run/espgw-engine.sock".into()),
+                ..AccelSection::default()
+            })
+            .interface(InterfaceBuilder::inside("in0", Ipv4Addr::new(192, 168, 1, 1), 24))
+            .interface(InterfaceBuilder::outside("out0", Ipv4Addr::new(10, 0, 0, 1), 24))
+            .tunnel(
+                TunnelBuilder::new(
+                    "t",
+                    (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)),
+                    Algorithm::Aes128Gcm16,
+                    (0x1001, 0x1002),
+                )
+                .mode(Mode::Transport)
+                .keys_with(|_, len, _| pattern_key(len, 1, 0)),
+            );
+        let text = built.to_toml();
+        assert!(!text.contains("esn"), "{text}");
+        let config = built.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(config.engine.shared.socket, Path::new("/run/espgw-engine.sock"));
+        let tunnel = config.tunnel("t").unwrap();
+        assert_eq!(
+            (tunnel.mode, tunnel.esn, tunnel.encap),
+            (Mode::Transport, false, None)
+        );
+        assert_eq!(tunnel.replay_window, crate::config::DEFAULT_REPLAY_WINDOW);
+        assert!(config.sa("t-out").unwrap().auth_key.is_empty());
+    }
+}

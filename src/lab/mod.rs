@@ -1,0 +1,109 @@
+//! The lab: network namespaces on this host in which `espgw demo`, `espgw
+//! demo --soak` and `espgw bench --veth` run real gateways between two
+//! hosts. It owns the parts they share, so that none of them calls another:
+//!
+//! - `topology`: namespaces, veth pairs, addresses, the NAT, kernel
+//!   forwarding, starting `espgw run` in a namespace, and removing it all;
+//! - `traffic`: ping, numbered UDP streams, UDP echo and TCP, floods of
+//!   bad ESP, iperf3;
+//! - `capture`: watching a link between the gateways and counting what
+//!   crosses it;
+//! - `gateways`: the demo's two gateways from the shipped configs, edited
+//!   for the flags below.
+//!
+//! Must not: print a report or decide whether a run passed (`demo`, `soak`
+//! and `veth_bench` do), or hold dataplane logic (the gateways are `espgw
+//! run` processes, driven from outside like a user's).
+
+pub mod capture;
+pub mod gateways;
+pub mod topology;
+pub mod traffic;
+
+use accel::{Algorithm, BufferPolicy, EngineKind, Style};
+
+// The flags of `espgw demo`. `--soak` shares them; the lab reads those that
+// shape the topology and the gateways (`--nat`, `--algorithm`, the engine,
+// `--rekey-every`, faults, `--keep`). Not a doc comment: clap would take it
+// for the command's help text, which main.rs gives.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// ESP proposal for the tunnel.
+    #[arg(long, default_value_t = Algorithm::Aes128Gcm16)]
+    pub(crate) algorithm: Algorithm,
+    /// Crypto engine of both gateways.
+    #[arg(long, default_value_t = EngineKind::Soft)]
+    pub(crate) engine: EngineKind,
+    /// Submission style of both gateways.
+    #[arg(long, default_value_t = Style::Async)]
+    pub(crate) style: Style,
+    /// Buffer policy of both gateways.
+    #[arg(long, default_value_t = BufferPolicy::Registered)]
+    pub(crate) buffers: BufferPolicy,
+    /// Bytes sent over the TCP connection.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub(crate) tcp_bytes: usize,
+    /// Keep the work directory (configs, stats, gateway logs).
+    #[arg(long)]
+    pub(crate) keep: bool,
+    /// Give the tunnel a soft byte lifetime of this size (e.g. 200kB, 1MB,
+    /// 64KiB), so that the gateways rekey over and over while traffic flows.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) rekey_every: Option<u64>,
+    /// While traffic flows, make gwA reload a broken configuration and one
+    /// with an inbound SA that no policy names (by `espgw reload` and by
+    /// SIGHUP), which it must refuse without losing a packet, then a valid
+    /// one with one more tunnel, which it must take.
+    #[arg(long)]
+    pub(crate) reload_check: bool,
+    /// Also measure what floods of bad ESP into gwB (unknown SPI, and the
+    /// tunnel's SPI with sequence numbers that force an ICV check) cost the
+    /// numbered UDP traffic, against a run without a flood.
+    #[arg(long)]
+    pub(crate) flood_check: bool,
+    /// Frames per second of the flood check's floods (default: as fast as
+    /// one thread can send).
+    #[arg(long, value_name = "FRAMES_PER_SECOND")]
+    pub(crate) flood_rate: Option<u64>,
+    /// Instead of one round, run mixed traffic for this many seconds and
+    /// check for leaks and unexplained loss (see scripts/soak.sh).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) soak: Option<u64>,
+    /// Run both gateways on the `sec` engine model with every N-th
+    /// descriptor failing (fault injection).
+    #[arg(long, value_name = "N")]
+    pub(crate) fail_every: Option<u64>,
+    /// Run both gateways on the `sec` engine model with every N-th
+    /// completion lost (reclaimed after the job timeout).
+    #[arg(long, value_name = "N")]
+    pub(crate) lose_completion_every: Option<u64>,
+    /// Put gwA behind a masquerading NAT (a fifth namespace, nftables) and
+    /// run the tunnel as RFC 3948 ESP in UDP on both gateways: gwB knows
+    /// only gwA's private address and must learn the NAT's address and
+    /// port from gwA's authenticated packets.
+    #[arg(long, conflicts_with_all = ["flood_check", "soak"])]
+    pub(crate) nat: bool,
+}
+
+/// "200kB", "1MB", "64KiB", "5000": a size in bytes.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size; write e.g. 200kB, 1MB or 65536"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        other => return Err(format!("unknown unit `{other}`; use B, kB, KiB, MB, MiB or GB")),
+    };
+    number
+        .checked_mul(scale)
+        .filter(|n| *n >= 1000)
+        .ok_or_else(|| format!("`{text}` is out of range; rekey every 1kB or more"))
+}

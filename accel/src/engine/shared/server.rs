@@ -1085,6 +1085,11 @@ impl Server {
         t.quota = quota;
         t.max_data = slot_size;
         t.held.reserve(quota);
+        // The listener and two descriptors per tenant to sleep on: sized
+        // now, so the first sleep with this tenant does not grow the list
+        // (the no-allocation test once caught it doing so mid-run).
+        let fds = 1 + 2 * self.tenants.len();
+        self.pollfds.reserve(fds.saturating_sub(self.pollfds.len()));
         self.stats.attached += 1;
     }
 

@@ -367,22 +367,50 @@ pub fn stats_table(doc: &Value) -> String {
     out
 }
 
+/// A table of plain columns as wide as their widest cell (no borders, no
+/// wrapping), numbers right-aligned: names of any length keep it aligned.
+fn plain_table(header: &[&str], right_aligned: &[usize]) -> comfy_table::Table {
+    use comfy_table::{CellAlignment, ContentArrangement, Table};
+    let mut table = Table::new();
+    table
+        .load_style(comfy_table::presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.iter().copied());
+    for &i in right_aligned {
+        if let Some(column) = table.column_mut(i) {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    table
+}
+
+/// A table's lines without the padding the preset leaves at their ends.
+fn table_text(table: &comfy_table::Table) -> String {
+    let mut out = String::new();
+    for line in table.lines() {
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}
+
 /// `espgw sa list` as a table; never shows key material.
 pub fn sa_table(doc: &Value) -> String {
-    let mut out = format!(
-        "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>8} {:>8} {:>10} {:>12} {:>14} {:>10}\n",
-        "name",
-        "dir",
-        "spi",
-        "mode",
-        "proposal",
-        "state",
-        "age s",
-        "idle s",
-        "packets",
-        "bytes",
-        "hard left",
-        "seq/window"
+    let mut sas = plain_table(
+        &[
+            "name",
+            "dir",
+            "spi",
+            "mode",
+            "proposal",
+            "state",
+            "age s",
+            "idle s",
+            "packets",
+            "bytes",
+            "hard left",
+            "seq/window",
+        ],
+        &[6, 7, 8, 9, 10, 11],
     );
     for sa in doc["sas"].as_array().into_iter().flatten() {
         let text = |k: &str| sa[k].as_str().unwrap_or("-").to_owned();
@@ -402,47 +430,46 @@ pub fn sa_table(doc: &Value) -> String {
         } else {
             sa["last_sequence"].to_string()
         };
-        let _ = writeln!(
-            out,
-            "{:<20} {:<4} {:<11} {:<10} {:<14} {:<12} {:>8.1} {:>8.1} {:>10} {:>12} {:>14} {:>10}",
+        sas.add_row([
             text("name"),
             text("direction"),
             text("spi"),
             text("mode"),
             text("proposal"),
             text("state"),
-            sa["age_seconds"].as_f64().unwrap_or(0.0),
-            sa["idle_seconds"].as_f64().unwrap_or(0.0),
+            format!("{:.1}", sa["age_seconds"].as_f64().unwrap_or(0.0)),
+            format!("{:.1}", sa["idle_seconds"].as_f64().unwrap_or(0.0)),
             sa["packets"].to_string(),
             sa["bytes"].to_string(),
             left,
             window,
-        );
+        ]);
     }
+    let mut out = table_text(&sas);
     let tunnels: Vec<&Value> = doc["tunnels"].as_array().into_iter().flatten().collect();
     if !tunnels.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n{:<16} {:<16} {:<17} {:>4} {:>7} {:<10} note",
-            "tunnel", "peer", "state", "gen", "rekeys", "rekey"
+        let mut table = plain_table(
+            &["tunnel", "peer", "state", "gen", "rekeys", "rekey", "note"],
+            &[3, 4],
         );
         for t in tunnels {
-            let _ = writeln!(
-                out,
-                "{:<16} {:<16} {:<17} {:>4} {:>7} {:<10} {}",
-                t["name"].as_str().unwrap_or("-"),
-                t["remote"].as_str().unwrap_or("-"),
-                t["state"].as_str().unwrap_or("-"),
+            let text = |k: &str| t[k].as_str().unwrap_or("-").to_owned();
+            table.add_row([
+                text("name"),
+                text("remote"),
+                text("state"),
                 t["generation"].to_string(),
                 t["rekeys"].to_string(),
                 if t["can_rekey"].as_bool() == Some(true) {
-                    "secret"
+                    "secret".into()
                 } else {
-                    "manual"
+                    "manual".into()
                 },
-                t["note"].as_str().unwrap_or(""),
-            );
+                t["note"].as_str().unwrap_or("").to_owned(),
+            ]);
         }
+        out.push('\n');
+        out.push_str(&table_text(&table));
     }
     out
 }
@@ -520,6 +547,37 @@ pub fn offload_line(stats: &serde_json::Value) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// Names of any length keep the columns of `sa list` in line.
+    #[test]
+    fn the_sa_table_stays_aligned_with_long_names() {
+        let sa = |name: &str, dir: &str| {
+            serde_json::json!({
+                "name": name, "direction": dir, "spi": "0x00001001", "mode": "tunnel",
+                "proposal": "aes128gcm16", "state": "active", "age_seconds": 1.5,
+                "idle_seconds": 0.0, "packets": 12, "bytes": 3456,
+                "lifetime_remaining": {"hard": {"seconds": 100}},
+                "replay_window": {"top": 12, "size": 64}, "last_sequence": 12,
+            })
+        };
+        let doc = serde_json::json!({
+            "sas": [sa("a", "out"), sa("a-tunnel-name-much-longer-than-twenty", "in")],
+            "tunnels": [],
+        });
+        let text = sa_table(&doc);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        let column = |line: &str, word: &str| line.find(word).unwrap_or_else(|| panic!("{word} in {line}"));
+        // Left-aligned columns start together, right-aligned ones end together.
+        let mode = column(lines[0], " mode ");
+        assert!(lines[1..].iter().all(|l| column(l, " tunnel ") == mode), "{text}");
+        let bytes_end = column(lines[0], "bytes") + "bytes".len();
+        assert!(
+            lines[1..].iter().all(|l| column(l, "3456") + 4 == bytes_end),
+            "{text}"
+        );
+        assert!(!text.contains("  \n"), "no trailing padding: {text:?}");
+    }
 
     /// `espgw stats`'s answer from a gateway on `configs/demo-a.toml`
     /// whose summed counters are `total`.

@@ -202,13 +202,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let _ = child.wait();
     }
-    let read_stats = |p: &Path| -> serde_json::Value {
-        std::fs::read_to_string(p)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(serde_json::Value::Null)
-    };
-    let (a, b) = (read_stats(&stats_a), read_stats(&stats_b));
+    let ((a, typed_a), (b, typed_b)) = (report::read_final(&stats_a)?, report::read_final(&stats_b)?);
 
     let total =
         |c: fn(&Wire) -> &AtomicU64| -> u64 { wires.iter().map(|(_, w)| c(w).load(Ordering::Relaxed)).sum() };
@@ -304,18 +298,19 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             }
         }
     }
-    let nat_ok = !args.nat || nat_report(&wires, &a, &b);
-    for (name, s) in [("gwA", &a), ("gwB", &b)] {
+    let nat_ok = !args.nat || nat_report(&wires, &typed_a.gateway, &typed_b.gateway);
+    for (name, doc, s) in [("gwA", &a, &typed_a), ("gwB", &b, &typed_b)] {
+        let g = &s.gateway;
         println!(
             "  {name}   rx {} tx {} encapsulated {} decapsulated {} generated {} · drops: {} · kernel socket drops {} · offload: {}",
-            s["rx_packets"],
-            s["tx_packets"],
-            s["encapsulated"],
-            s["decapsulated"],
-            s["generated"],
-            report::drops_line(s),
-            s["kernel_drops"],
-            report::offload_line(s)
+            g.rx_packets,
+            g.tx_packets,
+            g.encapsulated,
+            g.decapsulated,
+            g.generated,
+            report::drops_line(g),
+            s.kernel_drops,
+            report::offload_line(doc)
         );
     }
     // Which MAC and MTU each gateway took, as its startup log says.
@@ -367,18 +362,18 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         }
     }
     if let (Some(every), Some(((ab, ba), _))) = (args.rekey_every, &streams) {
-        let rekeys = |s: &serde_json::Value| s["control"]["rekeys_completed"].as_u64().unwrap_or(0);
+        let rekeys = |s: &report::FinalStats| s.control.as_ref().map_or(0, |c| c.rekeys_completed);
         // Packets the gateways lost: every drop but the fragmentation-needed
         // refusals, which answer TCP's path-MTU probing with ICMP by design.
-        let lost = |s: &serde_json::Value| {
-            s["drops"].as_object().map_or(0, |m| {
-                m.iter()
-                    .filter(|(reason, _)| *reason != "frag_needed")
-                    .filter_map(|(_, v)| v.as_u64())
-                    .sum::<u64>()
-            })
+        let lost = |s: &report::FinalStats| {
+            s.gateway
+                .drops
+                .iter()
+                .filter(|(reason, _)| *reason != dataplane::DropReason::FragNeeded)
+                .map(|(_, n)| n)
+                .sum::<u64>()
         };
-        let (lost_a, lost_b) = (lost(&a), lost(&b));
+        let (lost_a, lost_b) = (lost(&typed_a), lost(&typed_b));
         let streams_whole =
             ab.received == ab.sent && ba.received == ba.sent && ab.duplicates + ba.duplicates == 0;
         nothing_lost = nothing_lost
@@ -386,12 +381,12 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             && streams_whole
             && results.udp_echoed == results.udp_sent
             && results.tcp_ok
-            && rekeys(&a) > 0
-            && rekeys(&a) == rekeys(&b);
+            && rekeys(&typed_a) > 0
+            && rekeys(&typed_a) == rekeys(&typed_b);
         println!(
             "  rekey every {every} bytes: {} rekeys at gwA, {} at gwB (now generation {}); numbered UDP {}/{} hostA→hostB and {}/{} hostB→hostA received, {} duplicates; {} packets lost in the gateways → {}",
-            rekeys(&a),
-            rekeys(&b),
+            rekeys(&typed_a),
+            rekeys(&typed_b),
             a["tunnels"][0]["generation"],
             ab.received,
             ab.sent,
@@ -438,7 +433,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 /// to 40000-40999), gwB must send its ESP to that mapping, and to gwA's
 /// configured address only before it first did (what it sent there the
 /// NAT dropped), and gwB must have counted the move (`nat_peer_moved`).
-fn nat_report(wires: &[(&str, Arc<Wire>)], gw_a: &serde_json::Value, gw_b: &serde_json::Value) -> bool {
+fn nat_report(wires: &[(&str, Arc<Wire>)], gw_a: &dataplane::Stats, gw_b: &dataplane::Stats) -> bool {
     let flows = wires
         .get(1)
         .and_then(|(_, w)| w.udp_flows.lock().ok().map(|f| f.clone()))
@@ -459,7 +454,7 @@ fn nat_report(wires: &[(&str, Arc<Wire>)], gw_a: &serde_json::Value, gw_b: &serd
     };
     let (to_mapping, to_configured) = (from_b(NAT_PUBLIC), from_b(configured));
     let stale: u64 = to_configured.iter().map(|f| f.frames).sum();
-    let moved = gw_b["nat_peer_moved"].as_u64().unwrap_or(0);
+    let moved = gw_b.nat_peer_moved;
     let followed = match (from_a.as_slice(), to_mapping.as_slice()) {
         ([a], [b]) => {
             a.flow.1 != nat_t
@@ -495,10 +490,10 @@ fn nat_report(wires: &[(&str, Arc<Wire>)], gw_a: &serde_json::Value, gw_b: &serd
         } else {
             String::new()
         },
-        gw_a["nat_keepalives_sent"],
-        gw_b["nat_keepalives_received"],
-        gw_b["nat_keepalives_sent"],
-        gw_a["nat_keepalives_received"],
+        gw_a.nat_keepalives_sent,
+        gw_b.nat_keepalives_received,
+        gw_b.nat_keepalives_sent,
+        gw_a.nat_keepalives_received,
         if followed {
             "gwB followed gwA behind the NAT"
         } else {

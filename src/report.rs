@@ -318,6 +318,42 @@ pub fn answer(
     }
 }
 
+/// The part of a gateway's `--stats` document the lab (demo, soak)
+/// reads, typed: a field the daemon renames fails to parse here instead of
+/// reading 0.
+#[derive(Debug, Deserialize)]
+pub struct FinalStats {
+    #[serde(flatten)]
+    pub gateway: dataplane::Stats,
+    pub kernel_drops: u64,
+    pub send_errors: u64,
+    pub pool: PoolStats,
+    pub control: Option<ControlStats>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PoolStats {
+    pub in_use: u64,
+    pub capacity: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ControlStats {
+    pub rekeys_completed: u64,
+}
+
+/// A final `--stats` file: the document (for the parts still read as
+/// text) and its typed counters.
+pub fn read_final(path: &std::path::Path) -> anyhow::Result<(Value, FinalStats)> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let typed = FinalStats::deserialize(&doc)
+        .with_context(|| format!("{} is not a gateway's stats", path.display()))?;
+    Ok((doc, typed))
+}
+
 /// `espgw stats` as a table, from the gateway counters parsed typed (a
 /// field renamed on one side fails to parse, it does not show as null).
 pub fn stats_table(doc: &Value) -> String {
@@ -502,16 +538,13 @@ pub fn reload_text(doc: &Value) -> String {
 
 /// A gateway's drops with a count, `reason count, ...`, or `none` (the
 /// demo's and the soak's report lines).
-pub fn drops_line(stats: &serde_json::Value) -> String {
-    let drops: Vec<String> = stats["drops"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect()
-        })
-        .unwrap_or_default();
+pub fn drops_line(stats: &dataplane::Stats) -> String {
+    let drops: Vec<String> = stats
+        .drops
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(reason, n)| format!("{} {n}", reason.name()))
+        .collect();
     if drops.is_empty() {
         "none".into()
     } else {

@@ -9,7 +9,6 @@
 //! The namespaces, the gateways and the traffic are the lab's
 //! (`crate::lab`); this module must not build or tear down any of them.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ use serde_json::Value;
 use crate::lab::gateways::start_lab;
 use crate::lab::topology::Names;
 use crate::lab::{traffic, DemoArgs};
+use crate::report::{read_final, PoolStats};
 
 /// Resident memory of a process, in KiB.
 fn rss_kib(pid: u32) -> Result<u64> {
@@ -74,40 +74,6 @@ fn offload_drops(v: &Value) -> u64 {
     })
 }
 
-/// The part of a gateway's `--stats` document the soak checks, typed: a
-/// field the daemon renames fails to parse here instead of reading 0.
-#[derive(Debug, Deserialize)]
-struct Final {
-    #[serde(flatten)]
-    gateway: dataplane::Stats,
-    kernel_drops: u64,
-    send_errors: u64,
-    pool: Pool,
-    control: Option<Control>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Pool {
-    in_use: u64,
-    capacity: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct Control {
-    rekeys_completed: u64,
-}
-
-/// A final `--stats` file: the document (for the parts read as text) and
-/// its typed counters.
-fn read_final(path: &Path) -> Result<(Value, Final)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let doc: Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-    let typed =
-        Final::deserialize(&doc).with_context(|| format!("{} is not a gateway's stats", path.display()))?;
-    Ok((doc, typed))
-}
-
 /// What one gateway looked like at a moment.
 struct Sample {
     rss_kib: u64,
@@ -118,7 +84,7 @@ fn sample(pid: u32, name: &str) -> Result<Sample> {
     let stats = ask(name)?;
     Ok(Sample {
         rss_kib: rss_kib(pid)?,
-        pool_in_use: Pool::deserialize(&stats["pool"])?.in_use,
+        pool_in_use: PoolStats::deserialize(&stats["pool"])?.in_use,
     })
 }
 
@@ -181,7 +147,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
                     began.elapsed().as_secs()
                 );
             }
-            let pool = Pool::deserialize(&ask(names[i])?["pool"])?.in_use;
+            let pool = PoolStats::deserialize(&ask(names[i])?["pool"])?.in_use;
             peak_pool[i] = peak_pool[i].max(pool);
         }
         rounds += 1;
@@ -241,7 +207,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
             f.pool.capacity,
             f.gateway.rx_packets,
             f.gateway.generated,
-            crate::report::drops_line(doc),
+            crate::report::drops_line(&f.gateway),
             f.kernel_drops,
             f.control.as_ref().map_or_else(|| "-".into(), |c| c.rekeys_completed.to_string()),
         );
@@ -305,6 +271,7 @@ fn args_faults(args: &DemoArgs) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::FinalStats;
 
     /// The document a gateway leaves at exit parses into the typed view:
     /// the gateway counters whole (a renamed one is an error, not a 0),
@@ -327,13 +294,13 @@ mod tests {
         );
         // The daemon adds this one to the final document itself.
         doc["send_errors"] = 5.into();
-        let f = Final::deserialize(&doc).unwrap();
+        let f = FinalStats::deserialize(&doc).unwrap();
         assert_eq!(f.gateway, total);
         assert_eq!(f.gateway.balance(), (4, 4));
         assert_eq!((f.kernel_drops, f.send_errors, f.pool.capacity), (2, 5, 4096));
         assert!(f.control.is_none());
 
         doc.as_object_mut().unwrap().remove("tx_packets");
-        assert!(Final::deserialize(&doc).is_err());
+        assert!(FinalStats::deserialize(&doc).is_err());
     }
 }

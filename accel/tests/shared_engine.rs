@@ -53,6 +53,7 @@ fn tenant(server: &ServerHandle, transport: Transport) -> SharedEngine {
         transport,
         entries: 64,
         slot_size: 8192 + 256,
+        ..SharedSpec::default()
     })
     .expect("tenant attaches")
 }
@@ -372,6 +373,7 @@ fn child_tenant_that_is_killed() {
         transport: Transport::Shm,
         entries: 64,
         slot_size: 4096,
+        ..SharedSpec::default()
     })
     .expect("child attaches");
     let alg = Algorithm::Aes128Sha1;

@@ -344,6 +344,7 @@ fn shared(
         transport,
         entries: WINDOW as u32,
         slot_size: (DEFAULT_REQUEST_SIZES[3].max(size) + 256) as u32,
+        ..SharedSpec::default()
     };
     let mut busy = Vec::with_capacity(options.repetitions);
     let per_tenant = std::thread::scope(|scope| -> anyhow::Result<Vec<Vec<Sample>>> {

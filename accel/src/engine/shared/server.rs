@@ -268,6 +268,7 @@ fn epoch_of(user: u64) -> u16 {
 pub struct Published {
     stats: Mutex<StatsReply>,
     busy_ns: std::sync::atomic::AtomicU64,
+    cpu_ns: std::sync::atomic::AtomicU64,
 }
 
 impl Published {
@@ -282,6 +283,23 @@ impl Published {
     pub fn busy_ns(&self) -> u64 {
         self.busy_ns.load(Ordering::Relaxed)
     }
+
+    /// The back-end thread's CPU time so far, its polling included, in ns
+    /// (as of its last publish: every few passes and before each sleep).
+    pub fn cpu_ns(&self) -> u64 {
+        self.cpu_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// The calling thread's CPU time, in ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The server; see the module documentation.
@@ -816,6 +834,9 @@ impl Server {
             Err(poisoned) => *poisoned.into_inner() = stats,
         }
         self.published.busy_ns.store(self.busy_ns, Ordering::Relaxed);
+        // Off the fast path: publishing is the slow path's (every
+        // `TICK_EVERY` passes and before a sleep), on the server's thread.
+        self.published.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
 
     fn connected(&mut self, sock: OwnedFd) {
@@ -1372,6 +1393,10 @@ impl ServerHandle {
 
     pub fn busy_ns(&self) -> u64 {
         self.published.busy_ns()
+    }
+
+    pub fn cpu_ns(&self) -> u64 {
+        self.published.cpu_ns()
     }
 
     /// Stops the thread and returns how it ended.

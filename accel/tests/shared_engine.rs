@@ -648,3 +648,39 @@ fn a_refusal_does_not_overtake_the_tenants_earlier_jobs() {
         assert_eq!(s.refused(), k as u64 + 1, "{s:?}");
     }
 }
+
+/// The deadline holds on the wall clock too: a caller's clock that jumps
+/// (an offline capture's timestamps across a gap) times out nothing of a
+/// server that is answering, and the engine stays available.
+#[test]
+fn a_jumping_caller_clock_times_out_nothing_of_a_live_server() {
+    let server = server();
+    for transport in Transport::ALL {
+        let mut t = SharedEngine::attach(&SharedSpec {
+            socket: server.socket.clone(),
+            transport,
+            entries: 64,
+            slot_size: 8192 + 256,
+            deadline: Duration::from_millis(200),
+            ..SharedSpec::default()
+        })
+        .expect("tenant attaches");
+        let alg = Algorithm::Aes128Gcm16;
+        let h = t.register(&spec(alg, 2)).expect("registers");
+        let mut queue: VecDeque<Job> = (0..32).map(|i| job(h, alg, padded(alg, 1400), i)).collect();
+        assert_eq!(t.submit_burst(Duration::ZERO, &mut queue), 32);
+        // Ten seconds later on the caller's clock, microseconds on the wall's.
+        let later = Duration::from_secs(10);
+        let mut out = Vec::new();
+        t.reclaim(later, &mut out);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while out.len() < 32 && Instant::now() < deadline {
+            t.poll_burst(later, &mut out);
+            t.wait(Duration::from_millis(2));
+        }
+        assert_eq!(out.len(), 32, "{transport}");
+        assert!(out.iter().all(|j| j.desc.status == Status::Done), "{transport}");
+        assert!(!t.unavailable(), "{transport}");
+        assert_eq!(t.counters().timed_out, 0, "{transport}");
+    }
+}

@@ -12,8 +12,12 @@
 //!
 //! A server that stops serving while still connected (stopped, or its
 //! thread stuck) is timed out on the caller's clock, the `now` given to
-//! `submit_burst` and `poll_burst` (sans-IO: nothing here reads a clock
-//! for it): a job older than [`SharedSpec::deadline`] comes back with
+//! `submit_burst` and `poll_burst`, and on the wall clock too (read once
+//! per burst and only when the caller's clock says a deadline passed), so
+//! that a clock that jumps (an offline capture's timestamps across a gap)
+//! cannot time out a server answering in real time, while a caller whose
+//! clock stands still (tests, `Duration::ZERO`) sees no timeout at all: a
+//! job older than [`SharedSpec::deadline`] on both comes back with
 //! `Timeout`, and the engine is unavailable, refusing new jobs at once
 //! with `Unavailable` so that a gateway drops and counts them instead of
 //! stalling, until the server answers again. The slot of a timed-out job
@@ -71,6 +75,11 @@ struct Slots {
     /// When each slot's job was submitted (the caller's `now`), and its
     /// place in submission order.
     since: Vec<Duration>,
+    /// The same on the wall clock (read once per burst): a job times out
+    /// only when both say so, so that a caller's clock that jumps (a
+    /// capture's timestamps across a gap) cannot time out a server that
+    /// is answering in real time.
+    wall: Vec<Instant>,
     seq: Vec<u64>,
     next_seq: u64,
     /// Slots whose jobs were given back on timeout, their completions
@@ -101,6 +110,7 @@ impl Slots {
         Slots {
             jobs: (0..n).map(|_| None).collect(),
             since: vec![Duration::ZERO; n],
+            wall: vec![Instant::now(); n],
             seq: vec![0; n],
             next_seq: 0,
             late: vec![false; n],
@@ -113,10 +123,11 @@ impl Slots {
     }
 
     /// Puts `job` in `slot`, already taken from `free`.
-    fn occupy(&mut self, slot: u32, job: Job, now: Duration) {
+    fn occupy(&mut self, slot: u32, job: Job, now: Duration, wall: Instant) {
         let i = slot as usize;
         self.jobs[i] = Some(job);
         self.since[i] = now;
+        self.wall[i] = wall;
         self.seq[i] = self.next_seq;
         self.next_seq += 1;
         self.next_expiry = self.next_expiry.min(now.saturating_add(self.deadline));
@@ -162,13 +173,19 @@ impl Slots {
         }
         let mut next = Duration::MAX;
         self.expiring.clear();
+        let wall_now = Instant::now();
         for (i, job) in self.jobs.iter().enumerate() {
             if job.is_none() {
                 continue;
             }
             let due = self.since[i].saturating_add(self.deadline);
-            if now >= due {
+            let waited = wall_now.saturating_duration_since(self.wall[i]);
+            if now >= due && waited >= self.deadline {
                 self.expiring.push(i as u32);
+            } else if now >= due {
+                // The caller's clock ran ahead of the wall's: look again
+                // when the wall's deadline would be reached on the caller's.
+                next = next.min(now.saturating_add(self.deadline - waited));
             } else {
                 next = next.min(due);
             }
@@ -404,7 +421,7 @@ impl SharedEngine {
         {
             shm.to_server.ring();
         }
-        self.slots.occupy(slot, job, Duration::ZERO);
+        self.slots.occupy(slot, job, Duration::ZERO, Instant::now());
         self.counters.submitted += 1;
         Some(slot)
     }
@@ -432,6 +449,8 @@ impl SharedEngine {
 
     fn submit_shm(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize {
         let Some(shm) = self.shm.as_mut() else { return 0 };
+        // One clock read per burst, for the deadline's wall-clock half.
+        let wall = Instant::now();
         let tail = shm.rings.load(layout::REQ_TAIL);
         let mut taken = 0;
         let mut raw = [0u8; REQUEST_LEN];
@@ -464,7 +483,7 @@ impl SharedEngine {
             .encode(&mut raw);
             shm.rings.write_request(shm.req_head, &raw);
             shm.req_head = shm.req_head.wrapping_add(1);
-            self.slots.occupy(slot, job, now);
+            self.slots.occupy(slot, job, now, wall);
         }
         if taken > 0 {
             self.counters.doorbells += 1;
@@ -535,11 +554,12 @@ impl SharedEngine {
             }
         }
         self.counters.doorbells += 1;
+        let wall = Instant::now();
         for _ in refused..n {
             let (Some(slot), Some(job)) = (self.slots.free.pop(), jobs.pop_front()) else {
                 break;
             };
-            self.slots.occupy(slot, job, now);
+            self.slots.occupy(slot, job, now, wall);
         }
         n
     }
@@ -589,6 +609,39 @@ impl SharedEngine {
             n += 1;
         }
         shm.rings.store(layout::COMP_TAIL, shm.comp_tail);
+        n
+    }
+
+    /// Moves every completion that has arrived into `out`, in the order
+    /// the server posted them (socket: through `done`, with any jobs
+    /// refused here before them).
+    fn collect(&mut self, out: &mut Vec<Job>) -> usize {
+        let mut n = 0;
+        if self.transport == Transport::Socket {
+            // Every message waiting, without blocking.
+            loop {
+                match sys::recv(self.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
+                    Ok(Received::Message(len)) => {
+                        self.fds.clear();
+                        match self.rx[0] {
+                            op::COMPLETIONS => self.completions(len),
+                            // Unasked, a refusal is the server letting us go.
+                            op::REFUSED => self.server_gone = true,
+                            _ => {}
+                        }
+                    }
+                    Ok(Received::Empty) => break,
+                    Ok(Received::Closed) | Err(_) => {
+                        self.server_gone = true;
+                        break;
+                    }
+                }
+            }
+            n += self.done.len();
+            out.append(&mut self.done);
+        } else {
+            n += self.poll_shm(out);
+        }
         n
     }
 
@@ -690,30 +743,7 @@ impl Engine for SharedEngine {
     }
 
     fn poll_burst(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
-        let mut n = 0;
-        if self.transport == Transport::Socket {
-            // Every message waiting, without blocking.
-            loop {
-                match sys::recv(self.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
-                    Ok(Received::Message(len)) => {
-                        self.fds.clear();
-                        match self.rx[0] {
-                            op::COMPLETIONS => self.completions(len),
-                            // Unasked, a refusal is the server letting us go.
-                            op::REFUSED => self.server_gone = true,
-                            _ => {}
-                        }
-                    }
-                    Ok(Received::Empty) => break,
-                    Ok(Received::Closed) | Err(_) => {
-                        self.server_gone = true;
-                        break;
-                    }
-                }
-            }
-        } else {
-            n += self.poll_shm(out);
-        }
+        let mut n = self.collect(out);
         n += self.expire(now, out);
         n += self.done.len();
         out.append(&mut self.done);
@@ -742,10 +772,13 @@ impl Engine for SharedEngine {
     }
 
     /// The server is gone: every job it held comes back as a fault.
-    /// Otherwise the jobs past their deadline come back with `Timeout`.
+    /// Otherwise the completions that have arrived come back, then the
+    /// jobs past their deadline with `Timeout`.
     fn reclaim(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
         if !self.server_gone {
-            let n = self.expire(now, out);
+            // What has arrived first (in order), so that only jobs the
+            // server has not answered time out.
+            let n = self.collect(out) + self.expire(now, out);
             self.counters.completed += n as u64;
             return n;
         }

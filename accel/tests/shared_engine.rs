@@ -662,7 +662,6 @@ fn a_jumping_caller_clock_times_out_nothing_of_a_live_server() {
             entries: 64,
             slot_size: 8192 + 256,
             deadline: Duration::from_millis(200),
-            ..SharedSpec::default()
         })
         .expect("tenant attaches");
         let alg = Algorithm::Aes128Gcm16;

@@ -12,12 +12,13 @@
 //!
 //! A server that stops serving while still connected (stopped, or its
 //! thread stuck) is timed out on the caller's clock, the `now` given to
-//! `submit_burst` and `poll_burst`, and on the wall clock too (read once
-//! per burst and only when the caller's clock says a deadline passed), so
-//! that a clock that jumps (an offline capture's timestamps across a gap)
-//! cannot time out a server answering in real time, while a caller whose
-//! clock stands still (tests, `Duration::ZERO`) sees no timeout at all: a
-//! job older than [`SharedSpec::deadline`] on both comes back with
+//! `submit_burst` and `poll_burst`, then confirmed on the wall clock
+//! (read only once the caller's clock says a deadline passed), so that a
+//! clock that jumps (an offline capture's timestamps across a gap) cannot
+//! time out a server answering in real time, while a caller whose clock
+//! stands still (tests, `Duration::ZERO`) sees no timeout at all: a job
+//! older than [`SharedSpec::deadline`] on the caller's clock and still
+//! unanswered a quarter of the deadline later on the wall's comes back with
 //! `Timeout`, and the engine is unavailable, refusing new jobs at once
 //! with `Unavailable` so that a gateway drops and counts them instead of
 //! stalling, until the server answers again. The slot of a timed-out job
@@ -75,11 +76,13 @@ struct Slots {
     /// When each slot's job was submitted (the caller's `now`), and its
     /// place in submission order.
     since: Vec<Duration>,
-    /// The same on the wall clock (read once per burst): a job times out
-    /// only when both say so, so that a caller's clock that jumps (a
-    /// capture's timestamps across a gap) cannot time out a server that
-    /// is answering in real time.
-    wall: Vec<Instant>,
+    /// When (on the wall clock) the caller's clock first said a job was
+    /// past its deadline, while one still is: a job times out only after
+    /// a further grace of wall time without an answer, so that a caller's
+    /// clock that jumps (a capture's timestamps across a gap) cannot time
+    /// out a server that is answering in real time. Read only when the
+    /// caller's clock says a deadline passed, never per burst.
+    suspect: Option<Instant>,
     seq: Vec<u64>,
     next_seq: u64,
     /// Slots whose jobs were given back on timeout, their completions
@@ -110,7 +113,7 @@ impl Slots {
         Slots {
             jobs: (0..n).map(|_| None).collect(),
             since: vec![Duration::ZERO; n],
-            wall: vec![Instant::now(); n],
+            suspect: None,
             seq: vec![0; n],
             next_seq: 0,
             late: vec![false; n],
@@ -123,11 +126,10 @@ impl Slots {
     }
 
     /// Puts `job` in `slot`, already taken from `free`.
-    fn occupy(&mut self, slot: u32, job: Job, now: Duration, wall: Instant) {
+    fn occupy(&mut self, slot: u32, job: Job, now: Duration) {
         let i = slot as usize;
         self.jobs[i] = Some(job);
         self.since[i] = now;
-        self.wall[i] = wall;
         self.seq[i] = self.next_seq;
         self.next_seq += 1;
         self.next_expiry = self.next_expiry.min(now.saturating_add(self.deadline));
@@ -173,23 +175,32 @@ impl Slots {
         }
         let mut next = Duration::MAX;
         self.expiring.clear();
-        let wall_now = Instant::now();
         for (i, job) in self.jobs.iter().enumerate() {
             if job.is_none() {
                 continue;
             }
             let due = self.since[i].saturating_add(self.deadline);
-            let waited = wall_now.saturating_duration_since(self.wall[i]);
-            if now >= due && waited >= self.deadline {
+            if now >= due {
                 self.expiring.push(i as u32);
-            } else if now >= due {
-                // The caller's clock ran ahead of the wall's: look again
-                // when the wall's deadline would be reached on the caller's.
-                next = next.min(now.saturating_add(self.deadline - waited));
             } else {
                 next = next.min(due);
             }
         }
+        if self.expiring.is_empty() {
+            self.suspect = None;
+            self.next_expiry = next;
+            return 0;
+        }
+        let wall_now = Instant::now();
+        let grace = self.deadline / 4;
+        let waited = wall_now.saturating_duration_since(*self.suspect.get_or_insert(wall_now));
+        if waited < grace {
+            // Look again once the grace would be over on the caller's clock.
+            self.next_expiry = now.saturating_add(grace - waited);
+            self.expiring.clear();
+            return 0;
+        }
+        self.suspect = None;
         self.next_expiry = next;
         let seq = &self.seq;
         self.expiring.sort_unstable_by_key(|&i| seq[i as usize]);
@@ -223,6 +234,7 @@ impl Slots {
         }
         self.late_count = 0;
         self.next_expiry = Duration::MAX;
+        self.suspect = None;
         n
     }
 
@@ -421,7 +433,7 @@ impl SharedEngine {
         {
             shm.to_server.ring();
         }
-        self.slots.occupy(slot, job, Duration::ZERO, Instant::now());
+        self.slots.occupy(slot, job, Duration::ZERO);
         self.counters.submitted += 1;
         Some(slot)
     }
@@ -449,8 +461,6 @@ impl SharedEngine {
 
     fn submit_shm(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize {
         let Some(shm) = self.shm.as_mut() else { return 0 };
-        // One clock read per burst, for the deadline's wall-clock half.
-        let wall = Instant::now();
         let tail = shm.rings.load(layout::REQ_TAIL);
         let mut taken = 0;
         let mut raw = [0u8; REQUEST_LEN];
@@ -483,7 +493,7 @@ impl SharedEngine {
             .encode(&mut raw);
             shm.rings.write_request(shm.req_head, &raw);
             shm.req_head = shm.req_head.wrapping_add(1);
-            self.slots.occupy(slot, job, now, wall);
+            self.slots.occupy(slot, job, now);
         }
         if taken > 0 {
             self.counters.doorbells += 1;
@@ -554,12 +564,11 @@ impl SharedEngine {
             }
         }
         self.counters.doorbells += 1;
-        let wall = Instant::now();
         for _ in refused..n {
             let (Some(slot), Some(job)) = (self.slots.free.pop(), jobs.pop_front()) else {
                 break;
             };
-            self.slots.occupy(slot, job, now, wall);
+            self.slots.occupy(slot, job, now);
         }
         n
     }

@@ -3,9 +3,16 @@
 //! bytes as in-process, an owner-only socket, and config errors that name
 //! the spot and the fix.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+use accel::shared::{SharedEngine, SharedSpec, Transport};
+use accel::{
+    Algorithm, Descriptor, DescriptorError, DescriptorKind, Direction, Engine, Job, PacketBuf, Region,
+    SessionSpec, Status,
+};
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
@@ -197,6 +204,11 @@ fn shared_engine_settings_are_checked_where_they_are_written() {
             "engine = \"shared\"\nsocket = \"/tmp/x.sock\"\ntransport = \"vsock\"",
             "expected shm or socket",
         ),
+        (
+            "engine = \"shared\"\nsocket = \"/tmp/x.sock\"\ndeadline_ms = 0",
+            "deadline_ms must be from 1 to 60000",
+        ),
+        ("engine = \"soft\"\ndeadline_ms = 500", "set engine = \"shared\""),
     ];
     for (i, (accel, want)) in cases.iter().enumerate() {
         let path = dir.join(format!("bad-{i}.toml"));
@@ -236,4 +248,118 @@ fn shared_engine_settings_are_checked_where_they_are_written() {
     let err = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success());
     assert!(err.contains("espgw engine serve --socket"), "{err}");
+}
+
+/// An AES-GCM encryption job of `payload` bytes (a multiple of the block).
+fn gcm_job(session: accel::SessionHandle, payload: usize, user: u64) -> Job {
+    let alg = Algorithm::Aes128Gcm16;
+    let (iv, icv) = (alg.iv_len(), alg.icv_len());
+    let desc = Descriptor {
+        kind: DescriptorKind::SinglePass,
+        direction: Direction::Encrypt,
+        auth_only: Region::new(0, 8),
+        esn_high: None,
+        iv: Region::new(8, iv),
+        cipher: Region::new(8 + iv, payload),
+        icv: Region::new(8 + iv + payload, icv),
+        status: Status::Pending,
+    };
+    let buf = PacketBuf::with_len(8 + iv + payload + icv);
+    Job::new(session, desc, buf, 0, user)
+}
+
+/// Polls until `n` jobs are back or `within` has passed, on a clock that
+/// starts at `clock` (the `now` the engine is given).
+fn collect(t: &mut SharedEngine, clock: Instant, n: usize, within: Duration) -> Vec<Job> {
+    let mut out = Vec::new();
+    let until = Instant::now() + within;
+    while out.len() < n && Instant::now() < until {
+        t.poll_burst(clock.elapsed(), &mut out);
+        if out.len() < n {
+            t.wait(Duration::from_millis(5));
+        }
+    }
+    out
+}
+
+fn signal(server: &Serve, sig: i32) {
+    // SAFETY: signals our own child, by its pid.
+    assert_eq!(unsafe { libc::kill(server.0.id() as i32, sig) }, 0);
+}
+
+/// A server that stops serving while still connected (SIGSTOP): the
+/// tenant's jobs come back with `Timeout` once past the deadline, in a
+/// bounded time and in submission order; the engine is then unavailable,
+/// refusing new jobs at once (so a gateway drops and counts them) and
+/// saying so in its counters; once the server runs again (SIGCONT) its
+/// late completions free the slots and jobs run again.
+#[test]
+fn a_stopped_server_times_the_tenants_jobs_out_and_it_recovers() {
+    let dir = temp_dir("stopped");
+    let socket = dir.join("engine.sock");
+    let server = serve(&socket, "soft");
+    let deadline = Duration::from_millis(300);
+    let clock = Instant::now();
+    for transport in Transport::ALL {
+        let mut t = SharedEngine::attach(&SharedSpec {
+            socket: socket.clone(),
+            transport,
+            entries: 16,
+            slot_size: 2048,
+            deadline,
+        })
+        .expect("attaches");
+        let spec = SessionSpec::new(Algorithm::Aes128Gcm16, false, &[7; 20], &[]).expect("keys");
+        let h = t.register(&spec).expect("registers");
+        t.submit_burst(clock.elapsed(), &mut vec![gcm_job(h, 64, 100)].into());
+        let back = collect(&mut t, clock, 1, Duration::from_secs(5));
+        assert_eq!(back[0].desc.status, Status::Done, "{transport}: served");
+        // Let the server go idle (asleep on its doorbells), then stop it.
+        std::thread::sleep(Duration::from_millis(100));
+        signal(&server, libc::SIGSTOP);
+        let submitted = Instant::now();
+        let mut queue: VecDeque<Job> = (0..8).map(|i| gcm_job(h, 64, i)).collect();
+        assert_eq!(t.submit_burst(clock.elapsed(), &mut queue), 8);
+        let back = collect(&mut t, clock, 8, Duration::from_secs(10));
+        let took = submitted.elapsed();
+        assert_eq!(back.len(), 8, "{transport}: every job came back");
+        assert!(
+            took >= deadline && took < deadline + Duration::from_secs(2),
+            "{transport}: timed out after {took:?}, deadline {deadline:?}"
+        );
+        assert!(back
+            .iter()
+            .all(|j| j.desc.status == Status::Error(DescriptorError::Timeout)));
+        let order: Vec<u64> = back.iter().map(|j| j.user).collect();
+        assert_eq!(
+            order,
+            (0..8).collect::<Vec<u64>>(),
+            "{transport}: in submission order"
+        );
+        assert!(t.unavailable());
+        assert_eq!(t.in_flight(), 0, "{transport}: nothing left to wait for");
+        // Unavailable: new jobs are taken and given back at once.
+        let mut queue: VecDeque<Job> = (10..14).map(|i| gcm_job(h, 64, i)).collect();
+        assert_eq!(t.submit_burst(clock.elapsed(), &mut queue), 4);
+        let mut out = Vec::new();
+        assert_eq!(t.poll_burst(clock.elapsed(), &mut out), 4);
+        assert!(out
+            .iter()
+            .all(|j| j.desc.status == Status::Error(DescriptorError::Unavailable)));
+        let c = t.counters();
+        assert!(c.unavailable, "{transport}: {c:?}");
+        assert_eq!((c.timed_out, c.refused_unavailable), (8, 4), "{transport}: {c:?}");
+        // The server runs again: its late completions bring the engine back.
+        signal(&server, libc::SIGCONT);
+        let until = Instant::now() + Duration::from_secs(5);
+        while t.unavailable() && Instant::now() < until {
+            t.poll_burst(clock.elapsed(), &mut out);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(!t.unavailable(), "{transport}: available again");
+        assert!(!t.counters().unavailable);
+        t.submit_burst(clock.elapsed(), &mut vec![gcm_job(h, 64, 200)].into());
+        let back = collect(&mut t, clock, 1, Duration::from_secs(5));
+        assert_eq!(back[0].desc.status, Status::Done, "{transport}: served again");
+    }
 }

@@ -86,6 +86,15 @@ pub enum DescriptorError {
     /// registered, or released).
     #[error("the descriptor names no session registered with this engine")]
     BadSession,
+    /// The engine held the job past its deadline without an answer (an
+    /// engine server that stopped serving while still connected): given
+    /// back so that the caller drops it rather than waits.
+    #[error("the engine did not complete the job within its deadline")]
+    Timeout,
+    /// Refused at submission: the engine has timed out jobs and its
+    /// server has not answered since.
+    #[error("the engine is unavailable: its server stopped answering")]
+    Unavailable,
 }
 
 /// One ESP crypto request. `auth_only` is the SPI and low sequence number;

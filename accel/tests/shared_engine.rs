@@ -53,6 +53,7 @@ fn tenant(server: &ServerHandle, transport: Transport) -> SharedEngine {
         transport,
         entries: 64,
         slot_size: 8192 + 256,
+        ..SharedSpec::default()
     })
     .expect("tenant attaches")
 }
@@ -372,6 +373,7 @@ fn child_tenant_that_is_killed() {
         transport: Transport::Shm,
         entries: 64,
         slot_size: 4096,
+        ..SharedSpec::default()
     })
     .expect("child attaches");
     let alg = Algorithm::Aes128Sha1;
@@ -596,4 +598,88 @@ fn jobs_submitted_before_a_release_still_run() {
         s.sessions_wiped >= 2 && s.stale_session == 2
     });
     assert_eq!(s.executed, 80);
+}
+
+/// A refusal keeps its place: behind the sec model (whose jobs take
+/// modelled time, so they are still in the engine when the server reads
+/// the refused request) the tenant sees its completions in submission
+/// order, the refused job after every job submitted before it and before
+/// every job submitted after it, and the refusal is counted.
+#[test]
+fn a_refusal_does_not_overtake_the_tenants_earlier_jobs() {
+    let server = server_with(EngineKind::Sec, |_| {});
+    let alg = Algorithm::Aes128Sha1;
+    for (k, transport) in Transport::ALL.into_iter().enumerate() {
+        let mut t = tenant(&server, transport);
+        let h = t.register(&spec(alg, 3)).expect("registers");
+        let forged = SessionHandle {
+            index: 777,
+            generation: 3,
+        };
+        // 16 accepted, one refused (a handle that was never registered),
+        // 8 accepted: one burst, so the server reads them in one pass.
+        let mut queue: VecDeque<Job> = (0..25u32)
+            .map(|i| job(if i == 16 { forged } else { h }, alg, padded(alg, 1400), i))
+            .collect();
+        assert_eq!(t.submit_burst(Duration::ZERO, &mut queue), 25);
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while out.len() < 25 && Instant::now() < deadline {
+            t.poll_burst(Duration::ZERO, &mut out);
+            t.wait(Duration::from_millis(2));
+        }
+        let order: Vec<u64> = out.iter().map(|j| j.user).collect();
+        assert_eq!(
+            order,
+            (0..25).collect::<Vec<u64>>(),
+            "{transport}: submission order"
+        );
+        for j in &out {
+            let want = if j.user == 16 {
+                Status::Error(DescriptorError::BadSession)
+            } else {
+                Status::Done
+            };
+            assert_eq!(j.desc.status, want, "{transport}: job {}", j.user);
+        }
+        let s = eventually(&server, "the refusal counted", |s| {
+            s.stale_session == k as u64 + 1 && s.executed == 24 * (k as u64 + 1)
+        });
+        assert_eq!(s.refused(), k as u64 + 1, "{s:?}");
+    }
+}
+
+/// The deadline holds on the wall clock too: a caller's clock that jumps
+/// (an offline capture's timestamps across a gap) times out nothing of a
+/// server that is answering, and the engine stays available.
+#[test]
+fn a_jumping_caller_clock_times_out_nothing_of_a_live_server() {
+    let server = server();
+    for transport in Transport::ALL {
+        let mut t = SharedEngine::attach(&SharedSpec {
+            socket: server.socket.clone(),
+            transport,
+            entries: 64,
+            slot_size: 8192 + 256,
+            deadline: Duration::from_millis(200),
+        })
+        .expect("tenant attaches");
+        let alg = Algorithm::Aes128Gcm16;
+        let h = t.register(&spec(alg, 2)).expect("registers");
+        let mut queue: VecDeque<Job> = (0..32).map(|i| job(h, alg, padded(alg, 1400), i)).collect();
+        assert_eq!(t.submit_burst(Duration::ZERO, &mut queue), 32);
+        // Ten seconds later on the caller's clock, microseconds on the wall's.
+        let later = Duration::from_secs(10);
+        let mut out = Vec::new();
+        t.reclaim(later, &mut out);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while out.len() < 32 && Instant::now() < deadline {
+            t.poll_burst(later, &mut out);
+            t.wait(Duration::from_millis(2));
+        }
+        assert_eq!(out.len(), 32, "{transport}");
+        assert!(out.iter().all(|j| j.desc.status == Status::Done), "{transport}");
+        assert!(!t.unavailable(), "{transport}");
+        assert_eq!(t.counters().timed_out, 0, "{transport}");
+    }
 }

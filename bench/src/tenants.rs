@@ -90,6 +90,18 @@ pub struct Row {
     pub tenant_cycles_per_request: Option<f64>,
     /// The server thread's busy time over the slice (shared rows).
     pub server_utilisation: Option<f64>,
+    /// Median over repetitions of the server thread's CPU cycles per
+    /// request (its polling between bursts included): with the tenant's
+    /// own, where a shared row's time goes (shared rows).
+    pub server_cycles_per_request: Option<f64>,
+}
+
+/// The server thread over one repetition: its busy share of the slice and
+/// its CPU time.
+#[derive(Debug, Clone, Copy, Default)]
+struct ServerSample {
+    busy: f64,
+    cpu_ns: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -274,7 +286,7 @@ fn row(
     mode: Mode,
     size: usize,
     per_tenant: &[Vec<Sample>],
-    busy: &[f64],
+    server: &[ServerSample],
     slice: Duration,
     machine: &Machine,
 ) -> Row {
@@ -302,7 +314,23 @@ fn row(
         aggregate_mbps: median(&mut aggregate),
         per_tenant_mbps,
         tenant_cycles_per_request: (!cycles.is_empty()).then(|| median(&mut cycles)),
-        server_utilisation: (!busy.is_empty()).then(|| median(&mut busy.to_vec())),
+        server_utilisation: (!server.is_empty())
+            .then(|| median(&mut server.iter().map(|s| s.busy).collect::<Vec<_>>())),
+        server_cycles_per_request: {
+            let mut per: Vec<f64> = server
+                .iter()
+                .enumerate()
+                .filter_map(|(r, &ServerSample { cpu_ns: ns, .. })| {
+                    let requests: u64 = per_tenant
+                        .iter()
+                        .map(|t| t.get(r).map_or(0, |s| s.requests))
+                        .sum();
+                    let cycles = machine.cycles(ns as f64)?;
+                    (requests > 0).then(|| cycles / requests as f64)
+                })
+                .collect();
+            (!per.is_empty()).then(|| median(&mut per))
+        },
     }
 }
 
@@ -344,6 +372,7 @@ fn shared(
         transport,
         entries: WINDOW as u32,
         slot_size: (DEFAULT_REQUEST_SIZES[3].max(size) + 256) as u32,
+        ..SharedSpec::default()
     };
     let mut busy = Vec::with_capacity(options.repetitions);
     let per_tenant = std::thread::scope(|scope| -> anyhow::Result<Vec<Vec<Sample>>> {
@@ -378,14 +407,17 @@ fn shared(
             .collect();
         for rep in 0..=options.repetitions {
             barrier.wait();
-            let (began, busy0) = (Instant::now(), server.busy_ns());
+            let (began, busy0, cpu0) = (Instant::now(), server.busy_ns(), server.cpu_ns());
             barrier.wait();
             // The server publishes its busy time every few passes and
             // whenever it sleeps: give it a moment to catch up.
             std::thread::sleep(Duration::from_millis(2));
             let wall = began.elapsed().as_nanos().max(1) as f64;
             if rep > 0 {
-                busy.push(((server.busy_ns() - busy0) as f64 / wall).min(1.0));
+                busy.push(ServerSample {
+                    busy: ((server.busy_ns() - busy0) as f64 / wall).min(1.0),
+                    cpu_ns: server.cpu_ns().saturating_sub(cpu0),
+                });
             }
         }
         threads
@@ -463,13 +495,21 @@ pub fn table(rows: &[Row], options: &Options) -> String {
         options.repetitions
     );
     s += &format!(
-        "{:<7} {:>6} {:<17} {:>7} {:>12} {:>28} {:>10} {:>7}\n",
-        "engine", "size", "mode", "tenants", "aggr Mb/s", "per tenant Mb/s", "cyc/req", "server"
+        "{:<7} {:>6} {:<17} {:>7} {:>12} {:>28} {:>10} {:>7} {:>12}\n",
+        "engine",
+        "size",
+        "mode",
+        "tenants",
+        "aggr Mb/s",
+        "per tenant Mb/s",
+        "cyc/req",
+        "server",
+        "srv cyc/req"
     );
     for r in rows {
         let per: Vec<String> = r.per_tenant_mbps.iter().map(|m| format!("{m:.0}")).collect();
         s += &format!(
-            "{:<7} {:>6} {:<17} {:>7} {:>12.0} {:>28} {:>10} {:>7}\n",
+            "{:<7} {:>6} {:<17} {:>7} {:>12.0} {:>28} {:>10} {:>7} {:>12}\n",
             r.engine.name(),
             r.size,
             r.mode.name(),
@@ -480,10 +520,13 @@ pub fn table(rows: &[Row], options: &Options) -> String {
                 .map_or("-".into(), |c| format!("{c:.0}")),
             r.server_utilisation
                 .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+            r.server_cycles_per_request
+                .map_or("-".into(), |c| format!("{c:.0}")),
         );
     }
     s += "cyc/req: the tenants' (or the in-process caller's) own CPU per request, waits excluded \
-          (thread CPU time x nominal clock); server: the back-end thread's busy share of the slice\n";
+          (thread CPU time x nominal clock); server: the back-end thread's busy share of the slice; \
+          srv cyc/req: the back-end thread's CPU per request, its polling between bursts included\n";
     s
 }
 

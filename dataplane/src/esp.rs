@@ -336,7 +336,19 @@ pub fn encapsulate_finish(status: Status) -> Result<(), DropReason> {
     if status == Status::Done {
         Ok(())
     } else {
-        Err(DropReason::EngineError)
+        Err(engine_drop(status))
+    }
+}
+
+/// The drop for a job the engine did not complete: a timeout (an engine
+/// whose server stopped answering gives its jobs back, then refuses new
+/// ones until it answers again) is told from an engine's error.
+fn engine_drop(status: Status) -> DropReason {
+    match status {
+        Status::Error(accel::DescriptorError::Timeout | accel::DescriptorError::Unavailable) => {
+            DropReason::EngineTimeout
+        }
+        _ => DropReason::EngineError,
     }
 }
 
@@ -472,7 +484,7 @@ pub fn decapsulate_finish(
             sa.counters_mut().auth_failed += 1;
             return Err(DropReason::AuthFailed);
         }
-        Status::Pending | Status::Error(_) => return Err(DropReason::EngineError),
+        Status::Pending | Status::Error(_) => return Err(engine_drop(pending.desc.status)),
     }
     // RFC 4303 §3.4.3: the window moves only for authenticated packets.
     sa.accept_sequence(pending.seq);

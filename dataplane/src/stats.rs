@@ -53,7 +53,8 @@ pub enum DropReason {
     NoBufferSpace,
     /// The engine stayed full; the packet could not be submitted.
     EngineBusy,
-    /// The engine held the packet too long (stalled channel, lost completion).
+    /// The engine held the packet too long (stalled channel, lost
+    /// completion), or gave it back because its server stopped answering.
     EngineTimeout,
     /// The next hop did not answer ARP in time.
     NeighborUnreachable,

@@ -888,7 +888,7 @@ impl Validator<'_> {
         ))
     }
 
-    /// `socket` and `transport` of `engine = "shared"`.
+    /// `socket`, `transport` and `deadline_ms` of `engine = "shared"`.
     fn shared_engine(&self, kind: EngineKind) -> Result<accel::shared::SharedSpec, ConfigError> {
         let a = &self.raw.accel;
         let mut shared = accel::shared::SharedSpec::default();
@@ -906,6 +906,28 @@ impl Validator<'_> {
         }
         if let Some(t) = &a.transport {
             shared.transport = self.value::<accel::shared::Transport>(t, "[accel] transport", "")?;
+        }
+        if let Some(d) = &a.deadline_ms {
+            if kind != EngineKind::Shared {
+                return self.err(
+                    span(d),
+                    ConfigErrorKind::Value(
+                        "[accel] deadline_ms is a setting of the shared engine: set engine = \"shared\" or remove it"
+                            .into(),
+                    ),
+                );
+            }
+            let ms = *d.get_ref();
+            if !(1..=60_000).contains(&ms) {
+                return self.err(
+                    span(d),
+                    ConfigErrorKind::Value(format!(
+                        "[accel] deadline_ms must be from 1 to 60000 (milliseconds a job may wait for the engine server; default {}), not {ms}",
+                        accel::shared::DEFAULT_DEADLINE.as_millis()
+                    )),
+                );
+            }
+            shared.deadline = std::time::Duration::from_millis(ms);
         }
         match (&a.socket, &a.engine) {
             (Some(path), _) if path.get_ref().is_empty() => {

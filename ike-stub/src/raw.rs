@@ -109,6 +109,8 @@ pub(crate) struct RawAccel {
     /// The `shared` engine: the server's control socket and the transport.
     pub socket: Option<S<String>>,
     pub transport: Option<S<String>>,
+    /// How long a job may wait for the server before it times out.
+    pub deadline_ms: Option<S<u64>>,
     pub fail_every: Option<S<u64>>,
     pub lose_completion_every: Option<S<u64>>,
 }

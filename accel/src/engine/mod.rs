@@ -101,6 +101,14 @@ pub struct EngineCounters {
     pub ring_full: u64,
     /// Descriptors that completed with an error status.
     pub errors: u64,
+    /// Jobs given back with `Timeout`: held past the engine's deadline
+    /// (the shared engine, behind a server that stopped serving).
+    pub timed_out: u64,
+    /// Jobs refused with `Unavailable` while the engine was down.
+    pub refused_unavailable: u64,
+    /// The engine is down: it timed jobs out and has had no answer since,
+    /// so it refuses jobs at once rather than let the caller stall.
+    pub unavailable: bool,
     /// Descriptors executed per channel.
     pub per_channel: Vec<u64>,
     /// Busy time per execution unit, nanoseconds, by name.

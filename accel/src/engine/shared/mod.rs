@@ -37,7 +37,17 @@ pub struct SharedSpec {
     pub entries: u32,
     /// Bytes of one data slot: the largest request (a job's regions).
     pub slot_size: u32,
+    /// How long a job may wait for the server, on the caller's clock (the
+    /// `now` given to the engine), before it comes back with `Timeout` and
+    /// the engine declares itself unavailable: [`DEFAULT_DEADLINE`].
+    pub deadline: std::time::Duration,
 }
+
+/// A job's deadline by default: four times the gateway's own job timeout
+/// (250 ms, after which it has already dropped the packet), and hundreds
+/// of times what a served job takes (microseconds; milliseconds behind a
+/// loaded `sec` model), so that only a server that stopped serving meets it.
+pub const DEFAULT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Default for SharedSpec {
     fn default() -> Self {
@@ -47,6 +57,7 @@ impl Default for SharedSpec {
             entries: 256,
             // A pool buffer's data at most (a frame and its ESP growth).
             slot_size: crate::buffer::BUFFER_SIZE as u32,
+            deadline: DEFAULT_DEADLINE,
         }
     }
 }

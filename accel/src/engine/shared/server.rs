@@ -9,7 +9,9 @@
 //! server's table with its owner, and a descriptor is executed only if
 //! its session belongs to the tenant that sent it, names a live handle,
 //! and lies inside that tenant's own data area; anything else is refused,
-//! counted and completed with an error, never executed. Request bytes are
+//! counted and completed with an error, never executed; a refusal is
+//! posted in the tenant's order, after the jobs it submitted before it
+//! (which may still be in the engine). Request bytes are
 //! copied out of the tenant's region before anything checks or computes
 //! over them, so a tenant that rewrites its region meanwhile harms only
 //! itself. A tenant whose socket closes (it died) or that leaves its
@@ -166,8 +168,18 @@ struct Tenant {
     max_data: u32,
     /// Jobs in the engine or its queue.
     in_flight: usize,
-    /// Completed jobs the completion ring had no room for.
-    held: VecDeque<Job>,
+    /// Completions the completion ring had no room for, in order.
+    held: VecDeque<Held>,
+    /// The epoch given to jobs accepted now: it moves on at each refusal
+    /// that has to wait, so that the jobs accepted before a refusal are
+    /// told from those accepted after it.
+    epoch: u16,
+    /// Jobs in flight per epoch, oldest epoch first (epochs with none left
+    /// are dropped from the front).
+    epochs: VecDeque<(u16, u32)>,
+    /// Refusals waiting for the jobs accepted before them (every epoch up
+    /// to and including the one noted) to complete, in order.
+    refusals: VecDeque<(u16, CompletionEntry)>,
     sessions: Vec<SessionHandle>,
     /// Releases not yet done: the tenant's earlier requests still have to
     /// reach the engine (shm: the ring read up to the mark).
@@ -187,8 +199,68 @@ impl Tenant {
             _ => 0,
         };
         self.quota
-            .saturating_sub(self.in_flight + self.held.len() + undelivered)
+            .saturating_sub(self.in_flight + self.held.len() + self.refusals.len() + undelivered)
     }
+
+    /// Counts a job accepted now (in the current epoch).
+    fn accepted(&mut self) -> u16 {
+        self.in_flight += 1;
+        match self.epochs.back_mut() {
+            Some((epoch, n)) if *epoch == self.epoch => *n += 1,
+            _ => self.epochs.push_back((self.epoch, 1)),
+        }
+        self.epoch
+    }
+
+    /// Counts a job of `epoch` done; true if refusals may now be due.
+    fn finished(&mut self, epoch: u16) -> bool {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        // Nearly always the front: there are more epochs only while
+        // refusals wait.
+        if let Some(at) = self.epochs.iter().position(|(e, _)| *e == epoch) {
+            self.epochs[at].1 = self.epochs[at].1.saturating_sub(1);
+        }
+        while self.epochs.front().is_some_and(|(_, n)| *n == 0) {
+            self.epochs.pop_front();
+        }
+        !self.refusals.is_empty()
+    }
+
+    /// The front refusal, if every job accepted before it has completed.
+    fn due_refusal(&mut self) -> Option<CompletionEntry> {
+        let (after, _) = *self.refusals.front()?;
+        // Wrapping order: epochs in flight span less than half the u16
+        // range (a quota of jobs and refusals, at most 4,096 each, plus
+        // one socket message), so the signed distance is exact.
+        let waiting = self
+            .epochs
+            .front()
+            .is_some_and(|(e, _)| (after.wrapping_sub(*e) as i16) >= 0);
+        if waiting {
+            return None;
+        }
+        self.refusals.pop_front().map(|(_, entry)| entry)
+    }
+}
+
+/// A completion waiting for room in its tenant's completion ring.
+enum Held {
+    Job(Job),
+    Refused(CompletionEntry),
+}
+
+/// A job's `user` in the server: the tenant's index, the epoch it was
+/// accepted in, and the tenant's own cookie.
+fn job_user(tenant: usize, epoch: u16, cookie: u32) -> u64 {
+    ((tenant as u64) << 48) | (u64::from(epoch) << 32) | u64::from(cookie)
+}
+
+fn tenant_of(user: u64) -> usize {
+    (user >> 48) as usize
+}
+
+fn epoch_of(user: u64) -> u16 {
+    (user >> 32) as u16
 }
 
 /// Counters shared with whoever started the server.
@@ -196,6 +268,7 @@ impl Tenant {
 pub struct Published {
     stats: Mutex<StatsReply>,
     busy_ns: std::sync::atomic::AtomicU64,
+    cpu_ns: std::sync::atomic::AtomicU64,
 }
 
 impl Published {
@@ -210,6 +283,23 @@ impl Published {
     pub fn busy_ns(&self) -> u64 {
         self.busy_ns.load(Ordering::Relaxed)
     }
+
+    /// The back-end thread's CPU time so far, its polling included, in ns
+    /// (as of its last publish: every few passes and before each sleep).
+    pub fn cpu_ns(&self) -> u64 {
+        self.cpu_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// The calling thread's CPU time, in ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The server; see the module documentation.
@@ -536,12 +626,16 @@ impl Server {
         buf.set_note(generation);
         let mut desc = entry.desc;
         desc.status = Status::Pending;
-        t.in_flight += 1;
-        let user = ((i as u64) << 32) | u64::from(entry.user);
+        let epoch = t.accepted();
+        let user = job_user(i, epoch, entry.user);
         self.queue.push_back(Job::new(engine_handle, desc, buf, 0, user));
     }
 
     /// Completes a refused request with an error status; nothing runs.
+    /// The refusal keeps its place in the tenant's order: while jobs the
+    /// tenant submitted before it are still in the engine, it waits for
+    /// them (the [`Engine`] contract: a session's jobs come back in the
+    /// order they were submitted, and a tenant's refused job names one).
     fn refuse(&mut self, i: usize, user: u32, error: DescriptorError) {
         let entry = CompletionEntry {
             user,
@@ -549,27 +643,19 @@ impl Server {
             data_len: 0,
         };
         let Some(t) = self.tenants[i].as_mut() else { return };
-        match &mut t.side {
-            Side::Shm(shm) => {
-                // An honest tenant has at most `entries` requests out, so
-                // its ring has room; a dishonest one loses the refusal.
-                if comp_room(shm) {
-                    let mut raw = [0u8; COMPLETION_LEN];
-                    entry.encode(&mut raw);
-                    shm.rings.write_completion(shm.comp_head, &raw);
-                    shm.comp_head = shm.comp_head.wrapping_add(1);
-                    shm.dirty = true;
-                }
-            }
-            Side::Socket(s) => push_completion(s, &entry, &[]),
-            Side::Unattached => {}
+        if !t.epochs.is_empty() || !t.refusals.is_empty() {
+            t.refusals.push_back((t.epoch, entry));
+            // Jobs accepted from now on are behind this refusal.
+            t.epoch = t.epoch.wrapping_add(1);
+            return;
         }
+        post_refusal(t, entry);
     }
 
     /// Routes one finished job back to its tenant, or discards it if the
     /// tenant is gone.
     fn complete(&mut self, mut job: Job) {
-        let i = (job.user >> 32) as usize;
+        let i = tenant_of(job.user);
         let generation = job.buf.note();
         let live = matches!(self.tenants.get(i), Some(Some(t)) if t.generation == generation);
         if !live {
@@ -581,12 +667,13 @@ impl Server {
         let Some(Some(t)) = self.tenants.get_mut(i) else {
             return;
         };
-        t.in_flight = t.in_flight.saturating_sub(1);
+        let refusals_due = t.finished(epoch_of(job.user));
         match &mut t.side {
             Side::Shm(shm) => {
                 if !t.held.is_empty() || !deliver_shm(shm, &job) {
-                    t.held.push_back(job);
+                    t.held.push_back(Held::Job(job));
                     t.stalled_since.get_or_insert_with(Instant::now);
+                    job_kept(t, refusals_due);
                     return;
                 }
             }
@@ -597,6 +684,7 @@ impl Server {
             }
             Side::Unattached => {}
         }
+        job_kept(t, refusals_due);
         job.desc.status = Status::Pending;
         self.pool.push(job.buf);
     }
@@ -611,12 +699,16 @@ impl Server {
         let mut dead = false;
         match &mut t.side {
             Side::Shm(shm) => {
-                while let Some(job) = t.held.front() {
-                    if !deliver_shm(shm, job) {
+                while let Some(held) = t.held.front() {
+                    let delivered = match held {
+                        Held::Job(job) => deliver_shm(shm, job),
+                        Held::Refused(entry) => deliver_entry(shm, entry),
+                    };
+                    if !delivered {
                         break;
                     }
                     moved = true;
-                    if let Some(job) = t.held.pop_front() {
+                    if let Some(Held::Job(job)) = t.held.pop_front() {
                         self.pool.push(job.buf);
                     }
                 }
@@ -742,6 +834,9 @@ impl Server {
             Err(poisoned) => *poisoned.into_inner() = stats,
         }
         self.published.busy_ns.store(self.busy_ns, Ordering::Relaxed);
+        // Off the fast path: publishing is the slow path's (every
+        // `TICK_EVERY` passes and before a sleep), on the server's thread.
+        self.published.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
 
     fn connected(&mut self, sock: OwnedFd) {
@@ -783,6 +878,9 @@ impl Server {
             max_data: 0,
             in_flight: 0,
             held: VecDeque::new(),
+            epoch: 0,
+            epochs: VecDeque::new(),
+            refusals: VecDeque::new(),
             sessions: Vec::new(),
             releases: Vec::new(),
             stalled_since: None,
@@ -1084,7 +1182,11 @@ impl Server {
         t.side = side;
         t.quota = quota;
         t.max_data = slot_size;
+        // Room for the most a tenant can have outstanding, so that the
+        // steady state (and even a refusing one) allocates nothing.
         t.held.reserve(quota);
+        t.epochs.reserve(quota + 1);
+        t.refusals.reserve(quota);
         // The listener and two descriptors per tenant to sleep on: sized
         // now, so the first sleep with this tenant does not grow the list
         // (the no-allocation test once caught it doing so mid-run).
@@ -1124,7 +1226,7 @@ impl Server {
         let pool = &mut self.pool;
         let stats = &mut self.stats;
         self.queue.retain_mut(|job| {
-            if (job.user >> 32) as usize == i && job.buf.note() == generation {
+            if tenant_of(job.user) == i && job.buf.note() == generation {
                 stats.discarded += 1;
                 pool.push(std::mem::replace(&mut job.buf, PacketBuf::empty()));
                 false
@@ -1132,9 +1234,11 @@ impl Server {
                 true
             }
         });
-        for job in t.held {
-            self.stats.discarded += 1;
-            self.pool.push(job.buf);
+        for held in t.held {
+            if let Held::Job(job) = held {
+                self.stats.discarded += 1;
+                self.pool.push(job.buf);
+            }
         }
         // Dropping `t` unmaps the region and closes the socket and doorbells.
     }
@@ -1204,12 +1308,46 @@ fn deliver_shm(shm: &mut ShmSide, job: &Job) -> bool {
     if entry.data_len > 0 {
         shm.rings.write_data(job.buf.tag(), job.buf.data());
     }
+    deliver_entry(shm, &entry)
+}
+
+/// Writes a completion entry into the ring; false if the ring is full.
+fn deliver_entry(shm: &mut ShmSide, entry: &CompletionEntry) -> bool {
+    if !comp_room(shm) {
+        return false;
+    }
     let mut raw = [0u8; COMPLETION_LEN];
     entry.encode(&mut raw);
     shm.rings.write_completion(shm.comp_head, &raw);
     shm.comp_head = shm.comp_head.wrapping_add(1);
     shm.dirty = true;
     true
+}
+
+/// Posts a refusal whose turn has come: behind any completions still held
+/// for room in the ring.
+fn post_refusal(t: &mut Tenant, entry: CompletionEntry) {
+    match &mut t.side {
+        Side::Shm(shm) => {
+            if !t.held.is_empty() || !deliver_entry(shm, &entry) {
+                t.held.push_back(Held::Refused(entry));
+                t.stalled_since.get_or_insert_with(Instant::now);
+            }
+        }
+        Side::Socket(s) => push_completion(s, &entry, &[]),
+        Side::Unattached => {}
+    }
+}
+
+/// After a job's completion is posted (or held): the refusals that were
+/// waiting for it and the jobs before it, in order.
+fn job_kept(t: &mut Tenant, refusals_due: bool) {
+    if !refusals_due {
+        return;
+    }
+    while let Some(entry) = t.due_refusal() {
+        post_refusal(t, entry);
+    }
 }
 
 /// Whether the completion ring has room for one more entry.
@@ -1260,6 +1398,10 @@ impl ServerHandle {
 
     pub fn busy_ns(&self) -> u64 {
         self.published.busy_ns()
+    }
+
+    pub fn cpu_ns(&self) -> u64 {
+        self.published.cpu_ns()
     }
 
     /// Stops the thread and returns how it ended.

@@ -9,6 +9,21 @@
 //! transport does the same with one message per burst. Registration is a
 //! blocking round trip on the control socket, off the fast path: the keys
 //! cross once and stay in the server.
+//!
+//! A server that stops serving while still connected (stopped, or its
+//! thread stuck) is timed out on the caller's clock, the `now` given to
+//! `submit_burst` and `poll_burst`, then confirmed on the wall clock
+//! (read only once the caller's clock says a deadline passed), so that a
+//! clock that jumps (an offline capture's timestamps across a gap) cannot
+//! time out a server answering in real time, while a caller whose clock
+//! stands still (tests, `Duration::ZERO`) sees no timeout at all: a job
+//! older than [`SharedSpec::deadline`] on the caller's clock and still
+//! unanswered a quarter of the deadline later on the wall's comes back with
+//! `Timeout`, and the engine is unavailable, refusing new jobs at once
+//! with `Unavailable` so that a gateway drops and counts them instead of
+//! stalling, until the server answers again. The slot of a timed-out job
+//! is not reused until the server's late completion for it arrives: the
+//! server may still write into it.
 
 use std::collections::VecDeque;
 use std::io;
@@ -54,6 +69,181 @@ struct ShmTenant {
     comp_tail: u32,
 }
 
+/// The tenant's data slots and the jobs in them, one per ring entry; a
+/// slot's index is its request's cookie.
+struct Slots {
+    jobs: Vec<Option<Job>>,
+    /// When each slot's job was submitted (the caller's `now`), and its
+    /// place in submission order.
+    since: Vec<Duration>,
+    /// When (on the wall clock) the caller's clock first said a job was
+    /// past its deadline, while one still is: a job times out only after
+    /// a further grace of wall time without an answer, so that a caller's
+    /// clock that jumps (a capture's timestamps across a gap) cannot time
+    /// out a server that is answering in real time. Read only when the
+    /// caller's clock says a deadline passed, never per burst.
+    suspect: Option<Instant>,
+    seq: Vec<u64>,
+    next_seq: u64,
+    /// Slots whose jobs were given back on timeout, their completions
+    /// still due from the server.
+    late: Vec<bool>,
+    late_count: usize,
+    free: Vec<u32>,
+    deadline: Duration,
+    /// No job in a slot expires before this (`Duration::MAX`: none can).
+    next_expiry: Duration,
+    /// Scratch for the slots expiring in one look, sized once.
+    expiring: Vec<u32>,
+}
+
+/// What a completion from the server names.
+enum Answered {
+    /// A job waiting in its slot.
+    Job(Job),
+    /// A slot whose job already timed out: the slot is free again.
+    Late,
+    /// Nothing of ours (a duplicate or a cookie never given).
+    Unknown,
+}
+
+impl Slots {
+    fn new(entries: u32, deadline: Duration) -> Slots {
+        let n = entries as usize;
+        Slots {
+            jobs: (0..n).map(|_| None).collect(),
+            since: vec![Duration::ZERO; n],
+            suspect: None,
+            seq: vec![0; n],
+            next_seq: 0,
+            late: vec![false; n],
+            late_count: 0,
+            free: (0..entries).rev().collect(),
+            deadline,
+            next_expiry: Duration::MAX,
+            expiring: Vec::with_capacity(n),
+        }
+    }
+
+    /// Puts `job` in `slot`, already taken from `free`.
+    fn occupy(&mut self, slot: u32, job: Job, now: Duration) {
+        let i = slot as usize;
+        self.jobs[i] = Some(job);
+        self.since[i] = now;
+        self.seq[i] = self.next_seq;
+        self.next_seq += 1;
+        self.next_expiry = self.next_expiry.min(now.saturating_add(self.deadline));
+    }
+
+    /// The server completed the request with cookie `slot`.
+    fn answered(&mut self, slot: u32) -> Answered {
+        let i = slot as usize;
+        if let Some(job) = self.jobs.get_mut(i).and_then(Option::take) {
+            self.free.push(slot);
+            return Answered::Job(job);
+        }
+        if self.late.get(i).copied().unwrap_or(false) {
+            self.late[i] = false;
+            self.late_count -= 1;
+            self.free.push(slot);
+            return Answered::Late;
+        }
+        Answered::Unknown
+    }
+
+    /// As [`answered`](Self::answered), for the job alone: any answer for
+    /// a slot of ours, late or not, shows the server serving again.
+    fn answered_job(&mut self, slot: u32, unavailable: &mut bool) -> Option<Job> {
+        match self.answered(slot) {
+            Answered::Job(job) => {
+                *unavailable = false;
+                Some(job)
+            }
+            Answered::Late => {
+                *unavailable = false;
+                None
+            }
+            Answered::Unknown => None,
+        }
+    }
+
+    /// Gives back, in submission order and with `Timeout`, every job held
+    /// `deadline` or longer by `now`; their slots stay late.
+    fn expire(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
+        if now < self.next_expiry {
+            return 0;
+        }
+        let mut next = Duration::MAX;
+        self.expiring.clear();
+        for (i, job) in self.jobs.iter().enumerate() {
+            if job.is_none() {
+                continue;
+            }
+            let due = self.since[i].saturating_add(self.deadline);
+            if now >= due {
+                self.expiring.push(i as u32);
+            } else {
+                next = next.min(due);
+            }
+        }
+        if self.expiring.is_empty() {
+            self.suspect = None;
+            self.next_expiry = next;
+            return 0;
+        }
+        let wall_now = Instant::now();
+        let grace = self.deadline / 4;
+        let waited = wall_now.saturating_duration_since(*self.suspect.get_or_insert(wall_now));
+        if waited < grace {
+            // Look again once the grace would be over on the caller's clock.
+            self.next_expiry = now.saturating_add(grace - waited);
+            self.expiring.clear();
+            return 0;
+        }
+        self.suspect = None;
+        self.next_expiry = next;
+        let seq = &self.seq;
+        self.expiring.sort_unstable_by_key(|&i| seq[i as usize]);
+        for &i in &self.expiring {
+            if let Some(mut job) = self.jobs[i as usize].take() {
+                job.desc.status = Status::Error(DescriptorError::Timeout);
+                self.late[i as usize] = true;
+                self.late_count += 1;
+                out.push(job);
+            }
+        }
+        self.expiring.len()
+    }
+
+    /// The server is gone: every job comes back with `Fault` and every
+    /// slot is free (no late completion can come now).
+    fn reclaim_all(&mut self, out: &mut Vec<Job>) -> usize {
+        let mut n = 0;
+        for (slot, entry) in self.jobs.iter_mut().enumerate() {
+            if let Some(mut job) = entry.take() {
+                job.desc.status = Status::Error(DescriptorError::Fault);
+                self.free.push(slot as u32);
+                out.push(job);
+                n += 1;
+            }
+        }
+        for (slot, late) in self.late.iter_mut().enumerate() {
+            if std::mem::take(late) {
+                self.free.push(slot as u32);
+            }
+        }
+        self.late_count = 0;
+        self.next_expiry = Duration::MAX;
+        self.suspect = None;
+        n
+    }
+
+    /// Jobs in slots (late slots hold none).
+    fn in_use(&self) -> usize {
+        self.jobs.len() - self.free.len() - self.late_count
+    }
+}
+
 /// An engine served by `espgw engine serve`; see the module documentation.
 pub struct SharedEngine {
     sock: OwnedFd,
@@ -62,8 +252,7 @@ pub struct SharedEngine {
     shm: Option<ShmTenant>,
     entries: u32,
     slot_size: u32,
-    slots: Vec<Option<Job>>,
-    free: Vec<u32>,
+    slots: Slots,
     /// Jobs finished without the server (refused here, or the server gone).
     done: Vec<Job>,
     tx: Vec<u8>,
@@ -71,6 +260,8 @@ pub struct SharedEngine {
     fds: Vec<OwnedFd>,
     counters: EngineCounters,
     server_gone: bool,
+    /// Jobs timed out and the server has not answered since.
+    unavailable: bool,
 }
 
 // SAFETY: the mapping and descriptors are owned by this value alone; the
@@ -158,8 +349,7 @@ impl SharedEngine {
             shm,
             entries,
             slot_size,
-            slots: (0..entries).map(|_| None).collect(),
-            free: (0..entries).rev().collect(),
+            slots: Slots::new(entries, spec.deadline),
             done: Vec::with_capacity(entries as usize),
             tx,
             rx,
@@ -169,6 +359,7 @@ impl SharedEngine {
                 ..EngineCounters::default()
             },
             server_gone: false,
+            unavailable: false,
         })
     }
 
@@ -184,6 +375,12 @@ impl SharedEngine {
     /// Whether the server has gone away (its socket closed).
     pub fn server_gone(&self) -> bool {
         self.server_gone
+    }
+
+    /// Whether the engine refuses jobs at once: its server is gone, or it
+    /// timed jobs out and the server has not answered since.
+    pub fn unavailable(&self) -> bool {
+        self.unavailable || self.server_gone
     }
 
     /// Asks the server for its counters (a blocking round trip).
@@ -224,7 +421,7 @@ impl SharedEngine {
     #[doc(hidden)]
     pub fn submit_raw(&mut self, mut entry: RequestEntry, job: Job) -> Option<u32> {
         let shm = self.shm.as_mut()?;
-        let slot = self.free.pop()?;
+        let slot = self.slots.free.pop()?;
         entry.user = slot;
         let mut raw = [0u8; REQUEST_LEN];
         entry.encode(&mut raw);
@@ -236,19 +433,33 @@ impl SharedEngine {
         {
             shm.to_server.ring();
         }
-        self.slots[slot as usize] = Some(job);
+        self.slots.occupy(slot, job, Duration::ZERO);
         self.counters.submitted += 1;
         Some(slot)
     }
 
-    fn refuse_here(&mut self, mut job: Job) {
-        job.desc.status = Status::Error(DescriptorError::BadRegions);
+    /// Completes a job here, never sent (counted as submitted by the caller).
+    fn refuse_here(&mut self, mut job: Job, error: DescriptorError) {
+        job.desc.status = Status::Error(error);
         self.counters.errors += 1;
-        self.counters.submitted += 1;
         self.done.push(job);
     }
 
-    fn submit_shm(&mut self, jobs: &mut VecDeque<Job>) -> usize {
+    /// Unavailable: takes jobs (as many as `done` has room for) and
+    /// completes them at once with `Unavailable`.
+    fn refuse_unavailable(&mut self, jobs: &mut VecDeque<Job>) -> usize {
+        let room = (self.entries as usize).saturating_sub(self.done.len());
+        let n = jobs.len().min(room);
+        for _ in 0..n {
+            if let Some(job) = jobs.pop_front() {
+                self.refuse_here(job, DescriptorError::Unavailable);
+            }
+        }
+        self.counters.refused_unavailable += n as u64;
+        n
+    }
+
+    fn submit_shm(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize {
         let Some(shm) = self.shm.as_mut() else { return 0 };
         let tail = shm.rings.load(layout::REQ_TAIL);
         let mut taken = 0;
@@ -257,7 +468,9 @@ impl SharedEngine {
             if shm.req_head.wrapping_sub(tail) >= self.entries {
                 break;
             }
-            let Some(&slot) = self.free.last() else { break };
+            let Some(&slot) = self.slots.free.last() else {
+                break;
+            };
             let Some(mut job) = jobs.pop_front() else { break };
             taken += 1;
             let len = job.region_bytes().len();
@@ -267,7 +480,7 @@ impl SharedEngine {
                 self.done.push(job);
                 continue;
             }
-            self.free.pop();
+            self.slots.free.pop();
             let offset = slot * self.slot_size;
             shm.rings.write_data(offset, job.region_bytes());
             RequestEntry {
@@ -280,7 +493,7 @@ impl SharedEngine {
             .encode(&mut raw);
             shm.rings.write_request(shm.req_head, &raw);
             shm.req_head = shm.req_head.wrapping_add(1);
-            self.slots[slot as usize] = Some(job);
+            self.slots.occupy(slot, job, now);
         }
         if taken > 0 {
             self.counters.doorbells += 1;
@@ -294,7 +507,7 @@ impl SharedEngine {
         taken
     }
 
-    fn submit_socket(&mut self, jobs: &mut VecDeque<Job>) -> usize {
+    fn submit_socket(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize {
         wire::start_burst(&mut self.tx, op::SUBMIT);
         let mut count: u16 = 0;
         let mut refused = 0;
@@ -302,7 +515,7 @@ impl SharedEngine {
         // so that a full socket leaves them queued in order.
         let mut n = 0;
         for job in jobs.iter_mut() {
-            if count as usize >= self.free.len() {
+            if count as usize >= self.slots.free.len() {
                 break;
             }
             let len = job.region_bytes().len();
@@ -317,7 +530,7 @@ impl SharedEngine {
             if self.tx.len() + REQUEST_LEN + len > MAX_MESSAGE {
                 break;
             }
-            let slot = self.free[self.free.len() - 1 - count as usize];
+            let slot = self.slots.free[self.slots.free.len() - 1 - count as usize];
             let at = self.tx.len();
             self.tx.resize(at + REQUEST_LEN, 0);
             RequestEntry {
@@ -335,7 +548,7 @@ impl SharedEngine {
         // Oversized jobs at the front are refused here, never sent.
         for _ in 0..refused {
             if let Some(job) = jobs.pop_front() {
-                self.refuse_here(job);
+                self.refuse_here(job, DescriptorError::BadRegions);
             }
         }
         if count == 0 {
@@ -352,10 +565,10 @@ impl SharedEngine {
         }
         self.counters.doorbells += 1;
         for _ in refused..n {
-            let (Some(slot), Some(job)) = (self.free.pop(), jobs.pop_front()) else {
+            let (Some(slot), Some(job)) = (self.slots.free.pop(), jobs.pop_front()) else {
                 break;
             };
-            self.slots[slot as usize] = Some(job);
+            self.slots.occupy(slot, job, now);
         }
         n
     }
@@ -367,10 +580,9 @@ impl SharedEngine {
         };
         for item in BurstIter::completions(count, body) {
             let Ok((entry, data)) = item else { break };
-            let Some(mut job) = self.slots.get_mut(entry.user as usize).and_then(Option::take) else {
+            let Some(mut job) = self.slots.answered_job(entry.user, &mut self.unavailable) else {
                 continue;
             };
-            self.free.push(entry.user);
             finish(&mut job, entry, |dst| {
                 let len = dst.len().min(data.len());
                 dst[..len].copy_from_slice(&data[..len]);
@@ -393,10 +605,9 @@ impl SharedEngine {
             let Ok(entry) = CompletionEntry::decode(&raw) else {
                 continue;
             };
-            let Some(mut job) = self.slots.get_mut(entry.user as usize).and_then(Option::take) else {
+            let Some(mut job) = self.slots.answered_job(entry.user, &mut self.unavailable) else {
                 continue;
             };
-            self.free.push(entry.user);
             let offset = entry.user * self.slot_size;
             let rings = &shm.rings;
             finish(&mut job, entry, |dst| rings.read_data(offset, dst));
@@ -407,6 +618,51 @@ impl SharedEngine {
             n += 1;
         }
         shm.rings.store(layout::COMP_TAIL, shm.comp_tail);
+        n
+    }
+
+    /// Moves every completion that has arrived into `out`, in the order
+    /// the server posted them (socket: through `done`, with any jobs
+    /// refused here before them).
+    fn collect(&mut self, out: &mut Vec<Job>) -> usize {
+        let mut n = 0;
+        if self.transport == Transport::Socket {
+            // Every message waiting, without blocking.
+            loop {
+                match sys::recv(self.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
+                    Ok(Received::Message(len)) => {
+                        self.fds.clear();
+                        match self.rx[0] {
+                            op::COMPLETIONS => self.completions(len),
+                            // Unasked, a refusal is the server letting us go.
+                            op::REFUSED => self.server_gone = true,
+                            _ => {}
+                        }
+                    }
+                    Ok(Received::Empty) => break,
+                    Ok(Received::Closed) | Err(_) => {
+                        self.server_gone = true;
+                        break;
+                    }
+                }
+            }
+            n += self.done.len();
+            out.append(&mut self.done);
+        } else {
+            n += self.poll_shm(out);
+        }
+        n
+    }
+
+    /// Jobs past their deadline back with `Timeout`; the engine is then
+    /// unavailable until the server answers.
+    fn expire(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
+        let n = self.slots.expire(now, out);
+        if n > 0 {
+            self.unavailable = true;
+            self.counters.timed_out += n as u64;
+            self.counters.errors += n as u64;
+        }
         n
     }
 
@@ -481,44 +737,23 @@ impl Engine for SharedEngine {
         let _ = self.call();
     }
 
-    fn submit_burst(&mut self, _now: Duration, jobs: &mut VecDeque<Job>) -> usize {
-        if self.server_gone {
-            return 0;
-        }
-        let n = match self.transport {
-            Transport::Shm => self.submit_shm(jobs),
-            Transport::Socket => self.submit_socket(jobs),
+    fn submit_burst(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize {
+        let n = if self.unavailable() {
+            self.refuse_unavailable(jobs)
+        } else {
+            match self.transport {
+                Transport::Shm => self.submit_shm(now, jobs),
+                Transport::Socket => self.submit_socket(now, jobs),
+            }
         };
         self.counters.submitted += n as u64;
         self.counters.per_channel[0] += n as u64;
         n
     }
 
-    fn poll_burst(&mut self, _now: Duration, out: &mut Vec<Job>) -> usize {
-        let mut n = 0;
-        if self.transport == Transport::Socket {
-            // Every message waiting, without blocking.
-            loop {
-                match sys::recv(self.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
-                    Ok(Received::Message(len)) => {
-                        self.fds.clear();
-                        match self.rx[0] {
-                            op::COMPLETIONS => self.completions(len),
-                            // Unasked, a refusal is the server letting us go.
-                            op::REFUSED => self.server_gone = true,
-                            _ => {}
-                        }
-                    }
-                    Ok(Received::Empty) => break,
-                    Ok(Received::Closed) | Err(_) => {
-                        self.server_gone = true;
-                        break;
-                    }
-                }
-            }
-        } else {
-            n += self.poll_shm(out);
-        }
+    fn poll_burst(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
+        let mut n = self.collect(out);
+        n += self.expire(now, out);
         n += self.done.len();
         out.append(&mut self.done);
         self.counters.completed += n as u64;
@@ -536,28 +771,28 @@ impl Engine for SharedEngine {
     }
 
     fn in_flight(&self) -> usize {
-        self.entries as usize - self.free.len() + self.done.len()
+        self.slots.in_use() + self.done.len()
     }
 
     fn counters(&self) -> EngineCounters {
-        self.counters.clone()
+        let mut c = self.counters.clone();
+        c.unavailable = self.unavailable();
+        c
     }
 
     /// The server is gone: every job it held comes back as a fault.
-    fn reclaim(&mut self, _now: Duration, out: &mut Vec<Job>) -> usize {
+    /// Otherwise the completions that have arrived come back, then the
+    /// jobs past their deadline with `Timeout`.
+    fn reclaim(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
         if !self.server_gone {
-            return 0;
+            // What has arrived first (in order), so that only jobs the
+            // server has not answered time out.
+            let n = self.collect(out) + self.expire(now, out);
+            self.counters.completed += n as u64;
+            return n;
         }
-        let mut n = 0;
-        for (slot, entry) in self.slots.iter_mut().enumerate() {
-            if let Some(mut job) = entry.take() {
-                job.desc.status = Status::Error(DescriptorError::Fault);
-                self.free.push(slot as u32);
-                self.counters.errors += 1;
-                out.push(job);
-                n += 1;
-            }
-        }
+        let n = self.slots.reclaim_all(out);
+        self.counters.errors += n as u64;
         n
     }
 

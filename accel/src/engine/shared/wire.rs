@@ -653,6 +653,8 @@ fn status_code(s: Status) -> (u8, u8) {
                 DescriptorError::Unsupported => 2,
                 DescriptorError::Fault => 3,
                 DescriptorError::BadSession => 4,
+                DescriptorError::Timeout => 5,
+                DescriptorError::Unavailable => 6,
             },
         ),
     }
@@ -669,6 +671,8 @@ fn status_from(code: u8, err: u8) -> Option<Status> {
             2 => DescriptorError::Unsupported,
             3 => DescriptorError::Fault,
             4 => DescriptorError::BadSession,
+            5 => DescriptorError::Timeout,
+            6 => DescriptorError::Unavailable,
             _ => return None,
         }),
         _ => return None,

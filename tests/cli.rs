@@ -19,35 +19,8 @@ fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// A test's scratch directory, removed with everything in it when the
-/// test is done with it (a failing test's stays for a look).
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for Scratch {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn temp_dir(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("espgw-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
+fn temp_dir(name: &str) -> common::Scratch {
+    common::Scratch::new("espgw-cli", name)
 }
 
 fn ethernet(packet: &[u8]) -> Vec<u8> {

@@ -185,3 +185,37 @@ pub fn after_hops(packet: &[u8], hops: u8) -> Vec<u8> {
     ip.fill_checksum();
     p
 }
+
+/// A test's scratch directory, removed with everything in it when the
+/// test is done with it (a failing test's stays for a look).
+pub struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Scratch {
+    /// `$TMPDIR/PREFIX-PID-NAME`, made afresh.
+    pub fn new(prefix: &str, name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}

@@ -26,7 +26,7 @@
 //! `cargo bench -p bench --bench micro -- --warm-up-time 1 --measurement-time 1`
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use accel::{Algorithm, Descriptor, DescriptorKind, Direction, Region, Session, Status};
@@ -102,8 +102,8 @@ fn random_spd(n: usize, rng: &mut Rng) -> Spd {
             direction: PolicyDirection::Out,
             priority: 100,
             selector: Selector {
-                src: random_prefix(rng),
-                dst: random_prefix(rng),
+                src: random_prefix(rng).into(),
+                dst: random_prefix(rng).into(),
                 protocol,
                 src_ports: random_ports(rng),
                 dst_ports: random_ports(rng),
@@ -131,8 +131,8 @@ fn spd_update(c: &mut Criterion) {
             direction: PolicyDirection::Out,
             priority: 1,
             selector: Selector {
-                src: random_prefix(&mut rng),
-                dst: random_prefix(&mut rng),
+                src: random_prefix(&mut rng).into(),
+                dst: random_prefix(&mut rng).into(),
                 protocol: ProtocolSelector::Any,
                 src_ports: PortRange::ANY,
                 dst_ports: PortRange::ANY,
@@ -149,6 +149,14 @@ fn spd_update(c: &mut Criterion) {
     group.finish();
 }
 
+/// The benchmark's prefixes are IPv4 (`random_prefix`).
+fn v4(prefix: spd_sad::IpPrefix) -> spd_sad::Ipv4Prefix {
+    match prefix {
+        spd_sad::IpPrefix::V4(p) => p,
+        other => panic!("an IPv4 benchmark prefix, not {other}"),
+    }
+}
+
 /// A flow that the policy's selector matches (its first address and port).
 fn flow_for(selector: &Selector) -> FlowKey {
     let protocol = match selector.protocol {
@@ -156,8 +164,8 @@ fn flow_for(selector: &Selector) -> FlowKey {
         ProtocolSelector::Number(n) => n,
     };
     FlowKey {
-        src: selector.src.addr(),
-        dst: selector.dst.addr(),
+        src: v4(selector.src).addr().into(),
+        dst: v4(selector.dst).addr().into(),
         protocol,
         ports: Some((selector.src_ports.first, selector.dst_ports.first)),
     }
@@ -182,8 +190,8 @@ fn spd_lookup(c: &mut Criterion) {
         );
         // 172.16.0.0/12 is outside every generated prefix.
         let miss = FlowKey {
-            src: Ipv4Addr::new(172, 16, 1, 10),
-            dst: Ipv4Addr::new(172, 17, 2, 20),
+            src: Ipv4Addr::new(172, 16, 1, 10).into(),
+            dst: Ipv4Addr::new(172, 17, 2, 20).into(),
             protocol: spd_sad::proto::UDP,
             ports: Some((4000, 5000)),
         };
@@ -207,9 +215,10 @@ fn spd_lookup(c: &mut Criterion) {
                 if selector.src_ports.is_any() {
                     f.ports = f.ports.map(|(_, dp)| (i as u16, dp));
                 } else if selector.src.len() <= 16 {
-                    f.src = Ipv4Addr::from(u32::from(selector.src.addr()) | (i & !selector.src.mask()));
+                    let src = v4(selector.src);
+                    f.src = Ipv4Addr::from(u32::from(src.addr()) | (i & !src.mask())).into();
                 } else {
-                    f.dst = Ipv4Addr::from(i.wrapping_mul(2_654_435_761));
+                    f.dst = Ipv4Addr::from(i.wrapping_mul(2_654_435_761)).into();
                     f.ports = Some((f.ports.map_or(0, |p| p.0), i as u16));
                 }
                 f
@@ -238,7 +247,7 @@ fn spd_lookup(c: &mut Criterion) {
 }
 
 fn sad_lookup(c: &mut Criterion) {
-    let local = Ipv4Addr::new(10, 0, 0, 1);
+    let local = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
     let mut group = c.benchmark_group("sad_lookup_inbound");
     for n in TABLE_SIZES {
         let mut rng = Rng::new(0x9e37_79b9 ^ n as u64);
@@ -256,7 +265,7 @@ fn sad_lookup(c: &mut Criterion) {
                 spi,
                 mode: Mode::Tunnel,
                 local,
-                remote: Ipv4Addr::new(10, 1, (i >> 8) as u8, i as u8),
+                remote: Ipv4Addr::new(10, 1, (i >> 8) as u8, i as u8).into(),
                 esn: false,
                 replay_window: 64,
                 lifetime: Lifetime::default(),

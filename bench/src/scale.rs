@@ -154,8 +154,8 @@ fn sa(
             direction,
             spi,
             mode: Mode::Tunnel,
-            local: LOCAL,
-            remote: PEER,
+            local: LOCAL.into(),
+            remote: PEER.into(),
             esn: false,
             replay_window: 64,
             lifetime: Lifetime::default(),
@@ -172,8 +172,8 @@ fn sa(
 
 fn selector(src: Ipv4Prefix, dst: Ipv4Prefix) -> Selector {
     Selector {
-        src,
-        dst,
+        src: src.into(),
+        dst: dst.into(),
         ..Selector::ANY
     }
 }
@@ -229,8 +229,8 @@ fn padding(k: usize, tunnels: usize) -> PolicyConfig {
         direction: PolicyDirection::Out,
         priority: PADDING_PRIORITY,
         selector: Selector {
-            src,
-            dst,
+            src: src.into(),
+            dst: dst.into(),
             protocol: ProtocolSelector::Number(proto::TCP),
             src_ports: PortRange::ANY,
             dst_ports: PortRange {
@@ -252,8 +252,8 @@ fn frame_for(frame_size: usize, t: usize) -> (Vec<u8>, FlowKey) {
         ip.fill_checksum();
     }
     let flow = FlowKey {
-        src: host_in(local_net(), 10),
-        dst,
+        src: host_in(local_net(), 10).into(),
+        dst: dst.into(),
         protocol: proto::UDP,
         ports: Some((4000, 5000)),
     };

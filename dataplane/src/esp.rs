@@ -389,7 +389,7 @@ pub fn decapsulate_prepare(
         .and_then(|esp| EspPacket::new_checked(esp).ok())
         .ok_or(DropReason::Malformed)?;
     let sa_id = sad
-        .lookup_inbound(esp_packet.spi(), dst)
+        .lookup_inbound(esp_packet.spi(), dst.into())
         .ok_or(DropReason::UnknownSpi)?;
     let sa = sad.get_mut(sa_id).ok_or(DropReason::UnknownSpi)?;
     // Linux XFRM's rule too: an SA takes the encapsulation it was made for.

@@ -194,7 +194,7 @@ impl FrameLog {
             spi,
             seq,
             sa: (port == Port::Outside)
-                .then(|| gateway.sad().lookup_inbound(spi, dst))
+                .then(|| gateway.sad().lookup_inbound(spi, dst.into()))
                 .flatten(),
         });
         self.records.push_back(Record {

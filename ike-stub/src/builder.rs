@@ -872,7 +872,7 @@ mod tests {
             .expect("the bypass policy");
         assert_eq!(dns.priority, 5);
         assert_eq!(dns.action, crate::PolicyAction::Bypass);
-        assert_eq!(dns.selector.dst, net("192.168.3.0/24"));
+        assert_eq!(dns.selector.dst, net("192.168.3.0/24").into());
         let tunnel_out = config
             .policies
             .iter()

@@ -16,8 +16,8 @@ use dataplane::neighbor::NeighborLimits;
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
 use smoltcp::wire::Ipv4Cidr;
 use spd_sad::{
-    Action, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange, ProtocolSelector,
-    SaDirection, SaParams, Selector, UdpEncap, MAX_WINDOW,
+    Action, IpPrefix, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange,
+    ProtocolSelector, SaDirection, SaParams, Selector, UdpEncap, MAX_WINDOW,
 };
 use zeroize::Zeroizing;
 
@@ -233,7 +233,8 @@ impl InstallError {
                 sa: sa.to_owned(),
                 reason,
             },
-            e @ dataplane::InstallSaError::TransportOverUdp(_) => InstallError::Refused(e),
+            e @ (dataplane::InstallSaError::TransportOverUdp(_)
+            | dataplane::InstallSaError::Ipv6Outer { .. }) => InstallError::Refused(e),
         }
     }
 }
@@ -1307,8 +1308,8 @@ impl Validator<'_> {
                     s.peer_udp_port.as_ref(),
                     mode,
                 )?,
-                local: self.addr(&s.local, "local")?,
-                remote: self.addr(&s.remote, "remote")?,
+                local: self.addr(&s.local, "local")?.into(),
+                remote: self.addr(&s.remote, "remote")?.into(),
                 esn: s.esn,
                 replay_window: self.replay_window(s.replay_window.as_ref(), s.esn)?,
                 lifetime: self.lifetime(s.lifetime.as_ref())?,
@@ -1485,7 +1486,7 @@ impl Validator<'_> {
             t.enc_key_out.as_ref(),
             t.auth_key_out.as_ref(),
             t.initial_seq_out,
-            (local, remote),
+            (local.into(), remote.into()),
         )?;
         let in_sa = make_sa(
             "in",
@@ -1494,7 +1495,7 @@ impl Validator<'_> {
             t.enc_key_in.as_ref(),
             t.auth_key_in.as_ref(),
             t.initial_seq_in,
-            (local, remote),
+            (local.into(), remote.into()),
         )?;
         let priority = t.priority.unwrap_or(DEFAULT_PRIORITY);
         let selector = |src, dst| Selector {
@@ -1508,14 +1509,14 @@ impl Validator<'_> {
             name: format!("{name}-out"),
             direction: PolicyDirection::Out,
             priority,
-            selector: selector(local_subnet, remote_subnet),
+            selector: selector(local_subnet.into(), remote_subnet.into()),
             action: PolicyAction::Protect(out_sa.params.name.clone()),
         };
         let in_policy = PolicyConfig {
             name: format!("{name}-in"),
             direction: PolicyDirection::In,
             priority,
-            selector: selector(remote_subnet, local_subnet),
+            selector: selector(remote_subnet.into(), local_subnet.into()),
             action: PolicyAction::Protect(in_sa.params.name.clone()),
         };
         let tunnel = TunnelConfig {
@@ -1550,8 +1551,23 @@ impl Validator<'_> {
             self.keyword(&p.direction, ConfigErrorKind::Value, |other, expected| {
                 format!("policy direction `{other}` must be {expected}")
             })?;
-        let prefix = |s: Option<&S<String>>, field: &str| -> Result<Ipv4Prefix, ConfigError> {
-            s.map_or(Ok(Ipv4Prefix::ANY), |s| self.value(s, field, "192.168.1.0/24"))
+        let prefix = |s: Option<&S<String>>, field: &str| -> Result<IpPrefix, ConfigError> {
+            let Some(s) = s else {
+                return Ok(IpPrefix::Any);
+            };
+            match self.value(s, field, "192.168.1.0/24")? {
+                // Selectors take IPv6 prefixes, the data path does not
+                // carry IPv6 yet: a policy that could never match is
+                // refused rather than silently kept.
+                IpPrefix::V6(v6) => self.err(
+                    span(s),
+                    ConfigErrorKind::Value(format!(
+                        "{field} `{v6}` is IPv6: this gateway's data path carries IPv4 only so far \
+                         (IPv6 frames are dropped as `unsupported`); give an IPv4 prefix"
+                    )),
+                ),
+                other => Ok(other),
+            }
         };
         let selector = Selector {
             src: prefix(p.source.as_ref(), "source")?,

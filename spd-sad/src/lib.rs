@@ -17,5 +17,8 @@ pub use sad::{
     SaShared, SaState, Sad, SadError, SecurityAssociation, SequenceError, UdpEncap, SA_STATE_BOUND,
     SEQUENCE_BLOCK, SEQUENCE_RESERVE, USAGE_BATCH,
 };
-pub use selector::{proto, FlowKey, Ipv4Prefix, PortRange, ProtocolSelector, Selector, SelectorError};
+pub use selector::{
+    proto, Family, FlowKey, IpPrefix, Ipv4Prefix, Ipv6Prefix, PortRange, ProtocolSelector, Selector,
+    SelectorError,
+};
 pub use spd::{Action, Decision, FlowCacheStats, Policy, PolicyDirection, Spd, FLOW_CACHE_ENTRIES};

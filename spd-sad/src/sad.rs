@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -210,8 +210,8 @@ pub struct SaParams {
     pub spi: u32,
     pub mode: Mode,
     /// Our end (outer source for outbound, expected outer destination for inbound).
-    pub local: Ipv4Addr,
-    pub remote: Ipv4Addr,
+    pub local: IpAddr,
+    pub remote: IpAddr,
     pub esn: bool,
     pub replay_window: u32,
     pub lifetime: Lifetime,
@@ -884,8 +884,16 @@ fn prefetch_line(at: *const u8) {
 /// that worker's copy reserves sequence blocks. A function of the outer
 /// addresses alone, so that a rekeyed SA keeps its predecessor's worker
 /// and one peer's tunnels send from one worker.
-pub fn owner_worker(local: Ipv4Addr, remote: Ipv4Addr, workers: usize) -> usize {
-    let key = u32::from(local).rotate_left(16) ^ u32::from(remote);
+pub fn owner_worker(local: IpAddr, remote: IpAddr, workers: usize) -> usize {
+    // IPv6 addresses are folded to 32 bits first; IPv4 keys are as before.
+    let fold = |addr: IpAddr| match addr {
+        IpAddr::V4(a) => u32::from(a),
+        IpAddr::V6(a) => {
+            let bits = u128::from(a);
+            (bits ^ (bits >> 32) ^ (bits >> 64) ^ (bits >> 96)) as u32
+        }
+    };
+    let key = fold(local).rotate_left(16) ^ fold(remote);
     // Fibonacci hashing: neighbouring addresses land on different workers.
     let mixed = key.wrapping_mul(0x9e37_79b1) >> 8;
     mixed as usize % workers.max(1)
@@ -1105,7 +1113,7 @@ impl<C> Sad<C> {
     /// also be addressed to the SA's local end; a transport-mode packet keeps
     /// its own destination (a host behind us when we protect forwarded
     /// traffic), and for unicast the SPI alone identifies the SA.
-    pub fn lookup_inbound(&self, spi: u32, dst: Ipv4Addr) -> Option<SaId> {
+    pub fn lookup_inbound(&self, spi: u32, dst: IpAddr) -> Option<SaId> {
         let id = *self.by_spi.get(&spi)?;
         let sa = self.get(id)?;
         (sa.params.mode == Mode::Transport || sa.params.local == dst).then_some(id)

@@ -2,20 +2,22 @@
 //! port ranges, and the flow key they are matched against.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 /// Errors in the textual form of a selector field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
-    #[error("`{0}` is not an IPv4 prefix; write it as a.b.c.d/len, e.g. 192.168.1.0/24")]
+    #[error(
+        "`{0}` is not an IP prefix; write it as a.b.c.d/len or an IPv6 prefix, e.g. 192.168.1.0/24 or 2001:db8:1::/48"
+    )]
     BadPrefix(String),
     #[error("prefix `{text}` has host bits set; did you mean {network}/{len}?")]
-    HostBitsSet {
-        text: String,
-        network: Ipv4Addr,
-        len: u8,
-    },
+    HostBitsSet { text: String, network: IpAddr, len: u8 },
+    #[error(
+        "the selector mixes address families ({src} -> {dst}); an IPv4 prefix and an IPv6 prefix never match one packet: write two policies"
+    )]
+    MixedFamilies { src: IpPrefix, dst: IpPrefix },
     #[error("`{0}` is not a port range; write a port (`53`), a range (`1024-65535`) or `any`")]
     BadPorts(String),
     #[error("`{0}` is not a protocol; use any, tcp, udp, icmp or a number 0-255")]
@@ -101,9 +103,217 @@ impl FromStr for Ipv4Prefix {
         }
         Ipv4Prefix::new(addr, len).ok_or_else(|| SelectorError::HostBitsSet {
             text: s.to_owned(),
-            network: Ipv4Addr::from(u32::from(addr) & Self::mask_of(len)),
+            network: IpAddr::V4(Ipv4Addr::from(u32::from(addr) & Self::mask_of(len))),
             len,
         })
+    }
+}
+
+/// An IPv6 prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ipv6Prefix {
+    addr: Ipv6Addr,
+    len: u8,
+}
+
+impl Ipv6Prefix {
+    pub const ANY: Ipv6Prefix = Ipv6Prefix {
+        addr: Ipv6Addr::UNSPECIFIED,
+        len: 0,
+    };
+
+    /// A prefix; `None` if `len > 128` or host bits are set.
+    pub fn new(addr: Ipv6Addr, len: u8) -> Option<Self> {
+        if len > 128 || u128::from(addr) & !Self::mask_of(len) != 0 {
+            return None;
+        }
+        Some(Ipv6Prefix { addr, len })
+    }
+
+    pub fn host(addr: Ipv6Addr) -> Self {
+        Ipv6Prefix { addr, len: 128 }
+    }
+
+    fn mask_of(len: u8) -> u128 {
+        if len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(len))
+        }
+    }
+
+    pub fn addr(self) -> Ipv6Addr {
+        self.addr
+    }
+
+    pub fn len(self) -> u8 {
+        self.len
+    }
+
+    pub fn is_empty(self) -> bool {
+        false
+    }
+
+    pub fn mask(self) -> u128 {
+        Self::mask_of(self.len)
+    }
+
+    pub fn contains(self, addr: Ipv6Addr) -> bool {
+        u128::from(addr) & self.mask() == u128::from(self.addr)
+    }
+}
+
+impl fmt::Display for Ipv6Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl FromStr for Ipv6Prefix {
+    type Err = SelectorError;
+
+    /// Accepts `x::y/len` or a bare address (a /128).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || SelectorError::BadPrefix(s.to_owned());
+        let (addr, len) = match s.split_once('/') {
+            Some((a, l)) => (a, l.parse::<u8>().map_err(|_| bad())?),
+            None => (s, 128),
+        };
+        let addr: Ipv6Addr = addr.parse().map_err(|_| bad())?;
+        if len > 128 {
+            return Err(bad());
+        }
+        Ipv6Prefix::new(addr, len).ok_or_else(|| SelectorError::HostBitsSet {
+            text: s.to_owned(),
+            network: IpAddr::V6(Ipv6Addr::from(u128::from(addr) & Self::mask_of(len))),
+            len,
+        })
+    }
+}
+
+/// A selector's address field: a prefix of one family, or `any`, which
+/// matches every address of either family (so that `any -> any` bypass
+/// or discard policies cover IPv4 and IPv6 alike, as strongSwan's
+/// `0.0.0.0/0,::/0` pair does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpPrefix {
+    Any,
+    V4(Ipv4Prefix),
+    V6(Ipv6Prefix),
+}
+
+/// An address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn of(addr: IpAddr) -> Family {
+        match addr {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        })
+    }
+}
+
+impl IpPrefix {
+    pub const ANY: IpPrefix = IpPrefix::Any;
+
+    /// The host prefix of `addr` (/32 or /128).
+    pub fn host(addr: IpAddr) -> Self {
+        match addr {
+            IpAddr::V4(a) => IpPrefix::V4(Ipv4Prefix::host(a)),
+            IpAddr::V6(a) => IpPrefix::V6(Ipv6Prefix::host(a)),
+        }
+    }
+
+    /// The family this prefix is limited to; `None` for `any`.
+    pub fn family(self) -> Option<Family> {
+        match self {
+            IpPrefix::Any => None,
+            IpPrefix::V4(_) => Some(Family::V4),
+            IpPrefix::V6(_) => Some(Family::V6),
+        }
+    }
+
+    /// Prefix length; 0 for `any`.
+    pub fn len(self) -> u8 {
+        match self {
+            IpPrefix::Any => 0,
+            IpPrefix::V4(p) => p.len(),
+            IpPrefix::V6(p) => p.len(),
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        false
+    }
+
+    pub fn contains(self, addr: IpAddr) -> bool {
+        match (self, addr) {
+            (IpPrefix::Any, _) => true,
+            (IpPrefix::V4(p), IpAddr::V4(a)) => p.contains(a),
+            (IpPrefix::V6(p), IpAddr::V6(a)) => p.contains(a),
+            _ => false,
+        }
+    }
+
+    /// The network address as a 128-bit number (IPv4 in the low 32 bits),
+    /// for indexes that hold both families; 0 for `any`.
+    pub fn bits(self) -> u128 {
+        match self {
+            IpPrefix::Any => 0,
+            IpPrefix::V4(p) => u128::from(u32::from(p.addr())),
+            IpPrefix::V6(p) => u128::from(p.addr()),
+        }
+    }
+}
+
+impl From<Ipv4Prefix> for IpPrefix {
+    fn from(p: Ipv4Prefix) -> Self {
+        IpPrefix::V4(p)
+    }
+}
+
+impl From<Ipv6Prefix> for IpPrefix {
+    fn from(p: Ipv6Prefix) -> Self {
+        IpPrefix::V6(p)
+    }
+}
+
+impl fmt::Display for IpPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IpPrefix::Any => f.write_str("any"),
+            IpPrefix::V4(p) => p.fmt(f),
+            IpPrefix::V6(p) => p.fmt(f),
+        }
+    }
+}
+
+impl FromStr for IpPrefix {
+    type Err = SelectorError;
+
+    /// `any`, an IPv4 prefix or address, or an IPv6 prefix or address.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "any" {
+            Ok(IpPrefix::Any)
+        } else if s.contains(':') {
+            s.parse().map(IpPrefix::V6)
+        } else {
+            s.parse().map(IpPrefix::V4)
+        }
     }
 }
 
@@ -225,8 +435,10 @@ impl FromStr for ProtocolSelector {
 /// The fields of a packet that selectors look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowKey {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    /// The upper-layer protocol (for IPv6, the next header after the
+    /// extension headers).
     pub protocol: u8,
     /// Ports for TCP, UDP and SCTP first fragments; `None` otherwise
     /// (RFC 4301 §4.4.1.1 OPAQUE), in which case only `any` ports match.
@@ -236,8 +448,8 @@ pub struct FlowKey {
 /// A traffic selector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Selector {
-    pub src: Ipv4Prefix,
-    pub dst: Ipv4Prefix,
+    pub src: IpPrefix,
+    pub dst: IpPrefix,
     pub protocol: ProtocolSelector,
     pub src_ports: PortRange,
     pub dst_ports: PortRange,
@@ -245,12 +457,27 @@ pub struct Selector {
 
 impl Selector {
     pub const ANY: Selector = Selector {
-        src: Ipv4Prefix::ANY,
-        dst: Ipv4Prefix::ANY,
+        src: IpPrefix::Any,
+        dst: IpPrefix::Any,
         protocol: ProtocolSelector::Any,
         src_ports: PortRange::ANY,
         dst_ports: PortRange::ANY,
     };
+
+    /// The families this selector can match: one, or both when both
+    /// addresses are `any`. Refuses a selector whose two prefixes are of
+    /// different families, which could match nothing.
+    pub fn families(&self) -> Result<&'static [Family], SelectorError> {
+        match (self.src.family(), self.dst.family()) {
+            (None, None) => Ok(&[Family::V4, Family::V6]),
+            (Some(Family::V4), None | Some(Family::V4)) | (None, Some(Family::V4)) => Ok(&[Family::V4]),
+            (Some(Family::V6), None | Some(Family::V6)) | (None, Some(Family::V6)) => Ok(&[Family::V6]),
+            _ => Err(SelectorError::MixedFamilies {
+                src: self.src,
+                dst: self.dst,
+            }),
+        }
+    }
 
     pub fn matches(&self, flow: &FlowKey) -> bool {
         if !(self.src.contains(flow.src)
@@ -345,5 +572,45 @@ mod tests {
         // A non-first fragment carries no ports: only an any-port selector matches it.
         assert!(!sel.matches(&flow("10.1.2.3", "10.2.0.9", proto::UDP, None)));
         assert!(Selector::ANY.matches(&flow("1.2.3.4", "5.6.7.8", proto::ICMP, None)));
+    }
+
+    #[test]
+    fn ipv6_prefixes_parse_match_and_keep_to_their_family() {
+        let p: IpPrefix = "2001:db8:1::/48".parse().unwrap();
+        assert!(p.contains("2001:db8:1:ff::9".parse().unwrap()));
+        assert!(!p.contains("2001:db8:2::1".parse().unwrap()));
+        assert!(!p.contains("10.0.0.1".parse().unwrap()));
+        assert_eq!("2001:db8::1".parse::<IpPrefix>().unwrap().len(), 128);
+        let err = "2001:db8::1/64".parse::<IpPrefix>().unwrap_err();
+        assert!(err.to_string().contains("2001:db8::/64"), "{err}");
+        assert!("2001:db8::/129".parse::<IpPrefix>().is_err());
+        let v4_all: IpPrefix = "0.0.0.0/0".parse().unwrap();
+        assert!(v4_all.contains("8.8.8.8".parse().unwrap()));
+        assert!(!v4_all.contains("::1".parse().unwrap()));
+        let v6_all: IpPrefix = "::/0".parse().unwrap();
+        assert!(!v6_all.contains("8.8.8.8".parse().unwrap()));
+        assert!(IpPrefix::Any.contains("::1".parse().unwrap()));
+        assert!(IpPrefix::Any.contains("8.8.8.8".parse().unwrap()));
+        assert_eq!(p.to_string(), "2001:db8:1::/48");
+    }
+
+    #[test]
+    fn a_selector_matches_one_family_or_both_when_all_any() {
+        let v6 = Selector {
+            src: "2001:db8:1::/48".parse().unwrap(),
+            dst: IpPrefix::Any,
+            ..Selector::ANY
+        };
+        assert_eq!(v6.families().unwrap(), &[Family::V6]);
+        assert!(v6.matches(&flow("2001:db8:1::5", "2001:db8:2::5", proto::TCP, Some((1, 2)))));
+        assert!(!v6.matches(&flow("10.0.0.1", "10.0.0.2", proto::TCP, Some((1, 2)))));
+        assert_eq!(Selector::ANY.families().unwrap(), &[Family::V4, Family::V6]);
+        let mixed = Selector {
+            src: "10.0.0.0/8".parse().unwrap(),
+            dst: "2001:db8::/32".parse().unwrap(),
+            ..Selector::ANY
+        };
+        let err = mixed.families().unwrap_err();
+        assert!(err.to_string().contains("write two policies"), "{err}");
     }
 }

@@ -61,7 +61,9 @@ use std::fmt;
 use rustc_hash::FxHashMap;
 
 use crate::sad::SaId;
-use crate::selector::{FlowKey, PortRange, ProtocolSelector, Selector};
+use std::net::IpAddr;
+
+use crate::selector::{Family, FlowKey, IpPrefix, PortRange, ProtocolSelector, Selector};
 /// Which traffic a policy governs. Its name (the config's `direction`,
 /// policy names, JSON) is the variant in lower case, derived for parsing
 /// and `Display`.
@@ -219,42 +221,82 @@ impl Rule {
     }
 }
 
+/// The bits of one address family as an index holds them: IPv4 as
+/// `u32`, IPv6 as `u128`, so the IPv4 index keeps its narrow keys.
+trait AddrBits: Copy + Eq + std::hash::Hash + fmt::Debug + Default + std::ops::BitAnd<Output = Self> {
+    const WIDTH: u32;
+    const ALL: Self;
+    fn shl(self, n: u32) -> Self;
+    /// The network address of a prefix of this family (`any`: zero).
+    fn of_prefix(prefix: IpPrefix) -> Self;
+
+    fn mask(len: u8) -> Self {
+        if len == 0 {
+            Self::default()
+        } else {
+            Self::ALL.shl(Self::WIDTH - u32::from(len))
+        }
+    }
+}
+
+impl AddrBits for u32 {
+    const WIDTH: u32 = 32;
+    const ALL: Self = u32::MAX;
+    fn shl(self, n: u32) -> Self {
+        self << n
+    }
+    fn of_prefix(prefix: IpPrefix) -> Self {
+        match prefix {
+            IpPrefix::V4(p) => u32::from(p.addr()),
+            _ => 0,
+        }
+    }
+}
+
+impl AddrBits for u128 {
+    const WIDTH: u32 = 128;
+    const ALL: Self = u128::MAX;
+    fn shl(self, n: u32) -> Self {
+        self << n
+    }
+    fn of_prefix(prefix: IpPrefix) -> Self {
+        match prefix {
+            IpPrefix::V6(p) => u128::from(p.addr()),
+            _ => 0,
+        }
+    }
+}
+
 /// The fields a shape matches exactly: masked addresses and protocol
 /// (0 when the shape leaves the protocol open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct CellKey {
-    addrs: u64,
+struct CellKey<A> {
+    src: A,
+    dst: A,
     protocol: u8,
 }
 
 /// Policies of one shape: prefix lengths and whether a protocol is named.
 #[derive(Debug, Clone)]
-struct Tuple {
+struct Tuple<A> {
     src_len: u8,
     dst_len: u8,
     named_protocol: bool,
-    src_mask: u32,
-    dst_mask: u32,
+    src_mask: A,
+    dst_mask: A,
     /// The earliest policy of the shape (`keys.first()`, kept here so the
     /// lookup need not walk the set).
     best: OrderKey,
     keys: BTreeSet<OrderKey>,
     /// Each cell's rules in decision order.
-    cells: FxHashMap<CellKey, Cell>,
+    cells: FxHashMap<CellKey<A>, Cell>,
 }
 
-fn mask(len: u8) -> u32 {
-    if len == 0 {
-        0
-    } else {
-        u32::MAX << (32 - u32::from(len))
-    }
-}
-
-impl Tuple {
-    fn cell_key(&self, src: u32, dst: u32, protocol: u8) -> CellKey {
+impl<A: AddrBits> Tuple<A> {
+    fn cell_key(&self, src: A, dst: A, protocol: u8) -> CellKey<A> {
         CellKey {
-            addrs: (u64::from(src & self.src_mask) << 32) | u64::from(dst & self.dst_mask),
+            src: src & self.src_mask,
+            dst: dst & self.dst_mask,
             protocol: if self.named_protocol { protocol } else { 0 },
         }
     }
@@ -268,14 +310,20 @@ fn shape_of(selector: &Selector) -> (u8, u8, bool, u8) {
     (selector.src.len(), selector.dst.len(), named, protocol)
 }
 
-/// Tuple-space search over one direction's policies.
-#[derive(Debug, Clone, Default)]
-struct Index {
+/// Tuple-space search over one direction's policies of one family.
+#[derive(Debug, Clone)]
+struct Index<A> {
     /// Sorted by `best`, so the search can stop early.
-    tuples: Vec<Tuple>,
+    tuples: Vec<Tuple<A>>,
 }
 
-impl Index {
+impl<A> Default for Index<A> {
+    fn default() -> Self {
+        Index { tuples: Vec::new() }
+    }
+}
+
+impl<A: AddrBits> Index<A> {
     fn insert(&mut self, selector: &Selector, key: OrderKey, action: Action) {
         let (src_len, dst_len, named_protocol, protocol) = shape_of(selector);
         let at = match self
@@ -289,8 +337,8 @@ impl Index {
                     src_len,
                     dst_len,
                     named_protocol,
-                    src_mask: mask(src_len),
-                    dst_mask: mask(dst_len),
+                    src_mask: A::mask(src_len),
+                    dst_mask: A::mask(dst_len),
                     best: OrderKey::LAST,
                     keys: BTreeSet::new(),
                     cells: FxHashMap::default(),
@@ -299,11 +347,7 @@ impl Index {
             }
         };
         let tuple = &mut self.tuples[at];
-        let cell_key = tuple.cell_key(
-            u32::from(selector.src.addr()),
-            u32::from(selector.dst.addr()),
-            protocol,
-        );
+        let cell_key = tuple.cell_key(A::of_prefix(selector.src), A::of_prefix(selector.dst), protocol);
         let rule = Rule {
             key,
             src_ports: selector.src_ports,
@@ -334,11 +378,7 @@ impl Index {
             return;
         };
         let tuple = &mut self.tuples[at];
-        let cell_key = tuple.cell_key(
-            u32::from(selector.src.addr()),
-            u32::from(selector.dst.addr()),
-            protocol,
-        );
+        let cell_key = tuple.cell_key(A::of_prefix(selector.src), A::of_prefix(selector.dst), protocol);
         if tuple
             .cells
             .get_mut(&cell_key)
@@ -362,11 +402,7 @@ impl Index {
             .tuples
             .iter_mut()
             .find(|t| (t.src_len, t.dst_len, t.named_protocol) == (src_len, dst_len, named_protocol))?;
-        let cell_key = tuple.cell_key(
-            u32::from(selector.src.addr()),
-            u32::from(selector.dst.addr()),
-            protocol,
-        );
+        let cell_key = tuple.cell_key(A::of_prefix(selector.src), A::of_prefix(selector.dst), protocol);
         tuple.cells.get_mut(&cell_key)?.rule_mut(key)
     }
 
@@ -375,9 +411,9 @@ impl Index {
         self.tuples.sort_by_key(|t| t.best);
     }
 
-    /// The earliest policy whose selector matches `flow`.
-    fn find(&self, flow: &FlowKey) -> Option<Rule> {
-        let (src, dst) = (u32::from(flow.src), u32::from(flow.dst));
+    /// The earliest policy whose selector matches `flow` (addresses of
+    /// this index's family).
+    fn find(&self, src: A, dst: A, flow: &FlowKey) -> Option<Rule> {
         let mut found: Option<Rule> = None;
         for tuple in &self.tuples {
             if found.is_some_and(|f| f.key < tuple.best) {
@@ -401,6 +437,65 @@ impl Index {
     }
 }
 
+/// One direction's index: one per family. A policy whose addresses are
+/// both `any` is in both.
+#[derive(Debug, Clone, Default)]
+struct FamilyIndex {
+    v4: Index<u32>,
+    v6: Index<u128>,
+}
+
+impl FamilyIndex {
+    /// The families a selector is indexed under; none for one that mixes
+    /// families (which the config refuses, and which matches nothing).
+    fn families(selector: &Selector) -> &'static [Family] {
+        selector.families().unwrap_or(&[])
+    }
+
+    fn insert(&mut self, selector: &Selector, key: OrderKey, action: Action) {
+        for family in Self::families(selector) {
+            match family {
+                Family::V4 => self.v4.insert(selector, key, action),
+                Family::V6 => self.v6.insert(selector, key, action),
+            }
+        }
+    }
+
+    fn remove(&mut self, selector: &Selector, key: OrderKey) {
+        for family in Self::families(selector) {
+            match family {
+                Family::V4 => self.v4.remove(selector, key),
+                Family::V6 => self.v6.remove(selector, key),
+            }
+        }
+    }
+
+    fn set_action(&mut self, selector: &Selector, key: OrderKey, action: Action) {
+        for family in Self::families(selector) {
+            let rule = match family {
+                Family::V4 => self.v4.rule_mut(selector, key),
+                Family::V6 => self.v6.rule_mut(selector, key),
+            };
+            if let Some(rule) = rule {
+                rule.action = action;
+            }
+        }
+    }
+
+    fn find(&self, flow: &FlowKey) -> Option<Rule> {
+        match (flow.src, flow.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => self.v4.find(u32::from(src), u32::from(dst), flow),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => self.v6.find(u128::from(src), u128::from(dst), flow),
+            // No packet carries addresses of two families.
+            _ => None,
+        }
+    }
+
+    fn shapes(&self) -> usize {
+        self.v4.tuples.len() + self.v6.tuples.len()
+    }
+}
+
 /// One cached decision. `generation` 0 marks an empty entry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct CacheEntry {
@@ -419,7 +514,12 @@ struct CacheEntry {
 }
 
 impl CacheEntry {
-    fn key_of(direction: PolicyDirection, flow: &FlowKey) -> (u32, u32, u32, u8, u8) {
+    /// The key of an IPv4 flow; `None` for IPv6, which the cache does not
+    /// hold (its entries stay two to a cache line).
+    fn key_of(direction: PolicyDirection, flow: &FlowKey) -> Option<(u32, u32, u32, u8, u8)> {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (flow.src, flow.dst) else {
+            return None;
+        };
         let (ports, has_ports) = match flow.ports {
             Some((sp, dp)) => ((u32::from(sp) << 16) | u32::from(dp), 2),
             None => (0, 0),
@@ -428,13 +528,13 @@ impl CacheEntry {
             PolicyDirection::Out => 0,
             PolicyDirection::In => 1,
         };
-        (
-            u32::from(flow.src),
-            u32::from(flow.dst),
+        Some((
+            u32::from(src),
+            u32::from(dst),
             ports,
             flow.protocol,
             dir | has_ports,
-        )
+        ))
     }
 
     fn matches(&self, key: (u32, u32, u32, u8, u8), generation: u32) -> bool {
@@ -512,7 +612,7 @@ pub struct Spd {
     /// them in a big SPD).
     out: BTreeMap<OrderKey, Policy>,
     inbound: BTreeMap<OrderKey, Policy>,
-    index: [Index; 2],
+    index: [FamilyIndex; 2],
     /// Policies by name (duplicates allowed): direction (0 out, 1 in), key.
     names: FxHashMap<String, BTreeSet<(u8, OrderKey)>>,
     /// Policies that protect with each SA.
@@ -529,10 +629,7 @@ impl fmt::Debug for Spd {
         f.debug_struct("Spd")
             .field("out", &self.out.len())
             .field("in", &self.inbound.len())
-            .field(
-                "shapes",
-                &[self.index[0].tuples.len(), self.index[1].tuples.len()],
-            )
+            .field("shapes", &[self.index[0].shapes(), self.index[1].shapes()])
             .field("generation", &self.generation)
             .finish_non_exhaustive()
     }
@@ -558,7 +655,7 @@ impl Default for Spd {
         Spd {
             out: BTreeMap::new(),
             inbound: BTreeMap::new(),
-            index: [Index::default(), Index::default()],
+            index: [FamilyIndex::default(), FamilyIndex::default()],
             names: FxHashMap::default(),
             by_sa: FxHashMap::default(),
             next_seq: 0,
@@ -672,9 +769,7 @@ impl Spd {
         };
         let old = std::mem::replace(&mut policy.action, action);
         let selector = policy.selector;
-        if let Some(rule) = self.index[usize::from(d)].rule_mut(&selector, key) {
-            rule.action = action;
-        }
+        self.index[usize::from(d)].set_action(&selector, key, action);
         if let Action::Protect(sa) = old {
             self.forget_sa(sa, d, key);
         }
@@ -736,7 +831,9 @@ impl Spd {
     /// from the cache when this flow was looked up since the last change.
     /// The dataplane's call: no allocation, no lock.
     pub fn lookup_cached(&mut self, direction: PolicyDirection, flow: &FlowKey) -> Decision {
-        let key = CacheEntry::key_of(direction, flow);
+        let Some(key) = CacheEntry::key_of(direction, flow) else {
+            return self.lookup(direction, flow);
+        };
         let set = FlowCache::set_of(key);
         let generation = self.generation;
         let ways = &self.cache.entries[set].0;
@@ -785,7 +882,10 @@ impl Spd {
     /// it changes no answer, and does nothing off x86-64.
     #[inline]
     pub fn prefetch(&self, direction: PolicyDirection, flow: &FlowKey) {
-        let set = FlowCache::set_of(CacheEntry::key_of(direction, flow));
+        let Some(key) = CacheEntry::key_of(direction, flow) else {
+            return;
+        };
+        let set = FlowCache::set_of(key);
         let Some(line) = self.cache.entries.get(set) else {
             return;
         };
@@ -808,7 +908,7 @@ impl Spd {
     /// Distinct selector shapes (prefix lengths, protocol named or not) of
     /// a direction: what one uncached lookup probes at most.
     pub fn shapes(&self, direction: PolicyDirection) -> usize {
-        self.index[dir_index(direction)].tuples.len()
+        self.index[dir_index(direction)].shapes()
     }
 
     pub fn len(&self) -> usize {

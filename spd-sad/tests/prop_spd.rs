@@ -12,15 +12,18 @@
 //! that fills it, then a hit), so a stale cached decision after an edit
 //! fails the test.
 //!
+//! Selectors and flows are of both families (IPv4, IPv6, `any`, and now
+//! and then a selector that mixes families, which matches nothing).
+//!
 //! `PROPTEST_CASES` raises the number of cases (default 256). A second,
 //! seeded test does the same at 100,000 policies.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 use spd_sad::{
-    Action, Decision, FlowKey, Ipv4Prefix, Policy, PolicyDirection, PortRange, ProtocolSelector, SaId,
-    Selector, Spd,
+    Action, Decision, FlowKey, IpPrefix, Ipv4Prefix, Ipv6Prefix, Policy, PolicyDirection, PortRange,
+    ProtocolSelector, SaId, Selector, Spd,
 };
 
 /// Addresses cluster around a few networks so random selectors and flows
@@ -34,12 +37,52 @@ fn address() -> impl Strategy<Value = u32> {
     ]
 }
 
-fn prefix() -> impl Strategy<Value = Ipv4Prefix> {
+/// IPv6 networks, with the same clustering.
+const BASES6: [u128; 4] = [
+    0x2001_0db8_0001_0000_0000_0000_0000_0000,
+    0x2001_0db8_0001_0002_0000_0000_0000_0000,
+    0x2001_0db8_ffff_0000_0000_0000_0000_0000,
+    0xfd00_0000_0000_0000_0000_0000_0000_0000,
+];
+
+fn address6() -> impl Strategy<Value = u128> {
+    prop_oneof![
+        4 => (prop::sample::select(&BASES6[..]), 0u128..1024, 0u128..4)
+            .prop_map(|(base, low, mid)| base ^ low ^ (mid << 64)),
+        1 => any::<u128>(),
+    ]
+}
+
+fn prefix4() -> impl Strategy<Value = IpPrefix> {
     let len = prop_oneof![1 => Just(0u8), 1 => Just(32u8), 4 => 0u8..=32];
     (address(), len).prop_map(|(addr, len)| {
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        Ipv4Prefix::new(Ipv4Addr::from(addr & mask), len).expect("host bits cleared")
+        IpPrefix::V4(Ipv4Prefix::new(Ipv4Addr::from(addr & mask), len).expect("host bits cleared"))
     })
+}
+
+fn prefix6() -> impl Strategy<Value = IpPrefix> {
+    let len = prop_oneof![1 => Just(0u8), 1 => Just(128u8), 1 => Just(64u8), 1 => Just(48u8), 3 => 0u8..=128];
+    (address6(), len).prop_map(|(addr, len)| {
+        let mask = if len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(len))
+        };
+        IpPrefix::V6(Ipv6Prefix::new(Ipv6Addr::from(addr & mask), len).expect("host bits cleared"))
+    })
+}
+
+/// A selector's two prefixes: of one family (either side now and then
+/// `any`), both `any`, or (rarely) of two families.
+fn prefixes() -> impl Strategy<Value = (IpPrefix, IpPrefix)> {
+    let or_any = |p: BoxedStrategy<IpPrefix>| prop_oneof![5 => p, 1 => Just(IpPrefix::Any)].boxed();
+    prop_oneof![
+        6 => (or_any(prefix4().boxed()), or_any(prefix4().boxed())),
+        4 => (or_any(prefix6().boxed()), or_any(prefix6().boxed())),
+        1 => (prefix4(), prefix6()),
+        1 => (prefix6(), prefix4()),
+    ]
 }
 
 const PORTS: [u16; 8] = [0, 22, 53, 80, 443, 1024, 4500, 65535];
@@ -67,13 +110,12 @@ fn protocol() -> impl Strategy<Value = u8> {
 
 fn selector() -> impl Strategy<Value = Selector> {
     (
-        prefix(),
-        prefix(),
+        prefixes(),
         prop_oneof![1 => Just(ProtocolSelector::Any), 2 => protocol().prop_map(ProtocolSelector::Number)],
         port_range(),
         port_range(),
     )
-        .prop_map(|(src, dst, protocol, src_ports, dst_ports)| Selector {
+        .prop_map(|((src, dst), protocol, src_ports, dst_ports)| Selector {
             src,
             dst,
             protocol,
@@ -117,16 +159,22 @@ fn policy() -> impl Strategy<Value = Policy> {
         })
 }
 
+fn addresses() -> impl Strategy<Value = (IpAddr, IpAddr)> {
+    prop_oneof![
+        3 => (address(), address()).prop_map(|(s, d)| (Ipv4Addr::from(s).into(), Ipv4Addr::from(d).into())),
+        2 => (address6(), address6()).prop_map(|(s, d)| (Ipv6Addr::from(s).into(), Ipv6Addr::from(d).into())),
+    ]
+}
+
 fn flow() -> impl Strategy<Value = FlowKey> {
     (
-        address(),
-        address(),
+        addresses(),
         protocol(),
         prop_oneof![3 => (port(), port()).prop_map(Some), 1 => Just(None)],
     )
-        .prop_map(|(src, dst, protocol, ports)| FlowKey {
-            src: Ipv4Addr::from(src),
-            dst: Ipv4Addr::from(dst),
+        .prop_map(|((src, dst), protocol, ports)| FlowKey {
+            src,
+            dst,
             protocol,
             ports,
         })
@@ -155,13 +203,38 @@ struct Reference {
     policies: Vec<Policy>,
 }
 
-fn prefix_contains(prefix: Ipv4Prefix, addr: Ipv4Addr) -> bool {
-    // Compare the first `len` bits one by one.
-    let (net, addr) = (u32::from(prefix.addr()), u32::from(addr));
-    (0..prefix.len()).all(|i| (net >> (31 - i)) & 1 == (addr >> (31 - i)) & 1)
+fn prefix_contains(prefix: IpPrefix, addr: IpAddr) -> bool {
+    // Compare the first `len` bits one by one, as 128-bit numbers whose
+    // top bits are the address's.
+    let (net, addr) = match (prefix, addr) {
+        (IpPrefix::Any, _) => return true,
+        (IpPrefix::V4(p), IpAddr::V4(a)) => (
+            u128::from(u32::from(p.addr())) << 96,
+            u128::from(u32::from(a)) << 96,
+        ),
+        (IpPrefix::V6(p), IpAddr::V6(a)) => (u128::from(p.addr()), u128::from(a)),
+        _ => return false,
+    };
+    (0..u32::from(prefix.len())).all(|i| (net >> (127 - i)) & 1 == (addr >> (127 - i)) & 1)
+}
+
+/// An address inside `prefix`, of `other`'s family when `prefix` is `any`
+/// (IPv4 when both are).
+fn inside(prefix: IpPrefix, other: IpPrefix) -> IpAddr {
+    match (prefix, other) {
+        (IpPrefix::V4(p), _) => p.addr().into(),
+        (IpPrefix::V6(p), _) => p.addr().into(),
+        (IpPrefix::Any, IpPrefix::V6(_)) => Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 9).into(),
+        (IpPrefix::Any, _) => Ipv4Addr::new(10, 9, 9, 9).into(),
+    }
 }
 
 fn matches(sel: &Selector, flow: &FlowKey) -> bool {
+    // No packet carries addresses of two families (the hits aimed at a
+    // selector that mixes them are such flows): nothing matches them.
+    if flow.src.is_ipv4() != flow.dst.is_ipv4() {
+        return false;
+    }
     let protocol = match sel.protocol {
         ProtocolSelector::Any => true,
         ProtocolSelector::Number(n) => n == flow.protocol,
@@ -314,8 +387,8 @@ proptest! {
             .policies
             .iter()
             .map(|p| FlowKey {
-                src: p.selector.src.addr(),
-                dst: p.selector.dst.addr(),
+                src: inside(p.selector.src, p.selector.dst),
+                dst: inside(p.selector.dst, p.selector.src),
                 protocol: match p.selector.protocol {
                     ProtocolSelector::Any => 17,
                     ProtocolSelector::Number(n) => n,
@@ -350,8 +423,28 @@ impl Rng {
         }
     }
 
-    fn prefix(&mut self) -> Ipv4Prefix {
+    fn address6(&mut self) -> u128 {
+        BASES6[self.below(BASES6.len() as u64) as usize] ^ u128::from(self.next() & 0x3ff)
+    }
+
+    fn prefix(&mut self, v6: bool) -> IpPrefix {
         // Gateway-like lengths mostly, any length sometimes.
+        if v6 {
+            let len = match self.below(6) {
+                0 => self.below(129) as u8,
+                1 => 128,
+                2 => 48,
+                _ => 64,
+            };
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(len))
+            };
+            return IpPrefix::V6(
+                Ipv6Prefix::new(Ipv6Addr::from(self.address6() & mask), len).expect("host bits cleared"),
+            );
+        }
         let len = match self.below(6) {
             0 => self.below(33) as u8,
             1 => 32,
@@ -359,7 +452,7 @@ impl Rng {
             _ => 24,
         };
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        Ipv4Prefix::new(Ipv4Addr::from(self.address() & mask), len).expect("host bits cleared")
+        IpPrefix::V4(Ipv4Prefix::new(Ipv4Addr::from(self.address() & mask), len).expect("host bits cleared"))
     }
 
     fn port(&mut self) -> u16 {
@@ -405,12 +498,16 @@ impl Rng {
                 PolicyDirection::Out
             },
             priority: self.below(50) as u32,
-            selector: Selector {
-                src: self.prefix(),
-                dst: self.prefix(),
-                protocol,
-                src_ports: self.ports(),
-                dst_ports: self.ports(),
+            selector: {
+                // One policy in eight is IPv6.
+                let v6 = self.below(8) == 0;
+                Selector {
+                    src: self.prefix(v6),
+                    dst: self.prefix(v6),
+                    protocol,
+                    src_ports: self.ports(),
+                    dst_ports: self.ports(),
+                }
             },
             action: match self.below(4) {
                 0 => Action::Bypass,
@@ -421,9 +518,20 @@ impl Rng {
     }
 
     fn flow(&mut self) -> FlowKey {
+        let (src, dst): (IpAddr, IpAddr) = if self.below(8) == 0 {
+            (
+                Ipv6Addr::from(self.address6()).into(),
+                Ipv6Addr::from(self.address6()).into(),
+            )
+        } else {
+            (
+                Ipv4Addr::from(self.address()).into(),
+                Ipv4Addr::from(self.address()).into(),
+            )
+        };
         FlowKey {
-            src: Ipv4Addr::from(self.address()),
-            dst: Ipv4Addr::from(self.address()),
+            src,
+            dst,
             protocol: self.protocol(),
             ports: if self.below(5) == 0 {
                 None
@@ -471,10 +579,16 @@ fn check_large(
         for _ in 0..150 {
             let p = ordered[rng.below(ordered.len() as u64) as usize];
             flows.push(FlowKey {
-                src: Ipv4Addr::from(
-                    u32::from(p.selector.src.addr()) | (rng.next() as u32 & !p.selector.src.mask()),
-                ),
-                dst: p.selector.dst.addr(),
+                src: match p.selector.src {
+                    IpPrefix::V4(src) => {
+                        Ipv4Addr::from(u32::from(src.addr()) | (rng.next() as u32 & !src.mask())).into()
+                    }
+                    IpPrefix::V6(src) => {
+                        Ipv6Addr::from(u128::from(src.addr()) | (u128::from(rng.next()) & !src.mask())).into()
+                    }
+                    IpPrefix::Any => inside(IpPrefix::Any, p.selector.dst),
+                },
+                dst: inside(p.selector.dst, p.selector.src),
                 protocol: match p.selector.protocol {
                     ProtocolSelector::Any => rng.protocol(),
                     ProtocolSelector::Number(n) => n,

@@ -4,7 +4,7 @@
 //! ESP for us, control traffic, the RFC 4301 §5.2 plaintext rule); must not
 //! touch the engine or transmit anything.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, Ipv4Packet};
 use spd_sad::{proto, Action, PolicyDirection, SaId};
@@ -46,8 +46,8 @@ impl Gateway {
     }
 
     /// Whether `addr` is one of the gateway's own addresses.
-    pub(super) fn is_local(&self, addr: Ipv4Addr) -> bool {
-        self.interfaces.iter().any(|i| i.address == addr)
+    pub(super) fn is_local(&self, addr: IpAddr) -> bool {
+        self.interfaces.iter().any(|i| IpAddr::V4(i.address) == addr)
     }
 
     /// Starts loading the flow-cache sets of a batch from the inside
@@ -176,7 +176,7 @@ impl Gateway {
     /// ESP that this gateway terminates: addressed to it (an unknown SPI is
     /// then its error to count), or carrying the SPI of one of its inbound
     /// SAs. Other ESP is transit traffic for the SPD.
-    pub(super) fn is_esp_for_us(&self, buf: &PacketBuf, dst: Ipv4Addr) -> bool {
+    pub(super) fn is_esp_for_us(&self, buf: &PacketBuf, dst: IpAddr) -> bool {
         if self.is_local(dst) {
             return true;
         }

@@ -154,6 +154,10 @@ impl Gateway {
                 let p = sa.params();
                 (p.local, p.encap, p.direction == SaDirection::Outbound)
             };
+            // Installed SAs have IPv4 ends (see `install_sa`).
+            let std::net::IpAddr::V4(local) = local else {
+                continue;
+            };
             let crypto = sa.crypto_mut();
             crypto.seen_peer = Some(now_at);
             if outbound {
@@ -191,7 +195,10 @@ impl Gateway {
             let Some(peer) = sa.crypto().seen_peer else {
                 continue;
             };
-            let end = (p.local, encap.local_port, peer);
+            let std::net::IpAddr::V4(local) = p.local else {
+                continue;
+            };
+            let end = (local, encap.local_port, peer);
             if !sent.contains(&end) {
                 sent.push(end);
             }

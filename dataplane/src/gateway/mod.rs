@@ -25,7 +25,7 @@ mod forward;
 mod ipid;
 mod jobs;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,6 +127,16 @@ pub enum InstallSaError {
          original addresses to fix inner checksums, RFC 3948 §3.1.2)"
     )]
     TransportOverUdp(String),
+    #[error(
+        "SA `{name}`: outer addresses {local} -> {remote} are IPv6, and this gateway's data path \
+         carries IPv4 only so far (IPv6 frames are counted as `unsupported`); give the tunnel \
+         IPv4 `local` and `remote` addresses"
+    )]
+    Ipv6Outer {
+        name: String,
+        local: std::net::IpAddr,
+        remote: std::net::IpAddr,
+    },
 }
 
 /// Why the gateway could not send a control datagram.
@@ -403,16 +413,23 @@ impl Gateway {
         if params.encap.is_some() && params.mode == Mode::Transport {
             return Err(InstallSaError::TransportOverUdp(params.name));
         }
+        let (IpAddr::V4(local), IpAddr::V4(configured_remote)) = (params.local, params.remote) else {
+            return Err(InstallSaError::Ipv6Outer {
+                name: params.name,
+                local: params.local,
+                remote: params.remote,
+            });
+        };
         let peer = params
             .encap
-            .map(|encap| self.peers.cell(params.local, params.remote, encap));
+            .map(|encap| self.peers.cell(local, configured_remote, encap));
         // A rekeyed SA of a peer that moved starts where the peer is now.
         let seen_peer = peer.as_ref().map(|p| p.current());
         let encap = params.encap.map(|encap| UdpEncap {
             remote_port: seen_peer.map_or(encap.remote_port, |p| p.port),
             ..encap
         });
-        let remote = seen_peer.map_or(params.remote, |p| p.address);
+        let remote = seen_peer.map_or(configured_remote, |p| p.address);
         if let Some(encap) = params.encap {
             if !self.nat_ports.contains(&encap.local_port) {
                 self.nat_ports.push(encap.local_port);
@@ -422,7 +439,7 @@ impl Gateway {
         let crypto = SaCrypto {
             handle,
             algorithm: keys.algorithm,
-            outer: crate::esp::OuterHeader::with_encap(params.local, remote, self.outer_ttl, encap),
+            outer: crate::esp::OuterHeader::with_encap(local, remote, self.outer_ttl, encap),
             keys: Arc::new(keys),
             peer,
             seen_peer,

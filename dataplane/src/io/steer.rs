@@ -21,7 +21,7 @@
 //! them ([`AfPacket::set_steering`](crate::io::afpacket::AfPacket::set_steering)).
 
 use spd_sad::{
-    owner_worker, proto, Action, Ipv4Prefix, PolicyDirection, PortRange, ProtocolSelector, Sad, Spd,
+    owner_worker, proto, Action, IpPrefix, PolicyDirection, PortRange, ProtocolSelector, Sad, Spd,
 };
 
 /// `ret A`'s value is taken modulo the group's size by the kernel
@@ -180,7 +180,12 @@ impl Block {
         ));
     }
 
-    fn prefix(&mut self, offset: u32, prefix: Ipv4Prefix) {
+    /// An IPv4 prefix test (`any` tests nothing; callers leave out
+    /// IPv6-only policies, which this IPv4 program never sees).
+    fn prefix(&mut self, offset: u32, prefix: IpPrefix) {
+        let IpPrefix::V4(prefix) = prefix else {
+            return;
+        };
         if prefix.mask() == 0 {
             return;
         }
@@ -227,6 +232,10 @@ pub fn inside_program<C>(spd: &Spd, sad: &Sad<C>, workers: usize) -> Result<Vec<
     let mut blocks = Vec::with_capacity(policies);
     for policy in spd.policies(PolicyDirection::Out) {
         let s = &policy.selector;
+        // The program reads IPv4 headers only.
+        if !s.families().is_ok_and(|f| f.contains(&spd_sad::Family::V4)) {
+            continue;
+        }
         let mut block = Block { insns: Vec::new() };
         block.prefix(12, s.src);
         block.prefix(16, s.dst);
@@ -296,8 +305,8 @@ pub fn inside_program<C>(spd: &Spd, sad: &Sad<C>, workers: usize) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spd_sad::{FlowKey, Lifetime, Mode, Policy, SaDirection, SaParams, Selector};
-    use std::net::Ipv4Addr;
+    use spd_sad::{FlowKey, Ipv4Prefix, Lifetime, Mode, Policy, SaDirection, SaParams, Selector};
+    use std::net::{IpAddr, Ipv4Addr};
 
     /// A classic BPF interpreter for what [`inside_program`] emits, over an
     /// IPv4 packet (network header at 0); `None` where the kernel would
@@ -341,8 +350,12 @@ mod tests {
         p[0] = 0x45;
         p[6..8].copy_from_slice(&frag_offset.to_be_bytes());
         p[9] = flow.protocol;
-        p[12..16].copy_from_slice(&flow.src.octets());
-        p[16..20].copy_from_slice(&flow.dst.octets());
+        let octets = |a: IpAddr| match a {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => panic!("an IPv4 program's test flow"),
+        };
+        p[12..16].copy_from_slice(&octets(flow.src));
+        p[16..20].copy_from_slice(&octets(flow.dst));
         let (sp, dp) = flow.ports.unwrap_or((7, 7));
         p[20..22].copy_from_slice(&sp.to_be_bytes());
         p[22..24].copy_from_slice(&dp.to_be_bytes());
@@ -355,7 +368,7 @@ mod tests {
             direction: SaDirection::Outbound,
             spi: 0x1000 + sad.len() as u32,
             mode: Mode::Tunnel,
-            local: Ipv4Addr::new(10, 0, 0, 1),
+            local: Ipv4Addr::new(10, 0, 0, 1).into(),
             remote: remote.into(),
             esn: false,
             replay_window: 64,
@@ -385,7 +398,7 @@ mod tests {
         let sas: Vec<_> = (0..6)
             .map(|i| sa(&mut sad, &format!("sa{i}"), [10, 0, i, 2]))
             .collect();
-        let net = |a: [u8; 4], len: u8| Ipv4Prefix::new(a.into(), len).unwrap();
+        let net = |a: [u8; 4], len: u8| IpPrefix::V4(Ipv4Prefix::new(a.into(), len).unwrap());
         let sel = |src, dst, protocol, sp: (u16, u16), dp: (u16, u16)| Selector {
             src,
             dst,
@@ -416,8 +429,8 @@ mod tests {
         spd.insert(policy(
             "bypass-dns",
             sel(
-                Ipv4Prefix::ANY,
-                Ipv4Prefix::ANY,
+                IpPrefix::Any,
+                IpPrefix::Any,
                 ProtocolSelector::Number(proto::UDP),
                 any,
                 (53, 53),
@@ -427,7 +440,7 @@ mod tests {
         spd.insert(policy(
             "high",
             sel(
-                Ipv4Prefix::ANY,
+                IpPrefix::Any,
                 net([192, 168, 2, 0], 24),
                 all,
                 (1024, u16::MAX),
@@ -449,8 +462,8 @@ mod tests {
         spd.insert(policy(
             "host3",
             sel(
-                Ipv4Prefix::ANY,
-                Ipv4Prefix::host([192, 168, 3, 7].into()),
+                IpPrefix::Any,
+                IpPrefix::V4(Ipv4Prefix::host([192, 168, 3, 7].into())),
                 all,
                 any,
                 any,
@@ -459,7 +472,7 @@ mod tests {
         ));
         spd.insert(policy(
             "drop4",
-            sel(Ipv4Prefix::ANY, net([192, 168, 4, 0], 24), all, any, any),
+            sel(IpPrefix::Any, net([192, 168, 4, 0], 24), all, any, any),
             Action::Discard,
         ));
         spd.insert(policy(
@@ -497,8 +510,8 @@ mod tests {
                 let port = |r: u64| [0u16, 53, 80, 443, 1023, 1024, 8080, 65535][(r % 8) as usize];
                 let ports = matches!(protocol, proto::TCP | proto::UDP | proto::SCTP) && offset == 0;
                 let flow = FlowKey {
-                    src: host(r >> 28),
-                    dst: host(r >> 36),
+                    src: host(r >> 28).into(),
+                    dst: host(r >> 36).into(),
                     protocol,
                     ports: ports.then(|| (port(r >> 44), port(r >> 52))),
                 };
@@ -528,8 +541,8 @@ mod tests {
         let mut seen = [0u32; 2];
         for i in 0..64u8 {
             let flow = FlowKey {
-                src: Ipv4Addr::new(192, 168, 1, i),
-                dst: Ipv4Addr::new(192, 168, 2, 20),
+                src: Ipv4Addr::new(192, 168, 1, i).into(),
+                dst: Ipv4Addr::new(192, 168, 2, 20).into(),
                 protocol: proto::UDP,
                 ports: Some((1, 2)),
             };
@@ -608,8 +621,10 @@ mod tests {
         let id = sa(&mut sad, "one", [10, 0, 0, 2]);
         for i in 0..250u32 {
             let selector = Selector {
-                src: Ipv4Prefix::new(Ipv4Addr::from(0xc0a8_0000 | (i << 8)), 24).unwrap(),
-                dst: Ipv4Prefix::ANY,
+                src: Ipv4Prefix::new(Ipv4Addr::from(0xc0a8_0000 | (i << 8)), 24)
+                    .unwrap()
+                    .into(),
+                dst: IpPrefix::Any,
                 protocol: ProtocolSelector::Number(proto::TCP),
                 src_ports: PortRange { first: 1, last: 2 },
                 dst_ports: PortRange { first: 3, last: 4 },

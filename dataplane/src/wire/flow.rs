@@ -20,8 +20,8 @@ pub fn flow_key<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> FlowKey {
         _ => None,
     };
     FlowKey {
-        src: ip.src_addr(),
-        dst: ip.dst_addr(),
+        src: ip.src_addr().into(),
+        dst: ip.dst_addr().into(),
         protocol,
         ports,
     }

@@ -235,6 +235,7 @@ fn main() -> std::process::ExitCode {
             afalg_gives_the_same_verdicts_in_every_style_and_buffer_policy
         ),
         testkit::test!(a_stale_inference_would_have_accepted_the_forgeries),
+        testkit::test!(an_sa_with_ipv6_ends_is_refused_until_the_data_path_carries_ipv6),
     ])
 }
 
@@ -329,4 +330,31 @@ fn a_stale_inference_would_have_accepted_the_forgeries() {
     // ... but once the window has crossed 2^32 it reads as high half 1.
     let moved = spd_sad::ReplayWindow::with_top(64, true, (1 << 32) | 0x20);
     assert_eq!(moved.check(0x10), Ok((1 << 32) | 0x10));
+}
+
+/// An SA whose outer ends are IPv6 is refused at install, naming why,
+/// while the data path carries IPv4 only; nothing is left behind in the
+/// SAD.
+fn an_sa_with_ipv6_ends_is_refused_until_the_data_path_carries_ipv6() {
+    let mut pair = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
+    let sad = pair.a.sad();
+    let params = spd_sad::SaParams {
+        name: "v6-out".into(),
+        spi: 0x6666,
+        local: "2001:db8:1::1".parse().unwrap(),
+        remote: "2001:db8:2::1".parse().unwrap(),
+        ..sad.get(sad.find("t-out").unwrap()).unwrap().params().clone()
+    };
+    let before = pair.a.sad().len();
+    let keys = accel::SessionSpec::new(Algorithm::Aes128Gcm16, false, &[7; 20], &[]).unwrap();
+    let err = pair
+        .a
+        .install_sa(params, keys, Duration::ZERO)
+        .expect_err("IPv6 ends are refused");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("v6-out") && shown.contains("2001:db8:1::1") && shown.contains("IPv4 only"),
+        "{shown}"
+    );
+    assert_eq!(pair.a.sad().len(), before);
 }

@@ -182,6 +182,23 @@ fn selectors_lifetimes_macs_and_spis_are_checked() {
     let p =
         "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\nsource = \"192.168.1.5/24\"\naction = \"bypass\"\n";
     expect_error(p, line_of(p, "source"), 10, "did you mean 192.168.1.0/24");
+    // IPv6 prefixes parse, and are refused until the data path carries
+    // IPv6: a policy that can never match is not silently kept.
+    let v6 = "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\ndestination = \"2001:db8:2::/48\"\naction = \"bypass\"\n";
+    expect_error(
+        v6,
+        line_of(v6, "destination"),
+        15,
+        "is IPv6: this gateway's data path carries IPv4 only",
+    );
+    let v6_host_bits =
+        "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\nsource = \"2001:db8::1/64\"\naction = \"bypass\"\n";
+    expect_error(
+        v6_host_bits,
+        line_of(v6_host_bits, "source"),
+        10,
+        "did you mean 2001:db8::/64",
+    );
     let ports =
         "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\ndestination_ports = \"9-1\"\naction = \"bypass\"\n";
     expect_error(

@@ -17,6 +17,7 @@ pub mod esp;
 pub mod fate;
 pub mod gateway;
 pub mod icmp;
+pub mod icmp6;
 pub mod io;
 pub mod nat;
 pub mod neighbor;

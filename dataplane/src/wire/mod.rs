@@ -5,6 +5,7 @@
 pub mod esp;
 pub mod flow;
 pub mod ipv4;
+pub mod ipv6;
 pub mod vnet;
 
 pub use esp::{EspPacket, EspTrailer};

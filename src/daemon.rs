@@ -552,7 +552,7 @@ fn open_sockets(config: &Config, workers: usize, receive: Receive) -> Result<Vec
     // (a group holds sockets of one device only).
     let group = ((std::process::id() & 0x7fff) as u16) << 1;
     let mut sockets = Vec::with_capacity(workers);
-    for _ in 0..workers {
+    for worker in 0..workers {
         let many = workers > 1;
         let inside = if tun_inside {
             Device::Tun(
@@ -583,6 +583,15 @@ fn open_sockets(config: &Config, workers: usize, receive: Receive) -> Result<Vec
                 Port::Outside,
                 Device::Packet(AfPacket::open_arp(&config.outside.device)?),
             ));
+            // IPv6 for our own addresses: read by the worker that answers
+            // ARP (worker 0) only, so that each solicitation and echo
+            // gets one reply.
+            for (port, iface) in [(Port::Inside, &config.inside), (Port::Outside, &config.outside)] {
+                if worker == 0 && iface.address6.is_some() && !(port == Port::Inside && tun_inside) {
+                    s.receive
+                        .push((port, Device::Packet(AfPacket::open_ipv6(&iface.device)?)));
+                }
+            }
         }
         sockets.push(s);
     }

@@ -1,10 +1,10 @@
 //! Interfaces, IPv4 routes (longest-prefix match) and neighbours.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use smoltcp::wire::EthernetAddress;
-use spd_sad::Ipv4Prefix;
+use spd_sad::{Ipv4Prefix, Ipv6Prefix};
 use strum::{EnumString, IntoStaticStr, VariantNames};
 
 /// The two sides of the gateway. Names (the config's interface names,
@@ -66,6 +66,10 @@ pub struct Interface {
     pub network: Ipv4Prefix,
     pub mac: EthernetAddress,
     pub mtu: u16,
+    /// The interface's IPv6 address and its on-link prefix, if it has
+    /// one: the gateway answers neighbour solicitations (RFC 4861) and
+    /// echo requests for it. IPv6 transit traffic is not carried yet.
+    pub address6: Option<(Ipv6Addr, Ipv6Prefix)>,
 }
 
 /// A configured route; `via` is `None` for a directly connected network.

@@ -45,7 +45,9 @@ pub enum DropReason {
     NoRoute,
     /// TTL would reach zero.
     TtlExpired,
-    /// Not IPv4 (IPv6, unknown EtherType) — this gateway forwards IPv4 only.
+    /// Not IPv4 (IPv6 other than neighbour discovery and echo for an
+    /// interface's `address6`, unknown EtherType) — this gateway forwards
+    /// IPv4 only so far.
     Unsupported,
     /// The crypto engine reported an error for the packet.
     EngineError,

@@ -281,6 +281,9 @@ pub struct InterfaceBuilder {
     pub mac: Option<EthernetAddress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u16>,
+    /// Our IPv6 address and prefix length, as `2001:db8:1::1/64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address6: Option<String>,
 }
 
 impl InterfaceBuilder {
@@ -302,6 +305,7 @@ impl InterfaceBuilder {
             address: Ipv4Cidr::new(address, prefix_len),
             mac: None,
             mtu: None,
+            address6: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Loading and validating a gateway configuration (TOML), and installing it
 //! into a [`Gateway`].
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -16,7 +16,7 @@ use dataplane::neighbor::NeighborLimits;
 use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
 use smoltcp::wire::Ipv4Cidr;
 use spd_sad::{
-    Action, IpPrefix, Ipv4Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange,
+    Action, IpPrefix, Ipv4Prefix, Ipv6Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange,
     ProtocolSelector, SaDirection, SaParams, Selector, UdpEncap, MAX_WINDOW,
 };
 use zeroize::Zeroizing;
@@ -992,6 +992,10 @@ impl Validator<'_> {
                     EthernetAddress([0x02, 0x00, o[0], o[1], o[2], o[3]])
                 }
             };
+            let address6 = match &i.address6 {
+                None => None,
+                Some(at) => Some(self.interface_address6(at)?),
+            };
             let mtu = i.mtu.as_ref().map_or(1500, |m| *m.get_ref());
             if !(576..=9000).contains(&mtu) {
                 return self.err(
@@ -1034,6 +1038,7 @@ impl Validator<'_> {
                 network,
                 mac,
                 mtu,
+                address6,
             });
         }
         match found {
@@ -1041,6 +1046,42 @@ impl Validator<'_> {
             [None, _] => self.err(None, ConfigErrorKind::Interfaces("no [[interface]] named `inside`; a gateway needs an `inside` and an `outside` interface".into())),
             [_, None] => self.err(None, ConfigErrorKind::Interfaces("no [[interface]] named `outside`; a gateway needs an `inside` and an `outside` interface".into())),
         }
+    }
+
+    /// An interface's `address6`: a unicast IPv6 address with the length
+    /// of its on-link prefix.
+    fn interface_address6(&self, at: &S<String>) -> Result<(Ipv6Addr, Ipv6Prefix), ConfigError> {
+        let text = at.get_ref();
+        let parsed = text.split_once('/').and_then(|(a, l)| {
+            let addr = a.parse::<Ipv6Addr>().ok()?;
+            let len = l.parse::<u8>().ok().filter(|l| (1..=128).contains(l))?;
+            let mask = u128::MAX << (128 - u32::from(len));
+            Some((
+                addr,
+                Ipv6Prefix::new(Ipv6Addr::from(u128::from(addr) & mask), len)?,
+            ))
+        });
+        let Some((addr, network)) = parsed else {
+            return self.err(
+                span(at),
+                ConfigErrorKind::Value(format!(
+                    "interface address6 `{text}` must be address/prefix-length, e.g. 2001:db8:1::1/64"
+                )),
+            );
+        };
+        if addr.is_unspecified()
+            || addr.is_loopback()
+            || addr.is_multicast()
+            || addr.to_ipv4_mapped().is_some()
+        {
+            return self.err(
+                span(at),
+                ConfigErrorKind::Value(format!(
+                    "interface address6 `{addr}` must be a unicast address of this link (not unspecified, loopback, multicast or IPv4-mapped)"
+                )),
+            );
+        }
+        Ok((addr, network))
     }
 
     fn algorithm(&self, proposal: &S<String>) -> Result<Algorithm, ConfigError> {

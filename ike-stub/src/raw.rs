@@ -122,6 +122,8 @@ pub(crate) struct RawInterface {
     pub device: String,
     pub kind: Option<S<String>>,
     pub address: S<String>,
+    /// The interface's IPv6 address and prefix length (`2001:db8:1::1/64`).
+    pub address6: Option<S<String>>,
     pub mac: Option<S<String>>,
     pub mtu: Option<S<u16>>,
 }

@@ -102,8 +102,10 @@ impl Gateway {
         from: Port,
         buf: &mut PacketBuf,
     ) -> Result<Classified, DropReason> {
-        if let Some(arp) = self.strip_link_header(from, buf)? {
-            return Ok(Classified::Arp(arp));
+        match self.strip_link_header(from, buf)? {
+            Link::Ipv4 => {}
+            Link::Arp(arp) => return Ok(Classified::Arp(arp)),
+            Link::Ipv6 => return self.classify_ipv6(from, buf),
         }
         check_ipv4(buf)?;
         let ip = ipv4::view(buf.data())?;
@@ -190,14 +192,15 @@ impl Gateway {
         }
     }
 
-    /// Removes the Ethernet header; ARP frames come back parsed instead.
-    pub(super) fn strip_link_header(
-        &self,
-        from: Port,
-        buf: &mut PacketBuf,
-    ) -> Result<Option<icmp::Arp>, DropReason> {
+    /// Removes the Ethernet header of an IPv4 frame; ARP frames come back
+    /// parsed instead, IPv6 ones with their Ethernet header kept (their
+    /// replies go back to the frame's source).
+    pub(super) fn strip_link_header(&self, from: Port, buf: &mut PacketBuf) -> Result<Link, DropReason> {
         if self.link_of(from) == LinkLayer::RawIp {
-            return Ok(None);
+            return Ok(match buf.data().first() {
+                Some(b) if b >> 4 == 6 => Link::Ipv6,
+                _ => Link::Ipv4,
+            });
         }
         let frame = EthernetFrame::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
         let dst = frame.dst_addr();
@@ -208,14 +211,24 @@ impl Gateway {
             EthernetProtocol::Ipv4 => {}
             EthernetProtocol::Arp => {
                 return icmp::parse_arp(frame.payload())
-                    .map(Some)
+                    .map(Link::Arp)
                     .ok_or(DropReason::Malformed);
             }
+            EthernetProtocol::Ipv6 => return Ok(Link::Ipv6),
             _ => return Err(DropReason::Unsupported),
         }
         buf.trim_front(EthernetFrame::<&[u8]>::header_len());
-        Ok(None)
+        Ok(Link::Ipv4)
     }
+}
+
+/// What a frame's link layer carries.
+pub(super) enum Link {
+    /// An IPv4 packet, now at the front of the buffer.
+    Ipv4,
+    /// An IPv6 packet, behind its Ethernet header if the port has one.
+    Ipv6,
+    Arp(icmp::Arp),
 }
 
 /// A discard decision's reason: a policy said so, or none matched.

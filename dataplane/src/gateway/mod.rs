@@ -24,6 +24,7 @@ mod encap;
 mod forward;
 mod ipid;
 mod jobs;
+mod local6;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -201,6 +202,8 @@ pub(super) enum Next {
     Consume,
     /// For the control plane.
     Control,
+    /// A reply the gateway wrote, framed already: transmit it on this port.
+    Reply(Port),
 }
 
 impl Gateway {
@@ -627,6 +630,7 @@ impl Gateway {
         let verdict = match result {
             Ok(Next::Consume) => Verdict::Consumed,
             Ok(Next::Control) => Verdict::Control,
+            Ok(Next::Reply(port)) => Verdict::Forward(port),
             Ok(Next::Route) => match self.route(&mut buf, out) {
                 Ok(Some(port)) => Verdict::Forward(port),
                 // Parked for ARP, or split into fragments already sent.

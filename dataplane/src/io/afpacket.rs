@@ -196,6 +196,7 @@ pub const MAX_BATCH: usize = 64;
 const ETH_P_ALL: u16 = 0x0003;
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_ARP: u16 = 0x0806;
+const ETH_P_IPV6: u16 = libc::ETH_P_IPV6 as u16;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_FANOUT_CBPF: u32 = 6;
 const PACKET_FANOUT_DATA: libc::c_int = 22;
@@ -289,6 +290,14 @@ impl AfPacket {
     /// learns every neighbour.
     pub fn open_arp(device: &str) -> Result<AfPacket, AfPacketError> {
         Self::open_with(device, true, ETH_P_ARP, None, false, Receive::Batch)
+    }
+
+    /// Opens `device` for IPv6 frames only, not shared out: the one
+    /// worker that answers for the gateway's addresses reads them (the
+    /// steered sockets of [`open_worker_steered`](Self::open_worker_steered)
+    /// take IPv4 only).
+    pub fn open_ipv6(device: &str) -> Result<AfPacket, AfPacketError> {
+        Self::open_with(device, true, ETH_P_IPV6, None, false, Receive::Batch)
     }
 
     fn open_with(

@@ -1,0 +1,217 @@
+//! IPv6 addressed to the gateway: neighbour solicitations for an
+//! interface's `address6` answered (RFC 4861 §7.2.4), echo requests to it
+//! answered (RFC 4443 §4.2), and everything else IPv6 still counted as
+//! `unsupported` (the data path does not carry IPv6 transit or tunnels).
+//! Packets are built and the replies checked with smoltcp's wire types,
+//! checksums included.
+
+mod common;
+
+use std::net::Ipv6Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use accel::{Algorithm, EngineSpec, Style};
+use common::*;
+use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
+use ike_stub::Config;
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, Icmpv6Repr, IpProtocol, Ipv6Packet,
+    Ipv6Repr, NdiscNeighborFlags, NdiscRepr, RawHardwareAddress,
+};
+
+const GW_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 1, 1]);
+const HOST_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 1, 0x10]);
+const GW: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
+const HOST: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
+
+fn gateway() -> Gateway {
+    let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
+    let inside = interface(&mut built, "inside");
+    inside.mac = Some(GW_MAC);
+    inside.address6 = Some("2001:db8:1::1/64".into());
+    let config = Config::parse(Path::new("a.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.inside.address6.map(|(a, p)| (a, p.len())), Some((GW, 64)));
+    let setup = config.setup(LinkLayer::Ethernet, Style::Async);
+    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
+    config.install(&mut gw, Duration::ZERO).unwrap();
+    gw
+}
+
+/// An Ethernet frame with an IPv6 packet carrying `icmp`.
+fn frame(
+    dst_mac: EthernetAddress,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    hop_limit: u8,
+    icmp: &Icmpv6Repr,
+) -> Vec<u8> {
+    let ip = Ipv6Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Icmpv6,
+        payload_len: icmp.buffer_len(),
+        hop_limit,
+    };
+    let mut bytes = vec![0u8; 14 + ip.buffer_len() + icmp.buffer_len()];
+    let mut f = EthernetFrame::new_unchecked(&mut bytes[..]);
+    f.set_dst_addr(dst_mac);
+    f.set_src_addr(HOST_MAC);
+    f.set_ethertype(EthernetProtocol::Ipv6);
+    ip.emit(&mut Ipv6Packet::new_unchecked(&mut bytes[14..54]));
+    icmp.emit(
+        &src,
+        &dst,
+        &mut Icmpv6Packet::new_unchecked(&mut bytes[54..]),
+        &ChecksumCapabilities::default(),
+    );
+    bytes
+}
+
+fn solicit(target: Ipv6Addr) -> Vec<u8> {
+    let group = dataplane::icmp6::solicited_node(target);
+    let ns = Icmpv6Repr::Ndisc(NdiscRepr::NeighborSolicit {
+        target_addr: target,
+        lladdr: Some(RawHardwareAddress::from_bytes(HOST_MAC.as_bytes())),
+    });
+    frame(dataplane::icmp6::multicast_mac(group), HOST, group, 255, &ns)
+}
+
+fn echo(dst: Ipv6Addr) -> Vec<u8> {
+    let data = [0xab; 24];
+    let request = Icmpv6Repr::EchoRequest {
+        ident: 7,
+        seq_no: 3,
+        data: &data,
+    };
+    frame(GW_MAC, HOST, dst, 64, &request)
+}
+
+fn send(gw: &mut Gateway, pool: &mut PacketPool, bytes: &[u8]) -> (Verdict, Vec<u8>) {
+    let mut buf = pool.alloc().expect("buffer");
+    assert!(buf.fill(bytes));
+    let mut outputs = gw.handle_frame(Duration::ZERO, Port::Inside, buf, pool);
+    assert_eq!(outputs.len(), 1);
+    let (buf, verdict) = outputs.remove(0);
+    let bytes = buf.data().to_vec();
+    pool.free(buf);
+    (verdict, bytes)
+}
+
+/// The ICMPv6 message of a reply frame, its checksum checked.
+fn icmp_of(reply: &[u8]) -> (Ipv6Repr, Vec<u8>) {
+    let f = EthernetFrame::new_checked(reply).unwrap();
+    assert_eq!(f.ethertype(), EthernetProtocol::Ipv6);
+    let ip = Ipv6Packet::new_checked(f.payload()).unwrap();
+    let repr = Ipv6Repr::parse(&ip).unwrap();
+    let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+    assert!(icmp.verify_checksum(&repr.src_addr, &repr.dst_addr), "checksum");
+    (repr, ip.payload().to_vec())
+}
+
+#[test]
+fn answers_neighbor_solicitations_for_its_address_only() {
+    let mut gw = gateway();
+    let mut pool = PacketPool::new(8);
+    let (verdict, reply) = send(&mut gw, &mut pool, &solicit(GW));
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    assert_eq!(
+        EthernetFrame::new_checked(&reply[..]).unwrap().dst_addr(),
+        HOST_MAC
+    );
+    assert_eq!(EthernetFrame::new_checked(&reply[..]).unwrap().src_addr(), GW_MAC);
+    let (ip, icmp) = icmp_of(&reply);
+    assert_eq!((ip.src_addr, ip.dst_addr, ip.hop_limit), (GW, HOST, 255));
+    let packet = Icmpv6Packet::new_checked(&icmp[..]).unwrap();
+    match NdiscRepr::parse(&packet).unwrap() {
+        NdiscRepr::NeighborAdvert {
+            flags,
+            target_addr,
+            lladdr,
+        } => {
+            assert_eq!(target_addr, GW);
+            assert!(flags.contains(NdiscNeighborFlags::SOLICITED | NdiscNeighborFlags::OVERRIDE));
+            assert!(!flags.contains(NdiscNeighborFlags::ROUTER));
+            assert_eq!(
+                lladdr.map(|l| l.as_bytes().to_vec()),
+                Some(GW_MAC.as_bytes().to_vec())
+            );
+        }
+        other => panic!("not an advertisement: {other:?}"),
+    }
+    // Another node's address in our solicited-node group: no answer.
+    let same_group = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0xaa00, 0, 1);
+    assert_eq!(
+        send(&mut gw, &mut pool, &solicit(same_group)).0,
+        Verdict::Consumed
+    );
+    // Another group is not ours to listen to.
+    let other = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x77);
+    assert_eq!(
+        send(&mut gw, &mut pool, &solicit(other)).0,
+        Verdict::Drop(DropReason::Unsupported)
+    );
+    // Forwarded (hop limit below 255): refused as RFC 4861 §7.1.1 says.
+    let mut forwarded = solicit(GW);
+    forwarded[14 + 7] = 254;
+    assert_eq!(
+        send(&mut gw, &mut pool, &forwarded).0,
+        Verdict::Drop(DropReason::Malformed)
+    );
+}
+
+#[test]
+fn answers_echo_to_its_address_and_refuses_a_bad_checksum() {
+    let mut gw = gateway();
+    let mut pool = PacketPool::new(8);
+    let (verdict, reply) = send(&mut gw, &mut pool, &echo(GW));
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    assert_eq!(
+        EthernetFrame::new_checked(&reply[..]).unwrap().dst_addr(),
+        HOST_MAC
+    );
+    let (ip, icmp) = icmp_of(&reply);
+    assert_eq!((ip.src_addr, ip.dst_addr), (GW, HOST));
+    let packet = Icmpv6Packet::new_checked(&icmp[..]).unwrap();
+    let repr = Icmpv6Repr::parse(
+        &ip.src_addr,
+        &ip.dst_addr,
+        &packet,
+        &ChecksumCapabilities::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        repr,
+        Icmpv6Repr::EchoReply {
+            ident: 7,
+            seq_no: 3,
+            data: &[0xab; 24]
+        }
+    );
+    let mut bad = echo(GW);
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert_eq!(
+        send(&mut gw, &mut pool, &bad).0,
+        Verdict::Drop(DropReason::Malformed)
+    );
+    let stats = gw.stats();
+    assert_eq!(stats.generated, 1);
+}
+
+#[test]
+fn other_ipv6_is_still_unsupported() {
+    let mut gw = gateway();
+    let mut pool = PacketPool::new(8);
+    let transit = echo(Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 5));
+    assert_eq!(
+        send(&mut gw, &mut pool, &transit).0,
+        Verdict::Drop(DropReason::Unsupported)
+    );
+    // The outside interface has no IPv6 address: nothing is answered there.
+    let mut buf = pool.alloc().unwrap();
+    assert!(buf.fill(&solicit(GW)));
+    let out = gw.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    assert_eq!(out[0].1, Verdict::Drop(DropReason::Unsupported));
+}

@@ -168,7 +168,8 @@ pub fn echo_reply_in_place(buf: &mut PacketBuf) -> bool {
 /// solicitation from the unspecified address (DAD) goes to a
 /// solicited-node address and carries no source link-layer option; a
 /// solicitation to a multicast group goes to a solicited-node one; an
-/// advertisement to a multicast group is not solicited. A link-layer
+/// advertisement to a multicast group is not solicited. A multicast
+/// source (never a valid one, RFC 4291 §2.7) is refused. A link-layer
 /// option whose address is not 6 bytes (not Ethernet) is refused too.
 pub fn parse_ndp(ipv6_packet: &[u8]) -> Option<Ndp> {
     let ip = ipv6::view(ipv6_packet).ok()?;
@@ -176,6 +177,11 @@ pub fn parse_ndp(ipv6_packet: &[u8]) -> Option<Ndp> {
         return None;
     }
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    // No packet comes from a group (RFC 4291 §2.7); an answer to one
+    // would go to the whole group.
+    if src.is_multicast() {
+        return None;
+    }
     let icmp = Icmpv6Packet::new_checked(ip.payload()).ok()?;
     if icmp.msg_code() != 0 || ip.payload().len() < 24 {
         return None;
@@ -575,6 +581,8 @@ mod tests {
     #[test]
     fn invalid_solicitations_are_refused() {
         let group = solicited_node(OURS);
+        // From a group.
+        assert_eq!(parse_ndp(&solicitation(all_nodes(), group, None)), None);
         // To a group that is not a solicited-node one.
         assert_eq!(parse_ndp(&solicitation(PEER, all_nodes(), Some(PEER_MAC))), None);
         // Forwarded: hop limit below 255.

@@ -24,7 +24,7 @@ use ike_stub::Config;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 
-const TARGETS: [&str; 14] = [
+const TARGETS: [&str; 15] = [
     "esp_decap",
     "gateway_inbound",
     "gateway_outbound",
@@ -39,6 +39,7 @@ const TARGETS: [&str; 14] = [
     "vnet_offload",
     "shared_request",
     "udp_encap_inbound",
+    "ipv6_headers",
 ];
 
 fn seeds_dir() -> PathBuf {
@@ -836,5 +837,94 @@ fn write_udp_encap_seeds() {
         "udp_encap_inbound",
         "keepalive-ike",
         &[&[0u8][..], &[keepalive, ike].join(&b"FRAG"[..])].concat(),
+    );
+}
+
+/// Seeds of `ipv6_headers` (first byte: bit 0 set when an Ethernet header
+/// comes first): an echo request, a neighbour solicitation bare and in its
+/// Ethernet frame, and a fragment of UDP behind hop-by-hop, routing and
+/// destination-options headers, built with smoltcp's wire types. Run with
+/// `--ignored`.
+#[test]
+#[ignore = "writes fuzz/seeds/ipv6_headers; run with --ignored to regenerate them"]
+fn write_ipv6_headers_seeds() {
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{
+        Icmpv6Packet, Icmpv6Repr, IpProtocol, Ipv6Packet, Ipv6Repr, NdiscRepr, RawHardwareAddress,
+    };
+    use std::net::Ipv6Addr;
+    let host = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x10);
+    let gw = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 1);
+    let packet = |src: Ipv6Addr, dst: Ipv6Addr, hop_limit: u8, icmp: &Icmpv6Repr| -> Vec<u8> {
+        let ip = Ipv6Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Icmpv6,
+            payload_len: icmp.buffer_len(),
+            hop_limit,
+        };
+        let mut p = vec![0u8; 40 + icmp.buffer_len()];
+        ip.emit(&mut Ipv6Packet::new_unchecked(&mut p[..40]));
+        icmp.emit(
+            &src,
+            &dst,
+            &mut Icmpv6Packet::new_unchecked(&mut p[40..]),
+            &ChecksumCapabilities::default(),
+        );
+        p
+    };
+    let data = [0x5a; 16];
+    let echo = packet(
+        host,
+        gw,
+        64,
+        &Icmpv6Repr::EchoRequest {
+            ident: 1,
+            seq_no: 1,
+            data: &data,
+        },
+    );
+    write("ipv6_headers", "echo", &[&[0u8][..], &echo].concat());
+    let group = dataplane::icmp6::solicited_node(gw);
+    let ns = packet(
+        host,
+        group,
+        255,
+        &Icmpv6Repr::Ndisc(NdiscRepr::NeighborSolicit {
+            target_addr: gw,
+            lladdr: Some(RawHardwareAddress::from_bytes(&[2, 0, 0, 0, 2, 0x10])),
+        }),
+    );
+    write("ipv6_headers", "ns", &[&[0u8][..], &ns].concat());
+    let frame = ethernet(
+        dataplane::icmp6::multicast_mac(group).0,
+        [2, 0, 0, 0, 2, 0x10],
+        0x86dd,
+        &ns,
+    );
+    write("ipv6_headers", "ns-link", &[&[1u8][..], &frame].concat());
+    // Hop-by-hop (PadN), routing (type 0 segments left 0), destination
+    // options (PadN), fragment (offset 0, more), then UDP.
+    let mut chain = vec![
+        43, 0, 1, 4, 0, 0, 0, 0, // hop-by-hop -> routing
+        60, 0, 0, 0, 0, 0, 0, 0, // routing -> destination options
+        44, 0, 1, 4, 0, 0, 0, 0, // destination options -> fragment
+        17, 0, 0, 1, 0, 0, 0, 9, // fragment -> UDP
+    ];
+    chain.extend_from_slice(&[0x12, 0x34, 0x00, 0x35, 0x00, 0x0c, 0, 0, 1, 2, 3, 4]);
+    let mut udp = vec![0u8; 40];
+    Ipv6Repr {
+        src_addr: host,
+        dst_addr: gw,
+        next_header: IpProtocol::HopByHop,
+        payload_len: chain.len(),
+        hop_limit: 64,
+    }
+    .emit(&mut Ipv6Packet::new_unchecked(&mut udp[..]));
+    udp.extend_from_slice(&chain);
+    write(
+        "ipv6_headers",
+        "udp-fragment-behind-extensions",
+        &[&[0u8][..], &udp].concat(),
     );
 }

@@ -1,5 +1,6 @@
 //! Arbitrary frames arriving on either port: Ethernet, ARP, IPv4 and ESP
-//! parsing, ICMP, reassembly, SA lookup, replay check, decapsulation (with
+//! parsing, ICMP, IPv6 to the gateway (neighbour discovery and echo for
+//! site-b's inside `address6`), reassembly, SA lookup, replay check, decapsulation (with
 //! the ICV bypass, `accel/src/fuzzing.rs`, so trailers are reached) and
 //! routing. The first byte picks the configuration (`& 3`), the port
 //! (`& 0x40`: inside) and the link layer (`& 0x80`: raw IP, else

@@ -9,10 +9,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use accel::shared::{SharedEngine, SharedSpec, Transport};
-use accel::{
-    Algorithm, Descriptor, DescriptorError, DescriptorKind, Direction, Engine, Job, PacketBuf, Region,
-    SessionSpec, Status,
-};
+use accel::{Algorithm, Descriptor, DescriptorError, Direction, Engine, Job, PacketBuf, SessionSpec, Status};
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
@@ -251,18 +248,8 @@ fn shared_engine_settings_are_checked_where_they_are_written() {
 /// An AES-GCM encryption job of `payload` bytes (a multiple of the block).
 fn gcm_job(session: accel::SessionHandle, payload: usize, user: u64) -> Job {
     let alg = Algorithm::Aes128Gcm16;
-    let (iv, icv) = (alg.iv_len(), alg.icv_len());
-    let desc = Descriptor {
-        kind: DescriptorKind::SinglePass,
-        direction: Direction::Encrypt,
-        auth_only: Region::new(0, 8),
-        esn_high: None,
-        iv: Region::new(8, iv),
-        cipher: Region::new(8 + iv, payload),
-        icv: Region::new(8 + iv + payload, icv),
-        status: Status::Pending,
-    };
-    let buf = PacketBuf::with_len(8 + iv + payload + icv);
+    let desc = Descriptor::esp(Direction::Encrypt, alg, payload, None);
+    let buf = PacketBuf::with_len(desc.icv.end());
     Job::new(session, desc, buf, 0, user)
 }
 

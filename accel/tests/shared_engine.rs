@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use accel::shared::wire::RequestEntry;
 use accel::shared::{spawn, ServerConfig, ServerHandle, SharedEngine, SharedSpec, StatsReply, Transport};
 use accel::{
-    Algorithm, Descriptor, DescriptorError, DescriptorKind, Direction, Engine, EngineKind, EngineSpec, Job,
-    NextCompletion, PacketBuf, Region, SessionHandle, SessionSpec, SoftEngine, Status,
+    Algorithm, Descriptor, DescriptorError, Direction, Engine, EngineKind, EngineSpec, Job, NextCompletion,
+    PacketBuf, Region, SessionHandle, SessionSpec, SoftEngine, Status,
 };
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -67,17 +67,7 @@ fn spec(alg: Algorithm, seed: u8) -> SessionSpec {
 }
 
 fn descriptor(alg: Algorithm, payload: usize) -> Descriptor {
-    let (iv, icv) = (alg.iv_len(), alg.icv_len());
-    Descriptor {
-        kind: DescriptorKind::SinglePass,
-        direction: Direction::Encrypt,
-        auth_only: Region::new(0, 8),
-        esn_high: None,
-        iv: Region::new(8, iv),
-        cipher: Region::new(8 + iv, payload),
-        icv: Region::new(8 + iv + payload, icv),
-        status: Status::Pending,
-    }
+    Descriptor::esp(Direction::Encrypt, alg, payload, None)
 }
 
 fn request(alg: Algorithm, payload: usize, seed: u32) -> Vec<u8> {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use accel::shared::{spawn, ServerConfig, SharedEngine, SharedSpec, Transport};
 use accel::{
     build_engine, Algorithm, Descriptor, DescriptorKind, Direction, Engine, EngineKind, EngineSpec, Job,
-    NextCompletion, PacketBuf, Region, SessionHandle, SessionSpec, Status,
+    NextCompletion, PacketBuf, SessionHandle, SessionSpec, Status,
 };
 use anyhow::{bail, Context};
 
@@ -141,16 +141,7 @@ fn jobs(session: SessionHandle, alg: Algorithm, size: usize) -> Vec<Job> {
     let (iv, icv, align) = (alg.iv_len(), alg.icv_len(), alg.pad_align());
     let payload = (size.saturating_sub(8 + iv + icv) / align).max(1) * align;
     let len = 8 + iv + payload + icv;
-    let desc = Descriptor {
-        kind: DescriptorKind::SinglePass,
-        direction: Direction::Encrypt,
-        auth_only: Region::new(0, 8),
-        esn_high: None,
-        iv: Region::new(8, iv),
-        cipher: Region::new(8 + iv, payload),
-        icv: Region::new(8 + iv + payload, icv),
-        status: Status::Pending,
-    };
+    let desc = Descriptor::esp(Direction::Encrypt, alg, payload, None);
     (0..WINDOW)
         .map(|i| {
             let mut buf = PacketBuf::with_len(len);

@@ -12,9 +12,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accel::{
-    Algorithm, CipherKind, Descriptor, DescriptorKind, Direction, Region, SessionHandle, SessionSpec, Status,
-};
+use accel::{Algorithm, CipherKind, Descriptor, Direction, SessionHandle, SessionSpec, Status};
 use rand::Rng;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
 use spd_sad::{proto, Mode, ReplayError, SaDirection, SaId, SaState, Sad, SecurityAssociation, UdpEncap};
@@ -161,20 +159,6 @@ pub struct Pending {
     pub protected_len: usize,
 }
 
-fn descriptor(direction: Direction, alg: Algorithm, cipher_len: usize, esn_high: Option<u32>) -> Descriptor {
-    let iv_len = alg.iv_len();
-    Descriptor {
-        kind: DescriptorKind::SinglePass,
-        direction,
-        auth_only: Region::new(0, esp::HEADER_LEN),
-        esn_high,
-        iv: Region::new(esp::HEADER_LEN, iv_len),
-        cipher: Region::new(esp::HEADER_LEN + iv_len, cipher_len),
-        icv: Region::new(esp::HEADER_LEN + iv_len + cipher_len, alg.icv_len()),
-        status: Status::Pending,
-    }
-}
-
 /// `n` rounded up to a multiple of `align`, a power of two (every ESP
 /// alignment is): masks instead of divisions on the per-packet path.
 fn round_up(n: usize, align: usize) -> usize {
@@ -274,7 +258,7 @@ pub fn encapsulate_prepare<R: Rng>(
     // on store forwarding.
     let pending = Pending {
         sa: sa_id,
-        desc: descriptor(
+        desc: Descriptor::esp(
             Direction::Encrypt,
             alg,
             cipher_len,
@@ -434,7 +418,7 @@ pub fn decapsulate_prepare(
     let esn_high = sa.params().esn.then_some((seq >> 32) as u32);
     Ok(Inbound::Ready(Pending {
         sa: sa_id,
-        desc: descriptor(Direction::Decrypt, alg, cipher_len, esn_high),
+        desc: Descriptor::esp(Direction::Decrypt, alg, cipher_len, esn_high),
         esp_offset,
         seq,
         protected_len: 0,

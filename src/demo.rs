@@ -202,7 +202,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let _ = child.wait();
     }
-    let ((a, typed_a), (b, typed_b)) = (report::read_final(&stats_a)?, report::read_final(&stats_b)?);
+    let ((a, typed_a), (_, typed_b)) = (report::read_final(&stats_a)?, report::read_final(&stats_b)?);
 
     let total =
         |c: fn(&Wire) -> &AtomicU64| -> u64 { wires.iter().map(|(_, w)| c(w).load(Ordering::Relaxed)).sum() };
@@ -299,7 +299,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         }
     }
     let nat_ok = !args.nat || nat_report(&wires, &typed_a.gateway, &typed_b.gateway);
-    for (name, doc, s) in [("gwA", &a, &typed_a), ("gwB", &b, &typed_b)] {
+    for (name, s) in [("gwA", &typed_a), ("gwB", &typed_b)] {
         let g = &s.gateway;
         println!(
             "  {name}   rx {} tx {} encapsulated {} decapsulated {} generated {} · drops: {} · kernel socket drops {} · offload: {}",
@@ -310,7 +310,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             g.generated,
             report::drops_line(g),
             s.kernel_drops,
-            report::offload_line(doc)
+            report::offload_line(&s.offload)
         );
     }
     // Which MAC and MTU each gateway took, as its startup log says.

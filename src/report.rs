@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use dataplane::io::offload::{OffloadCounters, OffloadDrop};
 use dataplane::io::pcap::PcapRun;
 use dataplane::Gateway;
 use ike_stub::{Config, ControlPlane, ControlRequest, PolicyAction};
@@ -329,6 +330,7 @@ pub struct FinalStats {
     pub send_errors: u64,
     pub pool: PoolStats,
     pub control: Option<ControlStats>,
+    pub offload: OffloadCounters,
 }
 
 #[derive(Debug, Deserialize)]
@@ -555,23 +557,15 @@ pub fn drops_line(stats: &dataplane::Stats) -> String {
 /// What the driver did with the hosts' offloads: checksums completed,
 /// super-packets cut into segments and merged again on the way out, and
 /// frames it could not make whole.
-pub fn offload_line(stats: &serde_json::Value) -> String {
-    let o = &stats["offload"];
-    let n = |k: &str| o[k].as_u64().unwrap_or(0);
+pub fn offload_line(o: &OffloadCounters) -> String {
     let mut line = format!(
         "csum_completed {} gso_segmented {} (into {} segments) coalesced {} (from {} segments)",
-        n("csum_completed"),
-        n("gso_segmented"),
-        n("gso_segments"),
-        n("tx_coalesced"),
-        n("tx_coalesced_segments")
+        o.csum_completed, o.gso_segmented, o.gso_segments, o.coalesced, o.coalesced_segments
     );
-    if let Some(map) = o.as_object() {
-        for (k, v) in map {
-            let v = v.as_u64().unwrap_or(0);
-            if v > 0 && !dataplane::io::offload::OffloadCounters::WORK_KEYS.contains(&k.as_str()) {
-                line += &format!(", {k} {v}");
-            }
+    for &reason in OffloadDrop::ALL {
+        let n = o.dropped(reason);
+        if n > 0 {
+            line += &format!(", {} {n}", reason.name());
         }
     }
     line

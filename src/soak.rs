@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use dataplane::io::offload::OffloadCounters;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -61,17 +60,6 @@ fn host_udp_errors(names: &Names) -> Result<u64> {
 
 fn ask(name: &str) -> Result<Value> {
     crate::control::ask(&crate::control::default_path(name), "stats")
-}
-
-/// Frames the driver dropped before the gateway saw them (offload state
-/// it could not make whole).
-fn offload_drops(v: &Value) -> u64 {
-    v["offload"].as_object().map_or(0, |m| {
-        m.iter()
-            .filter(|(k, _)| !OffloadCounters::WORK_KEYS.contains(&k.as_str()))
-            .filter_map(|(_, n)| n.as_u64())
-            .sum()
-    })
 }
 
 /// What one gateway looked like at a moment.
@@ -188,7 +176,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
     let mut explained = host_errors;
     println!("  hosts UDP receive errors in the host namespaces' kernels: {host_errors}");
     for (i, (name, f)) in ["gwA", "gwB"].iter().zip(&finals).enumerate() {
-        let (doc, f) = match f {
+        let (_, f) = match f {
             Ok(f) => f,
             Err(e) => {
                 problems.push(format!("{name}'s final counters: {e:#}"));
@@ -211,7 +199,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
             f.kernel_drops,
             f.control.as_ref().map_or_else(|| "-".into(), |c| c.rekeys_completed.to_string()),
         );
-        explained += f.gateway.drops.total() + offload_drops(doc) + f.kernel_drops + f.send_errors;
+        explained += f.gateway.drops.total() + f.offload.drops_total() + f.kernel_drops + f.send_errors;
         if came != went {
             problems.push(format!(
                 "{name}'s counters do not add up: {came} in, {went} accounted for"

@@ -138,6 +138,50 @@ impl Serialize for OffloadCounters {
     }
 }
 
+/// Reads back what [`Serialize`] wrote (a `--stats` file, the control
+/// socket's `stats`): every key is a work counter or an [`OffloadDrop`]
+/// name, so a renamed or unknown counter is an error, not a silent zero.
+impl<'de> serde::Deserialize<'de> for OffloadCounters {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Counters;
+        impl<'de> serde::de::Visitor<'de> for Counters {
+            type Value = OffloadCounters;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of offload counters")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<OffloadCounters, A::Error> {
+                let mut c = OffloadCounters::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let value: u64 = map.next_value()?;
+                    let work = match key.as_ref() {
+                        "csum_completed" => Some(&mut c.csum_completed),
+                        "gso_segmented" => Some(&mut c.gso_segmented),
+                        "gso_segments" => Some(&mut c.gso_segments),
+                        "tx_coalesced" => Some(&mut c.coalesced),
+                        "tx_coalesced_segments" => Some(&mut c.coalesced_segments),
+                        _ => None,
+                    };
+                    if let Some(counter) = work {
+                        *counter = value;
+                        continue;
+                    }
+                    match OffloadDrop::ALL.iter().find(|r| r.name() == key.as_ref()) {
+                        Some(&reason) => c.drops[reason as usize] = value,
+                        None => return Err(serde::de::Error::unknown_field(&key, &[])),
+                    }
+                }
+                Ok(c)
+            }
+        }
+        deserializer.deserialize_map(Counters)
+    }
+}
+
 /// RFC 1071 ones' complement sum of `data` as big-endian 16-bit words
 /// (an odd last byte padded with zero), added to `initial`, not folded.
 ///
@@ -411,6 +455,29 @@ fn segment(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What is published reads back the same, and a key that is not a
+    /// counter is refused.
+    #[test]
+    fn the_offload_counters_read_back_what_they_publish() {
+        let mut c = OffloadCounters {
+            csum_completed: 1,
+            gso_segmented: 2,
+            gso_segments: 3,
+            coalesced: 4,
+            coalesced_segments: 5,
+            ..OffloadCounters::default()
+        };
+        for (i, &reason) in OffloadDrop::ALL.iter().enumerate() {
+            for _ in 0..=i {
+                c.count(reason);
+            }
+        }
+        let json = serde_json::to_value(c).unwrap();
+        assert_eq!(serde_json::from_value::<OffloadCounters>(json).unwrap(), c);
+        let err = serde_json::from_value::<OffloadCounters>(serde_json::json!({"renamed": 1})).unwrap_err();
+        assert!(err.to_string().contains("renamed"), "{err}");
+    }
 
     /// Every counter is published once, under the name the stats have
     /// always used (the demo, the soak and `espgw stats` read them).

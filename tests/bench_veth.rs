@@ -10,19 +10,10 @@ use std::process::Command;
 use testkit::Prerequisite;
 
 static NETNS: Prerequisite = Prerequisite::new("netns", || {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not running as root, which network namespaces need".into());
-    }
-    for (tool, package) in [("ip", "iproute2"), ("ping", "iputils-ping"), ("iperf3", "iperf3")] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output();
-        if !found.is_ok_and(|o| o.status.success()) {
-            return Err(format!("no `{tool}` (apt-get install {package})"));
-        }
-    }
-    Ok(())
+    testkit::root_and_tools(
+        "network namespaces",
+        &[("ip", "iproute2"), ("ping", "iputils-ping"), ("iperf3", "iperf3")],
+    )
 });
 
 fn main() -> std::process::ExitCode {

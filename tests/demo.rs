@@ -13,19 +13,10 @@ use testkit::Prerequisite;
 static TOPOLOGY: Mutex<()> = Mutex::new(());
 
 static NETNS: Prerequisite = Prerequisite::new("netns", || {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not running as root, which network namespaces need".into());
-    }
-    for tool in ["ip", "ping"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output();
-        if !found.is_ok_and(|o| o.status.success()) {
-            return Err(format!("no `{tool}` (apt-get install iproute2 iputils-ping)"));
-        }
-    }
-    Ok(())
+    testkit::root_and_tools(
+        "network namespaces",
+        &[("ip", "iproute2"), ("ping", "iputils-ping")],
+    )
 });
 
 /// `espgw demo --nat` also needs nftables for its masquerading namespace.

@@ -848,31 +848,11 @@ fn write_udp_encap_seeds() {
 #[test]
 #[ignore = "writes fuzz/seeds/ipv6_headers; run with --ignored to regenerate them"]
 fn write_ipv6_headers_seeds() {
-    use smoltcp::phy::ChecksumCapabilities;
-    use smoltcp::wire::{
-        Icmpv6Packet, Icmpv6Repr, IpProtocol, Ipv6Packet, Ipv6Repr, NdiscRepr, RawHardwareAddress,
-    };
+    use smoltcp::wire::{Icmpv6Repr, IpProtocol, Ipv6Packet, Ipv6Repr, NdiscRepr, RawHardwareAddress};
     use std::net::Ipv6Addr;
     let host = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x10);
     let gw = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 1);
-    let packet = |src: Ipv6Addr, dst: Ipv6Addr, hop_limit: u8, icmp: &Icmpv6Repr| -> Vec<u8> {
-        let ip = Ipv6Repr {
-            src_addr: src,
-            dst_addr: dst,
-            next_header: IpProtocol::Icmpv6,
-            payload_len: icmp.buffer_len(),
-            hop_limit,
-        };
-        let mut p = vec![0u8; 40 + icmp.buffer_len()];
-        ip.emit(&mut Ipv6Packet::new_unchecked(&mut p[..40]));
-        icmp.emit(
-            &src,
-            &dst,
-            &mut Icmpv6Packet::new_unchecked(&mut p[40..]),
-            &ChecksumCapabilities::default(),
-        );
-        p
-    };
+    let packet = common::icmpv6_packet;
     let data = [0x5a; 16];
     let echo = packet(
         host,

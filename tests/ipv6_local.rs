@@ -17,8 +17,8 @@ use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
 use ike_stub::Config;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
-    EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, Icmpv6Repr, IpProtocol, Ipv6Packet,
-    Ipv6Repr, NdiscNeighborFlags, NdiscRepr, RawHardwareAddress,
+    EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, Icmpv6Repr, Ipv6Packet, Ipv6Repr,
+    NdiscNeighborFlags, NdiscRepr, RawHardwareAddress,
 };
 
 const GW_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 1, 1]);
@@ -47,25 +47,13 @@ fn frame(
     hop_limit: u8,
     icmp: &Icmpv6Repr,
 ) -> Vec<u8> {
-    let ip = Ipv6Repr {
-        src_addr: src,
-        dst_addr: dst,
-        next_header: IpProtocol::Icmpv6,
-        payload_len: icmp.buffer_len(),
-        hop_limit,
-    };
-    let mut bytes = vec![0u8; 14 + ip.buffer_len() + icmp.buffer_len()];
+    let packet = icmpv6_packet(src, dst, hop_limit, icmp);
+    let mut bytes = vec![0u8; 14];
     let mut f = EthernetFrame::new_unchecked(&mut bytes[..]);
     f.set_dst_addr(dst_mac);
     f.set_src_addr(HOST_MAC);
     f.set_ethertype(EthernetProtocol::Ipv6);
-    ip.emit(&mut Ipv6Packet::new_unchecked(&mut bytes[14..54]));
-    icmp.emit(
-        &src,
-        &dst,
-        &mut Icmpv6Packet::new_unchecked(&mut bytes[54..]),
-        &ChecksumCapabilities::default(),
-    );
+    bytes.extend_from_slice(&packet);
     bytes
 }
 

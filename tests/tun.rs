@@ -17,20 +17,12 @@ fn ip(args: &[&str]) -> bool {
 }
 
 static TUN: Prerequisite = Prerequisite::new("tun", || {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not running as root, which a network namespace and a TUN device need".into());
-    }
+    testkit::root_and_tools(
+        "a network namespace and a TUN device",
+        &[("ip", "iproute2"), ("ping", "iputils-ping")],
+    )?;
     if !std::path::Path::new("/dev/net/tun").exists() {
         return Err("no /dev/net/tun (modprobe tun)".into());
-    }
-    for tool in ["ip", "ping"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output();
-        if !found.is_ok_and(|o| o.status.success()) {
-            return Err(format!("no `{tool}` (apt-get install iproute2 iputils-ping)"));
-        }
     }
     Ok(())
 });

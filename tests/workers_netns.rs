@@ -20,15 +20,7 @@ use std::time::{Duration, Instant};
 use testkit::Prerequisite;
 
 static NETNS: Prerequisite = Prerequisite::new("netns", || {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not running as root, which network namespaces need".into());
-    }
-    let found = Command::new("sh").args(["-c", "command -v ip"]).output();
-    if !found.is_ok_and(|o| o.status.success()) {
-        return Err("no `ip` (apt-get install iproute2)".into());
-    }
-    Ok(())
+    testkit::root_and_tools("network namespaces", &[("ip", "iproute2")])
 });
 
 fn main() -> std::process::ExitCode {

@@ -78,7 +78,13 @@ fn write_arp(
     p.set_target_protocol_addr(&target.1.octets());
 }
 
-fn write_ethernet(out: &mut [u8], dst: EthernetAddress, src: EthernetAddress, ethertype: EthernetProtocol) {
+/// Writes an Ethernet header into the first 14 bytes of `out`.
+pub(crate) fn write_ethernet(
+    out: &mut [u8],
+    dst: EthernetAddress,
+    src: EthernetAddress,
+    ethertype: EthernetProtocol,
+) {
     let mut f = EthernetFrame::new_unchecked(out);
     f.set_dst_addr(dst);
     f.set_src_addr(src);

@@ -19,6 +19,7 @@ use smoltcp::wire::{
 };
 
 use crate::buffer::PacketBuf;
+use crate::icmp::write_ethernet;
 use crate::wire::ipv6::{self, HEADER_LEN};
 
 /// ICMPv6 types espgw sends, answers or must not answer (RFC 4443 §2.1,
@@ -105,13 +106,6 @@ fn write_ipv6(out: &mut [u8], payload_len: u16, hop_limit: u8, src: Ipv6Addr, ds
     ip.set_hop_limit(hop_limit);
     ip.set_src_addr(src);
     ip.set_dst_addr(dst);
-}
-
-fn write_ethernet(out: &mut [u8], dst: EthernetAddress, src: EthernetAddress) {
-    let mut f = EthernetFrame::new_unchecked(out);
-    f.set_dst_addr(dst);
-    f.set_src_addr(src);
-    f.set_ethertype(EthernetProtocol::Ipv6);
 }
 
 /// Sets the length of `buf` to `len`, growing into the tailroom if needed.
@@ -295,7 +289,7 @@ pub fn neighbor_advert_in_place(
         } else {
             solicit.link_addr.unwrap_or(frame_source)
         };
-        write_ethernet(&mut data[..ETHERNET_LEN], mac, our_mac);
+        write_ethernet(&mut data[..ETHERNET_LEN], mac, our_mac, EthernetProtocol::Ipv6);
     }
     let packet = &mut data[l2..];
     write_ipv6(&mut packet[..HEADER_LEN], NDP_LEN as u16, 255, src, dst);
@@ -321,7 +315,12 @@ pub fn neighbor_solicit(buf: &mut PacketBuf, our: (EthernetAddress, Ipv6Addr), t
         return false;
     };
     let dst = solicited_node(target);
-    write_ethernet(&mut frame[..ETHERNET_LEN], multicast_mac(dst), our.0);
+    write_ethernet(
+        &mut frame[..ETHERNET_LEN],
+        multicast_mac(dst),
+        our.0,
+        EthernetProtocol::Ipv6,
+    );
     let packet = &mut frame[ETHERNET_LEN..];
     write_ipv6(&mut packet[..HEADER_LEN], NDP_LEN as u16, 255, our.1, dst);
     let repr = NdiscRepr::NeighborSolicit {
@@ -440,7 +439,7 @@ mod tests {
 
     fn frame(packet: &[u8], src: EthernetAddress, dst: EthernetAddress) -> PacketBuf {
         let mut bytes = vec![0u8; ETHERNET_LEN];
-        write_ethernet(&mut bytes, dst, src);
+        write_ethernet(&mut bytes, dst, src, EthernetProtocol::Ipv6);
         bytes.extend_from_slice(packet);
         bare(&bytes)
     }

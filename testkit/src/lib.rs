@@ -26,6 +26,25 @@ use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
+/// The probe of a test that builds network namespaces or devices: root
+/// (`why_root` says what needs it) and each `(tool, Debian package)` on the
+/// PATH; the error names what is missing and what to install.
+pub fn root_and_tools(why_root: &str, tools: &[(&str, &str)]) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(format!("not running as root, which {why_root} need"));
+    }
+    for (tool, package) in tools {
+        let found = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output();
+        if !found.is_ok_and(|o| o.status.success()) {
+            return Err(format!("no `{tool}` (apt-get install {package})"));
+        }
+    }
+    Ok(())
+}
+
 /// The environment variable that names the skips CI accepts.
 pub const SKIPS_VAR: &str = "ESPGW_SKIPS";
 

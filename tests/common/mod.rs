@@ -219,3 +219,30 @@ impl Scratch {
         Scratch(dir)
     }
 }
+
+/// A bare IPv6 packet carrying `icmp`, its checksum filled, written by
+/// smoltcp's wire types.
+pub fn icmpv6_packet(
+    src: std::net::Ipv6Addr,
+    dst: std::net::Ipv6Addr,
+    hop_limit: u8,
+    icmp: &smoltcp::wire::Icmpv6Repr,
+) -> Vec<u8> {
+    use smoltcp::wire::{Icmpv6Packet, Ipv6Packet, Ipv6Repr};
+    let ip = Ipv6Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Icmpv6,
+        payload_len: icmp.buffer_len(),
+        hop_limit,
+    };
+    let mut p = vec![0u8; ip.buffer_len() + icmp.buffer_len()];
+    ip.emit(&mut Ipv6Packet::new_unchecked(&mut p[..40]));
+    icmp.emit(
+        &src,
+        &dst,
+        &mut Icmpv6Packet::new_unchecked(&mut p[40..]),
+        &smoltcp::phy::ChecksumCapabilities::default(),
+    );
+    p
+}

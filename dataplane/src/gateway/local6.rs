@@ -100,9 +100,6 @@ fn frame(buf: &mut PacketBuf, to: EthernetAddress, from: EthernetAddress) -> Res
     let header = buf
         .prepend(EthernetFrame::<&[u8]>::header_len())
         .ok_or(DropReason::NoBufferSpace)?;
-    let mut f = EthernetFrame::new_unchecked(header);
-    f.set_dst_addr(to);
-    f.set_src_addr(from);
-    f.set_ethertype(EthernetProtocol::Ipv6);
+    crate::icmp::write_ethernet(header, to, from, EthernetProtocol::Ipv6);
     Ok(())
 }

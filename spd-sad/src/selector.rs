@@ -117,21 +117,12 @@ pub struct Ipv6Prefix {
 }
 
 impl Ipv6Prefix {
-    pub const ANY: Ipv6Prefix = Ipv6Prefix {
-        addr: Ipv6Addr::UNSPECIFIED,
-        len: 0,
-    };
-
     /// A prefix; `None` if `len > 128` or host bits are set.
     pub fn new(addr: Ipv6Addr, len: u8) -> Option<Self> {
         if len > 128 || u128::from(addr) & !Self::mask_of(len) != 0 {
             return None;
         }
         Some(Ipv6Prefix { addr, len })
-    }
-
-    pub fn host(addr: Ipv6Addr) -> Self {
-        Ipv6Prefix { addr, len: 128 }
     }
 
     fn mask_of(len: u8) -> u128 {
@@ -209,35 +200,7 @@ pub enum Family {
     V6,
 }
 
-impl Family {
-    pub fn of(addr: IpAddr) -> Family {
-        match addr {
-            IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(_) => Family::V6,
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        })
-    }
-}
-
 impl IpPrefix {
-    pub const ANY: IpPrefix = IpPrefix::Any;
-
-    /// The host prefix of `addr` (/32 or /128).
-    pub fn host(addr: IpAddr) -> Self {
-        match addr {
-            IpAddr::V4(a) => IpPrefix::V4(Ipv4Prefix::host(a)),
-            IpAddr::V6(a) => IpPrefix::V6(Ipv6Prefix::host(a)),
-        }
-    }
-
     /// The family this prefix is limited to; `None` for `any`.
     pub fn family(self) -> Option<Family> {
         match self {
@@ -266,16 +229,6 @@ impl IpPrefix {
             (IpPrefix::V4(p), IpAddr::V4(a)) => p.contains(a),
             (IpPrefix::V6(p), IpAddr::V6(a)) => p.contains(a),
             _ => false,
-        }
-    }
-
-    /// The network address as a 128-bit number (IPv4 in the low 32 bits),
-    /// for indexes that hold both families; 0 for `any`.
-    pub fn bits(self) -> u128 {
-        match self {
-            IpPrefix::Any => 0,
-            IpPrefix::V4(p) => u128::from(u32::from(p.addr())),
-            IpPrefix::V6(p) => u128::from(p.addr()),
         }
     }
 }

@@ -8,12 +8,14 @@
 //! instead, and both give exactly the first-match answer:
 //!
 //! 1. **A flow cache** ([`Spd::lookup_cached`], the dataplane's call): an
-//!    exact-match table on the 5-tuple and direction, four ways per set,
+//!    exact-match table on the IPv4 5-tuple and direction, four ways per set,
 //!    [`FLOW_CACHE_ENTRIES`] entries allocated once. An entry carries the
 //!    SPD generation it was computed under; every change to the SPD bumps
 //!    the generation, so an SPD edit invalidates the whole cache in O(1)
 //!    and a stale decision is never returned. A hit costs one hash and one
-//!    or two compares whatever the table size.
+//!    or two compares whatever the table size. IPv6 flows are not cached
+//!    (their entries would not fit two to a cache line): they go to the
+//!    index.
 //! 2. **Tuple-space search** behind it ([`Spd::lookup`]): policies are
 //!    grouped by their *shape* (source prefix length, destination prefix
 //!    length, whether the protocol is named). Inside a shape, the masked
@@ -21,7 +23,9 @@
 //!    cell holds that key's policies in decision order, with their port
 //!    ranges checked in turn. A lookup probes each shape once, so its cost
 //!    grows with the number of distinct shapes (a handful in a real
-//!    configuration, at most 33 x 33 x 2), not with the number of policies.
+//!    configuration, at most 33 x 33 x 2 for IPv4 and 129 x 129 x 2 for
+//!    IPv6, each family in an index of its own), not with the number of
+//!    policies.
 //!    Shapes are visited in order of their best (earliest) policy and the
 //!    search stops at the first shape that cannot beat what was found,
 //!    which keeps the RFC 4301 ordered decision: the answer is the match

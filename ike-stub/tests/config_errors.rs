@@ -845,3 +845,42 @@ fn interface_addresses_and_macs_parse_as_written() {
         expect_error(&extra, line_of(&extra, "mac ="), 7, "is not a MAC address");
     }
 }
+
+/// `address6` takes a unicast address with its prefix length; anything
+/// else is refused at its line with what to write.
+#[test]
+fn interface_address6_is_checked() {
+    let with = |value: &str| {
+        BASE.replacen(
+            "address = \"192.168.1.1/24\"",
+            &format!("address = \"192.168.1.1/24\"\naddress6 = \"{value}\""),
+            1,
+        )
+    };
+    let config = parse(&with("2001:db8:1::1/64")).unwrap_or_else(|e| panic!("{e}"));
+    let (addr, network) = config.inside.address6.expect("address6 read");
+    assert_eq!(addr, "2001:db8:1::1".parse::<std::net::Ipv6Addr>().unwrap());
+    assert_eq!(network.to_string(), "2001:db8:1::/64");
+    assert_eq!(config.outside.address6, None);
+    for (bad, says) in [
+        (
+            "2001:db8:1::1",
+            "must be address/prefix-length, e.g. 2001:db8:1::1/64",
+        ),
+        ("2001:db8:1::1/129", "must be address/prefix-length"),
+        ("2001:db8:1::1/0", "must be address/prefix-length"),
+        ("192.168.1.1/24", "must be address/prefix-length"),
+        ("ff02::1/64", "must be a unicast address of this link"),
+        ("::1/128", "must be a unicast address of this link"),
+        ("::ffff:10.0.0.1/96", "must be a unicast address of this link"),
+    ] {
+        let text = with(bad);
+        let err = parse(&text).expect_err(bad);
+        assert_eq!(
+            err.line,
+            text.lines().position(|l| l.contains("address6")).unwrap() + 1,
+            "{err}"
+        );
+        assert!(err.to_string().contains(says), "{bad}: {err}");
+    }
+}

@@ -282,7 +282,22 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if tun_inside && workers > 1 {
         tracing::info!("a TUN inside is served by one worker");
     }
-    let workers = if tun_inside { 1 } else { workers };
+    // IPv6 transit is read by worker 0 alone (the steered sockets take
+    // IPv4), and an SA fed by two workers would send its sequence numbers
+    // out of order: a gateway that tunnels IPv6 runs one worker.
+    let ipv6_tunnels = [&config.inside, &config.outside]
+        .iter()
+        .any(|i| i.address6.is_some())
+        && config.policies.iter().any(|p| {
+            matches!(p.action, ike_stub::config::PolicyAction::Protect(_))
+                && p.selector
+                    .families()
+                    .is_ok_and(|f| f.contains(&spd_sad::Family::V6))
+        });
+    if ipv6_tunnels && workers > 1 && !tun_inside {
+        tracing::info!("IPv6 tunnels are served by one worker so far");
+    }
+    let workers = if tun_inside || ipv6_tunnels { 1 } else { workers };
     let sockets = open_sockets(&config, workers, args.receive.into())?;
     let moderation = dataplane::io::run::Moderation {
         delay: Duration::from_micros(args.rx_coalesce_us),

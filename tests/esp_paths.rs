@@ -307,7 +307,7 @@ fn inbound_policy_is_enforced_after_decapsulation() {
     // A peer whose outbound policy is wider than our inbound SA allows:
     // the inner packet is authentic but not allowed through that SA.
     let mut wide = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
-    wide.tunnels[0].remote_subnet = Some(Ipv4Prefix::ANY);
+    wide.tunnels[0].remote_subnet = Some(Ipv4Prefix::ANY.into());
     wide.routes[0].destination = Ipv4Prefix::ANY;
     let mut wide_a = gateway_from(&wide.to_toml());
     let stray = udp_packet(HOST_A, "172.16.0.1".parse().unwrap(), 10, 0);
@@ -477,8 +477,8 @@ const SOURCES: [&str; 7] = [
 /// Site A with a tunnel that sends anything from anywhere through its SA.
 fn wide_sender(alg: Algorithm) -> dataplane::Gateway {
     let mut wide = tunnel_builder(alg, "tunnel", false, true);
-    wide.tunnels[0].local_subnet = Some(Ipv4Prefix::ANY);
-    wide.tunnels[0].remote_subnet = Some(Ipv4Prefix::ANY);
+    wide.tunnels[0].local_subnet = Some(Ipv4Prefix::ANY.into());
+    wide.tunnels[0].remote_subnet = Some(Ipv4Prefix::ANY.into());
     gateway_from(&wide.to_toml())
 }
 

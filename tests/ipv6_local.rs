@@ -1,7 +1,7 @@
 //! IPv6 addressed to the gateway: neighbour solicitations for an
 //! interface's `address6` answered (RFC 4861 §7.2.4), echo requests to it
-//! answered (RFC 4443 §4.2), and everything else IPv6 still counted as
-//! `unsupported` (the data path does not carry IPv6 transit or tunnels).
+//! answered (RFC 4443 §4.2), IPv6 on an interface without `address6`
+//! counted as `unsupported`, and transit IPv6 left to the SPD.
 //! Packets are built and the replies checked with smoltcp's wire types,
 //! checksums included.
 
@@ -189,13 +189,15 @@ fn answers_echo_to_its_address_and_refuses_a_bad_checksum() {
 }
 
 #[test]
-fn other_ipv6_is_still_unsupported() {
+fn transit_ipv6_needs_a_policy_and_ipv6_needs_an_address6() {
     let mut gw = gateway();
     let mut pool = PacketPool::new(8);
+    // The tunnel selects IPv4 only: IPv6 passing through matches no
+    // policy (RFC 4301 §4.4.1's default; `tests/ipv6_tunnel.rs` carries it).
     let transit = echo(Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 5));
     assert_eq!(
         send(&mut gw, &mut pool, &transit).0,
-        Verdict::Drop(DropReason::Unsupported)
+        Verdict::Drop(DropReason::NoPolicy)
     );
     // The outside interface has no IPv6 address: nothing is answered there.
     let mut buf = pool.alloc().unwrap();

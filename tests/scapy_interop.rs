@@ -1,6 +1,10 @@
 //! Interop with an independent ESP implementation: runs
 //! `tests/interop/scapy_interop.py`, which drives the `espgw` binary with
-//! captures built and checked by scapy's `SecurityAssociation`.
+//! captures built and checked by scapy's `SecurityAssociation`: both
+//! directions and negative cases for each proposal in tunnel and transport
+//! mode, with ESN, with UDP encapsulation (RFC 3948), and with IPv6 inner
+//! packets over IPv4 tunnels (6-in-4: selectors, packet-too-big). The
+//! script's docstring lists the cases.
 //!
 //! Needs `python3` with scapy (and `cryptography`). Without scapy the test
 //! shows as `ignored (needs scapy: ...)`; under `CI=true` it fails unless

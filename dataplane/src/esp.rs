@@ -1,6 +1,7 @@
 //! ESP encapsulation and decapsulation (RFC 4303), split into *prepare* and
 //! *finish* halves around the offload boundary, working in place in a
-//! [`PacketBuf`] whose data is an IPv4 packet.
+//! [`PacketBuf`] whose data is an IP packet: IPv4 or, in tunnel mode, IPv6
+//! (next header 41), always behind an IPv4 outer header.
 //!
 //! Prepare writes every header, the sequence number, IV, padding and trailer
 //! and returns the descriptor; the engine runs it over the bytes from the
@@ -26,6 +27,8 @@ use crate::wire::ipv4;
 pub const NEXT_HEADER_NONE: u8 = 59;
 /// IP-in-IP: the next header of a tunnel-mode IPv4 payload.
 pub const NEXT_HEADER_IPV4: u8 = 4;
+/// The next header of a tunnel-mode IPv6 payload (RFC 2473).
+pub const NEXT_HEADER_IPV6: u8 = 41;
 /// IPv4 header length without options.
 pub const IPV4_HEADER_LEN: usize = 20;
 
@@ -213,27 +216,21 @@ pub fn encapsulate_prepare<R: Rng>(
     let alg = sa.crypto().algorithm;
     let params = sa.params();
     let (mode, spi, esn) = (params.mode, params.spi, params.esn);
-    // The caller has checked the IPv4 header (classification): read the
-    // few fields needed straight from it, guarding only the length.
-    let Some(&[ver_ihl, tos, _, _, _, _, flags_hi, flags_lo, _, inner_proto]) = buf.data().get(..10) else {
-        return Err(DropReason::Malformed);
-    };
-    let inner_tos = tos;
-    let inner_df = flags_hi & 0x40 != 0;
-    let is_fragment = flags_hi & 0x20 != 0 || u16::from_be_bytes([flags_hi & 0x1f, flags_lo]) != 0;
-    let header_len = usize::from(ver_ihl & 0x0f) * 4;
-    if header_len < IPV4_HEADER_LEN || header_len > buf.len() {
-        return Err(DropReason::Malformed);
-    }
-    let (protected_start, next_header) = match mode {
-        Mode::Tunnel => (0, NEXT_HEADER_IPV4),
+    let inner = Inner::read(buf.data())?;
+    let (protected_start, next_header) = match (mode, inner.family) {
+        (Mode::Tunnel, 4) => (0, NEXT_HEADER_IPV4),
+        (Mode::Tunnel, _) => (0, NEXT_HEADER_IPV6),
+        // Transport mode keeps the packet's own header, whose family is
+        // the SA's ends' (IPv4 here: see `Gateway::install_sa`).
+        (Mode::Transport, 6) => return Err(DropReason::Unsupported),
         // RFC 4301 §4.1: transport mode carries whole packets only.
-        Mode::Transport if is_fragment => return Err(DropReason::Unsupported),
+        (Mode::Transport, _) if inner.is_fragment => return Err(DropReason::Unsupported),
         // Next header 59 marks a dummy packet, which the peer must discard
         // (RFC 4303 §2.6): such a payload cannot be carried in transport mode.
-        Mode::Transport if inner_proto == NEXT_HEADER_NONE => return Err(DropReason::Unsupported),
-        Mode::Transport => (header_len, inner_proto),
+        (Mode::Transport, _) if inner.protocol == NEXT_HEADER_NONE => return Err(DropReason::Unsupported),
+        (Mode::Transport, _) => (inner.header_len, inner.protocol),
     };
+    let (header_len, inner_tos, inner_df) = (inner.header_len, inner.tos, inner.dont_fragment);
     let payload_len = buf.len() - protected_start;
     let pad_len = EspTrailer::pad_len_for(payload_len, alg.pad_align());
     let cipher_len = payload_len + pad_len + esp::TRAILER_LEN;
@@ -312,6 +309,54 @@ pub fn encapsulate_prepare<R: Rng>(
         }
     }
     Ok(pending)
+}
+
+/// The fields of the packet to protect that its protection reads.
+struct Inner {
+    family: u8,
+    /// IPv4 TOS or IPv6 traffic class: DSCP and ECN.
+    tos: u8,
+    dont_fragment: bool,
+    is_fragment: bool,
+    header_len: usize,
+    protocol: u8,
+}
+
+impl Inner {
+    /// The caller has checked the header (classification): the few fields
+    /// needed are read straight from it, guarding only the length.
+    #[inline(always)]
+    fn read(data: &[u8]) -> Result<Inner, DropReason> {
+        let Some(&[ver_ihl, tos, _, _, _, _, flags_hi, flags_lo, _, protocol]) = data.get(..10) else {
+            return Err(DropReason::Malformed);
+        };
+        if ver_ihl >> 4 == 6 {
+            return Ok(Inner {
+                family: 6,
+                tos: (ver_ihl << 4) | (tos >> 4),
+                // RFC 4213 §3.2.1: IPv6 in IPv4 goes with DF clear, so
+                // that a smaller IPv4 path fragments the outer packet;
+                // what exceeds our own tunnel MTU got a packet-too-big.
+                dont_fragment: false,
+                // Tunnel mode carries an IPv6 fragment like any packet.
+                is_fragment: false,
+                header_len: crate::wire::ipv6::HEADER_LEN,
+                protocol: data.get(6).copied().unwrap_or(NEXT_HEADER_NONE),
+            });
+        }
+        let header_len = usize::from(ver_ihl & 0x0f) * 4;
+        if header_len < IPV4_HEADER_LEN || header_len > data.len() {
+            return Err(DropReason::Malformed);
+        }
+        Ok(Inner {
+            family: 4,
+            tos,
+            dont_fragment: flags_hi & 0x40 != 0,
+            is_fragment: flags_hi & 0x20 != 0 || u16::from_be_bytes([flags_hi & 0x1f, flags_lo]) != 0,
+            header_len,
+            protocol,
+        })
+    }
 }
 
 /// Outbound finish: the engine has run. Lifetimes were counted when the
@@ -493,17 +538,21 @@ pub fn decapsulate_finish(
     let esp_overhead = cipher.start;
     match mode {
         Mode::Tunnel => {
-            if trailer.next_header != NEXT_HEADER_IPV4 {
-                return Err(malformed(sa));
-            }
             buf.trim_front(esp_offset + esp_overhead);
             buf.truncate(payload_len);
             // RFC 4303 §2.7: tunnel-mode TFC padding may follow the inner
             // packet; its own total length says where it ends.
-            let inner_len = match Ipv4Packet::new_checked(buf.data()) {
-                Ok(inner) if inner.version() == 4 && inner.verify_checksum() => {
-                    usize::from(inner.total_len())
-                }
+            let inner_len = match trailer.next_header {
+                NEXT_HEADER_IPV4 => match Ipv4Packet::new_checked(buf.data()) {
+                    Ok(inner) if inner.version() == 4 && inner.verify_checksum() => {
+                        usize::from(inner.total_len())
+                    }
+                    _ => return Err(malformed(sa)),
+                },
+                NEXT_HEADER_IPV6 => match crate::wire::ipv6::view(buf.data()) {
+                    Ok(inner) => inner.total_len(),
+                    Err(_) => return Err(malformed(sa)),
+                },
                 _ => return Err(malformed(sa)),
             };
             buf.truncate(inner_len);

@@ -6,7 +6,7 @@
 //! ([`RateLimiter`]), so that a flood cannot turn the gateway into a
 //! reflector (RFC 1812 §4.3.2.8).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -337,7 +337,7 @@ pub struct RateLimiter {
     global: Bucket,
     source_cost: u64,
     source_capacity: u64,
-    sources: HashMap<Ipv4Addr, Bucket>,
+    sources: HashMap<IpAddr, Bucket>,
 }
 
 impl Default for RateLimiter {
@@ -370,7 +370,8 @@ impl RateLimiter {
     /// Whether an error may go to `to` at `now`; if so, its tokens are
     /// taken from both buckets. The gateway's bucket is asked first, so a
     /// flood that it stops never reaches the per-source table.
-    pub fn allow(&mut self, to: Ipv4Addr, now: Duration) -> bool {
+    pub fn allow(&mut self, to: impl Into<IpAddr>, now: Duration) -> bool {
+        let to = to.into();
         self.global.refill(self.capacity, now);
         if self.global.credit < self.cost {
             return false;

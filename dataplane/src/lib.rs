@@ -30,6 +30,6 @@ pub use accel::buffer::{self, PacketBuf, PacketPool};
 pub use gateway::{
     DatagramError, Gateway, GatewaySetup, InstallSaError, LinkLayer, Output, SaCrypto, Verdict, CONTROL_PORT,
 };
-pub use route::{Interface, InterfaceKind, Port, Route};
+pub use route::{Interface, InterfaceKind, Port, Route, Route6};
 pub use smoltcp::wire::EthernetAddress;
 pub use stats::{DropReason, Stats};

@@ -1,6 +1,8 @@
 //! Neighbours: static entries from the configuration, entries learnt by ARP
-//! (RFC 826) with expiry, and the bounded queue of packets waiting for a
-//! next hop to resolve.
+//! (RFC 826) or IPv6 neighbour discovery (RFC 4861) with expiry, and the
+//! bounded queue of packets waiting for a next hop to resolve. Both
+//! families share the table, the bounds and the queue; what turns a frame
+//! into a [`Sighting`] is the caller's.
 //!
 //! Learning is what an ARP flood attacks, so it follows the kernel's
 //! defaults rather than RFC 826's letter: a sender is learnt only if it is
@@ -18,11 +20,11 @@
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap as HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use smoltcp::wire::{ArpOperation, EthernetAddress};
-use spd_sad::Ipv4Prefix;
+use spd_sad::IpPrefix;
 
 use crate::buffer::PacketBuf;
 use crate::icmp::Arp;
@@ -85,9 +87,22 @@ pub enum Learnt {
     TableFull,
 }
 
+/// What a neighbour's ARP or NDP packet says of it, for [`Neighbors::learn`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sighting {
+    /// The address it claims, and its link-layer address.
+    pub sender: IpAddr,
+    pub mac: EthernetAddress,
+    /// An answer (ARP reply, NDP advertisement) rather than a question.
+    pub is_reply: bool,
+    /// Sent to us: asking for our address, or answering at our unicast
+    /// address (ARP), or solicited (NDP's S flag).
+    pub for_us: bool,
+}
+
 /// A packet parked until its next hop answers ARP.
 pub struct Waiting {
-    pub next_hop: Ipv4Addr,
+    pub next_hop: IpAddr,
     pub port: Port,
     pub buf: PacketBuf,
     pub since: Duration,
@@ -104,21 +119,21 @@ pub enum Queued {
 /// Entries learnt on one interface.
 #[derive(Default)]
 struct Table {
-    entries: HashMap<Ipv4Addr, (EthernetAddress, Duration)>,
+    entries: HashMap<IpAddr, (EthernetAddress, Duration)>,
     /// Networks whose hosts may be learnt here.
-    on_link: Vec<Ipv4Prefix>,
-    /// Our own address on the interface, never learnt.
-    own: Option<Ipv4Addr>,
+    on_link: Vec<IpPrefix>,
+    /// Our own addresses on the interface, never learnt.
+    own: Vec<IpAddr>,
     last_sweep: Option<Duration>,
 }
 
 #[derive(Default)]
 pub struct Neighbors {
-    static_entries: HashMap<Ipv4Addr, EthernetAddress>,
+    static_entries: HashMap<IpAddr, EthernetAddress>,
     tables: [Table; 2],
     limits: NeighborLimits,
     pending: VecDeque<Waiting>,
-    last_request: HashMap<Ipv4Addr, Duration>,
+    last_request: HashMap<IpAddr, Duration>,
     /// Bumped by every change to an entry, so that what was derived from
     /// the table (a tunnel's cached next hop) knows when to look again.
     version: u64,
@@ -134,30 +149,37 @@ impl Neighbors {
 
     /// Hosts of `network` may be learnt on `port`; `own` is our address
     /// there.
-    pub fn add_on_link(&mut self, port: Port, network: Ipv4Prefix, own: Option<Ipv4Addr>) {
+    pub fn add_on_link(&mut self, port: Port, network: impl Into<IpPrefix>, own: Option<IpAddr>) {
+        let network = network.into();
         let table = &mut self.tables[port.index()];
         if !table.on_link.contains(&network) {
             table.on_link.push(network);
         }
-        if own.is_some() {
-            table.own = own;
+        if let Some(own) = own.filter(|o| !table.own.contains(o)) {
+            table.own.push(own);
         }
     }
 
-    pub fn insert_static(&mut self, address: Ipv4Addr, mac: EthernetAddress) {
+    pub fn insert_static(&mut self, address: impl Into<IpAddr>, mac: EthernetAddress) {
         self.version += 1;
-        self.static_entries.insert(address, mac);
+        self.static_entries.insert(address.into(), mac);
     }
 
     /// The MAC of `address` on `port` at time `now`, if known and not
     /// expired.
-    pub fn lookup(&self, port: Port, address: Ipv4Addr, now: Duration) -> Option<EthernetAddress> {
+    pub fn lookup(&self, port: Port, address: impl Into<IpAddr>, now: Duration) -> Option<EthernetAddress> {
         self.entry(port, address, now).map(|(mac, _)| mac)
     }
 
     /// The MAC of `address` on `port` at time `now` and until when it
     /// holds (while [`version`](Self::version) stays the same).
-    pub fn entry(&self, port: Port, address: Ipv4Addr, now: Duration) -> Option<(EthernetAddress, Duration)> {
+    pub fn entry(
+        &self,
+        port: Port,
+        address: impl Into<IpAddr>,
+        now: Duration,
+    ) -> Option<(EthernetAddress, Duration)> {
+        let address = address.into();
         if let Some(mac) = self.static_entries.get(&address) {
             return Some((*mac, Duration::MAX));
         }
@@ -180,38 +202,54 @@ impl Neighbors {
 
     /// Whether an ARP request for `address` went out and has not been
     /// answered yet.
-    pub fn requested(&self, address: Ipv4Addr) -> bool {
-        self.last_request.contains_key(&address)
+    pub fn requested(&self, address: impl Into<IpAddr>) -> bool {
+        self.last_request.contains_key(&address.into())
     }
 
     /// Applies the learning rules (see the module's doc) to an ARP packet
     /// that arrived on `port`; `for_us` says whether it targets our
     /// address there.
     pub fn learn_from(&mut self, port: Port, arp: &Arp, for_us: bool, now: Duration) -> Learnt {
-        let sender = arp.sender_ip;
+        self.learn(
+            port,
+            Sighting {
+                sender: IpAddr::V4(arp.sender_ip),
+                mac: arp.sender_mac,
+                is_reply: arp.operation == ArpOperation::Reply,
+                for_us,
+            },
+            now,
+        )
+    }
+
+    /// The learning rules for what a neighbour said of itself: ARP's
+    /// sender, or an NDP solicitation's source link-layer address and an
+    /// advertisement's target link-layer address (RFC 4861 §7.2.3, §7.2.5).
+    pub fn learn(&mut self, port: Port, seen: Sighting, now: Duration) -> Learnt {
+        let sender = seen.sender;
         let requested = self.requested(sender);
         let max = self.limits.max_learnt;
         let table = &mut self.tables[port.index()];
-        if sender.is_unspecified() || table.own == Some(sender) {
+        if sender.is_unspecified() || table.own.contains(&sender) {
             return Learnt::Ignored;
         }
-        if !table.on_link.iter().any(|n| n.contains(sender)) || sender.is_broadcast() || sender.is_multicast()
-        {
+        let broadcast = matches!(sender, IpAddr::V4(v4) if v4.is_broadcast());
+        if !table.on_link.iter().any(|n| n.contains(sender)) || broadcast || sender.is_multicast() {
             return Learnt::OffLink;
         }
         if self.static_entries.contains_key(&sender) {
             return Learnt::Updated;
         }
         if let Some(entry) = table.entries.get_mut(&sender) {
-            *entry = (arp.sender_mac, now + REACHABLE_TIME);
+            *entry = (seen.mac, now + REACHABLE_TIME);
             self.version += 1;
             return Learnt::Updated;
         }
-        let reply_for_us = arp.operation == ArpOperation::Reply && for_us;
+        let reply_for_us = seen.is_reply && seen.for_us;
         let answers_us = reply_for_us && requested;
         let answers_a_worker = reply_for_us && self.limits.replies_for_other_workers;
-        if !(answers_us || answers_a_worker || arp.operation == ArpOperation::Request && for_us) {
-            return if arp.operation == ArpOperation::Reply {
+        if !(answers_us || answers_a_worker || !seen.is_reply && seen.for_us) {
+            return if seen.is_reply {
                 Learnt::Unsolicited
             } else {
                 Learnt::Ignored
@@ -235,9 +273,7 @@ impl Neighbors {
                 table.entries.remove(&addr);
             }
         }
-        table
-            .entries
-            .insert(sender, (arp.sender_mac, now + REACHABLE_TIME));
+        table.entries.insert(sender, (seen.mac, now + REACHABLE_TIME));
         // Forgetting expired entries needs no bump (what was derived from
         // them expires with them); any other change does.
         self.version += 1;
@@ -245,7 +281,8 @@ impl Neighbors {
     }
 
     /// Parks a packet for `next_hop`.
-    pub fn park(&mut self, next_hop: Ipv4Addr, port: Port, buf: PacketBuf, now: Duration) -> Queued {
+    pub fn park(&mut self, next_hop: impl Into<IpAddr>, port: Port, buf: PacketBuf, now: Duration) -> Queued {
+        let next_hop = next_hop.into();
         let for_hop = self.pending.iter().filter(|w| w.next_hop == next_hop).count();
         if self.pending.len() >= PENDING_MAX || for_hop >= PENDING_PER_HOP {
             return Queued::Full(buf);
@@ -261,7 +298,7 @@ impl Neighbors {
         }
     }
 
-    fn should_request(&mut self, next_hop: Ipv4Addr, now: Duration) -> bool {
+    fn should_request(&mut self, next_hop: IpAddr, now: Duration) -> bool {
         match self.last_request.get(&next_hop) {
             Some(last) if now.saturating_sub(*last) < REQUEST_INTERVAL => false,
             _ => {
@@ -272,7 +309,7 @@ impl Neighbors {
     }
 
     /// Takes the packets waiting for `address` (now resolved), oldest first.
-    pub fn release(&mut self, address: Ipv4Addr, out: &mut Vec<Waiting>) {
+    pub fn release(&mut self, address: IpAddr, out: &mut Vec<Waiting>) {
         let mut kept = VecDeque::with_capacity(self.pending.len());
         for waiting in self.pending.drain(..) {
             if waiting.next_hop == address {
@@ -287,7 +324,7 @@ impl Neighbors {
 
     /// Takes packets that waited longer than [`RESOLVE_TIMEOUT`], and lists
     /// next hops whose ARP request is due again.
-    pub fn expire(&mut self, now: Duration, expired: &mut Vec<Waiting>, retry: &mut Vec<(Ipv4Addr, Port)>) {
+    pub fn expire(&mut self, now: Duration, expired: &mut Vec<Waiting>, retry: &mut Vec<(IpAddr, Port)>) {
         while self
             .pending
             .front()
@@ -297,7 +334,7 @@ impl Neighbors {
                 expired.push(w);
             }
         }
-        let hops: Vec<(Ipv4Addr, Port)> = self.pending.iter().map(|w| (w.next_hop, w.port)).collect();
+        let hops: Vec<(IpAddr, Port)> = self.pending.iter().map(|w| (w.next_hop, w.port)).collect();
         for &(hop, port) in &hops {
             if !retry.iter().any(|(h, _)| *h == hop) && self.should_request(hop, now) {
                 retry.push((hop, port));
@@ -328,7 +365,8 @@ impl Neighbors {
         }))
     }
 
-    pub fn is_pending(&self, address: Ipv4Addr) -> bool {
+    pub fn is_pending(&self, address: impl Into<IpAddr>) -> bool {
+        let address = address.into();
         self.pending.iter().any(|w| w.next_hop == address)
     }
 
@@ -359,6 +397,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     const OUR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 
@@ -367,8 +406,16 @@ mod tests {
             max_learnt,
             ..NeighborLimits::default()
         });
-        n.add_on_link(Port::Outside, "10.0.0.0/16".parse().unwrap(), Some(OUR));
-        n.add_on_link(Port::Outside, "203.0.113.0/24".parse().unwrap(), None);
+        n.add_on_link(
+            Port::Outside,
+            "10.0.0.0/16".parse::<spd_sad::Ipv4Prefix>().unwrap(),
+            Some(OUR.into()),
+        );
+        n.add_on_link(
+            Port::Outside,
+            "203.0.113.0/24".parse::<spd_sad::Ipv4Prefix>().unwrap(),
+            None,
+        );
         n
     }
 
@@ -481,7 +528,11 @@ mod tests {
             max_learnt: 2,
             replies_for_other_workers: true,
         });
-        n.add_on_link(Port::Outside, "10.0.0.0/16".parse().unwrap(), Some(OUR));
+        n.add_on_link(
+            Port::Outside,
+            "10.0.0.0/16".parse::<spd_sad::Ipv4Prefix>().unwrap(),
+            Some(OUR.into()),
+        );
         let port = Port::Outside;
         let now = Duration::ZERO;
         let reply = |s| arp(ArpOperation::Reply, s, OUR);

@@ -1,4 +1,5 @@
-//! Interfaces, IPv4 routes (longest-prefix match) and neighbours.
+//! Interfaces and routes (longest-prefix match, one table per address
+//! family).
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -68,44 +69,77 @@ pub struct Interface {
     pub mtu: u16,
     /// The interface's IPv6 address and its on-link prefix, if it has
     /// one: the gateway answers neighbour solicitations (RFC 4861) and
-    /// echo requests for it. IPv6 transit traffic is not carried yet.
+    /// echo requests for it, and carries IPv6 on the interface. Without
+    /// one, IPv6 frames are counted `unsupported`.
     pub address6: Option<(Ipv6Addr, Ipv6Prefix)>,
+}
+
+/// What a route's destination is: a prefix of one address family.
+pub trait Destination: Copy + fmt::Debug + PartialEq + Eq {
+    type Addr: Copy + fmt::Debug + PartialEq + Eq;
+    fn prefix_len(self) -> u8;
+    fn contains(self, addr: Self::Addr) -> bool;
+}
+
+impl Destination for Ipv4Prefix {
+    type Addr = Ipv4Addr;
+    fn prefix_len(self) -> u8 {
+        Ipv4Prefix::len(self)
+    }
+    fn contains(self, addr: Ipv4Addr) -> bool {
+        Ipv4Prefix::contains(self, addr)
+    }
+}
+
+impl Destination for Ipv6Prefix {
+    type Addr = Ipv6Addr;
+    fn prefix_len(self) -> u8 {
+        Ipv6Prefix::len(self)
+    }
+    fn contains(self, addr: Ipv6Addr) -> bool {
+        Ipv6Prefix::contains(self, addr)
+    }
 }
 
 /// A configured route; `via` is `None` for a directly connected network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Route {
-    pub destination: Ipv4Prefix,
-    pub via: Option<Ipv4Addr>,
+pub struct Route<P: Destination = Ipv4Prefix> {
+    pub destination: P,
+    pub via: Option<P::Addr>,
     pub port: Port,
 }
+
+/// An IPv6 route.
+pub type Route6 = Route<Ipv6Prefix>;
 
 /// Where a packet goes next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NextHop {
+pub struct NextHop<A = Ipv4Addr> {
     pub port: Port,
-    pub address: Ipv4Addr,
+    pub address: A,
 }
 
-/// Routes ordered longest prefix first.
-#[derive(Debug, Clone, Default)]
-pub struct RoutingTable {
-    routes: Vec<Route>,
+/// One family's routes, ordered longest prefix first.
+#[derive(Debug, Clone)]
+pub struct Routes<P: Destination> {
+    routes: Vec<Route<P>>,
 }
 
-impl RoutingTable {
-    pub fn new() -> Self {
-        Self::default()
+impl<P: Destination> Default for Routes<P> {
+    fn default() -> Self {
+        Routes { routes: Vec::new() }
     }
+}
 
-    pub fn add(&mut self, route: Route) {
+impl<P: Destination> Routes<P> {
+    pub fn add(&mut self, route: Route<P>) {
         let at = self
             .routes
-            .partition_point(|r| r.destination.len() >= route.destination.len());
+            .partition_point(|r| r.destination.prefix_len() >= route.destination.prefix_len());
         self.routes.insert(at, route);
     }
 
-    pub fn lookup(&self, dst: Ipv4Addr) -> Option<NextHop> {
+    pub fn lookup(&self, dst: P::Addr) -> Option<NextHop<P::Addr>> {
         self.routes
             .iter()
             .find(|r| r.destination.contains(dst))
@@ -115,8 +149,45 @@ impl RoutingTable {
             })
     }
 
-    pub fn routes(&self) -> &[Route] {
+    pub fn routes(&self) -> &[Route<P>] {
         &self.routes
+    }
+}
+
+/// The gateway's routes: IPv4, and IPv6 for interfaces with an `address6`.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingTable {
+    v4: Routes<Ipv4Prefix>,
+    v6: Routes<Ipv6Prefix>,
+}
+
+impl RoutingTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, route: Route) {
+        self.v4.add(route);
+    }
+
+    pub fn add6(&mut self, route: Route6) {
+        self.v6.add(route);
+    }
+
+    pub fn lookup(&self, dst: Ipv4Addr) -> Option<NextHop> {
+        self.v4.lookup(dst)
+    }
+
+    pub fn lookup6(&self, dst: Ipv6Addr) -> Option<NextHop<Ipv6Addr>> {
+        self.v6.lookup(dst)
+    }
+
+    pub fn routes(&self) -> &[Route] {
+        self.v4.routes()
+    }
+
+    pub fn routes6(&self) -> &[Route6] {
+        self.v6.routes()
     }
 }
 

@@ -43,11 +43,11 @@ pub enum DropReason {
     SeqOverflow,
     /// No route to the destination.
     NoRoute,
-    /// TTL would reach zero.
+    /// TTL (IPv6: hop limit) would reach zero.
     TtlExpired,
-    /// Not IPv4 (IPv6 other than neighbour discovery and echo for an
-    /// interface's `address6`, unknown EtherType) — this gateway forwards
-    /// IPv4 only so far.
+    /// What this gateway does not carry: IPv6 on an interface without
+    /// `address6`, ESP over IPv6, multicast groups it is not in, unknown
+    /// EtherTypes.
     Unsupported,
     /// The crypto engine reported an error for the packet.
     EngineError,
@@ -58,12 +58,13 @@ pub enum DropReason {
     /// The engine held the packet too long (stalled channel, lost
     /// completion), or gave it back because its server stopped answering.
     EngineTimeout,
-    /// The next hop did not answer ARP in time.
+    /// The next hop did not answer ARP or neighbour solicitation in time.
     NeighborUnreachable,
     /// Too many packets already wait for ARP.
     NeighborQueueFull,
-    /// DF set and the packet does not fit the outside MTU once protected
-    /// (an ICMP fragmentation-needed went back).
+    /// DF set (or IPv6) and the packet does not fit the next link's MTU,
+    /// once protected for a tunnel (an ICMP fragmentation-needed or an
+    /// ICMPv6 packet-too-big went back).
     FragNeeded,
     /// Inbound fragments that could not be reassembled (overlap, too large,
     /// too many in progress).

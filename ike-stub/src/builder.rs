@@ -22,7 +22,7 @@ use std::str::FromStr;
 use accel::{Algorithm, BufferPolicy, EngineKind, Style};
 use serde::{Deserialize, Serialize};
 use smoltcp::wire::{EthernetAddress, Ipv4Cidr};
-use spd_sad::{Ipv4Prefix, Mode, PolicyDirection};
+use spd_sad::{IpPrefix, Ipv4Prefix, Mode, PolicyDirection};
 
 use crate::{Config, ConfigError};
 
@@ -438,9 +438,9 @@ pub struct TunnelBuilder {
     pub local: Ipv4Addr,
     pub remote: Ipv4Addr,
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
-    pub local_subnet: Option<Ipv4Prefix>,
+    pub local_subnet: Option<IpPrefix>,
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
-    pub remote_subnet: Option<Ipv4Prefix>,
+    pub remote_subnet: Option<IpPrefix>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
@@ -517,9 +517,10 @@ impl TunnelBuilder {
         }
     }
 
-    pub fn subnets(mut self, local: Ipv4Prefix, remote: Ipv4Prefix) -> Self {
-        self.local_subnet = Some(local);
-        self.remote_subnet = Some(remote);
+    /// The networks behind the two ends: IPv4 or IPv6 (both the same).
+    pub fn subnets(mut self, local: impl Into<IpPrefix>, remote: impl Into<IpPrefix>) -> Self {
+        self.local_subnet = Some(local.into());
+        self.remote_subnet = Some(remote.into());
         self
     }
 

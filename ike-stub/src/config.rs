@@ -13,7 +13,9 @@ use accel::{
 };
 use dataplane::icmp::IcmpLimits;
 use dataplane::neighbor::NeighborLimits;
-use dataplane::{EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route};
+use dataplane::{
+    EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route, Route6,
+};
 use smoltcp::wire::Ipv4Cidr;
 use spd_sad::{
     Action, IpPrefix, Ipv4Prefix, Ipv6Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange,
@@ -22,7 +24,7 @@ use spd_sad::{
 use zeroize::Zeroizing;
 
 use crate::error::{ConfigError, ConfigErrorKind, Locator};
-use crate::raw::{RawConfig, RawLifetime, RawPolicy, RawPorts, RawSa, RawTunnel, SecretText, S};
+use crate::raw::{RawConfig, RawLifetime, RawPolicy, RawPorts, RawRoute, RawSa, RawTunnel, SecretText, S};
 
 /// Default anti-replay window (packets).
 pub const DEFAULT_REPLAY_WINDOW: u32 = 64;
@@ -190,6 +192,9 @@ pub struct Config {
     /// What the file set of each interface, by `Port::index()`.
     pub link_overrides: [LinkOverrides; 2],
     pub routes: Vec<Route>,
+    /// IPv6 routes (the networks of the interfaces' `address6` are
+    /// connected without one).
+    pub routes6: Vec<Route6>,
     pub neighbors: Vec<(Ipv4Addr, EthernetAddress)>,
     pub outer_ttl: u8,
     /// Interval of NAT keepalives to UDP-encapsulated peers; `None`: none.
@@ -284,6 +289,7 @@ impl Config {
             inside: self.inside.clone(),
             outside: self.outside.clone(),
             routes: self.routes.clone(),
+            routes6: self.routes6.clone(),
             neighbors: self.neighbors.clone(),
             link,
             outer_ttl: self.outer_ttl,
@@ -533,6 +539,65 @@ impl Validator<'_> {
         })
     }
 
+    /// An IPv6 `[[route]]`: out of an interface with an `address6`, by a
+    /// next hop on its network (or link-local, with `interface`).
+    fn route6(
+        &self,
+        r: &RawRoute,
+        destination: Ipv6Prefix,
+        connected: &[&Interface; 2],
+    ) -> Result<Route6, ConfigError> {
+        let via = match &r.via {
+            None => None,
+            Some(v) => match v.get_ref().parse::<Ipv6Addr>() {
+                Ok(addr) if !addr.is_multicast() && !addr.is_unspecified() => Some(addr),
+                _ => {
+                    return self.err(
+                        span(v),
+                        ConfigErrorKind::Value(format!(
+                            "route via `{}` must be a unicast IPv6 address for an IPv6 destination",
+                            v.get_ref()
+                        )),
+                    )
+                }
+            },
+        };
+        let on_network = |i: &&&Interface, gw: Ipv6Addr| i.address6.is_some_and(|(_, net)| net.contains(gw));
+        let port = match (&r.interface, via) {
+            (Some(name), _) => self.port(name)?,
+            (None, Some(gw)) => match connected.iter().find(|i| on_network(i, gw)) {
+                Some(i) => i.port,
+                None => {
+                    return self.err(
+                        r.via.as_ref().and_then(span),
+                        ConfigErrorKind::Value(format!(
+                            "next hop {gw} is on neither interface's address6 network; add `interface = \"inside\"` or `\"outside\"`"
+                        )),
+                    );
+                }
+            },
+            (None, None) => {
+                return self.err(
+                    span(&r.destination),
+                    ConfigErrorKind::Value("a route needs `via` (a next hop) or `interface`".into()),
+                );
+            }
+        };
+        if connected.iter().all(|i| i.port != port || i.address6.is_none()) {
+            return self.err(
+                span(&r.destination),
+                ConfigErrorKind::Value(format!(
+                    "IPv6 route to {destination} leaves by `{port}`, which has no `address6`; give that interface one"
+                )),
+            );
+        }
+        Ok(Route6 {
+            destination,
+            via,
+            port,
+        })
+    }
+
     /// smoltcp's parser: six octets of one or two hex digits, all joined
     /// by `:` or all by `-`.
     fn mac(&self, at: &S<String>) -> Result<EthernetAddress, ConfigError> {
@@ -554,10 +619,22 @@ impl Validator<'_> {
         let (inside, outside, link_overrides) = self.interfaces()?;
         let connected = [&inside, &outside];
         let mut routes = Vec::new();
+        let mut routes6 = Vec::new();
         for r in &raw.route {
             let r = r.get_ref();
-            let destination: Ipv4Prefix =
-                self.value(&r.destination, "route destination", "192.168.2.0/24")?;
+            let destination: IpPrefix = self.value(&r.destination, "route destination", "192.168.2.0/24")?;
+            if let IpPrefix::V6(destination) = destination {
+                routes6.push(self.route6(r, destination, &connected)?);
+                continue;
+            }
+            let IpPrefix::V4(destination) = destination else {
+                return self.err(
+                    span(&r.destination),
+                    ConfigErrorKind::Value(
+                        "a route destination is a prefix, e.g. 192.168.2.0/24 or 0.0.0.0/0".into(),
+                    ),
+                );
+            };
             let via = r.via.as_ref().map(|v| self.addr(v, "route via")).transpose()?;
             let port = match (&r.interface, via) {
                 (Some(name), _) => self.port(name)?,
@@ -635,6 +712,7 @@ impl Validator<'_> {
             outside,
             link_overrides,
             routes,
+            routes6,
             neighbors,
             outer_ttl: raw
                 .gateway
@@ -1001,6 +1079,15 @@ impl Validator<'_> {
                 return self.err(
                     i.mtu.as_ref().and_then(span),
                     ConfigErrorKind::Value(format!("MTU {mtu} is out of range; use 576 to 9000")),
+                );
+            }
+            // RFC 8200 §5: every link that carries IPv6 carries 1280 bytes.
+            if address6.is_some() && mtu < 1280 {
+                return self.err(
+                    i.mtu.as_ref().and_then(span),
+                    ConfigErrorKind::Value(format!(
+                        "MTU {mtu} is below IPv6's minimum link MTU; an interface with `address6` needs 1280 or more"
+                    )),
                 );
             }
             let kind = match &i.kind {
@@ -1428,21 +1515,47 @@ impl Validator<'_> {
         )?;
         let local = self.addr(&t.local, "local")?;
         let remote = self.addr(&t.remote, "remote")?;
-        let subnet =
-            |s: Option<&S<String>>, host: Ipv4Addr, field: &str| -> Result<Ipv4Prefix, ConfigError> {
-                match s {
-                    Some(s) => self.value(s, field, "192.168.1.0/24"),
-                    None if mode == Mode::Transport => Ok(Ipv4Prefix::host(host)),
-                    None => self.err(
-                        span(&t.name),
-                        ConfigErrorKind::Value(format!(
-                            "tunnel `{name}` needs `{field}` (the network behind this end)"
-                        )),
-                    ),
-                }
-            };
+        let subnet = |s: Option<&S<String>>, host: Ipv4Addr, field: &str| -> Result<IpPrefix, ConfigError> {
+            match s {
+                Some(s) => self.value(s, field, "192.168.1.0/24"),
+                None if mode == Mode::Transport => Ok(Ipv4Prefix::host(host).into()),
+                None => self.err(
+                    span(&t.name),
+                    ConfigErrorKind::Value(format!(
+                        "tunnel `{name}` needs `{field}` (the network behind this end)"
+                    )),
+                ),
+            }
+        };
         let local_subnet = subnet(t.local_subnet.as_ref(), local, "local_subnet")?;
         let remote_subnet = subnet(t.remote_subnet.as_ref(), remote, "remote_subnet")?;
+        // IPv6 networks ride an IPv4 tunnel (RFC 4301 §5.1.2 allows any
+        // inner family in tunnel mode); transport mode protects the
+        // packets of the ends themselves, IPv4 ones.
+        let families = (local_subnet.family(), remote_subnet.family());
+        let at = t
+            .remote_subnet
+            .as_ref()
+            .or(t.local_subnet.as_ref())
+            .and_then(span);
+        if families.0 != families.1 {
+            return self.err(
+                at,
+                ConfigErrorKind::Value(format!(
+                    "tunnel `{name}`: local_subnet {local_subnet} and remote_subnet {remote_subnet} are of different families; \
+                     give both IPv4 or both IPv6 (one tunnel per family)"
+                )),
+            );
+        }
+        if mode == Mode::Transport && families.0 == Some(spd_sad::Family::V6) {
+            return self.err(
+                at,
+                ConfigErrorKind::Value(format!(
+                    "tunnel `{name}`: transport mode carries the IPv4 packets of {local} and {remote} themselves; \
+                     IPv6 subnets need `mode = \"tunnel\"`"
+                )),
+            );
+        }
         let protocol = match &t.protocol {
             Some(p) => self.value(p, "protocol", "udp")?,
             None => ProtocolSelector::Any,
@@ -1550,14 +1663,14 @@ impl Validator<'_> {
             name: format!("{name}-out"),
             direction: PolicyDirection::Out,
             priority,
-            selector: selector(local_subnet.into(), remote_subnet.into()),
+            selector: selector(local_subnet, remote_subnet),
             action: PolicyAction::Protect(out_sa.params.name.clone()),
         };
         let in_policy = PolicyConfig {
             name: format!("{name}-in"),
             direction: PolicyDirection::In,
             priority,
-            selector: selector(remote_subnet.into(), local_subnet.into()),
+            selector: selector(remote_subnet, local_subnet),
             action: PolicyAction::Protect(in_sa.params.name.clone()),
         };
         let tunnel = TunnelConfig {
@@ -1593,21 +1706,9 @@ impl Validator<'_> {
                 format!("policy direction `{other}` must be {expected}")
             })?;
         let prefix = |s: Option<&S<String>>, field: &str| -> Result<IpPrefix, ConfigError> {
-            let Some(s) = s else {
-                return Ok(IpPrefix::Any);
-            };
-            match self.value(s, field, "192.168.1.0/24")? {
-                // Selectors take IPv6 prefixes, the data path does not
-                // carry IPv6 yet: a policy that could never match is
-                // refused rather than silently kept.
-                IpPrefix::V6(v6) => self.err(
-                    span(s),
-                    ConfigErrorKind::Value(format!(
-                        "{field} `{v6}` is IPv6: this gateway's data path carries IPv4 only so far \
-                         (IPv6 frames are dropped as `unsupported`); give an IPv4 prefix"
-                    )),
-                ),
-                other => Ok(other),
+            match s {
+                Some(s) => self.value(s, field, "192.168.1.0/24"),
+                None => Ok(IpPrefix::Any),
             }
         };
         let selector = Selector {
@@ -1620,6 +1721,12 @@ impl Validator<'_> {
             src_ports: self.ports(p.source_ports.as_ref())?,
             dst_ports: self.ports(p.destination_ports.as_ref())?,
         };
+        if let Err(e) = selector.families() {
+            return self.err(
+                p.destination.as_ref().and_then(span),
+                ConfigErrorKind::Value(e.to_string()),
+            );
+        }
         let word = self.keyword(&p.action, ConfigErrorKind::Value, |other, expected| {
             format!("action `{other}` must be {expected}")
         })?;
@@ -1706,6 +1813,17 @@ impl Validator<'_> {
                         sa: name.clone(),
                         direction: policy.direction.to_string(),
                     },
+                );
+            }
+            // Transport mode protects the ends' own (IPv4) packets.
+            if sa.params.mode == Mode::Transport && policy.selector.families() == Ok(&[spd_sad::Family::V6]) {
+                return self.err(
+                    at.clone(),
+                    ConfigErrorKind::Value(format!(
+                        "policy `{}` selects IPv6 for SA `{name}`, which is in transport mode between IPv4 ends; \
+                         carry IPv6 in a tunnel-mode SA",
+                        policy.name
+                    )),
                 );
             }
         }

@@ -182,15 +182,13 @@ fn selectors_lifetimes_macs_and_spis_are_checked() {
     let p =
         "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\nsource = \"192.168.1.5/24\"\naction = \"bypass\"\n";
     expect_error(p, line_of(p, "source"), 10, "did you mean 192.168.1.0/24");
-    // IPv6 prefixes parse, and are refused until the data path carries
-    // IPv6: a policy that can never match is not silently kept.
+    // IPv6 prefixes are selectors like IPv4 ones; a selector mixing the
+    // two families can match no packet and is refused.
     let v6 = "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\ndestination = \"2001:db8:2::/48\"\naction = \"bypass\"\n";
-    expect_error(
-        v6,
-        line_of(v6, "destination"),
-        15,
-        "is IPv6: this gateway's data path carries IPv4 only",
-    );
+    let config = parse(&format!("{BASE}{v6}")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.policies[0].selector.dst.to_string(), "2001:db8:2::/48");
+    let mixed = "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\nsource = \"192.168.1.0/24\"\ndestination = \"2001:db8:2::/48\"\naction = \"bypass\"\n";
+    expect_error(mixed, line_of(mixed, "destination"), 15, "write two policies");
     let v6_host_bits =
         "\n[[policy]]\nname = \"p\"\ndirection = \"out\"\nsource = \"2001:db8::1/64\"\naction = \"bypass\"\n";
     expect_error(
@@ -282,6 +280,78 @@ replay_window = 4096
         8,
         "needs `local_subnet`",
     );
+}
+
+/// IPv6 subnets ride an IPv4 tunnel; both ends' subnets are of one
+/// family, transport mode carries the ends' own IPv4, and IPv6 routes leave
+/// by an interface with an `address6` on a link of at least 1280 bytes.
+#[test]
+fn ipv6_tunnels_and_routes_are_checked() {
+    let keyed = format!("{TUNNEL}secret = \"sixteen or more characters\"\n");
+    let six = keyed
+        .replace("192.168.1.0/24", "2001:db8:1::/64")
+        .replace("192.168.2.0/24", "2001:db8:2::/64");
+    let base6 = BASE.replacen(
+        "address = \"192.168.1.1/24\"",
+        "address = \"192.168.1.1/24\"\naddress6 = \"2001:db8:1::1/64\"",
+        1,
+    );
+    let config =
+        Config::parse(Path::new("gw.toml"), &format!("{base6}{six}")).unwrap_or_else(|e| panic!("{e}"));
+    let inbound = config.inbound_selectors("t-in");
+    assert_eq!(inbound[0].src.to_string(), "2001:db8:2::/64");
+    assert_eq!(inbound[0].dst.to_string(), "2001:db8:1::/64");
+
+    let mixed = keyed.replace("192.168.2.0/24", "2001:db8:2::/64");
+    expect_error(
+        &mixed,
+        line_of(&mixed, "remote_subnet"),
+        17,
+        "are of different families",
+    );
+    let transport = format!("{six}mode = \"transport\"\n");
+    expect_error(
+        &transport,
+        line_of(&transport, "remote_subnet"),
+        17,
+        "IPv6 subnets need `mode = \"tunnel\"`",
+    );
+    let policy = format!(
+        "{SA}mode = \"transport\"\n\n[[policy]]\nname = \"p\"\ndirection = \"out\"\ndestination = \"2001:db8:2::/64\"\naction = \"protect\"\nsa = \"out1\"\n"
+    );
+    expect_error(
+        &policy,
+        line_of(&policy, "name = \"p\""),
+        8,
+        "carry IPv6 in a tunnel-mode SA",
+    );
+
+    let route = |r: &str| format!("{base6}\n[[route]]\n{r}\n");
+    let ok = route("destination = \"2001:db8:9::/48\"\nvia = \"2001:db8:1::fe\"");
+    let config = Config::parse(Path::new("gw.toml"), &ok).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.routes6.len(), 1);
+    assert_eq!(config.routes6[0].port, dataplane::Port::Inside);
+    for (r, says) in [
+        (
+            "destination = \"2001:db8:9::/48\"\nvia = \"2001:db8:5::fe\"",
+            "is on neither interface's address6 network",
+        ),
+        (
+            "destination = \"2001:db8:9::/48\"\ninterface = \"outside\"",
+            "which has no `address6`",
+        ),
+        (
+            "destination = \"2001:db8:9::/48\"\nvia = \"10.0.0.2\"",
+            "must be a unicast IPv6 address",
+        ),
+    ] {
+        let text = route(r);
+        let err = Config::parse(Path::new("gw.toml"), &text).expect_err(r);
+        assert!(err.to_string().contains(says), "{r}: {err}");
+    }
+    let small = base6.replacen("address6", "mtu = 1000\naddress6", 1);
+    let err = Config::parse(Path::new("gw.toml"), &small).expect_err("mtu below 1280");
+    assert!(err.to_string().contains("needs 1280 or more"), "{err}");
 }
 
 #[test]

@@ -118,18 +118,18 @@ pub struct Ipv6Prefix {
 
 impl Ipv6Prefix {
     /// A prefix; `None` if `len > 128` or host bits are set.
-    pub fn new(addr: Ipv6Addr, len: u8) -> Option<Self> {
-        if len > 128 || u128::from(addr) & !Self::mask_of(len) != 0 {
+    pub const fn new(addr: Ipv6Addr, len: u8) -> Option<Self> {
+        if len > 128 || addr.to_bits() & !Self::mask_of(len) != 0 {
             return None;
         }
         Some(Ipv6Prefix { addr, len })
     }
 
-    fn mask_of(len: u8) -> u128 {
+    const fn mask_of(len: u8) -> u128 {
         if len == 0 {
             0
         } else {
-            u128::MAX << (128 - u32::from(len))
+            u128::MAX << (128 - len as u32)
         }
     }
 

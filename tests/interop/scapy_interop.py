@@ -54,6 +54,29 @@ moved     scapy sends from 10.0.0.2:31000 (a NAT's mapping) instead of 4500:
     espgw accepts it, and counts nat_peer_moved == 1 (learnt from the newest
     authenticated packet); a forged packet from a third port moves nothing.
 
+IPv6 inside IPv4 ("inner=6", RFC 4213 over an RFC 4301 tunnel): aes128gcm16,
+aes128-sha1 and chacha20poly1305 in tunnel mode, ESN off and on, with and
+without UDP encapsulation. The inside interface gets `address6 =
+"2001:db8:1::1/64"`, the tunnel `local_subnet = "2001:db8:1::/64"` and
+`remote_subnet = "2001:db8:2::/64"`; the tunnel ends stay IPv4.
+scapy->espgw, espgw->scapy, negative, moved  as above with 12 IPv6 packets
+    between 2001:db8:1::10 and 2001:db8:2::20 (UDP of 0..1232 bytes, so up to
+    IPv6's 1280-byte minimum MTU; TCP; an ICMPv6 echo with a traffic class
+    and a flow label), scapy's `tunnel_header=IP(...)`. Forwarded: the
+    packet with hop limit - 1 and nothing else changed, in an IPv6 frame to
+    the zero MAC (`[[neighbor]]` takes IPv4 only, and `espgw pcap` resolves
+    nothing). Sent: ESP next header 41, outer TOS = inner traffic class, DF
+    clear (RFC 4213 §3.2.1).
+policy    correctly encrypted packets the SA's selectors do not admit (RFC
+    4301 §5.2 step 4): a source outside 2001:db8:2::/64, a destination outside
+    2001:db8:1::/64, an inner IPv4 packet; expect policy_mismatch == 3, also on
+    the inbound SA, and the good packets around them forwarded.
+too-big   an IPv6 packet exactly the tunnel MTU (worked out here from the
+    transform's overheads) goes out as one ESP packet; one byte more is
+    answered, after the inside host's neighbour solicitation, by an ICMPv6
+    packet-too-big from 2001:db8:1::1 to its MAC with that MTU, a valid
+    checksum and the packet quoted (RFC 4443 §3.2), drops frag_needed == 1.
+
 ESN caveat: espgw cannot be told a starting sequence number or replay top
 from its config, so ESN runs use small sequence numbers (high 32 bits = 0).
 That still checks that both sides include the high bits in the ICV (HMAC) or
@@ -69,11 +92,15 @@ import sys
 from collections import namedtuple
 from pathlib import Path
 
-from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, rdpcap, wrpcap
+from scapy.all import (ICMP, IP, TCP, UDP, Ether, ICMPv6EchoRequest, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr,
+                       ICMPv6PacketTooBig, IPv6, Raw, in6_chksum, rdpcap, wrpcap)
 from scapy.layers.ipsec import ESP, SecurityAssociation
 from scapy.utils import checksum
 
 Alg = namedtuple("Alg", "crypt enc_len auth auth_len iv_len icv aead")
+# The cipher's block, to which ESP pads payload + trailer (4 for stream
+# ciphers and AEADs: RFC 4303 §2.4 alignment).
+BLOCK = {"AES-CBC": 16, "3DES": 8}
 ALGORITHMS = {
     "aes128gcm16": Alg("AES-GCM", 16 + 4, "NULL", 0, 8, 16, True),
     "aes256gcm16": Alg("AES-GCM", 32 + 4, "NULL", 0, 8, 16, True),
@@ -88,14 +115,27 @@ MODES = ("tunnel", "transport")
 
 GW_INSIDE, GW_OUTSIDE, PEER = "192.168.1.1", "10.0.0.1", "10.0.0.2"
 HOST_A, HOST_B = "192.168.1.10", "192.168.2.20"
+GW_INSIDE6, HOST_A6, HOST_B6 = "2001:db8:1::1", "2001:db8:1::10", "2001:db8:2::20"
+# Per inner family: (inside host, remote host), tunnel (local_subnet, remote_subnet).
+HOSTS = {4: (HOST_A, HOST_B), 6: (HOST_A6, HOST_B6)}
+SUBNETS = {4: ("192.168.1.0/24", "192.168.2.0/24"), 6: ("2001:db8:1::/64", "2001:db8:2::/64")}
+# `[[neighbor]] address` takes IPv4 only, and offline (`espgw pcap`) nothing
+# resolves a neighbour: an IPv6 packet to the inside host gets the zero MAC.
+HOST_A6_MAC = "00:00:00:00:00:00"
+ETHERTYPE = {4: 0x0800, 6: 0x86DD}
 MAC = {GW_INSIDE: "02:00:00:00:01:01", GW_OUTSIDE: "02:00:00:00:00:01",
        PEER: "02:00:00:00:00:02", HOST_A: "02:00:00:00:01:10"}
 SPI_OUT, SPI_IN, SPI_UNKNOWN = 0x1001, 0x2002, 0xBAD0BAD
 UDP_SIZES = (0, 1, 2, 3, 15, 16, 17, 100, 1000, 1400)
+# IPv6 is never fragmented on the way (a tunnel packet that does not fit is
+# a packet-too-big): the largest is 1280 bytes, IPv6's minimum link MTU,
+# which fits every SA's tunnel here.
+UDP_SIZES6 = (0, 1, 2, 3, 15, 16, 17, 100, 1000, 1232)
 DROP_CHECKS = ("auth_failed", "replay_duplicate", "unknown_spi")
 
-Case = namedtuple("Case", "alg mode esn encap", defaults=(False,))
+Case = namedtuple("Case", "alg mode esn encap inner", defaults=(False, 4))
 NAT_ALGORITHMS = ("aes128gcm16", "aes128-sha1", "chacha20poly1305")
+INNER6_ALGORITHMS = NAT_ALGORITHMS
 NAT_PORT, NAT_MAPPED_PORT, NAT_FORGED_PORT = 4500, 31000, 31001
 
 
@@ -109,7 +149,8 @@ def expect(cond, msg):
 
 
 def case_label(case):
-    return f"{case.alg} {case.mode} esn={'on' if case.esn else 'off'}" + (" udp" if case.encap else "")
+    return (f"{case.alg} {case.mode} esn={'on' if case.esn else 'off'}" + (" udp" if case.encap else "")
+            + (f" inner={case.inner}" if case.inner != 4 else ""))
 
 
 def case_keys(case):
@@ -125,6 +166,7 @@ def toml_key(name, key):
 
 def config_text(case, keys, subnets):
     enc_out, auth_out, enc_in, auth_in = keys
+    inside6 = f'address6 = "{GW_INSIDE6}/64"\n' if case.inner == 6 else ""
     text = f"""[gateway]
 name = "interop"
 allow_insecure_null = {str(case.alg == "null").lower()}
@@ -134,7 +176,7 @@ name = "inside"
 device = "eth0"
 address = "{GW_INSIDE}/24"
 mac = "{MAC[GW_INSIDE]}"
-
+{inside6}
 [[interface]]
 name = "outside"
 device = "eth1"
@@ -191,7 +233,10 @@ def peer_decryptor(case, keys):
 
 
 def test_packets(src, dst):
-    """12 IPv4 packets; the TCP one has DF, the ICMP one DF and DSCP/ECN."""
+    """12 IPv4 packets; the TCP one has DF, the ICMP one DF and DSCP/ECN.
+    Between IPv6 addresses, 12 IPv6 packets instead (`test_packets6`)."""
+    if ":" in src:
+        return test_packets6(src, dst)
     pkts = [IP(src=src, dst=dst, id=100 + i) / UDP(sport=5000 + i, dport=6000)
             / Raw(bytes((7 * j + n) % 256 for j in range(n)))
             for i, n in enumerate(UDP_SIZES)]
@@ -202,8 +247,26 @@ def test_packets(src, dst):
     return [IP(bytes(p)) for p in pkts]
 
 
+def test_packets6(src, dst):
+    """12 IPv6 packets, as `test_packets`: UDP of every padding length, one
+    TCP, one ICMPv6 echo with a traffic class (DSCP/ECN) and a flow label."""
+    pkts = [IPv6(src=src, dst=dst, hlim=64) / UDP(sport=5000 + i, dport=6000)
+            / Raw(bytes((7 * j + n) % 256 for j in range(n)))
+            for i, n in enumerate(UDP_SIZES6)]
+    pkts.append(IPv6(src=src, dst=dst, hlim=64)
+                / TCP(sport=40000, dport=80, flags="PA", seq=1000, ack=2000) / Raw(b"tcp!" * 5))
+    pkts.append(IPv6(src=src, dst=dst, hlim=64, tc=0xB9, fl=0x12345)
+                / ICMPv6EchoRequest(id=7, seq=1, data=b"ping" * 8))
+    return [IPv6(bytes(p)) for p in pkts]
+
+
 def forwarded(pkt):
-    """What the gateway must emit for `pkt`: TTL-1 and a recomputed checksum."""
+    """What the gateway must emit for `pkt`: TTL-1 and a recomputed checksum
+    (IPv6: hop limit - 1, nothing else changes, no header checksum)."""
+    if bytes(pkt)[0] >> 4 == 6:
+        q = IPv6(bytes(pkt))
+        q.hlim -= 1
+        return bytes(q)
     q = IP(bytes(pkt))
     q.ttl -= 1
     del q.chksum
@@ -230,6 +293,9 @@ def keepalives_out(out, case):
         return out, 0
     rest, n = [], 0
     for frame in out:
+        if frame.type != ETHERTYPE[4]:  # an inner IPv6 packet forwarded inside
+            rest.append(frame)
+            continue
         ip = IP(bytes(frame[IP]))
         udp = bytes(ip)[ip.ihl * 4:]
         if ip.proto == 17 and ip.frag == 0 and not ip.flags.MF and udp[8:] == b"\xff":
@@ -286,7 +352,8 @@ def expect_drops(stats, **want):
 def scapy_to_espgw(args, case, keys, name):
     sa = peer_encryptor(case, keys)
     if case.mode == "tunnel":
-        inner, subnets = test_packets(HOST_B, HOST_A), ("192.168.1.0/24", "192.168.2.0/24")
+        host_a, host_b = HOSTS[case.inner]
+        inner, subnets = test_packets(host_b, host_a), SUBNETS[case.inner]
     else:
         inner, subnets = test_packets(PEER, GW_OUTSIDE), None
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / sa.encrypt(p) for p in inner]
@@ -302,10 +369,12 @@ def scapy_to_espgw(args, case, keys, name):
         expect(not out, f"{len(out)} frames forwarded; transport packets for the gateway must be consumed")
         return n
     expect(len(out) == n, f"{len(out)} frames out, expected {n}")
+    host_mac = MAC[HOST_A] if case.inner == 4 else HOST_A6_MAC
     for i, (frame, pkt) in enumerate(zip(out, inner)):
-        expect(frame.dst == MAC[HOST_A] and frame.src == MAC[GW_INSIDE],
-               f"packet {i}: Ethernet {frame.src} -> {frame.dst}")
-        got, want = bytes(frame[IP]), forwarded(pkt)
+        expect(frame.dst == host_mac and frame.src == MAC[GW_INSIDE] and frame.type == ETHERTYPE[case.inner],
+               f"packet {i}: Ethernet {frame.src} -> {frame.dst} type {frame.type:#06x},"
+               f" expected {MAC[GW_INSIDE]} -> {host_mac} type {ETHERTYPE[case.inner]:#06x}")
+        got, want = bytes(frame.payload), forwarded(pkt)
         expect(got == want, f"packet {i}: forwarded {got.hex()}\n  expected {want.hex()}")
     return n
 
@@ -324,16 +393,20 @@ def check_outer(i, ip, pkt, case):
         expect(length == len(udp), f"packet {i}: outer UDP length {length} != {len(udp)}")
     expect(checksum(bytes(ip)[: ip.ihl * 4]) == 0, f"packet {i}: bad outer header checksum {ip.chksum:#06x}")
     expect(ip.len == len(bytes(ip)), f"packet {i}: outer total length {ip.len} != {len(bytes(ip))}")
-    expect(ip.flags.DF == pkt.flags.DF, f"packet {i}: outer DF {ip.flags.DF}, inner DF {pkt.flags.DF}")
-    expect(ip.tos == pkt.tos, f"packet {i}: outer TOS {ip.tos:#04x}, inner {pkt.tos:#04x}")
+    # IPv6 inside IPv4 goes with DF clear (RFC 4213 §3.2.1), and its traffic
+    # class is the outer TOS (RFC 4301 §5.1.2.1: DSCP and ECN copied).
+    inner_df, inner_tos = (bool(pkt.flags.DF), pkt.tos) if pkt.version == 4 else (False, pkt.tc)
+    expect(bool(ip.flags.DF) == inner_df, f"packet {i}: outer DF {ip.flags.DF}, expected {inner_df}")
+    expect(ip.tos == inner_tos, f"packet {i}: outer TOS {ip.tos:#04x}, inner {inner_tos:#04x}")
     expect(ip.frag == 0 and not ip.flags.MF, f"packet {i}: outer header is a fragment")
 
 
 def espgw_to_scapy(args, case, keys, name):
     a = ALGORITHMS[case.alg]
-    dst, subnets = (HOST_B, ("192.168.1.0/24", "192.168.2.0/24")) if case.mode == "tunnel" \
+    host_a, host_b = HOSTS[case.inner]
+    dst, subnets = (host_b, SUBNETS[case.inner]) if case.mode == "tunnel" \
         else (PEER, ("192.168.1.0/24", f"{PEER}/32"))
-    inner = test_packets(HOST_A, dst)
+    inner = test_packets(host_a, dst)
     frames = [Ether(src=MAC[HOST_A], dst=MAC[GW_INSIDE]) / p for p in inner]
     out, stats = run_espgw(args, name, config_text(case, keys, subnets), "inside", frames)
     out, keepalives = keepalives_out(out, case)
@@ -352,10 +425,14 @@ def espgw_to_scapy(args, case, keys, name):
         expect(esp.spi == SPI_OUT and esp.seq == i + 1,
                f"packet {i}: SPI {esp.spi:#x} seq {esp.seq}, expected {SPI_OUT:#x} seq {i + 1}")
         ivs.append(bytes(esp.data[: a.iv_len]))
+        shell = ip.copy()
         try:
-            plain = sa.decrypt(ip)
+            plain = sa.decrypt(shell)
         except Exception as e:  # scapy raises IPSecIntegrityError, ValueError, ...
             raise CheckFailed(f"packet {i} (seq {esp.seq}): scapy cannot decrypt: {type(e).__name__}: {e}")
+        # scapy leaves the ESP trailer's next header in the header it strips.
+        nh = {4: 4, 6: 41}[pkt.version] if case.mode == "tunnel" else pkt.proto
+        expect(shell.proto == nh, f"packet {i}: ESP next header {shell.proto}, expected {nh}")
         got, want = bytes(plain), forwarded(pkt)
         expect(got == want, f"packet {i}: decrypted {got.hex()}\n  expected {want.hex()}")
     if a.aead:
@@ -374,8 +451,9 @@ def negative(args, case, keys, name):
     good, bad = peer_encryptor(case, keys), peer_encryptor(case, wrong)
     stranger = peer_encryptor(case, keys, spi=SPI_UNKNOWN)
     if case.mode == "tunnel":
-        p1, p2 = test_packets(HOST_B, HOST_A)[:2]
-        subnets = ("192.168.1.0/24", "192.168.2.0/24")
+        host_a, host_b = HOSTS[case.inner]
+        p1, p2 = test_packets(host_b, host_a)[:2]
+        subnets = SUBNETS[case.inner]
     else:
         p1, p2 = test_packets(PEER, GW_OUTSIDE)[:2]
         subnets = None
@@ -426,18 +504,107 @@ def moved(args, case, keys, name):
     wrong = tuple(bytes(b ^ 0x5A for b in k) for k in keys)
     forger = peer_encryptor(case, wrong, sport=NAT_FORGED_PORT)
     elsewhere = peer_encryptor(case, keys, sport=NAT_FORGED_PORT)
-    inner = test_packets(HOST_B, HOST_A)[:4]
+    host_a, host_b = HOSTS[case.inner]
+    inner = test_packets(host_b, host_a)[:4]
     esps = [mapped.encrypt(p, seq_num=i + 1) for i, p in enumerate(inner[:3])]
     esps += [forger.encrypt(inner[3], seq_num=4), elsewhere.encrypt(inner[0], seq_num=1)]
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / e for e in esps]
-    out, stats = run_espgw(args, name, config_text(case, keys, ("192.168.1.0/24", "192.168.2.0/24")),
-                           "outside", frames)
+    out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[case.inner]), "outside", frames)
     out, _ = keepalives_out(out, case)
     expect_drops(stats, auth_failed=1, replay_duplicate=1)
     expect(stats["decapsulated"] == 3 and len(out) == 3,
            f"decapsulated {stats['decapsulated']}, forwarded {len(out)}, expected 3 and 3")
     expect(stats["nat_peer_moved"] == 1, f"nat_peer_moved {stats['nat_peer_moved']}, expected 1")
     return "nat_peer_moved=1, forged and replayed from another port ignored"
+
+
+def policy(args, case, keys, name):
+    """Tunnel mode, inner IPv6: packets correctly encrypted for the SA whose
+    inner addresses its selectors (2001:db8:2::/64 -> 2001:db8:1::/64) do
+    not admit are dropped after decryption (RFC 4301 §5.2 step 4), however
+    good their ICV: a source outside the remote subnet, a destination outside
+    the local one, and an inner IPv4 packet (another family). The good
+    packets before and after them are forwarded."""
+    sa = peer_encryptor(case, keys)
+    host_a, host_b = HOSTS[case.inner]
+    good = test_packets(host_b, host_a)
+    strays = [test_packets("2001:db8:3::30", host_a)[0],   # source not in remote_subnet
+              test_packets(host_b, "2001:db8:9::90")[1],   # destination not in local_subnet
+              test_packets(HOST_B, HOST_A)[2]]             # IPv4 over the IPv6 SA
+    inner = [good[0]] + strays + [good[1]]
+    frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / sa.encrypt(p, seq_num=i + 1)
+              for i, p in enumerate(inner)]
+    out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[case.inner]), "outside", frames)
+    out, _ = keepalives_out(out, case)
+    n = len(strays)
+    expect_drops(stats, policy_mismatch=n)
+    got = sa_stats(stats, SPI_IN)["drops"]["policy_mismatch"]
+    expect(got == n, f"inbound SA drops.policy_mismatch = {got}, expected {n}")
+    expect(stats["decapsulated"] == 2, f"decapsulated {stats['decapsulated']}, expected 2 (the good packets)")
+    want = [forwarded(good[0]), forwarded(good[1])]
+    got = [bytes(f.payload) for f in out]
+    expect(got == want, f"forwarded {[g.hex() for g in got]}\n  expected the 2 good packets {[w.hex() for w in want]}")
+    return f"policy_mismatch={n}, 2 good packets forwarded"
+
+
+def tunnel_mtu(case, link_mtu=1500):
+    """The largest inner packet the SA's ESP packet carries in `link_mtu`
+    bytes, worked out from the transform alone: outer IPv4 header, UDP
+    header if encapsulated, SPI and sequence number, IV, ICV, and payload +
+    2-byte trailer padded to the cipher's block."""
+    a = ALGORITHMS[case.alg]
+    block = BLOCK.get(a.crypt, 4)
+    room = link_mtu - 20 - (8 if case.encap else 0) - 8 - a.iv_len - a.icv
+    return room // block * block - 2
+
+
+def too_big(args, case, keys, name):
+    """Tunnel mode, inner IPv6 (RFC 4213 §3.2, RFC 8200 §5): an IPv6
+    packet that fits the tunnel goes out as one ESP packet of at most 1500
+    bytes; one byte more is not fragmented but answered with an ICMPv6
+    packet-too-big (RFC 4443 §3.2) from the gateway's inside address, whose
+    MTU is that tunnel MTU. The inside host solicits the gateway first, so
+    its MAC is known for the error."""
+    host_a, host_b = HOSTS[case.inner]
+    fits = tunnel_mtu(case)
+    solicit = (IPv6(src=host_a, dst="ff02::1:ff00:1", hlim=255) / ICMPv6ND_NS(tgt=GW_INSIDE6)
+               / ICMPv6NDOptSrcLLAddr(lladdr=MAC[HOST_A]))
+    inner = [IPv6(bytes(IPv6(src=host_a, dst=host_b, hlim=64) / UDP(sport=5555, dport=6000)
+                        / Raw((bytes(range(256)) * 6)[: size - 48])))
+             for size in (fits, fits + 1)]
+    frames = [Ether(src=MAC[HOST_A], dst=MAC[GW_INSIDE]) / p for p in [solicit] + inner]
+    out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[case.inner]), "inside", frames)
+    out, _ = keepalives_out(out, case)
+    expect_drops(stats, frag_needed=1)
+    expect(stats["encapsulated"] == 1, f"encapsulated {stats['encapsulated']}, expected 1")
+    expect(len(out) == 3, f"{len(out)} frames out, expected 3 (advertisement, ESP, packet-too-big):"
+           f" {[f.summary() for f in out]}")
+    _advert, esp, error = out
+    ip = IP(bytes(esp[IP]))
+    expect(esp.dst == MAC[PEER] and ip.len <= 1500 and ip.frag == 0 and not ip.flags.MF,
+           f"{fits}-byte packet: {esp.dst} outer length {ip.len} fragment {ip.frag}/{ip.flags}, expected one ESP packet")
+    try:
+        plain = peer_decryptor(case, keys).decrypt(ip)
+    except Exception as e:
+        raise CheckFailed(f"{fits}-byte packet: scapy cannot decrypt: {type(e).__name__}: {e}")
+    expect(bytes(plain) == forwarded(inner[0]), f"{fits}-byte packet: decrypted {bytes(plain).hex()}")
+    expect(error.dst == MAC[HOST_A] and error.src == MAC[GW_INSIDE] and error.type == ETHERTYPE[6],
+           f"packet-too-big: Ethernet {error.src} -> {error.dst} type {error.type:#06x}")
+    err = IPv6(bytes(error.payload))
+    ptb = err[ICMPv6PacketTooBig]
+    expect((err.src, err.dst, err.nh, ptb.code) == (GW_INSIDE6, host_a, 58, 0),
+           f"packet-too-big {err.src} -> {err.dst} nh {err.nh} code {ptb.code}")
+    expect(ptb.mtu == fits, f"packet-too-big MTU {ptb.mtu}, expected {fits} (the tunnel's)")
+    expect(len(bytes(err)) <= 1280, f"packet-too-big is {len(bytes(err))} bytes, more than 1280")
+    icmp = bytes(err)[40:]
+    expect(in6_chksum(58, err, icmp) == 0, "packet-too-big: bad ICMPv6 checksum")
+    # The quote is the invoking packet, as much as fits (its hop limit may
+    # already be the decremented one).
+    quote, sent = bytearray(icmp[8:]), bytearray(bytes(inner[1]))
+    quote[7] = sent[7] = 0
+    expect(len(quote) >= 1280 - 48 and sent.startswith(quote),
+           f"packet-too-big quotes {len(quote)} bytes {bytes(quote[:48]).hex()}, not the packet")
+    return f"{fits} bytes fit, {fits + 1} answered with packet-too-big mtu={fits}"
 
 
 def run_case(args, case, direction, check):
@@ -466,8 +633,12 @@ def main():
     checks = (("scapy->espgw", scapy_to_espgw), ("espgw->scapy", espgw_to_scapy), ("negative", negative))
     cases = [Case(alg, mode, esn) for alg in ALGORITHMS for mode in MODES for esn in (False, True)]
     cases += [Case(alg, "tunnel", esn, encap=True) for alg in NAT_ALGORITHMS for esn in (False, True)]
+    cases += [Case(alg, "tunnel", esn, encap, inner=6)
+              for alg in INNER6_ALGORITHMS for encap in (False, True) for esn in (False, True)]
     runs = [(case, direction, check) for case in cases for direction, check in checks]
     runs += [(case, "moved", moved) for case in cases if case.encap and not case.esn]
+    runs += [(case, direction, check) for case in cases if case.inner == 6 and not case.esn
+             for direction, check in (("policy", policy), ("too-big", too_big))]
     results = [run_case(args, case, direction, check) for case, direction, check in runs
                if args.filter in f"{case_label(case)} {direction}"]
     passed = sum(results)

@@ -47,7 +47,10 @@ impl Gateway {
 
     /// Whether `addr` is one of the gateway's own addresses.
     pub(super) fn is_local(&self, addr: IpAddr) -> bool {
-        self.interfaces.iter().any(|i| IpAddr::V4(i.address) == addr)
+        self.interfaces.iter().any(|i| match addr {
+            IpAddr::V4(v4) => i.address == v4,
+            IpAddr::V6(v6) => i.address6.is_some_and(|(a, _)| a == v6),
+        })
     }
 
     /// Starts loading the flow-cache sets of a batch from the inside

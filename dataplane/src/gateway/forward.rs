@@ -1,10 +1,13 @@
-//! L2/L3 forwarding: routes, the MTU and IPv4 fragmentation (RFC 791),
-//! Ethernet framing, ARP (RFC 826), the packets parked while a next hop
-//! resolves, the rate-limited ICMP errors (RFC 1812 §4.3.2.8) and the next
-//! hop each SA's outer packets take. Must not classify, touch SAs (it only
+//! L2/L3 forwarding: routes of both families, the MTU and IPv4
+//! fragmentation (RFC 791; IPv6 is never fragmented in transit, RFC 8200
+//! §5: too big is a packet-too-big error), Ethernet framing, next hops
+//! resolved by ARP (RFC 826) or neighbour solicitation (RFC 4861), the
+//! packets parked meanwhile, the rate-limited ICMP and ICMPv6 errors (RFC
+//! 1812 §4.3.2.8, RFC 4443 §2.4 (f)) and the next hop each SA's outer
+//! packets take. Must not classify, touch SAs (it only
 //! keys by their ids) or the engine.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use smoltcp::wire::{ArpOperation, EthernetAddress, EthernetFrame, EthernetProtocol};
@@ -15,10 +18,11 @@ use super::{Gateway, LinkLayer, Next, Verdict};
 use crate::buffer::PacketBuf;
 use crate::fate::{self, Fate};
 use crate::icmp;
+use crate::icmp6;
 use crate::neighbor::{Learnt, Neighbors, Queued};
 use crate::route::Port;
 use crate::stats::DropReason;
-use crate::wire::ipv4;
+use crate::wire::{ipv4, ipv6};
 use crate::Output;
 
 /// Where an SA's outer packets go, resolved once and reused while nothing
@@ -93,13 +97,17 @@ impl Gateway {
         });
     }
 
-    /// Routes an IPv4 packet: next hop, MTU, link-layer header. `Ok(None)`
-    /// when the buffer was parked waiting for ARP (it comes back later).
+    /// Routes a packet: next hop, MTU, link-layer header. `Ok(None)`
+    /// when the buffer was parked waiting for its next hop to resolve (it
+    /// comes back later).
     pub(super) fn route(
         &mut self,
         buf: &mut PacketBuf,
         out: &mut Vec<Output>,
     ) -> Result<Option<Port>, DropReason> {
+        if buf.data().first().is_some_and(|b| b >> 4 == 6) {
+            return self.route6(buf, out);
+        }
         let ip = ipv4::view(buf.data())?;
         let (dst, dont_frag) = (ip.dst_addr(), ip.dont_frag());
         let hop = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
@@ -113,16 +121,47 @@ impl Gateway {
         if self.link_of(hop.port) == LinkLayer::RawIp {
             return Ok(Some(hop.port));
         }
-        let mac = match self.neighbors.lookup(hop.port, hop.address, self.last_now) {
+        self.send_to_neighbor(buf, hop.port, hop.address.into(), out)
+    }
+
+    /// Routes an IPv6 packet (RFC 8200 §5: never fragmented here; too big
+    /// for the next link is a packet-too-big error back to its source).
+    fn route6(&mut self, buf: &mut PacketBuf, out: &mut Vec<Output>) -> Result<Option<Port>, DropReason> {
+        let dst = ipv6::view(buf.data())?.dst_addr();
+        let hop = self.routes.lookup6(dst).ok_or(DropReason::NoRoute)?;
+        let mtu = usize::from(self.interfaces[hop.port.index()].mtu);
+        if buf.len() > mtu {
+            let error = (icmp6::kind::PACKET_TOO_BIG, 0, mtu as u32);
+            self.icmp6_error(buf, error, DropReason::FragNeeded)?;
+            // The error is at most the IPv6 minimum MTU, which every
+            // IPv6 interface carries: it goes back by its own route.
+            return self.route6(buf, out);
+        }
+        if self.link_of(hop.port) == LinkLayer::RawIp {
+            return Ok(Some(hop.port));
+        }
+        self.send_to_neighbor(buf, hop.port, hop.address.into(), out)
+    }
+
+    /// Frames a routed packet for `next_hop` on `port` (an Ethernet port),
+    /// or parks it while the next hop resolves.
+    fn send_to_neighbor(
+        &mut self,
+        buf: &mut PacketBuf,
+        port: Port,
+        next_hop: IpAddr,
+        out: &mut Vec<Output>,
+    ) -> Result<Option<Port>, DropReason> {
+        let mac = match self.neighbors.lookup(port, next_hop, self.last_now) {
             Some(mac) => mac,
             // Offline there is no ARP: an unknown neighbour gets the zero MAC.
             None if !self.resolve_neighbors => EthernetAddress([0; 6]),
             None => {
                 let parked = std::mem::replace(buf, PacketBuf::empty());
-                match self.neighbors.park(hop.address, hop.port, parked, self.last_now) {
+                match self.neighbors.park(next_hop, port, parked, self.last_now) {
                     Queued::Parked { request } => {
                         if request {
-                            self.send_arp_request(hop.address, hop.port, out);
+                            self.send_neighbor_request(next_hop, port, out);
                         }
                         return Ok(None);
                     }
@@ -133,8 +172,8 @@ impl Gateway {
                 }
             }
         };
-        self.frame(buf, mac, hop.port)?;
-        Ok(Some(hop.port))
+        self.frame(buf, mac, port)?;
+        Ok(Some(port))
     }
 
     /// Splits an IPv4 packet larger than `mtu` into fragments (RFC 791),
@@ -235,7 +274,7 @@ impl Gateway {
                     match self.neighbors.park(hop.address, hop.port, piece, self.last_now) {
                         Queued::Parked { request } => {
                             if request {
-                                self.send_arp_request(hop.address, hop.port, out);
+                                self.send_neighbor_request(hop.address.into(), hop.port, out);
                             }
                         }
                         Queued::Full(back) => {
@@ -258,14 +297,38 @@ impl Gateway {
         port: Port,
     ) -> Result<(), DropReason> {
         let src_mac = self.interfaces[port.index()].mac;
+        let ethertype = match buf.data().first() {
+            Some(b) if b >> 4 == 6 => EthernetProtocol::Ipv6,
+            _ => EthernetProtocol::Ipv4,
+        };
         let header = buf
             .prepend(EthernetFrame::<&[u8]>::header_len())
             .ok_or(DropReason::NoBufferSpace)?;
-        let mut frame = EthernetFrame::new_unchecked(header);
-        frame.set_dst_addr(dst_mac);
-        frame.set_src_addr(src_mac);
-        frame.set_ethertype(EthernetProtocol::Ipv4);
+        icmp::write_ethernet(header, dst_mac, src_mac, ethertype);
         Ok(())
+    }
+
+    /// Asks for the link-layer address of `target` on `port`: ARP for
+    /// IPv4, a neighbour solicitation from our IPv6 address there for
+    /// IPv6 (none without one: the packets waiting for it time out).
+    pub(super) fn send_neighbor_request(&mut self, target: IpAddr, port: Port, out: &mut Vec<Output>) {
+        let target = match target {
+            IpAddr::V4(v4) => return self.send_arp_request(v4, port, out),
+            IpAddr::V6(v6) => v6,
+        };
+        let iface = &self.interfaces[port.index()];
+        let Some((our, _)) = iface.address6 else { return };
+        let mac = iface.mac;
+        let Some(mut buf) = self.pool.alloc() else {
+            return;
+        };
+        if icmp6::neighbor_solicit(&mut buf, (mac, our), target) {
+            self.stats.generated += 1;
+            self.stats.tx_packets += 1;
+            out.push((buf, Verdict::Forward(port)));
+        } else {
+            self.pool.free(buf);
+        }
     }
 
     pub(super) fn send_arp_request(&mut self, target: Ipv4Addr, port: Port, out: &mut Vec<Output>) {
@@ -300,8 +363,8 @@ impl Gateway {
         let for_us = arp.target_ip == our_ip;
         match self.neighbors.learn_from(from, &arp, for_us, now) {
             Learnt::Updated | Learnt::Created => {
-                if self.is_waited_for(arp.sender_ip) {
-                    self.release(arp.sender_ip, arp.sender_mac, out);
+                if self.is_waited_for(arp.sender_ip.into()) {
+                    self.release(arp.sender_ip.into(), arp.sender_mac, out);
                 }
             }
             Learnt::OffLink => {
@@ -346,17 +409,58 @@ impl Gateway {
         from: Ipv4Addr,
         reason: DropReason,
     ) -> Result<Next, DropReason> {
-        if !icmp::may_answer_with_error(buf.data()) {
+        let to = icmp::may_answer_with_error(buf.data())
+            .then(|| ipv4::view(buf.data()).map(|ip| ip.src_addr()).ok())
+            .flatten();
+        self.error_reply(buf, to.map(IpAddr::V4), reason, |buf| {
+            icmp::error_in_place(buf, icmp_type, code, rest, from)
+        })
+    }
+
+    /// [`icmp_error`](Self::icmp_error) for an IPv6 packet: an ICMPv6 error
+    /// (RFC 4443) from our IPv6 address on the interface toward its source.
+    pub(super) fn icmp6_error(
+        &mut self,
+        buf: &mut PacketBuf,
+        (icmp_type, code, rest): (u8, u8, u32),
+        reason: DropReason,
+    ) -> Result<Next, DropReason> {
+        let packet_too_big = icmp_type == icmp6::kind::PACKET_TOO_BIG;
+        let to = icmp6::may_answer_with_error(buf.data(), packet_too_big)
+            .then(|| ipv6::view(buf.data()).map(|ip| ip.src_addr()).ok())
+            .flatten();
+        let from = to.and_then(|to| self.address6_toward(to));
+        let (Some(to), Some(from)) = (to, from) else {
             return Err(reason);
-        }
-        let Ok(to) = ipv4::view(buf.data()).map(|ip| ip.src_addr()) else {
+        };
+        self.error_reply(buf, Some(IpAddr::V6(to)), reason, |buf| {
+            icmp6::error_in_place(buf, icmp_type, code, rest, from)
+        })
+    }
+
+    /// Our IPv6 address on the interface that `to` is routed out of.
+    pub(super) fn address6_toward(&self, to: Ipv6Addr) -> Option<Ipv6Addr> {
+        let hop = self.routes.lookup6(to)?;
+        self.interfaces[hop.port.index()].address6.map(|(a, _)| a)
+    }
+
+    /// What both families' errors share: the token buckets, the rewrite
+    /// (`write`, `false` when the packet cannot be quoted) and the counts.
+    fn error_reply(
+        &mut self,
+        buf: &mut PacketBuf,
+        to: Option<IpAddr>,
+        reason: DropReason,
+        write: impl FnOnce(&mut PacketBuf) -> bool,
+    ) -> Result<Next, DropReason> {
+        let Some(to) = to else {
             return Err(reason);
         };
         if !self.icmp_limiter.allow(to, self.last_now) {
             self.stats.icmp_rate_limited += 1;
             return Err(reason);
         }
-        if !icmp::error_in_place(buf, icmp_type, code, rest, from) {
+        if !write(buf) {
             return Err(reason);
         }
         self.stats.drops.count(reason);
@@ -365,11 +469,11 @@ impl Gateway {
         Ok(Next::Route)
     }
 
-    pub(super) fn is_waited_for(&self, address: Ipv4Addr) -> bool {
+    pub(super) fn is_waited_for(&self, address: IpAddr) -> bool {
         self.neighbors.pending() > 0 && self.neighbors.is_pending(address)
     }
 
-    pub(super) fn release(&mut self, address: Ipv4Addr, mac: EthernetAddress, out: &mut Vec<Output>) {
+    pub(super) fn release(&mut self, address: IpAddr, mac: EthernetAddress, out: &mut Vec<Output>) {
         let mut ready = std::mem::take(&mut self.waiting);
         self.neighbors.release(address, &mut ready);
         for mut w in ready.drain(..) {

@@ -27,15 +27,16 @@ use accel::{Algorithm, DescriptorKind, Direction, Job, NextCompletion, SessionHa
 use spd_sad::SaId;
 
 use super::classify::decrement_ttl;
+use super::classify6::decrement_hop_limit;
 use super::{Gateway, Next, Verdict};
 use crate::buffer::PacketBuf;
 use crate::esp::{self, Decapsulated, Inbound, OutboundContext, Pending};
-use crate::icmp;
 use crate::reassembly::Reassembled;
 use crate::route::Port;
 use crate::stats::DropReason;
-use crate::wire::{flow_key, ipv4};
+use crate::wire::{flow_key, flow_key6, ipv4};
 use crate::Output;
+use crate::{icmp, icmp6};
 
 /// How long a job may stay with the engine before the gateway gives up on
 /// it (a stalled channel, a lost completion), and how long a packet may be
@@ -180,8 +181,19 @@ impl Gateway {
             sa.crypto().outer.is_udp(),
             mtu,
         );
+        let is_ipv6 = buf.data().first().is_some_and(|b| b >> 4 == 6);
+        if is_ipv6 && size > mtu && fits >= icmp6::MIN_MTU {
+            // RFC 4213 §3.2 / RFC 8200 §5: the tunnel is a link of MTU
+            // `fits` for IPv6, which routers never fragment: too big is a
+            // packet-too-big error. Below the IPv6 minimum the outer IPv4
+            // packet is fragmented instead.
+            let error = (icmp6::kind::PACKET_TOO_BIG, 0, u32::try_from(fits).unwrap_or(0));
+            let result = self.icmp6_error(&mut buf, error, DropReason::FragNeeded);
+            return self.emit(buf, result, out);
+        }
         let dont_fragment = match ipv4::view(buf.data()) {
             Ok(ip) => ip.dont_frag(),
+            Err(_) if is_ipv6 => false,
             Err(reason) => return self.emit(buf, Err(reason), out),
         };
         if size > mtu && dont_fragment {
@@ -535,7 +547,11 @@ impl Gateway {
             Decapsulated::Packet => {}
         }
         // RFC 4301 §5.2 step 4: the inner packet must match the SA's selectors.
-        let flow = flow_key(&ipv4::view(buf.data())?);
+        let is_ipv6 = buf.data().first().is_some_and(|b| b >> 4 == 6);
+        let flow = match is_ipv6 {
+            true => flow_key6(buf.data())?,
+            false => flow_key(&ipv4::view(buf.data())?),
+        };
         let sa = self.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
         if !sa.admits(&flow) {
             sa.counters_mut().policy_mismatch += 1;
@@ -546,7 +562,11 @@ impl Gateway {
             self.stats.local_delivered += 1;
             return Ok(Next::Consume);
         }
-        decrement_ttl(buf)?;
+        if is_ipv6 {
+            decrement_hop_limit(buf)?;
+        } else {
+            decrement_ttl(buf)?;
+        }
         Ok(Next::Route)
     }
 

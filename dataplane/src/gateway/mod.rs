@@ -14,17 +14,18 @@
 //! says when it wants to be called again. Waiting for an engine is the
 //! driver's business (`crate::drive`).
 //!
-//! Files: `classify` (what a frame is), `jobs` (the engine job machine),
+//! Files: `classify` (what a frame is; `classify6` for IPv6 frames:
+//! neighbour discovery, echo, transit), `jobs` (the engine job machine),
 //! `forward` (routes, fragments, ARP, framing), `encap` (RFC 3948 UDP
 //! encapsulation: keepalives, IKE on 4500, peers that move); this one holds the state
 //! and the entry points.
 
 mod classify;
+mod classify6;
 mod encap;
 mod forward;
 mod ipid;
 mod jobs;
-mod local6;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -41,7 +42,7 @@ use crate::icmp;
 use crate::nat;
 use crate::neighbor::{NeighborLimits, Neighbors, Waiting};
 use crate::reassembly::Reassembler;
-use crate::route::{Interface, Port, Route, RoutingTable};
+use crate::route::{Interface, Port, Route, Route6, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use classify::Classified;
 pub use jobs::{BACKLOG_LIMIT, HOLD_LIMIT, JOB_TIMEOUT};
@@ -69,6 +70,13 @@ pub enum Verdict {
     Drop(DropReason),
 }
 
+/// fe80::/10 (RFC 4291 §2.5.6).
+const LINK_LOCAL: spd_sad::Ipv6Prefix =
+    match spd_sad::Ipv6Prefix::new(std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10) {
+        Some(p) => p,
+        None => panic!("fe80::/10 is a prefix"),
+    };
+
 /// The UDP port of the control plane's exchange: IKE's (RFC 7296 §2).
 pub const CONTROL_PORT: u16 = 500;
 
@@ -78,6 +86,8 @@ pub struct GatewaySetup {
     pub inside: Interface,
     pub outside: Interface,
     pub routes: Vec<Route>,
+    /// IPv6 routes besides the connected networks of `address6`.
+    pub routes6: Vec<Route6>,
     pub neighbors: Vec<(Ipv4Addr, EthernetAddress)>,
     pub link: LinkLayer,
     /// TTL of the outer header of tunnel-mode packets.
@@ -129,9 +139,9 @@ pub enum InstallSaError {
     )]
     TransportOverUdp(String),
     #[error(
-        "SA `{name}`: outer addresses {local} -> {remote} are IPv6, and this gateway's data path \
-         carries IPv4 only so far (IPv6 frames are counted as `unsupported`); give the tunnel \
-         IPv4 `local` and `remote` addresses"
+        "SA `{name}`: outer addresses {local} -> {remote} are IPv6, and this gateway's tunnels \
+         have IPv4 outer headers only so far (IPv6 networks ride them: give IPv6 subnets); give the \
+         tunnel IPv4 `local` and `remote` addresses"
     )]
     Ipv6Outer {
         name: String,
@@ -164,6 +174,9 @@ pub struct Gateway {
     pool: PacketPool,
     /// Scratch for packets released or expired from the neighbour queue.
     waiting: Vec<Waiting>,
+    /// Packets an NDP advertisement released during classification, for
+    /// the batch's output.
+    released: Vec<Output>,
     reassembler: Reassembler,
     icmp_limiter: icmp::RateLimiter,
     /// Scratch for buffers the reassembler gives up.
@@ -224,7 +237,24 @@ impl Gateway {
             neighbors.insert_static(*addr, *mac);
         }
         for iface in [&setup.inside, &setup.outside] {
-            neighbors.add_on_link(iface.port, iface.network, Some(iface.address));
+            neighbors.add_on_link(iface.port, iface.network, Some(iface.address.into()));
+            if let Some((address6, network6)) = iface.address6 {
+                neighbors.add_on_link(iface.port, network6, Some(address6.into()));
+                // Neighbours solicit and answer from link-local addresses
+                // too (RFC 4861 §7.2.2).
+                neighbors.add_on_link(iface.port, LINK_LOCAL, None);
+                routes.add6(Route6 {
+                    destination: network6,
+                    via: None,
+                    port: iface.port,
+                });
+            }
+        }
+        for route in &setup.routes6 {
+            routes.add6(*route);
+            if route.via.is_none() {
+                neighbors.add_on_link(route.port, route.destination, None);
+            }
         }
         for route in setup.routes.iter().filter(|r| r.via.is_none()) {
             neighbors.add_on_link(route.port, route.destination, None);
@@ -237,6 +267,7 @@ impl Gateway {
             resolve_neighbors: setup.resolve_neighbors,
             pool: PacketPool::default(),
             waiting: Vec::with_capacity(64),
+            released: Vec::new(),
             reassembler: Reassembler::default(),
             icmp_limiter: icmp::RateLimiter::new(setup.icmp_limits),
             spent: Vec::with_capacity(8),
@@ -511,7 +542,7 @@ impl Gateway {
             }
             self.waiting = expired;
             for (hop, port) in retry {
-                self.send_arp_request(hop, port, out);
+                self.send_neighbor_request(hop, port, out);
             }
         }
     }
@@ -571,6 +602,9 @@ impl Gateway {
                 }
             }
             gw.classified = classified;
+            // Packets that waited for a neighbour an advertisement in this
+            // batch resolved.
+            out.append(&mut gw.released);
             gw.pump(now, out);
         });
     }

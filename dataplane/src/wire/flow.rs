@@ -1,6 +1,9 @@
-//! The selector fields of an IPv4 packet.
+//! The selector fields of an IPv4 or IPv6 packet.
 
 use smoltcp::wire::Ipv4Packet;
+
+use crate::stats::DropReason;
+use crate::wire::ipv6;
 use spd_sad::{proto, FlowKey};
 
 /// Flow key of a checked IPv4 packet. Ports are read from TCP, UDP and SCTP
@@ -25,4 +28,18 @@ pub fn flow_key<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> FlowKey {
         protocol,
         ports,
     }
+}
+
+/// Flow key of an IPv6 datagram: the protocol after its extension headers,
+/// and ports as for IPv4 (first fragments that carry them; OPAQUE
+/// otherwise, RFC 4301 §4.4.1.1).
+pub fn flow_key6(packet: &[u8]) -> Result<FlowKey, DropReason> {
+    let ip = ipv6::view(packet)?;
+    let upper = ipv6::upper_layer(packet)?;
+    Ok(FlowKey {
+        src: ip.src_addr().into(),
+        dst: ip.dst_addr().into(),
+        protocol: upper.protocol,
+        ports: upper.ports,
+    })
 }

@@ -9,4 +9,4 @@ pub mod ipv6;
 pub mod vnet;
 
 pub use esp::{EspPacket, EspTrailer};
-pub use flow::flow_key;
+pub use flow::{flow_key, flow_key6};

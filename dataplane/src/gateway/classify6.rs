@@ -1,0 +1,249 @@
+//! What a received IPv6 frame is and where it goes, for interfaces with an
+//! `address6`: neighbour discovery for our addresses (RFC 4861 §7.2.3-5:
+//! solicitations answered, advertisements and solicitations learnt from),
+//! echo (RFC 4443 §4.1-2), and transit traffic against the SPD (inner
+//! IPv6 of an IPv4 tunnel, or bypassed), with the hop limit (RFC 8200 §3)
+//! and the link-local scope (RFC 4291 §2.5.6) checked first. Must not touch
+//! the engine or transmit anything. IPv6 outer headers (ESP over IPv6) are
+//! not carried yet: counted `unsupported`, as is IPv6 on an interface
+//! without `address6`.
+
+use std::net::Ipv6Addr;
+
+use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, IpProtocol};
+use spd_sad::{proto, Action, PolicyDirection};
+
+use super::classify::Classified;
+use super::{Gateway, LinkLayer, Next};
+use crate::buffer::PacketBuf;
+use crate::icmp6::{self, kind, NdpKind};
+use crate::neighbor::{Learnt, Sighting};
+use crate::route::Port;
+use crate::stats::DropReason;
+use crate::wire::ipv6;
+
+/// ff02::1, the all-nodes group (RFC 4291 §2.7.1).
+const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+
+impl Gateway {
+    /// An IPv6 frame (behind its Ethernet header on an Ethernet port).
+    pub(super) fn classify_ipv6(
+        &mut self,
+        from: Port,
+        buf: &mut PacketBuf,
+    ) -> Result<Classified, DropReason> {
+        let link = self.link_of(from) == LinkLayer::Ethernet;
+        let l2 = if link {
+            EthernetFrame::<&[u8]>::header_len()
+        } else {
+            0
+        };
+        let Some((our, _)) = self.interfaces[from.index()].address6 else {
+            return Err(DropReason::Unsupported);
+        };
+        let (dst, total) = {
+            let ip = ipv6::view(buf.data().get(l2..).ok_or(DropReason::Malformed)?)?;
+            (ip.dst_addr(), ip.total_len())
+        };
+        // Link padding after the datagram is no part of it.
+        buf.truncate(l2 + total);
+        if dst == our || dst == icmp6::solicited_node(our) || dst == ALL_NODES {
+            return self.ipv6_for_us(from, buf, l2, our);
+        }
+        if dst.is_multicast() {
+            // Other groups (MLD, routers') are not ours to join or forward.
+            return Err(DropReason::Unsupported);
+        }
+        if self.is_local(dst.into()) {
+            self.stats.local_delivered += 1;
+            return Ok(Classified::Done(Ok(Next::Consume)));
+        }
+        buf.trim_front(l2);
+        self.ipv6_transit(from, buf)
+    }
+
+    /// A bare IPv6 packet passing through: the policy decides (RFC 4301
+    /// §5.1 outbound, §5.2 plaintext inbound), after the scope and hop
+    /// limit checks every router makes.
+    fn ipv6_transit(&mut self, from: Port, buf: &mut PacketBuf) -> Result<Classified, DropReason> {
+        let flow = crate::wire::flow_key6(buf.data())?;
+        let (std::net::IpAddr::V6(src), std::net::IpAddr::V6(dst)) = (flow.src, flow.dst) else {
+            return Err(DropReason::Malformed);
+        };
+        // RFC 4291 §2.5.6: link-local addresses never leave their link.
+        if is_link_local(src) || is_link_local(dst) || src.is_multicast() || src.is_unspecified() {
+            return Err(DropReason::NoRoute);
+        }
+        if from == Port::Outside && flow.protocol == proto::ESP {
+            // ESP over IPv6 (an IPv6 outer header) is not terminated yet.
+            return Err(DropReason::Unsupported);
+        }
+        let direction = match from {
+            Port::Inside => PolicyDirection::Out,
+            Port::Outside => PolicyDirection::In,
+        };
+        let decision = self.spd.lookup_cached(direction, &flow);
+        let next = match (decision.action, from) {
+            (Action::Protect(sa), Port::Inside) => Classified::Encapsulate(sa),
+            (Action::Protect(_), Port::Outside) => return Err(DropReason::PolicyMismatch),
+            (Action::Bypass, _) => Classified::Done(Ok(Next::Route)),
+            (Action::Discard, _) => {
+                return Err(match decision.policy {
+                    Some(_) => DropReason::PolicyDiscard,
+                    None => DropReason::NoPolicy,
+                })
+            }
+        };
+        if let Err(reason) = decrement_hop_limit(buf) {
+            // RFC 4443 §3.3: hop limit exceeded in transit.
+            let error = (kind::TIME_EXCEEDED, 0, 0);
+            return Ok(Classified::Done(self.icmp6_error(buf, error, reason)));
+        }
+        if matches!(next, Classified::Done(_)) {
+            self.stats.bypassed += 1;
+        }
+        Ok(next)
+    }
+
+    /// IPv6 to our address, our solicited-node group or all nodes.
+    fn ipv6_for_us(
+        &mut self,
+        from: Port,
+        buf: &mut PacketBuf,
+        l2: usize,
+        our: Ipv6Addr,
+    ) -> Result<Classified, DropReason> {
+        let link = l2 > 0;
+        let our_mac = self.interfaces[from.index()].mac;
+        let (dst, src, icmp_type, icmp_at) = {
+            let packet = &buf.data()[l2..];
+            let ip = ipv6::view(packet)?;
+            let upper = ipv6::upper_layer(packet)?;
+            let icmp_type = (upper.protocol == u8::from(IpProtocol::Icmpv6))
+                .then(|| packet.get(upper.offset).copied())
+                .flatten();
+            (ip.dst_addr(), ip.src_addr(), icmp_type, upper.offset)
+        };
+        self.stats.local_delivered += 1;
+        let consumed = Ok(Classified::Done(Ok(Next::Consume)));
+        match icmp_type {
+            Some(kind::NEIGHBOR_SOLICIT) => {
+                let ndp = icmp6::parse_ndp(&buf.data()[l2..]).ok_or(DropReason::Malformed)?;
+                // Solicitations for other nodes' addresses reach us through
+                // their shared solicited-node group: not ours to answer.
+                if ndp.target != our {
+                    return consumed;
+                }
+                // RFC 4861 §7.2.3: the solicitor's link-layer option makes
+                // (or refreshes) its entry; a DAD probe has none.
+                if let Some(mac) = ndp.link_addr.filter(|_| !ndp.source.is_unspecified()) {
+                    self.learn_neighbor6(from, ndp.source, mac, false, true);
+                }
+                if !self.setup.answer_arp {
+                    return consumed;
+                }
+                if !icmp6::neighbor_advert_in_place(buf, &ndp, our_mac, link) {
+                    return Err(DropReason::NoBufferSpace);
+                }
+                Ok(self.reply(from, buf))
+            }
+            Some(kind::NEIGHBOR_ADVERT) => {
+                let ndp = icmp6::parse_ndp(&buf.data()[l2..]).ok_or(DropReason::Malformed)?;
+                let NdpKind::Advert { solicited, .. } = ndp.kind else {
+                    return consumed;
+                };
+                // A unicast advertisement may leave the option out (RFC
+                // 4861 §7.2.4); the frame's source is then the sender's.
+                let frame_source = link.then(|| EthernetFrame::new_unchecked(buf.data()).src_addr());
+                if let Some(mac) = ndp.link_addr.or(frame_source) {
+                    self.learn_neighbor6(from, ndp.target, mac, true, solicited && dst == our);
+                }
+                consumed
+            }
+            // Echo to our own address, the ICMPv6 header right after the
+            // fixed header (what the rewrite handles); a group's echo is
+            // not answered (RFC 4443 §4.2 lets a node stay silent).
+            Some(kind::ECHO_REQUEST) if dst == our && icmp_at == ipv6::HEADER_LEN => {
+                if !icmpv6_checksum_ok(&buf.data()[l2 + icmp_at..], src, dst) {
+                    return Err(DropReason::Malformed);
+                }
+                let frame_source = link.then(|| EthernetFrame::new_unchecked(buf.data()).src_addr());
+                buf.trim_front(l2);
+                if !icmp6::echo_reply_in_place(buf) {
+                    return Err(DropReason::Malformed);
+                }
+                if let Some(peer) = frame_source {
+                    frame(buf, peer, our_mac)?;
+                }
+                Ok(self.reply(from, buf))
+            }
+            _ => consumed,
+        }
+    }
+
+    /// Applies the neighbour table's rules to what an NDP message said of
+    /// `sender`, and sends what waited for it.
+    fn learn_neighbor6(
+        &mut self,
+        from: Port,
+        sender: Ipv6Addr,
+        mac: EthernetAddress,
+        is_reply: bool,
+        for_us: bool,
+    ) {
+        let seen = Sighting {
+            sender: sender.into(),
+            mac,
+            is_reply,
+            for_us,
+        };
+        match self.neighbors.learn(from, seen, self.last_now) {
+            Learnt::Updated | Learnt::Created => {
+                if self.is_waited_for(sender.into()) {
+                    let mut out = std::mem::take(&mut self.released);
+                    self.release(sender.into(), mac, &mut out);
+                    self.released = out;
+                }
+            }
+            Learnt::TableFull => self.stats.neighbor_table_full += 1,
+            Learnt::Unsolicited => self.stats.arp_unsolicited += 1,
+            Learnt::OffLink | Learnt::Ignored => {}
+        }
+    }
+
+    /// A reply written in place of the frame, sent back where it came from.
+    fn reply(&mut self, from: Port, buf: &mut PacketBuf) -> Classified {
+        self.stats.generated += 1;
+        crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
+        Classified::Done(Ok(Next::Reply(from)))
+    }
+}
+
+/// fe80::/10.
+fn is_link_local(addr: Ipv6Addr) -> bool {
+    addr.segments()[0] & 0xffc0 == 0xfe80
+}
+
+/// RFC 8200 §3: a forwarding node decrements the hop limit and discards
+/// the packet when it reaches zero. No checksum covers it.
+pub(super) fn decrement_hop_limit(buf: &mut PacketBuf) -> Result<(), DropReason> {
+    let hop_limit = buf.data_mut().get_mut(7).ok_or(DropReason::Malformed)?;
+    if *hop_limit <= 1 {
+        return Err(DropReason::TtlExpired);
+    }
+    *hop_limit -= 1;
+    Ok(())
+}
+
+fn icmpv6_checksum_ok(icmp: &[u8], src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+    Icmpv6Packet::new_checked(icmp).is_ok_and(|p| cfg!(fuzzing) || p.verify_checksum(&src, &dst))
+}
+
+/// Puts an Ethernet header for IPv6 in front of the packet in `buf`.
+fn frame(buf: &mut PacketBuf, to: EthernetAddress, from: EthernetAddress) -> Result<(), DropReason> {
+    let header = buf
+        .prepend(EthernetFrame::<&[u8]>::header_len())
+        .ok_or(DropReason::NoBufferSpace)?;
+    crate::icmp::write_ethernet(header, to, from, EthernetProtocol::Ipv6);
+    Ok(())
+}

@@ -1,0 +1,378 @@
+//! IPv6 networks over an IPv4 ESP tunnel ("6-in-4", RFC 4301 §5.1.2
+//! tunnel mode with next header 41): two in-memory gateways, A between
+//! 2001:db8:1::/64 and 10.0.0.1, B between 2001:db8:2::/64 and 10.0.0.2.
+//! What a router must do on the way is checked too: the hop limit (RFC
+//! 8200 §3, time exceeded, RFC 4443 §3.3), packet too big with the
+//! tunnel's MTU (RFC 8200 §5, RFC 4213 §3.2), link-local scope (RFC 4291
+//! §2.5.6), the inbound selectors (RFC 4301 §5.2) and next hops resolved by
+//! neighbour discovery (RFC 4861) rather than ARP.
+
+mod common;
+
+use std::net::Ipv6Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use accel::{Algorithm, EngineSpec, Style};
+use common::*;
+use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
+use ike_stub::Config;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv6Packet,
+    NdiscNeighborFlags, NdiscRepr, RawHardwareAddress,
+};
+use spd_sad::Ipv6Prefix;
+
+const HOST_A: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
+const HOST_B: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x10);
+const GW_A: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
+const HOST_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0xaa, 0x10]);
+const GW_A_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0x01, 0x01]);
+
+/// One end; `resolve` turns neighbour discovery on (live mode).
+fn gateway(alg: Algorithm, a: bool, outside_mtu: u16, resolve: bool) -> Gateway {
+    let mut built = tunnel_builder(alg, "tunnel", false, a);
+    let (own, far) = if a { (1, 2) } else { (2, 1) };
+    let inside = interface(&mut built, "inside");
+    inside.address6 = Some(format!("2001:db8:{own}::1/64"));
+    if a {
+        inside.mac = Some(GW_A_MAC);
+    }
+    interface(&mut built, "outside").mtu = Some(outside_mtu);
+    let net = |n: u16| Ipv6Prefix::new(Ipv6Addr::new(0x2001, 0xdb8, n, 0, 0, 0, 0, 0), 64).unwrap();
+    built.tunnels[0].local_subnet = Some(net(own).into());
+    built.tunnels[0].remote_subnet = Some(net(far).into());
+    let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
+    setup.resolve_neighbors = resolve;
+    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
+    config.install(&mut gw, Duration::ZERO).unwrap();
+    gw
+}
+
+/// An Ethernet frame from a host to gateway A holding an IPv6/UDP packet.
+fn udp6_frame(src: Ipv6Addr, dst: Ipv6Addr, hop_limit: u8, traffic_class: u8, payload_len: usize) -> Vec<u8> {
+    let mut frame = vec![0u8; 14 + 40 + 8 + payload_len];
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        eth.set_dst_addr(GW_A_MAC);
+        eth.set_src_addr(HOST_MAC);
+        eth.set_ethertype(EthernetProtocol::Ipv6);
+    }
+    let packet = &mut frame[14..];
+    {
+        let mut ip = Ipv6Packet::new_unchecked(&mut *packet);
+        ip.set_version(6);
+        ip.set_traffic_class(traffic_class);
+        ip.set_flow_label(0x12345);
+        ip.set_payload_len((8 + payload_len) as u16);
+        ip.set_next_header(IpProtocol::Udp);
+        ip.set_hop_limit(hop_limit);
+        ip.set_src_addr(src);
+        ip.set_dst_addr(dst);
+    }
+    let udp = &mut packet[40..];
+    udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
+    udp[2..4].copy_from_slice(&5000u16.to_be_bytes());
+    udp[4..6].copy_from_slice(&((8 + payload_len) as u16).to_be_bytes());
+    for (i, b) in udp[8..].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    frame
+}
+
+/// HOST_A resolves gateway A first, as a real host does (RFC 4861 §7.2.2):
+/// A answers and, from the solicitation's link-layer option, learns
+/// HOST_A (§7.2.3), so that what A sends back needs no resolution.
+fn introduce_host(a: &mut Gateway, pool: &mut PacketPool) {
+    let group = dataplane::icmp6::solicited_node(GW_A);
+    let ns = NdiscRepr::NeighborSolicit {
+        target_addr: GW_A,
+        lladdr: Some(RawHardwareAddress::from_bytes(HOST_MAC.as_bytes())),
+    };
+    let packet = icmpv6_packet(HOST_A, group, 255, &smoltcp::wire::Icmpv6Repr::Ndisc(ns));
+    let mut frame = vec![0u8; 14];
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        eth.set_dst_addr(dataplane::icmp6::multicast_mac(group));
+        eth.set_src_addr(HOST_MAC);
+        eth.set_ethertype(EthernetProtocol::Ipv6);
+    }
+    frame.extend_from_slice(&packet);
+    let (verdict, _) = send(a, pool, Port::Inside, &frame);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside), "the advertisement");
+}
+
+fn send(gw: &mut Gateway, pool: &mut PacketPool, from: Port, frame: &[u8]) -> (Verdict, Vec<u8>) {
+    run(gw, pool, Duration::ZERO, from, frame)
+}
+
+/// The ICMPv6 message in a frame A sent back to the host, checksum checked.
+fn icmp6_reply(frame: &[u8]) -> (Ipv6Addr, Ipv6Addr, Vec<u8>) {
+    let eth = EthernetFrame::new_checked(frame).unwrap();
+    assert_eq!(eth.ethertype(), EthernetProtocol::Ipv6);
+    assert_eq!(eth.dst_addr(), HOST_MAC);
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    assert_eq!(ip.next_header(), IpProtocol::Icmpv6);
+    let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+    assert!(icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr()), "checksum");
+    (ip.src_addr(), ip.dst_addr(), ip.payload().to_vec())
+}
+
+#[test]
+fn ipv6_crosses_an_ipv4_tunnel_for_every_proposal() {
+    for alg in [
+        Algorithm::Aes128Gcm16,
+        Algorithm::Aes128Sha1,
+        Algorithm::ChaCha20Poly1305,
+    ] {
+        let mut a = gateway(alg, true, 1500, false);
+        let mut b = gateway(alg, false, 1500, false);
+        let mut pool = PacketPool::new(8);
+        let sent = udp6_frame(HOST_A, HOST_B, 64, 0xb8, 300);
+        let (verdict, esp) = send(&mut a, &mut pool, Port::Inside, &sent);
+        assert_eq!(verdict, Verdict::Forward(Port::Outside), "{alg}");
+        let eth = EthernetFrame::new_checked(&esp[..]).unwrap();
+        assert_eq!(
+            eth.ethertype(),
+            EthernetProtocol::Ipv4,
+            "{alg}: an IPv4 outer header"
+        );
+        let outer = Ipv4Packet::new_checked(eth.payload()).unwrap();
+        assert_eq!(outer.next_header(), IpProtocol::IpSecEsp);
+        assert_eq!(
+            (outer.src_addr().octets(), outer.dst_addr().octets()),
+            ([10, 0, 0, 1], [10, 0, 0, 2])
+        );
+        // RFC 4301 §5.1.2.1: DSCP and ECN from the inner traffic class;
+        // RFC 4213 §3.2.1: DF clear for IPv6 inside.
+        assert_eq!(outer.dscp() << 2 | outer.ecn(), 0xb8, "{alg}");
+        assert!(!outer.dont_frag(), "{alg}");
+        assert!(outer.verify_checksum());
+        // No inner bytes in the clear.
+        assert!(
+            !esp.windows(16).any(|w| w == HOST_B.octets()),
+            "{alg}: the inner address leaked"
+        );
+
+        let (verdict, inner) = send(&mut b, &mut pool, Port::Outside, &esp);
+        assert_eq!(verdict, Verdict::Forward(Port::Inside), "{alg}");
+        let eth = EthernetFrame::new_checked(&inner[..]).unwrap();
+        assert_eq!(eth.ethertype(), EthernetProtocol::Ipv6);
+        let mut expected = sent[14..].to_vec();
+        expected[7] -= 2; // one hop at each gateway
+        assert_eq!(
+            eth.payload(),
+            &expected[..],
+            "{alg}: the packet, hop limit down by two"
+        );
+        assert_eq!(b.stats().decapsulated, 1);
+        assert_eq!(a.stats().encapsulated, 1, "{alg}");
+
+        // The way back, B to A.
+        let mut back = udp6_frame(HOST_B, HOST_A, 64, 0, 40);
+        back[..6].copy_from_slice(&[0x02, 0, 0xc0, 0xa8, 2, 1]);
+        let (verdict, esp) = send(&mut b, &mut pool, Port::Inside, &back);
+        assert_eq!(verdict, Verdict::Forward(Port::Outside), "{alg}");
+        let (verdict, inner) = send(&mut a, &mut pool, Port::Outside, &esp);
+        assert_eq!(verdict, Verdict::Forward(Port::Inside), "{alg}");
+        assert_eq!(
+            EthernetFrame::new_checked(&inner[..]).unwrap().payload()[8..40],
+            back[22..54]
+        );
+    }
+}
+
+#[test]
+fn a_router_s_checks_come_first() {
+    let mut a = gateway(Algorithm::Aes128Gcm16, true, 1500, false);
+    let mut pool = PacketPool::new(8);
+    introduce_host(&mut a, &mut pool);
+    // Hop limit 1: time exceeded back to the host, from our address.
+    let (verdict, reply) = send(
+        &mut a,
+        &mut pool,
+        Port::Inside,
+        &udp6_frame(HOST_A, HOST_B, 1, 0, 20),
+    );
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let (src, dst, icmp) = icmp6_reply(&reply);
+    assert_eq!((src, dst, icmp[0], icmp[1]), (GW_A, HOST_A, 3, 0));
+    assert_eq!(a.stats().drops.get(DropReason::TtlExpired), 1);
+    // Link-local addresses never leave their link.
+    let link_local = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0x10);
+    let (verdict, _) = send(
+        &mut a,
+        &mut pool,
+        Port::Inside,
+        &udp6_frame(link_local, HOST_B, 64, 0, 20),
+    );
+    assert_eq!(verdict, Verdict::Drop(DropReason::NoRoute));
+    // No policy for this destination: discarded (RFC 4301 §4.4.1).
+    let elsewhere = Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 1);
+    let (verdict, _) = send(
+        &mut a,
+        &mut pool,
+        Port::Inside,
+        &udp6_frame(HOST_A, elsewhere, 64, 0, 20),
+    );
+    assert_eq!(verdict, Verdict::Drop(DropReason::NoPolicy));
+    // Plaintext IPv6 from the outside that policy says must be protected.
+    let mut plain = udp6_frame(HOST_B, HOST_A, 64, 0, 20);
+    plain[..6].copy_from_slice(&[0x02, 0, 10, 0, 0, 1]);
+    let (verdict, _) = send(&mut a, &mut pool, Port::Outside, &plain);
+    assert_eq!(
+        verdict,
+        Verdict::Drop(DropReason::Unsupported),
+        "the outside has no address6"
+    );
+}
+
+#[test]
+fn too_big_for_the_tunnel_is_a_packet_too_big_with_its_mtu() {
+    let mut a = gateway(Algorithm::Aes128Gcm16, true, 1500, false);
+    let mut pool = PacketPool::new(8);
+    introduce_host(&mut a, &mut pool);
+    // 1500 bytes of IPv6 fit the inside link but not the tunnel.
+    let big = udp6_frame(HOST_A, HOST_B, 64, 0, 1500 - 48);
+    let (verdict, reply) = send(&mut a, &mut pool, Port::Inside, &big);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let (src, dst, icmp) = icmp6_reply(&reply);
+    assert_eq!((src, dst, icmp[0], icmp[1]), (GW_A, HOST_A, 2, 0));
+    let mtu = u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]]);
+    // 20 outer + 8 ESP + 8 IV + 16 ICV leave 1448 bytes, a multiple of
+    // GCM's 4-byte alignment, for the packet and its 2-byte trailer.
+    assert_eq!(mtu, 1446, "the tunnel's MTU for IPv6");
+    assert_eq!(a.stats().drops.get(DropReason::FragNeeded), 1);
+    // The largest packet the error allows goes through whole.
+    let (verdict, esp) = send(
+        &mut a,
+        &mut pool,
+        Port::Inside,
+        &udp6_frame(HOST_A, HOST_B, 64, 0, mtu as usize - 48),
+    );
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    assert_eq!(esp.len(), 14 + 1500);
+    // Below the IPv6 minimum MTU the outer packet is fragmented instead
+    // (RFC 4213 §3.2): a 1280-byte packet through a 1300-byte link.
+    let mut narrow = gateway(Algorithm::Aes128Gcm16, true, 1300, false);
+    let mut buf = pool.alloc().unwrap();
+    assert!(buf.fill(&udp6_frame(HOST_A, HOST_B, 64, 0, 1280 - 48)));
+    let outputs = narrow.handle_frame(Duration::ZERO, Port::Inside, buf, &mut pool);
+    assert_eq!(outputs.len(), 2, "two fragments");
+    for (buf, verdict) in outputs {
+        assert_eq!(verdict, Verdict::Forward(Port::Outside));
+        let eth = EthernetFrame::new_checked(buf.data()).unwrap();
+        assert!(Ipv4Packet::new_checked(eth.payload()).unwrap().verify_checksum());
+        pool.free(buf);
+    }
+}
+
+#[test]
+fn next_hops_resolve_by_neighbour_discovery() {
+    let mut a = gateway(Algorithm::Aes128Gcm16, true, 1500, false);
+    let mut b = gateway(Algorithm::Aes128Gcm16, false, 1500, true);
+    let mut pool = PacketPool::new(8);
+    let (_, esp) = send(
+        &mut a,
+        &mut pool,
+        Port::Inside,
+        &udp6_frame(HOST_A, HOST_B, 64, 0, 100),
+    );
+    // B does not know HOST_B: the packet waits, a solicitation goes out.
+    let mut buf = pool.alloc().unwrap();
+    assert!(buf.fill(&esp));
+    let mut outputs = b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    assert_eq!(outputs.len(), 1, "only the solicitation: the packet is parked");
+    let (ns, verdict) = outputs.remove(0);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let eth = EthernetFrame::new_checked(ns.data()).unwrap();
+    let group = dataplane::icmp6::solicited_node(HOST_B);
+    assert_eq!(eth.dst_addr(), dataplane::icmp6::multicast_mac(group));
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    assert_eq!((ip.dst_addr(), ip.hop_limit()), (group, 255));
+    let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+    match NdiscRepr::parse(&icmp).unwrap() {
+        NdiscRepr::NeighborSolicit { target_addr, .. } => assert_eq!(target_addr, HOST_B),
+        other => panic!("not a solicitation: {other:?}"),
+    }
+    let b_gw = ip.src_addr();
+    let b_mac = eth.src_addr();
+    pool.free(ns);
+    // HOST_B answers; the parked packet leaves for its MAC.
+    let na = NdiscRepr::NeighborAdvert {
+        flags: NdiscNeighborFlags::SOLICITED | NdiscNeighborFlags::OVERRIDE,
+        target_addr: HOST_B,
+        lladdr: Some(RawHardwareAddress::from_bytes(HOST_MAC.as_bytes())),
+    };
+    let packet = icmpv6_packet(HOST_B, b_gw, 255, &smoltcp::wire::Icmpv6Repr::Ndisc(na));
+    let mut frame = vec![0u8; 14];
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        eth.set_dst_addr(b_mac);
+        eth.set_src_addr(HOST_MAC);
+        eth.set_ethertype(EthernetProtocol::Ipv6);
+    }
+    frame.extend_from_slice(&packet);
+    let mut buf = pool.alloc().unwrap();
+    assert!(buf.fill(&frame));
+    let outputs = b.handle_frame(Duration::from_millis(5), Port::Inside, buf, &mut pool);
+    let forwarded: Vec<_> = outputs
+        .into_iter()
+        .filter_map(|(buf, verdict)| {
+            let data = buf.data().to_vec();
+            pool.free(buf);
+            (verdict == Verdict::Forward(Port::Inside)).then_some(data)
+        })
+        .collect();
+    assert_eq!(forwarded.len(), 1, "the packet that waited");
+    let eth = EthernetFrame::new_checked(&forwarded[0][..]).unwrap();
+    assert_eq!(
+        (eth.dst_addr(), eth.ethertype()),
+        (HOST_MAC, EthernetProtocol::Ipv6)
+    );
+    assert_eq!(Ipv6Packet::new_checked(eth.payload()).unwrap().dst_addr(), HOST_B);
+    // The next packet goes straight out.
+    let (_, esp) = send(
+        &mut a,
+        &mut pool,
+        Port::Inside,
+        &udp6_frame(HOST_A, HOST_B, 64, 0, 100),
+    );
+    let (verdict, out) = send(&mut b, &mut pool, Port::Outside, &esp);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    assert_eq!(EthernetFrame::new_checked(&out[..]).unwrap().dst_addr(), HOST_MAC);
+}
+
+#[test]
+fn a_neighbour_that_never_answers_times_out() {
+    let mut a = gateway(Algorithm::Aes128Gcm16, true, 1500, false);
+    let mut b = gateway(Algorithm::Aes128Gcm16, false, 1500, true);
+    let mut pool = PacketPool::new(8);
+    let (_, esp) = send(
+        &mut a,
+        &mut pool,
+        Port::Inside,
+        &udp6_frame(HOST_A, HOST_B, 64, 0, 100),
+    );
+    let mut buf = pool.alloc().unwrap();
+    assert!(buf.fill(&esp));
+    for (buf, _) in b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool) {
+        pool.free(buf);
+    }
+    let mut out = Vec::new();
+    // A second solicitation after a second, then the packet is given up.
+    b.handle_timeout(Duration::from_millis(1100), &mut out, &mut pool);
+    assert_eq!(out.len(), 1, "the solicitation repeated");
+    assert_eq!(out[0].1, Verdict::Forward(Port::Inside));
+    for (buf, _) in out.drain(..) {
+        pool.free(buf);
+    }
+    b.handle_timeout(Duration::from_secs(4), &mut out, &mut pool);
+    assert!(out
+        .iter()
+        .any(|(_, v)| *v == Verdict::Drop(DropReason::NeighborUnreachable)));
+    for (buf, _) in out {
+        pool.free(buf);
+    }
+}

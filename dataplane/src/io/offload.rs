@@ -6,11 +6,11 @@
 //!   virtio) is completed, RFC 1071 over `csum_start..` to the end of the
 //!   IPv4 datagram, stored at `csum_start + csum_offset`, so the inner
 //!   packet is right before it is encrypted;
-//! - a TCP/IPv4 or UDP/IPv4 GSO super-packet (up to 64 KiB) is cut into
-//!   `gso_size` segments as the kernel's `tcp_gso_segment` and
+//! - a TCP or UDP GSO super-packet over IPv4 or IPv6 (up to 64 KiB) is
+//!   cut into `gso_size` segments as the kernel's `tcp_gso_segment` and
 //!   `__udp_gso_segment` do: each with its own IPv4 total length, ID and
-//!   header checksum, TCP sequence number, flags and checksum, or UDP length
-//!   and checksum. The gateway then treats every segment as a router does
+//!   header checksum (IPv6: payload length), TCP sequence number, flags
+//!   and checksum, or UDP length and checksum. The gateway then treats every segment as a router does
 //!   (DF and the tunnel MTU decide between ICMP fragmentation-needed and
 //!   fragmenting after encapsulation).
 //!
@@ -24,6 +24,8 @@ use crate::wire::vnet::{Gso, VnetRepr};
 
 const ETHERNET_LEN: usize = 14;
 const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
+const ETHERTYPE_IPV6: [u8; 2] = [0x86, 0xdd];
+const IPV6_HEADER_LEN: usize = 40;
 const PROTO_TCP: u8 = 6;
 const PROTO_UDP: u8 = 17;
 const TCP_FIN: u8 = 0x01;
@@ -42,8 +44,9 @@ pub enum OffloadDrop {
     /// cut (a jumbo frame), or cut short by the receive buffer.
     #[strum(serialize = "frame_too_large")]
     TooLarge,
-    /// A GSO type other than TCP or UDP over IPv4 (TCPv6, UFO, tunnels), or
-    /// a GSO frame that is not IPv4 over Ethernet.
+    /// A GSO type other than TCP or UDP over IPv4 or IPv6 (UFO, tunnels),
+    /// a GSO frame that is not IP over Ethernet, or IPv6 whose extension
+    /// headers stand between the fixed header and TCP or UDP.
     #[strum(serialize = "gso_unsupported")]
     GsoUnsupported,
     /// Headers that contradict the virtio-net header: `csum_start` or
@@ -230,17 +233,30 @@ pub fn fold(mut acc: u64) -> u16 {
     !(acc as u16)
 }
 
-/// Where the L4 checksum of `frame` ends: the end of the IPv4 datagram if
-/// the frame is IPv4 over Ethernet (not the Ethernet padding behind it),
-/// else the end of the frame.
+/// The RFC 8200 §8.1 pseudo-header of an IPv6 packet without extension
+/// headers, summed: its addresses (`ip_header[8..40]`), next header and
+/// upper-layer length.
+pub fn pseudo_header_sum6(ip_header: &[u8], protocol: u8, l4_len: usize) -> u64 {
+    ones_sum(&ip_header[8..40], u64::from(protocol) + l4_len as u64)
+}
+
+/// Where the L4 checksum of `frame` ends: the end of the IP datagram if
+/// the frame is IPv4 or IPv6 over Ethernet (not the Ethernet padding
+/// behind it), else the end of the frame.
 fn checksum_end(frame: &[u8]) -> usize {
-    if frame.len() >= ETHERNET_LEN + 20 && frame[12..14] == ETHERTYPE_IPV4 {
-        let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
-        if total >= 20 && ETHERNET_LEN + total <= frame.len() {
-            return ETHERNET_LEN + total;
+    let total = match frame.get(12..14) {
+        Some(t) if t == ETHERTYPE_IPV4 && frame.len() >= ETHERNET_LEN + 20 => {
+            Some(usize::from(u16::from_be_bytes([frame[16], frame[17]]))).filter(|t| *t >= 20)
         }
+        Some(t) if t == ETHERTYPE_IPV6 && frame.len() >= ETHERNET_LEN + IPV6_HEADER_LEN => Some(
+            IPV6_HEADER_LEN + usize::from(u16::from_be_bytes([frame[18], frame[19]])),
+        ),
+        _ => None,
+    };
+    match total {
+        Some(total) if ETHERNET_LEN + total <= frame.len() => ETHERNET_LEN + total,
+        _ => frame.len(),
     }
-    frame.len()
 }
 
 /// Completes a partial checksum in place: the ones' complement sum from
@@ -317,7 +333,7 @@ pub fn prepare(
             None => Ok(false),
             Some((start, offset)) => complete_checksum(buf.data_mut(), start, offset).map(|()| true),
         },
-        Gso::TcpV4 | Gso::UdpL4 => {
+        Gso::TcpV4 | Gso::TcpV6 | Gso::UdpL4 => {
             let pieces = Pieces {
                 head: buf.data(),
                 tail,
@@ -329,7 +345,7 @@ pub fn prepare(
             }
             return;
         }
-        Gso::TcpV6 | Gso::Ufo | Gso::Other(_) => Err(OffloadDrop::GsoUnsupported),
+        Gso::Ufo | Gso::Other(_) => Err(OffloadDrop::GsoUnsupported),
     };
     match result {
         Ok(completed) => {
@@ -343,7 +359,8 @@ pub fn prepare(
     }
 }
 
-/// Cuts a TCP/IPv4 or UDP/IPv4 super-packet into `gso_size` segments.
+/// Cuts a TCP or UDP super-packet over IPv4 or IPv6 into `gso_size`
+/// segments.
 fn segment(
     frame: &Pieces<'_>,
     repr: VnetRepr,
@@ -352,22 +369,36 @@ fn segment(
     counters: &mut OffloadCounters,
 ) -> Result<(), OffloadDrop> {
     let head = frame.head;
-    if head.len() < ETHERNET_LEN + 20 || head[12..14] != ETHERTYPE_IPV4 {
+    let want = match repr.gso {
+        Gso::TcpV4 | Gso::TcpV6 => PROTO_TCP,
+        _ => PROTO_UDP,
+    };
+    let ethertype = head.get(12..14);
+    let ipv6 = ethertype == Some(&ETHERTYPE_IPV6[..]);
+    let fits_v4 = ethertype == Some(&ETHERTYPE_IPV4[..]) && repr.gso != Gso::TcpV6;
+    let fits_v6 = ipv6 && repr.gso != Gso::TcpV4;
+    if !(fits_v4 && head.len() >= ETHERNET_LEN + 20 || fits_v6 && head.len() >= ETHERNET_LEN + IPV6_HEADER_LEN) {
         return Err(OffloadDrop::GsoUnsupported);
     }
     let ip = &head[ETHERNET_LEN..];
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
-    let (protocol, want) = (
-        ip[9],
-        if repr.gso == Gso::TcpV4 {
-            PROTO_TCP
-        } else {
-            PROTO_UDP
-        },
-    );
-    if ip[0] >> 4 != 4 || ihl < 20 || protocol != want || fragment != 0 {
+    // IPv6: TCP or UDP right after the fixed header (what the stack
+    // builds); extension headers would need the walk and are refused.
+    let (ihl, total, fragment, protocol) = if ipv6 {
+        if ip[6] != want {
+            return Err(OffloadDrop::GsoUnsupported);
+        }
+        let payload = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+        (IPV6_HEADER_LEN, IPV6_HEADER_LEN + payload, 0, ip[6])
+    } else {
+        (
+            usize::from(ip[0] & 0x0f) * 4,
+            usize::from(u16::from_be_bytes([ip[2], ip[3]])),
+            u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff,
+            ip[9],
+        )
+    };
+    let version = if ipv6 { 6 } else { 4 };
+    if ip[0] >> 4 != version || ihl < 20 || protocol != want || fragment != 0 {
         return Err(OffloadDrop::Malformed);
     }
     let l4 = ETHERNET_LEN + ihl;
@@ -400,7 +431,10 @@ fn segment(
     }
     let id = u16::from_be_bytes([ip[4], ip[5]]);
     let seq = u32::from_be_bytes([head[l4 + 4], head[l4 + 5], head[l4 + 6], head[l4 + 7]]);
-    let pseudo_sum = pseudo_header_sum(ip, protocol, 0);
+    let pseudo_sum = match ipv6 {
+        true => pseudo_header_sum6(ip, protocol, 0),
+        false => pseudo_header_sum(ip, protocol, 0),
+    };
     for i in 0..count {
         let Some(mut seg) = pool.alloc() else {
             return Err(OffloadDrop::NoBuffer);
@@ -415,11 +449,16 @@ fn segment(
         frame.copy_to(headers + offset, &mut bytes[headers..]);
         let ip_len = (headers + chunk - ETHERNET_LEN) as u16;
         let seg_ip = &mut bytes[ETHERNET_LEN..l4];
-        seg_ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-        seg_ip[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
-        seg_ip[10..12].copy_from_slice(&[0, 0]);
-        let ip_sum = fold(ones_sum(seg_ip, 0));
-        seg_ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+        if ipv6 {
+            // No ID and no header checksum: the payload length only.
+            seg_ip[4..6].copy_from_slice(&(ip_len - IPV6_HEADER_LEN as u16).to_be_bytes());
+        } else {
+            seg_ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+            seg_ip[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
+            seg_ip[10..12].copy_from_slice(&[0, 0]);
+            let ip_sum = fold(ones_sum(seg_ip, 0));
+            seg_ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+        }
         let l4_total = (l4_len + chunk) as u16;
         let check_at = if protocol == PROTO_TCP {
             let tcp = &mut bytes[l4..];
@@ -720,6 +759,95 @@ mod tests {
             assert_eq!(d[42..], frame[42 + i * size..42 + i * size + chunk]);
         }
         out.into_iter().for_each(|b| pool.free(b));
+    }
+
+    /// An Ethernet + IPv6 + L4 frame as a local sender leaves it with
+    /// checksum offload (the L4 checksum field seeded with the pseudo-header
+    /// sum), and a receiver's check of such a frame once whole.
+    fn partial_frame6(protocol: u8, payload: usize, flags: u8) -> Vec<u8> {
+        let l4_len = if protocol == PROTO_TCP { 32 } else { 8 };
+        let mut f = vec![0u8; ETHERNET_LEN + IPV6_HEADER_LEN + l4_len + payload];
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV6);
+        let ip = &mut f[ETHERNET_LEN..];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&((l4_len + payload) as u16).to_be_bytes());
+        ip[6] = protocol;
+        ip[7] = 64;
+        ip[8..10].copy_from_slice(&[0x20, 0x01]);
+        ip[23] = 0x10;
+        ip[24..26].copy_from_slice(&[0x20, 0x01]);
+        ip[39] = 0x20;
+        let l4 = ETHERNET_LEN + IPV6_HEADER_LEN;
+        f[l4..l4 + 2].copy_from_slice(&40000u16.to_be_bytes());
+        f[l4 + 2..l4 + 4].copy_from_slice(&5201u16.to_be_bytes());
+        if protocol == PROTO_TCP {
+            f[l4 + 4..l4 + 8].copy_from_slice(&0xfffff000u32.to_be_bytes());
+            f[l4 + 12] = 8 << 4;
+            f[l4 + 13] = flags;
+        } else {
+            f[l4 + 4..l4 + 6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+        }
+        for (i, b) in f[l4 + l4_len..].iter_mut().enumerate() {
+            *b = (i * 5 + 1) as u8;
+        }
+        let seeded = !fold(pseudo_header_sum6(&f[ETHERNET_LEN..], protocol, l4_len + payload));
+        let at = if protocol == PROTO_TCP { l4 + 16 } else { l4 + 6 };
+        f[at..at + 2].copy_from_slice(&seeded.to_be_bytes());
+        f
+    }
+
+    fn checksums_ok6(frame: &[u8]) -> bool {
+        let ip = &frame[ETHERNET_LEN..];
+        let end = IPV6_HEADER_LEN + usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+        let l4 = &ip[IPV6_HEADER_LEN..end];
+        fold(ones_sum(l4, pseudo_header_sum6(ip, ip[6], l4.len()))) == 0
+    }
+
+    #[test]
+    fn completes_and_segments_over_ipv6() {
+        let mut pool = PacketPool::new(64);
+        let l4 = (ETHERNET_LEN + IPV6_HEADER_LEN) as u16;
+        // A partial checksum, with Ethernet padding after a small datagram.
+        let mut small = partial_frame6(PROTO_UDP, 1, 0);
+        small.extend_from_slice(&[0xee; 8]);
+        let (out, counters) = run(&small, &header(1, 0, 0, l4, 6), &mut pool);
+        assert!(checksums_ok6(out[0].data()));
+        assert_eq!(counters.csum_completed, 1);
+        out.into_iter().for_each(|b| pool.free(b));
+        // TCPv6 GSO (gso_type 4): payload lengths, sequence numbers,
+        // flags and checksums per segment.
+        let mss = 1428;
+        let frame = partial_frame6(PROTO_TCP, 2 * mss + 7, TCP_CWR | 0x18 | TCP_FIN);
+        let (out, counters) = run(&frame, &header(1, 4, mss as u16, l4, 16), &mut pool);
+        assert_eq!((out.len(), counters.gso_segments), (3, 3));
+        let mut joined = Vec::new();
+        for (i, seg) in out.iter().enumerate() {
+            let d = seg.data();
+            assert!(checksums_ok6(d), "segment {i}");
+            let chunk = if i < 2 { mss } else { 7 };
+            assert_eq!(usize::from(u16::from_be_bytes([d[18], d[19]])), 32 + chunk);
+            let seq = u32::from_be_bytes([d[58], d[59], d[60], d[61]]);
+            assert_eq!(seq, 0xfffff000u32.wrapping_add((i * mss) as u32));
+            assert_eq!(d[67] & TCP_CWR != 0, i == 0);
+            assert_eq!(d[67] & (TCP_FIN | TCP_PSH) != 0, i == 2);
+            joined.extend_from_slice(&d[86..]);
+        }
+        assert_eq!(joined, frame[86..]);
+        out.into_iter().for_each(|b| pool.free(b));
+        // UDP GSO over IPv6 (gso_type 5).
+        let frame = partial_frame6(PROTO_UDP, 3 * 1000, 0);
+        let (out, _) = run(&frame, &header(1, 5, 1000, l4, 6), &mut pool);
+        assert_eq!(out.len(), 3);
+        assert!(out.iter().all(|seg| checksums_ok6(seg.data())));
+        out.into_iter().for_each(|b| pool.free(b));
+        // TCPv4 GSO on an IPv6 frame, and an extension header before TCP.
+        let (out, c) = run(&partial_frame6(PROTO_TCP, 3000, 0x10), &header(1, 1, 1000, l4, 16), &mut pool);
+        assert!(out.is_empty() && c.dropped(OffloadDrop::GsoUnsupported) == 1);
+        let mut hop_by_hop = partial_frame6(PROTO_TCP, 3000, 0x10);
+        hop_by_hop[ETHERNET_LEN + 6] = 0;
+        let (out, c) = run(&hop_by_hop, &header(1, 4, 1000, l4, 16), &mut pool);
+        assert!(out.is_empty() && c.dropped(OffloadDrop::GsoUnsupported) == 1);
+        assert_eq!(pool.in_use(), 0);
     }
 
     #[test]

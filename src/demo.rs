@@ -24,7 +24,7 @@ use anyhow::{bail, ensure, Context, Result};
 use crate::lab::capture::{capture, FlowSeen, UdpFlow, Wire};
 use crate::lab::gateways::start_lab;
 use crate::lab::topology::{GW_B_PUBLIC, NAT_PUBLIC};
-use crate::lab::traffic::{flood_check, ping, ping_once, udp_and_tcp, udp_streams};
+use crate::lab::traffic::{flood_check, hosts, ping, ping_once, udp_and_tcp, udp_streams};
 pub use crate::lab::DemoArgs;
 use crate::report;
 
@@ -103,6 +103,50 @@ struct Results {
     tcp_ok: bool,
 }
 
+impl Results {
+    /// Every ping answered, every datagram echoed, the stream intact.
+    fn passed(&self) -> bool {
+        self.ping_ok && self.udp_echoed == self.udp_sent && self.tcp_ok
+    }
+
+    /// The report's lines; `family` is "" for IPv4 and "6" for IPv6.
+    fn print(&self, family: &str) {
+        println!("  ping{family:<2}hostA → hostB: {}", self.ping);
+        println!(
+            "  udp{family:<3}{} datagrams of 1..1400 bytes, {} echoed back intact",
+            self.udp_sent, self.udp_echoed
+        );
+        println!(
+            "  tcp{family:<3}{} bytes in {:.2} s = {:.1} Mbit/s, {}",
+            self.tcp_bytes,
+            self.tcp_seconds,
+            self.tcp_bytes as f64 * 8.0 / self.tcp_seconds.max(1e-9) / 1e6,
+            if self.tcp_ok {
+                "byte count and checksum match"
+            } else {
+                "MISMATCH"
+            }
+        );
+    }
+}
+
+/// Ping, the UDP echo and the TCP stream between the hosts' addresses of
+/// one family.
+fn traffic(names: &crate::lab::topology::Names, ipv6: bool, tcp_bytes: usize) -> Result<Results> {
+    let (from, to) = hosts(ipv6);
+    let (ping, ping_ok) = ping(names, to, 5);
+    let (udp_sent, udp_echoed, tcp_bytes, tcp_seconds, tcp_ok) = udp_and_tcp(names, (from, to), tcp_bytes)?;
+    Ok(Results {
+        ping,
+        ping_ok,
+        udp_sent,
+        udp_echoed,
+        tcp_bytes,
+        tcp_seconds,
+        tcp_ok,
+    })
+}
+
 pub fn run(args: &DemoArgs) -> Result<()> {
     let interrupted = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -141,9 +185,16 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         ping_once(&names)
     });
     eprintln!("sending ping, UDP and TCP from hostA to hostB ...");
-    let (ping_summary, ping_ok) = ping(&names, 5);
+    let results = traffic(&names, false, args.tcp_bytes)?;
     ensure!(!interrupted.load(Ordering::Relaxed), "interrupted");
-    let (udp_sent, udp_echoed, tcp_bytes, tcp_seconds, tcp_ok) = udp_and_tcp(&names, args.tcp_bytes)?;
+    let results6 = match args.ipv6 {
+        true => {
+            eprintln!("and over IPv6, through the 6-in-4 tunnel ...");
+            Some(traffic(&names, true, args.tcp_bytes)?)
+        }
+        false => None,
+    };
+    ensure!(!interrupted.load(Ordering::Relaxed), "interrupted");
     // With rekeys: steady traffic both ways for long enough to rekey again
     // and again (about 2 MB each way over 2 s).
     let floods = if args.flood_check {
@@ -171,15 +222,6 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         Some((streams, reloads))
     } else {
         None
-    };
-    let results = Results {
-        ping: ping_summary,
-        ping_ok,
-        udp_sent,
-        udp_echoed,
-        tcp_bytes,
-        tcp_seconds,
-        tcp_ok,
     };
     thread::sleep(Duration::from_millis(200));
     stop_capture.store(true, Ordering::Relaxed);
@@ -214,10 +256,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         .unwrap_or(0);
     let plaintext = total(|w| &w.plaintext);
     println!(
-        "espgw demo: {} tunnel{}, engine {}, style {}, buffers {}",
+        "espgw demo: {} tunnel{}{}, engine {}, style {}, buffers {}",
         args.algorithm,
         if args.nat {
             ", ESP in UDP 4500 (RFC 3948), gwA behind a masquerading NAT"
+        } else {
+            ""
+        },
+        if args.ipv6 {
+            ", and IPv6 between the hosts through a second tunnel over IPv4 (6-in-4)"
         } else {
             ""
         },
@@ -231,22 +278,10 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             if answered { "answered" } else { "not answered" }
         );
     }
-    println!("  ping  hostA → hostB: {}", results.ping);
-    println!(
-        "  udp   {} datagrams of 1..1400 bytes, {} echoed back intact",
-        results.udp_sent, results.udp_echoed
-    );
-    println!(
-        "  tcp   {} bytes in {:.2} s = {:.1} Mbit/s, {}",
-        results.tcp_bytes,
-        results.tcp_seconds,
-        results.tcp_bytes as f64 * 8.0 / results.tcp_seconds.max(1e-9) / 1e6,
-        if results.tcp_ok {
-            "byte count and checksum match"
-        } else {
-            "MISMATCH"
-        }
-    );
+    results.print("");
+    if let Some(six) = &results6 {
+        six.print("6");
+    }
     for (label, wire) in &wires {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let leaked = n(&wire.plaintext);
@@ -414,9 +449,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             format!("LEFT BEHIND: {leftover:?}")
         }
     );
-    let all_ok = results.ping_ok
-        && results.udp_echoed == results.udp_sent
-        && results.tcp_ok
+    let all_ok = results.passed()
+        && results6.as_ref().is_none_or(Results::passed)
         && nat_ok
         && esp > 0
         && plaintext == 0

@@ -86,7 +86,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
     let pids: Vec<u32> = lab.children.iter().map(std::process::Child::id).collect();
     let names = ["demo-a", "demo-b"];
     // Warm up (ARP, first SAs), then take the baseline.
-    let _ = traffic::ping(&lab_names, 5);
+    let _ = traffic::ping(&lab_names, traffic::hosts(false).1, 5);
     let _ = traffic::udp_streams(&lab_names, 200, 500, Duration::from_micros(500))?;
     let start: Vec<Sample> = pids
         .iter()
@@ -113,7 +113,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
         udp_duplicates += ab.duplicates + ba.duplicates;
         // TCP and a little ping every other round; TCP retransmits what faults cost it.
         if rounds % 2 == 0 {
-            match traffic::udp_and_tcp(&lab_names, 500_000) {
+            match traffic::udp_and_tcp(&lab_names, traffic::hosts(false), 500_000) {
                 Ok((_, _, bytes, _, true)) => {
                     tcp_ok += 1;
                     tcp_bytes += bytes;
@@ -123,7 +123,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
                     "  round {rounds}: TCP did not finish ({e:#}); faults can stall a short transfer"
                 ),
             }
-            if traffic::ping(&lab_names, 5).1 {
+            if traffic::ping(&lab_names, traffic::hosts(false).1, 5).1 {
                 pings_ok += 1;
             }
         }

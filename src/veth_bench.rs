@@ -87,7 +87,7 @@ fn check_prerequisites(prefix: &str) -> Result<()> {
 /// so that the sink is not what is measured; rmem_max is per namespace.
 fn build(names: &Names) -> Result<Lab> {
     let lab = Lab::new(names.clone(), None);
-    lab.build(false)?;
+    lab.build(false, false)?;
     in_ns(&names.host_b, &["sysctl", "-qw", "net.core.rmem_max=16777216"])?;
     Ok(lab)
 }
@@ -314,7 +314,7 @@ fn cycles(lab: &Lab, sockets: &[PathBuf], pps: f64, seconds: u32) -> Result<(f64
 fn measure(lab: &mut Lab, options: &Options, sockets: Option<&[PathBuf]>) -> Result<Row> {
     let names = lab.names.clone();
     // ARP everywhere before anything is timed.
-    let _ = traffic::ping(&names, 3);
+    let _ = traffic::ping(&names, traffic::hosts(false).1, 3);
     traffic::start_iperf3_server(lab)?;
     thread::sleep(Duration::from_millis(300));
     let mut row = Row {

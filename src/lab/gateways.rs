@@ -18,7 +18,9 @@ use std::time::Duration;
 use accel::{Algorithm, EngineKind};
 use anyhow::{bail, ensure, Context, Result};
 
-use super::topology::{gateway_command, have_tool, is_root, Lab, Names, GW_B_PUBLIC, NAT_INSIDE, NAT_PUBLIC};
+use super::topology::{
+    gateway_command, have_tool, is_root, Lab, Names, GW_A6, GW_B6, GW_B_PUBLIC, NAT_INSIDE, NAT_PUBLIC,
+};
 use super::DemoArgs;
 
 fn check_prerequisites(nat: bool) -> Result<()> {
@@ -142,6 +144,55 @@ fn nat_config(config: &mut Shipped<'_>) -> Result<()> {
     Ok(())
 }
 
+/// `--ipv6`: the inside interface gets its `address6`, and a second
+/// tunnel, a copy of the first between the IPv6 networks (6-in-4), with
+/// SPIs and keys of its own: its keys are derived from the tunnel's
+/// secret and its own name, never the first tunnel's (one GCM key under
+/// two SPIs would repeat nonces).
+fn ipv6_config(config: &mut Shipped<'_>) -> Result<()> {
+    let side = config.side;
+    let (own, far) = if side == "a" {
+        (GW_A6, GW_B6)
+    } else {
+        (GW_B6, GW_A6)
+    };
+    let network = |address: &str| -> String {
+        // 2001:db8:N::1/64 is on 2001:db8:N::/64.
+        address.replacen("::1/", "::/", 1)
+    };
+    config.entry_where("interface", "name", "inside")?["address6"] = toml_edit::value(own);
+    let mut six = config.tunnel()?.clone();
+    ensure!(
+        six.contains_key("secret"),
+        "configs/demo-{side}.toml: its [[tunnel]] has no `secret` for --ipv6's second tunnel to derive keys from"
+    );
+    for key in ["enc_key_out", "enc_key_in", "auth_key_out", "auth_key_in"] {
+        six.remove(key);
+    }
+    let name = six
+        .get("name")
+        .and_then(toml_edit::Item::as_str)
+        .map(|n| format!("{n}-v6"))
+        .ok_or_else(|| anyhow::anyhow!("configs/demo-{side}.toml: its [[tunnel]] has no name"))?;
+    six["name"] = toml_edit::value(name);
+    six["local_subnet"] = toml_edit::value(network(own));
+    six["remote_subnet"] = toml_edit::value(network(far));
+    for key in ["spi_out", "spi_in"] {
+        let spi = six
+            .get(key)
+            .and_then(toml_edit::Item::as_integer)
+            .ok_or_else(|| anyhow::anyhow!("configs/demo-{side}.toml: its [[tunnel]] has no {key}"))?;
+        six[key] = toml_edit::value(spi + 0x100);
+    }
+    config
+        .doc
+        .get_mut("tunnel")
+        .and_then(toml_edit::Item::as_array_of_tables_mut)
+        .ok_or_else(|| anyhow::anyhow!("configs/demo-{side}.toml has no [[tunnel]]"))?
+        .push(six);
+    Ok(())
+}
+
 /// The shipped demo config of `side` (its text), with another proposal
 /// and fitting keys if asked, the `sec` engine with faults, the NAT's
 /// addresses, and a short byte lifetime for `--rekey-every`. The shipped
@@ -196,6 +247,9 @@ fn edited_demo_config(side: &str, args: &DemoArgs, shipped: &str) -> Result<Stri
     }
     if args.nat {
         nat_config(&mut config)?;
+    }
+    if args.ipv6 {
+        ipv6_config(&mut config)?;
     }
     if let Some(bytes) = args.rekey_every {
         let mut lifetime = toml_edit::Table::new();
@@ -255,7 +309,7 @@ pub fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, [PathBuf; 2])> {
     std::fs::create_dir_all(&dir)?;
     let mut lab = Lab::new(Names::demo(), (!args.keep).then(|| dir.clone()));
     eprintln!("building hostA — gwA — gwB — hostB ...");
-    lab.build(args.nat)?;
+    lab.build(args.nat, args.ipv6)?;
     let (config_a, config_b) = (demo_config("a", args, &dir)?, demo_config("b", args, &dir)?);
     let (stats_a, stats_b) = (dir.join("gwA.json"), dir.join("gwB.json"));
     let (gw_a, gw_b) = (lab.names.gw_a.clone(), lab.names.gw_b.clone());
@@ -345,6 +399,26 @@ mod tests {
             );
             assert_eq!(rekey.rekey.grace, Duration::from_millis(500));
             assert_eq!(rekey.rekey.retransmit, Duration::from_millis(100));
+
+            let six = edited(side, &["--ipv6"]);
+            let (own, far) = if side == "a" { (1, 2) } else { (2, 1) };
+            assert_eq!(
+                six.inside.address6.map(|(a, p)| (a.to_string(), p.to_string())),
+                Some((format!("2001:db8:{own}::1"), format!("2001:db8:{own}::/64")))
+            );
+            let v6_out = six.sa("a-b-v6-out").expect("the IPv6 tunnel");
+            let v4_out = six.sa("a-b-out").expect("the IPv4 tunnel stays");
+            assert_ne!(v6_out.enc_key, v4_out.enc_key, "a key of its own");
+            assert_ne!(v6_out.params.spi, v4_out.params.spi);
+            let selectors = six.inbound_selectors("a-b-v6-in");
+            assert_eq!(selectors[0].src.to_string(), format!("2001:db8:{far}::/64"));
+            let peer = edited(if side == "a" { "b" } else { "a" }, &["--ipv6"]);
+            let peer_in = peer.sa("a-b-v6-in").unwrap();
+            assert_eq!(
+                (&v6_out.enc_key, v6_out.params.spi),
+                (&peer_in.enc_key, peer_in.params.spi),
+                "both ends of the IPv6 tunnel agree"
+            );
 
             let nat = edited(side, &["--nat", "--rekey-every", "200kB"]);
             let tunnel = nat.tunnel("a-b").unwrap();

@@ -83,6 +83,14 @@ pub struct DemoArgs {
     /// port from gwA's authenticated packets.
     #[arg(long, conflicts_with_all = ["flood_check", "soak"])]
     pub(crate) nat: bool,
+    /// Also give the hosts and the gateways' inside interfaces IPv6
+    /// (2001:db8:1::/64 and 2001:db8:2::/64) and carry it through a second
+    /// tunnel over the same IPv4 path (6-in-4): ping, UDP and TCP over
+    /// IPv6 too, with the hosts' kernels resolving the gateways by
+    /// neighbour discovery and learning the tunnel's MTU from its
+    /// packet-too-big errors.
+    #[arg(long, conflicts_with_all = ["flood_check", "soak"])]
+    pub(crate) ipv6: bool,
 }
 
 /// "200kB", "1MB", "64KiB", "5000": a size in bytes.

@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,6 +24,11 @@ use anyhow::{ensure, Context, Result};
 
 pub const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
 pub const HOST_B: Ipv4Addr = Ipv4Addr::new(192, 168, 2, 20);
+/// `--ipv6`: the hosts' IPv6 addresses, and the gateways' (`address6`).
+pub const HOST_A6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
+pub const HOST_B6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x20);
+pub const GW_A6: &str = "2001:db8:1::1/64";
+pub const GW_B6: &str = "2001:db8:2::1/64";
 /// `--nat`: gwA keeps 10.0.0.1 behind the NAT's inside address; gwB and
 /// the NAT's outside address are on 172.16.0.0/24.
 pub const NAT_INSIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
@@ -121,9 +126,9 @@ impl Lab {
     /// namespace between the gateways and one more pair. The gateway
     /// namespaces get no addresses: espgw answers ARP and ICMP for its
     /// addresses itself (or [`kernel_forwarding`] gives them the kernel's).
-    pub fn build(&self, nat: bool) -> Result<()> {
+    pub fn build(&self, nat: bool, ipv6: bool) -> Result<()> {
         remove(&self.names);
-        build(&self.names, nat)
+        build(&self.names, nat, ipv6)
     }
 }
 
@@ -184,17 +189,22 @@ pub fn have_tool(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn build(names: &Names, nat: bool) -> Result<()> {
+fn build(names: &Names, nat: bool, ipv6: bool) -> Result<()> {
     let nat_ns = names.nat.as_deref().filter(|_| nat);
     let made = [&names.host_a, &names.gw_a, &names.gw_b, &names.host_b]
         .into_iter()
         .map(String::as_str)
         .chain(nat_ns);
+    let hosts = [names.host_a.as_str(), names.host_b.as_str()];
     for ns in made {
         ip(&["netns", "add", ns])?;
         in_ns(ns, &["ip", "link", "set", "lo", "up"])?;
-        // Only IPv4 in this lab: no router solicitations or ND noise.
-        in_ns(ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        // IPv4 only, but for the hosts with --ipv6: no router
+        // solicitations or ND noise. The gateways' kernels never take
+        // IPv6 (espgw answers for the inside `address6` itself).
+        if !(ipv6 && hosts.contains(&ns)) {
+            in_ns(ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        }
     }
     let mut pairs = vec![("ha0", names.host_a.as_str(), "a-in", names.gw_a.as_str())];
     match nat_ns {
@@ -236,6 +246,20 @@ fn build(names: &Names, nat: bool) -> Result<()> {
         &names.host_b,
         &["ip", "route", "add", "default", "via", "192.168.2.1"],
     )?;
+    if ipv6 {
+        for (ns, dev, own, gateway) in [
+            (&names.host_a, "ha0", HOST_A6, GW_A6),
+            (&names.host_b, "hb0", HOST_B6, GW_B6),
+        ] {
+            // `nodad`: usable at once, not after duplicate detection's second.
+            in_ns(
+                ns,
+                &["ip", "addr", "add", &format!("{own}/64"), "dev", dev, "nodad"],
+            )?;
+            let via = gateway.split('/').next().unwrap_or(gateway);
+            in_ns(ns, &["ip", "-6", "route", "add", "default", "via", via])?;
+        }
+    }
     if let Some(nat) = nat_ns {
         build_nat(nat)?;
     }

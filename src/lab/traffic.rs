@@ -9,7 +9,7 @@
 //! figures it returns (demo, soak and the veth bench do).
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,7 +19,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use super::topology::{enter, Lab, Names, HOST_A, HOST_B};
+use super::topology::{enter, Lab, Names, HOST_A, HOST_A6, HOST_B, HOST_B6};
+
+/// hostA's and hostB's addresses of one family (IPv6: `--ipv6`'s).
+pub fn hosts(ipv6: bool) -> (IpAddr, IpAddr) {
+    if ipv6 {
+        (HOST_A6.into(), HOST_B6.into())
+    } else {
+        (HOST_A.into(), HOST_B.into())
+    }
+}
 
 /// iperf3's port in hostB.
 const IPERF3_PORT: &str = "5301";
@@ -196,9 +205,9 @@ pub fn udp_streams(names: &Names, count: usize, size: usize, gap: Duration) -> R
     Ok((ab, ba))
 }
 
-/// `count` pings hostA → hostB, 0.2 s apart: the summary lines, and
+/// `count` pings hostA → `to` (hostB's address of one family), 0.2 s apart: the summary lines, and
 /// whether all were answered.
-pub fn ping(names: &Names, count: u32) -> (String, bool) {
+pub fn ping(names: &Names, to: IpAddr, count: u32) -> (String, bool) {
     let out = Command::new("ip")
         .args([
             "netns",
@@ -212,7 +221,7 @@ pub fn ping(names: &Names, count: u32) -> (String, bool) {
             "-W",
             "2",
         ])
-        .arg(HOST_B.to_string())
+        .arg(to.to_string())
         .output();
     match out {
         Ok(out) => {
@@ -238,16 +247,21 @@ pub fn ping_once(names: &Names) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// UDP echo and a TCP stream, hostA → hostB and back.
-pub fn udp_and_tcp(names: &Names, tcp_bytes: usize) -> Result<(usize, usize, usize, f64, bool)> {
+/// UDP echo and a TCP stream, hostA → hostB and back, between `from` and
+/// `to` (the hosts' addresses of one family, [`hosts`]).
+pub fn udp_and_tcp(
+    names: &Names,
+    (from, to): (IpAddr, IpAddr),
+    tcp_bytes: usize,
+) -> Result<(usize, usize, usize, f64, bool)> {
     let ready = Arc::new(AtomicBool::new(false));
     let server_ready = Arc::clone(&ready);
     let (host_a, host_b) = (names.host_a.clone(), names.host_b.clone());
     let server = thread::spawn(move || -> Result<()> {
         enter(&host_b)?;
-        let udp = UdpSocket::bind(SocketAddrV4::new(HOST_B, 7000))?;
+        let udp = UdpSocket::bind(SocketAddr::new(to, 7000))?;
         udp.set_read_timeout(Some(Duration::from_millis(200)))?;
-        let tcp = TcpListener::bind(SocketAddrV4::new(HOST_B, 7001))?;
+        let tcp = TcpListener::bind(SocketAddr::new(to, 7001))?;
         server_ready.store(true, Ordering::Release);
         // Echoes until the TCP part is over (or 20 s), then frees the port
         // for the next round.
@@ -291,22 +305,21 @@ pub fn udp_and_tcp(names: &Names, tcp_bytes: usize) -> Result<(usize, usize, usi
     }
     let client = thread::spawn(move || -> Result<(usize, usize, usize, f64, bool)> {
         enter(&host_a)?;
-        let udp = UdpSocket::bind(SocketAddrV4::new(HOST_A, 0))?;
+        let udp = UdpSocket::bind(SocketAddr::new(from, 0))?;
         udp.set_read_timeout(Some(Duration::from_millis(500)))?;
         let sent = 200usize;
         let mut echoed = 0;
         let mut buf = [0u8; 2048];
         for i in 0..sent {
             let payload: Vec<u8> = (0..(i * 7) % 1400 + 1).map(|j| (j + i) as u8 & 0x7f).collect();
-            udp.send_to(&payload, SocketAddrV4::new(HOST_B, 7000))?;
+            udp.send_to(&payload, SocketAddr::new(to, 7000))?;
             if let Ok((n, _)) = udp.recv_from(&mut buf) {
                 if buf[..n] == payload[..] {
                     echoed += 1;
                 }
             }
         }
-        let mut stream =
-            TcpStream::connect_timeout(&SocketAddrV4::new(HOST_B, 7001).into(), Duration::from_secs(5))?;
+        let mut stream = TcpStream::connect_timeout(&SocketAddr::new(to, 7001), Duration::from_secs(5))?;
         stream.set_read_timeout(Some(Duration::from_secs(15)))?;
         let data: Vec<u8> = (0..tcp_bytes).map(|i| (i * 13 % 251) as u8).collect();
         let expected = data

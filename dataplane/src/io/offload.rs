@@ -248,9 +248,9 @@ fn checksum_end(frame: &[u8]) -> usize {
         Some(t) if t == ETHERTYPE_IPV4 && frame.len() >= ETHERNET_LEN + 20 => {
             Some(usize::from(u16::from_be_bytes([frame[16], frame[17]]))).filter(|t| *t >= 20)
         }
-        Some(t) if t == ETHERTYPE_IPV6 && frame.len() >= ETHERNET_LEN + IPV6_HEADER_LEN => Some(
-            IPV6_HEADER_LEN + usize::from(u16::from_be_bytes([frame[18], frame[19]])),
-        ),
+        Some(t) if t == ETHERTYPE_IPV6 && frame.len() >= ETHERNET_LEN + IPV6_HEADER_LEN => {
+            Some(IPV6_HEADER_LEN + usize::from(u16::from_be_bytes([frame[18], frame[19]])))
+        }
         _ => None,
     };
     match total {
@@ -377,7 +377,9 @@ fn segment(
     let ipv6 = ethertype == Some(&ETHERTYPE_IPV6[..]);
     let fits_v4 = ethertype == Some(&ETHERTYPE_IPV4[..]) && repr.gso != Gso::TcpV6;
     let fits_v6 = ipv6 && repr.gso != Gso::TcpV4;
-    if !(fits_v4 && head.len() >= ETHERNET_LEN + 20 || fits_v6 && head.len() >= ETHERNET_LEN + IPV6_HEADER_LEN) {
+    if !(fits_v4 && head.len() >= ETHERNET_LEN + 20
+        || fits_v6 && head.len() >= ETHERNET_LEN + IPV6_HEADER_LEN)
+    {
         return Err(OffloadDrop::GsoUnsupported);
     }
     let ip = &head[ETHERNET_LEN..];
@@ -841,7 +843,11 @@ mod tests {
         assert!(out.iter().all(|seg| checksums_ok6(seg.data())));
         out.into_iter().for_each(|b| pool.free(b));
         // TCPv4 GSO on an IPv6 frame, and an extension header before TCP.
-        let (out, c) = run(&partial_frame6(PROTO_TCP, 3000, 0x10), &header(1, 1, 1000, l4, 16), &mut pool);
+        let (out, c) = run(
+            &partial_frame6(PROTO_TCP, 3000, 0x10),
+            &header(1, 1, 1000, l4, 16),
+            &mut pool,
+        );
         assert!(out.is_empty() && c.dropped(OffloadDrop::GsoUnsupported) == 1);
         let mut hop_by_hop = partial_frame6(PROTO_TCP, 3000, 0x10);
         hop_by_hop[ETHERNET_LEN + 6] = 0;

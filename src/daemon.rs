@@ -293,7 +293,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 && p.selector
                     .families()
                     .is_ok_and(|f| f.contains(&spd_sad::Family::V6))
-        });
+        })
+        || config.sas.iter().any(|sa| sa.params.remote.is_ipv6());
     if ipv6_tunnels && workers > 1 && !tun_inside {
         tracing::info!("IPv6 tunnels are served by one worker so far");
     }

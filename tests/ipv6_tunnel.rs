@@ -28,17 +28,47 @@ const HOST_B: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x10);
 const GW_A: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
 const HOST_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0xaa, 0x10]);
 const GW_A_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0x01, 0x01]);
+/// The tunnel's ends when its outer headers are IPv6.
+const OUTER_A: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+const OUTER_B: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 2);
 
 /// One end; `resolve` turns neighbour discovery on (live mode).
 fn gateway(alg: Algorithm, a: bool, outside_mtu: u16, resolve: bool) -> Gateway {
+    end(alg, a, outside_mtu, resolve, Outer::V4, true)
+}
+
+/// The tunnel's outer family.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outer {
+    V4,
+    V6,
+}
+
+/// One end with the tunnel's outer headers of `outer` and its networks
+/// IPv6 (`inner6`) or the shared test site's IPv4 ones.
+fn end(alg: Algorithm, a: bool, outside_mtu: u16, resolve: bool, outer: Outer, inner6: bool) -> Gateway {
     let mut built = tunnel_builder(alg, "tunnel", false, a);
+    interface(&mut built, "outside").mtu = Some(outside_mtu);
+    if outer == Outer::V6 {
+        let (own, far) = if a { (OUTER_A, OUTER_B) } else { (OUTER_B, OUTER_A) };
+        interface(&mut built, "outside").address6 = Some(format!("{own}/64"));
+        built.tunnels[0].local = own.into();
+        built.tunnels[0].remote = far.into();
+    }
+    if !inner6 {
+        let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+        let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
+        setup.resolve_neighbors = resolve;
+        let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
+        config.install(&mut gw, Duration::ZERO).unwrap();
+        return gw;
+    }
     let (own, far) = if a { (1, 2) } else { (2, 1) };
     let inside = interface(&mut built, "inside");
     inside.address6 = Some(format!("2001:db8:{own}::1/64"));
     if a {
         inside.mac = Some(GW_A_MAC);
     }
-    interface(&mut built, "outside").mtu = Some(outside_mtu);
     let net = |n: u16| Ipv6Prefix::new(Ipv6Addr::new(0x2001, 0xdb8, n, 0, 0, 0, 0, 0), 64).unwrap();
     built.tunnels[0].local_subnet = Some(net(own).into());
     built.tunnels[0].remote_subnet = Some(net(far).into());
@@ -375,4 +405,130 @@ fn a_neighbour_that_never_answers_times_out() {
     for (buf, _) in out {
         pool.free(buf);
     }
+}
+
+/// An Ethernet frame from a host of 192.168.1.0/24 to gateway A.
+fn udp4_frame(payload_len: usize, dont_fragment: bool) -> Vec<u8> {
+    let mut packet = udp_packet(
+        "192.168.1.10".parse().unwrap(),
+        "192.168.2.10".parse().unwrap(),
+        payload_len,
+        3,
+    );
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut packet[..]);
+        ip.set_dscp(0x2e);
+        ip.set_dont_frag(dont_fragment);
+        ip.fill_checksum();
+    }
+    let mut frame = vec![0u8; 14];
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        eth.set_dst_addr(EthernetAddress([0x02, 0, 192, 168, 1, 1]));
+        eth.set_src_addr(HOST_MAC);
+        eth.set_ethertype(EthernetProtocol::Ipv4);
+    }
+    frame.extend_from_slice(&packet);
+    frame
+}
+
+/// The outer IPv6 header of a frame A sent to B: addresses, next header
+/// ESP, traffic class copied from the inner packet (RFC 4301 §5.1.2.1).
+fn check_outer6(frame: &[u8], traffic_class: u8) {
+    let eth = EthernetFrame::new_checked(frame).unwrap();
+    assert_eq!(eth.ethertype(), EthernetProtocol::Ipv6, "an IPv6 outer header");
+    let outer = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    assert_eq!(
+        (outer.src_addr(), outer.dst_addr(), outer.next_header()),
+        (OUTER_A, OUTER_B, IpProtocol::IpSecEsp)
+    );
+    assert_eq!(outer.traffic_class(), traffic_class);
+    assert_eq!(outer.hop_limit(), 64);
+    assert_eq!(outer.total_len(), eth.payload().len());
+}
+
+#[test]
+fn ipv4_and_ipv6_cross_a_tunnel_with_ipv6_ends() {
+    for alg in [
+        Algorithm::Aes128Gcm16,
+        Algorithm::Aes128Sha1,
+        Algorithm::ChaCha20Poly1305,
+    ] {
+        // 4-in-6.
+        let mut a = end(alg, true, 1500, false, Outer::V6, false);
+        let mut b = end(alg, false, 1500, false, Outer::V6, false);
+        let mut pool = PacketPool::new(8);
+        let sent = udp4_frame(500, true);
+        let (verdict, esp) = send(&mut a, &mut pool, Port::Inside, &sent);
+        assert_eq!(verdict, Verdict::Forward(Port::Outside), "{alg}");
+        check_outer6(&esp, 0x2e << 2);
+        let (verdict, inner) = send(&mut b, &mut pool, Port::Outside, &esp);
+        assert_eq!(verdict, Verdict::Forward(Port::Inside), "{alg}: 4-in-6");
+        let eth = EthernetFrame::new_checked(&inner[..]).unwrap();
+        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!(ip.hop_limit(), 62, "one hop at each gateway");
+        assert_eq!(&eth.payload()[20..], &sent[14 + 20..]);
+        // And back.
+        let mut back = udp_packet(
+            "192.168.2.10".parse().unwrap(),
+            "192.168.1.10".parse().unwrap(),
+            64,
+            9,
+        );
+        let mut frame = vec![0u8; 14];
+        frame[..6].copy_from_slice(&[0x02, 0, 192, 168, 2, 1]);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        frame.append(&mut back);
+        let (verdict, esp) = send(&mut b, &mut pool, Port::Inside, &frame);
+        assert_eq!(verdict, Verdict::Forward(Port::Outside), "{alg}");
+        assert_eq!(
+            send(&mut a, &mut pool, Port::Outside, &esp).0,
+            Verdict::Forward(Port::Inside)
+        );
+        assert_eq!(a.stats().decapsulated, 1);
+
+        // 6-in-6.
+        let mut a = end(alg, true, 1500, false, Outer::V6, true);
+        let mut b = end(alg, false, 1500, false, Outer::V6, true);
+        let sent = udp6_frame(HOST_A, HOST_B, 64, 0x48, 200);
+        let (verdict, esp) = send(&mut a, &mut pool, Port::Inside, &sent);
+        assert_eq!(verdict, Verdict::Forward(Port::Outside), "{alg}");
+        check_outer6(&esp, 0x48);
+        let (verdict, inner) = send(&mut b, &mut pool, Port::Outside, &esp);
+        assert_eq!(verdict, Verdict::Forward(Port::Inside), "{alg}: 6-in-6");
+        let mut expected = sent[14..].to_vec();
+        expected[7] -= 2;
+        assert_eq!(
+            EthernetFrame::new_checked(&inner[..]).unwrap().payload(),
+            &expected[..]
+        );
+        // A tampered packet is refused, as over IPv4.
+        let (_, mut esp) = send(&mut a, &mut pool, Port::Inside, &sent);
+        let last = esp.len() - 1;
+        esp[last] ^= 1;
+        assert_eq!(
+            send(&mut b, &mut pool, Port::Outside, &esp).0,
+            Verdict::Drop(DropReason::AuthFailed)
+        );
+    }
+}
+
+#[test]
+fn an_ipv6_outer_packet_is_never_fragmented() {
+    let mut a = end(Algorithm::Aes128Gcm16, true, 1500, false, Outer::V6, false);
+    let mut pool = PacketPool::new(8);
+    // Room for 1500 - 40 - 8 - 8 - 16 = 1428 bytes with the trailer:
+    // 1426 of inner packet.
+    let (verdict, esp) = send(&mut a, &mut pool, Port::Inside, &udp4_frame(1426 - 28, false));
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    assert_eq!(esp.len(), 14 + 1500);
+    // One byte more: even with DF clear, fragmentation needed with the
+    // size that fits (the outer IPv6 packet cannot be fragmented on the way).
+    let (verdict, reply) = send(&mut a, &mut pool, Port::Inside, &udp4_frame(1427 - 28, false));
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let icmp = &reply[14 + 20..];
+    assert_eq!((icmp[0], icmp[1]), (3, 4), "fragmentation needed");
+    assert_eq!(u16::from_be_bytes([icmp[6], icmp[7]]), 1426);
+    assert_eq!(a.stats().drops.get(DropReason::FragNeeded), 1);
 }

@@ -335,7 +335,7 @@ fn df_packets_too_big_for_the_tunnel_get_frag_needed_and_others_are_fragmented()
         &udp_packet(HOST_A, HOST_B, usize::from(next_hop_mtu) - 28, 0),
         Algorithm::Aes128Sha1,
         spd_sad::Mode::Tunnel,
-        false,
+        20,
         usize::from(mtu),
     );
     assert!(fits <= usize::from(mtu), "{next_hop_mtu} → {fits}");
@@ -343,7 +343,7 @@ fn df_packets_too_big_for_the_tunnel_get_frag_needed_and_others_are_fragmented()
         &udp_packet(HOST_A, HOST_B, usize::from(next_hop_mtu) - 28 + 16, 0),
         Algorithm::Aes128Sha1,
         spd_sad::Mode::Tunnel,
-        false,
+        20,
         usize::from(mtu),
     );
     assert!(over > usize::from(mtu));

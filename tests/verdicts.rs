@@ -235,7 +235,7 @@ fn main() -> std::process::ExitCode {
             afalg_gives_the_same_verdicts_in_every_style_and_buffer_policy
         ),
         testkit::test!(a_stale_inference_would_have_accepted_the_forgeries),
-        testkit::test!(an_sa_with_ipv6_ends_is_refused_until_the_data_path_carries_ipv6),
+        testkit::test!(an_sa_with_ipv6_ends_is_refused_in_transport_mode_and_with_mixed_ends),
     ])
 }
 
@@ -332,10 +332,11 @@ fn a_stale_inference_would_have_accepted_the_forgeries() {
     assert_eq!(moved.check(0x10), Ok((1 << 32) | 0x10));
 }
 
-/// An SA whose outer ends are IPv6 is refused at install, naming why,
-/// while the data path carries IPv4 only; nothing is left behind in the
-/// SAD.
-fn an_sa_with_ipv6_ends_is_refused_until_the_data_path_carries_ipv6() {
+/// An SA with IPv6 ends installs in tunnel mode (4-in-6, 6-in-6:
+/// `tests/ipv6_tunnel.rs` carries traffic over it), and is refused at
+/// install, naming why, in transport mode or with ends of two families;
+/// nothing refused is left behind in the SAD.
+fn an_sa_with_ipv6_ends_is_refused_in_transport_mode_and_with_mixed_ends() {
     let mut pair = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
     let sad = pair.a.sad();
     let params = spd_sad::SaParams {
@@ -346,15 +347,27 @@ fn an_sa_with_ipv6_ends_is_refused_until_the_data_path_carries_ipv6() {
         ..sad.get(sad.find("t-out").unwrap()).unwrap().params().clone()
     };
     let before = pair.a.sad().len();
-    let keys = accel::SessionSpec::new(Algorithm::Aes128Gcm16, false, &[7; 20], &[]).unwrap();
+    let keys = || accel::SessionSpec::new(Algorithm::Aes128Gcm16, false, &[7; 20], &[]).unwrap();
+    let transport = spd_sad::SaParams {
+        mode: spd_sad::Mode::Transport,
+        ..params.clone()
+    };
     let err = pair
         .a
-        .install_sa(params, keys, Duration::ZERO)
-        .expect_err("IPv6 ends are refused");
+        .install_sa(transport, keys(), Duration::ZERO)
+        .expect_err("IPv6 transport mode is refused");
     let shown = err.to_string();
     assert!(
-        shown.contains("v6-out") && shown.contains("2001:db8:1::1") && shown.contains("IPv4 only"),
+        shown.contains("v6-out") && shown.contains("2001:db8:1::1") && shown.contains("tunnel mode"),
         "{shown}"
     );
+    let mixed = spd_sad::SaParams {
+        remote: "10.0.0.2".parse().unwrap(),
+        ..params.clone()
+    };
+    let err = pair.a.install_sa(mixed, keys(), Duration::ZERO).expect_err("mixed ends");
+    assert!(err.to_string().contains("different address families"), "{err}");
     assert_eq!(pair.a.sad().len(), before);
+    pair.a.install_sa(params, keys(), Duration::ZERO).expect("IPv6 ends in tunnel mode");
+    assert_eq!(pair.a.sad().len(), before + 1);
 }

@@ -9,7 +9,7 @@
 //! window (only now that the ICV has verified), checks the trailer and
 //! strips ESP.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,19 +51,23 @@ pub struct SaCrypto {
     pub(crate) seen_peer: Option<crate::nat::PeerAddr>,
 }
 
-/// A tunnel SA's outer headers (IPv4, and UDP for RFC 3948), built once at
-/// install from what never changes per packet (version, IHL, TTL,
-/// protocol, addresses, ports), with the ones' complement sum of those
-/// fields (DPDK's per-SA header template), so that a packet only writes and
-/// sums its own fields: DSCP/ECN, length, identification and DF (RFC 4301
-/// §5.1.2.1, RFC 6040).
+/// A tunnel SA's outer headers (IPv4, and UDP for RFC 3948; or IPv6),
+/// built once at install from what never changes per packet (version,
+/// IHL, TTL or hop limit, protocol, addresses, ports), with the ones'
+/// complement sum of those fields for IPv4 (DPDK's per-SA header
+/// template), so that a packet only writes and sums its own fields:
+/// DSCP/ECN, length, identification and DF (RFC 4301 §5.1.2.1, RFC 6040).
 #[derive(Debug, Clone, Copy)]
 pub struct OuterHeader {
-    bytes: [u8; IPV4_HEADER_LEN + crate::nat::UDP_HEADER_LEN],
-    /// 20, or 28 with the UDP header.
+    bytes: [u8; IPV6_HEADER_LEN + crate::nat::UDP_HEADER_LEN],
+    /// 20, 28 with the UDP header, or 40 for IPv6.
     len: usize,
     partial_sum: u32,
+    ipv6: bool,
 }
+
+/// Bytes of the fixed IPv6 header.
+const IPV6_HEADER_LEN: usize = crate::wire::ipv6::HEADER_LEN;
 
 impl OuterHeader {
     pub fn new(local: Ipv4Addr, remote: Ipv4Addr, ttl: u8) -> OuterHeader {
@@ -74,7 +78,7 @@ impl OuterHeader {
     /// with checksum zero as RFC 3948 §2.1 allows over IPv4 (ESP's ICV
     /// covers the payload).
     pub fn with_encap(local: Ipv4Addr, remote: Ipv4Addr, ttl: u8, encap: Option<UdpEncap>) -> OuterHeader {
-        let mut bytes = [0u8; IPV4_HEADER_LEN + crate::nat::UDP_HEADER_LEN];
+        let mut bytes = [0u8; IPV6_HEADER_LEN + crate::nat::UDP_HEADER_LEN];
         bytes[0] = 0x45;
         bytes[8] = ttl;
         bytes[9] = if encap.is_some() { proto::UDP } else { proto::ESP };
@@ -96,10 +100,29 @@ impl OuterHeader {
             bytes,
             len,
             partial_sum,
+            ipv6: false,
         }
     }
 
-    /// Bytes of outer header before ESP: 20, or 28 when UDP-encapsulated.
+    /// An IPv6 outer header (RFC 4303 §3.1.2, RFC 2473): next header ESP,
+    /// `hop_limit`, flow label zero (RFC 6437 allows it).
+    pub fn ipv6(local: Ipv6Addr, remote: Ipv6Addr, hop_limit: u8) -> OuterHeader {
+        let mut bytes = [0u8; IPV6_HEADER_LEN + crate::nat::UDP_HEADER_LEN];
+        bytes[0] = 0x60;
+        bytes[6] = proto::ESP;
+        bytes[7] = hop_limit;
+        bytes[8..24].copy_from_slice(&local.octets());
+        bytes[24..40].copy_from_slice(&remote.octets());
+        OuterHeader {
+            bytes,
+            len: IPV6_HEADER_LEN,
+            partial_sum: 0,
+            ipv6: true,
+        }
+    }
+
+    /// Bytes of outer header before ESP: 20, 28 when UDP-encapsulated, 40
+    /// for IPv6.
     #[inline(always)]
     pub fn header_len(&self) -> usize {
         self.len
@@ -107,13 +130,26 @@ impl OuterHeader {
 
     /// Whether the header carries UDP (RFC 3948).
     pub fn is_udp(&self) -> bool {
-        self.len > IPV4_HEADER_LEN
+        !self.ipv6 && self.len > IPV4_HEADER_LEN
+    }
+
+    /// Whether the outer header is IPv6: never fragmented on the way.
+    pub fn is_ipv6(&self) -> bool {
+        self.ipv6
     }
 
     /// Writes the header for one packet into `dst` ([`header_len`](Self::header_len) bytes).
     #[inline(always)]
     fn write(&self, dst: &mut [u8], tos: u8, total_len: u16, ident: u16, dont_fragment: bool) {
         dst.copy_from_slice(&self.bytes[..self.len]);
+        if self.ipv6 {
+            // Traffic class across the version and flow label nibbles.
+            dst[0] = 0x60 | tos >> 4;
+            dst[1] = tos << 4;
+            let payload_len = total_len - IPV6_HEADER_LEN as u16;
+            dst[4..6].copy_from_slice(&payload_len.to_be_bytes());
+            return;
+        }
         dst[1] = tos;
         dst[2..4].copy_from_slice(&total_len.to_be_bytes());
         dst[4..6].copy_from_slice(&ident.to_be_bytes());
@@ -169,18 +205,24 @@ fn round_up(n: usize, align: usize) -> usize {
     (n + align - 1) & !(align - 1)
 }
 
-/// Size of `packet` (an IPv4 packet) once `alg` protects it in `mode`
-/// (behind a UDP header too when `udp`), and the largest packet that still
-/// fits `mtu` (for ICMP fragmentation-needed).
-pub fn protected_size(packet: &[u8], alg: Algorithm, mode: Mode, udp: bool, mtu: usize) -> (usize, usize) {
+/// Size of `packet` (an IP packet) once `alg` protects it in `mode`
+/// (tunnel mode: behind `outer_len` bytes of outer headers, IPv4 or IPv6,
+/// UDP included), and the largest packet that still fits `mtu` (for ICMP
+/// fragmentation-needed and packet-too-big).
+pub fn protected_size(
+    packet: &[u8],
+    alg: Algorithm,
+    mode: Mode,
+    outer_len: usize,
+    mtu: usize,
+) -> (usize, usize) {
     // Classification checked the packet; were it not whole, it is sized
     // as if its header were the plain 20 bytes (and refused later).
     let header_len = ipv4::header_len(packet)
         .unwrap_or(IPV4_HEADER_LEN)
         .min(packet.len());
-    let udp_len = if udp { crate::nat::UDP_HEADER_LEN } else { 0 };
     let (outer, protected, kept) = match mode {
-        Mode::Tunnel => (IPV4_HEADER_LEN + udp_len, packet.len(), 0),
+        Mode::Tunnel => (outer_len, packet.len(), 0),
         Mode::Transport => (header_len, packet.len() - header_len, header_len),
     };
     let align = alg.pad_align();
@@ -403,22 +445,33 @@ pub fn decapsulate_prepare(
     has_held: impl Fn(SaId) -> bool,
 ) -> Result<Inbound, DropReason> {
     let data = buf.data();
-    let ip = ipv4::view(data)?;
-    let header_len = usize::from(ip.header_len());
-    let dst = ip.dst_addr();
-    // RFC 3948: classification sent UDP here only for an encapsulation
-    // port, with a payload that is not a keepalive or IKE.
-    let arrival_port = match ip.next_header() == IpProtocol::Udp {
-        true => Some(crate::nat::destination_port(&data[header_len..]).ok_or(DropReason::Malformed)?),
-        false => None,
+    let (esp_offset, dst, arrival_port) = if data.first().is_some_and(|b| b >> 4 == 6) {
+        // ESP over IPv6, after the extension headers (RFC 4303 §3.1.2);
+        // classification sent only unfragmented ESP here.
+        let upper = crate::wire::ipv6::upper_layer(data)?;
+        if upper.protocol != proto::ESP || upper.fragment.is_some() {
+            return Err(DropReason::Malformed);
+        }
+        let dst = crate::wire::ipv6::view(data)?.dst_addr();
+        (upper.offset, IpAddr::V6(dst), None)
+    } else {
+        let ip = ipv4::view(data)?;
+        let header_len = usize::from(ip.header_len());
+        // RFC 3948: classification sent UDP here only for an encapsulation
+        // port, with a payload that is not a keepalive or IKE.
+        let arrival_port = match ip.next_header() == IpProtocol::Udp {
+            true => Some(crate::nat::destination_port(&data[header_len..]).ok_or(DropReason::Malformed)?),
+            false => None,
+        };
+        let esp_offset = header_len + arrival_port.map_or(0, |_| crate::nat::UDP_HEADER_LEN);
+        (esp_offset, IpAddr::V4(ip.dst_addr()), arrival_port)
     };
-    let esp_offset = header_len + arrival_port.map_or(0, |_| crate::nat::UDP_HEADER_LEN);
     let esp_packet = data
         .get(esp_offset..)
         .and_then(|esp| EspPacket::new_checked(esp).ok())
         .ok_or(DropReason::Malformed)?;
     let sa_id = sad
-        .lookup_inbound(esp_packet.spi(), dst.into())
+        .lookup_inbound(esp_packet.spi(), dst)
         .ok_or(DropReason::UnknownSpi)?;
     let sa = sad.get_mut(sa_id).ok_or(DropReason::UnknownSpi)?;
     // Linux XFRM's rule too: an SA takes the encapsulation it was made for.

@@ -15,7 +15,7 @@
 //! Key material here is test material: it is not wiped.
 
 use std::fmt::Display;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -435,8 +435,8 @@ pub struct LifetimeBuilder {
 #[serde(deny_unknown_fields)]
 pub struct TunnelBuilder {
     pub name: String,
-    pub local: Ipv4Addr,
-    pub remote: Ipv4Addr,
+    pub local: IpAddr,
+    pub remote: IpAddr,
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub local_subnet: Option<IpPrefix>,
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
@@ -485,14 +485,14 @@ impl TunnelBuilder {
     /// with `spi_out` and receiving with `spi_in`; no keys yet.
     pub fn new(
         name: impl Into<String>,
-        (local, remote): (Ipv4Addr, Ipv4Addr),
+        (local, remote): (impl Into<IpAddr>, impl Into<IpAddr>),
         proposal: Algorithm,
         (spi_out, spi_in): (u32, u32),
     ) -> TunnelBuilder {
         TunnelBuilder {
             name: name.into(),
-            local,
-            remote,
+            local: local.into(),
+            remote: remote.into(),
             local_subnet: None,
             remote_subnet: None,
             protocol: None,

@@ -1,7 +1,7 @@
 //! Loading and validating a gateway configuration (TOML), and installing it
 //! into a [`Gateway`].
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -90,8 +90,8 @@ pub struct PolicyConfig {
 #[derive(Clone, PartialEq, Eq)]
 pub struct TunnelConfig {
     pub name: String,
-    pub local: Ipv4Addr,
-    pub remote: Ipv4Addr,
+    pub local: IpAddr,
+    pub remote: IpAddr,
     pub algorithm: Algorithm,
     pub mode: Mode,
     pub esn: bool,
@@ -239,7 +239,8 @@ impl InstallError {
                 reason,
             },
             e @ (dataplane::InstallSaError::TransportOverUdp(_)
-            | dataplane::InstallSaError::Ipv6Outer { .. }) => InstallError::Refused(e),
+            | dataplane::InstallSaError::Ipv6Outer { .. }
+            | dataplane::InstallSaError::MixedFamilies { .. }) => InstallError::Refused(e),
         }
     }
 }
@@ -520,6 +521,47 @@ impl Validator<'_> {
         })
     }
 
+    /// An SA's or tunnel's end: IPv4, or IPv6 (tunnel mode, without UDP
+    /// encapsulation); `local` and `remote` of one family.
+    fn ends(
+        &self,
+        (local, remote): (&S<String>, &S<String>),
+        mode: Mode,
+        encapsulated: bool,
+        name: &str,
+    ) -> Result<(IpAddr, IpAddr), ConfigError> {
+        let parse = |at: &S<String>, what: &str| -> Result<IpAddr, ConfigError> {
+            at.get_ref().parse::<IpAddr>().or_else(|_| {
+                self.err(
+                    span(at),
+                    ConfigErrorKind::Value(format!(
+                        "{what} `{}` is not an IP address (for example 10.0.0.1 or 2001:db8::1)",
+                        at.get_ref()
+                    )),
+                )
+            })
+        };
+        let ends = (parse(local, "local")?, parse(remote, "remote")?);
+        match ends {
+            (IpAddr::V4(_), IpAddr::V4(_)) => Ok(ends),
+            (IpAddr::V6(_), IpAddr::V6(_)) if mode == Mode::Tunnel && !encapsulated => Ok(ends),
+            (IpAddr::V6(_), IpAddr::V6(_)) => self.err(
+                span(remote),
+                ConfigErrorKind::Value(format!(
+                    "`{name}` has IPv6 ends, which this gateway carries in tunnel mode without `encap` only so far \
+                     (no IPv6 transport mode, no NAT-T over IPv6)"
+                )),
+            ),
+            _ => self.err(
+                span(remote),
+                ConfigErrorKind::Value(format!(
+                    "`{name}`: local {} and remote {} are of different address families",
+                    ends.0, ends.1
+                )),
+            ),
+        }
+    }
+
     /// A keyword field, parsed by `T`'s derived `FromStr`. An unknown word
     /// is reported by `message(word, the accepted words)`, the accepted
     /// words from the derived list (`` `a`, `b` or `c` ``).
@@ -685,6 +727,22 @@ impl Validator<'_> {
             policies.push((span(&p.get_ref().name), self.policy(p.get_ref())?));
         }
         self.cross_check(&sas, &policies)?;
+        // ESP over IPv6 arrives at the outside interface's `address6`.
+        for (at, sa) in &sas {
+            let IpAddr::V6(local) = sa.params.local else {
+                continue;
+            };
+            if outside.address6.map(|(a, _)| a) != Some(local) {
+                return self.err(
+                    at.clone(),
+                    ConfigErrorKind::Value(format!(
+                        "`{}` has the IPv6 local end {local}, which is not the outside interface's `address6`; \
+                         give the outside interface `address6 = \"{local}/64\"` (with its prefix length)",
+                        sa.params.name
+                    )),
+                );
+            }
+        }
         let policies: Vec<PolicyConfig> = policies.into_iter().map(|(_, p)| p).collect();
         let sas = sas
             .into_iter()
@@ -1424,20 +1482,22 @@ impl Validator<'_> {
             })?;
         let algorithm = self.algorithm(&s.proposal)?;
         let mode = self.mode(s.mode.as_ref())?;
+        let encap = self.encap(
+            s.encap.as_ref(),
+            s.udp_port.as_ref(),
+            s.peer_udp_port.as_ref(),
+            mode,
+        )?;
+        let (local, remote) = self.ends((&s.local, &s.remote), mode, encap.is_some(), s.name.get_ref())?;
         let sa = SaConfig {
             params: SaParams {
                 name: s.name.get_ref().clone(),
                 direction,
                 spi: self.spi(&s.spi)?,
                 mode,
-                encap: self.encap(
-                    s.encap.as_ref(),
-                    s.udp_port.as_ref(),
-                    s.peer_udp_port.as_ref(),
-                    mode,
-                )?,
-                local: self.addr(&s.local, "local")?.into(),
-                remote: self.addr(&s.remote, "remote")?.into(),
+                encap,
+                local,
+                remote,
                 esn: s.esn,
                 replay_window: self.replay_window(s.replay_window.as_ref(), s.esn)?,
                 lifetime: self.lifetime(s.lifetime.as_ref())?,
@@ -1513,13 +1573,22 @@ impl Validator<'_> {
             t.peer_udp_port.as_ref(),
             mode,
         )?;
-        let local = self.addr(&t.local, "local")?;
-        let remote = self.addr(&t.remote, "remote")?;
-        let subnet = |s: Option<&S<String>>, host: Ipv4Addr, field: &str| -> Result<IpPrefix, ConfigError> {
-            match s {
-                Some(s) => self.value(s, field, "192.168.1.0/24"),
-                None if mode == Mode::Transport => Ok(Ipv4Prefix::host(host).into()),
-                None => self.err(
+        let (local, remote) = self.ends((&t.local, &t.remote), mode, encap.is_some(), name)?;
+        // The rekey exchange runs over IPv4 so far (`Gateway::send_datagram`).
+        if let (IpAddr::V6(_), Some(secret)) = (local, &t.secret) {
+            return self.err(
+                span(secret),
+                ConfigErrorKind::Value(format!(
+                    "tunnel `{name}` has IPv6 ends, and the rekey exchange a `secret` drives runs over IPv4 only so far; \
+                     give the tunnel its keys (enc_key_out, enc_key_in, ...) instead"
+                )),
+            );
+        }
+        let subnet = |s: Option<&S<String>>, host: IpAddr, field: &str| -> Result<IpPrefix, ConfigError> {
+            match (s, host) {
+                (Some(s), _) => self.value(s, field, "192.168.1.0/24"),
+                (None, IpAddr::V4(host)) if mode == Mode::Transport => Ok(Ipv4Prefix::host(host).into()),
+                (None, _) => self.err(
                     span(&t.name),
                     ConfigErrorKind::Value(format!(
                         "tunnel `{name}` needs `{field}` (the network behind this end)"
@@ -1568,12 +1637,15 @@ impl Validator<'_> {
             .iter()
             .all(|k| k.is_none());
         // With a secret and no keys, both ends derive the first keys alone.
-        let derived = match &secret {
-            Some(secret) if no_keys => Some(crate::prf::TunnelSecrets::derive(secret, name).initial(
-                algorithm,
-                (local, remote),
-                (self.spi(&t.spi_out)?, self.spi(&t.spi_in)?),
-            )),
+        // (Only IPv4 ends have a secret: refused above for IPv6.)
+        let derived = match (&secret, local, remote) {
+            (Some(secret), IpAddr::V4(l), IpAddr::V4(r)) if no_keys => {
+                Some(crate::prf::TunnelSecrets::derive(secret, name).initial(
+                    algorithm,
+                    (l, r),
+                    (self.spi(&t.spi_out)?, self.spi(&t.spi_in)?),
+                ))
+            }
             _ => None,
         };
         let make_sa = |suffix: &str,
@@ -1640,7 +1712,7 @@ impl Validator<'_> {
             t.enc_key_out.as_ref(),
             t.auth_key_out.as_ref(),
             t.initial_seq_out,
-            (local.into(), remote.into()),
+            (local, remote),
         )?;
         let in_sa = make_sa(
             "in",
@@ -1649,7 +1721,7 @@ impl Validator<'_> {
             t.enc_key_in.as_ref(),
             t.auth_key_in.as_ref(),
             t.initial_seq_in,
-            (local.into(), remote.into()),
+            (local, remote),
         )?;
         let priority = t.priority.unwrap_or(DEFAULT_PRIORITY);
         let selector = |src, dst| Selector {

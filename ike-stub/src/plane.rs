@@ -18,7 +18,7 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use dataplane::{Gateway, SaCrypto};
@@ -352,8 +352,8 @@ impl Tunnel {
 #[derive(Debug, Clone, Serialize)]
 pub struct TunnelStatus {
     pub name: String,
-    pub local: Ipv4Addr,
-    pub remote: Ipv4Addr,
+    pub local: IpAddr,
+    pub remote: IpAddr,
     pub proposal: String,
     pub generation: u32,
     pub state: &'static str,
@@ -504,7 +504,11 @@ impl ControlPlane {
             let Some(encap) = tunnel.config.encap else {
                 continue;
             };
-            let Some(at) = gateway.encapsulated_peer(tunnel.config.local, tunnel.config.remote, encap) else {
+            // UDP encapsulation has IPv4 ends (the config refuses others).
+            let (IpAddr::V4(local), IpAddr::V4(remote)) = (tunnel.config.local, tunnel.config.remote) else {
+                continue;
+            };
+            let Some(at) = gateway.encapsulated_peer(local, remote, encap) else {
                 continue;
             };
             let at = (at.address, at.port);
@@ -520,12 +524,15 @@ impl ControlPlane {
     /// (RFC 3948 §2.2), to where the peer last spoke from.
     fn send(&mut self, index: usize, payload: Vec<u8>) {
         let tunnel = &self.tunnels[index];
+        // Tunnels that exchange messages have IPv4 ends: the config gives
+        // a `secret` to no other.
+        let IpAddr::V4(remote) = tunnel.config.remote else {
+            return;
+        };
         let (to, ports, payload) = match tunnel.config.encap {
-            None => (tunnel.config.remote, (CONTROL_PORT, CONTROL_PORT), payload),
+            None => (remote, (CONTROL_PORT, CONTROL_PORT), payload),
             Some(encap) => {
-                let (to, port) = tunnel
-                    .peer_at
-                    .unwrap_or((tunnel.config.remote, encap.remote_port));
+                let (to, port) = tunnel.peer_at.unwrap_or((remote, encap.remote_port));
                 let mut marked = Vec::with_capacity(NON_ESP_MARKER.len() + payload.len());
                 marked.extend_from_slice(&NON_ESP_MARKER);
                 marked.extend_from_slice(&payload);
@@ -711,8 +718,8 @@ impl ControlPlane {
         let expected_port = tunnel.config.encap.map_or(CONTROL_PORT, |e| e.local_port);
         let from_anywhere = tunnel.config.encap.is_some();
         if dst_port != expected_port
-            || dst != tunnel.config.local
-            || (!from_anywhere && src != tunnel.config.remote)
+            || IpAddr::V4(dst) != tunnel.config.local
+            || (!from_anywhere && IpAddr::V4(src) != tunnel.config.remote)
         {
             self.counters.wrong_peer += 1;
             return;
@@ -805,7 +812,8 @@ impl ControlPlane {
             Phase::Requested { spi, .. } => {
                 self.counters.collisions += 1;
                 // Both asked at once: the higher address's exchange goes on.
-                if u32::from(tunnel.config.local) > u32::from(tunnel.config.remote) {
+                // For IPv4 ends, the order of their 32-bit values.
+                if tunnel.config.local > tunnel.config.remote {
                     // The peer drops its request when it sees ours.
                     tunnel.peer_request = Some((message.message_id, None));
                     return;
@@ -1032,8 +1040,8 @@ impl ControlPlane {
                 direction,
                 spi,
                 mode: t.mode,
-                local: t.local.into(),
-                remote: t.remote.into(),
+                local: t.local,
+                remote: t.remote,
                 esn: t.esn,
                 replay_window: t.replay_window,
                 lifetime: t.lifetime,

@@ -354,6 +354,64 @@ fn ipv6_tunnels_and_routes_are_checked() {
     assert!(err.to_string().contains("needs 1280 or more"), "{err}");
 }
 
+/// A tunnel with IPv6 ends (4-in-6, 6-in-6): tunnel mode, raw ESP, keys
+/// given (the rekey exchange runs over IPv4), both ends of one family, and
+/// the local end the outside interface's `address6`.
+#[test]
+fn ipv6_ends_are_checked() {
+    let keyed = TUNNEL.replace(
+        "spi_in = 0x1002\n",
+        "spi_in = 0x1002\nenc_key_out = \"000102030405060708090a0b0c0d0e0f10111213\"\n\
+         enc_key_in = \"202122232425262728292a2b2c2d2e2f30313233\"\n",
+    );
+    let six = keyed
+        .replace("local = \"10.0.0.1\"", "local = \"2001:db8:ff::1\"")
+        .replace("remote = \"10.0.0.2\"", "remote = \"2001:db8:ff::2\"");
+    let base6 = BASE.replacen(
+        "address = \"10.0.0.1/24\"",
+        "address = \"10.0.0.1/24\"\naddress6 = \"2001:db8:ff::1/64\"",
+        1,
+    );
+    let parse6 = |extra: &str| Config::parse(Path::new("gw.toml"), &format!("{base6}{extra}"));
+    let config = parse6(&six).unwrap_or_else(|e| panic!("{e}"));
+    let out = config.sa("t-out").unwrap();
+    assert_eq!(out.params.remote.to_string(), "2001:db8:ff::2");
+    // 6-in-6 as well.
+    let six_six = six
+        .replace("192.168.1.0/24", "2001:db8:1::/64")
+        .replace("192.168.2.0/24", "2001:db8:2::/64");
+    assert!(parse6(&six_six).is_ok());
+    for (extra, says) in [
+        (
+            format!("{six}mode = \"transport\"\n"),
+            "in tunnel mode without `encap` only so far",
+        ),
+        (
+            format!("{six}encap = \"udp\"\n"),
+            "in tunnel mode without `encap` only so far",
+        ),
+        (
+            format!("{six}secret = \"sixteen or more characters\"\n"),
+            "the rekey exchange a `secret` drives runs over IPv4 only so far",
+        ),
+        (
+            keyed.replace("remote = \"10.0.0.2\"", "remote = \"2001:db8:ff::2\""),
+            "are of different address families",
+        ),
+        (
+            six.replace("local = \"2001:db8:ff::1\"", "local = \"2001:db8:ff::9\""),
+            "is not the outside interface's `address6`",
+        ),
+        (
+            keyed.replace("remote = \"10.0.0.2\"", "remote = \"10.0.0\""),
+            "is not an IP address",
+        ),
+    ] {
+        let err = parse6(&extra).expect_err(says);
+        assert!(err.to_string().contains(says), "{says}: {err}");
+    }
+}
+
 #[test]
 fn shipped_configs_are_valid() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");

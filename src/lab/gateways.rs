@@ -429,7 +429,10 @@ mod tests {
                 assert_eq!(tunnel.remote, GW_B_PUBLIC);
                 assert_eq!(vias, [Some(NAT_INSIDE), Some(NAT_INSIDE)]);
             } else {
-                assert_eq!((tunnel.local, nat.outside.address), (GW_B_PUBLIC, GW_B_PUBLIC));
+                assert_eq!(
+                    (tunnel.local, nat.outside.address),
+                    (GW_B_PUBLIC.into(), GW_B_PUBLIC)
+                );
                 assert_eq!(vias, [Some(NAT_PUBLIC), Some(NAT_PUBLIC)]);
             }
         }

@@ -3,10 +3,10 @@
 //! solicitations answered, advertisements and solicitations learnt from),
 //! echo (RFC 4443 §4.1-2), and transit traffic against the SPD (inner
 //! IPv6 of an IPv4 tunnel, or bypassed), with the hop limit (RFC 8200 §3)
-//! and the link-local scope (RFC 4291 §2.5.6) checked first. Must not touch
-//! the engine or transmit anything. IPv6 outer headers (ESP over IPv6) are
-//! not carried yet: counted `unsupported`, as is IPv6 on an interface
-//! without `address6`.
+//! and the link-local scope (RFC 4291 §2.5.6) checked first, and ESP over
+//! IPv6 to our outside address (tunnels with IPv6 ends) sent on to
+//! decapsulation. Must not touch the engine or transmit anything. IPv6 on
+//! an interface without `address6` is counted `unsupported`.
 
 use std::net::Ipv6Addr;
 
@@ -74,10 +74,6 @@ impl Gateway {
         if is_link_local(src) || is_link_local(dst) || src.is_multicast() || src.is_unspecified() {
             return Err(DropReason::NoRoute);
         }
-        if from == Port::Outside && flow.protocol == proto::ESP {
-            // ESP over IPv6 (an IPv6 outer header) is not terminated yet.
-            return Err(DropReason::Unsupported);
-        }
         let direction = match from {
             Port::Inside => PolicyDirection::Out,
             Port::Outside => PolicyDirection::In,
@@ -115,15 +111,26 @@ impl Gateway {
     ) -> Result<Classified, DropReason> {
         let link = l2 > 0;
         let our_mac = self.interfaces[from.index()].mac;
-        let (dst, src, icmp_type, icmp_at) = {
+        let (dst, src, icmp_type, icmp_at, upper) = {
             let packet = &buf.data()[l2..];
             let ip = ipv6::view(packet)?;
             let upper = ipv6::upper_layer(packet)?;
             let icmp_type = (upper.protocol == u8::from(IpProtocol::Icmpv6))
                 .then(|| packet.get(upper.offset).copied())
                 .flatten();
-            (ip.dst_addr(), ip.src_addr(), icmp_type, upper.offset)
+            (ip.dst_addr(), ip.src_addr(), icmp_type, upper.offset, upper)
         };
+        // ESP over IPv6 to our outside address: a tunnel with IPv6 ends
+        // (4-in-6, 6-in-6). Fragments of it would need IPv6 reassembly,
+        // which this gateway does not do (its peers send whole packets
+        // of at most the path MTU, as RFC 8200 §5 asks of a source).
+        if upper.protocol == proto::ESP && dst == our && from == Port::Outside {
+            if upper.fragment.is_some() {
+                return Err(DropReason::Unsupported);
+            }
+            buf.trim_front(l2);
+            return Ok(Classified::Decapsulate);
+        }
         self.stats.local_delivered += 1;
         let consumed = Ok(Classified::Done(Ok(Next::Consume)));
         match icmp_type {

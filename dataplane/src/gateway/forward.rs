@@ -48,6 +48,11 @@ impl Gateway {
     /// normal route (fragmentation, ARP and errors included), remembering
     /// the hop for the next packet.
     pub(super) fn emit_protected(&mut self, sa: SaId, mut buf: PacketBuf, out: &mut Vec<Output>) {
+        // IPv6 outer headers take the normal route each time (no cached
+        // hop: the cache is keyed by IPv4 next hops).
+        if buf.data().first().is_some_and(|b| b >> 4 == 6) {
+            return self.emit(buf, Ok(Next::Route), out);
+        }
         let dst = match ipv4::view(buf.data()) {
             Ok(ip) => ip.dst_addr(),
             Err(reason) => return self.emit(buf, Err(reason), out),

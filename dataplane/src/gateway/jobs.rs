@@ -178,21 +178,28 @@ impl Gateway {
             buf.data(),
             sa.crypto().algorithm,
             sa.params().mode,
-            sa.crypto().outer.is_udp(),
+            sa.crypto().outer.header_len(),
             mtu,
         );
         let is_ipv6 = buf.data().first().is_some_and(|b| b >> 4 == 6);
-        if is_ipv6 && size > mtu && fits >= icmp6::MIN_MTU {
+        // An IPv6 outer packet is never fragmented (this gateway does not
+        // fragment at the source either): what does not fit is refused
+        // with the size that does, whatever the inner DF says.
+        let outer_ipv6 = sa.crypto().outer.is_ipv6();
+        if is_ipv6 && size > mtu && (fits >= icmp6::MIN_MTU || outer_ipv6) {
             // RFC 4213 §3.2 / RFC 8200 §5: the tunnel is a link of MTU
             // `fits` for IPv6, which routers never fragment: too big is a
-            // packet-too-big error. Below the IPv6 minimum the outer IPv4
-            // packet is fragmented instead.
+            // packet-too-big error. Below the IPv6 minimum an IPv4 outer
+            // packet is fragmented instead; an IPv6 one cannot be.
+            if fits < icmp6::MIN_MTU {
+                return self.emit(buf, Err(DropReason::FragNeeded), out);
+            }
             let error = (icmp6::kind::PACKET_TOO_BIG, 0, u32::try_from(fits).unwrap_or(0));
             let result = self.icmp6_error(&mut buf, error, DropReason::FragNeeded);
             return self.emit(buf, result, out);
         }
         let dont_fragment = match ipv4::view(buf.data()) {
-            Ok(ip) => ip.dont_frag(),
+            Ok(ip) => ip.dont_frag() || outer_ipv6,
             Err(_) if is_ipv6 => false,
             Err(reason) => return self.emit(buf, Err(reason), out),
         };

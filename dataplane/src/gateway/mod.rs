@@ -139,11 +139,17 @@ pub enum InstallSaError {
     )]
     TransportOverUdp(String),
     #[error(
-        "SA `{name}`: outer addresses {local} -> {remote} are IPv6, and this gateway's tunnels \
-         have IPv4 outer headers only so far (IPv6 networks ride them: give IPv6 subnets); give the \
-         tunnel IPv4 `local` and `remote` addresses"
+        "SA `{name}`: outer addresses {local} -> {remote} are IPv6, which this gateway carries in \
+         tunnel mode without UDP encapsulation only so far (no IPv6 transport mode, no NAT-T over \
+         IPv6); use `mode = \"tunnel\"` and no `encap`, or IPv4 ends"
     )]
     Ipv6Outer {
+        name: String,
+        local: std::net::IpAddr,
+        remote: std::net::IpAddr,
+    },
+    #[error("SA `{name}`: its ends {local} and {remote} are of different address families")]
+    MixedFamilies {
         name: String,
         local: std::net::IpAddr,
         remote: std::net::IpAddr,
@@ -447,12 +453,26 @@ impl Gateway {
         if params.encap.is_some() && params.mode == Mode::Transport {
             return Err(InstallSaError::TransportOverUdp(params.name));
         }
-        let (IpAddr::V4(local), IpAddr::V4(configured_remote)) = (params.local, params.remote) else {
-            return Err(InstallSaError::Ipv6Outer {
-                name: params.name,
-                local: params.local,
-                remote: params.remote,
-            });
+        let (local, configured_remote) = match (params.local, params.remote) {
+            (IpAddr::V4(local), IpAddr::V4(remote)) => (local, remote),
+            (IpAddr::V6(local), IpAddr::V6(remote)) => {
+                if params.mode != Mode::Tunnel || params.encap.is_some() {
+                    return Err(InstallSaError::Ipv6Outer {
+                        name: params.name,
+                        local: params.local,
+                        remote: params.remote,
+                    });
+                }
+                let outer = crate::esp::OuterHeader::ipv6(local, remote, self.outer_ttl);
+                return self.register_and_insert(params, keys, outer, None, now);
+            }
+            _ => {
+                return Err(InstallSaError::MixedFamilies {
+                    name: params.name,
+                    local: params.local,
+                    remote: params.remote,
+                })
+            }
         };
         let peer = params
             .encap
@@ -469,11 +489,28 @@ impl Gateway {
                 self.nat_ports.push(encap.local_port);
             }
         }
+        let outer = crate::esp::OuterHeader::with_encap(local, remote, self.outer_ttl, encap);
+        self.register_and_insert(params, keys, outer, peer.map(|p| (p, seen_peer)), now)
+    }
+
+    /// Registers an SA's keys with the engine and puts it in the SAD.
+    fn register_and_insert(
+        &mut self,
+        params: SaParams,
+        keys: SessionSpec,
+        outer: crate::esp::OuterHeader,
+        peer: Option<(Arc<nat::Peer>, Option<nat::PeerAddr>)>,
+        now: Duration,
+    ) -> Result<SaId, InstallSaError> {
         let handle = self.engine.register(&keys)?;
+        let (peer, seen_peer) = match peer {
+            Some((peer, seen)) => (Some(peer), seen),
+            None => (None, None),
+        };
         let crypto = SaCrypto {
             handle,
             algorithm: keys.algorithm,
-            outer: crate::esp::OuterHeader::with_encap(local, remote, self.outer_ttl, encap),
+            outer,
             keys: Arc::new(keys),
             peer,
             seen_peer,

@@ -308,7 +308,7 @@ fn inbound_policy_is_enforced_after_decapsulation() {
     // the inner packet is authentic but not allowed through that SA.
     let mut wide = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
     wide.tunnels[0].remote_subnet = Some(Ipv4Prefix::ANY.into());
-    wide.routes[0].destination = Ipv4Prefix::ANY;
+    wide.routes[0].destination = Ipv4Prefix::ANY.into();
     let mut wide_a = gateway_from(&wide.to_toml());
     let stray = udp_packet(HOST_A, "172.16.0.1".parse().unwrap(), 10, 0);
     let (verdict, esp) = common::run(&mut wide_a, &mut pair.pool, pair.now, Port::Inside, &stray);

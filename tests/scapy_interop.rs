@@ -2,9 +2,11 @@
 //! `tests/interop/scapy_interop.py`, which drives the `espgw` binary with
 //! captures built and checked by scapy's `SecurityAssociation`: both
 //! directions and negative cases for each proposal in tunnel and transport
-//! mode, with ESN, with UDP encapsulation (RFC 3948), and with IPv6 inner
-//! packets over IPv4 tunnels (6-in-4: selectors, packet-too-big). The
-//! script's docstring lists the cases.
+//! mode, with ESN, with UDP encapsulation (RFC 3948), with IPv6 inner
+//! packets over IPv4 tunnels (6-in-4: selectors, packet-too-big), and over
+//! tunnels with IPv6 ends (4-in-6 and 6-in-6: the outer IPv6 header,
+//! selectors, fragmentation-needed / packet-too-big, extension headers and
+//! outer fragments). The script's docstring lists the cases.
 //!
 //! Needs `python3` with scapy (and `cryptography`). Without scapy the test
 //! shows as `ignored (needs scapy: ...)`; under `CI=true` it fails unless

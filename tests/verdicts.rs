@@ -365,9 +365,14 @@ fn an_sa_with_ipv6_ends_is_refused_in_transport_mode_and_with_mixed_ends() {
         remote: "10.0.0.2".parse().unwrap(),
         ..params.clone()
     };
-    let err = pair.a.install_sa(mixed, keys(), Duration::ZERO).expect_err("mixed ends");
+    let err = pair
+        .a
+        .install_sa(mixed, keys(), Duration::ZERO)
+        .expect_err("mixed ends");
     assert!(err.to_string().contains("different address families"), "{err}");
     assert_eq!(pair.a.sad().len(), before);
-    pair.a.install_sa(params, keys(), Duration::ZERO).expect("IPv6 ends in tunnel mode");
+    pair.a
+        .install_sa(params, keys(), Duration::ZERO)
+        .expect("IPv6 ends in tunnel mode");
     assert_eq!(pair.a.sad().len(), before + 1);
 }

@@ -591,6 +591,7 @@ pub fn decapsulate_finish(
     let esp_overhead = cipher.start;
     match mode {
         Mode::Tunnel => {
+            let outer_ecn = ecn_of(buf.data());
             buf.trim_front(esp_offset + esp_overhead);
             buf.truncate(payload_len);
             // RFC 4303 §2.7: tunnel-mode TFC padding may follow the inner
@@ -609,6 +610,7 @@ pub fn decapsulate_finish(
                 _ => return Err(malformed(sa)),
             };
             buf.truncate(inner_len);
+            combine_ecn(buf.data_mut(), outer_ecn)?;
         }
         Mode::Transport => {
             buf.truncate(esp_offset + esp_overhead + payload_len);
@@ -625,11 +627,99 @@ pub fn decapsulate_finish(
     Ok(Decapsulated::Packet)
 }
 
+/// ECN codepoints (RFC 3168 §5).
+mod ecn {
+    pub const NOT_ECT: u8 = 0;
+    pub const ECT1: u8 = 1;
+    pub const ECT0: u8 = 2;
+    pub const CE: u8 = 3;
+}
+
+/// The ECN field of an IPv4 or IPv6 header.
+fn ecn_of(packet: &[u8]) -> u8 {
+    match packet.first().map(|b| b >> 4) {
+        Some(6) => packet.get(1).map_or(0, |b| (b >> 4) & 3),
+        _ => packet.get(1).map_or(0, |b| b & 3),
+    }
+}
+
+/// RFC 6040 §4.2, normal mode: the decapsulated packet carries what the
+/// outer header learnt on the way. Congestion experienced outside becomes
+/// CE inside (or a drop when the inner packet is not ECN-capable); ECT(1)
+/// outside turns an inner ECT(0) into ECT(1); nothing else changes. An
+/// IPv4 inner header's checksum follows the change.
+fn combine_ecn(inner: &mut [u8], outer: u8) -> Result<(), DropReason> {
+    let before = ecn_of(inner);
+    let after = match (before, outer) {
+        (ecn::NOT_ECT, ecn::CE) => return Err(DropReason::EcnNotEct),
+        (ecn::NOT_ECT, _) | (ecn::CE, _) => return Ok(()),
+        (_, ecn::CE) => ecn::CE,
+        (ecn::ECT0, ecn::ECT1) => ecn::ECT1,
+        _ => return Ok(()),
+    };
+    if inner.first().is_some_and(|b| b >> 4 == 6) {
+        if let Some(b) = inner.get_mut(1) {
+            *b = (*b & !0x30) | after << 4;
+        }
+        return Ok(());
+    }
+    let mut ip = ipv4::header_mut(inner)?;
+    ip.set_ecn(after);
+    ip.fill_checksum();
+    Ok(())
+}
+
 /// Marks an SA hard-expired after the counter ran out, raising the event once.
 pub fn note_exhausted(sad: &mut Sad<SaCrypto>, id: SaId) {
     if let Some(sa) = sad.get_mut(id) {
         if sa.params().direction == SaDirection::Outbound && sa.expire() {
             sad.note_transition(id, SaState::HardExpired);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 6040 §4.2's table, for both inner families: every inner and
+    /// outer codepoint, the DSCP kept and an IPv4 checksum still right.
+    #[test]
+    fn decapsulation_combines_ecn_as_rfc_6040_says() {
+        use ecn::{CE, ECT0, ECT1, NOT_ECT};
+        let table = [
+            // inner, then what each outer (Not-ECT, ECT(0), ECT(1), CE) makes of it
+            (NOT_ECT, [Some(NOT_ECT), Some(NOT_ECT), Some(NOT_ECT), None]),
+            (ECT0, [Some(ECT0), Some(ECT0), Some(ECT1), Some(CE)]),
+            (ECT1, [Some(ECT1), Some(ECT1), Some(ECT1), Some(CE)]),
+            (CE, [Some(CE), Some(CE), Some(CE), Some(CE)]),
+        ];
+        for (inner, results) in table {
+            for (outer, want) in [NOT_ECT, ECT0, ECT1, CE].into_iter().zip(results) {
+                let mut v4 = [0u8; 20];
+                {
+                    let mut ip = Ipv4Packet::new_unchecked(&mut v4[..]);
+                    ip.set_version(4);
+                    ip.set_header_len(20);
+                    ip.set_total_len(20);
+                    ip.set_dscp(0x2e);
+                    ip.set_ecn(inner);
+                    ip.set_hop_limit(9);
+                    ip.fill_checksum();
+                }
+                let mut v6 = [0u8; 40];
+                v6[0] = 0x60 | 0x2e >> 2;
+                v6[1] = ((0x2e & 3) << 6) | inner << 4 | 0x0a;
+                let got4 = combine_ecn(&mut v4, outer).map(|()| ecn_of(&v4)).ok();
+                let got6 = combine_ecn(&mut v6, outer).map(|()| ecn_of(&v6)).ok();
+                assert_eq!((got4, got6), (want, want), "inner {inner} outer {outer}");
+                let ip = Ipv4Packet::new_checked(&v4[..]).unwrap();
+                assert!(ip.verify_checksum() && ip.dscp() == 0x2e);
+                assert_eq!(
+                    (v6[0], v6[1] & 0xcf),
+                    (0x60 | 0x2e >> 2, ((0x2e & 3) << 6) | 0x0a)
+                );
+            }
         }
     }
 }

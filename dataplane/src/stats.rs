@@ -84,6 +84,10 @@ pub enum DropReason {
     /// holds the SA's one replay window (the outside steering sends each
     /// SPI to its owner; see `io::steer`).
     NotOwner,
+    /// Congestion experienced marked on the outer header of a tunnelled
+    /// packet whose inner header is not ECN-capable: RFC 6040 §4.2 has the
+    /// decapsulator drop it, the congestion signal it cannot pass on.
+    EcnNotEct,
 }
 
 impl DropReason {
@@ -356,6 +360,7 @@ mod tests {
                 "arp_off_link",
                 "encap_mismatch",
                 "not_owner",
+                "ecn_not_ect",
             ]
         );
     }

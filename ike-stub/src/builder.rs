@@ -144,11 +144,12 @@ impl ConfigBuilder {
         self
     }
 
-    /// A route to `destination` through the next hop `via`.
-    pub fn route_via(mut self, destination: Ipv4Prefix, via: Ipv4Addr) -> Self {
+    /// A route to `destination` through the next hop `via` (both IPv4,
+    /// or both IPv6).
+    pub fn route_via(mut self, destination: impl Into<IpPrefix>, via: impl Into<IpAddr>) -> Self {
         self.routes.push(RouteBuilder {
-            destination,
-            via: Some(via),
+            destination: destination.into(),
+            via: Some(via.into()),
             interface: None,
         });
         self
@@ -331,9 +332,9 @@ impl InterfaceBuilder {
 #[serde(deny_unknown_fields)]
 pub struct RouteBuilder {
     #[serde(with = "text")]
-    pub destination: Ipv4Prefix,
+    pub destination: IpPrefix,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub via: Option<Ipv4Addr>,
+    pub via: Option<IpAddr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
 }
@@ -358,9 +359,9 @@ pub struct PolicyBuilder {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
-    pub source: Option<Ipv4Prefix>,
+    pub source: Option<IpPrefix>,
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
-    pub destination: Option<Ipv4Prefix>,
+    pub destination: Option<IpPrefix>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
     /// `"any"`, `"53"` or `"1024-65535"`.
@@ -379,15 +380,15 @@ impl PolicyBuilder {
     pub fn bypass(
         name: impl Into<String>,
         direction: PolicyDirection,
-        source: Ipv4Prefix,
-        destination: Ipv4Prefix,
+        source: impl Into<IpPrefix>,
+        destination: impl Into<IpPrefix>,
     ) -> PolicyBuilder {
         PolicyBuilder {
             name: name.into(),
             direction,
             priority: None,
-            source: Some(source),
-            destination: Some(destination),
+            source: Some(source.into()),
+            destination: Some(destination.into()),
             protocol: None,
             source_ports: None,
             destination_ports: None,
@@ -702,7 +703,7 @@ mod tests {
             .interface(InterfaceBuilder::outside("out0", Ipv4Addr::new(10, 0, 0, 1), 24).mtu(9000))
             .route_via(net("192.168.2.0/24"), Ipv4Addr::new(10, 0, 0, 2))
             .route(RouteBuilder {
-                destination: net("172.16.0.0/16"),
+                destination: net("172.16.0.0/16").into(),
                 via: None,
                 interface: Some("outside".into()),
             })

@@ -77,6 +77,39 @@ too-big   an IPv6 packet exactly the tunnel MTU (worked out here from the
     packet-too-big from 2001:db8:1::1 to its MAC with that MTU, a valid
     checksum and the packet quoted (RFC 4443 §3.2), drops frag_needed == 1.
 
+IPv6 ends ("outer=6": 4-in-6 and 6-in-6, RFC 4301 tunnel mode over IPv6):
+aes128gcm16, aes128-sha1 and chacha20poly1305, inner IPv4 and inner IPv6,
+ESN off and on, raw ESP only (espgw refuses UDP encapsulation and transport
+mode over IPv6). The outside interface gets `address6 = "2001:db8:ff::1/64"`
+and the tunnel `local = "2001:db8:ff::1"`, `remote = "2001:db8:ff::2"`; the
+subnets are the inner family's, as above. The esn=on cases also set
+`[gateway] outer_ttl = 200` (esn=off keeps the default, 64). UDP payloads go
+up to 1232 bytes for both inner families (UDP_SIZES_OUTER6: over IPv6
+nothing is fragmented, and these fit every SA's tunnel MTU).
+scapy->espgw  scapy's `tunnel_header=IPv6(src=2001:db8:ff::2,
+    dst=2001:db8:ff::1)`; the inner packets forwarded as above (TTL / hop
+    limit - 1).
+espgw->scapy  ESP in IPv6 to the zero MAC (`espgw pcap` resolves no
+    neighbour): 2001:db8:ff::1 -> 2001:db8:ff::2, next header 50 right after
+    the fixed header (no fragment header), hop limit = outer_ttl, traffic
+    class = inner TOS / traffic class, flow label 0, payload length right,
+    at most 1500 bytes; decrypted by scapy to the input with TTL - 1.
+negative  as for IPv4 plus a tampered packet (one ciphertext byte flipped):
+    auth_failed == 2, replay == 1, unknown_spi == 1, 2 decapsulated.
+policy    as above, with 192.168.3.30 -> 192.168.1.10, 192.168.2.20 ->
+    192.168.9.90 and an inner IPv6 packet for inner IPv4: policy_mismatch == 3.
+too-big   the tunnel MTU over a 40-byte outer header: a packet of exactly
+    that size goes out as one ESP packet over IPv6 of at most 1500 bytes;
+    one byte more gets a packet-too-big (inner IPv6, as above) or, for inner
+    IPv4 with DF clear, an ICMP fragmentation-needed from 192.168.1.1 to the
+    host's MAC with that next-hop MTU, valid checksums, the packet's header
+    and at least 8 more bytes quoted, at most 576 bytes (RFC 1812
+    §4.3.2.3); drops frag_needed == 1.
+ext-headers  ESP behind a hop-by-hop and a destination options header, and
+    behind a destination options header, is decapsulated and forwarded; a
+    fragmented outer packet is not (both fragments dropped `unsupported`,
+    the SA sees 2 packets).
+
 ESN caveat: espgw cannot be told a starting sequence number or replay top
 from its config, so ESN runs use small sequence numbers (high 32 bits = 0).
 That still checks that both sides include the high bits in the ICV (HMAC) or
@@ -93,7 +126,8 @@ from collections import namedtuple
 from pathlib import Path
 
 from scapy.all import (ICMP, IP, TCP, UDP, Ether, ICMPv6EchoRequest, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr,
-                       ICMPv6PacketTooBig, IPv6, Raw, in6_chksum, rdpcap, wrpcap)
+                       ICMPv6PacketTooBig, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, Raw,
+                       in6_chksum, rdpcap, wrpcap)
 from scapy.layers.ipsec import ESP, SecurityAssociation
 from scapy.utils import checksum
 
@@ -116,13 +150,21 @@ MODES = ("tunnel", "transport")
 GW_INSIDE, GW_OUTSIDE, PEER = "192.168.1.1", "10.0.0.1", "10.0.0.2"
 HOST_A, HOST_B = "192.168.1.10", "192.168.2.20"
 GW_INSIDE6, HOST_A6, HOST_B6 = "2001:db8:1::1", "2001:db8:1::10", "2001:db8:2::20"
+GW_OUTSIDE6, PEER6 = "2001:db8:ff::1", "2001:db8:ff::2"
+# Per outer family: the tunnel's (local, remote) ends.
+ENDS = {4: (GW_OUTSIDE, PEER), 6: (GW_OUTSIDE6, PEER6)}
 # Per inner family: (inside host, remote host), tunnel (local_subnet, remote_subnet).
 HOSTS = {4: (HOST_A, HOST_B), 6: (HOST_A6, HOST_B6)}
 SUBNETS = {4: ("192.168.1.0/24", "192.168.2.0/24"), 6: ("2001:db8:1::/64", "2001:db8:2::/64")}
 # `[[neighbor]] address` takes IPv4 only, and offline (`espgw pcap`) nothing
 # resolves a neighbour: an IPv6 packet to the inside host gets the zero MAC.
 HOST_A6_MAC = "00:00:00:00:00:00"
+# The same on the outside: ESP over IPv6 goes to the peer at the zero MAC.
+PEER6_MAC = "00:00:00:00:00:00"
 ETHERTYPE = {4: 0x0800, 6: 0x86DD}
+# Per inner family: a source outside the remote subnet, a destination
+# outside the local one (`policy`).
+STRAYS = {4: ("192.168.3.30", "192.168.9.90"), 6: ("2001:db8:3::30", "2001:db8:9::90")}
 MAC = {GW_INSIDE: "02:00:00:00:01:01", GW_OUTSIDE: "02:00:00:00:00:01",
        PEER: "02:00:00:00:00:02", HOST_A: "02:00:00:00:01:10"}
 SPI_OUT, SPI_IN, SPI_UNKNOWN = 0x1001, 0x2002, 0xBAD0BAD
@@ -131,11 +173,18 @@ UDP_SIZES = (0, 1, 2, 3, 15, 16, 17, 100, 1000, 1400)
 # a packet-too-big): the largest is 1280 bytes, IPv6's minimum link MTU,
 # which fits every SA's tunnel here.
 UDP_SIZES6 = (0, 1, 2, 3, 15, 16, 17, 100, 1000, 1232)
+# Over IPv6 ends nothing is fragmented either, inner IPv4 included: the
+# same sizes for both inner families, all within every SA's tunnel MTU.
+UDP_SIZES_OUTER6 = UDP_SIZES6
 DROP_CHECKS = ("auth_failed", "replay_duplicate", "unknown_spi")
 
-Case = namedtuple("Case", "alg mode esn encap inner", defaults=(False, 4))
+Case = namedtuple("Case", "alg mode esn encap inner outer", defaults=(False, 4, 4))
 NAT_ALGORITHMS = ("aes128gcm16", "aes128-sha1", "chacha20poly1305")
 INNER6_ALGORITHMS = NAT_ALGORITHMS
+OUTER6_ALGORITHMS = NAT_ALGORITHMS
+# `[gateway] outer_ttl` of the outer=6 esn=on cases (esn=off ones keep the
+# default, 64): both the default and a configured hop limit get checked.
+OUTER6_TTL = 200
 NAT_PORT, NAT_MAPPED_PORT, NAT_FORGED_PORT = 4500, 31000, 31001
 
 
@@ -150,7 +199,13 @@ def expect(cond, msg):
 
 def case_label(case):
     return (f"{case.alg} {case.mode} esn={'on' if case.esn else 'off'}" + (" udp" if case.encap else "")
-            + (f" inner={case.inner}" if case.inner != 4 else ""))
+            + (f" inner={case.inner}" if case.inner != 4 else "")
+            + (f" outer={case.outer}" if case.outer != 4 else ""))
+
+
+def outer_hop_limit(case):
+    """The TTL / hop limit espgw must write in its outer headers."""
+    return OUTER6_TTL if case.outer == 6 and case.esn else 64
 
 
 def case_keys(case):
@@ -167,10 +222,13 @@ def toml_key(name, key):
 def config_text(case, keys, subnets):
     enc_out, auth_out, enc_in, auth_in = keys
     inside6 = f'address6 = "{GW_INSIDE6}/64"\n' if case.inner == 6 else ""
+    outside6 = f'address6 = "{GW_OUTSIDE6}/64"\n' if case.outer == 6 else ""
+    ttl = f"outer_ttl = {outer_hop_limit(case)}\n" if outer_hop_limit(case) != 64 else ""
+    local, remote = ENDS[case.outer]
     text = f"""[gateway]
 name = "interop"
 allow_insecure_null = {str(case.alg == "null").lower()}
-
+{ttl}
 [[interface]]
 name = "inside"
 device = "eth0"
@@ -182,7 +240,7 @@ name = "outside"
 device = "eth1"
 address = "{GW_OUTSIDE}/24"
 mac = "{MAC[GW_OUTSIDE]}"
-
+{outside6}
 [[route]]
 destination = "192.168.2.0/24"
 via = "{PEER}"
@@ -192,8 +250,8 @@ via = "{PEER}"
     text += f"""
 [[tunnel]]
 name = "interop"
-local = "{GW_OUTSIDE}"
-remote = "{PEER}"
+local = "{local}"
+remote = "{remote}"
 proposal = "{case.alg}"
 mode = "{case.mode}"
 spi_out = {SPI_OUT}
@@ -217,34 +275,44 @@ def scapy_sa(case, spi, enc, auth, outer_src, outer_dst, sport=NAT_PORT):
         ESP, spi=spi, crypt_algo=a.crypt, crypt_key=enc or None,
         crypt_icv_size=a.icv if a.aead else None,
         auth_algo=a.auth, auth_key=auth or None,
-        tunnel_header=IP(src=outer_src, dst=outer_dst) if case.mode == "tunnel" else None,
+        tunnel_header=(IPv6 if ":" in outer_src else IP)(src=outer_src, dst=outer_dst)
+        if case.mode == "tunnel" else None,
         nat_t_header=UDP(sport=sport, dport=NAT_PORT) if case.encap else None,
         esn_en=case.esn, esn=0)
 
 
 def peer_encryptor(case, keys, spi=SPI_IN, sport=NAT_PORT):
     """scapy as the peer sending to espgw: espgw's inbound SA."""
-    return scapy_sa(case, spi, keys[2], keys[3], PEER, GW_OUTSIDE, sport)
+    local, remote = ENDS[case.outer]
+    return scapy_sa(case, spi, keys[2], keys[3], remote, local, sport)
 
 
 def peer_decryptor(case, keys):
     """scapy as the peer receiving from espgw: espgw's outbound SA."""
-    return scapy_sa(case, SPI_OUT, keys[0], keys[1], GW_OUTSIDE, PEER)
+    local, remote = ENDS[case.outer]
+    return scapy_sa(case, SPI_OUT, keys[0], keys[1], local, remote)
 
 
-def test_packets(src, dst):
+def test_packets(src, dst, sizes=None):
     """12 IPv4 packets; the TCP one has DF, the ICMP one DF and DSCP/ECN.
-    Between IPv6 addresses, 12 IPv6 packets instead (`test_packets6`)."""
+    Between IPv6 addresses, 12 IPv6 packets instead (`test_packets6`).
+    `sizes`: the UDP payload sizes, if not the family's own."""
     if ":" in src:
         return test_packets6(src, dst)
     pkts = [IP(src=src, dst=dst, id=100 + i) / UDP(sport=5000 + i, dport=6000)
             / Raw(bytes((7 * j + n) % 256 for j in range(n)))
-            for i, n in enumerate(UDP_SIZES)]
+            for i, n in enumerate(sizes or UDP_SIZES)]
     pkts.append(IP(src=src, dst=dst, id=200, flags="DF")
                 / TCP(sport=40000, dport=80, flags="PA", seq=1000, ack=2000) / Raw(b"tcp!" * 5))
     pkts.append(IP(src=src, dst=dst, id=201, flags="DF", tos=0xB9)
                 / ICMP(type="echo-request", id=7, seq=1) / Raw(b"ping" * 8))
     return [IP(bytes(p)) for p in pkts]
+
+
+def case_packets(case, src, dst):
+    """`test_packets` for the case: over IPv6 ends, no bigger than
+    UDP_SIZES_OUTER6 (nothing is fragmented there)."""
+    return test_packets(src, dst, UDP_SIZES_OUTER6 if case.outer == 6 else None)
 
 
 def test_packets6(src, dst):
@@ -353,7 +421,7 @@ def scapy_to_espgw(args, case, keys, name):
     sa = peer_encryptor(case, keys)
     if case.mode == "tunnel":
         host_a, host_b = HOSTS[case.inner]
-        inner, subnets = test_packets(host_b, host_a), SUBNETS[case.inner]
+        inner, subnets = case_packets(case, host_b, host_a), SUBNETS[case.inner]
     else:
         inner, subnets = test_packets(PEER, GW_OUTSIDE), None
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / sa.encrypt(p) for p in inner]
@@ -401,12 +469,43 @@ def check_outer(i, ip, pkt, case):
     expect(ip.frag == 0 and not ip.flags.MF, f"packet {i}: outer header is a fragment")
 
 
+def check_outer6(i, ip, pkt, case):
+    """The outer IPv6 header of a tunnel with IPv6 ends: the ends, next
+    header ESP straight after the fixed header (no fragment header: the
+    packet is never fragmented), hop limit `outer_ttl`, traffic class from
+    the inner TOS / traffic class (RFC 4301 §5.1.2.1), flow label 0, a
+    payload length that ends where the frame does, at most the 1500 bytes
+    of the outside link."""
+    want = (GW_OUTSIDE6, PEER6, 50)
+    expect((ip.src, ip.dst, ip.nh) == want,
+           f"packet {i}: outer {ip.src} -> {ip.dst} nh {ip.nh}, expected {want[0]} -> {want[1]} nh {want[2]}")
+    expect(ip.hlim == outer_hop_limit(case), f"packet {i}: outer hop limit {ip.hlim}, expected {outer_hop_limit(case)}")
+    inner_tos = pkt.tos if pkt.version == 4 else pkt.tc
+    expect(ip.tc == inner_tos, f"packet {i}: outer traffic class {ip.tc:#04x}, inner {inner_tos:#04x}")
+    expect(ip.fl == 0, f"packet {i}: outer flow label {ip.fl:#x}, expected 0")
+    size = len(bytes(ip))
+    expect(ip.plen == size - 40, f"packet {i}: outer payload length {ip.plen} != {size - 40}")
+    expect(size <= 1500, f"packet {i}: outer packet {size} bytes, more than the outside MTU 1500")
+
+
+def outer_of(i, frame, case):
+    """The outer IP or IPv6 header of an ESP frame espgw sent the peer."""
+    if case.outer == 4:
+        expect(frame.dst == MAC[PEER] and frame.src == MAC[GW_OUTSIDE],
+               f"packet {i}: Ethernet {frame.src} -> {frame.dst}")
+        return IP(bytes(frame[IP]))
+    expect(frame.dst == PEER6_MAC and frame.src == MAC[GW_OUTSIDE] and frame.type == ETHERTYPE[6],
+           f"packet {i}: Ethernet {frame.src} -> {frame.dst} type {frame.type:#06x},"
+           f" expected {MAC[GW_OUTSIDE]} -> {PEER6_MAC} type {ETHERTYPE[6]:#06x}")
+    return IPv6(bytes(frame.payload))
+
+
 def espgw_to_scapy(args, case, keys, name):
     a = ALGORITHMS[case.alg]
     host_a, host_b = HOSTS[case.inner]
     dst, subnets = (host_b, SUBNETS[case.inner]) if case.mode == "tunnel" \
         else (PEER, ("192.168.1.0/24", f"{PEER}/32"))
-    inner = test_packets(host_a, dst)
+    inner = case_packets(case, host_a, dst)
     frames = [Ether(src=MAC[HOST_A], dst=MAC[GW_INSIDE]) / p for p in inner]
     out, stats = run_espgw(args, name, config_text(case, keys, subnets), "inside", frames)
     out, keepalives = keepalives_out(out, case)
@@ -417,10 +516,8 @@ def espgw_to_scapy(args, case, keys, name):
     expect(len(out) == n, f"{len(out)} frames out, expected {n}")
     sa, ivs = peer_decryptor(case, keys), []
     for i, (frame, pkt) in enumerate(zip(out, inner)):
-        expect(frame.dst == MAC[PEER] and frame.src == MAC[GW_OUTSIDE],
-               f"packet {i}: Ethernet {frame.src} -> {frame.dst}")
-        ip = IP(bytes(frame[IP]))
-        check_outer(i, ip, pkt, case)
+        ip = outer_of(i, frame, case)
+        (check_outer if case.outer == 4 else check_outer6)(i, ip, pkt, case)
         esp = ip[ESP]
         expect(esp.spi == SPI_OUT and esp.seq == i + 1,
                f"packet {i}: SPI {esp.spi:#x} seq {esp.seq}, expected {SPI_OUT:#x} seq {i + 1}")
@@ -432,7 +529,8 @@ def espgw_to_scapy(args, case, keys, name):
             raise CheckFailed(f"packet {i} (seq {esp.seq}): scapy cannot decrypt: {type(e).__name__}: {e}")
         # scapy leaves the ESP trailer's next header in the header it strips.
         nh = {4: 4, 6: 41}[pkt.version] if case.mode == "tunnel" else pkt.proto
-        expect(shell.proto == nh, f"packet {i}: ESP next header {shell.proto}, expected {nh}")
+        got_nh = shell.proto if case.outer == 4 else shell.nh
+        expect(got_nh == nh, f"packet {i}: ESP next header {got_nh}, expected {nh}")
         got, want = bytes(plain), forwarded(pkt)
         expect(got == want, f"packet {i}: decrypted {got.hex()}\n  expected {want.hex()}")
     if a.aead:
@@ -465,6 +563,9 @@ def negative(args, case, keys, name):
     if case.encap:
         esps += udp_extras(case, keys, good, p2)
         want.update(auth_failed=2, encap_mismatch=1)
+    if case.outer == 6:
+        esps.append(tampered(good, p2, 2))
+        want.update(auth_failed=2)
     esps.append(good.encrypt(p2, seq_num=2))
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / e for e in esps]
     _, stats = run_espgw(args, name, config_text(case, keys, subnets), "outside", frames)
@@ -487,13 +588,20 @@ def udp_extras(case, keys, good, pkt):
     ciphertext byte flipped (the UDP checksum is 0, so only the ICV can
     catch it), seq 3 as raw ESP (right keys, no UDP), a keepalive and an IKE
     message behind the non-ESP marker (RFC 3948 §2.2, §2.3)."""
-    tampered = bytearray(bytes(good.encrypt(pkt, seq_num=2)))
-    tampered[-20] ^= 0x01
     raw = scapy_sa(case._replace(encap=False), SPI_IN, keys[2], keys[3], PEER, GW_OUTSIDE)
     udp = IP(src=PEER, dst=GW_OUTSIDE) / UDP(sport=NAT_PORT, dport=NAT_PORT)
     ike = bytes(4) + bytes(range(8)) * 2 + bytes([0x21, 0x20, 0x22, 0x08]) + bytes(8)
-    return [IP(bytes(tampered)), raw.encrypt(pkt, seq_num=3),
+    return [tampered(good, pkt, 2), raw.encrypt(pkt, seq_num=3),
             IP(bytes(udp / Raw(b"\xff"))), IP(bytes(udp / Raw(ike)))]
+
+
+def tampered(sa, pkt, seq):
+    """`pkt` encrypted by `sa` as sequence number `seq` with one ciphertext
+    byte flipped: only the ICV can catch it."""
+    esp = sa.encrypt(pkt, seq_num=seq)
+    flipped = bytearray(bytes(esp))
+    flipped[-20] ^= 0x01
+    return esp.__class__(bytes(flipped))
 
 
 def moved(args, case, keys, name):
@@ -519,18 +627,21 @@ def moved(args, case, keys, name):
 
 
 def policy(args, case, keys, name):
-    """Tunnel mode, inner IPv6: packets correctly encrypted for the SA whose
-    inner addresses its selectors (2001:db8:2::/64 -> 2001:db8:1::/64) do
-    not admit are dropped after decryption (RFC 4301 §5.2 step 4), however
-    good their ICV: a source outside the remote subnet, a destination outside
-    the local one, and an inner IPv4 packet (another family). The good
-    packets before and after them are forwarded."""
+    """Tunnel mode: packets correctly encrypted for the SA whose inner
+    addresses its selectors (2001:db8:2::/64 -> 2001:db8:1::/64, or
+    192.168.2.0/24 -> 192.168.1.0/24 for inner IPv4) do not admit are
+    dropped after decryption (RFC 4301 §5.2 step 4), however good their ICV:
+    a source outside the remote subnet, a destination outside the local one,
+    and an inner packet of the other family. The good packets before and
+    after them are forwarded."""
     sa = peer_encryptor(case, keys)
     host_a, host_b = HOSTS[case.inner]
+    stray_src, stray_dst = STRAYS[case.inner]
+    other_a, other_b = HOSTS[10 - case.inner]
     good = test_packets(host_b, host_a)
-    strays = [test_packets("2001:db8:3::30", host_a)[0],   # source not in remote_subnet
-              test_packets(host_b, "2001:db8:9::90")[1],   # destination not in local_subnet
-              test_packets(HOST_B, HOST_A)[2]]             # IPv4 over the IPv6 SA
+    strays = [test_packets(stray_src, host_a)[0],   # source not in remote_subnet
+              test_packets(host_b, stray_dst)[1],   # destination not in local_subnet
+              test_packets(other_b, other_a)[2]]    # the other family over the SA
     inner = [good[0]] + strays + [good[1]]
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / sa.encrypt(p, seq_num=i + 1)
               for i, p in enumerate(inner)]
@@ -549,45 +660,71 @@ def policy(args, case, keys, name):
 
 def tunnel_mtu(case, link_mtu=1500):
     """The largest inner packet the SA's ESP packet carries in `link_mtu`
-    bytes, worked out from the transform alone: outer IPv4 header, UDP
-    header if encapsulated, SPI and sequence number, IV, ICV, and payload +
-    2-byte trailer padded to the cipher's block."""
+    bytes, worked out from the transform alone: outer IPv4 (or IPv6) header,
+    UDP header if encapsulated, SPI and sequence number, IV, ICV, and
+    payload + 2-byte trailer padded to the cipher's block."""
     a = ALGORITHMS[case.alg]
     block = BLOCK.get(a.crypt, 4)
-    room = link_mtu - 20 - (8 if case.encap else 0) - 8 - a.iv_len - a.icv
+    outer = 20 if case.outer == 4 else 40
+    room = link_mtu - outer - (8 if case.encap else 0) - 8 - a.iv_len - a.icv
     return room // block * block - 2
 
 
+def too_big_packet(host_a, host_b, size):
+    """A `size`-byte UDP packet from the inside host, IPv4 with DF clear."""
+    if ":" in host_a:
+        return IPv6(bytes(IPv6(src=host_a, dst=host_b, hlim=64) / UDP(sport=5555, dport=6000)
+                          / Raw((bytes(range(256)) * 6)[: size - 48])))
+    return IP(bytes(IP(src=host_a, dst=host_b, id=300, flags=0) / UDP(sport=5555, dport=6000)
+                    / Raw((bytes(range(256)) * 6)[: size - 28])))
+
+
 def too_big(args, case, keys, name):
-    """Tunnel mode, inner IPv6 (RFC 4213 §3.2, RFC 8200 §5): an IPv6
-    packet that fits the tunnel goes out as one ESP packet of at most 1500
-    bytes; one byte more is not fragmented but answered with an ICMPv6
-    packet-too-big (RFC 4443 §3.2) from the gateway's inside address, whose
-    MTU is that tunnel MTU. The inside host solicits the gateway first, so
-    its MAC is known for the error."""
+    """Tunnel mode, inner IPv6 (RFC 4213 §3.2, RFC 8200 §5), or any inner
+    packet over IPv6 ends: a packet that fits the tunnel goes out as one
+    ESP packet of at most 1500 bytes; one byte more is not fragmented but
+    answered with an ICMPv6 packet-too-big (RFC 4443 §3.2), or for inner
+    IPv4 an ICMP fragmentation-needed (RFC 1191) even though its DF is
+    clear, from the gateway's inside address, whose MTU is that tunnel MTU.
+    An IPv6 inside host solicits the gateway first, so its MAC is known for
+    the error."""
     host_a, host_b = HOSTS[case.inner]
     fits = tunnel_mtu(case)
-    solicit = (IPv6(src=host_a, dst="ff02::1:ff00:1", hlim=255) / ICMPv6ND_NS(tgt=GW_INSIDE6)
-               / ICMPv6NDOptSrcLLAddr(lladdr=MAC[HOST_A]))
-    inner = [IPv6(bytes(IPv6(src=host_a, dst=host_b, hlim=64) / UDP(sport=5555, dport=6000)
-                        / Raw((bytes(range(256)) * 6)[: size - 48])))
-             for size in (fits, fits + 1)]
-    frames = [Ether(src=MAC[HOST_A], dst=MAC[GW_INSIDE]) / p for p in [solicit] + inner]
+    solicit = [IPv6(src=host_a, dst="ff02::1:ff00:1", hlim=255) / ICMPv6ND_NS(tgt=GW_INSIDE6)
+               / ICMPv6NDOptSrcLLAddr(lladdr=MAC[HOST_A])] if case.inner == 6 else []
+    inner = [too_big_packet(host_a, host_b, size) for size in (fits, fits + 1)]
+    frames = [Ether(src=MAC[HOST_A], dst=MAC[GW_INSIDE]) / p for p in solicit + inner]
     out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[case.inner]), "inside", frames)
     out, _ = keepalives_out(out, case)
     expect_drops(stats, frag_needed=1)
     expect(stats["encapsulated"] == 1, f"encapsulated {stats['encapsulated']}, expected 1")
-    expect(len(out) == 3, f"{len(out)} frames out, expected 3 (advertisement, ESP, packet-too-big):"
-           f" {[f.summary() for f in out]}")
-    _advert, esp, error = out
-    ip = IP(bytes(esp[IP]))
-    expect(esp.dst == MAC[PEER] and ip.len <= 1500 and ip.frag == 0 and not ip.flags.MF,
-           f"{fits}-byte packet: {esp.dst} outer length {ip.len} fragment {ip.frag}/{ip.flags}, expected one ESP packet")
+    if case.inner == 6:
+        expect(len(out) == 3, f"{len(out)} frames out, expected 3 (advertisement, ESP, packet-too-big):"
+               f" {[f.summary() for f in out]}")
+        _advert, esp, error = out
+    else:
+        expect(len(out) == 2, f"{len(out)} frames out, expected 2 (ESP, fragmentation-needed):"
+               f" {[f.summary() for f in out]}")
+        esp, error = out
+    if case.outer == 4:
+        ip = IP(bytes(esp[IP]))
+        expect(esp.dst == MAC[PEER] and ip.len <= 1500 and ip.frag == 0 and not ip.flags.MF,
+               f"{fits}-byte packet: {esp.dst} outer length {ip.len} fragment {ip.frag}/{ip.flags},"
+               " expected one ESP packet")
+    else:
+        ip = IPv6(bytes(esp.payload))
+        size = len(bytes(ip))
+        expect(esp.dst == PEER6_MAC and esp.type == ETHERTYPE[6] and ip.nh == 50 and size <= 1500
+               and ip.plen == size - 40,
+               f"{fits}-byte packet: {esp.dst} type {esp.type:#06x} nh {ip.nh} length {size}"
+               f" (payload length {ip.plen}), expected one ESP packet over IPv6 of at most 1500 bytes")
     try:
         plain = peer_decryptor(case, keys).decrypt(ip)
     except Exception as e:
         raise CheckFailed(f"{fits}-byte packet: scapy cannot decrypt: {type(e).__name__}: {e}")
     expect(bytes(plain) == forwarded(inner[0]), f"{fits}-byte packet: decrypted {bytes(plain).hex()}")
+    if case.inner == 4:
+        return frag_needed(error, inner[1], host_a, fits)
     expect(error.dst == MAC[HOST_A] and error.src == MAC[GW_INSIDE] and error.type == ETHERTYPE[6],
            f"packet-too-big: Ethernet {error.src} -> {error.dst} type {error.type:#06x}")
     err = IPv6(bytes(error.payload))
@@ -605,6 +742,64 @@ def too_big(args, case, keys, name):
     expect(len(quote) >= 1280 - 48 and sent.startswith(quote),
            f"packet-too-big quotes {len(quote)} bytes {bytes(quote[:48]).hex()}, not the packet")
     return f"{fits} bytes fit, {fits + 1} answered with packet-too-big mtu={fits}"
+
+
+def frag_needed(error, sent, host_a, fits):
+    """`error` must be the ICMP fragmentation-needed (type 3 code 4, RFC 792
+    and RFC 1191 §4) for the IPv4 packet `sent`: from the gateway's inside
+    address to the host's MAC, next-hop MTU `fits`, valid checksums, and
+    the packet's header and at least 8 bytes beyond it quoted (RFC 1812
+    §4.3.2.3: no more than 576 bytes in all)."""
+    expect(error.dst == MAC[HOST_A] and error.src == MAC[GW_INSIDE] and error.type == ETHERTYPE[4],
+           f"fragmentation-needed: Ethernet {error.src} -> {error.dst} type {error.type:#06x}")
+    err = IP(bytes(error.payload))
+    raw = bytes(err)
+    expect((err.src, err.dst, err.proto) == (GW_INSIDE, host_a, 1),
+           f"fragmentation-needed {err.src} -> {err.dst} proto {err.proto}")
+    expect(checksum(raw[: err.ihl * 4]) == 0, "fragmentation-needed: bad IPv4 header checksum")
+    expect(err.len == len(raw) <= 576, f"fragmentation-needed: total length {err.len}, {len(raw)} bytes,"
+           " expected them equal and at most 576")
+    icmp = raw[err.ihl * 4:]
+    kind, code, _csum, _unused, mtu = struct.unpack("!BBHHH", icmp[:8])
+    expect((kind, code) == (3, 4), f"ICMP type {kind} code {code}, expected 3/4 (fragmentation needed)")
+    expect(mtu == fits, f"fragmentation-needed next-hop MTU {mtu}, expected {fits} (the tunnel's)")
+    expect(checksum(icmp) == 0, "fragmentation-needed: bad ICMP checksum")
+    # The quote starts with the packet's header; its TTL (and so its
+    # checksum) may already be the decremented one.
+    quote, packet = bytearray(icmp[8:]), bytearray(bytes(sent))
+    for q in (quote, packet):
+        q[8] = q[10] = q[11] = 0
+    expect(len(quote) >= 28 and packet.startswith(quote),
+           f"fragmentation-needed quotes {len(quote)} bytes {bytes(quote[:28]).hex()}, not the packet")
+    return f"{fits} bytes fit, {fits + 1} with DF clear answered with fragmentation-needed mtu={fits}"
+
+
+def outer6_headers(args, case, keys, name):
+    """IPv6 ends (RFC 8200 §4): ESP behind a hop-by-hop and a destination
+    options header, or a destination options header alone, is decapsulated
+    and forwarded; ESP in a fragmented outer IPv6 packet (the gateway does
+    no IPv6 reassembly; a peer sends whole packets, §5) is dropped, both
+    fragments as `unsupported`, and never reaches the SA."""
+    sa = peer_encryptor(case, keys)
+    host_a, host_b = HOSTS[case.inner]
+    inner = test_packets(host_b, host_a)[:3]
+    esps = [bytes(sa.encrypt(p, seq_num=i + 1)[ESP]) for i, p in enumerate(inner)]
+    outer = IPv6(src=PEER6, dst=GW_OUTSIDE6)
+    with_options = outer.copy() / IPv6ExtHdrHopByHop(nh=60) / IPv6ExtHdrDestOpt(nh=50) / Raw(esps[0])
+    fragments = [outer.copy() / IPv6ExtHdrFragment(nh=50, offset=0, m=1, id=0x5EED) / Raw(esps[1][:48]),
+                 outer.copy() / IPv6ExtHdrFragment(nh=50, offset=6, m=0, id=0x5EED) / Raw(esps[1][48:])]
+    dest_options = outer.copy() / IPv6ExtHdrDestOpt(nh=50) / Raw(esps[2])
+    frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / IPv6(bytes(p))
+              for p in [with_options] + fragments + [dest_options]]
+    out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[case.inner]), "outside", frames)
+    expect_drops(stats, unsupported=2)
+    expect(stats["decapsulated"] == 2, f"decapsulated {stats['decapsulated']}, expected 2")
+    sa_packets = sa_stats(stats, SPI_IN)["packets"]
+    expect(sa_packets == 2, f"inbound SA packets {sa_packets}, expected 2")
+    want = [forwarded(inner[0]), forwarded(inner[2])]
+    got = [bytes(f.payload) for f in out]
+    expect(got == want, f"forwarded {[g.hex() for g in got]}\n  expected packets 1 and 3 {[w.hex() for w in want]}")
+    return "behind hop-by-hop + destination options and destination options: forwarded; fragmented: unsupported=2"
 
 
 def run_case(args, case, direction, check):
@@ -639,6 +834,12 @@ def main():
     runs += [(case, "moved", moved) for case in cases if case.encap and not case.esn]
     runs += [(case, direction, check) for case in cases if case.inner == 6 and not case.esn
              for direction, check in (("policy", policy), ("too-big", too_big))]
+    # IPv6 ends: tunnel mode, raw ESP only (no UDP encapsulation over IPv6).
+    cases6 = [Case(alg, "tunnel", esn, inner=inner, outer=6)
+              for alg in OUTER6_ALGORITHMS for inner in (4, 6) for esn in (False, True)]
+    runs += [(case, direction, check) for case in cases6 for direction, check in checks]
+    runs += [(case, direction, check) for case in cases6 if not case.esn
+             for direction, check in (("policy", policy), ("too-big", too_big), ("ext-headers", outer6_headers))]
     results = [run_case(args, case, direction, check) for case, direction, check in runs
                if args.filter in f"{case_label(case)} {direction}"]
     passed = sum(results)

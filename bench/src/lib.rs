@@ -64,8 +64,9 @@ pub struct BenchArgs {
     /// `--veth`: bisection steps per UDP size after the unlimited probe.
     #[arg(long, default_value_t = 5)]
     pub udp_probes: usize,
-    /// Scenario kinds to run: any of ipv4-fwd, esp-null, esp, raw, extra
-    /// (the buffer and completion comparisons). Default: all.
+    /// Scenario kinds to run: any of ipv4-fwd, esp-null, ipv6 (ipv6-fwd
+    /// and esp-null-ipv6, from 66-byte frames), esp, raw, extra (the
+    /// buffer and completion comparisons). Default: all.
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// Pin the measuring (dataplane) thread to this CPU.
@@ -345,6 +346,8 @@ pub fn scenarios(algorithms: &[Algorithm], engines: &[(EngineKind, Style)], knob
     if let Some(&first) = engines.first() {
         list.push(esp(Algorithm::Null, first));
     }
+    // The same two baselines for IPv6.
+    list.extend([Scenario::Ipv6Forward, Scenario::EspNull6]);
     let mut seen = Vec::new();
     for &algorithm in algorithms.iter().filter(|a| **a != Algorithm::Null) {
         if seen.contains(&algorithm) {
@@ -500,8 +503,8 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         bail!("--packets must be at least 1");
     }
     let engines = engine_styles(args.engine, args.style);
-    const KINDS: [&str; 9] = [
-        "ipv4-fwd", "esp-null", "esp", "raw", "extra", "boundary", "burst", "qat", "speedup",
+    const KINDS: [&str; 10] = [
+        "ipv4-fwd", "esp-null", "ipv6", "esp", "raw", "extra", "boundary", "burst", "qat", "speedup",
     ];
     if let Some(bad) = args.scenarios.iter().find(|k| !KINDS.contains(&k.as_str())) {
         bail!(
@@ -512,6 +515,7 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
     let wanted = |kind: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|k| k == kind);
     let kind_of = |s: &Scenario| match s {
         Scenario::Ipv4Forward => "ipv4-fwd",
+        Scenario::Ipv6Forward | Scenario::EspNull6 => "ipv6",
         Scenario::Esp {
             algorithm: Algorithm::Null,
             ..
@@ -532,7 +536,9 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
     }
     let mut plan: Vec<(Scenario, usize)> = Vec::new();
     for scenario in &main {
-        plan.extend(args.sizes.iter().map(|&size| (*scenario, size)));
+        // IPv6 rows start where an IPv6/UDP packet fits a frame.
+        let fits = |size: &&usize| !scenario.is_ipv6() || **size >= measure::MIN_FRAME6;
+        plan.extend(args.sizes.iter().filter(fits).map(|&size| (*scenario, size)));
     }
     for scenario in &extras {
         plan.extend(extra_sizes.iter().map(|&size| (*scenario, size)));
@@ -689,7 +695,8 @@ fn measure_cell(scenario: Scenario, frame_size: usize, run: Run) -> anyhow::Resu
                 cell(Path::Decrypt, decrypt, Metrics::default()),
             ]);
         }
-        Scenario::Ipv4Forward => (None, EngineKind::Soft),
+        Scenario::Ipv4Forward | Scenario::Ipv6Forward => (None, EngineKind::Soft),
+        Scenario::EspNull6 => (Some(Algorithm::Null), EngineKind::Soft),
         Scenario::Esp {
             algorithm, engine, ..
         } => (Some(algorithm), engine),
@@ -701,11 +708,19 @@ fn measure_cell(scenario: Scenario, frame_size: usize, run: Run) -> anyhow::Resu
     if kind == EngineKind::Sec && !run.threads {
         return measure_offload_cell(scenario, frame_size, &engine, run);
     }
-    let frame = measure::plaintext_frame(frame_size, frame_size as u8);
+    let ipv6 = scenario.is_ipv6();
+    let frame = match ipv6 {
+        true => measure::plaintext_frame6(frame_size, frame_size as u8),
+        false => measure::plaintext_frame(frame_size, frame_size as u8),
+    };
     let expected = measure::expected_ip(&frame, 2);
+    let gateway = |a: bool, replay_window: u32| match ipv6 {
+        true => scenario::gateway6(algorithm, a, replay_window, &engine),
+        false => scenario::gateway(algorithm, a, replay_window, &engine),
+    };
     // The ESP frame(s) A makes (two fragments once ESP no longer fits the
     // MTU), for decapsulation alone; then encapsulation alone.
-    let mut a = scenario::gateway(algorithm, true, 64, &engine)?;
+    let mut a = gateway(true, 64)?;
     let esp_frames = measure::esp_frames(&mut a, &frame)?;
     let fragments = esp_frames.len();
     let probe = Probe::take(&a);
@@ -714,14 +729,14 @@ fn measure_cell(scenario: Scenario, frame_size: usize, run: Run) -> anyhow::Resu
     // On the wire with their FCS (ipv4-fwd: the forwarded frame, same size).
     let esp_size: usize = esp_frames.iter().map(|f| f.len() + 4).sum();
     // Decapsulation alone replays one packet, so B's window is off here.
-    let mut b = scenario::gateway(algorithm, false, 0, &engine)?;
+    let mut b = gateway(false, 0)?;
     let probe = Probe::take(&b);
     let decap = measure::decapsulate(&mut b, &esp_frames, &expected, timing)?;
     let decap_delta = probe.since(&b);
     // Stop these engines' channel threads before the round trip starts.
     drop((a, b));
-    let mut a = scenario::gateway(algorithm, true, 64, &engine)?;
-    let mut b = scenario::gateway(algorithm, false, 64, &engine)?;
+    let mut a = gateway(true, 64)?;
+    let mut b = gateway(false, 64)?;
     let (probe_a, probe_b) = (Probe::take(&a), Probe::take(&b));
     let round_trip = measure::round_trip(&mut a, &mut b, &frame, fragments, &expected, timing)?;
     let round_deltas = [probe_a.since(&a), probe_b.since(&b)];
@@ -956,6 +971,8 @@ mod tests {
             [
                 "ipv4-fwd",
                 "esp-null",
+                "ipv6-fwd",
+                "esp-null-ipv6",
                 "aes128gcm16/soft",
                 "aes128gcm16/sec/sync",
                 "aes128gcm16/sec/dual-pass",
@@ -1019,6 +1036,8 @@ mod tests {
             [
                 "ipv4-fwd",
                 "esp-null/sec/dual-pass+per-request+polling",
+                "ipv6-fwd",
+                "esp-null-ipv6",
                 "aes128-sha1/sec/dual-pass+per-request+polling",
                 "aes128-sha1/raw",
             ]

@@ -9,7 +9,9 @@ use accel::{Algorithm, Descriptor, DescriptorKind, Direction, Region, Session, S
 use anyhow::{bail, ensure, Context};
 use dataplane::gateway::Output;
 use dataplane::{Gateway, PacketBuf, PacketPool, Port, Verdict};
-use smoltcp::wire::{IpProtocol, Ipv4Packet};
+use std::net::Ipv6Addr;
+
+use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv6Packet};
 
 /// Frames per call into the gateway.
 pub const BATCH: usize = 32;
@@ -49,9 +51,43 @@ pub fn plaintext_frame(frame_size: usize, seed: u8) -> Vec<u8> {
     frame
 }
 
-/// The IP packet of `frame` after `hops` forwarding hops.
+/// The smallest frame an IPv6/UDP packet fits (48 bytes of IP).
+pub const MIN_FRAME6: usize = 40 + 8 + FRAME_OVERHEAD;
+
+/// [`plaintext_frame`] for IPv6: 2001:db8:1::10 to 2001:db8:2::20, UDP;
+/// `frame_size` at least [`MIN_FRAME6`].
+pub fn plaintext_frame6(frame_size: usize, seed: u8) -> Vec<u8> {
+    let ip_len = frame_size - FRAME_OVERHEAD;
+    let mut frame = vec![0u8; 14 + ip_len];
+    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
+    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x10]);
+    frame[12..14].copy_from_slice(&[0x86, 0xdd]);
+    {
+        let mut ip = Ipv6Packet::new_unchecked(&mut frame[14..]);
+        ip.set_version(6);
+        ip.set_payload_len((ip_len - 40) as u16);
+        ip.set_next_header(IpProtocol::Udp);
+        ip.set_hop_limit(64);
+        ip.set_src_addr(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10));
+        ip.set_dst_addr(Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x20));
+    }
+    let udp = &mut frame[54..];
+    udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
+    udp[2..4].copy_from_slice(&5000u16.to_be_bytes());
+    udp[4..6].copy_from_slice(&((ip_len - 40) as u16).to_be_bytes());
+    for (i, b) in udp[8..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
+    }
+    frame
+}
+
+/// The IP packet of `frame` after `hops` forwarding hops (IPv4 or IPv6).
 pub fn expected_ip(frame: &[u8], hops: u8) -> Vec<u8> {
     let mut ip = frame[14..].to_vec();
+    if ip[0] >> 4 == 6 {
+        ip[7] -= hops;
+        return ip;
+    }
     let mut view = Ipv4Packet::new_unchecked(&mut ip[..]);
     view.set_hop_limit(view.hop_limit() - hops);
     view.fill_checksum();

@@ -335,6 +335,27 @@ pub fn derived(sweep: &Sweep) -> String {
         }
     }
 
+    // (a') The same for IPv6: 6-in-6 null/null against plain IPv6 forwarding.
+    let ratios6: Vec<(usize, f64)> = sizes
+        .iter()
+        .filter_map(|&s| {
+            let esp = sweep.get(Scenario::EspNull6, Path::Encap, s)?;
+            let fwd = sweep.get(Scenario::Ipv6Forward, Path::Encap, s)?;
+            Some((s, esp.ns() / fwd.ns()))
+        })
+        .collect();
+    if !ratios6.is_empty() {
+        let list: Vec<String> = ratios6.iter().map(|(s, r)| format!("{s} B {r:.2}x")).collect();
+        let _ = writeln!(
+            out,
+            "- Stack over IPv6: {} (IPv6 inside and out) costs {:.2}x the time of plain IPv6 forwarding per packet on the outbound path (median over sizes from {} B, the smallest IPv6/UDP frame; {}).",
+            Scenario::EspNull6,
+            median(ratios6.iter().map(|r| r.1).collect()).unwrap_or(f64::NAN),
+            crate::measure::MIN_FRAME6,
+            list.join(", ")
+        );
+    }
+
     // (b) Seed study 1 on the sec model: styles, crossover, bus bytes.
     out.push_str(&study_one(sweep, &algorithms));
 

@@ -3,7 +3,7 @@
 //! and validated exactly as a user's file is.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use accel::{Algorithm, BufferPolicy, Completion, DeviceProfile, EngineKind, Engi
 use dataplane::{Gateway, LinkLayer};
 use ike_stub::builder::{pattern_key, ConfigBuilder, InterfaceBuilder, PolicyBuilder, TunnelBuilder};
 use smoltcp::wire::EthernetAddress;
-use spd_sad::{Ipv4Prefix, PolicyDirection};
+use spd_sad::{Ipv4Prefix, Ipv6Prefix, PolicyDirection};
 use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 /// How the `sec` engine signals completions (`--completion`).
@@ -100,6 +100,11 @@ impl Knobs {
 pub enum Scenario {
     /// Plain IPv4 forwarding through the same pipeline, no IPsec.
     Ipv4Forward,
+    /// Plain IPv6 forwarding: the IPv6 baseline.
+    Ipv6Forward,
+    /// ESP null/null with IPv6 inside and out (6-in-6) on the inline
+    /// engine: against `ipv6-fwd`, the stack's cost for IPv6.
+    EspNull6,
     /// ESP with a transform, on an engine, in a submission style.
     Esp {
         algorithm: Algorithm,
@@ -129,6 +134,8 @@ impl Scenario {
     pub fn name(&self) -> String {
         match *self {
             Scenario::Ipv4Forward => "ipv4-fwd".into(),
+            Scenario::Ipv6Forward => "ipv6-fwd".into(),
+            Scenario::EspNull6 => "esp-null-ipv6".into(),
             Scenario::Esp {
                 algorithm,
                 engine,
@@ -169,8 +176,25 @@ impl Scenario {
 
     pub fn algorithm(&self) -> Option<Algorithm> {
         match *self {
-            Scenario::Ipv4Forward => None,
+            Scenario::Ipv4Forward | Scenario::Ipv6Forward => None,
+            Scenario::EspNull6 => Some(Algorithm::Null),
             Scenario::Esp { algorithm, .. } | Scenario::RawCrypto { algorithm } => Some(algorithm),
+        }
+    }
+}
+
+impl Scenario {
+    /// Whether the scenario's packets (and tunnel) are IPv6.
+    pub fn is_ipv6(&self) -> bool {
+        matches!(self, Scenario::Ipv6Forward | Scenario::EspNull6)
+    }
+
+    /// The plain forwarding row of the scenario's address family.
+    pub fn forwarding(&self) -> Scenario {
+        if self.is_ipv6() {
+            Scenario::Ipv6Forward
+        } else {
+            Scenario::Ipv4Forward
         }
     }
 }
@@ -207,6 +231,67 @@ pub fn config(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> Conf
         .neighbor(peer, EthernetAddress([0x02, 0, 0, 0, 0, third(!a)]));
     config = match algorithm {
         None => config
+            .policy(PolicyBuilder::bypass(
+                "fwd-out",
+                PolicyDirection::Out,
+                my_net,
+                peer_net,
+            ))
+            .policy(PolicyBuilder::bypass(
+                "fwd-in",
+                PolicyDirection::In,
+                peer_net,
+                my_net,
+            )),
+        Some(alg) => {
+            let (spis, seed_out, seed_in) = if a {
+                ((0x1001, 0x1002), 1, 2)
+            } else {
+                ((0x1002, 0x1001), 2, 1)
+            };
+            config.tunnel(
+                TunnelBuilder::new("t", (me, peer), alg, spis)
+                    .subnets(my_net, peer_net)
+                    .keys_with(|dir, len, auth| {
+                        let seed = if dir == "out" { seed_out } else { seed_in };
+                        pattern_key(len, 13, if auth { seed + 50 } else { seed })
+                    })
+                    .replay_window(replay_window),
+            )
+        }
+    };
+    config
+}
+
+/// [`config`] for IPv6 (`ipv6-fwd`, `esp-null-ipv6`): the same two
+/// gateways, with 2001:db8:1::/64 and 2001:db8:2::/64 inside and their
+/// outside ends 2001:db8:ff::1 and ::2; a tunnel with IPv6 ends, or
+/// bypass policies and an IPv6 route for plain forwarding.
+pub fn config6(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> ConfigBuilder {
+    let third = |a: bool| if a { 1 } else { 2 };
+    let outer = |a: bool| Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, third(a));
+    let net = |a: bool| {
+        Ipv6Prefix::new(Ipv6Addr::new(0x2001, 0xdb8, third(a), 0, 0, 0, 0, 0), 64).expect("a /64 network")
+    };
+    let (me, peer) = (outer(a), outer(!a));
+    let (my_net, peer_net) = (net(a), net(!a));
+    let mut config = ConfigBuilder::new()
+        .name(format!("bench6-{}", if a { "a" } else { "b" }))
+        .allow_insecure_null()
+        .interface(
+            InterfaceBuilder::inside("bench-in", Ipv4Addr::new(192, 168, third(a) as u8, 1), 24)
+                .address6(format!("2001:db8:{}::1/64", third(a))),
+        )
+        // A jumbo outside link: an IPv6 tunnel never fragments, and every
+        // size of the sweep must cross it (the IPv4 rows fragment instead).
+        .interface(
+            InterfaceBuilder::outside("bench-out", Ipv4Addr::new(10, 0, 0, third(a) as u8), 24)
+                .address6(format!("{me}/64"))
+                .mtu(9000),
+        );
+    config = match algorithm {
+        None => config
+            .route_via(peer_net, peer)
             .policy(PolicyBuilder::bypass(
                 "fwd-out",
                 PolicyDirection::Out,
@@ -294,7 +379,21 @@ pub fn gateway(
     replay_window: u32,
     engine: &EngineSetup,
 ) -> anyhow::Result<Gateway> {
-    let config = config(algorithm, a, replay_window).parse_as(Path::new("<bench>"))?;
+    gateway_of(config(algorithm, a, replay_window), engine)
+}
+
+/// [`gateway`] of the IPv6 pair ([`config6`]).
+pub fn gateway6(
+    algorithm: Option<Algorithm>,
+    a: bool,
+    replay_window: u32,
+    engine: &EngineSetup,
+) -> anyhow::Result<Gateway> {
+    gateway_of(config6(algorithm, a, replay_window), engine)
+}
+
+fn gateway_of(config: ConfigBuilder, engine: &EngineSetup) -> anyhow::Result<Gateway> {
+    let config = config.parse_as(Path::new("<bench>"))?;
     let built = accel::build_engine(&engine.spec)?;
     Ok(config.build_gateway(LinkLayer::Ethernet, built, engine.style, Duration::ZERO)?)
 }

@@ -320,6 +320,12 @@ impl InterfaceBuilder {
         self
     }
 
+    /// `address6 = "address/prefix-length"`: IPv6 on the interface.
+    pub fn address6(mut self, address6: impl Into<String>) -> Self {
+        self.address6 = Some(address6.into());
+        self
+    }
+
     /// `kind = "tun"`.
     pub fn tun(mut self) -> Self {
         self.kind = Some("tun".to_owned());

@@ -532,3 +532,73 @@ fn an_ipv6_outer_packet_is_never_fragmented() {
     assert_eq!(u16::from_be_bytes([icmp[6], icmp[7]]), 1426);
     assert_eq!(a.stats().drops.get(DropReason::FragNeeded), 1);
 }
+
+/// One end of an IPv6 transport-mode SA pair between 2001:db8:1::/64 and
+/// 2001:db8:2::/64 (the hosts' packets keep their addresses), its ends
+/// OUTER_A and OUTER_B, the peer's network routed through the peer.
+fn transport_end(a: bool) -> Gateway {
+    let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "transport", false, a);
+    let (own, far, own_outer, far_outer) = if a {
+        (1, 2, OUTER_A, OUTER_B)
+    } else {
+        (2, 1, OUTER_B, OUTER_A)
+    };
+    interface(&mut built, "inside").address6 = Some(format!("2001:db8:{own}::1/64"));
+    interface(&mut built, "outside").address6 = Some(format!("{own_outer}/64"));
+    interface(&mut built, "outside").mtu = Some(1500);
+    let net = |n: u16| Ipv6Prefix::new(Ipv6Addr::new(0x2001, 0xdb8, n, 0, 0, 0, 0, 0), 64).unwrap();
+    built.tunnels[0].local = own_outer.into();
+    built.tunnels[0].remote = far_outer.into();
+    built.tunnels[0].local_subnet = Some(net(own).into());
+    built.tunnels[0].remote_subnet = Some(net(far).into());
+    let built = built.route_via(net(far), far_outer);
+    let config = Config::parse(Path::new("t6.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let setup = config.setup(LinkLayer::Ethernet, Style::Async);
+    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
+    config.install(&mut gw, Duration::ZERO).unwrap();
+    gw
+}
+
+/// RFC 4303 §3.1.1 over IPv6: ESP goes after the hop-by-hop options (which
+/// every router on the way reads) and before what it protects, the
+/// hosts' addresses stay, and the peer puts the packet back together.
+#[test]
+fn transport_mode_over_ipv6_keeps_the_headers_routers_read() {
+    let mut a = transport_end(true);
+    let mut b = transport_end(false);
+    let mut pool = PacketPool::new(8);
+    // With a hop-by-hop header (PadN, 6 bytes) in front of UDP.
+    let plain = udp6_frame(HOST_A, HOST_B, 64, 0x20, 100);
+    let mut sent = plain[..14 + 40].to_vec();
+    sent.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+    sent.extend_from_slice(&plain[14 + 40..]);
+    sent[14 + 6] = 0; // next header: hop-by-hop
+    let payload_len = u16::from_be_bytes([sent[18], sent[19]]) + 8;
+    sent[18..20].copy_from_slice(&payload_len.to_be_bytes());
+    let (verdict, esp) = send(&mut a, &mut pool, Port::Inside, &sent);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    let eth = EthernetFrame::new_checked(&esp[..]).unwrap();
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    assert_eq!(
+        (ip.src_addr(), ip.dst_addr()),
+        (HOST_A, HOST_B),
+        "the hosts' addresses"
+    );
+    assert_eq!(u8::from(ip.next_header()), 0, "hop-by-hop still first");
+    let packet = eth.payload();
+    assert_eq!(&packet[40..48], &[50, 0, 1, 4, 0, 0, 0, 0], "then ESP");
+    assert_eq!(usize::from(ip.payload_len()) + 40, packet.len());
+    assert!(
+        !packet.windows(8).any(|w| w == &sent[14 + 48..14 + 56]),
+        "the UDP header is no longer in the clear"
+    );
+    let (verdict, out) = send(&mut b, &mut pool, Port::Outside, &esp);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let mut expected = sent[14..].to_vec();
+    expected[7] -= 2;
+    assert_eq!(
+        EthernetFrame::new_checked(&out[..]).unwrap().payload(),
+        &expected[..]
+    );
+    assert_eq!(b.stats().decapsulated, 1);
+}

@@ -218,9 +218,13 @@ pub fn protected_size(
 ) -> (usize, usize) {
     // Classification checked the packet; were it not whole, it is sized
     // as if its header were the plain 20 bytes (and refused later).
-    let header_len = ipv4::header_len(packet)
-        .unwrap_or(IPV4_HEADER_LEN)
-        .min(packet.len());
+    let header_len = match packet.first() {
+        Some(b) if b >> 4 == 6 => {
+            crate::wire::ipv6::upper_layer(packet).map_or(IPV6_HEADER_LEN, |u| u.esp_insert_at)
+        }
+        _ => ipv4::header_len(packet).unwrap_or(IPV4_HEADER_LEN),
+    }
+    .min(packet.len());
     let (outer, protected, kept) = match mode {
         Mode::Tunnel => (outer_len, packet.len(), 0),
         Mode::Transport => (header_len, packet.len() - header_len, header_len),
@@ -258,13 +262,15 @@ pub fn encapsulate_prepare<R: Rng>(
     let alg = sa.crypto().algorithm;
     let params = sa.params();
     let (mode, spi, esn) = (params.mode, params.spi, params.esn);
-    let inner = Inner::read(buf.data())?;
+    let inner = Inner::read(buf.data(), mode == Mode::Transport)?;
     let (protected_start, next_header) = match (mode, inner.family) {
         (Mode::Tunnel, 4) => (0, NEXT_HEADER_IPV4),
         (Mode::Tunnel, _) => (0, NEXT_HEADER_IPV6),
-        // Transport mode keeps the packet's own header, whose family is
-        // the SA's ends' (IPv4 here: see `Gateway::install_sa`).
-        (Mode::Transport, 6) => return Err(DropReason::Unsupported),
+        // Transport mode keeps the packet's own header, whose family must
+        // be the SA's ends' (the SPD's selectors see to it).
+        (Mode::Transport, family) if (family == 6) != sa.crypto().outer.is_ipv6() => {
+            return Err(DropReason::PolicyMismatch)
+        }
         // RFC 4301 §4.1: transport mode carries whole packets only.
         (Mode::Transport, _) if inner.is_fragment => return Err(DropReason::Unsupported),
         // Next header 59 marks a dummy packet, which the peer must discard
@@ -343,6 +349,13 @@ pub fn encapsulate_prepare<R: Rng>(
         // RFC 4301 §5.1.2.1: DSCP copied; ECN copied (RFC 6040 normal
         // mode); RFC 4301 §8.1: DF copied from the inner header.
         Mode::Tunnel => outer.write(header, inner_tos, total_len, ctx.ip_id, inner_df),
+        Mode::Transport if inner.family == 6 => {
+            // RFC 4303 §3.1.1: ESP after the headers routers read, named
+            // by the byte that named what it now protects.
+            header[inner.next_header_at] = proto::ESP;
+            let payload_len = total_len - IPV6_HEADER_LEN as u16;
+            header[4..6].copy_from_slice(&payload_len.to_be_bytes());
+        }
         Mode::Transport => {
             let mut ip = ipv4::header_mut(header)?;
             ip.set_next_header(IpProtocol::from(proto::ESP));
@@ -360,19 +373,38 @@ struct Inner {
     tos: u8,
     dont_fragment: bool,
     is_fragment: bool,
+    /// What transport mode keeps in front of ESP: the IPv4 header, or the
+    /// IPv6 header with the extension headers before ESP's place.
     header_len: usize,
+    /// The protocol transport-mode ESP protects, and the byte that names
+    /// it (IPv4's protocol field, or the next-header byte before ESP's
+    /// place).
     protocol: u8,
+    next_header_at: usize,
 }
 
 impl Inner {
     /// The caller has checked the header (classification): the few fields
-    /// needed are read straight from it, guarding only the length.
+    /// needed are read straight from it, guarding only the length. For
+    /// IPv6 in `transport` mode, the extension headers are walked for
+    /// ESP's place (RFC 4303 §3.1.1).
     #[inline(always)]
-    fn read(data: &[u8]) -> Result<Inner, DropReason> {
+    fn read(data: &[u8], transport: bool) -> Result<Inner, DropReason> {
         let Some(&[ver_ihl, tos, _, _, _, _, flags_hi, flags_lo, _, protocol]) = data.get(..10) else {
             return Err(DropReason::Malformed);
         };
         if ver_ihl >> 4 == 6 {
+            let (header_len, next_header_at, is_fragment) = if transport {
+                let upper = crate::wire::ipv6::upper_layer(data)?;
+                (
+                    upper.esp_insert_at,
+                    upper.esp_next_header_at,
+                    upper.fragment.is_some(),
+                )
+            } else {
+                // Tunnel mode carries an IPv6 fragment like any packet.
+                (IPV6_HEADER_LEN, 6, false)
+            };
             return Ok(Inner {
                 family: 6,
                 tos: (ver_ihl << 4) | (tos >> 4),
@@ -380,10 +412,10 @@ impl Inner {
                 // that a smaller IPv4 path fragments the outer packet;
                 // what exceeds our own tunnel MTU got a packet-too-big.
                 dont_fragment: false,
-                // Tunnel mode carries an IPv6 fragment like any packet.
-                is_fragment: false,
-                header_len: crate::wire::ipv6::HEADER_LEN,
-                protocol: data.get(6).copied().unwrap_or(NEXT_HEADER_NONE),
+                is_fragment,
+                header_len,
+                protocol: data.get(next_header_at).copied().unwrap_or(NEXT_HEADER_NONE),
+                next_header_at,
             });
         }
         let header_len = usize::from(ver_ihl & 0x0f) * 4;
@@ -397,6 +429,7 @@ impl Inner {
             is_fragment: flags_hi & 0x20 != 0 || u16::from_be_bytes([flags_hi & 0x1f, flags_lo]) != 0,
             header_len,
             protocol,
+            next_header_at: 9,
         })
     }
 }
@@ -611,6 +644,21 @@ pub fn decapsulate_finish(
             };
             buf.truncate(inner_len);
             combine_ecn(buf.data_mut(), outer_ecn)?;
+        }
+        Mode::Transport if buf.data().first().is_some_and(|b| b >> 4 == 6) => {
+            // The byte that names ESP names what ESP protected again.
+            let named_esp = match crate::wire::ipv6::upper_layer(buf.data()) {
+                Ok(upper) if upper.protocol == proto::ESP && upper.offset == esp_offset => {
+                    upper.next_header_at
+                }
+                _ => return Err(malformed(sa)),
+            };
+            buf.truncate(esp_offset + esp_overhead + payload_len);
+            buf.close_gap_after(esp_offset, esp_overhead);
+            let payload_len = (buf.len() - IPV6_HEADER_LEN) as u16;
+            let data = buf.data_mut();
+            data[named_esp] = trailer.next_header;
+            data[4..6].copy_from_slice(&payload_len.to_be_bytes());
         }
         Mode::Transport => {
             buf.truncate(esp_offset + esp_overhead + payload_len);

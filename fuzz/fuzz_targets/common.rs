@@ -1,8 +1,13 @@
-//! Shared by the fuzz targets: gateways from the shipped configurations or
+//! Shared by the fuzz targets: gateways from the shipped configurations
+//! (the site pair also with IPv6 over its tunnel, [`site`]) or
 //! from ones built with `ike_stub::builder` (one tunnel, every proposal, both modes, ESN on or
 //! off), small packet builders, and the end-of-input checks every gateway
 //! target makes (every buffer back in the pool, counters balanced).
 #![allow(dead_code)]
+
+#[path = "six_in_four.rs"]
+mod six_in_four;
+pub use six_in_four::*;
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -27,6 +32,21 @@ pub fn gateway(config: &str, link: LinkLayer) -> Gateway {
         .join("../configs")
         .join(config);
     let config = Config::load(&path).expect("shipped config is valid");
+    build(&config, link)
+}
+
+/// Site A (`a`) or site B from `configs/site-a.toml` or `site-b.toml`,
+/// with the IPv6 networks and the 6-in-4 tunnel `a-b-v6` of
+/// [`six_in_four`] added (the seed generator builds its site A the same
+/// way).
+pub fn site(a: bool, link: LinkLayer) -> Gateway {
+    let name = if a { "site-a.toml" } else { "site-b.toml" };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../configs")
+        .join(name);
+    let text = std::fs::read_to_string(&path).expect("shipped config is readable");
+    let config = Config::parse(&path, &with_ipv6(&text, a))
+        .unwrap_or_else(|e| panic!("{name} with IPv6 is valid: {e}"));
     build(&config, link)
 }
 

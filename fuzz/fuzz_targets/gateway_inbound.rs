@@ -2,7 +2,11 @@
 //! parsing, ICMP, IPv6 to the gateway (neighbour discovery and echo for
 //! site-b's inside `address6`), reassembly, SA lookup, replay check, decapsulation (with
 //! the ICV bypass, `accel/src/fuzzing.rs`, so trailers are reached) and
-//! routing. The first byte picks the configuration (`& 3`), the port
+//! routing. Site B (configuration 0) also carries IPv6 over its tunnel
+//! ([`common::site`]: the 6-in-4 tunnel `a-b-v6`), so ESP with an IPv6
+//! packet inside reaches the inbound IPv6 selectors and delivery, and IPv6
+//! from its hosts the transit checks and 6-in-4 encapsulation. The first
+//! byte picks the configuration (`& 3`), the port
 //! (`& 0x40`: inside) and the link layer (`& 0x80`: raw IP, else
 //! Ethernet); the rest is one or more frames, separated by the four bytes
 //! `FRAG` so that fragment sequences can reach reassembly.
@@ -36,10 +40,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let config = match selector & 3 {
-        0 => "site-b.toml",
-        1 => "algorithms/aes128-sha1-b.toml",
-        2 => "algorithms/3des-sha1-b.toml",
-        _ => "algorithms/null-b.toml",
+        0 => None,
+        1 => Some("algorithms/aes128-sha1-b.toml"),
+        2 => Some("algorithms/3des-sha1-b.toml"),
+        _ => Some("algorithms/null-b.toml"),
     };
     let link = if selector & 0x80 != 0 {
         LinkLayer::RawIp
@@ -51,7 +55,10 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Port::Outside
     };
-    let mut gateway = common::gateway(config, link);
+    let mut gateway = match config {
+        Some(config) => common::gateway(config, link),
+        None => common::site(false, link),
+    };
     let mut pool = PacketPool::new(16);
     let mut outputs = Vec::new();
     for (i, frame) in split(rest).into_iter().take(32).enumerate() {

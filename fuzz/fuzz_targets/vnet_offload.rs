@@ -9,8 +9,10 @@
 //!
 //! Checks: no panic; every buffer is either handed out or back in the pool;
 //! exactly one counter moves per frame; every segment fits a buffer, has a
-//! right IPv4 header checksum and L4 checksum and the IPv4 total length of
-//! its bytes; the segments' payloads are the super-packet's, in order.
+//! right IPv4 header checksum and L4 checksum (IPv6: the L4 checksum over
+//! the RFC 8200 §8.1 pseudo-header) and the IPv4 total length (IPv6:
+//! payload length) of its bytes; the segments' payloads are the
+//! super-packet's, in order.
 #![no_main]
 
 use dataplane::buffer::MAX_FRAME;
@@ -18,18 +20,40 @@ use dataplane::io::offload::{fold, ones_sum, prepare, OffloadCounters};
 use dataplane::PacketPool;
 use libfuzzer_sys::fuzz_target;
 
+/// The IP header's length, the datagram's length (from its header) and
+/// the L4 protocol of the IPv4 or IPv6 packet (by the EtherType) in
+/// `frame`; IPv6 with TCP or UDP right after the fixed header, as the
+/// driver cuts only those.
+fn layout(frame: &[u8]) -> (usize, usize, u8) {
+    let ip = &frame[14..];
+    if frame[12..14] == [0x86, 0xdd] {
+        (40, 40 + usize::from(u16::from_be_bytes([ip[4], ip[5]])), ip[6])
+    } else {
+        let ihl = usize::from(ip[0] & 0x0f) * 4;
+        (ihl, usize::from(u16::from_be_bytes([ip[2], ip[3]])), ip[9])
+    }
+}
+
 fn checksums_ok(frame: &[u8]) -> bool {
     let ip = &frame[14..];
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    if fold(ones_sum(&ip[..ihl], 0)) != 0 || total != ip.len() {
+    let (ihl, total, protocol) = layout(frame);
+    if total != ip.len() {
         return false;
     }
+    let addresses = if frame[12..14] == [0x86, 0xdd] {
+        &ip[8..40]
+    } else {
+        if fold(ones_sum(&ip[..ihl], 0)) != 0 {
+            return false;
+        }
+        &ip[12..20]
+    };
     let l4 = &ip[ihl..total];
-    let mut pseudo = [0u8; 12];
-    pseudo[..8].copy_from_slice(&ip[12..20]);
-    pseudo[9] = ip[9];
-    pseudo[10..12].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+    // The pseudo-header: the addresses, the protocol (IPv6: next header)
+    // and the L4 length, in 16-bit words.
+    let mut pseudo = addresses.to_vec();
+    pseudo.extend_from_slice(&[0, protocol]);
+    pseudo.extend_from_slice(&(l4.len() as u16).to_be_bytes());
     fold(ones_sum(l4, ones_sum(&pseudo, 0))) == 0
 }
 
@@ -51,14 +75,13 @@ fuzz_target!(|data: &[u8]| {
     if counters.gso_segmented == 1 {
         assert_eq!(counters.gso_segments as usize, out.len());
         let ip = &frame[14..];
-        let ihl = usize::from(ip[0] & 0x0f) * 4;
-        let l4_len = if ip[9] == 6 {
+        let (ihl, total, protocol) = layout(frame);
+        let l4_len = if protocol == 6 {
             usize::from(ip[ihl + 12] >> 4) * 4
         } else {
             8
         };
         let headers = 14 + ihl + l4_len;
-        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
         let mut joined = Vec::new();
         for seg in &out {
             assert!(seg.len() <= MAX_FRAME);

@@ -521,12 +521,11 @@ impl Validator<'_> {
         })
     }
 
-    /// An SA's or tunnel's end: IPv4, or IPv6 (tunnel mode, without UDP
+    /// An SA's or tunnel's ends: IPv4, or IPv6 (without UDP
     /// encapsulation); `local` and `remote` of one family.
     fn ends(
         &self,
         (local, remote): (&S<String>, &S<String>),
-        mode: Mode,
         encapsulated: bool,
         name: &str,
     ) -> Result<(IpAddr, IpAddr), ConfigError> {
@@ -544,12 +543,12 @@ impl Validator<'_> {
         let ends = (parse(local, "local")?, parse(remote, "remote")?);
         match ends {
             (IpAddr::V4(_), IpAddr::V4(_)) => Ok(ends),
-            (IpAddr::V6(_), IpAddr::V6(_)) if mode == Mode::Tunnel && !encapsulated => Ok(ends),
+            (IpAddr::V6(_), IpAddr::V6(_)) if !encapsulated => Ok(ends),
             (IpAddr::V6(_), IpAddr::V6(_)) => self.err(
                 span(remote),
                 ConfigErrorKind::Value(format!(
-                    "`{name}` has IPv6 ends, which this gateway carries in tunnel mode without `encap` only so far \
-                     (no IPv6 transport mode, no NAT-T over IPv6)"
+                    "`{name}` has IPv6 ends, which this gateway carries without `encap` only so far \
+                     (no NAT-T over IPv6)"
                 )),
             ),
             _ => self.err(
@@ -1488,7 +1487,7 @@ impl Validator<'_> {
             s.peer_udp_port.as_ref(),
             mode,
         )?;
-        let (local, remote) = self.ends((&s.local, &s.remote), mode, encap.is_some(), s.name.get_ref())?;
+        let (local, remote) = self.ends((&s.local, &s.remote), encap.is_some(), s.name.get_ref())?;
         let sa = SaConfig {
             params: SaParams {
                 name: s.name.get_ref().clone(),
@@ -1573,7 +1572,7 @@ impl Validator<'_> {
             t.peer_udp_port.as_ref(),
             mode,
         )?;
-        let (local, remote) = self.ends((&t.local, &t.remote), mode, encap.is_some(), name)?;
+        let (local, remote) = self.ends((&t.local, &t.remote), encap.is_some(), name)?;
         // The rekey exchange runs over IPv4 so far (`Gateway::send_datagram`).
         if let (IpAddr::V6(_), Some(secret)) = (local, &t.secret) {
             return self.err(
@@ -1588,6 +1587,9 @@ impl Validator<'_> {
             match (s, host) {
                 (Some(s), _) => self.value(s, field, "192.168.1.0/24"),
                 (None, IpAddr::V4(host)) if mode == Mode::Transport => Ok(Ipv4Prefix::host(host).into()),
+                (None, IpAddr::V6(host)) if mode == Mode::Transport => {
+                    Ok(Ipv6Prefix::new(host, 128).map_or(IpPrefix::Any, IpPrefix::V6))
+                }
                 (None, _) => self.err(
                     span(&t.name),
                     ConfigErrorKind::Value(format!(
@@ -1616,12 +1618,17 @@ impl Validator<'_> {
                 )),
             );
         }
-        if mode == Mode::Transport && families.0 == Some(spd_sad::Family::V6) {
+        let ends_family = if local.is_ipv6() {
+            spd_sad::Family::V6
+        } else {
+            spd_sad::Family::V4
+        };
+        if mode == Mode::Transport && families.0.is_some_and(|f| f != ends_family) {
             return self.err(
                 at,
                 ConfigErrorKind::Value(format!(
-                    "tunnel `{name}`: transport mode carries the IPv4 packets of {local} and {remote} themselves; \
-                     IPv6 subnets need `mode = \"tunnel\"`"
+                    "tunnel `{name}`: transport mode carries the packets of {local} and {remote} themselves, \
+                     so its subnets are of their family; other networks need `mode = \"tunnel\"`"
                 )),
             );
         }
@@ -1887,14 +1894,20 @@ impl Validator<'_> {
                     },
                 );
             }
-            // Transport mode protects the ends' own (IPv4) packets.
-            if sa.params.mode == Mode::Transport && policy.selector.families() == Ok(&[spd_sad::Family::V6]) {
+            // Transport mode protects the ends' own packets, of their family.
+            let (ends, other, names) = if sa.params.local.is_ipv6() {
+                (spd_sad::Family::V6, spd_sad::Family::V4, ("IPv6", "IPv4"))
+            } else {
+                (spd_sad::Family::V4, spd_sad::Family::V6, ("IPv4", "IPv6"))
+            };
+            debug_assert_ne!(ends, other);
+            if sa.params.mode == Mode::Transport && policy.selector.families() == Ok(&[other]) {
                 return self.err(
                     at.clone(),
                     ConfigErrorKind::Value(format!(
-                        "policy `{}` selects IPv6 for SA `{name}`, which is in transport mode between IPv4 ends; \
-                         carry IPv6 in a tunnel-mode SA",
-                        policy.name
+                        "policy `{}` selects {} packets for SA `{name}`, which is in transport mode between {} ends; \
+                         carry them in a tunnel-mode SA",
+                        policy.name, names.1, names.0
                     )),
                 );
             }

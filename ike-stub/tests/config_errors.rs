@@ -314,7 +314,7 @@ fn ipv6_tunnels_and_routes_are_checked() {
         &transport,
         line_of(&transport, "remote_subnet"),
         17,
-        "IPv6 subnets need `mode = \"tunnel\"`",
+        "other networks need `mode = \"tunnel\"`",
     );
     let policy = format!(
         "{SA}mode = \"transport\"\n\n[[policy]]\nname = \"p\"\ndirection = \"out\"\ndestination = \"2001:db8:2::/64\"\naction = \"protect\"\nsa = \"out1\"\n"
@@ -323,7 +323,7 @@ fn ipv6_tunnels_and_routes_are_checked() {
         &policy,
         line_of(&policy, "name = \"p\""),
         8,
-        "carry IPv6 in a tunnel-mode SA",
+        "selects IPv6 packets for SA `out1`, which is in transport mode between IPv4 ends",
     );
 
     let route = |r: &str| format!("{base6}\n[[route]]\n{r}\n");
@@ -354,9 +354,10 @@ fn ipv6_tunnels_and_routes_are_checked() {
     assert!(err.to_string().contains("needs 1280 or more"), "{err}");
 }
 
-/// A tunnel with IPv6 ends (4-in-6, 6-in-6): tunnel mode, raw ESP, keys
-/// given (the rekey exchange runs over IPv4), both ends of one family, and
-/// the local end the outside interface's `address6`.
+/// A tunnel with IPv6 ends (4-in-6, 6-in-6, IPv6 transport mode): raw
+/// ESP, keys given (the rekey exchange runs over IPv4), both ends of one
+/// family, transport mode between them for their own packets, and the
+/// local end the outside interface's `address6`.
 #[test]
 fn ipv6_ends_are_checked() {
     let keyed = TUNNEL.replace(
@@ -381,15 +382,20 @@ fn ipv6_ends_are_checked() {
         .replace("192.168.1.0/24", "2001:db8:1::/64")
         .replace("192.168.2.0/24", "2001:db8:2::/64");
     assert!(parse6(&six_six).is_ok());
+    // IPv6 transport mode, its selectors the ends themselves.
+    let transport6 = six
+        .replace("local_subnet = \"192.168.1.0/24\"\n", "")
+        .replace("remote_subnet = \"192.168.2.0/24\"\n", "");
+    let config = parse6(&format!("{transport6}mode = \"transport\"\n")).unwrap_or_else(|e| panic!("{e}"));
+    let selectors = config.inbound_selectors("t-in");
+    assert_eq!(selectors[0].src.to_string(), "2001:db8:ff::2/128");
     for (extra, says) in [
+        // IPv4 subnets between IPv6 ends cannot be transport mode.
         (
             format!("{six}mode = \"transport\"\n"),
-            "in tunnel mode without `encap` only so far",
+            "transport mode carries the packets of 2001:db8:ff::1 and 2001:db8:ff::2 themselves",
         ),
-        (
-            format!("{six}encap = \"udp\"\n"),
-            "in tunnel mode without `encap` only so far",
-        ),
+        (format!("{six}encap = \"udp\"\n"), "without `encap` only so far"),
         (
             format!("{six}secret = \"sixteen or more characters\"\n"),
             "the rekey exchange a `secret` drives runs over IPv4 only so far",

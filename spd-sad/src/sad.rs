@@ -1116,7 +1116,10 @@ impl<C> Sad<C> {
     pub fn lookup_inbound(&self, spi: u32, dst: IpAddr) -> Option<SaId> {
         let id = *self.by_spi.get(&spi)?;
         let sa = self.get(id)?;
-        (sa.params.mode == Mode::Transport || sa.params.local == dst).then_some(id)
+        // Transport mode keeps the hosts' addresses: any destination of
+        // the SA's family.
+        let transport = sa.params.mode == Mode::Transport && sa.params.local.is_ipv6() == dst.is_ipv6();
+        (transport || sa.params.local == dst).then_some(id)
     }
 
     /// Every SA, to change (their crypto state; the indexes stay as they are).

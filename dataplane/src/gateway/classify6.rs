@@ -74,6 +74,12 @@ impl Gateway {
         if is_link_local(src) || is_link_local(dst) || src.is_multicast() || src.is_unspecified() {
             return Err(DropReason::NoRoute);
         }
+        // Transport-mode ESP keeps the hosts' addresses: ESP for one of
+        // our inbound SAs is ours whatever its destination (as for IPv4,
+        // `is_esp_for_us`).
+        if from == Port::Outside && flow.protocol == proto::ESP && self.is_ipv6_esp_for_us(buf) {
+            return Ok(Classified::Decapsulate);
+        }
         let direction = match from {
             Port::Inside => PolicyDirection::Out,
             Port::Outside => PolicyDirection::In,
@@ -101,8 +107,40 @@ impl Gateway {
         Ok(next)
     }
 
-    /// IPv6 to our address, our solicited-node group or all nodes.
+    /// Whether an unfragmented IPv6 ESP packet carries the SPI of one of
+    /// our inbound SAs for its destination.
+    fn is_ipv6_esp_for_us(&self, buf: &PacketBuf) -> bool {
+        let data = buf.data();
+        let Ok(upper) = ipv6::upper_layer(data) else {
+            return false;
+        };
+        let (Ok(ip), None) = (ipv6::view(data), upper.fragment) else {
+            return false;
+        };
+        match crate::wire::EspPacket::new_checked(data.get(upper.offset..).unwrap_or_default()) {
+            Ok(esp) => self.sad.lookup_inbound(esp.spi(), ip.dst_addr().into()).is_some(),
+            Err(_) => false,
+        }
+    }
+
+    /// IPv6 to our address, our solicited-node group or all nodes:
+    /// counted as delivered here once it is known not to be dropped (nor
+    /// ESP, which decapsulation accounts for).
     fn ipv6_for_us(
+        &mut self,
+        from: Port,
+        buf: &mut PacketBuf,
+        l2: usize,
+        our: Ipv6Addr,
+    ) -> Result<Classified, DropReason> {
+        let classified = self.ipv6_for_us_unaccounted(from, buf, l2, our)?;
+        if matches!(classified, Classified::Done(Ok(_))) {
+            self.stats.local_delivered += 1;
+        }
+        Ok(classified)
+    }
+
+    fn ipv6_for_us_unaccounted(
         &mut self,
         from: Port,
         buf: &mut PacketBuf,
@@ -131,7 +169,6 @@ impl Gateway {
             buf.trim_front(l2);
             return Ok(Classified::Decapsulate);
         }
-        self.stats.local_delivered += 1;
         let consumed = Ok(Classified::Done(Ok(Next::Consume)));
         match icmp_type {
             Some(kind::NEIGHBOR_SOLICIT) => {

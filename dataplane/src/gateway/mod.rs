@@ -139,9 +139,9 @@ pub enum InstallSaError {
     )]
     TransportOverUdp(String),
     #[error(
-        "SA `{name}`: outer addresses {local} -> {remote} are IPv6, which this gateway carries in \
-         tunnel mode without UDP encapsulation only so far (no IPv6 transport mode, no NAT-T over \
-         IPv6); use `mode = \"tunnel\"` and no `encap`, or IPv4 ends"
+        "SA `{name}`: outer addresses {local} -> {remote} are IPv6, which this gateway carries \
+         without UDP encapsulation only so far (no NAT-T over IPv6); leave out `encap`, or give \
+         IPv4 ends"
     )]
     Ipv6Outer {
         name: String,
@@ -456,7 +456,7 @@ impl Gateway {
         let (local, configured_remote) = match (params.local, params.remote) {
             (IpAddr::V4(local), IpAddr::V4(remote)) => (local, remote),
             (IpAddr::V6(local), IpAddr::V6(remote)) => {
-                if params.mode != Mode::Tunnel || params.encap.is_some() {
+                if params.encap.is_some() {
                     return Err(InstallSaError::Ipv6Outer {
                         name: params.name,
                         local: params.local,

@@ -235,7 +235,7 @@ fn main() -> std::process::ExitCode {
             afalg_gives_the_same_verdicts_in_every_style_and_buffer_policy
         ),
         testkit::test!(a_stale_inference_would_have_accepted_the_forgeries),
-        testkit::test!(an_sa_with_ipv6_ends_is_refused_in_transport_mode_and_with_mixed_ends),
+        testkit::test!(an_sa_with_ipv6_ends_is_refused_with_udp_encapsulation_or_mixed_ends),
     ])
 }
 
@@ -332,11 +332,11 @@ fn a_stale_inference_would_have_accepted_the_forgeries() {
     assert_eq!(moved.check(0x10), Ok((1 << 32) | 0x10));
 }
 
-/// An SA with IPv6 ends installs in tunnel mode (4-in-6, 6-in-6:
-/// `tests/ipv6_tunnel.rs` carries traffic over it), and is refused at
-/// install, naming why, in transport mode or with ends of two families;
-/// nothing refused is left behind in the SAD.
-fn an_sa_with_ipv6_ends_is_refused_in_transport_mode_and_with_mixed_ends() {
+/// An SA with IPv6 ends installs in tunnel and transport mode (4-in-6,
+/// 6-in-6, IPv6 transport: `tests/ipv6_tunnel.rs` carries traffic over
+/// them), and is refused at install, naming why, with UDP encapsulation
+/// or with ends of two families; nothing refused is left behind in the SAD.
+fn an_sa_with_ipv6_ends_is_refused_with_udp_encapsulation_or_mixed_ends() {
     let mut pair = Pair::new(Algorithm::Aes128Gcm16, "tunnel", false);
     let sad = pair.a.sad();
     let params = spd_sad::SaParams {
@@ -348,17 +348,17 @@ fn an_sa_with_ipv6_ends_is_refused_in_transport_mode_and_with_mixed_ends() {
     };
     let before = pair.a.sad().len();
     let keys = || accel::SessionSpec::new(Algorithm::Aes128Gcm16, false, &[7; 20], &[]).unwrap();
-    let transport = spd_sad::SaParams {
-        mode: spd_sad::Mode::Transport,
+    let encapsulated = spd_sad::SaParams {
+        encap: Some(spd_sad::UdpEncap::NAT_T),
         ..params.clone()
     };
     let err = pair
         .a
-        .install_sa(transport, keys(), Duration::ZERO)
-        .expect_err("IPv6 transport mode is refused");
+        .install_sa(encapsulated, keys(), Duration::ZERO)
+        .expect_err("NAT-T over IPv6 is refused");
     let shown = err.to_string();
     assert!(
-        shown.contains("v6-out") && shown.contains("2001:db8:1::1") && shown.contains("tunnel mode"),
+        shown.contains("v6-out") && shown.contains("2001:db8:1::1") && shown.contains("NAT-T over IPv6"),
         "{shown}"
     );
     let mixed = spd_sad::SaParams {

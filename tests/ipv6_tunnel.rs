@@ -602,3 +602,56 @@ fn transport_mode_over_ipv6_keeps_the_headers_routers_read() {
     );
     assert_eq!(b.stats().decapsulated, 1);
 }
+
+/// A packet whose hop limit runs out at the far gateway, just after
+/// decryption, gets its time exceeded (RFC 4443 §3.3, RFC 1812 §5.3.1)
+/// back through the tunnel, as traceroute through a tunnel expects.
+#[test]
+fn time_exceeded_after_decryption_goes_back_through_the_tunnel() {
+    for inner6 in [true, false] {
+        let mut a = end(Algorithm::Aes128Gcm16, true, 1500, false, Outer::V4, inner6);
+        let mut b = end(Algorithm::Aes128Gcm16, false, 1500, false, Outer::V4, inner6);
+        let mut pool = PacketPool::new(8);
+        let sent = if inner6 {
+            udp6_frame(HOST_A, HOST_B, 2, 0, 40)
+        } else {
+            let mut f = udp4_frame(40, true);
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+            ip.set_hop_limit(2);
+            ip.fill_checksum();
+            f
+        };
+        let (verdict, esp) = send(&mut a, &mut pool, Port::Inside, &sent);
+        assert_eq!(verdict, Verdict::Forward(Port::Outside));
+        // B: hop limit 1 after decryption; the error goes out as ESP.
+        let (verdict, error_esp) = send(&mut b, &mut pool, Port::Outside, &esp);
+        assert_eq!(verdict, Verdict::Forward(Port::Outside), "inner6 {inner6}");
+        assert_eq!(b.stats().drops.get(DropReason::TtlExpired), 1);
+        assert_eq!((b.stats().generated, b.stats().encapsulated), (1, 1));
+        // A: decrypts it and hands the error to the host.
+        let (verdict, error) = send(&mut a, &mut pool, Port::Outside, &error_esp);
+        assert_eq!(verdict, Verdict::Forward(Port::Inside), "inner6 {inner6}");
+        let eth = EthernetFrame::new_checked(&error[..]).unwrap();
+        if inner6 {
+            let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+            let gw_b = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 1);
+            assert_eq!((ip.src_addr(), ip.dst_addr()), (gw_b, HOST_A));
+            let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+            assert!(icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr()));
+            assert_eq!(
+                (ip.payload()[0], ip.payload()[1]),
+                (3, 0),
+                "time exceeded in transit"
+            );
+        } else {
+            let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+            assert_eq!(ip.src_addr().octets(), [192, 168, 2, 1]);
+            assert_eq!(ip.dst_addr().octets(), [192, 168, 1, 10]);
+            assert_eq!(
+                (ip.payload()[0], ip.payload()[1]),
+                (11, 0),
+                "time exceeded in transit"
+            );
+        }
+    }
+}

@@ -443,10 +443,11 @@ impl Gateway {
         })
     }
 
-    /// Our IPv6 address on the interface that `to` is routed out of.
+    /// Our IPv6 address on the interface that `to` is routed out of; for
+    /// a destination behind a tunnel (no IPv6 route), the inside one.
     pub(super) fn address6_toward(&self, to: Ipv6Addr) -> Option<Ipv6Addr> {
-        let hop = self.routes.lookup6(to)?;
-        self.interfaces[hop.port.index()].address6.map(|(a, _)| a)
+        let port = self.routes.lookup6(to).map_or(Port::Inside, |hop| hop.port);
+        self.interfaces[port.index()].address6.map(|(a, _)| a)
     }
 
     /// What both families' errors share: the token buckets, the rewrite

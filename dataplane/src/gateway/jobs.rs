@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use accel::{Algorithm, DescriptorKind, Direction, Job, NextCompletion, SessionHandle, Status, Style};
-use spd_sad::SaId;
+use spd_sad::{Action, PolicyDirection, SaId};
 
 use super::classify::decrement_ttl;
 use super::classify6::decrement_hop_limit;
@@ -529,10 +529,56 @@ impl Gateway {
             Direction::Decrypt => {
                 let result = self.finish_decapsulation(now, &mut buf, &pending);
                 self.inbound_done(now, pending.sa, out);
+                if result == Err(DropReason::TtlExpired) {
+                    return self.time_exceeded_after_decapsulation(now, buf, out);
+                }
                 result
             }
         };
         self.emit(buf, result, out);
+    }
+
+    /// A decapsulated packet whose TTL or hop limit ran out here: the
+    /// router's time exceeded (RFC 1812 §5.3.1, RFC 4443 §3.3) goes back to
+    /// its source, which is behind the peer, so it takes the outbound
+    /// policy like a packet from the inside (through the tunnel, as Linux's
+    /// output path sends it through the xfrm bundle).
+    fn time_exceeded_after_decapsulation(
+        &mut self,
+        now: Duration,
+        mut buf: PacketBuf,
+        out: &mut Vec<Output>,
+    ) {
+        let reason = DropReason::TtlExpired;
+        let result = if buf.data().first().is_some_and(|b| b >> 4 == 6) {
+            self.icmp6_error(&mut buf, (icmp6::kind::TIME_EXCEEDED, 0, 0), reason)
+        } else {
+            let from = self.interfaces[Port::Inside.index()].address;
+            self.icmp_error(&mut buf, (icmp::kind::TIME_EXCEEDED, 0, 0), from, reason)
+        };
+        if let Err(reason) = result {
+            return self.emit(buf, Err(reason), out);
+        }
+        let flow = if buf.data().first().is_some_and(|b| b >> 4 == 6) {
+            flow_key6(buf.data())
+        } else {
+            ipv4::view(buf.data()).map(|ip| flow_key(&ip))
+        };
+        let decision = match flow {
+            Ok(flow) => self.spd.lookup_cached(PolicyDirection::Out, &flow),
+            Err(reason) => return self.emit(buf, Err(reason), out),
+        };
+        match decision.action {
+            Action::Protect(sa) => self.start_encapsulation(now, sa, buf, out),
+            Action::Bypass => self.emit(buf, Ok(Next::Route), out),
+            Action::Discard => {
+                let reason = match decision.policy {
+                    Some(_) => DropReason::PolicyDiscard,
+                    None => DropReason::NoPolicy,
+                };
+                self.emit(buf, Err(reason), out)
+            }
+        }
     }
 
     fn finish_decapsulation(

@@ -207,14 +207,32 @@ fn arp_from_off_link_or_unasked_is_not_learnt_and_is_counted() {
             )
         })
         .collect();
+    // Requests for our address from off-link senders are answered (a
+    // Linux peer asks from any of its addresses), never learnt.
     let outputs = feed(&mut gw, &mut pool, now, Port::Outside, &off_link);
+    assert!(outputs.iter().all(|(v, _)| *v == Verdict::Forward(Port::Outside)));
+    // Anything else from them is dropped: a request for another address,
+    // a reply.
+    let off_link_other: Vec<Vec<u8>> = (0..100u8)
+        .map(|i| {
+            let mut f = arp_request(
+                ([2, 0xdd, 0, 0, 0, i], Ipv4Addr::new(172, 16, 0, i)),
+                Ipv4Addr::new(10, 0, 0, 7),
+            );
+            if i % 2 == 1 {
+                ArpPacket::new_unchecked(&mut f[14..]).set_operation(ArpOperation::Reply);
+            }
+            f
+        })
+        .collect();
+    let outputs = feed(&mut gw, &mut pool, now, Port::Outside, &off_link_other);
     assert!(outputs
         .iter()
         .all(|(v, _)| *v == Verdict::Drop(DropReason::ArpOffLink)));
     // Inside, the outside's network is off-link too.
     let crossed = arp_request(
         ([2, 0xdd, 0, 0, 1, 1], Ipv4Addr::new(10, 0, 0, 9)),
-        Ipv4Addr::new(192, 168, 1, 1),
+        Ipv4Addr::new(192, 168, 1, 7),
     );
     let outputs = feed(&mut gw, &mut pool, now, Port::Inside, &[crossed]);
     assert_eq!(outputs[0].0, Verdict::Drop(DropReason::ArpOffLink));

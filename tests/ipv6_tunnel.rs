@@ -133,6 +133,13 @@ fn introduce_host(a: &mut Gateway, pool: &mut PacketPool) {
     assert_eq!(verdict, Verdict::Forward(Port::Inside), "the advertisement");
 }
 
+/// What A sends B for a 100-byte UDP datagram from HOST_A to HOST_B.
+fn esp_for_host_b(a: &mut Gateway, pool: &mut PacketPool) -> Vec<u8> {
+    let (verdict, esp) = send(a, pool, Port::Inside, &udp6_frame(HOST_A, HOST_B, 64, 0, 100));
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    esp
+}
+
 fn send(gw: &mut Gateway, pool: &mut PacketPool, from: Port, frame: &[u8]) -> (Verdict, Vec<u8>) {
     run(gw, pool, Duration::ZERO, from, frame)
 }
@@ -303,12 +310,7 @@ fn next_hops_resolve_by_neighbour_discovery() {
     let mut a = gateway(Algorithm::Aes128Gcm16, true, 1500, false);
     let mut b = gateway(Algorithm::Aes128Gcm16, false, 1500, true);
     let mut pool = PacketPool::new(8);
-    let (_, esp) = send(
-        &mut a,
-        &mut pool,
-        Port::Inside,
-        &udp6_frame(HOST_A, HOST_B, 64, 0, 100),
-    );
+    let esp = esp_for_host_b(&mut a, &mut pool);
     // B does not know HOST_B: the packet waits, a solicitation goes out.
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&esp));
@@ -363,12 +365,7 @@ fn next_hops_resolve_by_neighbour_discovery() {
     );
     assert_eq!(Ipv6Packet::new_checked(eth.payload()).unwrap().dst_addr(), HOST_B);
     // The next packet goes straight out.
-    let (_, esp) = send(
-        &mut a,
-        &mut pool,
-        Port::Inside,
-        &udp6_frame(HOST_A, HOST_B, 64, 0, 100),
-    );
+    let esp = esp_for_host_b(&mut a, &mut pool);
     let (verdict, out) = send(&mut b, &mut pool, Port::Outside, &esp);
     assert_eq!(verdict, Verdict::Forward(Port::Inside));
     assert_eq!(EthernetFrame::new_checked(&out[..]).unwrap().dst_addr(), HOST_MAC);
@@ -379,12 +376,7 @@ fn a_neighbour_that_never_answers_times_out() {
     let mut a = gateway(Algorithm::Aes128Gcm16, true, 1500, false);
     let mut b = gateway(Algorithm::Aes128Gcm16, false, 1500, true);
     let mut pool = PacketPool::new(8);
-    let (_, esp) = send(
-        &mut a,
-        &mut pool,
-        Port::Inside,
-        &udp6_frame(HOST_A, HOST_B, 64, 0, 100),
-    );
+    let esp = esp_for_host_b(&mut a, &mut pool);
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&esp));
     for (buf, _) in b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool) {

@@ -6,7 +6,10 @@
 //! packets over IPv4 tunnels (6-in-4: selectors, packet-too-big), and over
 //! tunnels with IPv6 ends (4-in-6 and 6-in-6: the outer IPv6 header,
 //! selectors, fragmentation-needed / packet-too-big, extension headers and
-//! outer fragments). The script's docstring lists the cases.
+//! outer fragments), and in IPv6 transport mode (RFC 4303 §3.1.1: where ESP
+//! goes among hop-by-hop, destination options and routing headers, both
+//! ways; selectors; packet-too-big; fragments and next header 59 refused).
+//! The script's docstring lists the cases.
 //!
 //! Needs `python3` with scapy (and `cryptography`). Without scapy the test
 //! shows as `ignored (needs scapy: ...)`; under `CI=true` it fails unless

@@ -211,6 +211,29 @@ impl fmt::Display for Scenario {
     }
 }
 
+/// The bench tunnel `t` between `ends`, for `nets`, with both ends'
+/// keys from one pattern (either family).
+fn tunnel(
+    alg: Algorithm,
+    a: bool,
+    ends: (impl Into<std::net::IpAddr>, impl Into<std::net::IpAddr>),
+    (my_net, peer_net): (impl Into<spd_sad::IpPrefix>, impl Into<spd_sad::IpPrefix>),
+    replay_window: u32,
+) -> TunnelBuilder {
+    let (spis, seed_out, seed_in) = if a {
+        ((0x1001, 0x1002), 1, 2)
+    } else {
+        ((0x1002, 0x1001), 2, 1)
+    };
+    TunnelBuilder::new("t", ends, alg, spis)
+        .subnets(my_net, peer_net)
+        .keys_with(|dir, len, auth| {
+            let seed = if dir == "out" { seed_out } else { seed_in };
+            pattern_key(len, 13, if auth { seed + 50 } else { seed })
+        })
+        .replay_window(replay_window)
+}
+
 /// The configuration of one end; `a` is the 192.168.1.0/24 side.
 pub fn config(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> ConfigBuilder {
     let third = |a: bool| if a { 1 } else { 2 };
@@ -218,7 +241,7 @@ pub fn config(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> Conf
     let net = |a: bool| Ipv4Prefix::new(Ipv4Addr::new(192, 168, third(a), 0), 24).expect("a /24 network");
     let (me, peer) = (gw(a), gw(!a));
     let (my_net, peer_net) = (net(a), net(!a));
-    let mut config = ConfigBuilder::new()
+    let config = ConfigBuilder::new()
         .name(format!("bench-{}", if a { "a" } else { "b" }))
         .allow_insecure_null()
         .interface(InterfaceBuilder::inside(
@@ -229,38 +252,14 @@ pub fn config(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> Conf
         .interface(InterfaceBuilder::outside("bench-out", me, 24))
         .route_via(peer_net, peer)
         .neighbor(peer, EthernetAddress([0x02, 0, 0, 0, 0, third(!a)]));
-    config = match algorithm {
-        None => config
-            .policy(PolicyBuilder::bypass(
-                "fwd-out",
-                PolicyDirection::Out,
-                my_net,
-                peer_net,
-            ))
-            .policy(PolicyBuilder::bypass(
-                "fwd-in",
-                PolicyDirection::In,
-                peer_net,
-                my_net,
-            )),
-        Some(alg) => {
-            let (spis, seed_out, seed_in) = if a {
-                ((0x1001, 0x1002), 1, 2)
-            } else {
-                ((0x1002, 0x1001), 2, 1)
-            };
-            config.tunnel(
-                TunnelBuilder::new("t", (me, peer), alg, spis)
-                    .subnets(my_net, peer_net)
-                    .keys_with(|dir, len, auth| {
-                        let seed = if dir == "out" { seed_out } else { seed_in };
-                        pattern_key(len, 13, if auth { seed + 50 } else { seed })
-                    })
-                    .replay_window(replay_window),
-            )
-        }
-    };
-    config
+    between(
+        config,
+        algorithm,
+        a,
+        (me, peer),
+        (my_net, peer_net),
+        replay_window,
+    )
 }
 
 /// [`config`] for IPv6 (`ipv6-fwd`, `esp-null-ipv6`): the same two
@@ -275,7 +274,7 @@ pub fn config6(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> Con
     };
     let (me, peer) = (outer(a), outer(!a));
     let (my_net, peer_net) = (net(a), net(!a));
-    let mut config = ConfigBuilder::new()
+    let config = ConfigBuilder::new()
         .name(format!("bench6-{}", if a { "a" } else { "b" }))
         .allow_insecure_null()
         .interface(
@@ -289,9 +288,34 @@ pub fn config6(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> Con
                 .address6(format!("{me}/64"))
                 .mtu(9000),
         );
-    config = match algorithm {
+    // The IPv4 pair's route to the peer's network is in `config`; IPv6
+    // forwarding needs one of its own.
+    let config = match algorithm {
+        None => config.route_via(peer_net, peer),
+        Some(_) => config,
+    };
+    between(
+        config,
+        algorithm,
+        a,
+        (me, peer),
+        (my_net, peer_net),
+        replay_window,
+    )
+}
+
+/// What joins the two ends: the tunnel `t`, or (`algorithm` none) bypass
+/// policies between the networks for plain forwarding.
+fn between<A: Into<std::net::IpAddr>, P: Into<spd_sad::IpPrefix> + Copy>(
+    config: ConfigBuilder,
+    algorithm: Option<Algorithm>,
+    a: bool,
+    ends: (A, A),
+    (my_net, peer_net): (P, P),
+    replay_window: u32,
+) -> ConfigBuilder {
+    match algorithm {
         None => config
-            .route_via(peer_net, peer)
             .policy(PolicyBuilder::bypass(
                 "fwd-out",
                 PolicyDirection::Out,
@@ -304,24 +328,8 @@ pub fn config6(algorithm: Option<Algorithm>, a: bool, replay_window: u32) -> Con
                 peer_net,
                 my_net,
             )),
-        Some(alg) => {
-            let (spis, seed_out, seed_in) = if a {
-                ((0x1001, 0x1002), 1, 2)
-            } else {
-                ((0x1002, 0x1001), 2, 1)
-            };
-            config.tunnel(
-                TunnelBuilder::new("t", (me, peer), alg, spis)
-                    .subnets(my_net, peer_net)
-                    .keys_with(|dir, len, auth| {
-                        let seed = if dir == "out" { seed_out } else { seed_in };
-                        pattern_key(len, 13, if auth { seed + 50 } else { seed })
-                    })
-                    .replay_window(replay_window),
-            )
-        }
-    };
-    config
+        Some(alg) => config.tunnel(tunnel(alg, a, ends, (my_net, peer_net), replay_window)),
+    }
 }
 
 /// The engine one scenario runs on.

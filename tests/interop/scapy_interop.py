@@ -79,10 +79,10 @@ too-big   an IPv6 packet exactly the tunnel MTU (worked out here from the
 
 IPv6 ends ("outer=6": 4-in-6 and 6-in-6, RFC 4301 tunnel mode over IPv6):
 aes128gcm16, aes128-sha1 and chacha20poly1305, inner IPv4 and inner IPv6,
-ESN off and on, raw ESP only (espgw refuses UDP encapsulation and transport
-mode over IPv6). The outside interface gets `address6 = "2001:db8:ff::1/64"`
-and the tunnel `local = "2001:db8:ff::1"`, `remote = "2001:db8:ff::2"`; the
-subnets are the inner family's, as above. The esn=on cases also set
+ESN off and on, tunnel mode, raw ESP only (espgw refuses UDP encapsulation
+over IPv6; transport mode over IPv6 is below). The outside interface gets
+`address6 = "2001:db8:ff::1/64"` and the tunnel `local = "2001:db8:ff::1"`,
+`remote = "2001:db8:ff::2"`; the subnets are the inner family's, as above. The esn=on cases also set
 `[gateway] outer_ttl = 200` (esn=off keeps the default, 64). UDP payloads go
 up to 1232 bytes for both inner families (UDP_SIZES_OUTER6: over IPv6
 nothing is fragmented, and these fit every SA's tunnel MTU).
@@ -110,6 +110,52 @@ ext-headers  ESP behind a hop-by-hop and a destination options header, and
     fragmented outer packet is not (both fragments dropped `unsupported`,
     the SA sees 2 packets).
 
+IPv6 transport mode ("transport ... outer=6", RFC 4303 §3.1.1):
+aes128gcm16, aes128-sha1 and chacha20poly1305, ESN off and on, an SA
+between 2001:db8:ff::1 and 2001:db8:ff::2 in transport mode whose
+selectors are the hosts' networks 2001:db8:1::/64 <-> 2001:db8:2::/64, as
+the IPv4 transport cases' are (an IPv6 `[[route]]` sends 2001:db8:2::/64
+via 2001:db8:ff::2); espgw applies it to the packets it forwards, which
+keep the hosts' addresses. scapy's `SecurityAssociation(ESP, ...,
+tunnel_header=None)`. The esn=on cases set `outer_ttl = 200`, which
+transport mode must ignore. 16 packets: the 12 of inner=6 and 4 with
+extension headers (a hop-by-hop header; a destination options header; both;
+destination options, a routing header with no segments left, destination
+options) carrying UDP, TCP and an ICMPv6 echo.
+scapy->espgw  scapy encrypts them 2001:db8:2::20 -> 2001:db8:1::10 (ESP
+    where scapy puts it) plus the lone destination options packet again
+    with ESP in front of its options (espgw's placement, scapy's own ESP):
+    each is decapsulated although its destination is not the gateway's and
+    forwarded byte-identical but for hop limit - 1 to the zero MAC inside;
+    nothing delivered locally, no drops.
+espgw->scapy  2001:db8:1::10 -> 2001:db8:2::20 from inside: ESP to the
+    zero MAC outside, after the hop-by-hop, routing (and the destination
+    options before it) headers, before any other destination options; in
+    front of it the packet's own headers with hop limit - 1 (not
+    outer_ttl), traffic class and flow label kept, the payload length of
+    the ESP packet and 50 in the byte that named what ESP protects; the
+    trailer's next header is that byte's old value; the least padding;
+    sequence numbers and IVs as above; scapy decrypts the rest of the
+    packet. scapy's own ESP for the same packet sits at the same place and
+    length except behind destination options not followed by a routing
+    header, which scapy (like Linux) leaves in front of ESP: §3.1.1 allows
+    both, and says "it generally will be desirable to place the destination
+    options header(s) after the ESP header", espgw's choice.
+negative  as for outer=6, the unknown SPI addressed to 2001:db8:ff::1:
+    auth_failed == 2, replay == 1, unknown_spi == 1, 2 decapsulated.
+policy    our SPI with a source outside 2001:db8:2::/64 or a destination
+    outside 2001:db8:1::/64 (decrypted, then policy_mismatch on the SA, RFC
+    4301 §5.2), an unknown SPI between the hosts (transit ESP the inbound
+    policy wants protected: policy_mismatch, no SA), IPv4 ESP to 10.0.0.1
+    with the IPv6 SA's SPI (unknown_spi): policy_mismatch == 3 (2 on the
+    SA), unknown_spi == 1, the 2 good packets around them forwarded.
+too-big   as for outer=6, with the packet's own 40-byte header in place
+    of the outer one: the transport MTU fits, one byte more gets a
+    packet-too-big with that MTU.
+refused   outbound, between two good packets: a first, a later and an
+    atomic fragment, next header 59 after the fixed header and after a
+    hop-by-hop header: unsupported == 5 (RFC 4301 §4.1, RFC 4303 §2.6).
+
 ESN caveat: espgw cannot be told a starting sequence number or replay top
 from its config, so ESN runs use small sequence numbers (high 32 bits = 0).
 That still checks that both sides include the high bits in the ICV (HMAC) or
@@ -125,9 +171,10 @@ import sys
 from collections import namedtuple
 from pathlib import Path
 
-from scapy.all import (ICMP, IP, TCP, UDP, Ether, ICMPv6EchoRequest, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr,
-                       ICMPv6PacketTooBig, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, Raw,
-                       in6_chksum, rdpcap, wrpcap)
+from scapy.all import (ICMP, IP, TCP, UDP, Ether, HBHOptUnknown, ICMPv6EchoRequest, ICMPv6ND_NS,
+                       ICMPv6NDOptSrcLLAddr, ICMPv6PacketTooBig, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment,
+                       IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, Raw, in6_chksum, rdpcap, wrpcap)
+from scapy.layers import ipsec
 from scapy.layers.ipsec import ESP, SecurityAssociation
 from scapy.utils import checksum
 
@@ -182,6 +229,7 @@ Case = namedtuple("Case", "alg mode esn encap inner outer", defaults=(False, 4, 
 NAT_ALGORITHMS = ("aes128gcm16", "aes128-sha1", "chacha20poly1305")
 INNER6_ALGORITHMS = NAT_ALGORITHMS
 OUTER6_ALGORITHMS = NAT_ALGORITHMS
+TRANSPORT6_ALGORITHMS = NAT_ALGORITHMS
 # `[gateway] outer_ttl` of the outer=6 esn=on cases (esn=off ones keep the
 # default, 64): both the default and a configured hop limit get checked.
 OUTER6_TTL = 200
@@ -198,13 +246,23 @@ def expect(cond, msg):
 
 
 def case_label(case):
+    # Transport mode has no inner header: its packets are of the ends'
+    # family, which `outer` names.
     return (f"{case.alg} {case.mode} esn={'on' if case.esn else 'off'}" + (" udp" if case.encap else "")
-            + (f" inner={case.inner}" if case.inner != 4 else "")
+            + (f" inner={case.inner}" if case.inner != 4 and case.mode == "tunnel" else "")
             + (f" outer={case.outer}" if case.outer != 4 else ""))
 
 
+def is_transport6(case):
+    """Transport mode between IPv6 ends (`Case(..., "transport", ..., inner=6,
+    outer=6)`): the packets of the hosts' IPv6 networks themselves."""
+    return case.mode == "transport" and case.outer == 6
+
+
 def outer_hop_limit(case):
-    """The TTL / hop limit espgw must write in its outer headers."""
+    """The TTL / hop limit espgw must write in its outer headers (the
+    `outer_ttl` configured; transport mode writes none, and keeps the
+    packet's hop limit - 1 whatever it is)."""
     return OUTER6_TTL if case.outer == 6 and case.esn else 64
 
 
@@ -245,6 +303,10 @@ mac = "{MAC[GW_OUTSIDE]}"
 destination = "192.168.2.0/24"
 via = "{PEER}"
 """
+    if is_transport6(case):
+        # Transport mode keeps the hosts' addresses: the remote network is
+        # reached through the peer, as 192.168.2.0/24 is over IPv4.
+        text += f'\n[[route]]\ndestination = "{SUBNETS[6][1]}"\nvia = "{PEER6}"\n'
     for addr in (PEER, HOST_A):
         text += f'\n[[neighbor]]\naddress = "{addr}"\nmac = "{MAC[addr]}"\n'
     text += f"""
@@ -552,13 +614,20 @@ def negative(args, case, keys, name):
         host_a, host_b = HOSTS[case.inner]
         p1, p2 = test_packets(host_b, host_a)[:2]
         subnets = SUBNETS[case.inner]
+    elif is_transport6(case):
+        p1, p2 = test_packets(HOST_B6, HOST_A6)[:2]
+        subnets = SUBNETS[6]
     else:
         p1, p2 = test_packets(PEER, GW_OUTSIDE)[:2]
         subnets = None
+    # IPv6 transport: the unknown SPI goes to the gateway's own address
+    # (ESP between the hosts that no SA claims is transit traffic for the
+    # SPD: `transport6_policy`).
+    unknown = test_packets(PEER6, GW_OUTSIDE6)[1] if is_transport6(case) else p2
     first = good.encrypt(p1, seq_num=1)
     has_auth = case.alg != "null"
     esps = [first] + ([bad.encrypt(p2, seq_num=2)] if has_auth else []) \
-        + [first, stranger.encrypt(p2, seq_num=1)]
+        + [first, stranger.encrypt(unknown, seq_num=1)]
     want = {"auth_failed": int(has_auth), "replay_duplicate": 1, "unknown_spi": 1}
     if case.encap:
         esps += udp_extras(case, keys, good, p2)
@@ -681,15 +750,18 @@ def too_big_packet(host_a, host_b, size):
 
 def too_big(args, case, keys, name):
     """Tunnel mode, inner IPv6 (RFC 4213 §3.2, RFC 8200 §5), or any inner
-    packet over IPv6 ends: a packet that fits the tunnel goes out as one
-    ESP packet of at most 1500 bytes; one byte more is not fragmented but
+    packet over IPv6 ends, or IPv6 transport mode: a packet that fits the
+    tunnel goes out as one ESP packet of at most 1500 bytes; one byte more
+    is not fragmented but
     answered with an ICMPv6 packet-too-big (RFC 4443 §3.2), or for inner
     IPv4 an ICMP fragmentation-needed (RFC 1191) even though its DF is
     clear, from the gateway's inside address, whose MTU is that tunnel MTU.
     An IPv6 inside host solicits the gateway first, so its MAC is known for
     the error."""
     host_a, host_b = HOSTS[case.inner]
-    fits = tunnel_mtu(case)
+    # IPv6 transport keeps the packet's own 40-byte header in front of ESP
+    # in place of an outer one: 40 bytes more of the packet fit.
+    fits = tunnel_mtu(case) + (40 if is_transport6(case) else 0)
     solicit = [IPv6(src=host_a, dst="ff02::1:ff00:1", hlim=255) / ICMPv6ND_NS(tgt=GW_INSIDE6)
                / ICMPv6NDOptSrcLLAddr(lladdr=MAC[HOST_A])] if case.inner == 6 else []
     inner = [too_big_packet(host_a, host_b, size) for size in (fits, fits + 1)]
@@ -802,6 +874,290 @@ def outer6_headers(args, case, keys, name):
     return "behind hop-by-hop + destination options and destination options: forwarded; fragmented: unsupported=2"
 
 
+# IPv6 next-header values of the extension headers (RFC 8200 §4).
+HOP_BY_HOP, ROUTING, FRAGMENT, DEST_OPTIONS = 0, 43, 44, 60
+
+
+def ext_headers6(raw):
+    """Walks the extension headers of the IPv6 packet `raw`: yields (the
+    header's next-header value, where it starts, its length, where the
+    byte naming it is), up to the first header that is not one."""
+    nh, at, offset = raw[6], 6, 40
+    while nh in (HOP_BY_HOP, ROUTING, FRAGMENT, DEST_OPTIONS):
+        length = 8 if nh == FRAGMENT else (raw[offset + 1] + 1) * 8
+        yield nh, offset, length, at
+        nh, at, offset = raw[offset], offset, offset + length
+
+
+def esp_place6(raw):
+    """Where transport-mode ESP goes in the IPv6 packet `raw` (RFC 4303
+    §3.1.1: "after hop-by-hop, routing, and fragmentation extension
+    headers"; destination options "could appear before, after, or both"):
+    after the last hop-by-hop, routing or fragment header, so destination
+    options in front of a routing header (for the destinations it lists,
+    RFC 8200 §4.1 note 1) stay in front of ESP and those after it, or with
+    no routing header, go inside. Returns (ESP's offset, the offset of the
+    byte that names it, 6 when ESP follows the fixed header)."""
+    place = (40, 6)
+    for nh, offset, length, _at in ext_headers6(raw):
+        if nh != DEST_OPTIONS:
+            place = (offset + length, offset)
+    return place
+
+
+def esp_at6(raw):
+    """Where the ESP header of the IPv6 packet `raw` is, after its
+    extension headers: (offset, the offset of the byte naming it), or None
+    if the chain does not end in ESP."""
+    nh, at, offset = raw[6], 6, 40
+    for _nh, start, length, _at in ext_headers6(raw):
+        nh, at, offset = raw[start], start, start + length
+    return (offset, at) if nh == 50 else None
+
+
+def transport_len(case, header_len, protected_len):
+    """The length of a transport-mode ESP packet that keeps `header_len`
+    bytes of headers in front of ESP and protects `protected_len`: SPI and
+    sequence number, IV, the protected bytes and the 2-byte trailer padded
+    to the cipher's block (the least padding, as both scapy and espgw
+    pad), ICV."""
+    a = ALGORITHMS[case.alg]
+    block = BLOCK.get(a.crypt, 4)
+    return header_len + 8 + a.iv_len + -(-(protected_len + 2) // block) * block + a.icv
+
+
+def ext_header_packets6(src, dst):
+    """(what, packet): IPv6 packets with extension headers in front of
+    their upper layer, to see where transport-mode ESP goes: after a
+    hop-by-hop header (an option of an unknown type that routers skip,
+    RFC 8200 §4.2), a lone destination options header, both, and
+    destination options around a routing header (type 0 with no segments
+    left, which a router forwards as it is, RFC 5095 §3)."""
+    hbh = IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=0x1E, optdata=b"espgw!")])
+    ip = IPv6(src=src, dst=dst, hlim=64)
+    pkts = [("hop-by-hop", ip.copy() / hbh.copy() / UDP(sport=5100, dport=6000) / Raw(b"behind hop-by-hop")),
+            ("destination options", ip.copy() / IPv6ExtHdrDestOpt() / UDP(sport=5101, dport=6000)
+             / Raw(b"behind destination options")),
+            ("hop-by-hop + destination options", ip.copy() / hbh.copy() / IPv6ExtHdrDestOpt()
+             / TCP(sport=40001, dport=80, flags="PA", seq=1000, ack=2000) / Raw(b"tcp!" * 3)),
+            ("destination options + routing + destination options", ip.copy() / IPv6ExtHdrDestOpt()
+             / IPv6ExtHdrRouting(type=0, segleft=0, addresses=[]) / IPv6ExtHdrDestOpt()
+             / ICMPv6EchoRequest(id=8, seq=2, data=b"ping" * 4))]
+    return [(what, IPv6(bytes(p))) for what, p in pkts]
+
+
+def transport6_packets(src, dst):
+    """The 12 `test_packets6` (UDP of every padding length, TCP, ICMPv6
+    echo with a traffic class and a flow label) and the 4
+    `ext_header_packets6`, as (what, packet)."""
+    plain = [(f"packet {i}", p) for i, p in enumerate(test_packets6(src, dst))]
+    return plain + ext_header_packets6(src, dst)
+
+
+def encrypt_after_fixed_header(sa, pkt, seq):
+    """`pkt` encrypted by scapy's transport-mode `sa` with ESP straight
+    after the fixed IPv6 header, whatever extension headers follow it:
+    scapy itself puts ESP after every destination options header not
+    behind a routing header (Linux's choice, `split_for_transport`), so its
+    split is replaced for this one call; the ESP is scapy's own."""
+    def split(orig, proto):
+        header = IPv6(bytes(orig))
+        payload, nh = header.payload, header.nh
+        header.nh = proto
+        header.remove_payload()
+        del header.plen
+        return header, nh, payload
+    saved, ipsec.split_for_transport = ipsec.split_for_transport, split
+    try:
+        return sa.encrypt(pkt, seq_num=seq)
+    finally:
+        ipsec.split_for_transport = saved
+
+
+def transport6_scapy_to_espgw(args, case, keys, name):
+    """IPv6 transport, scapy as the peer: the hosts' packets 2001:db8:2::20
+    -> 2001:db8:1::10 with ESP inserted by scapy (after any hop-by-hop and
+    routing header and, scapy's choice, destination options not behind a
+    routing header), and once more the lone destination options packet
+    with ESP in front of its destination options (espgw's own choice; RFC
+    4303 §3.1.1 allows both). espgw must take the ESP of our inbound SPI though
+    the destination is not its address, remove it, and forward exactly the
+    packet scapy encrypted with hop limit - 1 to the inside host."""
+    sa = peer_encryptor(case, keys)
+    named = transport6_packets(HOST_B6, HOST_A6)
+    esps = [sa.encrypt(p, seq_num=i + 1) for i, (_, p) in enumerate(named)]
+    lone = next(p for what, p in named if what == "destination options")
+    esps.append(encrypt_after_fixed_header(sa, lone, len(esps) + 1))
+    inner = [p for _, p in named] + [lone]
+    frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / e for e in esps]
+    out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[6]), "outside", frames)
+    n = len(inner)
+    expect_drops(stats)
+    expect(stats["decapsulated"] == n, f"decapsulated {stats['decapsulated']}, expected {n}")
+    sa_packets = sa_stats(stats, SPI_IN)["packets"]
+    expect(sa_packets == n, f"inbound SA packets {sa_packets}, expected {n}")
+    expect(stats["local_delivered"] == 0, f"local_delivered {stats['local_delivered']}, expected 0")
+    expect(len(out) == n, f"{len(out)} frames out, expected {n}")
+    for i, (frame, pkt) in enumerate(zip(out, inner)):
+        expect(frame.dst == HOST_A6_MAC and frame.src == MAC[GW_INSIDE] and frame.type == ETHERTYPE[6],
+               f"packet {i}: Ethernet {frame.src} -> {frame.dst} type {frame.type:#06x},"
+               f" expected {MAC[GW_INSIDE]} -> {HOST_A6_MAC} type {ETHERTYPE[6]:#06x}")
+        got, want = bytes(frame.payload), forwarded(pkt)
+        expect(got == want, f"packet {i}: forwarded {got.hex()}\n  expected {want.hex()}")
+    places = [esp_at6(bytes(e))[0] for e in esps[-5:]]
+    return (f"{n} packets, 5 with extension headers, ESP at offsets {places}"
+            " (scapy's placements, then espgw's for lone destination options)")
+
+
+def transport6_espgw_to_scapy(args, case, keys, name):
+    """IPv6 transport, espgw as the sender: the hosts' packets
+    2001:db8:1::10 -> 2001:db8:2::20 from inside go out to the peer's MAC
+    with ESP where `esp_place6` puts it; in front of it exactly the
+    packet's own headers with hop limit - 1 (not `outer_ttl`), traffic
+    class and flow label kept, the payload length of the ESP packet and 50
+    in the byte that named what ESP now protects; the ESP trailer's next
+    header is what that byte said. scapy decrypts every ESP (the SPI,
+    sequence numbers 1, 2, ..., the IVs) to the rest of the packet; and
+    scapy's own encryption of the same packet puts ESP at the same place,
+    at the same length, except for destination options not behind a
+    routing header, which scapy leaves in front of ESP and espgw puts
+    inside it: RFC 4303 §3.1.1 allows both, and finds espgw's "generally
+    desirable" (ESP protects only what follows it); the PASS line names
+    those packets."""
+    a = ALGORITHMS[case.alg]
+    named = transport6_packets(HOST_A6, HOST_B6)
+    inner = [p for _, p in named]
+    frames = [Ether(src=MAC[HOST_A], dst=MAC[GW_INSIDE]) / p for p in inner]
+    out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[6]), "inside", frames)
+    n = len(inner)
+    expect_drops(stats)
+    expect(stats["encapsulated"] == n, f"encapsulated {stats['encapsulated']}, expected {n}")
+    expect(len(out) == n, f"{len(out)} frames out, expected {n}")
+    sa, ivs, differ = peer_decryptor(case, keys), [], []
+    for i, (frame, (what, pkt)) in enumerate(zip(out, named)):
+        expect(frame.dst == PEER6_MAC and frame.src == MAC[GW_OUTSIDE] and frame.type == ETHERTYPE[6],
+               f"{what}: Ethernet {frame.src} -> {frame.dst} type {frame.type:#06x},"
+               f" expected {MAC[GW_OUTSIDE]} -> {PEER6_MAC} type {ETHERTYPE[6]:#06x}")
+        raw, want = bytes(frame.payload), forwarded(pkt)
+        expect(len(raw) <= 1500, f"{what}: {len(raw)} bytes, more than the outside MTU 1500")
+        expect(len(raw) - 40 == struct.unpack("!H", raw[4:6])[0],
+               f"{what}: payload length {struct.unpack('!H', raw[4:6])[0]}, the packet has {len(raw) - 40}")
+        found, (off, at) = esp_at6(raw), esp_place6(want)
+        expect(found == (off, at), f"{what}: ESP at {found} (offset, byte naming it), expected {(off, at)}:"
+               f" {raw[:off + 8].hex()}")
+        head = bytearray(want[:off])
+        head[4:6] = struct.pack("!H", len(raw) - 40)
+        head[at] = 50
+        expect(raw[:off] == bytes(head), f"{what}: headers in front of ESP {raw[:off].hex()}\n"
+               f"  expected {bytes(head).hex()} (the packet's own, hop limit - 1, next header 50)")
+        esp = ESP(raw[off:])
+        expect(esp.spi == SPI_OUT and esp.seq == i + 1,
+               f"{what}: SPI {esp.spi:#x} seq {esp.seq}, expected {SPI_OUT:#x} seq {i + 1}")
+        ivs.append(bytes(esp.data[: a.iv_len]))
+        # ESP's ICV covers none of the IP header (RFC 4303 §2): scapy
+        # decrypts it behind the bare fixed header. (Behind extension
+        # headers scapy 2.x would parse the plaintext as the class the fixed
+        # header's next header names, a hop-by-hop header for UDP, say.)
+        shell = IPv6(raw[:40])
+        shell.nh, shell.plen = 50, None
+        shell = IPv6(bytes(shell / Raw(raw[off:])))
+        try:
+            plain = sa.decrypt(shell)
+        except Exception as e:
+            raise CheckFailed(f"{what} (seq {esp.seq}): scapy cannot decrypt: {type(e).__name__}: {e}")
+        expect(plain.nh == want[at], f"{what}: ESP next header {plain.nh}, expected {want[at]}")
+        got = bytes(plain)[40:]
+        expect(got == want[off:], f"{what}: decrypted {got.hex()}\n  expected {want[off:].hex()}")
+        size = transport_len(case, off, len(want) - off)
+        expect(len(raw) == size, f"{what}: {len(raw)} bytes, expected {size} (the least padding)")
+        # scapy's own ESP for the same packet: at the same place, or (its
+        # choice) behind destination options that espgw protects.
+        theirs = bytes(sa.encrypt(IPv6(want), seq_num=i + 1))
+        place = esp_at6(theirs)
+        if place != (off, at):
+            behind = (off + (want[off + 1] + 1) * 8, off)
+            expect(want[at] == DEST_OPTIONS and place == behind,
+                   f"{what}: scapy puts ESP at {place}, espgw at {(off, at)}")
+            differ.append(what)
+        size = transport_len(case, place[0], len(want) - place[0])
+        expect(len(theirs) == size, f"{what}: scapy's ESP packet {len(theirs)} bytes, expected {size}")
+    if a.aead:
+        for i, iv in enumerate(ivs):
+            expect(iv == struct.pack("!Q", i + 1), f"packet {i}: IV {iv.hex()} is not the sequence number {i + 1}")
+    elif a.iv_len:
+        expect(len(set(ivs)) == n, f"CBC IVs repeat: {[iv.hex() for iv in ivs]}")
+    return (f"{n} packets; ESP where scapy puts it but for {' and '.join(differ)}:"
+            " their destination options inside ESP here, in front of it in scapy (both RFC 4303 §3.1.1)")
+
+
+def transport6_policy(args, case, keys, name):
+    """IPv6 transport: correctly encrypted packets of our inbound SPI
+    whose addresses the SA's selectors (2001:db8:2::/64 -> 2001:db8:1::/64)
+    do not admit are taken (transport ESP is found by SPI alone, whatever
+    the destination), decrypted and dropped (RFC 4301 §5.2 step 4): a
+    source outside 2001:db8:2::/64, a destination outside 2001:db8:1::/64;
+    the SA counts both. ESP with an SPI no SA has between the hosts is not
+    the gateway's to decrypt: the inbound policy says that traffic must
+    come protected, so it is dropped as plaintext that should not be
+    (RFC 4301 §5.2, `policy_mismatch` on no SA). IPv4 ESP to the gateway
+    with the IPv6 SA's SPI finds no SA (transport ESP is found within the
+    SA's family): `unknown_spi`. The good packets around them are
+    forwarded."""
+    sa = peer_encryptor(case, keys)
+    stranger = peer_encryptor(case, keys, spi=SPI_UNKNOWN)
+    v4 = scapy_sa(case, SPI_IN, keys[2], keys[3], PEER, GW_OUTSIDE)
+    stray_src, stray_dst = STRAYS[6]
+    good = test_packets(HOST_B6, HOST_A6)
+    strays = [sa.encrypt(test_packets(stray_src, HOST_A6)[0], seq_num=2),   # source not in remote_subnet
+              sa.encrypt(test_packets(HOST_B6, stray_dst)[1], seq_num=3),   # destination not in local_subnet
+              stranger.encrypt(good[2], seq_num=1),                          # no SA's SPI, between the hosts
+              v4.encrypt(test_packets(PEER, GW_OUTSIDE)[3], seq_num=4)]     # IPv4 with the IPv6 SA's SPI
+    esps = [sa.encrypt(good[0], seq_num=1)] + strays + [sa.encrypt(good[1], seq_num=5)]
+    frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / e for e in esps]
+    out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[6]), "outside", frames)
+    expect_drops(stats, policy_mismatch=3, unknown_spi=1)
+    got = sa_stats(stats, SPI_IN)["drops"]["policy_mismatch"]
+    expect(got == 2, f"inbound SA drops.policy_mismatch = {got}, expected 2 (the strays it decrypted)")
+    expect(stats["decapsulated"] == 2, f"decapsulated {stats['decapsulated']}, expected 2 (the good packets)")
+    want = [forwarded(good[0]), forwarded(good[1])]
+    got = [bytes(f.payload) for f in out]
+    expect(got == want, f"forwarded {[g.hex() for g in got]}\n  expected the 2 good packets {[w.hex() for w in want]}")
+    return "policy_mismatch=3 (2 on the SA), unknown_spi=1, 2 good packets forwarded"
+
+
+def transport6_refused(args, case, keys, name):
+    """IPv6 transport, outbound: what transport mode cannot carry is
+    dropped `unsupported` between two good packets that go out: a first
+    and a later fragment (RFC 4301 §4.1: transport mode carries whole
+    packets; IPv6 is not reassembled on the way), and packets whose ESP
+    would protect next header 59 (RFC 4303 §2.6: the peer would discard it
+    as a dummy), straight after the fixed header or after a hop-by-hop
+    header."""
+    good = test_packets6(HOST_A6, HOST_B6)
+    ip = IPv6(src=HOST_A6, dst=HOST_B6, hlim=64)
+    udp = bytes(UDP(sport=5555, dport=6000) / Raw(bytes(range(64))))
+    refused = [ip.copy() / IPv6ExtHdrFragment(nh=17, offset=0, m=1, id=0xF00D) / Raw(udp[:32]),
+               ip.copy() / IPv6ExtHdrFragment(nh=17, offset=4, m=0, id=0xF00D) / Raw(udp[32:]),
+               ip.copy() / IPv6ExtHdrFragment(nh=17, offset=0, m=0, id=0xF00E) / Raw(udp),
+               IPv6(src=HOST_A6, dst=HOST_B6, hlim=64, nh=59) / Raw(b"dummy"),
+               ip.copy() / IPv6ExtHdrHopByHop(nh=59) / Raw(b"dummy")]
+    inner = [good[0]] + [IPv6(bytes(p)) for p in refused] + [good[10]]
+    frames = [Ether(src=MAC[HOST_A], dst=MAC[GW_INSIDE]) / p for p in inner]
+    out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[6]), "inside", frames)
+    expect_drops(stats, unsupported=len(refused))
+    expect(stats["encapsulated"] == 2, f"encapsulated {stats['encapsulated']}, expected 2")
+    expect(len(out) == 2, f"{len(out)} frames out, expected 2: {[f.summary() for f in out]}")
+    sa = peer_decryptor(case, keys)
+    for i, (frame, pkt) in enumerate(zip(out, (good[0], good[10]))):
+        try:
+            plain = sa.decrypt(IPv6(bytes(frame.payload)))
+        except Exception as e:
+            raise CheckFailed(f"good packet {i}: scapy cannot decrypt: {type(e).__name__}: {e}")
+        expect(bytes(plain) == forwarded(pkt), f"good packet {i}: decrypted {bytes(plain).hex()}")
+    return (f"unsupported={len(refused)} (first, later and atomic fragment, next header 59 twice),"
+            " 2 good packets sent")
+
+
 def run_case(args, case, direction, check):
     label = f"{case_label(case)} {direction}"
     name = label.replace(" ", "_").replace(">", "").replace("=", "")
@@ -840,6 +1196,14 @@ def main():
     runs += [(case, direction, check) for case in cases6 for direction, check in checks]
     runs += [(case, direction, check) for case in cases6 if not case.esn
              for direction, check in (("policy", policy), ("too-big", too_big), ("ext-headers", outer6_headers))]
+    # IPv6 transport mode (RFC 4303 §3.1.1) between the hosts' networks.
+    cases6t = [Case(alg, "transport", esn, inner=6, outer=6) for alg in TRANSPORT6_ALGORITHMS for esn in (False, True)]
+    checks6t = (("scapy->espgw", transport6_scapy_to_espgw), ("espgw->scapy", transport6_espgw_to_scapy),
+                ("negative", negative))
+    runs += [(case, direction, check) for case in cases6t for direction, check in checks6t]
+    runs += [(case, direction, check) for case in cases6t if not case.esn
+             for direction, check in (("policy", transport6_policy), ("too-big", too_big),
+                                      ("refused", transport6_refused))]
     results = [run_case(args, case, direction, check) for case, direction, check in runs
                if args.filter in f"{case_label(case)} {direction}"]
     passed = sum(results)

@@ -354,7 +354,11 @@ impl Gateway {
 
     /// ARP (Ethernet only): answer requests for our addresses, learn
     /// senders as `Neighbors::learn_from` allows, release packets that
-    /// waited for them. ARP from off-link senders is dropped unanswered.
+    /// waited for them. A request for our address from an off-link sender
+    /// is answered but not learnt: a Linux peer asks from whichever of its
+    /// addresses the packet it is sending has (`arp_announce = 0`), and
+    /// would otherwise never reach us. Any other ARP from off-link senders
+    /// is dropped unanswered.
     pub(super) fn handle_arp(
         &mut self,
         now: Duration,
@@ -372,11 +376,12 @@ impl Gateway {
                     self.release(arp.sender_ip.into(), arp.sender_mac, out);
                 }
             }
-            Learnt::OffLink => {
+            Learnt::OffLink if !(for_us && arp.operation == ArpOperation::Request) => {
                 self.stats.drops.count(DropReason::ArpOffLink);
                 out.push((buf, Verdict::Drop(DropReason::ArpOffLink)));
                 return;
             }
+            Learnt::OffLink => {}
             Learnt::TableFull => self.stats.neighbor_table_full += 1,
             Learnt::Unsolicited => self.stats.arp_unsolicited += 1,
             Learnt::Ignored => {}

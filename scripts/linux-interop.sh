@@ -3,23 +3,29 @@
 # both in the linux-peer VM (../shared/tools/linux-peer: Debian's stock
 # kernel under qemu, with XFRM ESP and AF_ALG, which this host's kernel lacks).
 #
-#   sudo scripts/linux-interop.sh          # about 3-4 minutes here; CI runs it
+#   sudo scripts/linux-interop.sh          # about 6-7 minutes here; CI runs it
 #
 # Topology (all inside network namespaces this script makes and removes):
 #
 #   netns lphost                 netns lpeer                         qemu, TCG
 #   192.168.1.10 eth0 ── veth ── lpin0 [espgw run] lptap0 ── tap ── eth0 10.99.0.2 (XFRM)
-#                               inside 192.168.1.1  outside 10.99.0.1    prot0 192.168.2.1
+#   2001:db8:1::10 (6-in-4)     inside 192.168.1.1  outside 10.99.0.1    prot0 192.168.2.1
+#                                      2001:db8:1::1 (6-in-4)               2001:db8:2::1 (6-in-4)
 #
 # The host kernel in lpeer keeps only 10.99.0.3 on the tap, to reach the VM's
 # control port; 10.99.0.1 and its MAC belong to espgw alone, so the host
 # kernel neither answers for it nor sees its ESP (the host kernel has no ESP).
+# IPv6 starts disabled everywhere; the driver turns it on for lphost's eth0
+# and the VM's prot0 and eth0 (no link-local, DAD, RS or RA) just before the
+# 6-in-4 cases, which run last. lpeer keeps IPv6 off throughout.
 #
 # 1. XFRM interop (tests/interop/linux_interop.py): every algorithm both
 #    support x tunnel/transport x ESN off/on (ESN crossing 2^32 both ways),
 #    replay windows on both sides; ping both ways; the VM's xfrm_stat and
 #    SA counters and espgw's counters checked; wrong key, wrong SPI and a
-#    replay refused and counted.
+#    replay refused and counted. 6-in-4: IPv6 subnets over the same IPv4
+#    tunnel (every algorithm, ESN, ESP in UDP, wrong key), with packet too
+#    big at the tunnel MTU, outer TOS from the traffic class and DF clear.
 # 2. AF_ALG (scripts/afalg-in-vm.sh --run): tests/afalg.rs, `espgw pcap
 #    --engine afalg` against soft, and the afalg/soft cost ratio.
 #
@@ -87,7 +93,8 @@ stop_all   # leftovers of an interrupted run
 ip netns add lpeer
 ip netns add lphost
 for ns in lpeer lphost; do
-    # No IPv6: nothing but IPv4 and ARP reaches espgw (it counts the rest).
+    # No IPv6: nothing but IPv4 and ARP reaches espgw (it counts the rest),
+    # until the driver's 6-in-4 cases turn it on in lphost (not lpeer).
     ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
     ip -n "$ns" link set lo up
 done
@@ -103,6 +110,10 @@ echo "== booting the linux-peer VM"
 "$peer/run-peer.sh" -d -m 512 -H 10.99.0.3/24 -S "$share"
 vm() { "$peer/run-peer.sh" -e 10.99.0.2 "$1"; }
 vm 'echo 1 >/proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 >/proc/sys/net/ipv6/conf/default/disable_ipv6'
+# The VM keeps Linux's arp_announce=0: a packet from prot0's 192.168.2.1
+# (transport mode) that finds no valid entry asks "who-has 10.99.0.1 tell
+# 192.168.2.1", an off-link sender for espgw, which answers it (without
+# learning the sender) as Linux does.
 kernel="$(vm 'uname -r') ($(vm 'cat /proc/version' | grep -Eo 'Debian [0-9][0-9A-Za-z.+~-]*' | tail -1 || true), $(vm 'uname -m'))"
 echo "peer kernel: $kernel"
 selftest=$(grep -o 'AF_ALG summary: [^=]*' /tmp/linux-peer/run/lptap0.log || echo "AF_ALG summary: ?")
@@ -120,7 +131,7 @@ elapsed=$(($(date +%s) - t0))
 echo
 echo "================ linux-interop summary ================"
 echo "peer: linux-peer VM (qemu TCG), Linux kernel $kernel; $selftest"
-echo "espgw: $(git -C "$repo" describe --always --dirty 2>/dev/null || echo '?'), release build, soft engine, 1 worker"
+echo "espgw: $(git -C "$repo" describe --always --dirty 2>/dev/null || echo '?'), release build, soft engine, 1 worker (6-in-4: asked for 2, runs 1)"
 echo
 cat "$work/xfrm-summary.txt" 2>/dev/null || echo "XFRM interop: no summary (the driver failed)"
 echo

@@ -41,6 +41,51 @@ Negative cases: wrong keys (the kernel's XfrmInStateProtoError and the SA's
 `failed` count the packets; espgw counts auth_failed), wrong SPIs
 (XfrmInNoStates; espgw's unknown_spi).
 
+IPv6 inside IPv4 ("6-in-4", tunnel mode, the cases named `6in4-*`, run
+last): the outer addresses stay 10.99.0.1 <-> 10.99.0.2; the policies select
+
+    2001:db8:1::/64 (lphost's eth0 2001:db8:1::10, espgw's inside 2001:db8:1::1)
+    2001:db8:2::/64 (the VM's prot0 2001:db8:2::1)
+
+Before the first of them the driver gives lphost's eth0 and the VM's prot0
+their IPv6 addresses (lphost routes ::/0 via 2001:db8:1::1) and lets IPv6
+through the VM's eth0, where XFRM hands it the decapsulated packets. Neither
+eth0 gets a link-local address, DAD, router solicitations or RA: no IPv6
+reaches espgw but the traffic below and neighbour discovery for
+2001:db8:1::1/::10 (lpeer, espgw's namespace, keeps IPv6 off). espgw's
+inside gets `address6 = "2001:db8:1::1/64"`, the tunnel IPv6 subnets. The
+VM's SAs are lp-xfrm's (algorithms, keys, SPIs, ESN, replay, UDP
+encapsulation; its `dry=1` output replayed) with `sel src .. dst ..` for
+the IPv6 subnets added (without one, a state takes its outer family's inner
+packets only: XfrmInStateMismatch / XfrmOutNoStates), lp-xfrm's IPv6
+policies (IPv6 selector, IPv4 tunnel template), and a route for
+2001:db8:1::/64 on eth0 in place of lp-xfrm's IPv4 one. espgw is started
+with `--workers 2`: it must say that IPv6 tunnels take one worker and run one.
+Traffic, after lphost's path MTU to 2001:db8:2::1 is forgotten (its default
+route made again):
+  - host -> VM 12 x 56 bytes with traffic class 0xb8 (DSCP EF);
+  - packet too big: one 1-byte-too-large probe (`-M do`) is answered by
+    ICMPv6 packet-too-big from 2001:db8:1::1 with the tunnel MTU worked
+    out here from the transform (1500 - outer IPv4 - [UDP] - ESP header - IV
+    - ICV, padded down to the block, - 2), and lphost's route to
+    2001:db8:2::1 then carries that MTU; espgw counts frag_needed exactly 1;
+  - host -> VM 3 x exactly the tunnel MTU (`-M do`: unfragmented) and 3 x
+    1500-byte IPv6 packets, which lphost now fragments to the learnt MTU;
+  - VM -> host 12 x 56 bytes, 3 x the tunnel MTU, 3 x 1500 bytes (the VM's
+    kernel fragments before XFRM; lphost's replies use the learnt MTU);
+  - every one answered; the checks of the IPv4 tunnel cases (VM
+    xfrm_stat unmoved, SA replay/failed 0, equal packet counts, ESN past
+    2^32, no espgw drops but the control channel's and that one
+    frag_needed; `unsupported` 0 means no IPv6 chatter got in);
+  - a sniffer on the tap (in lpeer) sees espgw's ESP to the VM: outer TOS
+    0xb8 on at least the 12 marked requests and 0 otherwise (the traffic
+    class copied), DF clear on all (RFC 4213 §3.2.1), none longer than
+    1500 bytes and the longest exactly what the tunnel MTU's packet makes.
+The ESP trailer's next header (41) is checked by the VM: its kernel takes
+the inner packet as IPv6 for 41 only (anything else would not pass the
+IPv6 policy and would move xfrm_stat). 6-in-4 wrong-key cases (GCM,
+CBC-SHA1) check the negative side as for IPv4.
+
 Prints one line per case and a table at the end; exits 1 if any case failed.
 """
 
@@ -48,6 +93,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -61,6 +107,15 @@ ESPGW_MAC_OUT = "02:00:00:63:00:01"
 ESPGW_MAC_IN = "02:00:00:01:01:01"
 START = 0xFFFFFFF0  # ESN cases: both directions start 16 below 2^32
 
+# 6-in-4: IPv6 networks at both ends of the IPv4 tunnel 10.99.0.1 <-> VM.
+NET6_GW = "2001:db8:1::/64"  # espgw's inside, lphost's eth0
+NET6_VM = "2001:db8:2::/64"  # the VM's prot0
+GW6 = "2001:db8:1::1"
+HOST6 = "2001:db8:1::10"
+VM_PROT6 = "2001:db8:2::1"
+LINK_MTU = 1500  # lptap0's, which espgw takes as its outside MTU
+TCLASS = 0xB8  # DSCP EF, ECN not-ECT: the outer TOS must be this exactly
+
 # espgw proposal -> (lp-xfrm alg, enc key bytes, auth key bytes)
 ALGS = {
     "aes128gcm16": ("gcm", 20, 0),
@@ -72,6 +127,27 @@ ALGS = {
     "null-sha1": ("null-sha1", 0, 20),
 }
 MODES = ("tunnel", "transport")
+
+# espgw proposal -> (IV, ICV, block the padding aligns to) on the wire, for
+# the tunnel MTU (RFC 4303 §2.4: at least 4-byte alignment).
+OVERHEAD = {
+    "aes128gcm16": (8, 16, 4),
+    "aes256gcm16": (8, 16, 4),
+    "chacha20poly1305": (8, 16, 4),
+    "aes128-sha1": (16, 12, 16),
+    "aes256-sha256": (16, 16, 16),
+    "3des-sha1": (8, 12, 8),
+    "null-sha1": (0, 12, 4),
+}
+
+
+def tunnel_mtu6(alg, encap):
+    """(the largest IPv6 packet the tunnel carries unfragmented, the outer
+    IPv4 length of that packet's ESP) over a LINK_MTU link."""
+    iv, icv, block = OVERHEAD[alg]
+    fixed = 20 + (8 if encap else 0) + 8 + iv + icv  # outer IPv4, [UDP], SPI+seq, IV, ICV
+    mtu = (LINK_MTU - fixed) // block * block - 2  # pad length and next header take 2
+    return mtu, fixed + -(-(mtu + 2) // block) * block
 
 
 # Runs in netns lpeer: takes the first ESP frame espgw sends to the VM on the
@@ -98,6 +174,36 @@ sys.exit(1)
 """
 
 
+# Runs in netns lpeer: watches what espgw sends the VM on the tap (ESP, or
+# ESP in UDP 4500 but not keepalives) until its stdin closes, then prints a
+# summary of the outer IPv4 headers as JSON.
+OUTER_SNIFFER = r"""
+import json, select, socket, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.bind(("lptap0", 0))
+print("ready", flush=True)
+tos, df, frames, longest = {}, 0, 0, 0
+while True:
+    ready, _, _ = select.select([s, sys.stdin], [], [])
+    if sys.stdin in ready:
+        break
+    frame = s.recv(65535)
+    ip = frame[14:]
+    if frame[12:14] != b"\x08\x00" or ip[12:16] != bytes([10, 99, 0, 1]) or ip[16:20] != bytes([10, 99, 0, 2]):
+        continue
+    hl = (ip[0] & 15) * 4
+    length = int.from_bytes(ip[2:4], "big")
+    udp_esp = ip[9] == 17 and ip[hl + 2:hl + 4] == (4500).to_bytes(2, "big") and length - hl > 9
+    if ip[9] != 50 and not udp_esp:
+        continue
+    frames += 1
+    tos[f"{ip[1]:#04x}"] = tos.get(f"{ip[1]:#04x}", 0) + 1
+    df += bool(ip[6] & 0x40)
+    longest = max(longest, length)
+print(json.dumps({"frames": frames, "tos": tos, "df": df, "longest": longest}))
+"""
+
+
 def hexseq(start, n):
     return "".join(f"{(start + i) & 255:02x}" for i in range(n))
 
@@ -113,6 +219,7 @@ class Lab:
         self.work = Path(args.workdir)
         self.work.mkdir(parents=True, exist_ok=True)
         self.verbose = args.verbose
+        self.six_ready = False
 
     def vm(self, script, check=True, timeout=120):
         """Runs `script` in the VM's shell through the control port."""
@@ -160,9 +267,11 @@ class Lab:
 
     # ---- espgw
 
-    def config(self, name, alg, mode, esn, spi_out=0x1002, spi_in=0x1001, wrong_keys=False, encap=False):
+    def config(self, name, alg, mode, esn, spi_out=0x1002, spi_in=0x1001, wrong_keys=False, encap=False,
+               six=False):
         """espgw's side of the VM's default SAs: espgw out = VM in (SPI 0x1002,
-        keys 20.., 30..), espgw in = VM out (SPI 0x1001, keys 00.., 10..)."""
+        keys 20.., 30..), espgw in = VM out (SPI 0x1001, keys 00.., 10..).
+        `six`: the tunnel carries IPv6 networks (6-in-4, tunnel mode)."""
         _, ek, ak = ALGS[alg]
         ek_out, ek_in, ak_out, ak_in = hexseq(0x20, ek), hexseq(0, ek), hexseq(0x30, ak), hexseq(0x10, ak)
         if wrong_keys:
@@ -170,7 +279,9 @@ class Lab:
             # null cipher key are left alone: only what must fail changes).
             flip = lambda k: (f"{int(k[:2], 16) ^ 0x80:02x}" + k[2:]) if k else k  # noqa: E731
             ek_out, ek_in, ak_out, ak_in = map(flip, (ek_out, ek_in, ak_out, ak_in))
-        if mode == "tunnel":
+        if six:
+            subnets = f'local_subnet = "{NET6_GW}"\nremote_subnet = "{NET6_VM}"'
+        elif mode == "tunnel":
             subnets = 'local_subnet = "192.168.1.0/24"\nremote_subnet = "192.168.2.0/24"'
         else:
             subnets = f'local_subnet = "{HOST}/32"\nremote_subnet = "{VM_PROT}/32"'
@@ -189,6 +300,7 @@ engine = "soft"
 name = "inside"
 device = "lpin0"
 address = "192.168.1.1/24"
+{f'address6 = "{GW6}/64"' if six else ""}
 mac = "{ESPGW_MAC_IN}"
 
 [[interface]]
@@ -228,7 +340,7 @@ action = "discard"
         path.write_text(text)
         return path
 
-    def start(self, name, config):
+    def start(self, name, config, workers=1):
         sock = self.work / f"{name}.sock"
         stats = self.work / f"{name}.final.json"
         log = open(self.work / f"{name}.log", "w")
@@ -236,7 +348,7 @@ action = "discard"
             p.unlink(missing_ok=True)
         proc = subprocess.Popen(
             ["ip", "netns", "exec", "lpeer", self.espgw, "run", "--config", str(config),
-             "--control", str(sock), "--workers", "1", "--stats", str(stats)],
+             "--control", str(sock), "--workers", str(workers), "--stats", str(stats)],
             stdout=log, stderr=subprocess.STDOUT,
         )
         # For scripts/linux-interop.sh's cleanup, should this driver die.
@@ -279,12 +391,12 @@ action = "discard"
 
     # ---- traffic
 
-    def ping_from_host(self, count, size=56, interval=None):
+    def ping_from_host(self, count, size=56, interval=None, dst=VM_PROT, extra=()):
         # Expected to succeed: -w waits until every probe is answered (the VM
         # is emulated and the host may be busy), up to 30 s. Expected to
         # fail (interval given): give each probe a second.
         pace = ["-i", interval, "-W", "1"] if interval else ["-A", "-w", "30"]
-        r = self.ns("lphost", ["ping", "-n", "-q", *pace, "-c", str(count), "-s", str(size), VM_PROT])
+        r = self.ns("lphost", ["ping", "-n", "-q", *pace, *extra, "-c", str(count), "-s", str(size), dst])
         m = re.search(r"(\d+) packets transmitted, (\d+) received", r.stdout)
         # With -w, ping sends until `count` replies are in; when replies are
         # slow (the emulated VM on a busy host), more probes are out by then
@@ -292,9 +404,9 @@ action = "discard"
         # every probe answered, not a fault (duplicates are not counted here).
         return (min(int(m.group(2)), count) if m else 0), count
 
-    def ping_from_vm(self, count, size=56, interval=None):
+    def ping_from_vm(self, count, size=56, interval=None, src=VM_PROT, dst=HOST):
         pace = f"-i {interval} -W 1" if interval else "-A -W 10"
-        out = self.vm(f"ping -q {pace} -c {count} -s {size} -I {VM_PROT} {HOST} 2>&1; true")
+        out = self.vm(f"ping -q {pace} -c {count} -s {size} -I {src} {dst} 2>&1; true")
         m = re.search(r"(\d+) packets transmitted, (\d+) packets received", out)
         return (int(m.group(2)) if m else 0), count
 
@@ -313,7 +425,7 @@ action = "discard"
 
     # ---- one case
 
-    def lp_xfrm(self, alg, mode, esn, replay=64, encap=False):
+    def lp_xfrm_args(self, alg, mode, esn, replay=64, encap=False):
         lalg, ek, ak = ALGS[alg]
         args = [f"alg={lalg}", "peer=10.99.0.1", f"replay={replay}", f"encap={'udp' if encap else 'none'}"]
         if alg == "aes256-sha256":
@@ -324,24 +436,153 @@ action = "discard"
             args += ["mode=transport", f"local={VM_PROT}", f"peer={HOST}", "tsel="]
         if esn:
             args += ["esn=1", f"iseq={START:#x}", f"oseq={START:#x}"]
-        self.vm("lp-xfrm " + " ".join(args) + " >/dev/null")
+        return args
 
-    def run_case(self, name, alg, mode, esn, negative=None, encap=False):
-        self.lp_xfrm(alg, mode, esn, encap=encap)
-        kw = {"encap": encap}
+    def lp_xfrm(self, alg, mode, esn, replay=64, encap=False):
+        self.vm("lp-xfrm " + " ".join(self.lp_xfrm_args(alg, mode, esn, replay, encap)) + " >/dev/null")
+
+    # ---- 6-in-4
+
+    def setup6(self):
+        """IPv6 on lphost's eth0 and the VM's prot0 (and through the VM's
+        eth0), once, before the first 6-in-4 case. No link-local address,
+        DAD, router solicitation or RA on either eth0: nothing but the
+        tests' traffic and neighbour discovery for it goes to espgw."""
+        if self.six_ready:
+            return
+        quiet = "addr_gen_mode=1 accept_dad=0 accept_ra=0 router_solicitations=0 disable_ipv6=0"
+        script = (
+            "set -e; for k in " + quiet + "; do sysctl -qw net.ipv6.conf.eth0.$k; done\n"
+            f"ip -6 addr add {HOST6}/64 dev eth0 nodad\n"
+            f"ip -6 route add default via {GW6} dev eth0\n"
+        )
+        r = self.ns("lphost", ["sh", "-c", script])
+        if r.returncode:
+            raise Failure(f"lphost IPv6 setup: {r.stdout}{r.stderr}")
+        # XFRM hands decapsulated IPv6 to ipv6_rcv on eth0, which drops it
+        # where IPv6 is disabled: eth0 takes IPv6, with no address of its own.
+        self.vm("(set -e\n"
+                "c=/proc/sys/net/ipv6/conf\n"
+                "for k in addr_gen_mode=1 accept_ra=0 router_solicitations=0 accept_dad=0 disable_ipv6=0; do\n"
+                "  echo ${k#*=} > $c/eth0/${k%=*}; done\n"
+                "echo 0 > $c/prot0/accept_dad; echo 0 > $c/prot0/disable_ipv6\n"
+                f"ip -6 addr add {VM_PROT6}/64 dev prot0 nodad\n)")
+        # lphost's MLD reports for its new address's solicited-node group
+        # (sent twice within a second) are over before espgw starts.
+        time.sleep(2)
+        self.six_ready = True
+
+    def lp_xfrm6(self, alg, esn, encap=False, replay=64):
+        """The VM's SAs for 6-in-4: lp-xfrm's own commands (`dry=1`, with the
+        IPv6 networks as lnet/rnet) with an IPv6 selector added to each state
+        and an IPv6 route in place of lp-xfrm's IPv4 one."""
+        args = " ".join(self.lp_xfrm_args(alg, "tunnel", esn, replay, encap))
+        dry = self.vm(f"lp-xfrm {args} lnet={NET6_VM} rnet={NET6_GW} dry=1")
+        commands = []
+        for line in dry.splitlines():
+            if not line.startswith("+ "):
+                continue
+            # lp-xfrm prints each command's words joined by one space: an
+            # empty word (the null cipher's key) is two spaces in a row.
+            words = line[2:].split(" ")
+            if words[:4] == ["ip", "xfrm", "state", "add"]:
+                out = words[words.index("src") + 1] == VM
+                sel = (NET6_VM, NET6_GW) if out else (NET6_GW, NET6_VM)
+                words += ["sel", "src", sel[0], "dst", sel[1]]
+            elif words[:3] == ["ip", "route", "replace"]:
+                words = ["ip", "-6", "route", "replace", NET6_GW, "dev", "eth0", "src", VM_PROT6]
+            commands.append(" ".join(shlex.quote(w) for w in words))
+        if sum(c.startswith("ip xfrm state add") for c in commands) != 2 or not any("route" in c for c in commands):
+            raise Failure(f"unexpected lp-xfrm dry=1 output:\n{dry}")
+        # With encap=udp, lp-xfrm itself (not dry) also starts the VM's
+        # UDP_ENCAP_ESPINUDP socket on 4500; its IPv4 SAs are replaced below.
+        first = f"lp-xfrm {args} >/dev/null\n" if encap else ""
+        self.vm(f"(set -e\n{first}" + "\n".join(commands) + "\n) >/dev/null")
+
+    def traffic6(self, alg, encap, count=12):
+        """6-in-4 traffic (see the module's doc); returns (answered, sent,
+        text, problems)."""
+        mtu, esp_len = tunnel_mtu6(alg, encap)
+        problems = []
+        # lphost forgets its path MTU to the VM (kept with the route).
+        r = self.ns("lphost", ["sh", "-c", f"ip -6 route del default && ip -6 route add default via {GW6} dev eth0"
+                                           f" && ip -6 route get {VM_PROT6}"])
+        if r.returncode or " mtu " in r.stdout:
+            raise Failure(f"lphost's route to {VM_PROT6} not reset: {r.stdout}{r.stderr}")
+        sniffer = subprocess.Popen(
+            ["ip", "netns", "exec", "lpeer", sys.executable, "-c", OUTER_SNIFFER],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        try:
+            if sniffer.stdout.readline().strip() != "ready":
+                raise Failure("the tap sniffer did not start")
+            results = {f"host->vm tclass {TCLASS:#x}": self.ping_from_host(count, dst=VM_PROT6,
+                                                                          extra=["-Q", f"{TCLASS:#x}"])}
+            # One byte over the tunnel MTU, not to be fragmented by lphost.
+            r = self.ns("lphost", ["ping", "-n", "-M", "do", "-c", "1", "-W", "5", "-s", str(mtu + 1 - 48), VM_PROT6])
+            m = re.search(r"From (\S+) icmp_seq=\d+ Packet too big: mtu=(\d+)", r.stdout)
+            ptb = (m.group(1), int(m.group(2))) if m else None
+            if ptb != (GW6, mtu):
+                problems.append(f"a {mtu + 1}-byte packet got {ptb or 'no packet too big'}, not packet too big"
+                                f" from {GW6} with mtu={mtu}: {r.stdout.strip()}")
+            r = self.ns("lphost", ["ip", "-6", "route", "get", VM_PROT6])
+            m = re.search(r" mtu (\d+)", r.stdout)
+            learnt = int(m.group(1)) if m else None
+            if learnt != mtu:
+                problems.append(f"lphost's route to {VM_PROT6} has mtu {learnt}, not {mtu}: {r.stdout.strip()}")
+            results.update({
+                f"host->vm {mtu}B": self.ping_from_host(3, mtu - 48, dst=VM_PROT6, extra=["-M", "do"]),
+                "host->vm 1500B": self.ping_from_host(3, LINK_MTU - 48, dst=VM_PROT6),
+                "vm->host": self.ping_from_vm(count, src=VM_PROT6, dst=HOST6),
+                f"vm->host {mtu}B": self.ping_from_vm(3, mtu - 48, src=VM_PROT6, dst=HOST6),
+                "vm->host 1500B": self.ping_from_vm(3, LINK_MTU - 48, src=VM_PROT6, dst=HOST6),
+            })
+        finally:
+            out, _ = sniffer.communicate(input="", timeout=10)
+        try:
+            seen = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise Failure(f"tap sniffer: {out}")
+        got = sum(r[0] for r in results.values())
+        sent = sum(r[1] for r in results.values())
+        text = ", ".join(f"{k} {a}/{s}" for k, (a, s) in results.items())
+        text += f"; packet too big mtu={ptb[1] if ptb else None} (expected {mtu}), lphost learnt {learnt}"
+        tos = seen["tos"]
+        if tos.get(f"{TCLASS:#04x}", 0) < count or set(tos) - {f"{TCLASS:#04x}", "0x00"}:
+            problems.append(f"outer TOS of espgw's ESP {tos}: want {TCLASS:#04x} on >= {count} (the marked"
+                            " requests) and 0x00 on the rest")
+        if seen["df"]:
+            problems.append(f"{seen['df']} of espgw's {seen['frames']} ESP packets have DF set")
+        if seen["longest"] != esp_len:
+            problems.append(f"espgw's longest ESP packet is {seen['longest']} bytes; the tunnel MTU's"
+                            f" makes {esp_len}")
+        text += (f"; espgw's ESP to the VM: {seen['frames']} packets, outer TOS {tos}, DF on {seen['df']},"
+                 f" longest {seen['longest']}B")
+        return got, sent, text, problems
+
+    def run_case(self, name, alg, mode, esn, negative=None, encap=False, six=False):
+        if six:
+            self.setup6()
+            self.lp_xfrm6(alg, esn, encap=encap)
+        else:
+            self.lp_xfrm(alg, mode, esn, encap=encap)
+        kw = {"encap": encap, "six": six}
         if negative == "wrong-key":
             kw["wrong_keys"] = True
         elif negative == "wrong-spi":
             kw.update(spi_out=0x2002, spi_in=0x2001)
         config = self.config(name, alg, mode, esn, **kw)
         before = self.xfrm_stat()
-        proc, sock, stats_path = self.start(name, config)
+        # 6-in-4: asked for two workers, espgw must say it runs one.
+        proc, sock, stats_path = self.start(name, config, workers=2 if six else 1)
         problems = []
         try:
             if negative == "replay":
                 got, sent, text = self.replay_traffic()
             elif negative:
-                got, sent, text = self.negative_traffic()
+                got, sent, text = self.negative_traffic(six)
+            elif six:
+                got, sent, text, problems = self.traffic6(alg, encap)
             elif encap:
                 # The UDP header takes 8 bytes of the tunnel's MTU: with
                 # CBC-SHA1 over a 1500-byte link, 1422-byte inner packets
@@ -367,6 +608,11 @@ action = "discard"
             problems.append(f"engine errors {final['engine']['counters']['errors']}")
         if live["decapsulated"] > final["decapsulated"] or live["encapsulated"] > final["encapsulated"]:
             problems.append("the control socket's live counters exceed the final ones")
+        if six:
+            log = re.sub(r"\x1b\[[0-9;]*m", "", (self.work / f"{name}.log").read_text())
+            if final.get("workers") != 1 or "IPv6 tunnels are served by one worker" not in log:
+                problems.append(f"asked for 2 workers, espgw ran {final.get('workers')} and its log"
+                                f" {'says' if 'served by one worker' in log else 'does not say'} why")
 
         if negative == "replay":
             # The replayed frames are refused by the kernel's window; the
@@ -389,9 +635,13 @@ action = "discard"
                     problems.append(f"{label} is mode {s.get('mode')} esn {s.get('esn')}, not {mode} esn {esn}")
                 if s.get("replay") != 0 or s.get("failed") != 0:
                     problems.append(f"{label}: replay {s.get('replay')} failed {s.get('failed')}")
-            unexpected = {k: v for k, v in drops.items() if k not in ("policy_discard", "other_host")}
+            # 6-in-4: the one probe a byte over the tunnel MTU (packet too big).
+            allowed = ("policy_discard", "other_host") + (("frag_needed",) if six else ())
+            unexpected = {k: v for k, v in drops.items() if k not in allowed}
             if unexpected:
                 problems.append(f"espgw drops {unexpected}")
+            if six and drops.get("frag_needed") != 1:
+                problems.append(f"espgw counted frag_needed {drops.get('frag_needed', 0)}, not 1 (the probe)")
             if encap:
                 want = ("espinudp", 4500, 4500)
                 for label, s in (("VM in SA 0x1002", vm_in), ("VM out SA 0x1001", vm_out)):
@@ -448,11 +698,17 @@ action = "discard"
             if unexpected:
                 problems.append(f"espgw drops besides the expected: {unexpected}")
         text += f"; espgw drops {drops or 'none'} (policy_discard, other_host = VM control channel)"
+        if six:
+            text += f"; espgw workers {final.get('workers')} (asked for 2)"
         return problems, text
 
-    def negative_traffic(self):
-        a = self.ping_from_host(3, interval="0.2")
-        b = self.ping_from_vm(3, interval="0.2")
+    def negative_traffic(self, six=False):
+        if six:
+            a = self.ping_from_host(3, interval="0.2", dst=VM_PROT6)
+            b = self.ping_from_vm(3, interval="0.2", src=VM_PROT6, dst=HOST6)
+        else:
+            a = self.ping_from_host(3, interval="0.2")
+            b = self.ping_from_vm(3, interval="0.2")
         return a[0] + b[0], a[1] + b[1], f"host->vm {a[0]}/{a[1]}, vm->host {b[0]}/{b[1]} answered"
 
     def replay_traffic(self):
@@ -499,26 +755,40 @@ def main():
         ("neg-udp-wrong-key-aes128gcm16", "aes128gcm16", "tunnel", False, "wrong-key", True),
         ("neg-udp-wrong-key-chacha20poly1305", "chacha20poly1305", "tunnel", False, "wrong-key", True),
     ]
+    # 6-in-4 last (the first one turns IPv6 on in lphost and the VM): every
+    # algorithm; ESN across 2^32 with GCM, CBC-SHA1 and chacha20poly1305;
+    # ESP in UDP; wrong keys.
+    six = [(alg, False, False) for alg in ALGS]
+    six += [(alg, True, False) for alg in ("aes128gcm16", "aes128-sha1", "chacha20poly1305")]
+    six += [("aes128gcm16", False, True), ("aes128-sha1", True, True)]
+    for alg, esn, encap in six:
+        cases.append((f"6in4-{'udp-' if encap else ''}{alg}-tunnel-{'esn' if esn else 'noesn'}",
+                      alg, "tunnel", esn, None, encap, True))
+    cases += [
+        ("6in4-neg-wrong-key-aes128gcm16", "aes128gcm16", "tunnel", False, "wrong-key", False, True),
+        ("6in4-neg-wrong-key-aes128-sha1", "aes128-sha1", "tunnel", False, "wrong-key", False, True),
+    ]
     if args.only:
         wanted = args.only.split(",")
         cases = [c for c in cases if any(w in c[0] for w in wanted)]
 
     rows = []
-    for name, alg, mode, esn, negative, *encap in cases:
-        encap = bool(encap and encap[0])
+    for name, alg, mode, esn, negative, *more in cases:
+        encap, six = (more + [False, False])[:2]
         t0 = time.time()
         try:
-            problems, text = lab.run_case(name, alg, mode, esn, negative, encap)
+            problems, text = lab.run_case(name, alg, mode, esn, negative, encap, six)
         except (Failure, subprocess.TimeoutExpired, KeyError, ValueError) as e:
             problems, text = [f"{type(e).__name__}: {e}"], ""
         verdict = "FAIL" if problems else "PASS"
         print(f"{verdict} {name} ({time.time() - t0:.1f}s): {text}", flush=True)
         for p in problems:
             print(f"     problem: {p}", flush=True)
-        rows.append((alg, mode, "on" if esn else "off", "udp" if encap else "-", negative or "-", verdict))
+        rows.append((alg, "ipv6" if six else "ipv4", mode, "on" if esn else "off", "udp" if encap else "-",
+                     negative or "-", verdict))
 
-    lines = [f"{'algorithm':<17} {'mode':<10} {'ESN':<4} {'encap':<6} {'case':<10} result"]
-    lines += [f"{a:<17} {m:<10} {e:<4} {u:<6} {n:<10} {v}" for a, m, e, u, n, v in rows]
+    lines = [f"{'algorithm':<17} {'inner':<6} {'mode':<10} {'ESN':<4} {'encap':<6} {'case':<10} result"]
+    lines += [f"{a:<17} {i:<6} {m:<10} {e:<4} {u:<6} {n:<10} {v}" for a, i, m, e, u, n, v in rows]
     failed = sum(1 for r in rows if r[-1] == "FAIL")
     lines.append(f"XFRM interop: {len(rows) - failed} passed, {failed} failed")
     table = "\n".join(lines)

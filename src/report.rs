@@ -25,20 +25,36 @@ pub fn config_summary(config: &Config) -> String {
         } else {
             "the device's".to_owned()
         };
+        let address6 = iface
+            .address6
+            .map_or_else(String::new, |(a, p)| format!(" address6 {a}/{}", p.len()));
         let _ = writeln!(
             out,
-            "  interface {:<7} device {:<10} {}/{} mac {mac} mtu {mtu}",
+            "  interface {:<7} device {:<10} {}/{}{address6} mac {mac} mtu {mtu}",
             iface.port,
             iface.device,
             iface.address,
             iface.network.len(),
         );
     }
+    let via = |v: Option<std::net::IpAddr>| v.map_or_else(|| "direct".to_owned(), |v| format!("via {v}"));
     for route in &config.routes {
-        let via = route
-            .via
-            .map_or_else(|| "direct".to_owned(), |v| format!("via {v}"));
-        let _ = writeln!(out, "  route {} {} dev {}", route.destination, via, route.port);
+        let _ = writeln!(
+            out,
+            "  route {} {} dev {}",
+            route.destination,
+            via(route.via.map(Into::into)),
+            route.port
+        );
+    }
+    for route in &config.routes6 {
+        let _ = writeln!(
+            out,
+            "  route {} {} dev {}",
+            route.destination,
+            via(route.via.map(Into::into)),
+            route.port
+        );
     }
     for (addr, mac) in &config.neighbors {
         let _ = writeln!(out, "  neighbor {addr} lladdr {mac}");

@@ -63,7 +63,7 @@ fn afalg_gives_the_same_bytes_as_soft() {
                 .map(|n| udp_packet(HOST_A, HOST_B, n, n as u8))
                 .collect();
             let soft = EngineSpec::default();
-            let mut reference_pair = Pair::on(alg, "tunnel", esn, "", &soft, Style::Async);
+            let mut reference_pair = Pair::on(alg, "tunnel", esn, &soft, Style::Async);
             reference_pair.a.set_iv_seed(3);
             let reference = through(&mut reference_pair.a, Port::Inside, &frames);
             for (style, buffers, io) in combos() {
@@ -76,7 +76,7 @@ fn afalg_gives_the_same_bytes_as_soft() {
                         afalg_io: io,
                         ..EngineSpec::default()
                     };
-                    let mut pair = Pair::on(alg, "tunnel", esn, "", &spec, style);
+                    let mut pair = Pair::on(alg, "tunnel", esn, &spec, style);
                     pair.a.set_iv_seed(3);
                     let esp = through(&mut pair.a, Port::Inside, &frames);
                     if let Some((i, ((va, a), (vb, b)))) =

@@ -396,7 +396,9 @@ fn keys_never_leave_the_config() {
     use std::os::unix::fs::PermissionsExt;
     let secret = "SECRET-MARKER-0123456789abcdef";
     let alg = accel::Algorithm::Aes128Sha1;
-    let text = common::tunnel_config(alg, "tunnel", false, true, &format!("secret = \"{secret}\""));
+    let text = common::tunnel_config_edited(alg, "tunnel", false, true, |c| {
+        c.tunnels[0].secret = Some(secret.into());
+    });
     let mut hidden: Vec<String> = vec![secret.to_owned()];
     for (len, seed) in [(16, 1), (16, 2), (20, 101), (20, 102)] {
         hidden.push(common::key_hex(len, seed));

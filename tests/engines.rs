@@ -68,7 +68,7 @@ fn every_engine_style_and_buffer_policy_gives_identical_bytes() {
         let mut reference: Option<Vec<(Verdict, Vec<u8>)>> = None;
         for (kind, style, buffers) in combos().into_iter().filter(|(k, ..)| engine_runs(*k, alg)) {
             let what = format!("{alg} {kind} {style} {buffers}");
-            let mut pair = Pair::on(alg, "tunnel", false, "", &engine_spec(kind, buffers), style);
+            let mut pair = Pair::on(alg, "tunnel", false, &engine_spec(kind, buffers), style);
             pair.a.set_iv_seed(7);
             let esp = through(&mut pair.a, Port::Inside, &frames);
             assert_eq!(esp.len(), frames.len(), "{what}");
@@ -117,7 +117,7 @@ fn sec_pair(alg: Algorithm, style: Style, sec: SecConfig) -> Pair {
         sec,
         ..EngineSpec::default()
     };
-    Pair::on(alg, "tunnel", false, "", &spec, style)
+    Pair::on(alg, "tunnel", false, &spec, style)
 }
 
 fn frames(n: usize) -> Vec<Vec<u8>> {
@@ -356,7 +356,6 @@ fn the_inline_engine_finishes_an_outbound_burst_within_the_call() {
             Algorithm::Aes128Sha1,
             "tunnel",
             false,
-            "",
             &engine_spec(kind, BufferPolicy::Registered),
             style,
         );

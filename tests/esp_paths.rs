@@ -6,7 +6,8 @@ mod common;
 use accel::Algorithm;
 use common::*;
 use dataplane::{DropReason, Port, Verdict};
-use spd_sad::{Ipv4Prefix, SaDirection};
+use ike_stub::builder::{LifetimeBuilder, PolicyBuilder};
+use spd_sad::{IpPrefix, Ipv4Prefix, PolicyDirection, SaDirection};
 
 const MODES: [&str; 2] = ["tunnel", "transport"];
 
@@ -323,26 +324,34 @@ fn inbound_policy_is_enforced_after_decapsulation() {
 
 #[test]
 fn outbound_policy_routing_and_ttl() {
-    let extra = r#"
-[[policy]]
-name = "no-telnet"
-direction = "out"
-priority = 5
-destination = "192.168.2.0/24"
-protocol = "tcp"
-destination_ports = 23
-action = "discard"
-
-[[policy]]
-name = "clear-dns"
-direction = "out"
-priority = 6
-protocol = "udp"
-destination_ports = "5000"
-destination = "192.168.3.0/24"
-action = "bypass"
-"#;
-    let mut pair = Pair::with_extra(Algorithm::Aes128Gcm16, "tunnel", false, extra);
+    let net = |text: &str| Some(text.parse::<IpPrefix>().expect("a prefix"));
+    let no_telnet = PolicyBuilder {
+        name: "no-telnet".into(),
+        direction: PolicyDirection::Out,
+        priority: Some(5),
+        source: None,
+        destination: net("192.168.2.0/24"),
+        protocol: Some("tcp".into()),
+        source_ports: None,
+        destination_ports: Some("23".into()),
+        action: "discard".into(),
+        sa: None,
+    };
+    let clear_dns = PolicyBuilder {
+        name: "clear-dns".into(),
+        direction: PolicyDirection::Out,
+        priority: Some(6),
+        source: None,
+        destination: net("192.168.3.0/24"),
+        protocol: Some("udp".into()),
+        source_ports: None,
+        destination_ports: Some("5000".into()),
+        action: "bypass".into(),
+        sa: None,
+    };
+    let mut pair = Pair::edited(Algorithm::Aes128Gcm16, "tunnel", false, |c| {
+        c.policies.extend([no_telnet.clone(), clear_dns.clone()]);
+    });
     let mut telnet = udp_packet(HOST_A, HOST_B, 10, 0);
     telnet[9] = 6;
     telnet[22..24].copy_from_slice(&23u16.to_be_bytes());
@@ -384,10 +393,50 @@ action = "bypass"
     assert!(stats.balanced());
 }
 
+/// A port may also be written as a bare integer (`destination_ports =
+/// 23`), which means what the text `"23"` the builder writes means. The
+/// integer is put in the builder's text by hand: which form the parser
+/// takes is the point.
+#[test]
+fn a_port_written_as_an_integer_selects_like_its_text() {
+    let built = tunnel_edited(Algorithm::Aes128Gcm16, "tunnel", false, true, |c| {
+        c.policies.push(PolicyBuilder {
+            name: "no-telnet".into(),
+            direction: PolicyDirection::Out,
+            priority: Some(5),
+            source: None,
+            destination: None,
+            protocol: Some("tcp".into()),
+            source_ports: None,
+            destination_ports: Some("23".into()),
+            action: "discard".into(),
+            sa: None,
+        });
+    });
+    let text = built.to_toml();
+    let integer = text.replace("destination_ports = \"23\"", "destination_ports = 23");
+    assert_ne!(integer, text, "the builder writes ports as text");
+    let policy = |text: &str| {
+        let config = ike_stub::Config::parse(std::path::Path::new("ports.toml"), text)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        config
+            .policies
+            .into_iter()
+            .find(|p| p.name == "no-telnet")
+            .expect("the policy")
+    };
+    assert_eq!(policy(&integer), policy(&text));
+}
+
 #[test]
 fn hard_lifetime_stops_the_sa() {
-    let extra = "[tunnel.lifetime]\nsoft_packets = 3\nhard_packets = 5\n";
-    let mut pair = Pair::with_extra(Algorithm::Aes256Sha256, "tunnel", false, extra);
+    let mut pair = Pair::edited(Algorithm::Aes256Sha256, "tunnel", false, |c| {
+        c.tunnels[0].lifetime = Some(LifetimeBuilder {
+            soft_packets: Some(3),
+            hard_packets: Some(5),
+            ..LifetimeBuilder::default()
+        });
+    });
     for i in 0..5 {
         assert_round_trip(&mut pair, &udp_packet(HOST_A, HOST_B, 10, i));
     }
@@ -450,8 +499,7 @@ fn transport_mode_refuses_protocol_59() {
 /// for what site A's tunnel sends (SPI 0x1001, A's outbound keys) and
 /// `extra`.
 fn manual_inbound(alg: Algorithm, sa_extra: &str, extra: &str) -> String {
-    let b = tunnel_config(alg, "tunnel", false, false, "");
-    let head = &b[..b.find("[[tunnel]]").expect("has a tunnel")];
+    let head = tunnel_edited(alg, "tunnel", false, false, |c| c.tunnels.clear()).to_toml();
     format!(
         "{head}[[sa]]\nname = \"m-in\"\ndirection = \"in\"\nspi = 0x1001\nlocal = \"10.0.0.2\"\n\
          remote = \"10.0.0.1\"\nproposal = \"{alg}\"\nenc_key = \"{}\"\n{sa_extra}{extra}",

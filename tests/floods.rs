@@ -12,6 +12,7 @@ use std::time::Duration;
 use accel::{Algorithm, EngineSpec, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
+use ike_stub::builder::LimitsSection;
 use ike_stub::Config;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Cidr, Ipv4Packet,
@@ -25,13 +26,14 @@ const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x00, 0x02];
 /// Site A or B on Ethernet with ARP resolution on, its outside network a
 /// /8 (room for 100,000 distinct on-link senders), and `limits` as its
 /// `[limits]` section.
-fn site(a: bool, limits: &str, link: LinkLayer) -> Gateway {
+fn site(a: bool, limits: LimitsSection, link: LinkLayer) -> Gateway {
     let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, a);
     interface(&mut built, "inside").mac = Some(EthernetAddress([0x02, 0, 0, 0, 1, 1]));
     let outside = interface(&mut built, "outside");
     outside.mac = Some(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
     outside.address = Ipv4Cidr::new(outside.address.address(), 8);
-    let text = built.to_toml() + &format!("\n[limits]\n{limits}\n");
+    built.limits = limits;
+    let text = built.to_toml();
     let config = Config::parse(Path::new("flood.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let mut setup = config.setup(link, Style::Async);
     setup.resolve_neighbors = link == LinkLayer::Ethernet;
@@ -108,11 +110,11 @@ fn forwarded(outputs: &[(Verdict, Vec<u8>)], port: Port) -> Vec<&Vec<u8>> {
 fn an_arp_flood_leaves_the_table_at_its_bound_and_the_gateway_forwarding() {
     const BOUND: usize = 256;
     const FLOOD: u32 = 100_000;
-    let mut gw = site(
-        true,
-        &format!("neighbors_per_interface = {BOUND}"),
-        LinkLayer::Ethernet,
-    );
+    let limits = LimitsSection {
+        neighbors_per_interface: Some(BOUND as u32),
+        ..LimitsSection::default()
+    };
+    let mut gw = site(true, limits, LinkLayer::Ethernet);
     let mut pool = PacketPool::new(256);
     let t0 = Duration::from_secs(1);
     // The peer and host A are known before the flood.
@@ -176,7 +178,7 @@ fn an_arp_flood_leaves_the_table_at_its_bound_and_the_gateway_forwarding() {
     assert_eq!(&esp[0][..6], &PEER_MAC);
     assert_eq!(esp[0][14 + 9], 50, "ESP");
 
-    let mut b = site(false, "", LinkLayer::RawIp);
+    let mut b = site(false, LimitsSection::default(), LinkLayer::RawIp);
     let reply = udp_packet(HOST_B, HOST_A, 300, 2);
     let (verdict, esp_back) = run(&mut b, &mut pool, now, Port::Inside, &reply);
     assert_eq!(verdict, Verdict::Forward(Port::Outside));
@@ -196,7 +198,7 @@ fn an_arp_flood_leaves_the_table_at_its_bound_and_the_gateway_forwarding() {
 
 #[test]
 fn arp_from_off_link_or_unasked_is_not_learnt_and_is_counted() {
-    let mut gw = site(true, "", LinkLayer::Ethernet);
+    let mut gw = site(true, LimitsSection::default(), LinkLayer::Ethernet);
     let mut pool = PacketPool::new(64);
     let now = Duration::from_secs(1);
     let off_link: Vec<Vec<u8>> = (0..100u8)
@@ -274,7 +276,12 @@ fn time_exceeded(outputs: &[(Verdict, Vec<u8>)]) -> usize {
 #[test]
 fn a_ttl_flood_gets_no_more_icmp_than_the_gateway_bucket_allows() {
     // 100 per second, 10 at once, no per-source limit.
-    let limits = "icmp_errors_per_second = 100\nicmp_burst = 10\nicmp_per_source_ms = 0";
+    let limits = LimitsSection {
+        icmp_errors_per_second: Some(100),
+        icmp_burst: Some(10),
+        icmp_per_source_ms: Some(0),
+        ..LimitsSection::default()
+    };
     let mut gw = site(true, limits, LinkLayer::RawIp);
     let mut pool = PacketPool::new(256);
     let sources: Vec<Ipv4Addr> = (10..200).map(|d| Ipv4Addr::new(192, 168, 1, d)).collect();
@@ -321,8 +328,13 @@ fn a_ttl_flood_gets_no_more_icmp_than_the_gateway_bucket_allows() {
 fn a_ttl_flood_from_one_source_gets_its_own_bucket() {
     // Linux's defaults for one source: 1 per 1000 ms, 6 at once; the
     // gateway's bucket out of the way.
-    let limits = "icmp_errors_per_second = 1000000\nicmp_burst = 1000000\n\
-                  icmp_per_source_ms = 1000\nicmp_per_source_burst = 6";
+    let limits = LimitsSection {
+        icmp_errors_per_second: Some(1_000_000),
+        icmp_burst: Some(1_000_000),
+        icmp_per_source_ms: Some(1000),
+        icmp_per_source_burst: Some(6),
+        ..LimitsSection::default()
+    };
     let mut gw = site(true, limits, LinkLayer::RawIp);
     let mut pool = PacketPool::new(256);
     let one = [HOST_A];
@@ -350,10 +362,15 @@ fn a_ttl_flood_from_one_source_gets_its_own_bucket() {
 
 #[test]
 fn frag_needed_draws_on_the_same_buckets() {
-    let limits = "icmp_errors_per_second = 100\nicmp_burst = 2\nicmp_per_source_ms = 0";
     let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
     interface(&mut built, "outside").mtu = Some(1400);
-    let text = built.to_toml() + &format!("\n[limits]\n{limits}\n");
+    built.limits = LimitsSection {
+        icmp_errors_per_second: Some(100),
+        icmp_burst: Some(2),
+        icmp_per_source_ms: Some(0),
+        ..LimitsSection::default()
+    };
+    let text = built.to_toml();
     let mut gw = gateway_from(&text);
     let mut pool = PacketPool::new(64);
     // DF packets that no longer fit once protected.

@@ -26,6 +26,7 @@ use std::time::Duration;
 use accel::{Algorithm, Descriptor, DescriptorKind, Direction, Region, Session, Status};
 use common::{udp_packet, Pair, HOST_A, HOST_B};
 use dataplane::{DropReason, LinkLayer, PacketPool, Port, Verdict};
+use ike_stub::builder::{LifetimeBuilder, LimitsSection, RekeySection};
 use ike_stub::message::{Kind, Message};
 use ike_stub::prf::TunnelSecrets;
 use ike_stub::Config;
@@ -200,9 +201,16 @@ fn pcap_snap(datalink: DataLink, snaplen: u32, frames: &[Vec<u8>]) -> Vec<u8> {
 #[test]
 #[ignore = "writes fuzz/seeds/pcap_verdicts; run with --ignored to regenerate them"]
 fn write_verdict_and_limit_seeds() {
-    let limits = "\n[limits]\nneighbors_per_interface = 64\nicmp_errors_per_second = 10\n\
-                  icmp_burst = 3\nicmp_per_source_ms = 0\nicmp_per_source_burst = 2\nicmp_sources = 16\n";
-    let text = common::tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "") + limits;
+    let text = common::tunnel_config_edited(Algorithm::Aes128Gcm16, "tunnel", false, true, |c| {
+        c.limits = LimitsSection {
+            neighbors_per_interface: Some(64),
+            icmp_errors_per_second: Some(10),
+            icmp_burst: Some(3),
+            icmp_per_source_ms: Some(0),
+            icmp_per_source_burst: Some(2),
+            icmp_sources: Some(16),
+        };
+    });
     write("config", "generated-limits.toml", text.as_bytes());
     let mut a = shipped_gateway("site-a.toml", LinkLayer::Ethernet);
     let a_mac = [0x02, 0, 0, 0, 1, 1];
@@ -733,10 +741,20 @@ fn write_fuzz_seeds() {
             }
         }
     }
-    let secret = "secret = \"a fuzzing secret, longer than sixteen bytes\"\n\
-                  [tunnel.lifetime]\nsoft_packets = 1000\nhard_packets = 2000\n\n\
-                  [rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
-    let generated = common::tunnel_config(Algorithm::Aes256Sha256, "transport", true, true, secret);
+    let generated = common::tunnel_config_edited(Algorithm::Aes256Sha256, "transport", true, true, |c| {
+        let tunnel = &mut c.tunnels[0];
+        tunnel.secret = Some("a fuzzing secret, longer than sixteen bytes".into());
+        tunnel.lifetime = Some(LifetimeBuilder {
+            soft_packets: Some(1000),
+            hard_packets: Some(2000),
+            ..LifetimeBuilder::default()
+        });
+        c.rekey = RekeySection {
+            grace_ms: Some(300),
+            retransmit_ms: Some(20),
+            ..RekeySection::default()
+        };
+    });
     write("config", "generated-secret.toml", generated.as_bytes());
 
     // control_request.

@@ -406,7 +406,7 @@ fn esp_fragments() -> (Vec<u8>, Vec<Vec<u8>>) {
 }
 
 fn site_b() -> Gateway {
-    gateway_from(&tunnel_config(Algorithm::Aes128Sha1, "tunnel", false, false, ""))
+    gateway_from(&tunnel_config(Algorithm::Aes128Sha1, "tunnel", false, false))
 }
 
 fn feed(

@@ -14,7 +14,7 @@ use smoltcp::wire::EthernetAddress;
 
 /// Site A on Ethernet; `resolve` turns ARP on (no static neighbours).
 fn site_a(resolve: bool) -> Gateway {
-    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "");
+    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true);
     let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = resolve;

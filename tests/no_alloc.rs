@@ -66,7 +66,7 @@ struct Rig {
 
 impl Rig {
     fn new(alg: Algorithm, spec: &EngineSpec, style: Style) -> Rig {
-        let pair = Pair::on(alg, "tunnel", false, "", spec, style);
+        let pair = Pair::on(alg, "tunnel", false, spec, style);
         let plain = (0..BATCH)
             .map(|i| udp_packet(HOST_A, HOST_B, 64 + i * 7, i as u8))
             .collect();

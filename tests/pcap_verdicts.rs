@@ -140,7 +140,7 @@ fn pcap_bytes(frames: &[Vec<u8>]) -> Vec<u8> {
 /// Runs the capture into site B on `kind`/`style`; the verdict lines and
 /// B's counters.
 fn verdicts(frames: &[Vec<u8>], kind: EngineKind, style: Style) -> (Vec<Value>, Gateway) {
-    let b_text = tunnel_config(ALG, "tunnel", false, false, "");
+    let b_text = tunnel_config(ALG, "tunnel", false, false);
     let mut b = gateway_on(&b_text, &engine_spec(kind, BufferPolicy::Registered), style);
     let bytes = pcap_bytes(frames);
     let (reader, _) = pcap::open(&bytes[..]).unwrap();

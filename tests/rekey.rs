@@ -12,18 +12,77 @@ use std::path::Path;
 use std::time::Duration;
 
 use accel::{Algorithm, EngineKind, EngineSpec, Style};
-use common::{tunnel_config, udp_packet, HOST_A, HOST_B};
+use common::{interface, tunnel_edited, udp_packet, HOST_A, HOST_B};
 use dataplane::{DropReason, Gateway, LinkLayer, Output, PacketPool, Port, Verdict};
+use ike_stub::builder::{ConfigBuilder, Encap, LifetimeBuilder, LimitsSection, RekeySection, TunnelBuilder};
 use ike_stub::{Config, ControlPlane, ReloadError};
-use smoltcp::wire::Ipv4Packet;
+use smoltcp::wire::{Ipv4Cidr, Ipv4Packet};
+use spd_sad::Ipv4Prefix;
 
-const SECRET: &str = "secret = \"a test secret, longer than sixteen bytes\"\n";
+const SECRET: &str = "a test secret, longer than sixteen bytes";
 /// One-way delay of the wire between the gateways.
 const WIRE_DELAY: Duration = Duration::from_millis(2);
 const STEP: Duration = Duration::from_millis(1);
 
-fn config_text(a: bool, alg: Algorithm, tunnel_extra: &str, sections: &str) -> String {
-    tunnel_config(alg, "tunnel", false, a, &format!("{tunnel_extra}\n{sections}"))
+/// Site A's (`a`) or site B's end of the test tunnel, changed by `edit`.
+fn site(a: bool, alg: Algorithm, edit: impl FnOnce(&mut ConfigBuilder)) -> ConfigBuilder {
+    tunnel_edited(alg, "tunnel", false, a, edit)
+}
+
+/// [`site`]'s text.
+fn config_text(a: bool, alg: Algorithm, edit: impl FnOnce(&mut ConfigBuilder)) -> String {
+    site(a, alg, edit).to_toml()
+}
+
+/// The tunnel gets `SECRET`, to rekey with.
+fn secret(config: &mut ConfigBuilder) {
+    config.tunnels[0].secret = Some(SECRET.into());
+}
+
+/// The tunnel's lifetime is `lifetime`.
+fn lifetime(lifetime: LifetimeBuilder) -> impl Fn(&mut ConfigBuilder) {
+    move |config| config.tunnels[0].lifetime = Some(lifetime)
+}
+
+/// A lifetime of `soft` and `hard` packets.
+fn packets(soft: u64, hard: u64) -> LifetimeBuilder {
+    LifetimeBuilder {
+        soft_packets: Some(soft),
+        hard_packets: Some(hard),
+        ..LifetimeBuilder::default()
+    }
+}
+
+/// A lifetime of `soft` and `hard` bytes.
+fn bytes(soft: u64, hard: u64) -> LifetimeBuilder {
+    LifetimeBuilder {
+        soft_bytes: Some(soft),
+        hard_bytes: Some(hard),
+        ..LifetimeBuilder::default()
+    }
+}
+
+/// A lifetime of `soft` and `hard` seconds without traffic.
+fn idle(soft: u64, hard: u64) -> LifetimeBuilder {
+    LifetimeBuilder {
+        soft_idle_s: Some(soft),
+        hard_idle_s: Some(hard),
+        ..LifetimeBuilder::default()
+    }
+}
+
+/// `[rekey]` for the virtual clock: a short grace, quick retransmits.
+fn quick_rekey() -> RekeySection {
+    RekeySection {
+        grace_ms: Some(300),
+        retransmit_ms: Some(20),
+        ..RekeySection::default()
+    }
+}
+
+/// An IPv4 prefix written as text.
+fn prefix(text: &str) -> Ipv4Prefix {
+    text.parse().expect("a prefix")
 }
 
 fn parse(text: &str) -> Config {
@@ -272,19 +331,22 @@ impl Net {
 
 impl Net {
     /// Two ends of a tunnel with `SECRET`: `lifetime_a` at A, `lifetime_b`
-    /// at B, and the same `[rekey]` `sections`.
+    /// at B, and the same `rekey` section.
     fn with_secret(
         alg: Algorithm,
-        lifetime_a: &str,
-        lifetime_b: &str,
-        sections: &str,
+        lifetime_a: LifetimeBuilder,
+        lifetime_b: LifetimeBuilder,
+        rekey: RekeySection,
         spec: &EngineSpec,
     ) -> Net {
-        Net::new(
-            &config_text(true, alg, &format!("{SECRET}{lifetime_a}"), sections),
-            &config_text(false, alg, &format!("{SECRET}{lifetime_b}"), sections),
-            spec,
-        )
+        let end = |a: bool, life: LifetimeBuilder| {
+            config_text(a, alg, |c| {
+                secret(c);
+                lifetime(life)(c);
+                c.rekey = rekey;
+            })
+        };
+        Net::new(&end(true, lifetime_a), &end(false, lifetime_b), spec)
     }
 
     /// `steps` steps, each sending one packet from A (and from B if `both`).
@@ -323,9 +385,8 @@ fn size(i: u32) -> usize {
 }
 
 fn rekey_while_traffic_flows(alg: Algorithm, spec: &EngineSpec, rekeys: u32) {
-    let lifetime = "[tunnel.lifetime]\nsoft_bytes = 20000\nhard_bytes = 400000\n";
-    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
-    let mut net = Net::with_secret(alg, lifetime, lifetime, sections, spec);
+    let life = bytes(20000, 400000);
+    let mut net = Net::with_secret(alg, life, life, quick_rekey(), spec);
     let mut i = 0u32;
     let mut replayed = 0;
     while net.generation(0) < rekeys || net.generation(1) < rekeys {
@@ -413,10 +474,9 @@ fn rekeys_on_the_sec_engine_model_with_cbc_hmac() {
 #[test]
 fn both_ends_can_start_and_collisions_resolve() {
     // Symmetric traffic makes both ends reach the soft limit together.
-    let lifetime = "[tunnel.lifetime]\nsoft_packets = 50\nhard_packets = 5000\n";
-    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+    let life = packets(50, 5000);
     let alg = Algorithm::Aes256Gcm16;
-    let mut net = Net::with_secret(alg, lifetime, lifetime, sections, &EngineSpec::default());
+    let mut net = Net::with_secret(alg, life, life, quick_rekey(), &EngineSpec::default());
     net.traffic(3000, true);
     net.settle(400);
     net.assert_all_delivered_once();
@@ -429,11 +489,11 @@ fn both_ends_can_start_and_collisions_resolve() {
 #[test]
 fn hard_expiry_without_a_rekey_drops_as_sa_expired() {
     // No secret: nothing can rekey.
-    let lifetime = "[tunnel.lifetime]\nsoft_packets = 5\nhard_packets = 10\n";
+    let life = lifetime(packets(5, 10));
     let alg = Algorithm::Aes128Gcm16;
     let mut net = Net::new(
-        &config_text(true, alg, lifetime, ""),
-        &config_text(false, alg, lifetime, ""),
+        &config_text(true, alg, &life),
+        &config_text(false, alg, &life),
         &EngineSpec::default(),
     );
     for _ in 0..15 {
@@ -459,10 +519,15 @@ fn hard_expiry_without_a_rekey_drops_as_sa_expired() {
 
 #[test]
 fn a_silent_peer_leaves_the_old_sa_to_its_hard_expiry() {
-    let lifetime = "[tunnel.lifetime]\nsoft_packets = 20\nhard_packets = 400\n";
-    let sections = "[rekey]\nretransmit_ms = 10\nretries = 3\nretry_after_s = 3600\n";
+    let life = packets(20, 400);
+    let rekey = RekeySection {
+        grace_ms: None,
+        retransmit_ms: Some(10),
+        retries: Some(3),
+        retry_after_s: Some(3600),
+    };
     let alg = Algorithm::Aes128Gcm16;
-    let mut net = Net::with_secret(alg, lifetime, lifetime, sections, &EngineSpec::default());
+    let mut net = Net::with_secret(alg, life, life, rekey, &EngineSpec::default());
     net.mute = [true, true];
     net.traffic(410, false);
     net.settle(500);
@@ -487,11 +552,9 @@ fn a_silent_peer_leaves_the_old_sa_to_its_hard_expiry() {
 #[test]
 fn forged_replayed_and_truncated_control_messages_are_ignored_and_counted() {
     // A reaches its soft limit long before B: A always initiates.
-    let soon = "[tunnel.lifetime]\nsoft_packets = 30\nhard_packets = 100000\n";
-    let late = "[tunnel.lifetime]\nsoft_packets = 90000\nhard_packets = 100000\n";
-    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+    let (soon, late) = (packets(30, 100000), packets(90000, 100000));
     let alg = Algorithm::Aes128Gcm16;
-    let mut net = Net::with_secret(alg, soon, late, sections, &EngineSpec::default());
+    let mut net = Net::with_secret(alg, soon, late, quick_rekey(), &EngineSpec::default());
     // Two rekeys, so there are old messages to replay.
     net.traffic_until_generation(2);
     net.settle(50);
@@ -539,73 +602,73 @@ fn forged_replayed_and_truncated_control_messages_are_ignored_and_counted() {
 
 #[test]
 fn reload_adds_removes_and_keeps_tunnels() {
-    let second = r#"
-[[tunnel]]
-name = "u"
-local = "10.0.0.1"
-remote = "10.0.0.2"
-local_subnet = "192.168.11.0/24"
-remote_subnet = "192.168.12.0/24"
-proposal = "aes128gcm16"
-spi_out = 0x2001
-spi_in = 0x2002
-secret = "another secret, long enough"
-"#;
+    let second = TunnelBuilder::new(
+        "u",
+        (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)),
+        Algorithm::Aes128Gcm16,
+        (0x2001, 0x2002),
+    )
+    .subnets(prefix("192.168.11.0/24"), prefix("192.168.12.0/24"))
+    .secret("another secret, long enough");
     let alg = Algorithm::Aes128Gcm16;
-    let base = config_text(true, alg, SECRET, "");
+    let base = site(true, alg, secret);
     let mut net = Net::new(
-        &base,
-        &config_text(false, alg, SECRET, ""),
+        &base.to_toml(),
+        &config_text(false, alg, secret),
         &EngineSpec::default(),
     );
     for _ in 0..5 {
         net.send(0, 100);
         net.step();
     }
-    let packets = |net: &Net| {
+    let sent = |net: &Net| {
         let sad = net.sites[0].gw.sad();
         sad.find("t-out")
             .and_then(|id| sad.get(id))
             .map(|sa| sa.counters().packets)
     };
-    assert_eq!(packets(&net), Some(5));
+    assert_eq!(sent(&net), Some(5));
 
     let now = net.now;
     let site = &mut net.sites[0];
-    let report = site
-        .plane
-        .reload(parse(&format!("{base}{second}")))
-        .expect("reload");
+    let both = base.clone().tunnel(second.clone());
+    let report = site.plane.reload(parse(&both.to_toml())).expect("reload");
     assert_eq!(report.added, vec!["u".to_owned()]);
     assert_eq!(report.unchanged, vec!["t".to_owned()]);
     assert!(report.removed.is_empty() && report.changed.is_empty());
     drop(site.plane.service(now, &mut site.gw, []));
     assert_eq!(net.sa_names(0), ["t-in", "t-out", "u-in", "u-out"]);
     assert_eq!(
-        packets(&net),
+        sent(&net),
         Some(5),
         "the unchanged tunnel kept its SAs and counters"
     );
     assert!(net.sites[0].gw.spd().get("u-out").is_some());
 
     // A config that changes what cannot change while running is refused.
-    let moved =
-        format!("{base}{second}").replace("address = \"192.168.1.1/24\"", "address = \"192.168.1.2/24\"");
+    let mut moved = both.clone();
+    interface(&mut moved, "inside").address = Ipv4Cidr::new(Ipv4Addr::new(192, 168, 1, 2), 24);
     let site = &mut net.sites[0];
     assert!(
-        matches!(site.plane.reload(parse(&moved)), Err(ReloadError::NeedsRestart(what)) if what.contains("[[interface]]"))
+        matches!(site.plane.reload(parse(&moved.to_toml())), Err(ReloadError::NeedsRestart(what)) if what.contains("[[interface]]"))
     );
     assert_eq!(site.plane.counters().reloads_rejected, 1);
-    let limited = format!("{base}{second}\n[limits]\nneighbors_per_interface = 8\n");
+    let limited = both.clone().limits(LimitsSection {
+        neighbors_per_interface: Some(8),
+        ..LimitsSection::default()
+    });
     assert!(
-        matches!(site.plane.reload(parse(&limited)), Err(ReloadError::NeedsRestart(what)) if what == "[limits]")
+        matches!(site.plane.reload(parse(&limited.to_toml())), Err(ReloadError::NeedsRestart(what)) if what == "[limits]")
     );
     assert_eq!(site.plane.counters().reloads_rejected, 2);
 
     // Removing the first tunnel stops it; changing the second restarts it.
-    let changed = second.replace("0x2002", "0x2003");
-    let without_t = base[..base.find("[[tunnel]]").expect("has a tunnel")].to_owned() + &changed;
-    let report = site.plane.reload(parse(&without_t)).expect("reload");
+    let mut without_t = base.clone();
+    without_t.tunnels = vec![TunnelBuilder {
+        spi_in: 0x2003,
+        ..second
+    }];
+    let report = site.plane.reload(parse(&without_t.to_toml())).expect("reload");
     assert_eq!(
         (report.removed, report.changed),
         (vec!["t".to_owned()], vec!["u".to_owned()])
@@ -626,27 +689,26 @@ secret = "another secret, long enough"
 #[test]
 fn keys_derived_from_the_secret_carry_traffic() {
     // No keys at all: both ends derive the first generation from the secret.
-    let strip = |text: String| {
-        text.lines()
-            .filter(|l| !l.starts_with("enc_key_") && !l.starts_with("auth_key_"))
-            .collect::<Vec<_>>()
-            .join("\n")
+    let strip = |config: &mut ConfigBuilder| {
+        let tunnel = &mut config.tunnels[0];
+        tunnel.enc_key_out = None;
+        tunnel.auth_key_out = None;
+        tunnel.enc_key_in = None;
+        tunnel.auth_key_in = None;
     };
     let alg = Algorithm::Aes256Sha256;
-    let mut net = Net::new(
-        &strip(config_text(true, alg, SECRET, "")),
-        &strip(config_text(false, alg, SECRET, "")),
-        &EngineSpec::default(),
-    );
+    let keyless = |a: bool| {
+        config_text(a, alg, |c| {
+            strip(c);
+            secret(c);
+        })
+    };
+    let mut net = Net::new(&keyless(true), &keyless(false), &EngineSpec::default());
     net.traffic(20, true);
     net.settle(5);
     net.assert_all_delivered_once();
     // Without keys or a secret the config names the fix.
-    let err = Config::parse(
-        Path::new("x.toml"),
-        &strip(tunnel_config(alg, "tunnel", false, true, "")),
-    )
-    .expect_err("no keys");
+    let err = Config::parse(Path::new("x.toml"), &config_text(true, alg, strip)).expect_err("no keys");
     assert!(err.to_string().contains("secret"), "{err}");
 }
 
@@ -655,14 +717,11 @@ fn keys_derived_from_the_secret_carry_traffic() {
 /// at installation) and carries traffic afterwards without a loss.
 #[test]
 fn an_idle_tunnel_rekeys_at_its_soft_idle_lifetime() {
-    let life_a = "[tunnel.lifetime]\nsoft_idle_s = 1\nhard_idle_s = 5\n";
-    let life_b = "[tunnel.lifetime]\nsoft_idle_s = 2\nhard_idle_s = 5\n";
-    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
     let mut net = Net::with_secret(
         Algorithm::Aes128Gcm16,
-        life_a,
-        life_b,
-        sections,
+        idle(1, 5),
+        idle(2, 5),
+        quick_rekey(),
         &EngineSpec::default(),
     );
     net.traffic(100, true);
@@ -684,11 +743,11 @@ fn an_idle_tunnel_rekeys_at_its_soft_idle_lifetime() {
 /// the SA alive past the same span counted from installation.
 #[test]
 fn a_hard_idle_lifetime_retires_a_quiet_sa() {
-    let lifetime = "[tunnel.lifetime]\nsoft_idle_s = 1\nhard_idle_s = 2\n";
+    let life = lifetime(idle(1, 2));
     let alg = Algorithm::Aes128Gcm16;
     let mut net = Net::new(
-        &config_text(true, alg, lifetime, ""),
-        &config_text(false, alg, lifetime, ""),
+        &config_text(true, alg, &life),
+        &config_text(false, alg, &life),
         &EngineSpec::default(),
     );
     // A packet every 0.5 s for 3 s: never idle for 1 s.
@@ -725,14 +784,21 @@ fn a_hard_idle_lifetime_retires_a_quiet_sa() {
 const NAT_PUBLIC: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 99);
 
 /// A UDP-encapsulated tunnel with A behind a NAT that maps 10.0.0.1:4500
-/// to `NAT_PUBLIC:port`.
-fn behind_nat(lifetime_a: &str, lifetime_b: &str, port: u16) -> Net {
-    let sections = "[rekey]\ngrace_ms = 300\nretransmit_ms = 20\n";
+/// to `NAT_PUBLIC:port`, with `SECRET` and lifetimes `lifetime_a` at A and
+/// `lifetime_b` at B (none: the parser's defaults).
+fn behind_nat(lifetime_a: Option<LifetimeBuilder>, lifetime_b: Option<LifetimeBuilder>, port: u16) -> Net {
     let alg = Algorithm::Aes128Gcm16;
-    let encap = "encap = \"udp\"\n";
+    let end = |a: bool, lifetime: Option<LifetimeBuilder>| {
+        config_text(a, alg, |c| {
+            c.tunnels[0].encap = Some(Encap::Udp);
+            secret(c);
+            c.tunnels[0].lifetime = lifetime;
+            c.rekey = quick_rekey();
+        })
+    };
     let mut net = Net::new(
-        &config_text(true, alg, &format!("{encap}{SECRET}{lifetime_a}"), sections),
-        &config_text(false, alg, &format!("{encap}{SECRET}{lifetime_b}"), sections),
+        &end(true, lifetime_a),
+        &end(false, lifetime_b),
         &EngineSpec::default(),
     );
     net.nat = Some(Nat {
@@ -751,8 +817,8 @@ fn last_destination(net: &Net, site: usize) -> (Ipv4Addr, u16) {
 
 #[test]
 fn a_udp_encapsulated_tunnel_behind_a_nat_carries_traffic_and_rekeys_over_4500() {
-    let lifetime = "[tunnel.lifetime]\nsoft_bytes = 20000\nhard_bytes = 400000\n";
-    let mut net = behind_nat(lifetime, lifetime, 40_001);
+    let life = Some(bytes(20000, 400000));
+    let mut net = behind_nat(life, life, 40_001);
     // B knows A only by its configured address, which the NAT hides: A
     // speaks first, and B follows the authenticated packet to the NAT.
     net.send(0, 100);
@@ -795,8 +861,7 @@ fn a_udp_encapsulated_tunnel_behind_a_nat_carries_traffic_and_rekeys_over_4500()
 
 #[test]
 fn a_peer_moves_only_on_an_authenticated_packet_that_is_its_newest() {
-    let lifetime = "";
-    let mut net = behind_nat(lifetime, lifetime, 40_001);
+    let mut net = behind_nat(None, None, 40_001);
     net.traffic(20, false);
     net.settle(20);
     net.traffic(5, true);
@@ -886,12 +951,14 @@ fn a_peer_moves_only_on_an_authenticated_packet_that_is_its_newest() {
 
 #[test]
 fn keepalives_go_to_each_encapsulated_peer_every_interval() {
-    let interval = "[gateway]\nnat_keepalive_s = 1\n";
     let alg = Algorithm::Aes128Gcm16;
-    let encap = "encap = \"udp\"\n";
+    let encap = |c: &mut ConfigBuilder| c.tunnels[0].encap = Some(Encap::Udp);
     // Without a NAT in between: A's keepalives reach B directly.
-    let a = config_text(true, alg, encap, "").replace("[gateway]\n", interval);
-    let b = config_text(false, alg, encap, "");
+    let a = config_text(true, alg, |c| {
+        encap(c);
+        c.gateway.nat_keepalive_s = Some(1);
+    });
+    let b = config_text(false, alg, encap);
     let mut net = Net::new(&a, &b, &EngineSpec::default());
     net.settle(3500);
     let keepalives: Vec<&Vec<u8>> = net.sites[0]

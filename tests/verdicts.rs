@@ -262,7 +262,7 @@ fn same_verdicts_as_the_reference_on(kinds: &[EngineKind]) {
         for case in cases(alg) {
             let reference = {
                 let mut b = gateway_on(
-                    &tunnel_config(alg, "tunnel", true, false, ""),
+                    &tunnel_config(alg, "tunnel", true, false),
                     &engine_spec(EngineKind::Soft, BufferPolicy::Registered),
                     Style::Sync,
                 );
@@ -307,7 +307,7 @@ fn same_verdicts_as_the_reference_on(kinds: &[EngineKind]) {
             for &(kind, style, buffers) in &combos {
                 let what = format!("{alg} {} on {kind} {style} {buffers}", case.name);
                 let mut b = gateway_on(
-                    &tunnel_config(alg, "tunnel", true, false, ""),
+                    &tunnel_config(alg, "tunnel", true, false),
                     &engine_spec(kind, buffers),
                     style,
                 );

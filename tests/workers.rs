@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use accel::{Algorithm, EngineSpec};
 use common::*;
 use dataplane::{DropReason, Port, Verdict};
+use ike_stub::builder::{Encap, LifetimeBuilder};
 
 #[test]
 fn forked_workers_share_sequence_numbers_and_lifetimes() {
@@ -75,8 +76,12 @@ fn forked_workers_share_sequence_numbers_and_lifetimes() {
 
 #[test]
 fn a_hard_packet_limit_holds_across_workers() {
-    let extra = "[tunnel.lifetime]\nhard_packets = 10\n";
-    let mut pair = Pair::with_extra(Algorithm::Aes128Sha1, "tunnel", false, extra);
+    let mut pair = Pair::edited(Algorithm::Aes128Sha1, "tunnel", false, |c| {
+        c.tunnels[0].lifetime = Some(LifetimeBuilder {
+            hard_packets: Some(10),
+            ..LifetimeBuilder::default()
+        });
+    });
     let mut fork = pair
         .a
         .fork(accel::build_engine(&EngineSpec::default()).unwrap())
@@ -109,7 +114,7 @@ fn sas_installed_later_are_shared_by_every_worker() {
     use ike_stub::{SaCommand, WorkerCommand};
     use std::time::Duration;
 
-    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true, "");
+    let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true);
     let config = ike_stub::Config::parse(std::path::Path::new("t.toml"), &text).unwrap();
     let mut first = gateway_from(&text);
     let mut second = first
@@ -271,8 +276,10 @@ fn placed_workers_keep_sequence_blocks_and_ip_ids_apart() {
 /// replay with a spoofed source, hashed to another worker, through).
 #[test]
 fn an_inbound_sa_is_checked_by_one_replay_window_only() {
-    for encap in ["", "encap = \"udp\"\n"] {
-        let mut pair = Pair::with_extra(Algorithm::Aes128Gcm16, "tunnel", false, encap);
+    for encap in [None, Some(Encap::Udp)] {
+        let mut pair = Pair::edited(Algorithm::Aes128Gcm16, "tunnel", false, |c| {
+            c.tunnels[0].encap = encap;
+        });
         let mut fork = pair
             .b
             .fork(accel::build_engine(&EngineSpec::default()).unwrap())
@@ -303,15 +310,15 @@ fn an_inbound_sa_is_checked_by_one_replay_window_only() {
         let now = std::time::Duration::ZERO;
         for frame in &frames {
             let (verdict, _) = run(owning, &mut pool, now, Port::Outside, frame);
-            assert_eq!(verdict, Verdict::Forward(Port::Inside), "{encap}");
+            assert_eq!(verdict, Verdict::Forward(Port::Inside), "{encap:?}");
         }
         // A replay at the owner is a duplicate; at the other worker, whose
         // window never saw it, it is refused all the same.
         let (verdict, _) = run(owning, &mut pool, now, Port::Outside, &frames[1]);
-        assert_eq!(verdict, Verdict::Drop(DropReason::ReplayDuplicate), "{encap}");
+        assert_eq!(verdict, Verdict::Drop(DropReason::ReplayDuplicate), "{encap:?}");
         for frame in &frames {
             let (verdict, _) = run(other, &mut pool, now, Port::Outside, frame);
-            assert_eq!(verdict, Verdict::Drop(DropReason::NotOwner), "{encap}");
+            assert_eq!(verdict, Verdict::Drop(DropReason::NotOwner), "{encap:?}");
         }
         assert_eq!(other.stats().decapsulated, 0);
     }

@@ -48,10 +48,33 @@ pub fn interface<'a>(config: &'a mut ConfigBuilder, name: &str) -> &'a mut Inter
         .unwrap_or_else(|| panic!("no interface `{name}`"))
 }
 
-/// [`tunnel_builder`]'s text, with `extra` TOML appended: keys of the
-/// tunnel's table (the text ends with it), then any further tables.
-pub fn tunnel_config(alg: Algorithm, mode: &str, esn: bool, a: bool, extra: &str) -> String {
-    format!("{}{extra}\n", tunnel_builder(alg, mode, esn, a).to_toml())
+/// [`tunnel_builder`]'s text.
+pub fn tunnel_config(alg: Algorithm, mode: &str, esn: bool, a: bool) -> String {
+    tunnel_builder(alg, mode, esn, a).to_toml()
+}
+
+/// [`tunnel_builder`], changed by `edit` (the tunnel is `tunnels[0]`).
+pub fn tunnel_edited(
+    alg: Algorithm,
+    mode: &str,
+    esn: bool,
+    a: bool,
+    edit: impl FnOnce(&mut ConfigBuilder),
+) -> ConfigBuilder {
+    let mut config = tunnel_builder(alg, mode, esn, a);
+    edit(&mut config);
+    config
+}
+
+/// [`tunnel_edited`]'s text.
+pub fn tunnel_config_edited(
+    alg: Algorithm,
+    mode: &str,
+    esn: bool,
+    a: bool,
+    edit: impl FnOnce(&mut ConfigBuilder),
+) -> String {
+    tunnel_edited(alg, mode, esn, a, edit).to_toml()
 }
 
 /// The engine `kind` with `buffers`, everything else at its defaults (the
@@ -98,17 +121,35 @@ pub struct Pair {
 
 impl Pair {
     pub fn new(alg: Algorithm, mode: &str, esn: bool) -> Pair {
-        Self::with_extra(alg, mode, esn, "")
+        Self::edited(alg, mode, esn, |_| {})
     }
 
-    pub fn with_extra(alg: Algorithm, mode: &str, esn: bool, extra: &str) -> Pair {
-        Self::on(alg, mode, esn, extra, &EngineSpec::default(), Style::Async)
+    /// Both ends changed by the same `edit` (the tunnel is `tunnels[0]`).
+    pub fn edited(alg: Algorithm, mode: &str, esn: bool, edit: impl Fn(&mut ConfigBuilder)) -> Pair {
+        Self::edited_on(alg, mode, esn, edit, &EngineSpec::default(), Style::Async)
     }
 
-    pub fn on(alg: Algorithm, mode: &str, esn: bool, extra: &str, spec: &EngineSpec, style: Style) -> Pair {
+    /// On the engine `spec` describes, in `style`.
+    pub fn on(alg: Algorithm, mode: &str, esn: bool, spec: &EngineSpec, style: Style) -> Pair {
+        Self::edited_on(alg, mode, esn, |_| {}, spec, style)
+    }
+
+    /// [`Self::edited`], on the engine `spec` describes, in `style`.
+    pub fn edited_on(
+        alg: Algorithm,
+        mode: &str,
+        esn: bool,
+        edit: impl Fn(&mut ConfigBuilder),
+        spec: &EngineSpec,
+        style: Style,
+    ) -> Pair {
+        let end = |a: bool| {
+            let config = tunnel_edited(alg, mode, esn, a, &edit);
+            gateway_on(&config.to_toml(), spec, style)
+        };
         Pair {
-            a: gateway_on(&tunnel_config(alg, mode, esn, true, extra), spec, style),
-            b: gateway_on(&tunnel_config(alg, mode, esn, false, extra), spec, style),
+            a: end(true),
+            b: end(false),
             pool: PacketPool::new(8),
             now: Duration::ZERO,
         }

@@ -9,15 +9,20 @@
 #
 #   netns lphost                 netns lpeer                         qemu, TCG
 #   192.168.1.10 eth0 ── veth ── lpin0 [espgw run] lptap0 ── tap ── eth0 10.99.0.2 (XFRM)
-#   2001:db8:1::10 (6-in-4)     inside 192.168.1.1  outside 10.99.0.1    prot0 192.168.2.1
-#                                      2001:db8:1::1 (6-in-4)               2001:db8:2::1 (6-in-4)
+#   2001:db8:1::10              inside 192.168.1.1  outside 10.99.0.1         2001:db8:99::2
+#                                      2001:db8:1::1        2001:db8:99::1   prot0 192.168.2.1
+#                                                                              2001:db8:2::1
+#   (the IPv6 addresses from the cases that use them on: networks 2001:db8:1::/64
+#   and 2001:db8:2::/64, IPv6 ends 2001:db8:99::1 <-> ::2)
 #
 # The host kernel in lpeer keeps only 10.99.0.3 on the tap, to reach the VM's
 # control port; 10.99.0.1 and its MAC belong to espgw alone, so the host
 # kernel neither answers for it nor sees its ESP (the host kernel has no ESP).
 # IPv6 starts disabled everywhere; the driver turns it on for lphost's eth0
 # and the VM's prot0 and eth0 (no link-local, DAD, RS or RA) just before the
-# 6-in-4 cases, which run last. lpeer keeps IPv6 off throughout.
+# 6-in-4 cases, and gives the VM's eth0 2001:db8:99::2 just before the cases
+# with IPv6 ends, which run last. lpeer keeps IPv6 off throughout: espgw's
+# 2001:db8:99::1 is its own, and it finds the VM by neighbour discovery.
 #
 # 1. XFRM interop (tests/interop/linux_interop.py): every algorithm both
 #    support x tunnel/transport x ESN off/on (ESN crossing 2^32 both ways),
@@ -26,6 +31,11 @@
 #    replay refused and counted. 6-in-4: IPv6 subnets over the same IPv4
 #    tunnel (every algorithm, ESN, ESP in UDP, wrong key), with packet too
 #    big at the tunnel MTU, outer TOS from the traffic class and DF clear.
+#    IPv6 ends: 4-in-6 and 6-in-6 (GCM, CBC-SHA1, chacha20poly1305, ESN,
+#    wrong key) and IPv6 transport mode (GCM, CBC-SHA1 with ESN, wrong key),
+#    with packet too big or fragmentation needed at the tunnel MTU and the
+#    outer IPv6 header checked on the tap (hop limit, traffic class, next
+#    header 50, no fragment header).
 # 2. AF_ALG (scripts/afalg-in-vm.sh --run): tests/afalg.rs, `espgw pcap
 #    --engine afalg` against soft, and the afalg/soft cost ratio.
 #
@@ -131,7 +141,7 @@ elapsed=$(($(date +%s) - t0))
 echo
 echo "================ linux-interop summary ================"
 echo "peer: linux-peer VM (qemu TCG), Linux kernel $kernel; $selftest"
-echo "espgw: $(git -C "$repo" describe --always --dirty 2>/dev/null || echo '?'), release build, soft engine, 1 worker (6-in-4: asked for 2, runs 1)"
+echo "espgw: $(git -C "$repo" describe --always --dirty 2>/dev/null || echo '?'), release build, soft engine, 1 worker (IPv6 tunnels: asked for 2, runs 1)"
 echo
 cat "$work/xfrm-summary.txt" 2>/dev/null || echo "XFRM interop: no summary (the driver failed)"
 echo

@@ -6,6 +6,8 @@ Driven by scripts/linux-interop.sh, which builds the topology first:
     netns lphost                netns lpeer                        qemu (TCG)
     192.168.1.10 eth0 ── veth ── lpin0 [espgw run] lptap0 ── tap ── eth0 10.99.0.2
                                   inside 192.168.1.1   outside 10.99.0.1   prot0 192.168.2.1
+    (IPv6: 2001:db8:1::10)        2001:db8:1::1       2001:db8:99::1     2001:db8:99::2 (eth0)
+                                                                         2001:db8:2::1 (prot0)
 
 The host kernel in lpeer holds only 10.99.0.3 on the tap (the VM's control
 port is reached from there); 10.99.0.1 is espgw's alone, with its own MAC, so
@@ -86,6 +88,59 @@ the inner packet as IPv6 for 41 only (anything else would not pass the
 IPv6 policy and would move xfrm_stat). 6-in-4 wrong-key cases (GCM,
 CBC-SHA1) check the negative side as for IPv4.
 
+IPv6 ends (the cases named `4in6-*`, `6in6-*` and `ip6-*`, run after the
+6-in-4 ones): before the first of them the VM's eth0 gets 2001:db8:99::2/64
+(IPv6 is on there already, with no link-local address, DAD, RS or RA), and
+espgw's outside `address6 = "2001:db8:99::1/64"`, the tunnel's `local`;
+`remote` is 2001:db8:99::2. No static neighbours: espgw resolves the VM by
+NS/NA and the VM resolves espgw (espgw counts the VM's NS and NA as
+delivered, not dropped). Keys only (no `secret`), raw ESP (no NAT-T over
+IPv6). The VM's SAs are lp-xfrm's `dry=1` commands replayed as for 6-in-4:
+  - 4-in-6 (192.168.1.0/24 <-> 192.168.2.0/24) and 6-in-6 (the 6-in-4
+    networks) in tunnel mode: states 2001:db8:99::2 <-> 2001:db8:99::1 with
+    `sel` for the networks, policies with `tmpl src 2001:db8:99::2 dst
+    2001:db8:99::1 proto esp mode tunnel` (and back); the VM's route to
+    2001:db8:1::/64 goes via 2001:db8:99::1 (4-in-6 keeps the boot's
+    192.168.1.0/24 via 10.99.0.1: XFRM sends by the route to the outer
+    address);
+  - IPv6 transport mode, host to host as the IPv4 transport cases: SAs and
+    policies between 2001:db8:2::1 (the VM's prot0) and 2001:db8:1::10
+    (lphost), any protocol, /128 (lp-xfrm writes /32), and a route to
+    2001:db8:1::/64 via 2001:db8:99::1 from 2001:db8:2::1, so that the VM's
+    kernel puts ESP into what it sends lphost and sends it to espgw; espgw's
+    tunnel between the ends in transport mode selects 2001:db8:1::10/128 <->
+    2001:db8:2::1/128 and routes 2001:db8:2::/64 via 2001:db8:99::2.
+aes128gcm16, aes128-sha1 and chacha20poly1305 in each of 4-in-6 and 6-in-6
+(ESN across 2^32 with aes128-sha1 in 4-in-6 and chacha20poly1305 in 6-in-6),
+IPv6 transport with aes128gcm16 and aes128-sha1 (ESN); the ESN cases also
+set `outer_ttl = 200`. Traffic and checks as for 6-in-4 (espgw again asked
+for 2 workers), with the tunnel MTU of a 40-byte outer header (transport:
+the packet's own 40-byte header stays outside the padding: 1466 with GCM,
+1462 with CBC-SHA1), and for inner IPv4 lphost's pings with TOS 0xb8 and the
+probe answered by fragmentation needed from 192.168.1.1. No pings over the
+tunnel MTU in 4-in-6 and transport mode: there Linux encrypts an IPv4
+packet whole and fragments the outer IPv6 packet (4-in-6: its echo requests
+and its replies to lphost's reassembled fragments), or fragments the ESP
+packet (transport), and espgw does not reassemble IPv6 and drops such
+fragments (as `unsupported` when they are for 2001:db8:99::1; the ones of
+transport mode, between the hosts, as `policy_mismatch`); nor does
+transport mode carry lphost's fragments (RFC 4301 §4.1: `unsupported`).
+The sniffer on the tap checks espgw's IPv6 packets to the VM
+(2001:db8:99::1 -> ::2; transport: 2001:db8:1::10 -> 2001:db8:2::1),
+neighbour discovery and echo replies aside: next header 50 right after the fixed header on
+every one (no fragment or other extension header), hop limit 64, or 200
+with outer_ttl (transport: lphost's 64 less espgw's hop, 63, whatever
+outer_ttl), traffic class 0xb8 on at least the 12 marked requests and 0
+otherwise, flow label 0 (tunnel mode; transport keeps lphost's), the
+longest exactly what the tunnel MTU's packet makes (1500 bytes with these
+proposals). Neighbour discovery, seen by the same sniffer: espgw (which
+starts with no neighbours) solicits 2001:db8:99::2 for its first ESP and
+the VM answers; then the VM forgets espgw's MAC (learnt from that
+solicitation), pings 2001:db8:99::1 (under no policy; 2 answered, counted
+with the rest), so solicits it and espgw answers, and the VM's entry holds
+espgw's MAC. Wrong keys in 4-in-6 (chacha20poly1305), 6-in-6 (GCM) and transport
+(CBC-SHA1) check the negative side as for IPv4.
+
 Prints one line per case and a table at the end; exits 1 if any case failed.
 """
 
@@ -116,6 +171,12 @@ VM_PROT6 = "2001:db8:2::1"
 LINK_MTU = 1500  # lptap0's, which espgw takes as its outside MTU
 TCLASS = 0xB8  # DSCP EF, ECN not-ECT: the outer TOS must be this exactly
 
+# IPv6 ends (4-in-6, 6-in-6, IPv6 transport mode): espgw's outside address6
+# on the tap and the VM's eth0.
+GW_OUT6 = "2001:db8:99::1"
+VM6 = "2001:db8:99::2"
+OUTER_TTL = 200  # `[gateway] outer_ttl` of the ESN cases over IPv6 ends
+
 # espgw proposal -> (lp-xfrm alg, enc key bytes, auth key bytes)
 ALGS = {
     "aes128gcm16": ("gcm", 20, 0),
@@ -141,13 +202,17 @@ OVERHEAD = {
 }
 
 
-def tunnel_mtu6(alg, encap):
-    """(the largest IPv6 packet the tunnel carries unfragmented, the outer
-    IPv4 length of that packet's ESP) over a LINK_MTU link."""
+def tunnel_mtu(alg, encap=False, outer=4, mode="tunnel"):
+    """(the largest inner packet the SA carries unfragmented over a LINK_MTU
+    link, the outer length of that packet's ESP). Tunnel mode: outer IPv4 or
+    IPv6 header, [UDP], ESP header, IV, ICV, the padding to the block and the
+    trailer's 2 bytes. Transport mode between IPv6 ends: the packet's own
+    40-byte header stays in front of ESP, outside the padding."""
     iv, icv, block = OVERHEAD[alg]
-    fixed = 20 + (8 if encap else 0) + 8 + iv + icv  # outer IPv4, [UDP], SPI+seq, IV, ICV
-    mtu = (LINK_MTU - fixed) // block * block - 2  # pad length and next header take 2
-    return mtu, fixed + -(-(mtu + 2) // block) * block
+    kept = 40 if mode == "transport" else 0
+    fixed = (20 if outer == 4 else 40) + (8 if encap else 0) + 8 + iv + icv
+    mtu = (LINK_MTU - fixed) // block * block - 2 + kept
+    return mtu, fixed + -(-(mtu - kept + 2) // block) * block
 
 
 # Runs in netns lpeer: takes the first ESP frame espgw sends to the VM on the
@@ -204,6 +269,52 @@ print(json.dumps({"frames": frames, "tos": tos, "df": df, "longest": longest}))
 """
 
 
+# Runs in netns lpeer: watches the IPv6 packets from argv[1] to argv[2] that
+# espgw sends the VM on the tap (neighbour discovery and its echo replies
+# aside) until its stdin closes, then prints a summary of their fixed
+# headers as JSON: what came after the fixed header when it was not ESP (a
+# fragment header would be 44), traffic classes, hop limits, how many had a
+# flow label, the longest; and the neighbour solicitations and
+# advertisements seen, either way, by sender and target ("ns SRC for
+# TARGET": count).
+OUTER6_SNIFFER = r"""
+import json, select, socket, sys
+src, dst = (socket.inet_pton(socket.AF_INET6, a) for a in sys.argv[1:3])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.bind(("lptap0", 0))
+print("ready", flush=True)
+tclass, hlim, other, ndp, frames, flow, longest = {}, {}, {}, {}, 0, 0, 0
+while True:
+    ready, _, _ = select.select([s, sys.stdin], [], [])
+    if sys.stdin in ready:
+        break
+    frame = s.recv(65535)
+    ip = frame[14:]
+    if frame[12:14] != b"\x86\xdd" or len(ip) < 48:
+        continue
+    if ip[6] == 58 and ip[40] in (135, 136) and len(ip) >= 64:
+        key = (f"{'ns' if ip[40] == 135 else 'na'} {socket.inet_ntop(socket.AF_INET6, ip[8:24])}"
+               f" for {socket.inet_ntop(socket.AF_INET6, ip[48:64])}")
+        ndp[key] = ndp.get(key, 0) + 1
+    if ip[8:24] != src or ip[24:40] != dst:
+        continue
+    if ip[6] == 58 and ip[40] in (129, 133, 134, 135, 136, 137):
+        continue
+    if ip[6] != 50:
+        other[str(ip[6])] = other.get(str(ip[6]), 0) + 1
+        continue
+    frames += 1
+    word = int.from_bytes(ip[0:4], "big")
+    tc = f"{word >> 20 & 0xFF:#04x}"
+    tclass[tc] = tclass.get(tc, 0) + 1
+    hlim[str(ip[7])] = hlim.get(str(ip[7]), 0) + 1
+    flow += bool(word & 0xFFFFF)
+    longest = max(longest, 40 + int.from_bytes(ip[4:6], "big"))
+print(json.dumps({"frames": frames, "tos": tclass, "hlim": hlim, "other": other, "flow": flow,
+                  "longest": longest, "ndp": ndp}))
+"""
+
+
 def hexseq(start, n):
     return "".join(f"{(start + i) & 255:02x}" for i in range(n))
 
@@ -220,6 +331,7 @@ class Lab:
         self.work.mkdir(parents=True, exist_ok=True)
         self.verbose = args.verbose
         self.six_ready = False
+        self.ends6_ready = False
 
     def vm(self, script, check=True, timeout=120):
         """Runs `script` in the VM's shell through the control port."""
@@ -268,10 +380,12 @@ class Lab:
     # ---- espgw
 
     def config(self, name, alg, mode, esn, spi_out=0x1002, spi_in=0x1001, wrong_keys=False, encap=False,
-               six=False):
+               inner=4, outer=4):
         """espgw's side of the VM's default SAs: espgw out = VM in (SPI 0x1002,
         keys 20.., 30..), espgw in = VM out (SPI 0x1001, keys 00.., 10..).
-        `six`: the tunnel carries IPv6 networks (6-in-4, tunnel mode)."""
+        `inner`: the family of the networks (6: IPv6, the inside gets its
+        address6); `outer`: the family of the ends (6: the outside gets
+        address6 and the tunnel's ends are IPv6; with ESN, outer_ttl is set)."""
         _, ek, ak = ALGS[alg]
         ek_out, ek_in, ak_out, ak_in = hexseq(0x20, ek), hexseq(0, ek), hexseq(0x30, ak), hexseq(0x10, ak)
         if wrong_keys:
@@ -279,8 +393,11 @@ class Lab:
             # null cipher key are left alone: only what must fail changes).
             flip = lambda k: (f"{int(k[:2], 16) ^ 0x80:02x}" + k[2:]) if k else k  # noqa: E731
             ek_out, ek_in, ak_out, ak_in = map(flip, (ek_out, ek_in, ak_out, ak_in))
-        if six:
+        if inner == 6 and mode == "tunnel":
             subnets = f'local_subnet = "{NET6_GW}"\nremote_subnet = "{NET6_VM}"'
+        elif inner == 6:
+            # IPv6 transport, host to host as over IPv4 below.
+            subnets = f'local_subnet = "{HOST6}/128"\nremote_subnet = "{VM_PROT6}/128"'
         elif mode == "tunnel":
             subnets = 'local_subnet = "192.168.1.0/24"\nremote_subnet = "192.168.2.0/24"'
         else:
@@ -289,9 +406,16 @@ class Lab:
         if ak:
             keys += f'auth_key_out = "{ak_out}"\nauth_key_in = "{ak_in}"\n'
         seq = f"initial_seq_out = {START:#x}\ninitial_seq_in = {START:#x}\n" if esn else ""
+        local, remote = (GW_OUT6, VM6) if outer == 6 else ("10.99.0.1", VM)
+        # Transport mode keeps the hosts' addresses: the VM's IPv6 network
+        # is reached through the VM's eth0 address, as 192.168.2.0/24 is
+        # through 10.99.0.2.
+        route6 = (f'\n[[route]]\ndestination = "{NET6_VM}"\nvia = "{VM6}"\n'
+                  if inner == 6 and mode == "transport" else "")
         text = f"""# written by tests/interop/linux_interop.py: espgw opposite the linux-peer VM
 [gateway]
 name = "{name}"
+{f"outer_ttl = {OUTER_TTL}" if outer == 6 and esn else ""}
 
 [accel]
 engine = "soft"
@@ -300,23 +424,24 @@ engine = "soft"
 name = "inside"
 device = "lpin0"
 address = "192.168.1.1/24"
-{f'address6 = "{GW6}/64"' if six else ""}
+{f'address6 = "{GW6}/64"' if inner == 6 else ""}
 mac = "{ESPGW_MAC_IN}"
 
 [[interface]]
 name = "outside"
 device = "lptap0"
 address = "10.99.0.1/24"
+{f'address6 = "{GW_OUT6}/64"' if outer == 6 else ""}
 mac = "{ESPGW_MAC_OUT}"
 
 [[route]]
 destination = "192.168.2.0/24"
 via = "{VM}"
-
+{route6}
 [[tunnel]]
 name = "vm"
-local = "10.99.0.1"
-remote = "{VM}"
+local = "{local}"
+remote = "{remote}"
 {subnets}
 mode = "{mode}"
 proposal = "{alg}"
@@ -472,12 +597,66 @@ action = "discard"
         time.sleep(2)
         self.six_ready = True
 
-    def lp_xfrm6(self, alg, esn, encap=False, replay=64):
-        """The VM's SAs for 6-in-4: lp-xfrm's own commands (`dry=1`, with the
-        IPv6 networks as lnet/rnet) with an IPv6 selector added to each state
-        and an IPv6 route in place of lp-xfrm's IPv4 one."""
-        args = " ".join(self.lp_xfrm_args(alg, "tunnel", esn, replay, encap))
-        dry = self.vm(f"lp-xfrm {args} lnet={NET6_VM} rnet={NET6_GW} dry=1")
+    def setup_ends6(self):
+        """The VM's eth0 gets 2001:db8:99::2/64 (IPv6 is on there since
+        setup6, with the same quiet settings), once, before the first case
+        with IPv6 ends. Neighbour discovery between it and espgw's
+        2001:db8:99::1 needs nothing more: adding the address joins its
+        solicited-node group, so the VM answers espgw's NS (and learns its
+        MAC from the NS's source link-layer option), and solicits espgw
+        from 2001:db8:99::2, the only address eth0 has."""
+        if self.ends6_ready:
+            return
+        self.setup6()
+        self.vm(f"ip -6 addr add {VM6}/64 dev eth0 nodad")
+        # Its MLD reports (from ::, no link-local address) are over before
+        # espgw starts: espgw would count them as unsupported.
+        time.sleep(2)
+        out = self.vm("ip -6 -o addr show dev eth0")
+        if f"{VM6}/64" not in out or "tentative" in out or "fe80:" in out:
+            raise Failure(f"the VM's eth0 IPv6 addresses: {out}")
+        self.ends6_ready = True
+
+    def lp_xfrm_replayed(self, alg, mode, esn, encap=False, inner=6, outer=4, replay=64):
+        """The VM's SAs where the networks or the ends are IPv6: lp-xfrm's own
+        commands (`dry=1`: algorithms, keys, SPIs, ESN, replay, UDP
+        encapsulation) replayed with these changes.
+        Tunnel mode (6-in-4, 4-in-6, 6-in-6), lp-xfrm given the networks as
+        lnet/rnet and the ends as local/peer: each state gets a selector for
+        the networks (`sel src .. dst ..`; without one a state takes its
+        outer family's inner packets only: XfrmInStateMismatch /
+        XfrmOutNoStates), and lp-xfrm's route to rnet (via the peer's outer
+        address) becomes one of the inner family: 6-in-4 2001:db8:1::/64
+        on eth0 (no IPv6 next hop on an IPv4 link), 6-in-6 the same via
+        2001:db8:99::1, 4-in-6 the boot's 192.168.1.0/24 via 10.99.0.1 kept
+        (iproute2 takes no IPv6 next hop for an IPv4 prefix in that form;
+        XFRM sends the packets by the route to the outer address anyway).
+        IPv6 transport mode, lp-xfrm given the hosts as local/peer as the
+        IPv4 transport cases are (2001:db8:2::1 <-> 2001:db8:1::10, SAs
+        and policies between them, any protocol): lp-xfrm's /32 policy
+        prefixes become /128 (2001:db8::/32 would put the neighbour
+        discovery between the eth0 addresses under the policies too), and a
+        route to 2001:db8:1::/64 via 2001:db8:99::1 from 2001:db8:2::1 is
+        added, the IPv6 twin of the boot's 192.168.1.0/24 via 10.99.0.1
+        that the IPv4 transport cases use: the VM's kernel then applies the
+        transport SA to what it sends lphost, and sends it to espgw."""
+        transport = mode == "transport"
+        if transport:
+            assert inner == 6 and outer == 6 and not encap
+            vm_end, ends = VM_PROT6, f"local={VM_PROT6} peer={HOST6}"
+        else:
+            vm_end = VM6 if outer == 6 else VM
+            ends = f"local={VM6} peer={GW_OUT6}" if outer == 6 else ""
+        nets = (NET6_VM, NET6_GW) if inner == 6 else ("192.168.2.0/24", "192.168.1.0/24")
+        args = " ".join(self.lp_xfrm_args(alg, mode, esn, replay, encap))
+        extra = f" {ends}" if transport else f" lnet={nets[0]} rnet={nets[1]} {ends}"
+        dry = self.vm(f"lp-xfrm {args}{extra} dry=1")
+        if outer == 6 and not transport:
+            route = ["ip", "-6", "route", "replace", NET6_GW, "via", GW_OUT6, "dev", "eth0", "src", VM_PROT6]
+            if inner == 4:
+                route = ["ip", "route", "replace", "192.168.1.0/24", "via", "10.99.0.1", "dev", "eth0", "src", VM_PROT]
+        else:
+            route = ["ip", "-6", "route", "replace", NET6_GW, "dev", "eth0", "src", VM_PROT6]
         commands = []
         for line in dry.splitlines():
             if not line.startswith("+ "):
@@ -485,58 +664,100 @@ action = "discard"
             # lp-xfrm prints each command's words joined by one space: an
             # empty word (the null cipher's key) is two spaces in a row.
             words = line[2:].split(" ")
-            if words[:4] == ["ip", "xfrm", "state", "add"]:
-                out = words[words.index("src") + 1] == VM
-                sel = (NET6_VM, NET6_GW) if out else (NET6_GW, NET6_VM)
+            if words[:4] == ["ip", "xfrm", "state", "add"] and not transport:
+                out = words[words.index("src") + 1] == vm_end
+                sel = nets if out else nets[::-1]
                 words += ["sel", "src", sel[0], "dst", sel[1]]
+            elif words[:4] == ["ip", "xfrm", "policy", "add"] and transport:
+                words = [w[:-3] + "/128" if w.endswith("/32") and ":" in w else w for w in words]
             elif words[:3] == ["ip", "route", "replace"]:
-                words = ["ip", "-6", "route", "replace", NET6_GW, "dev", "eth0", "src", VM_PROT6]
+                words = route
             commands.append(" ".join(shlex.quote(w) for w in words))
-        if sum(c.startswith("ip xfrm state add") for c in commands) != 2 or not any("route" in c for c in commands):
+        if transport:
+            commands.append(" ".join(["ip", "-6", "route", "replace", NET6_GW, "via", GW_OUT6, "dev", "eth0",
+                                      "src", VM_PROT6]))
+        states = [c for c in commands if c.startswith("ip xfrm state add")]
+        if (len(states) != 2 or not any(f"src {vm_end} " in c for c in states)
+                or not any("route" in c for c in commands) or (transport and "/32 " in " ".join(commands))):
             raise Failure(f"unexpected lp-xfrm dry=1 output:\n{dry}")
         # With encap=udp, lp-xfrm itself (not dry) also starts the VM's
         # UDP_ENCAP_ESPINUDP socket on 4500; its IPv4 SAs are replaced below.
         first = f"lp-xfrm {args} >/dev/null\n" if encap else ""
         self.vm(f"(set -e\n{first}" + "\n".join(commands) + "\n) >/dev/null")
 
-    def traffic6(self, alg, encap, count=12):
-        """6-in-4 traffic (see the module's doc); returns (answered, sent,
-        text, problems)."""
-        mtu, esp_len = tunnel_mtu6(alg, encap)
+    def traffic_mtu(self, alg, mode, esn, encap, inner, outer, count=12):
+        """The traffic of the cases with IPv6 networks or ends (see the
+        module's doc): pings both ways around the tunnel MTU, lphost
+        taught it by espgw's packet too big (inner IPv6) or fragmentation
+        needed (inner IPv4), and a sniffer on the tap checking the outer
+        headers of espgw's ESP; returns (answered, sent, text, problems)."""
+        mtu, esp_len = tunnel_mtu(alg, encap, outer, mode)
+        transport = mode == "transport"
         problems = []
+        if inner == 6:
+            ip, gw, src, dst, hdr = ["ip", "-6"], GW6, HOST6, VM_PROT6, 48
+        else:
+            ip, gw, src, dst, hdr = ["ip"], "192.168.1.1", HOST, VM_PROT, 28
         # lphost forgets its path MTU to the VM (kept with the route).
-        r = self.ns("lphost", ["sh", "-c", f"ip -6 route del default && ip -6 route add default via {GW6} dev eth0"
-                                           f" && ip -6 route get {VM_PROT6}"])
+        r = self.ns("lphost", ["sh", "-c", f"{' '.join(ip)} route del default && {' '.join(ip)} route add default"
+                                           f" via {gw} dev eth0 && {' '.join(ip)} route get {dst}"])
         if r.returncode or " mtu " in r.stdout:
-            raise Failure(f"lphost's route to {VM_PROT6} not reset: {r.stdout}{r.stderr}")
+            raise Failure(f"lphost's route to {dst} not reset: {r.stdout}{r.stderr}")
+        if outer == 4:
+            sniff = [OUTER_SNIFFER]
+        else:
+            # Transport mode: the hosts' own header, in front of ESP.
+            sniff = [OUTER6_SNIFFER, *((HOST6, VM_PROT6) if transport else (GW_OUT6, VM6))]
         sniffer = subprocess.Popen(
-            ["ip", "netns", "exec", "lpeer", sys.executable, "-c", OUTER_SNIFFER],
+            ["ip", "netns", "exec", "lpeer", sys.executable, "-c", *sniff],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         try:
             if sniffer.stdout.readline().strip() != "ready":
                 raise Failure("the tap sniffer did not start")
-            results = {f"host->vm tclass {TCLASS:#x}": self.ping_from_host(count, dst=VM_PROT6,
+            mark = "tclass" if inner == 6 else "tos"
+            results = {f"host->vm {mark} {TCLASS:#x}": self.ping_from_host(count, dst=dst,
                                                                           extra=["-Q", f"{TCLASS:#x}"])}
             # One byte over the tunnel MTU, not to be fragmented by lphost.
-            r = self.ns("lphost", ["ping", "-n", "-M", "do", "-c", "1", "-W", "5", "-s", str(mtu + 1 - 48), VM_PROT6])
-            m = re.search(r"From (\S+) icmp_seq=\d+ Packet too big: mtu=(\d+)", r.stdout)
+            r = self.ns("lphost", ["ping", "-n", "-M", "do", "-c", "1", "-W", "5", "-s", str(mtu + 1 - hdr), dst])
+            if inner == 6:
+                what = "packet too big"
+                m = re.search(r"From (\S+) icmp_seq=\d+ Packet too big: mtu=(\d+)", r.stdout)
+            else:
+                what = "fragmentation needed"
+                m = re.search(r"From (\S+) icmp_seq=\d+ Frag needed and DF set \(mtu = (\d+)\)", r.stdout)
             ptb = (m.group(1), int(m.group(2))) if m else None
-            if ptb != (GW6, mtu):
-                problems.append(f"a {mtu + 1}-byte packet got {ptb or 'no packet too big'}, not packet too big"
-                                f" from {GW6} with mtu={mtu}: {r.stdout.strip()}")
-            r = self.ns("lphost", ["ip", "-6", "route", "get", VM_PROT6])
+            if ptb != (gw, mtu):
+                problems.append(f"a {mtu + 1}-byte packet got {ptb or 'no ' + what}, not {what}"
+                                f" from {gw} with mtu={mtu}: {r.stdout.strip()}")
+            r = self.ns("lphost", [*ip, "route", "get", dst])
             m = re.search(r" mtu (\d+)", r.stdout)
             learnt = int(m.group(1)) if m else None
             if learnt != mtu:
-                problems.append(f"lphost's route to {VM_PROT6} has mtu {learnt}, not {mtu}: {r.stdout.strip()}")
-            results.update({
-                f"host->vm {mtu}B": self.ping_from_host(3, mtu - 48, dst=VM_PROT6, extra=["-M", "do"]),
-                "host->vm 1500B": self.ping_from_host(3, LINK_MTU - 48, dst=VM_PROT6),
-                "vm->host": self.ping_from_vm(count, src=VM_PROT6, dst=HOST6),
-                f"vm->host {mtu}B": self.ping_from_vm(3, mtu - 48, src=VM_PROT6, dst=HOST6),
-                "vm->host 1500B": self.ping_from_vm(3, LINK_MTU - 48, src=VM_PROT6, dst=HOST6),
-            })
+                problems.append(f"lphost's route to {dst} has mtu {learnt}, not {mtu}: {r.stdout.strip()}")
+            results[f"host->vm {mtu}B"] = self.ping_from_host(3, mtu - hdr, dst=dst, extra=["-M", "do"])
+            # Packets over the tunnel MTU only where the VM's kernel cuts the
+            # inner packet before XFRM (IPv6 inside a tunnel). An IPv4
+            # packet (4-in-6: its echo requests, and its replies to
+            # lphost's fragments, which it reassembles) it encrypts whole
+            # and then fragments the outer IPv6 packet, and in transport
+            # mode it fragments the ESP packet: espgw does not reassemble
+            # IPv6 and drops such fragments, nor does transport mode carry
+            # lphost's fragments (RFC 4301 §4.1).
+            whole = inner == 4 and outer == 6 or transport
+            if not whole:
+                results["host->vm 1500B"] = self.ping_from_host(3, LINK_MTU - hdr, dst=dst)
+            results["vm->host"] = self.ping_from_vm(count, src=dst, dst=src)
+            results[f"vm->host {mtu}B"] = self.ping_from_vm(3, mtu - hdr, src=dst, dst=src)
+            if not whole:
+                results["vm->host 1500B"] = self.ping_from_vm(3, LINK_MTU - hdr, src=dst, dst=src)
+            if outer == 6:
+                # espgw, which starts with no neighbours, solicited the VM
+                # for the first ESP; now the VM solicits espgw: it forgets
+                # espgw's MAC (learnt from that solicitation) and pings
+                # espgw's outside address (under no policy on either side).
+                self.vm("ip -6 neigh flush dev eth0")
+                results[f"vm->espgw {GW_OUT6}"] = self.ping_from_vm(2, src=VM6, dst=GW_OUT6)
         finally:
             out, _ = sniffer.communicate(input="", timeout=10)
         try:
@@ -546,43 +767,77 @@ action = "discard"
         got = sum(r[0] for r in results.values())
         sent = sum(r[1] for r in results.values())
         text = ", ".join(f"{k} {a}/{s}" for k, (a, s) in results.items())
-        text += f"; packet too big mtu={ptb[1] if ptb else None} (expected {mtu}), lphost learnt {learnt}"
+        text += f"; {what} mtu={ptb[1] if ptb else None} (expected {mtu}), lphost learnt {learnt}"
         tos = seen["tos"]
+        field = "outer TOS" if outer == 4 else "traffic class" if transport else "outer traffic class"
         if tos.get(f"{TCLASS:#04x}", 0) < count or set(tos) - {f"{TCLASS:#04x}", "0x00"}:
-            problems.append(f"outer TOS of espgw's ESP {tos}: want {TCLASS:#04x} on >= {count} (the marked"
+            problems.append(f"{field} of espgw's ESP {tos}: want {TCLASS:#04x} on >= {count} (the marked"
                             " requests) and 0x00 on the rest")
-        if seen["df"]:
-            problems.append(f"{seen['df']} of espgw's {seen['frames']} ESP packets have DF set")
         if seen["longest"] != esp_len:
             problems.append(f"espgw's longest ESP packet is {seen['longest']} bytes; the tunnel MTU's"
                             f" makes {esp_len}")
-        text += (f"; espgw's ESP to the VM: {seen['frames']} packets, outer TOS {tos}, DF on {seen['df']},"
-                 f" longest {seen['longest']}B")
+        if outer == 4:
+            if seen["df"]:
+                problems.append(f"{seen['df']} of espgw's {seen['frames']} ESP packets have DF set")
+            text += (f"; espgw's ESP to the VM: {seen['frames']} packets, outer TOS {tos}, DF on {seen['df']},"
+                     f" longest {seen['longest']}B")
+            return got, sent, text, problems
+        # IPv6: the outer hop limit is outer_ttl (64 by default); transport
+        # mode writes no outer header and keeps lphost's 64, less espgw's hop.
+        hlim = 63 if transport else OUTER_TTL if esn else 64
+        if seen["hlim"] != {str(hlim): seen["frames"]}:
+            problems.append(f"hop limits of espgw's ESP {seen['hlim']}, not {hlim} on all {seen['frames']}")
+        if seen["other"]:
+            problems.append(f"espgw's IPv6 packets to the VM with another next header than ESP (50) after"
+                            f" the fixed header (next header: count): {seen['other']}")
+        if seen["flow"] and not transport:
+            problems.append(f"{seen['flow']} of espgw's {seen['frames']} ESP packets have a flow label")
+        if seen["frames"] < 2 * count:
+            problems.append(f"the sniffer saw {seen['frames']} ESP packets from espgw, fewer than {2 * count}")
+        # Neighbour discovery (no static neighbours on either side): espgw
+        # solicited the VM, which answered; the VM solicited espgw, which
+        # answered, and the VM holds espgw's MAC.
+        ndp = seen["ndp"]
+        if not ndp.get(f"ns {GW_OUT6} for {VM6}") or not ndp.get(f"na {VM6} for {VM6}"):
+            problems.append(f"espgw did not resolve the VM by NS/NA on the tap: {ndp}")
+        if not ndp.get(f"ns {VM6} for {GW_OUT6}") or not ndp.get(f"na {GW_OUT6} for {GW_OUT6}"):
+            problems.append(f"the VM did not resolve espgw by NS/NA on the tap: {ndp}")
+        neigh = self.vm(f"ip -6 neigh show {GW_OUT6} dev eth0").strip()
+        if not re.fullmatch(rf"{GW_OUT6} lladdr {ESPGW_MAC_OUT} (REACHABLE|STALE|DELAY|PROBE)", neigh):
+            problems.append(f"the VM's neighbour entry for {GW_OUT6}: {neigh!r}, not {ESPGW_MAC_OUT}")
+        text += (f"; espgw's ESP to the VM: {seen['frames']} packets, next header 50 on all,"
+                 f" {'' if transport else 'outer '}traffic class {tos}, hop limit {seen['hlim']},"
+                 f" other next headers {seen['other'] or 'none'}, flow label on {seen['flow']},"
+                 f" longest {seen['longest']}B; neighbour discovery {ndp}, the VM's entry: {neigh}")
         return got, sent, text, problems
 
-    def run_case(self, name, alg, mode, esn, negative=None, encap=False, six=False):
+    def run_case(self, name, alg, mode, esn, negative=None, encap=False, inner=4, outer=4):
+        # `six`: IPv6 networks or ends (6-in-4, 4-in-6, 6-in-6, IPv6 transport).
+        six = inner == 6 or outer == 6
         if six:
             self.setup6()
-            self.lp_xfrm6(alg, esn, encap=encap)
+            if outer == 6:
+                self.setup_ends6()
+            self.lp_xfrm_replayed(alg, mode, esn, encap, inner, outer)
         else:
             self.lp_xfrm(alg, mode, esn, encap=encap)
-        kw = {"encap": encap, "six": six}
+        kw = {"encap": encap, "inner": inner, "outer": outer}
         if negative == "wrong-key":
             kw["wrong_keys"] = True
         elif negative == "wrong-spi":
             kw.update(spi_out=0x2002, spi_in=0x2001)
         config = self.config(name, alg, mode, esn, **kw)
         before = self.xfrm_stat()
-        # 6-in-4: asked for two workers, espgw must say it runs one.
+        # IPv6 tunnels: asked for two workers, espgw must say it runs one.
         proc, sock, stats_path = self.start(name, config, workers=2 if six else 1)
         problems = []
         try:
             if negative == "replay":
                 got, sent, text = self.replay_traffic()
             elif negative:
-                got, sent, text = self.negative_traffic(six)
+                got, sent, text = self.negative_traffic(inner == 6)
             elif six:
-                got, sent, text, problems = self.traffic6(alg, encap)
+                got, sent, text, problems = self.traffic_mtu(alg, mode, esn, encap, inner, outer)
             elif encap:
                 # The UDP header takes 8 bytes of the tunnel's MTU: with
                 # CBC-SHA1 over a 1500-byte link, 1422-byte inner packets
@@ -635,7 +890,8 @@ action = "discard"
                     problems.append(f"{label} is mode {s.get('mode')} esn {s.get('esn')}, not {mode} esn {esn}")
                 if s.get("replay") != 0 or s.get("failed") != 0:
                     problems.append(f"{label}: replay {s.get('replay')} failed {s.get('failed')}")
-            # 6-in-4: the one probe a byte over the tunnel MTU (packet too big).
+            # IPv6 networks or ends: the one probe a byte over the tunnel MTU
+            # (packet too big or fragmentation needed).
             allowed = ("policy_discard", "other_host") + (("frag_needed",) if six else ())
             unexpected = {k: v for k, v in drops.items() if k not in allowed}
             if unexpected:
@@ -763,10 +1019,27 @@ def main():
     six += [("aes128gcm16", False, True), ("aes128-sha1", True, True)]
     for alg, esn, encap in six:
         cases.append((f"6in4-{'udp-' if encap else ''}{alg}-tunnel-{'esn' if esn else 'noesn'}",
-                      alg, "tunnel", esn, None, encap, True))
+                      alg, "tunnel", esn, None, encap, 6, 4))
     cases += [
-        ("6in4-neg-wrong-key-aes128gcm16", "aes128gcm16", "tunnel", False, "wrong-key", False, True),
-        ("6in4-neg-wrong-key-aes128-sha1", "aes128-sha1", "tunnel", False, "wrong-key", False, True),
+        ("6in4-neg-wrong-key-aes128gcm16", "aes128gcm16", "tunnel", False, "wrong-key", False, 6, 4),
+        ("6in4-neg-wrong-key-aes128-sha1", "aes128-sha1", "tunnel", False, "wrong-key", False, 6, 4),
+    ]
+    # IPv6 ends after them (the first one gives the VM's eth0 its IPv6
+    # address): 4-in-6 and 6-in-6 with GCM, CBC-SHA1 and chacha20poly1305,
+    # ESN across 2^32 (with outer_ttl) with CBC-SHA1 in 4-in-6 and
+    # chacha20poly1305 in 6-in-6; IPv6 transport mode with GCM and CBC-SHA1
+    # (ESN); wrong keys.
+    ends6 = [(inner, alg, "tunnel", esn) for inner, alg, esn in (
+        (4, "aes128gcm16", False), (4, "aes128-sha1", True), (4, "chacha20poly1305", False),
+        (6, "aes128gcm16", False), (6, "aes128-sha1", False), (6, "chacha20poly1305", True))]
+    ends6 += [(6, "aes128gcm16", "transport", False), (6, "aes128-sha1", "transport", True)]
+    for inner, alg, mode, esn in ends6:
+        kind = f"{inner}in6" if mode == "tunnel" else "ip6"
+        cases.append((f"{kind}-{alg}-{mode}-{'esn' if esn else 'noesn'}", alg, mode, esn, None, False, inner, 6))
+    cases += [
+        ("4in6-neg-wrong-key-chacha20poly1305", "chacha20poly1305", "tunnel", False, "wrong-key", False, 4, 6),
+        ("6in6-neg-wrong-key-aes128gcm16", "aes128gcm16", "tunnel", False, "wrong-key", False, 6, 6),
+        ("ip6-neg-wrong-key-aes128-sha1", "aes128-sha1", "transport", False, "wrong-key", False, 6, 6),
     ]
     if args.only:
         wanted = args.only.split(",")
@@ -774,21 +1047,21 @@ def main():
 
     rows = []
     for name, alg, mode, esn, negative, *more in cases:
-        encap, six = (more + [False, False])[:2]
+        encap, inner, outer = (*more, *(False, 4, 4)[len(more):])
         t0 = time.time()
         try:
-            problems, text = lab.run_case(name, alg, mode, esn, negative, encap, six)
+            problems, text = lab.run_case(name, alg, mode, esn, negative, encap, inner, outer)
         except (Failure, subprocess.TimeoutExpired, KeyError, ValueError) as e:
             problems, text = [f"{type(e).__name__}: {e}"], ""
         verdict = "FAIL" if problems else "PASS"
         print(f"{verdict} {name} ({time.time() - t0:.1f}s): {text}", flush=True)
         for p in problems:
             print(f"     problem: {p}", flush=True)
-        rows.append((alg, "ipv6" if six else "ipv4", mode, "on" if esn else "off", "udp" if encap else "-",
+        rows.append((alg, f"ipv{inner}", f"ipv{outer}", mode, "on" if esn else "off", "udp" if encap else "-",
                      negative or "-", verdict))
 
-    lines = [f"{'algorithm':<17} {'inner':<6} {'mode':<10} {'ESN':<4} {'encap':<6} {'case':<10} result"]
-    lines += [f"{a:<17} {i:<6} {m:<10} {e:<4} {u:<6} {n:<10} {v}" for a, i, m, e, u, n, v in rows]
+    lines = [f"{'algorithm':<17} {'inner':<6} {'outer':<6} {'mode':<10} {'ESN':<4} {'encap':<6} {'case':<10} result"]
+    lines += [f"{a:<17} {i:<6} {o:<6} {m:<10} {e:<4} {u:<6} {n:<10} {v}" for a, i, o, m, e, u, n, v in rows]
     failed = sum(1 for r in rows if r[-1] == "FAIL")
     lines.append(f"XFRM interop: {len(rows) - failed} passed, {failed} failed")
     table = "\n".join(lines)

@@ -647,3 +647,74 @@ fn time_exceeded_after_decryption_goes_back_through_the_tunnel() {
         }
     }
 }
+
+/// Splits an Ethernet frame holding an unfragmented IPv6 packet into two
+/// IPv6 fragments (RFC 8200 §4.5) at `at` bytes of its payload, as a
+/// source fragments its own packet.
+fn fragment6(frame: &[u8], at: usize, ident: u32) -> [Vec<u8>; 2] {
+    let (eth, packet) = frame.split_at(14);
+    let (header, payload) = packet.split_at(40);
+    let piece = |offset: usize, data: &[u8], more: bool| {
+        let mut out = eth.to_vec();
+        let mut h = header.to_vec();
+        h[6] = 44;
+        h[4..6].copy_from_slice(&((8 + data.len()) as u16).to_be_bytes());
+        out.extend_from_slice(&h);
+        let field = ((offset / 8) as u16) << 3 | u16::from(more);
+        out.extend_from_slice(&[header[6], 0]);
+        out.extend_from_slice(&field.to_be_bytes());
+        out.extend_from_slice(&ident.to_be_bytes());
+        out.extend_from_slice(data);
+        out
+    };
+    [piece(0, &payload[..at], true), piece(at, &payload[at..], false)]
+}
+
+/// A peer may fragment its own ESP over IPv6 (Linux does for a DF-clear
+/// IPv4 packet in 4-in-6): the fragments are reassembled, in any order,
+/// and decapsulated; overlapping ones are refused.
+#[test]
+fn esp_over_ipv6_that_the_peer_fragmented_is_reassembled() {
+    let mut a = end(Algorithm::Aes128Gcm16, true, 1500, false, Outer::V6, false);
+    let mut b = end(Algorithm::Aes128Gcm16, false, 1500, false, Outer::V6, false);
+    let mut pool = PacketPool::new(16);
+    let sent = udp4_frame(900, false);
+    let (_, esp) = send(&mut a, &mut pool, Port::Inside, &sent);
+    let [first, second] = fragment6(&esp, 512, 7);
+    // The last fragment first.
+    let (verdict, _) = send(&mut b, &mut pool, Port::Outside, &second);
+    assert_eq!(verdict, Verdict::Consumed, "held");
+    let mut buf = pool.alloc().unwrap();
+    assert!(buf.fill(&first));
+    let outputs = b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    let forwarded: Vec<Vec<u8>> = outputs
+        .into_iter()
+        .filter_map(|(buf, verdict)| {
+            let data = buf.data().to_vec();
+            pool.free(buf);
+            (verdict == Verdict::Forward(Port::Inside)).then_some(data)
+        })
+        .collect();
+    assert_eq!(forwarded.len(), 1, "the reassembled packet, decapsulated");
+    assert_eq!(&forwarded[0][14 + 20..], &sent[14 + 20..]);
+    assert_eq!(b.stats().decapsulated, 1);
+    assert!(b.stats().balanced());
+    // Overlapping fragments of the next packet: refused.
+    let (_, esp) = send(&mut a, &mut pool, Port::Inside, &sent);
+    let [first, _] = fragment6(&esp, 512, 8);
+    let [_, overlapping] = fragment6(&esp, 504, 8);
+    assert_eq!(
+        send(&mut b, &mut pool, Port::Outside, &first).0,
+        Verdict::Consumed
+    );
+    let mut buf = pool.alloc().unwrap();
+    assert!(buf.fill(&overlapping));
+    let outputs = b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    // The overlapping fragment, and the datagram it belonged to.
+    assert!(!outputs.is_empty());
+    for (buf, verdict) in outputs {
+        assert_eq!(verdict, Verdict::Drop(DropReason::ReassemblyFailed));
+        pool.free(buf);
+    }
+    assert!(b.stats().balanced());
+}

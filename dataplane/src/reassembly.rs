@@ -1,10 +1,12 @@
-//! Reassembly of fragmented inbound ESP (RFC 791 §3.2, RFC 815) before
+//! Reassembly of fragmented inbound ESP (RFC 791 §3.2, RFC 815; over
+//! IPv6, RFC 8200 §4.5, for a fragment header right after the fixed
+//! header, which is how a peer fragments its own ESP) before
 //! decapsulation, with bounded memory: a fixed number of datagrams in
 //! progress, a size limit, a timeout, and no tolerance for overlapping
 //! fragments (they are how reassembly attacks work; the whole datagram is
 //! dropped, as RFC 5722 requires for IPv6).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use smoltcp::wire::Ipv4Packet;
@@ -24,10 +26,62 @@ const HEADER_ROOM: usize = 60;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Key {
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    id: u16,
+    src: IpAddr,
+    dst: IpAddr,
+    id: u32,
     protocol: u8,
+}
+
+/// What a fragment says of itself.
+struct Piece {
+    key: Key,
+    /// Bytes in front of the fragment's data (IPv6: the fragment header too).
+    data_at: usize,
+    /// The header the datagram keeps (IPv6: without the fragment header).
+    header_len: usize,
+    offset: usize,
+    payload_len: usize,
+    last: bool,
+}
+
+impl Piece {
+    fn of(data: &[u8]) -> Option<Piece> {
+        if data.first().is_some_and(|b| b >> 4 == 6) {
+            let ip = crate::wire::ipv6::view(data).ok()?;
+            // The fragment header right after the fixed header.
+            let header = data.get(40..48).filter(|_| data[6] == 44)?;
+            let field = u16::from_be_bytes([header[2], header[3]]);
+            let payload_len = ip.total_len().checked_sub(48)?;
+            return Some(Piece {
+                key: Key {
+                    src: ip.src_addr().into(),
+                    dst: ip.dst_addr().into(),
+                    id: u32::from_be_bytes([header[4], header[5], header[6], header[7]]),
+                    protocol: header[0],
+                },
+                data_at: 48,
+                header_len: 40,
+                offset: usize::from(field >> 3) * 8,
+                payload_len,
+                last: field & 1 == 0,
+            });
+        }
+        let ip = Ipv4Packet::new_checked(data).ok()?;
+        let header_len = usize::from(ip.header_len());
+        Some(Piece {
+            key: Key {
+                src: ip.src_addr().into(),
+                dst: ip.dst_addr().into(),
+                id: u32::from(ip.ident()),
+                protocol: u8::from(ip.next_header()),
+            },
+            data_at: header_len,
+            header_len,
+            offset: usize::from(ip.frag_offset()),
+            payload_len: usize::from(ip.total_len()).checked_sub(header_len)?,
+            last: !ip.more_frags(),
+        })
+    }
 }
 
 struct Datagram {
@@ -88,19 +142,17 @@ impl Reassembler {
         pool: &mut PacketPool,
         spent: &mut Vec<PacketBuf>,
     ) -> Reassembled {
-        let Ok(ip) = Ipv4Packet::new_checked(frag.data()) else {
+        let Some(piece) = Piece::of(frag.data()) else {
             return Reassembled::Dropped(frag, ReassemblyError::Malformed);
         };
-        let key = Key {
-            src: ip.src_addr(),
-            dst: ip.dst_addr(),
-            id: ip.ident(),
-            protocol: u8::from(ip.next_header()),
-        };
-        let header_len = usize::from(ip.header_len());
-        let offset = usize::from(ip.frag_offset());
-        let payload_len = usize::from(ip.total_len()) - header_len;
-        let last = !ip.more_frags();
+        let Piece {
+            key,
+            data_at,
+            header_len,
+            offset,
+            payload_len,
+            last,
+        } = piece;
         let end = offset + payload_len;
         // Every fragment but the last carries a multiple of 8 bytes.
         if (!last && payload_len % 8 != 0) || payload_len == 0 {
@@ -166,7 +218,7 @@ impl Reassembler {
             d.buf.data_mut()[HEADER_ROOM - header_len..HEADER_ROOM].copy_from_slice(&data[..header_len]);
         }
         d.buf.data_mut()[HEADER_ROOM + offset..HEADER_ROOM + end]
-            .copy_from_slice(&data[header_len..header_len + payload_len]);
+            .copy_from_slice(&data[data_at..data_at + payload_len]);
         d.ranges[d.count] = (offset as u16, end as u16);
         d.count += 1;
         if last {
@@ -186,7 +238,12 @@ impl Reassembler {
                 // total length is rewritten here. (Were it no header, the
                 // datagram would go on unchanged and the gateway's check of
                 // it refuse it.)
-                if let Ok(mut ip) = crate::wire::ipv4::header_mut(datagram.data_mut()) {
+                if done.key.src.is_ipv6() {
+                    // Without the fragment header: what it named follows.
+                    let data = datagram.data_mut();
+                    data[6] = done.key.protocol;
+                    data[4..6].copy_from_slice(&(length - 40).to_be_bytes());
+                } else if let Ok(mut ip) = crate::wire::ipv4::header_mut(datagram.data_mut()) {
                     ip.set_total_len(length);
                     ip.set_more_frags(false);
                     ip.set_frag_offset(0);

@@ -107,8 +107,9 @@ too-big   the tunnel MTU over a 40-byte outer header: a packet of exactly
     §4.3.2.3); drops frag_needed == 1.
 ext-headers  ESP behind a hop-by-hop and a destination options header, and
     behind a destination options header, is decapsulated and forwarded; a
-    fragmented outer packet is not (both fragments dropped `unsupported`,
-    the SA sees 2 packets).
+    fragmented outer packet (the peer fragmented its own ESP, RFC 8200
+    §4.5) is reassembled, then decapsulated and forwarded, and fragments
+    that overlap are refused (`reassembly_failed`, RFC 5722).
 
 IPv6 transport mode ("transport ... outer=6", RFC 4303 §3.1.1):
 aes128gcm16, aes128-sha1 and chacha20poly1305, ESN off and on, an SA
@@ -849,29 +850,35 @@ def frag_needed(error, sent, host_a, fits):
 def outer6_headers(args, case, keys, name):
     """IPv6 ends (RFC 8200 §4): ESP behind a hop-by-hop and a destination
     options header, or a destination options header alone, is decapsulated
-    and forwarded; ESP in a fragmented outer IPv6 packet (the gateway does
-    no IPv6 reassembly; a peer sends whole packets, §5) is dropped, both
-    fragments as `unsupported`, and never reaches the SA."""
+    and forwarded; ESP in a fragmented outer IPv6 packet (a peer may
+    fragment its own ESP: Linux does for DF-clear IPv4 in 4-in-6) is
+    reassembled, in either order, then decapsulated; overlapping fragments
+    of another packet are refused (RFC 5722) and never reach the SA."""
     sa = peer_encryptor(case, keys)
     host_a, host_b = HOSTS[case.inner]
-    inner = test_packets(host_b, host_a)[:3]
+    inner = test_packets(host_b, host_a)[:4]
     esps = [bytes(sa.encrypt(p, seq_num=i + 1)[ESP]) for i, p in enumerate(inner)]
     outer = IPv6(src=PEER6, dst=GW_OUTSIDE6)
     with_options = outer.copy() / IPv6ExtHdrHopByHop(nh=60) / IPv6ExtHdrDestOpt(nh=50) / Raw(esps[0])
-    fragments = [outer.copy() / IPv6ExtHdrFragment(nh=50, offset=0, m=1, id=0x5EED) / Raw(esps[1][:48]),
-                 outer.copy() / IPv6ExtHdrFragment(nh=50, offset=6, m=0, id=0x5EED) / Raw(esps[1][48:])]
+    # The last fragment first.
+    fragments = [outer.copy() / IPv6ExtHdrFragment(nh=50, offset=6, m=0, id=0x5EED) / Raw(esps[1][48:]),
+                 outer.copy() / IPv6ExtHdrFragment(nh=50, offset=0, m=1, id=0x5EED) / Raw(esps[1][:48])]
     dest_options = outer.copy() / IPv6ExtHdrDestOpt(nh=50) / Raw(esps[2])
+    overlapping = [outer.copy() / IPv6ExtHdrFragment(nh=50, offset=0, m=1, id=0xBAD) / Raw(esps[3][:48]),
+                   outer.copy() / IPv6ExtHdrFragment(nh=50, offset=5, m=0, id=0xBAD) / Raw(esps[3][40:])]
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / IPv6(bytes(p))
-              for p in [with_options] + fragments + [dest_options]]
+              for p in [with_options] + fragments + [dest_options] + overlapping]
     out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[case.inner]), "outside", frames)
-    expect_drops(stats, unsupported=2)
-    expect(stats["decapsulated"] == 2, f"decapsulated {stats['decapsulated']}, expected 2")
+    # The overlapping fragment and the datagram it joined.
+    expect_drops(stats, reassembly_failed=2)
+    expect(stats["decapsulated"] == 3, f"decapsulated {stats['decapsulated']}, expected 3")
     sa_packets = sa_stats(stats, SPI_IN)["packets"]
-    expect(sa_packets == 2, f"inbound SA packets {sa_packets}, expected 2")
-    want = [forwarded(inner[0]), forwarded(inner[2])]
+    expect(sa_packets == 3, f"inbound SA packets {sa_packets}, expected 3")
+    want = [forwarded(inner[0]), forwarded(inner[1]), forwarded(inner[2])]
     got = [bytes(f.payload) for f in out]
-    expect(got == want, f"forwarded {[g.hex() for g in got]}\n  expected packets 1 and 3 {[w.hex() for w in want]}")
-    return "behind hop-by-hop + destination options and destination options: forwarded; fragmented: unsupported=2"
+    expect(got == want, f"forwarded {[g.hex() for g in got]}\n  expected packets 1 to 3 {[w.hex() for w in want]}")
+    return ("behind hop-by-hop + destination options and destination options: forwarded; "
+            "fragmented (last first): reassembled and forwarded; overlapping: reassembly_failed=2")
 
 
 # IPv6 next-header values of the extension headers (RFC 8200 §4).

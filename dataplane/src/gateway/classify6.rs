@@ -5,7 +5,8 @@
 //! IPv6 of an IPv4 tunnel, or bypassed), with the hop limit (RFC 8200 §3)
 //! and the link-local scope (RFC 4291 §2.5.6) checked first, and ESP over
 //! IPv6 to our outside address (tunnels with IPv6 ends) sent on to
-//! decapsulation. Must not touch the engine or transmit anything. IPv6 on
+//! decapsulation, through reassembly when the peer fragmented it. Must
+//! not touch the engine or transmit anything. IPv6 on
 //! an interface without `address6` is counted `unsupported`.
 
 use std::net::Ipv6Addr;
@@ -77,8 +78,15 @@ impl Gateway {
         // Transport-mode ESP keeps the hosts' addresses: ESP for one of
         // our inbound SAs is ours whatever its destination (as for IPv4,
         // `is_esp_for_us`).
-        if from == Port::Outside && flow.protocol == proto::ESP && self.is_ipv6_esp_for_us(buf) {
-            return Ok(Classified::Decapsulate);
+        if from == Port::Outside && flow.protocol == proto::ESP {
+            match self.is_ipv6_esp_for_us(buf) {
+                Some(true) => return Ok(Classified::Decapsulate),
+                // Transport-mode ESP a peer fragmented: reassembled when
+                // an IPv6 transport SA could take it.
+                None if self.receives_ipv6_transport() => return Ok(Classified::Fragment),
+                None => return Err(DropReason::Unsupported),
+                Some(false) => {}
+            }
         }
         let direction = match from {
             Port::Inside => PolicyDirection::Out,
@@ -107,20 +115,34 @@ impl Gateway {
         Ok(next)
     }
 
-    /// Whether an unfragmented IPv6 ESP packet carries the SPI of one of
-    /// our inbound SAs for its destination.
-    fn is_ipv6_esp_for_us(&self, buf: &PacketBuf) -> bool {
+    /// Whether an inbound transport-mode SA has IPv6 ends (asked for
+    /// fragments only).
+    fn receives_ipv6_transport(&self) -> bool {
+        self.sad.iter().any(|(_, sa)| {
+            let p = sa.params();
+            p.direction == spd_sad::SaDirection::Inbound
+                && p.mode == spd_sad::Mode::Transport
+                && p.local.is_ipv6()
+        })
+    }
+
+    /// Whether an IPv6 ESP packet carries the SPI of one of our inbound
+    /// SAs for its destination; `None` for a fragment, whose SPI only the
+    /// first fragment has.
+    fn is_ipv6_esp_for_us(&self, buf: &PacketBuf) -> Option<bool> {
         let data = buf.data();
-        let Ok(upper) = ipv6::upper_layer(data) else {
-            return false;
+        let (Ok(upper), Ok(ip)) = (ipv6::upper_layer(data), ipv6::view(data)) else {
+            return Some(false);
         };
-        let (Ok(ip), None) = (ipv6::view(data), upper.fragment) else {
-            return false;
-        };
-        match crate::wire::EspPacket::new_checked(data.get(upper.offset..).unwrap_or_default()) {
-            Ok(esp) => self.sad.lookup_inbound(esp.spi(), ip.dst_addr().into()).is_some(),
-            Err(_) => false,
+        if upper.fragment.is_some() {
+            return None;
         }
+        Some(
+            match crate::wire::EspPacket::new_checked(data.get(upper.offset..).unwrap_or_default()) {
+                Ok(esp) => self.sad.lookup_inbound(esp.spi(), ip.dst_addr().into()).is_some(),
+                Err(_) => false,
+            },
+        )
     }
 
     /// IPv6 to our address, our solicited-node group or all nodes:
@@ -159,15 +181,14 @@ impl Gateway {
             (ip.dst_addr(), ip.src_addr(), icmp_type, upper.offset, upper)
         };
         // ESP over IPv6 to our outside address: a tunnel with IPv6 ends
-        // (4-in-6, 6-in-6). Fragments of it would need IPv6 reassembly,
-        // which this gateway does not do (its peers send whole packets
-        // of at most the path MTU, as RFC 8200 §5 asks of a source).
+        // (4-in-6, 6-in-6). A peer may fragment its own ESP (Linux does,
+        // for DF-clear IPv4 in 4-in-6): reassembled first.
         if upper.protocol == proto::ESP && dst == our && from == Port::Outside {
-            if upper.fragment.is_some() {
-                return Err(DropReason::Unsupported);
-            }
             buf.trim_front(l2);
-            return Ok(Classified::Decapsulate);
+            return Ok(match upper.fragment {
+                Some(_) => Classified::Fragment,
+                None => Classified::Decapsulate,
+            });
         }
         let consumed = Ok(Classified::Done(Ok(Next::Consume)));
         match icmp_type {

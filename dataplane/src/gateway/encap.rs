@@ -73,6 +73,10 @@ impl Gateway {
     /// A datagram the reassembler completed: ESP goes on to decapsulation;
     /// UDP is classified again now that its header and payload are whole.
     pub(super) fn reassembled(&mut self, now: Duration, datagram: PacketBuf, out: &mut Vec<Output>) {
+        // IPv6: only ESP is reassembled (no UDP encapsulation over IPv6).
+        if datagram.data().first().is_some_and(|b| b >> 4 == 6) {
+            return self.start_decapsulation(now, datagram, out);
+        }
         let flow = match ipv4::view(datagram.data()) {
             Ok(ip) => crate::wire::flow_key(&ip),
             Err(reason) => return self.emit(datagram, Err(reason), out),

@@ -718,3 +718,31 @@ fn esp_over_ipv6_that_the_peer_fragmented_is_reassembled() {
     }
     assert!(b.stats().balanced());
 }
+
+/// `[[neighbor]]` takes IPv6 addresses: a static entry is used without
+/// neighbour discovery, as a static ARP entry is.
+#[test]
+fn a_static_ipv6_neighbour_needs_no_solicitation() {
+    let mut a = gateway(Algorithm::Aes128Gcm16, true, 1500, false);
+    let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, false);
+    interface(&mut built, "inside").address6 = Some("2001:db8:2::1/64".into());
+    let net = |n: u16| Ipv6Prefix::new(Ipv6Addr::new(0x2001, 0xdb8, n, 0, 0, 0, 0, 0), 64).unwrap();
+    built.tunnels[0].local_subnet = Some(net(2).into());
+    built.tunnels[0].remote_subnet = Some(net(1).into());
+    let built = built.neighbor(HOST_B, HOST_MAC);
+    let config = Config::parse(Path::new("b.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.neighbors.last(), Some(&(HOST_B.into(), HOST_MAC)));
+    let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
+    setup.resolve_neighbors = true;
+    let mut b = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
+    config.install(&mut b, Duration::ZERO).unwrap();
+    let mut pool = PacketPool::new(8);
+    let esp = esp_for_host_b(&mut a, &mut pool);
+    let (verdict, out) = send(&mut b, &mut pool, Port::Outside, &esp);
+    assert_eq!(
+        verdict,
+        Verdict::Forward(Port::Inside),
+        "straight out, no solicitation"
+    );
+    assert_eq!(EthernetFrame::new_checked(&out[..]).unwrap().dst_addr(), HOST_MAC);
+}

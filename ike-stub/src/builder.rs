@@ -161,8 +161,11 @@ impl ConfigBuilder {
     }
 
     /// A static neighbour.
-    pub fn neighbor(mut self, address: Ipv4Addr, mac: EthernetAddress) -> Self {
-        self.neighbors.push(NeighborBuilder { address, mac });
+    pub fn neighbor(mut self, address: impl Into<IpAddr>, mac: EthernetAddress) -> Self {
+        self.neighbors.push(NeighborBuilder {
+            address: address.into(),
+            mac,
+        });
         self
     }
 
@@ -349,7 +352,7 @@ pub struct RouteBuilder {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NeighborBuilder {
-    pub address: Ipv4Addr,
+    pub address: IpAddr,
     #[serde(with = "text")]
     pub mac: EthernetAddress,
 }
@@ -828,7 +831,10 @@ mod tests {
         assert_eq!(config.routes[1].via, None);
         assert_eq!(
             config.neighbors,
-            [(Ipv4Addr::new(10, 0, 0, 2), EthernetAddress([2, 0, 0, 0, 0, 2]))]
+            [(
+                Ipv4Addr::new(10, 0, 0, 2).into(),
+                EthernetAddress([2, 0, 0, 0, 0, 2])
+            )]
         );
         assert_eq!(config.rekey.grace, std::time::Duration::from_millis(300));
         assert_eq!(config.rekey.retries, 3);

@@ -195,7 +195,7 @@ pub struct Config {
     /// IPv6 routes (the networks of the interfaces' `address6` are
     /// connected without one).
     pub routes6: Vec<Route6>,
-    pub neighbors: Vec<(Ipv4Addr, EthernetAddress)>,
+    pub neighbors: Vec<(IpAddr, EthernetAddress)>,
     pub outer_ttl: u8,
     /// Interval of NAT keepalives to UDP-encapsulated peers; `None`: none.
     pub nat_keepalive: Option<Duration>,
@@ -706,7 +706,17 @@ impl Validator<'_> {
         let mut neighbors = Vec::new();
         for n in &raw.neighbor {
             let n = n.get_ref();
-            neighbors.push((self.addr(&n.address, "neighbor address")?, self.mac(&n.mac)?));
+            // IPv4 or IPv6: one table serves ARP and neighbour discovery.
+            let address = n.address.get_ref().parse::<IpAddr>().or_else(|_| {
+                self.err(
+                    span(&n.address),
+                    ConfigErrorKind::Value(format!(
+                        "neighbor address `{}` is not an IP address (for example 10.0.0.2 or 2001:db8::2)",
+                        n.address.get_ref()
+                    )),
+                )
+            })?;
+            neighbors.push((address, self.mac(&n.mac)?));
         }
         let mut sas = Vec::new();
         let mut policies = Vec::new();

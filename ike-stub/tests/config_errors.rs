@@ -978,6 +978,16 @@ fn interface_addresses_and_macs_parse_as_written() {
         let extra = format!("\n[[neighbor]]\naddress = \"10.0.0.2\"\nmac = \"{bad}\"\n");
         expect_error(&extra, line_of(&extra, "mac ="), 7, "is not a MAC address");
     }
+    // Neighbours of either family; anything else is named.
+    let v6 = "\n[[neighbor]]\naddress = \"2001:db8::2\"\nmac = \"02:00:00:00:00:02\"\n";
+    assert!(parse(&format!("{BASE}{v6}")).is_ok());
+    let bad = "\n[[neighbor]]\naddress = \"10.0.0\"\nmac = \"02:00:00:00:00:02\"\n";
+    expect_error(
+        bad,
+        line_of(bad, "address = \"10.0.0\""),
+        11,
+        "is not an IP address",
+    );
 }
 
 /// `address6` takes a unicast address with its prefix length; anything

@@ -88,7 +88,8 @@ pub struct GatewaySetup {
     pub routes: Vec<Route>,
     /// IPv6 routes besides the connected networks of `address6`.
     pub routes6: Vec<Route6>,
-    pub neighbors: Vec<(Ipv4Addr, EthernetAddress)>,
+    /// Static neighbours of either family.
+    pub neighbors: Vec<(IpAddr, EthernetAddress)>,
     pub link: LinkLayer,
     /// TTL of the outer header of tunnel-mode packets.
     pub outer_ttl: u8,

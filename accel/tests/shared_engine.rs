@@ -295,8 +295,10 @@ fn regions_outside_the_tenants_own_buffer_are_refused_and_counted() {
     eventually(&server, "socket region refusal", |s| s.bad_region == n as u64 + 1);
 }
 
-/// Keeps one tenant busy and checks every result against soft.
-fn steady(server: &ServerHandle, for_how_long: Duration) -> usize {
+/// Keeps one tenant busy and checks every result against soft: how many
+/// rounds it ran, and the tenant, still attached (it detaches, and is
+/// counted reclaimed, when the caller drops it).
+fn steady(server: &ServerHandle, for_how_long: Duration) -> (usize, SharedEngine) {
     let mut t = tenant(server, Transport::Shm);
     let mut soft = SoftEngine::default();
     let alg = Algorithm::Aes128Sha1;
@@ -314,7 +316,7 @@ fn steady(server: &ServerHandle, for_how_long: Duration) -> usize {
         assert_eq!(results(&got), results(&want), "the steady tenant is undisturbed");
         rounds += 1;
     }
-    rounds
+    (rounds, t)
 }
 
 #[test]
@@ -326,7 +328,9 @@ fn a_hung_tenant_is_reclaimed_and_the_others_notice_nothing() {
     let mut queue: VecDeque<Job> = (0..8).map(|i| job(h, alg, 64, i)).collect();
     assert_eq!(hung.submit_burst(Duration::ZERO, &mut queue), 8);
     // ... and never polls again.
-    let rounds = steady(&server, Duration::from_millis(1500));
+    // The steady tenant stays attached until the counts below are read:
+    // its detach would count as a second reclaim.
+    let (rounds, _steady) = steady(&server, Duration::from_millis(1500));
     assert!(rounds > 0);
     let s = eventually(&server, "hung tenant reclaimed", |s| s.reclaimed == 1);
     assert_eq!(s.tenants, 1, "only the steady tenant is left: {s:?}");
@@ -413,7 +417,7 @@ fn kill_child_tenants(server: &ServerHandle, count: usize) {
 fn a_killed_tenant_is_reclaimed_and_the_others_notice_nothing() {
     let server = server();
     let watcher = std::thread::scope(|scope| {
-        let steady = scope.spawn(|| steady(&server, Duration::from_millis(1200)));
+        let steady = scope.spawn(|| steady(&server, Duration::from_millis(1200)).0);
         kill_child_tenants(&server, 2);
         steady.join().expect("steady tenant")
     });
@@ -432,7 +436,7 @@ fn soak_tenants_attaching_and_dying_under_load() {
     let server = server_with(EngineKind::Soft, |c| c.quota = 32);
     let started = Instant::now();
     std::thread::scope(|scope| {
-        let steady = scope.spawn(|| steady(&server, Duration::from_secs(3)));
+        let steady = scope.spawn(|| steady(&server, Duration::from_secs(3)).0);
         let churn = scope.spawn(|| {
             let mut n = 0;
             while started.elapsed() < Duration::from_millis(2500) {

@@ -37,24 +37,17 @@ pub fn config_summary(config: &Config) -> String {
             iface.network.len(),
         );
     }
-    let via = |v: Option<std::net::IpAddr>| v.map_or_else(|| "direct".to_owned(), |v| format!("via {v}"));
-    for route in &config.routes {
-        let _ = writeln!(
-            out,
-            "  route {} {} dev {}",
-            route.destination,
-            via(route.via.map(Into::into)),
-            route.port
-        );
-    }
-    for route in &config.routes6 {
-        let _ = writeln!(
-            out,
-            "  route {} {} dev {}",
-            route.destination,
-            via(route.via.map(Into::into)),
-            route.port
-        );
+    let v4 = config
+        .routes
+        .iter()
+        .map(|r| (r.destination.to_string(), r.via.map(Into::into), r.port));
+    let v6 = config
+        .routes6
+        .iter()
+        .map(|r| (r.destination.to_string(), r.via.map(Into::into), r.port));
+    for (destination, via, port) in v4.chain(v6) {
+        let via = via.map_or_else(|| "direct".to_owned(), |v: std::net::IpAddr| format!("via {v}"));
+        let _ = writeln!(out, "  route {destination} {via} dev {port}");
     }
     for (addr, mac) in &config.neighbors {
         let _ = writeln!(out, "  neighbor {addr} lladdr {mac}");

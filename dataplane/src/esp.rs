@@ -478,7 +478,7 @@ pub fn decapsulate_prepare(
     has_held: impl Fn(SaId) -> bool,
 ) -> Result<Inbound, DropReason> {
     let data = buf.data();
-    let (esp_offset, dst, arrival_port) = if data.first().is_some_and(|b| b >> 4 == 6) {
+    let (esp_offset, dst, arrival_port) = if crate::wire::is_ipv6(data) {
         // ESP over IPv6, after the extension headers (RFC 4303 §3.1.2);
         // classification sent only unfragmented ESP here.
         let upper = crate::wire::ipv6::upper_layer(data)?;
@@ -645,7 +645,7 @@ pub fn decapsulate_finish(
             buf.truncate(inner_len);
             combine_ecn(buf.data_mut(), outer_ecn)?;
         }
-        Mode::Transport if buf.data().first().is_some_and(|b| b >> 4 == 6) => {
+        Mode::Transport if crate::wire::is_ipv6(buf.data()) => {
             // The byte that names ESP names what ESP protected again.
             let named_esp = match crate::wire::ipv6::upper_layer(buf.data()) {
                 Ok(upper) if upper.protocol == proto::ESP && upper.offset == esp_offset => {
@@ -705,7 +705,7 @@ fn combine_ecn(inner: &mut [u8], outer: u8) -> Result<(), DropReason> {
         (ecn::ECT0, ecn::ECT1) => ecn::ECT1,
         _ => return Ok(()),
     };
-    if inner.first().is_some_and(|b| b >> 4 == 6) {
+    if crate::wire::is_ipv6(inner) {
         if let Some(b) = inner.get_mut(1) {
             *b = (*b & !0x30) | after << 4;
         }

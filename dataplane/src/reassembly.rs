@@ -46,7 +46,7 @@ struct Piece {
 
 impl Piece {
     fn of(data: &[u8]) -> Option<Piece> {
-        if data.first().is_some_and(|b| b >> 4 == 6) {
+        if crate::wire::is_ipv6(data) {
             let ip = crate::wire::ipv6::view(data).ok()?;
             // The fragment header right after the fixed header.
             let header = data.get(40..48).filter(|_| data[6] == 44)?;

@@ -246,7 +246,7 @@ fn no_policy_or_discard(decision: spd_sad::Decision) -> DropReason {
 fn check_ipv4(buf: &mut PacketBuf) -> Result<(), DropReason> {
     let total = {
         let ip = Ipv4Packet::new_checked(buf.data()).map_err(|_| {
-            if buf.data().first().is_some_and(|b| b >> 4 == 6) {
+            if crate::wire::is_ipv6(buf.data()) {
                 DropReason::Unsupported
             } else {
                 DropReason::Malformed

@@ -74,7 +74,7 @@ impl Gateway {
     /// UDP is classified again now that its header and payload are whole.
     pub(super) fn reassembled(&mut self, now: Duration, datagram: PacketBuf, out: &mut Vec<Output>) {
         // IPv6: only ESP is reassembled (no UDP encapsulation over IPv6).
-        if datagram.data().first().is_some_and(|b| b >> 4 == 6) {
+        if crate::wire::is_ipv6(datagram.data()) {
             return self.start_decapsulation(now, datagram, out);
         }
         let flow = match ipv4::view(datagram.data()) {

@@ -50,7 +50,7 @@ impl Gateway {
     pub(super) fn emit_protected(&mut self, sa: SaId, mut buf: PacketBuf, out: &mut Vec<Output>) {
         // IPv6 outer headers take the normal route each time (no cached
         // hop: the cache is keyed by IPv4 next hops).
-        if buf.data().first().is_some_and(|b| b >> 4 == 6) {
+        if crate::wire::is_ipv6(buf.data()) {
             return self.emit(buf, Ok(Next::Route), out);
         }
         let dst = match ipv4::view(buf.data()) {
@@ -110,7 +110,7 @@ impl Gateway {
         buf: &mut PacketBuf,
         out: &mut Vec<Output>,
     ) -> Result<Option<Port>, DropReason> {
-        if buf.data().first().is_some_and(|b| b >> 4 == 6) {
+        if crate::wire::is_ipv6(buf.data()) {
             return self.route6(buf, out);
         }
         let ip = ipv4::view(buf.data())?;
@@ -302,9 +302,9 @@ impl Gateway {
         port: Port,
     ) -> Result<(), DropReason> {
         let src_mac = self.interfaces[port.index()].mac;
-        let ethertype = match buf.data().first() {
-            Some(b) if b >> 4 == 6 => EthernetProtocol::Ipv6,
-            _ => EthernetProtocol::Ipv4,
+        let ethertype = match crate::wire::is_ipv6(buf.data()) {
+            true => EthernetProtocol::Ipv6,
+            false => EthernetProtocol::Ipv4,
         };
         let header = buf
             .prepend(EthernetFrame::<&[u8]>::header_len())

@@ -34,7 +34,7 @@ use crate::esp::{self, Decapsulated, Inbound, OutboundContext, Pending};
 use crate::reassembly::Reassembled;
 use crate::route::Port;
 use crate::stats::DropReason;
-use crate::wire::{flow_key, flow_key6, ipv4};
+use crate::wire::{flow_key_any, ipv4};
 use crate::Output;
 use crate::{icmp, icmp6};
 
@@ -181,7 +181,7 @@ impl Gateway {
             sa.crypto().outer.header_len(),
             mtu,
         );
-        let is_ipv6 = buf.data().first().is_some_and(|b| b >> 4 == 6);
+        let is_ipv6 = crate::wire::is_ipv6(buf.data());
         // An IPv6 outer packet is never fragmented (this gateway does not
         // fragment at the source either): what does not fit is refused
         // with the size that does, whatever the inner DF says.
@@ -550,7 +550,7 @@ impl Gateway {
         out: &mut Vec<Output>,
     ) {
         let reason = DropReason::TtlExpired;
-        let result = if buf.data().first().is_some_and(|b| b >> 4 == 6) {
+        let result = if crate::wire::is_ipv6(buf.data()) {
             self.icmp6_error(&mut buf, (icmp6::kind::TIME_EXCEEDED, 0, 0), reason)
         } else {
             let from = self.interfaces[Port::Inside.index()].address;
@@ -559,11 +559,7 @@ impl Gateway {
         if let Err(reason) = result {
             return self.emit(buf, Err(reason), out);
         }
-        let flow = if buf.data().first().is_some_and(|b| b >> 4 == 6) {
-            flow_key6(buf.data())
-        } else {
-            ipv4::view(buf.data()).map(|ip| flow_key(&ip))
-        };
+        let flow = flow_key_any(buf.data());
         let decision = match flow {
             Ok(flow) => self.spd.lookup_cached(PolicyDirection::Out, &flow),
             Err(reason) => return self.emit(buf, Err(reason), out),
@@ -600,11 +596,8 @@ impl Gateway {
             Decapsulated::Packet => {}
         }
         // RFC 4301 §5.2 step 4: the inner packet must match the SA's selectors.
-        let is_ipv6 = buf.data().first().is_some_and(|b| b >> 4 == 6);
-        let flow = match is_ipv6 {
-            true => flow_key6(buf.data())?,
-            false => flow_key(&ipv4::view(buf.data())?),
-        };
+        let is_ipv6 = crate::wire::is_ipv6(buf.data());
+        let flow = flow_key_any(buf.data())?;
         let sa = self.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
         if !sa.admits(&flow) {
             sa.counters_mut().policy_mismatch += 1;

@@ -43,3 +43,12 @@ pub fn flow_key6(packet: &[u8]) -> Result<FlowKey, DropReason> {
         ports: upper.ports,
     })
 }
+
+/// The flow key of an IP packet of either family.
+pub fn flow_key_any(packet: &[u8]) -> Result<FlowKey, DropReason> {
+    if super::is_ipv6(packet) {
+        flow_key6(packet)
+    } else {
+        crate::wire::ipv4::view(packet).map(|ip| flow_key(&ip))
+    }
+}

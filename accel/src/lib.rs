@@ -20,6 +20,7 @@ pub mod engine;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 pub mod job;
+mod prefetch;
 pub mod primitive;
 pub mod session;
 mod wiped;

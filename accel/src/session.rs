@@ -179,6 +179,15 @@ impl<T> SessionTable<T> {
         }
     }
 
+    /// Starts loading `handle`'s slot into the cache (a hint: a stale or
+    /// foreign handle loads nothing harmful).
+    #[inline]
+    pub fn prefetch(&self, handle: SessionHandle) {
+        if let Some(slot) = self.slots.get(handle.index as usize) {
+            crate::prefetch::bytes(slot);
+        }
+    }
+
     #[inline]
     pub fn get(&self, handle: SessionHandle) -> Option<&T> {
         let slot = self.slots.get(handle.index as usize)?;
@@ -268,6 +277,32 @@ impl fmt::Debug for Session {
 }
 
 impl Session {
+    /// Starts loading the key schedules a job of this session reads (the
+    /// expanded keys live in their own boxes, a second miss after the
+    /// session's slot). `encrypt` picks the CBC key of that direction.
+    #[inline]
+    pub(crate) fn prefetch_keys(&self, encrypt: bool) {
+        match &self.cipher {
+            CipherState::Aead { key, .. } => crate::prefetch::bytes::<ring::aead::LessSafeKey>(key),
+            CipherState::Cbc {
+                encrypt: e,
+                decrypt: d,
+            } => {
+                if encrypt {
+                    crate::prefetch::bytes::<EncryptingKey>(e);
+                } else {
+                    crate::prefetch::bytes::<DecryptingKey>(d);
+                }
+            }
+            CipherState::Null => {}
+        }
+        match &self.mac {
+            MacState::HmacSha1(mac) => crate::prefetch::bytes::<Hmac<sha1::Sha1>>(mac),
+            MacState::HmacSha256(mac) => crate::prefetch::bytes::<Hmac<sha2::Sha256>>(mac),
+            MacState::None => {}
+        }
+    }
+
     /// Expands `enc_key` and `auth_key` for `algorithm`. The caller's copies
     /// remain the caller's to zeroize.
     pub fn new(algorithm: Algorithm, enc_key: &[u8], auth_key: &[u8]) -> Result<Self, SessionError> {

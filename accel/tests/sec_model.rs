@@ -844,3 +844,68 @@ fn the_model_never_waits_on_the_host() {
     }
     assert_eq!(clock_reads, 1, "one clock read, in {helper}");
 }
+
+/// The soft engine (the reference the model is checked against) runs a
+/// burst with its sessions and keys requested ahead of each job: a burst
+/// of mixed sessions, directions and a released handle must come back
+/// exactly as each job run alone, whether submitted or run inline.
+#[test]
+fn a_soft_burst_runs_each_job_as_it_would_alone() {
+    let algorithms = [
+        Algorithm::Aes128Gcm16,
+        Algorithm::Aes128Sha1,
+        Algorithm::Aes256Gcm16,
+        Algorithm::TripleDesSha1,
+    ];
+    let mut engine = SoftEngine::default();
+    let handles: Vec<_> = algorithms
+        .iter()
+        .enumerate()
+        .map(|(i, &alg)| engine.register(&spec(alg, i as u8)).expect("registers"))
+        .collect();
+    engine.release(handles[2]);
+    let jobs = |n: u64| -> Vec<Job> {
+        (0..n)
+            .map(|user| {
+                let k = (user as usize * 5 + user as usize / 3) % algorithms.len();
+                let alg = algorithms[k];
+                let direction = if user % 4 == 3 {
+                    Direction::Decrypt
+                } else {
+                    Direction::Encrypt
+                };
+                let len = if alg.iv_len() == 8 {
+                    64
+                } else {
+                    16 * (1 + user as usize % 5)
+                };
+                let d = desc(alg, DescriptorKind::SinglePass, direction, len, None);
+                job(handles[k], d, &packet(alg, len, user as u32), user)
+            })
+            .collect()
+    };
+    let alone: Vec<(Status, Vec<u8>)> = jobs(23)
+        .into_iter()
+        .map(|mut one| {
+            assert!(engine.run_inline(std::slice::from_mut(&mut one)));
+            (one.desc.status, one.buf.data().to_vec())
+        })
+        .collect();
+    assert!(alone
+        .iter()
+        .any(|(s, _)| *s == Status::Error(DescriptorError::BadSession)));
+    assert!(alone.iter().any(|(s, _)| *s == Status::Done));
+    let mut inline = jobs(23);
+    assert!(engine.run_inline(&mut inline));
+    let mut queue: VecDeque<Job> = jobs(23).into();
+    assert_eq!(engine.submit_burst(Duration::ZERO, &mut queue), 23);
+    let mut submitted = Vec::new();
+    engine.poll_burst(Duration::ZERO, &mut submitted);
+    for burst in [inline, submitted] {
+        let got: Vec<(Status, Vec<u8>)> = burst
+            .into_iter()
+            .map(|j| (j.desc.status, j.buf.data().to_vec()))
+            .collect();
+        assert_eq!(got, alone);
+    }
+}

@@ -868,7 +868,7 @@ struct Timer {
 
 /// Starts loading the cache line at `at` (a hint: reads and writes nothing
 /// the program can see, so any address will do).
-fn prefetch_line(at: *const u8) {
+pub(crate) fn prefetch_line(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

@@ -911,15 +911,7 @@ impl Spd {
         let Some(line) = self.cache.entries.get(set) else {
             return;
         };
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch reads and writes nothing the program can see;
-        // the address is that of a live set.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>((line as *const CacheSet).cast::<i8>());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = line;
+        crate::sad::prefetch_line((line as *const CacheSet).cast::<u8>());
     }
 
     /// Flow cache hits and misses of this copy so far.

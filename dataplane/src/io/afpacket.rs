@@ -94,6 +94,14 @@ pub enum Receive {
 }
 
 impl Receive {
+    /// The ring's slots, if any.
+    fn ring_slots(self) -> Option<usize> {
+        match self {
+            Receive::Batch => None,
+            Receive::Ring => Some(crate::io::ring::SLOTS),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Receive::Batch => "recvmmsg",
@@ -205,24 +213,24 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 impl AfPacket {
     /// Opens `device` for forwarding: our own transmissions are not read back.
     pub fn open(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None, true, Receive::Batch)
+        Self::open_with(device, true, ETH_P_ALL, None, true, None)
     }
 
     /// Like [`open`](Self::open), receiving by `receive`.
     pub fn open_receiving(device: &str, receive: Receive) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None, true, receive)
+        Self::open_with(device, true, ETH_P_ALL, None, true, receive.ring_slots())
     }
 
     /// Like [`open`](Self::open) but without `PACKET_VNET_HDR`: frames
     /// come as the kernel holds them (partial checksums, super-packets
     /// cut to the buffer), for measuring the socket alone.
     pub fn open_plain(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None, false, Receive::Batch)
+        Self::open_with(device, true, ETH_P_ALL, None, false, None)
     }
 
     /// Opens `device` to watch everything on it, both directions.
     pub fn open_capture(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, false, ETH_P_ALL, None, false, Receive::Batch)
+        Self::open_with(device, false, ETH_P_ALL, None, false, None)
     }
 
     /// Opens `device` for one worker of several, IPv4 frames only, in
@@ -243,7 +251,7 @@ impl AfPacket {
             ETH_P_IP,
             Some((group, PACKET_FANOUT_CBPF)),
             true,
-            receive,
+            receive.ring_slots(),
         )
     }
 
@@ -263,7 +271,7 @@ impl AfPacket {
             ETH_P_IP,
             Some((group, PACKET_FANOUT_CBPF | libc::PACKET_FANOUT_FLAG_DEFRAG)),
             true,
-            receive,
+            receive.ring_slots(),
         )
     }
 
@@ -287,9 +295,18 @@ impl AfPacket {
     }
 
     /// Opens `device` for ARP frames only, not shared out: every worker
-    /// learns every neighbour.
+    /// learns every neighbour. A small ring, so that a worker's look at
+    /// it each turn is a load, not a system call (a `recvmmsg` that finds
+    /// nothing, and a batch of buffers taken and given back).
     pub fn open_arp(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ARP, None, false, Receive::Batch)
+        Self::open_with(
+            device,
+            true,
+            ETH_P_ARP,
+            None,
+            false,
+            Some(crate::io::ring::SIDE_SLOTS),
+        )
     }
 
     /// Opens `device` for IPv6 frames only, not shared out: the one
@@ -297,7 +314,9 @@ impl AfPacket {
     /// steered sockets of [`open_worker_steered`](Self::open_worker_steered)
     /// take IPv4 only).
     pub fn open_ipv6(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_IPV6, None, false, Receive::Batch)
+        // It carries IPv6 traffic, not only neighbour discovery: a
+        // forwarding socket's ring.
+        Self::open_with(device, true, ETH_P_IPV6, None, false, Receive::Ring.ring_slots())
     }
 
     fn open_with(
@@ -306,7 +325,7 @@ impl AfPacket {
         protocol: u16,
         fanout: Option<(u16, u32)>,
         vnet: bool,
-        receive: Receive,
+        ring_slots: Option<usize>,
     ) -> Result<AfPacket, AfPacketError> {
         let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
         // SAFETY: if_nametoindex reads a NUL-terminated string.
@@ -341,9 +360,9 @@ impl AfPacket {
         if vnet {
             set_option(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one).map_err(io_err)?;
         }
-        let ring = match receive {
-            Receive::Ring => Some(RxRing::setup(&fd).map_err(io_err)?),
-            Receive::Batch => None,
+        let ring = match ring_slots {
+            Some(slots) => Some(RxRing::setup(&fd, slots).map_err(io_err)?),
+            None => None,
         };
         // SAFETY: sockaddr_ll is plain data.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };

@@ -30,6 +30,9 @@ pub const SLOT_SIZE: usize = 2048;
 /// (about 3,300 full-size frames); `tests/workers_netns.rs` saw 2,048 and
 /// 4,096 slots overflow under its fragment flood on a busy host.
 pub const SLOTS: usize = 8192;
+/// Slots of a side socket's ring (ARP: a few frames a second, bursts of
+/// a neighbour table's size), one block: 1 MiB.
+pub const SIDE_SLOTS: usize = BLOCK_SIZE / SLOT_SIZE;
 const BLOCK_SIZE: usize = 1 << 20;
 
 /// One slot as the kernel filled it.
@@ -47,6 +50,7 @@ pub struct Slot<'a> {
 pub struct RxRing {
     base: NonNull<u8>,
     len: usize,
+    slots: usize,
     /// The next slot to look at; only the worker that owns the socket
     /// reads the ring, and it stores this once per batch.
     head: AtomicUsize,
@@ -65,9 +69,11 @@ fn set<T>(fd: &OwnedFd, name: libc::c_int, value: &T) -> io::Result<()> {
 }
 
 impl RxRing {
-    /// Sets up the ring on `fd` (before it is bound, after
-    /// `PACKET_VNET_HDR`, which cannot change once a ring exists).
-    pub fn setup(fd: &OwnedFd) -> io::Result<RxRing> {
+    /// Sets up a ring of `slots` slots (a multiple of [`SIDE_SLOTS`]) on
+    /// `fd` (before it is bound, after `PACKET_VNET_HDR`, which cannot
+    /// change once a ring exists).
+    pub fn setup(fd: &OwnedFd, slots: usize) -> io::Result<RxRing> {
+        let slots = slots.max(SIDE_SLOTS).next_multiple_of(SIDE_SLOTS);
         set(
             fd,
             libc::PACKET_VERSION,
@@ -77,12 +83,12 @@ impl RxRing {
         set(fd, libc::PACKET_COPY_THRESH, &(1 as libc::c_int))?;
         let request = libc::tpacket_req {
             tp_block_size: BLOCK_SIZE as u32,
-            tp_block_nr: (SLOTS * SLOT_SIZE / BLOCK_SIZE) as u32,
+            tp_block_nr: (slots * SLOT_SIZE / BLOCK_SIZE) as u32,
             tp_frame_size: SLOT_SIZE as u32,
-            tp_frame_nr: SLOTS as u32,
+            tp_frame_nr: slots as u32,
         };
         set(fd, libc::PACKET_RX_RING, &request)?;
-        let len = SLOTS * SLOT_SIZE;
+        let len = slots * SLOT_SIZE;
         // SAFETY: a fresh shared mapping of the socket's ring, of the size
         // the kernel was asked for.
         let base = unsafe {
@@ -102,6 +108,7 @@ impl RxRing {
         Ok(RxRing {
             base,
             len,
+            slots,
             head: AtomicUsize::new(0),
         })
     }
@@ -115,7 +122,7 @@ impl RxRing {
     }
 
     fn status(&self, index: usize) -> &AtomicU32 {
-        let offset = (index % SLOTS) * SLOT_SIZE;
+        let offset = (index % self.slots) * SLOT_SIZE;
         // SAFETY: the slot's first word (tp_status) is inside the mapping,
         // 4-byte aligned, and the kernel writes it atomically.
         unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU32>() }
@@ -127,7 +134,7 @@ impl RxRing {
         if status & libc::TP_STATUS_USER == 0 {
             return None;
         }
-        let offset = (index % SLOTS) * SLOT_SIZE;
+        let offset = (index % self.slots) * SLOT_SIZE;
         // SAFETY: the slot lies inside the mapping and is ours until
         // `release`; after the acquire above the kernel's writes are seen.
         let bytes = unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset), SLOT_SIZE) };

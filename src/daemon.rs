@@ -301,7 +301,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let workers = if tun_inside || ipv6_tunnels { 1 } else { workers };
     let sockets = open_sockets(&config, workers, args.receive.into())?;
     let moderation = dataplane::io::run::Moderation {
-        delay: Duration::from_micros(args.rx_coalesce_us),
+        max: Duration::from_micros(args.rx_coalesce_us),
     };
     // After the sockets: a TUN inside exists only once it is opened.
     for line in device_defaults(&mut config)? {
@@ -390,7 +390,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         workers,
         receive = dataplane::io::afpacket::Receive::from(args.receive).name(),
         udp_gso = dataplane::io::afpacket::udp_gso_supported(),
-        rx_coalesce_us = moderation.delay.as_micros(),
+        rx_coalesce_us = moderation.max.as_micros(),
         tunnels = config.tunnels.len(),
         "forwarding"
     );

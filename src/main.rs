@@ -130,10 +130,11 @@ pub(crate) struct RunArgs {
     /// TPACKET_V2 ring, or recvmmsg batches from the socket's queue.
     #[arg(long, value_enum, default_value_t = ReceiveArg::Ring)]
     receive: ReceiveArg,
-    /// Receive moderation, as a NIC's rx-usecs: while frames keep coming in
-    /// small turns, wait this long for more before the next (0: never).
+    /// Receive moderation, as a NIC's adaptive rx-usecs: while frames keep
+    /// coming in small turns, wait for more before the next, up to this
+    /// long (the wait adapts to the rate, from an eighth of it; 0: never).
     /// A packet after an idle spell is never delayed.
-    #[arg(long, value_name = "MICROSECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=1000))]
     rx_coalesce_us: u64,
     #[command(flatten)]
     accel: AccelArgs,

@@ -180,20 +180,71 @@ impl Tick<'_> {
 /// Forwards until `stop` is set. `on_tick` is called between batches (and
 /// at least every 10 ms): the place for the control plane and operations
 /// requests, which must not block.
-/// Receive moderation, as a NIC's interrupt coalescing (`ethtool -C
-/// rx-usecs`): while frames keep arriving (the previous turn had some too)
-/// but a turn brings fewer than [`MODERATE_BELOW`], the worker waits
-/// `delay` before the next, so that the per-turn costs (system calls,
-/// timers, the control plane's tick) are shared by more packets. A lone
-/// packet after an idle turn is never delayed, so a ping or a handshake
-/// pays nothing; a flood pays at most `delay` of latency. Zero turns it off.
+/// Receive moderation, as a NIC's adaptive interrupt coalescing
+/// (`ethtool -C adaptive-rx on rx-usecs`): while frames keep arriving (the
+/// previous turn had some too) but a turn brings fewer than
+/// [`MODERATE_BELOW`], the worker waits before the next, so that the
+/// per-turn costs (a sleep and its wake-up, system calls, the control
+/// plane's tick) are shared by more packets. The wait adapts to the rate:
+/// it doubles while waits bring fewer than half of [`MODERATE_BELOW`], and
+/// halves once turns come full, between an eighth of `max` and `max`. A
+/// lone packet after an idle turn is never delayed, and the wait starts
+/// low again after one, so a ping or a handshake pays nothing; a flood
+/// pays at most `max` of latency. Zero turns it off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Moderation {
-    pub delay: Duration,
+    pub max: Duration,
 }
 
 /// Packets per turn under which a busy worker waits (a quarter batch).
 pub const MODERATE_BELOW: usize = BATCH / 4;
+
+/// One worker's adaptive wait (see [`Moderation`]): a pure state machine
+/// over the packets each turn handed on, so that its rule is tested
+/// without a clock.
+#[derive(Debug, Clone)]
+pub struct Moderator {
+    max: Duration,
+    current: Duration,
+    was_busy: bool,
+}
+
+impl Moderator {
+    pub fn new(moderation: Moderation) -> Moderator {
+        Moderator {
+            max: moderation.max,
+            current: Self::floor(moderation.max),
+            was_busy: false,
+        }
+    }
+
+    fn floor(max: Duration) -> Duration {
+        max / 8
+    }
+
+    /// How long to wait after a turn that handed `handed` packets on
+    /// (`None`: go on at once).
+    pub fn after_turn(&mut self, handed: usize) -> Option<Duration> {
+        let busy = handed > 0;
+        let was_busy = std::mem::replace(&mut self.was_busy, busy);
+        if !busy || self.max.is_zero() {
+            // Traffic paused: the next burst starts at the lowest wait.
+            self.current = Self::floor(self.max);
+            return None;
+        }
+        if handed >= BATCH / 2 {
+            self.current = (self.current / 2).max(Self::floor(self.max));
+        }
+        if !was_busy || handed >= MODERATE_BELOW {
+            return None;
+        }
+        let wait = self.current;
+        if handed < MODERATE_BELOW / 2 {
+            self.current = (self.current * 2).min(self.max);
+        }
+        Some(wait)
+    }
+}
 
 pub fn run(
     gateway: &mut Gateway,
@@ -224,7 +275,7 @@ pub fn run(
             revents: 0,
         })
         .collect();
-    let mut was_busy = false;
+    let mut moderator = Moderator::new(moderation);
     while !stop.load(Ordering::Relaxed) {
         let now = start.elapsed();
         let mut idle = true;
@@ -278,11 +329,11 @@ pub fn run(
             pool.free(buf);
         }
         tx.send(&mut out, &mut pool, sockets, &mut summary);
-        if !idle && was_busy && handed < MODERATE_BELOW && !moderation.delay.is_zero() {
+        // A turn of frames that made no packet (all refused) counts as busy.
+        if let Some(wait) = moderator.after_turn(if idle { 0 } else { handed.max(1) }) {
             summary.moderated += 1;
-            std::thread::sleep(moderation.delay);
+            std::thread::sleep(wait);
         }
-        was_busy = !idle;
         if idle && gateway.in_flight() == 0 {
             // Nothing to do: sleep until a frame arrives, or 10 ms pass: timers, and
             // commands from the control plane that other workers wait on.
@@ -404,5 +455,71 @@ impl RunSummary {
         self.pool_in_use += other.pool_in_use;
         self.pool_capacity += other.pool_capacity;
         self.moderated += other.moderated;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: Duration = Duration::from_micros(100);
+
+    fn moderator() -> Moderator {
+        Moderator::new(Moderation { max: MAX })
+    }
+
+    #[test]
+    fn a_packet_after_an_idle_turn_is_never_delayed() {
+        let mut m = moderator();
+        for _ in 0..3 {
+            assert_eq!(m.after_turn(0), None);
+            assert_eq!(m.after_turn(1), None, "the first busy turn goes on at once");
+        }
+    }
+
+    #[test]
+    fn a_slow_flood_doubles_the_wait_up_to_the_bound_and_an_idle_turn_resets_it() {
+        let mut m = moderator();
+        assert_eq!(m.after_turn(1), None);
+        let waits: Vec<Duration> = (0..6).filter_map(|_| m.after_turn(2)).collect();
+        assert_eq!(
+            waits,
+            [MAX / 8, MAX / 4, MAX / 2, MAX, MAX, MAX],
+            "an eighth of the bound, doubling to the bound"
+        );
+        assert_eq!(m.after_turn(0), None);
+        assert_eq!(m.after_turn(2), None);
+        assert_eq!(m.after_turn(2), Some(MAX / 8), "back at the floor after a pause");
+    }
+
+    #[test]
+    fn turns_that_come_half_full_or_more_go_on_at_once_and_shrink_the_wait() {
+        let mut m = moderator();
+        m.after_turn(1);
+        for _ in 0..4 {
+            m.after_turn(1);
+        }
+        assert_eq!(
+            m.after_turn(MODERATE_BELOW - 1),
+            Some(MAX),
+            "the wait grew to the bound"
+        );
+        assert_eq!(m.after_turn(MODERATE_BELOW), None, "a quarter batch: no wait");
+        assert_eq!(m.after_turn(BATCH / 2), None);
+        assert_eq!(m.after_turn(BATCH), None);
+        assert_eq!(m.after_turn(MODERATE_BELOW - 1), Some(MAX / 4), "halved twice");
+        assert_eq!(
+            m.after_turn(MODERATE_BELOW / 2),
+            Some(MAX / 4),
+            "a wait that brought half the threshold keeps its length"
+        );
+    }
+
+    #[test]
+    fn zero_turns_moderation_off() {
+        let mut m = Moderator::new(Moderation { max: Duration::ZERO });
+        for handed in [1, 1, 1, 2, 5, 0, 1, 1] {
+            assert_eq!(m.after_turn(handed), None);
+        }
     }
 }

@@ -1,13 +1,15 @@
 //! `espgw bench --veth`: the end-to-end benchmark of issue 14. The demo's
 //! four namespaces (hostA - gwA - gwB - hostB, veth pairs, the kernel's
-//! default offloads) are built twice: once with plain kernel IPv4
+//! default offloads) are built once per row: first with plain kernel IPv4
 //! forwarding in the gateway namespaces (the reference row), then with
-//! `espgw run` in each and an aes128gcm16 tunnel between them, once as raw
-//! ESP and once as ESP in UDP (RFC 3948, whose datagrams the gateways can
-//! hand the middle link as UDP GSO super-packets). Each row
+//! `espgw run` in each: forwarding in the clear under bypass policies (what
+//! espgw's packet I/O, segmentation and checksums cost without ESP: the
+//! floor under the tunnel rows), then an aes128gcm16 tunnel between them,
+//! once as raw ESP and once as ESP in UDP (RFC 3948, whose datagrams the
+//! gateways can hand the middle link as UDP GSO super-packets). Each row
 //! gets iperf3 TCP with 1 and 4 streams (median of a few runs) and UDP at
 //! 64 and 1400 bytes of payload at the highest rate with at most 1 % loss
-//! (bisection); the espgw row also gets the gateways' CPU cycles per
+//! (bisection); the espgw rows also get the gateways' CPU cycles per
 //! forwarded 64-byte packet.
 //!
 //! Owns: the rows' method (medians, the loss bisection, cycles), the
@@ -24,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use accel::Algorithm;
 use anyhow::{bail, ensure, Context, Result};
-use ike_stub::builder::{pattern_key, ConfigBuilder, InterfaceBuilder, TunnelBuilder};
+use ike_stub::builder::{pattern_key, ConfigBuilder, InterfaceBuilder, PolicyBuilder, TunnelBuilder};
 use serde_json::{json, Value};
-use spd_sad::Ipv4Prefix;
+use spd_sad::{Ipv4Prefix, PolicyDirection};
 
 use crate::lab::topology::{gateway_command, have_tool, in_ns, is_root, kernel_forwarding, Lab, Names};
 use crate::lab::traffic;
@@ -50,8 +52,9 @@ struct Row {
     tcp4_gbps: f64,
     udp64: Udp,
     udp1400: Udp,
-    /// Cycles per forwarded 64-byte packet at gwA (per packet encapsulated)
-    /// and gwB (per packet decapsulated); espgw row only.
+    /// Cycles per forwarded 64-byte packet at gwA (per packet encapsulated,
+    /// or bypassed) and gwB (per packet decapsulated, or bypassed); espgw
+    /// rows only.
     cycles: Option<(f64, f64)>,
 }
 
@@ -92,6 +95,26 @@ fn build(names: &Names) -> Result<Lab> {
     Ok(lab)
 }
 
+/// What the gateways of an espgw row do with hostA's and hostB's traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carry {
+    /// Bypass policies, no tunnel: forwarded in the clear.
+    Clear,
+    /// An aes128gcm16 tunnel.
+    Esp(Encap),
+}
+
+impl Carry {
+    /// The counter each gateway's forwarded packets are read from
+    /// (gwA's, gwB's).
+    fn counters(self) -> [&'static str; 2] {
+        match self {
+            Carry::Clear => ["bypassed", "bypassed"],
+            Carry::Esp(_) => ["encapsulated", "decapsulated"],
+        }
+    }
+}
+
 /// How the espgw rows carry ESP between the gateways.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Encap {
@@ -102,10 +125,11 @@ enum Encap {
     Udp,
 }
 
-/// The configuration of gwA (`a`) or gwB: the demo's addresses, an
+/// The configuration of gwA (`a`) or gwB: the demo's addresses and an
 /// aes128gcm16 tunnel `t` with published test keys (as in
-/// configs/demo-*.toml), raw ESP or ESP in UDP.
-fn gateway_config_builder(a: bool, encap: Encap) -> ConfigBuilder {
+/// configs/demo-*.toml), raw ESP or ESP in UDP; or, for `Carry::Clear`,
+/// bypass policies between the two sites instead of the tunnel.
+fn gateway_config_builder(a: bool, carry: Carry) -> ConfigBuilder {
     let third = |a: bool| if a { 1 } else { 2 };
     let gw = |a: bool| Ipv4Addr::new(10, 0, 0, third(a));
     let net = |a: bool| Ipv4Prefix::new(Ipv4Addr::new(192, 168, third(a), 0), 24).unwrap_or(Ipv4Prefix::ANY);
@@ -117,6 +141,31 @@ fn gateway_config_builder(a: bool, encap: Encap) -> ConfigBuilder {
         key[0] = first;
         key
     };
+    let (inside, outside) = if a { ("a-in", "a-out") } else { ("b-in", "b-out") };
+    let config = ConfigBuilder::new()
+        .name(format!("bench-{}", if a { "a" } else { "b" }))
+        .interface(InterfaceBuilder::inside(
+            inside,
+            Ipv4Addr::new(192, 168, third(a), 1),
+            24,
+        ))
+        .interface(InterfaceBuilder::outside(outside, gw(a), 24))
+        .route_via(net(!a), gw(!a));
+    let Carry::Esp(encap) = carry else {
+        return config
+            .policy(PolicyBuilder::bypass(
+                "clear-out",
+                PolicyDirection::Out,
+                net(a),
+                net(!a),
+            ))
+            .policy(PolicyBuilder::bypass(
+                "clear-in",
+                PolicyDirection::In,
+                net(!a),
+                net(a),
+            ));
+    };
     let mut tunnel = TunnelBuilder::new("t", (gw(a), gw(!a)), Algorithm::Aes128Gcm16, spis)
         .subnets(net(a), net(!a))
         .replay_window(1024);
@@ -125,21 +174,11 @@ fn gateway_config_builder(a: bool, encap: Encap) -> ConfigBuilder {
     if encap == Encap::Udp {
         tunnel = tunnel.udp_encap();
     }
-    let (inside, outside) = if a { ("a-in", "a-out") } else { ("b-in", "b-out") };
-    ConfigBuilder::new()
-        .name(format!("bench-{}", if a { "a" } else { "b" }))
-        .interface(InterfaceBuilder::inside(
-            inside,
-            Ipv4Addr::new(192, 168, third(a), 1),
-            24,
-        ))
-        .interface(InterfaceBuilder::outside(outside, gw(a), 24))
-        .route_via(net(!a), gw(!a))
-        .tunnel(tunnel)
+    config.tunnel(tunnel)
 }
 
-fn gateway_config(side: &str, dir: &Path, encap: Encap) -> Result<PathBuf> {
-    let text = gateway_config_builder(side == "a", encap).to_toml();
+fn gateway_config(side: &str, dir: &Path, carry: Carry) -> Result<PathBuf> {
+    let text = gateway_config_builder(side == "a", carry).to_toml();
     let path = dir.join(format!("bench-{side}.toml"));
     std::fs::write(&path, text)?;
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
@@ -147,10 +186,10 @@ fn gateway_config(side: &str, dir: &Path, encap: Encap) -> Result<PathBuf> {
 }
 
 /// `espgw run` in each gateway namespace; returns their control sockets.
-fn espgw_gateways(lab: &mut Lab, dir: &Path, encap: Encap) -> Result<Vec<PathBuf>> {
+fn espgw_gateways(lab: &mut Lab, dir: &Path, carry: Carry) -> Result<Vec<PathBuf>> {
     let mut sockets = Vec::new();
     for (side, ns) in [("a", lab.names.gw_a.clone()), ("b", lab.names.gw_b.clone())] {
-        let config = gateway_config(side, dir, encap)?;
+        let config = gateway_config(side, dir, carry)?;
         let socket = dir.join(format!("bench-{side}.sock"));
         let log = dir.join(format!("gw{side}.log"));
         let child = gateway_command(&ns, &config)?
@@ -283,23 +322,24 @@ fn counter(socket: &Path, key: &str) -> Result<u64> {
 }
 
 /// Gateway cycles per forwarded packet over one UDP probe of 64 bytes at
-/// `pps`: (gwA per packet encapsulated, gwB per packet decapsulated).
-fn cycles(lab: &Lab, sockets: &[PathBuf], pps: f64, seconds: u32) -> Result<(f64, f64)> {
+/// `pps`: (gwA, gwB), each over the packets its counter of `counters`
+/// (gwA's, gwB's) says it forwarded.
+fn cycles(lab: &Lab, sockets: &[PathBuf], counters: [&str; 2], pps: f64, seconds: u32) -> Result<(f64, f64)> {
     // The gateways are the lab's first two children, the iperf3 server the third.
     let pids: Vec<u32> = lab.children.iter().take(2).map(Child::id).collect();
     ensure!(pids.len() == 2 && sockets.len() == 2, "two gateways expected");
     let ticks_before = [cpu_ticks(pids[0])?, cpu_ticks(pids[1])?];
     let before = [
-        counter(&sockets[0], "encapsulated")?,
-        counter(&sockets[1], "decapsulated")?,
+        counter(&sockets[0], counters[0])?,
+        counter(&sockets[1], counters[1])?,
     ];
     traffic::iperf3_udp(&lab.names, 64, (pps * 64.0 * 8.0).max(1.0), seconds)?;
     // The gateways fold their workers' counters in at tick time.
     thread::sleep(Duration::from_millis(300));
     let ticks_after = [cpu_ticks(pids[0])?, cpu_ticks(pids[1])?];
     let after = [
-        counter(&sockets[0], "encapsulated")?,
-        counter(&sockets[1], "decapsulated")?,
+        counter(&sockets[0], counters[0])?,
+        counter(&sockets[1], counters[1])?,
     ];
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
@@ -311,7 +351,9 @@ fn cycles(lab: &Lab, sockets: &[PathBuf], pps: f64, seconds: u32) -> Result<(f64
     Ok((per(0), per(1)))
 }
 
-fn measure(lab: &mut Lab, options: &Options, sockets: Option<&[PathBuf]>) -> Result<Row> {
+/// One row's figures; `gateways`: the espgw gateways' control sockets and
+/// what they carry, for the cycles (none for the kernel's row).
+fn measure(lab: &mut Lab, options: &Options, gateways: Option<(&[PathBuf], Carry)>) -> Result<Row> {
     let names = lab.names.clone();
     // ARP everywhere before anything is timed.
     let _ = traffic::ping(&names, traffic::hosts(false).1, 3);
@@ -324,8 +366,14 @@ fn measure(lab: &mut Lab, options: &Options, sockets: Option<&[PathBuf]>) -> Res
         udp1400: udp(&names, 1400, options)?,
         cycles: None,
     };
-    if let Some(sockets) = sockets {
-        row.cycles = Some(cycles(lab, sockets, row.udp64.received_pps, options.udp_seconds)?);
+    if let Some((sockets, carry)) = gateways {
+        row.cycles = Some(cycles(
+            lab,
+            sockets,
+            carry.counters(),
+            row.udp64.received_pps,
+            options.udp_seconds,
+        )?);
     }
     Ok(row)
 }
@@ -359,23 +407,31 @@ pub fn run(options: &Options) -> Result<()> {
         kernel_forwarding(&names)?;
         measure(&mut lab, options, None)?
     };
-    let espgw_row = |encap: Encap| {
+    let espgw_row = |carry: Carry| {
         eprintln!(
-            "espgw row, ESP {} ...",
-            if encap == Encap::Raw { "raw" } else { "in UDP" }
+            "espgw row, {} ...",
+            match carry {
+                Carry::Clear => "no ESP (bypass policies)",
+                Carry::Esp(Encap::Raw) => "ESP raw",
+                Carry::Esp(Encap::Udp) => "ESP in UDP",
+            }
         );
         let mut lab = build(&names)?;
-        let sockets = espgw_gateways(&mut lab, &dir, encap)?;
-        measure(&mut lab, options, Some(&sockets))
+        let sockets = espgw_gateways(&mut lab, &dir, carry)?;
+        measure(&mut lab, options, Some((&sockets, carry)))
     };
-    let espgw = espgw_row(Encap::Raw);
-    let espgw_udp = espgw.as_ref().ok().map(|_| espgw_row(Encap::Udp));
+    // A failed row stops the run: its lab is torn down, the next is not built.
+    let rows = [Carry::Clear, Carry::Esp(Encap::Raw), Carry::Esp(Encap::Udp)]
+        .into_iter()
+        .map(espgw_row)
+        .collect::<Result<Vec<Row>>>();
     let _ = std::fs::remove_dir_all(&dir);
-    let espgw = espgw?;
-    let espgw_udp = espgw_udp.context("the raw row failed")??;
+    let [clear, espgw, espgw_udp]: [Row; 3] = rows?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("three espgw rows expected"))?;
     print!(
         "{}",
-        table(&kernel, &[&espgw, &espgw_udp], options, started.elapsed())
+        table(&kernel, &clear, &[&espgw, &espgw_udp], options, started.elapsed())
     );
     if let Some(path) = &options.json {
         let doc = json!({
@@ -387,10 +443,13 @@ pub fn run(options: &Options) -> Result<()> {
             "loss_limit_percent": LOSS_LIMIT,
             "cycles_source": "/proc/PID/stat utime+stime x cpu MHz (/proc/cpuinfo) / packets from the gateway's counters",
             "kernel": row_json(&kernel),
+            "espgw_bypass": row_json(&clear),
             "espgw": row_json(&espgw),
             "espgw_udp_encap": row_json(&espgw_udp),
             "ratio": ratios(&espgw, &kernel),
             "ratio_udp_encap": ratios(&espgw_udp, &kernel),
+            "ratio_bypass": ratios(&clear, &kernel),
+            "ratio_udp_encap_over_bypass": ratios(&espgw_udp, &clear),
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -398,7 +457,8 @@ pub fn run(options: &Options) -> Result<()> {
     Ok(())
 }
 
-/// A row's figures over the kernel's, in the JSON report.
+/// A row's figures over a reference row's (the kernel's, or espgw's
+/// without ESP), in the JSON report.
 fn ratios(row: &Row, kernel: &Row) -> Value {
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     json!({
@@ -409,8 +469,9 @@ fn ratios(row: &Row, kernel: &Row) -> Value {
     })
 }
 
-/// `espgw`: the raw-ESP row, then the ESP-in-UDP row.
-fn table(kernel: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> String {
+/// `clear`: espgw without ESP; `espgw`: the raw-ESP row, then the
+/// ESP-in-UDP row.
+fn table(kernel: &Row, clear: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> String {
     use std::fmt::Write as _;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let udp = |u: &Udp| {
@@ -438,8 +499,13 @@ fn table(kernel: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> 
         "{:<22} {:>9} {:>9} {:>13} {:>15} {:>22}",
         "", "Gbit/s", "Gbit/s", "kpps", "kpps", "gwA / gwB"
     );
-    let names = ["kernel forwarding", "espgw aes128gcm16", "espgw ... in UDP 4500"];
-    for (name, row) in names.into_iter().zip([kernel, espgw[0], espgw[1]]) {
+    let names = [
+        "kernel forwarding",
+        "espgw, no ESP",
+        "espgw aes128gcm16",
+        "espgw ... in UDP 4500",
+    ];
+    for (name, row) in names.into_iter().zip([kernel, clear, espgw[0], espgw[1]]) {
         let _ = writeln!(
             out,
             "{:<22} {:>9.2} {:>9.2} {:>13} {:>15} {:>22}",
@@ -452,22 +518,35 @@ fn table(kernel: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> 
                 .map_or("-".to_owned(), |(a, b)| format!("{a:.0} / {b:.0}"))
         );
     }
-    for (name, row) in [("espgw / kernel", espgw[0]), ("... in UDP / kernel", espgw[1])] {
+    for (name, row, reference) in [
+        ("no ESP / kernel", clear, kernel),
+        ("espgw / kernel", espgw[0], kernel),
+        ("... in UDP / kernel", espgw[1], kernel),
+        ("... in UDP / no ESP", espgw[1], clear),
+    ] {
         let _ = writeln!(
             out,
             "{:<22} {:>8.2}x {:>8.2}x {:>12.2}x {:>14.2}x {:>22}",
             name,
-            ratio(row.tcp1_gbps, kernel.tcp1_gbps),
-            ratio(row.tcp4_gbps, kernel.tcp4_gbps),
-            ratio(row.udp64.received_pps, kernel.udp64.received_pps),
-            ratio(row.udp1400.received_pps, kernel.udp1400.received_pps),
+            ratio(row.tcp1_gbps, reference.tcp1_gbps),
+            ratio(row.tcp4_gbps, reference.tcp4_gbps),
+            ratio(row.udp64.received_pps, reference.udp64.received_pps),
+            ratio(row.udp1400.received_pps, reference.udp1400.received_pps),
             ""
         );
     }
     let _ = writeln!(
         out,
-        "(* iperf3 could send no faster without loss: the sender's limit. Cycles: /proc/PID/stat utime+stime x {:.0} MHz over one 64 B probe at the rate found, per packet encapsulated (gwA) or decapsulated (gwB); no hardware counters.)",
+        "(* iperf3 could send no faster without loss: the sender's limit. Cycles: /proc/PID/stat utime+stime x {:.0} MHz over one 64 B probe at the rate found, per packet encapsulated (gwA) or decapsulated (gwB), or bypassed (no ESP); no hardware counters. No ESP: the same gateways under bypass policies, their packet I/O, segmentation and checksums without the tunnel.)",
         cpu_mhz()
+    );
+    // The tunnel rows cannot beat the same gateways forwarding in the clear:
+    // that row is the ceiling the packet I/O alone sets on the TCP bar.
+    let _ = writeln!(
+        out,
+        "TCP x1 without ESP: {:.2}x the kernel's (espgw's packet I/O, segmentation and checksums, which the tunnel rows do too, and the crypto besides); ESP in UDP keeps {:.2}x of it",
+        ratio(clear.tcp1_gbps, kernel.tcp1_gbps),
+        ratio(espgw[1].tcp1_gbps, clear.tcp1_gbps),
     );
     for (name, row) in [("raw ESP", espgw[0]), ("ESP in UDP", espgw[1])] {
         let worst = row.cycles.map_or(f64::INFINITY, |(a, b)| a.max(b));
@@ -495,6 +574,46 @@ fn table(kernel: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ike_stub::PolicyAction;
+    use spd_sad::IpPrefix;
+
+    /// The no-ESP row's gateways forward the two sites to each other in the
+    /// clear, both ways, and hold no tunnel or SA.
+    #[test]
+    fn the_clear_rows_configs_bypass_both_sites_and_hold_no_sa() {
+        let prefix =
+            |third: u8| IpPrefix::V4(Ipv4Prefix::new(Ipv4Addr::new(192, 168, third, 0), 24).unwrap());
+        for (a, (local, remote)) in [(true, (1, 2)), (false, (2, 1))] {
+            let built = gateway_config_builder(a, Carry::Clear);
+            let config = built
+                .parse()
+                .unwrap_or_else(|e| panic!("{e}\n{}", built.to_toml()));
+            assert!(config.tunnels.is_empty() && config.sas.is_empty());
+            let policies: Vec<_> = config
+                .policies
+                .iter()
+                .map(|p| (p.direction, p.selector.src, p.selector.dst, p.action.clone()))
+                .collect();
+            assert_eq!(
+                policies,
+                [
+                    (
+                        PolicyDirection::Out,
+                        prefix(local),
+                        prefix(remote),
+                        PolicyAction::Bypass
+                    ),
+                    (
+                        PolicyDirection::In,
+                        prefix(remote),
+                        prefix(local),
+                        PolicyAction::Bypass
+                    ),
+                ]
+            );
+        }
+        assert_eq!(Carry::Clear.counters(), ["bypassed", "bypassed"]);
+    }
 
     /// The gateways' files parse, and carry the keys, SPIs and
     /// encapsulation the two ends must agree on.
@@ -503,7 +622,7 @@ mod tests {
         let hex = |k: &[u8]| k.iter().map(|b| format!("{b:02x}")).collect::<String>();
         for encap in [Encap::Raw, Encap::Udp] {
             let [a, b] = [true, false].map(|a| {
-                let built = gateway_config_builder(a, encap);
+                let built = gateway_config_builder(a, Carry::Esp(encap));
                 built
                     .parse()
                     .unwrap_or_else(|e| panic!("{e}\n{}", built.to_toml()))

@@ -19,7 +19,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use accel::Algorithm;
 use anyhow::{bail, ensure, Context, Result};
+use ike_stub::builder::{pattern_key, ConfigBuilder, SaBuilder, TunnelBuilder};
+use spd_sad::{Ipv4Prefix, SaDirection};
 
 use crate::lab::capture::{capture, FlowSeen, UdpFlow, Wire};
 use crate::lab::gateways::start_lab;
@@ -46,14 +49,17 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
     };
     // An inbound SA that no policy names would admit nothing said: refused
     // at its line, the running SAs stay (RFC 4301 §5.2).
-    std::fs::write(
-        config,
-        format!(
-            "{original}\n[[sa]]\nname = \"stray-in\"\ndirection = \"in\"\nspi = 0x3001\nlocal = \"10.0.0.1\"\n\
-             remote = \"10.0.0.2\"\nproposal = \"aes128gcm16\"\n\
-             enc_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n"
-        ),
-    )?;
+    let stray = ConfigBuilder::new().sa(SaBuilder {
+        enc_key: Some(pattern_key(20, 1, 0)),
+        ..SaBuilder::new(
+            "stray-in",
+            SaDirection::Inbound,
+            0x3001,
+            (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)),
+            Algorithm::Aes128Gcm16,
+        )
+    });
+    std::fs::write(config, format!("{original}\n{}", stray.to_toml()))?;
     let unselected = match crate::control::ask(&socket, "reload") {
         Ok(doc) => bail!("gwA took an inbound SA that no policy names: {doc}"),
         Err(e) => e.to_string(),
@@ -65,11 +71,19 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(pid as i32, libc::SIGHUP) };
     thread::sleep(Duration::from_millis(300));
-    let extra = "\n[[tunnel]]\nname = \"extra\"\nlocal = \"10.0.0.1\"\nremote = \"10.0.0.2\"\n\
-                 local_subnet = \"192.168.101.0/24\"\nremote_subnet = \"192.168.102.0/24\"\n\
-                 proposal = \"aes256gcm16\"\nspi_out = 0x2001\nspi_in = 0x2002\n\
-                 secret = \"another published demo secret\"\n";
-    std::fs::write(config, format!("{original}{extra}"))?;
+    let network =
+        |third: u8| Ipv4Prefix::new(Ipv4Addr::new(192, 168, third, 0), 24).unwrap_or(Ipv4Prefix::ANY);
+    let extra = ConfigBuilder::new().tunnel(
+        TunnelBuilder::new(
+            "extra",
+            (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)),
+            Algorithm::Aes256Gcm16,
+            (0x2001, 0x2002),
+        )
+        .subnets(network(101), network(102))
+        .secret("another published demo secret"),
+    );
+    std::fs::write(config, format!("{original}\n{}", extra.to_toml()))?;
     let taken = crate::control::ask(&socket, "reload")?;
     let added = taken["report"]["added"].clone();
     ensure!(

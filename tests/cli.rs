@@ -122,9 +122,20 @@ fn check_config_on_inbound_sas_without_policies() {
     let path = dir.join("gw.toml");
     let site = std::fs::read_to_string(repo("configs/site-b.toml")).unwrap();
     let head = &site[..site.find("[[tunnel]]").expect("site-b has a tunnel")];
-    let sa = "\n[[sa]]\nname = \"m-in\"\ndirection = \"in\"\nspi = 0x1001\nlocal = \"10.0.0.2\"\n\
-              remote = \"10.0.0.1\"\nproposal = \"aes128gcm16\"\nenc_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n";
-    let text = format!("{head}{sa}");
+    let sa = ike_stub::builder::ConfigBuilder::new().sa(ike_stub::builder::SaBuilder {
+        enc_key: Some(ike_stub::builder::pattern_key(20, 1, 0)),
+        ..ike_stub::builder::SaBuilder::new(
+            "m-in",
+            spd_sad::SaDirection::Inbound,
+            0x1001,
+            (
+                std::net::Ipv4Addr::new(10, 0, 0, 2),
+                std::net::Ipv4Addr::new(10, 0, 0, 1),
+            ),
+            accel::Algorithm::Aes128Gcm16,
+        )
+    });
+    let text = format!("{head}\n{}", sa.to_toml());
     std::fs::write(&path, &text).unwrap();
     let line = text.lines().position(|l| l == "name = \"m-in\"").unwrap() + 1;
     let out = espgw().arg("check-config").arg(&path).output().unwrap();

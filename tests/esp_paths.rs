@@ -495,21 +495,45 @@ fn transport_mode_refuses_protocol_59() {
     assert_eq!(tunnel.decapsulate(&esp).0, Verdict::Forward(Port::Inside));
 }
 
-/// Site B's configuration without its tunnel, plus an inbound manual SA
-/// for what site A's tunnel sends (SPI 0x1001, A's outbound keys) and
-/// `extra`.
-fn manual_inbound(alg: Algorithm, sa_extra: &str, extra: &str) -> String {
-    let head = tunnel_edited(alg, "tunnel", false, false, |c| c.tunnels.clear()).to_toml();
-    format!(
-        "{head}[[sa]]\nname = \"m-in\"\ndirection = \"in\"\nspi = 0x1001\nlocal = \"10.0.0.2\"\n\
-         remote = \"10.0.0.1\"\nproposal = \"{alg}\"\nenc_key = \"{}\"\n{sa_extra}{extra}",
-        key_hex(alg.enc_key_len(), 1)
-    )
+/// How the manual inbound SA `m-in` of [`manual_inbound`] gets its
+/// selectors.
+#[derive(Clone, Copy)]
+enum Selected {
+    /// Neither a policy nor `selectors`: the parser refuses it.
+    Nothing,
+    /// `selectors = "any"`.
+    Any,
+    /// An inbound `protect` policy from this source network to site B.
+    ByPolicyFrom(&'static str),
 }
 
-/// The inbound policy that gives `m-in` its selectors.
-const M_IN_POLICY: &str = "\n[[policy]]\nname = \"m-in\"\ndirection = \"in\"\nsource = \"192.168.1.0/24\"\n\
-                           destination = \"192.168.2.0/24\"\naction = \"protect\"\nsa = \"m-in\"\n";
+/// Site B's configuration without its tunnel, plus an inbound manual SA
+/// `m-in` for what site A's tunnel sends (SPI 0x1001, A's outbound keys),
+/// selected as `selected` says.
+fn manual_inbound(alg: Algorithm, selected: Selected) -> String {
+    let ends = (
+        std::net::Ipv4Addr::new(10, 0, 0, 2),
+        std::net::Ipv4Addr::new(10, 0, 0, 1),
+    );
+    let mut sa = ike_stub::builder::SaBuilder::new("m-in", SaDirection::Inbound, 0x1001, ends, alg);
+    sa.enc_key = Some(key(alg.enc_key_len(), 1));
+    let network = |text: &str| -> Ipv4Prefix { text.parse().unwrap() };
+    tunnel_edited(alg, "tunnel", false, false, |c| {
+        c.tunnels.clear();
+        match selected {
+            Selected::Nothing => {}
+            Selected::Any => sa = sa.clone().any_selectors(),
+            Selected::ByPolicyFrom(source) => c.policies.push(PolicyBuilder::protect(
+                "m-in",
+                PolicyDirection::In,
+                (network(source), network("192.168.2.0/24")),
+                "m-in",
+            )),
+        }
+        c.sas.push(sa);
+    })
+    .to_toml()
+}
 
 /// Inner sources of the packets [`send_from_anywhere`] sends.
 const SOURCES: [&str; 7] = [
@@ -589,7 +613,7 @@ fn an_inbound_sa_admits_only_what_its_policy_selects() {
     let mut a = wide_sender(alg);
 
     // No policy and no `selectors`: refused where the SA is defined.
-    let bare = manual_inbound(alg, "", "");
+    let bare = manual_inbound(alg, Selected::Nothing);
     let err = ike_stub::Config::parse(std::path::Path::new("test.toml"), &bare).unwrap_err();
     let line = bare.lines().position(|l| l == "name = \"m-in\"").unwrap() + 1;
     assert_eq!((err.line, err.column), (line, 8), "{err}");
@@ -601,7 +625,7 @@ fn an_inbound_sa_admits_only_what_its_policy_selects() {
     );
 
     // Explicitly any: all 14 through, and a warning.
-    let any = manual_inbound(alg, "selectors = \"any\"\n", "");
+    let any = manual_inbound(alg, Selected::Any);
     let config = ike_stub::Config::parse(std::path::Path::new("test.toml"), &any).unwrap();
     assert!(config
         .warnings()
@@ -613,7 +637,7 @@ fn an_inbound_sa_admits_only_what_its_policy_selects() {
     assert_eq!(b.stats().decapsulated, 14);
 
     // With a policy: what it selects through, the rest policy_mismatch.
-    let mut b = gateway_from(&manual_inbound(alg, "", M_IN_POLICY));
+    let mut b = gateway_from(&manual_inbound(alg, Selected::ByPolicyFrom("192.168.1.0/24")));
     let frames = send_from_anywhere(&mut a);
     assert_admitted(&frames, &receive(&mut b, &frames), in_prefix("192.168.1.0/24"));
     let sa = b.sad().get(b.sad().find("m-in").unwrap()).unwrap();
@@ -632,7 +656,11 @@ fn reloads_keep_inbound_sas_selected() {
     let dir = std::env::temp_dir().join(format!("espgw-reload-selectors-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("b.toml");
-    std::fs::write(&path, manual_inbound(alg, "", M_IN_POLICY)).unwrap();
+    std::fs::write(
+        &path,
+        manual_inbound(alg, Selected::ByPolicyFrom("192.168.1.0/24")),
+    )
+    .unwrap();
     let config = ike_stub::Config::load(&path).unwrap();
     let engine = accel::build_engine(&accel::EngineSpec::default()).unwrap();
     let mut b = config
@@ -649,7 +677,7 @@ fn reloads_keep_inbound_sas_selected() {
     assert_admitted(&frames, &receive(&mut b, &frames), in_prefix("192.168.1.0/24"));
 
     // The file loses its policy: the reload stops at reading it.
-    let bare = manual_inbound(alg, "", "");
+    let bare = manual_inbound(alg, Selected::Nothing);
     std::fs::write(&path, &bare).unwrap();
     let err = ike_stub::Config::load(&path).unwrap_err();
     let line = bare.lines().position(|l| l == "name = \"m-in\"").unwrap() + 1;
@@ -688,8 +716,8 @@ fn reloads_keep_inbound_sas_selected() {
     assert_eq!(packets(&b), 28);
 
     // Only the policy changes: the running SA takes its selectors.
-    let wider = M_IN_POLICY.replace("192.168.1.0/24", "192.168.0.0/16");
-    std::fs::write(&path, manual_inbound(alg, "", &wider)).unwrap();
+    let wider = manual_inbound(alg, Selected::ByPolicyFrom("192.168.0.0/16"));
+    std::fs::write(&path, wider).unwrap();
     let report = plane.reload(ike_stub::Config::load(&path).unwrap()).unwrap();
     assert_eq!(
         report.manual_changes, 3,
@@ -718,7 +746,7 @@ fn reloads_keep_inbound_sas_selected() {
     assert_eq!(packets(&b), 42, "the SA kept its counters");
 
     // And to `any`, explicitly.
-    std::fs::write(&path, manual_inbound(alg, "selectors = \"any\"\n", "")).unwrap();
+    std::fs::write(&path, manual_inbound(alg, Selected::Any)).unwrap();
     let config = ike_stub::Config::load(&path).unwrap();
     assert_eq!(
         config.warnings().len(),

@@ -22,7 +22,7 @@ use std::str::FromStr;
 use accel::{Algorithm, BufferPolicy, EngineKind, Style};
 use serde::{Deserialize, Serialize};
 use smoltcp::wire::{EthernetAddress, Ipv4Cidr};
-use spd_sad::{IpPrefix, Ipv4Prefix, Mode, PolicyDirection};
+use spd_sad::{IpPrefix, Ipv4Prefix, Mode, PolicyDirection, SaDirection};
 
 use crate::{Config, ConfigError};
 
@@ -88,6 +88,9 @@ pub struct ConfigBuilder {
     pub neighbors: Vec<NeighborBuilder>,
     #[serde(default, rename = "policy", skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<PolicyBuilder>,
+    /// Manually keyed SAs (`[[sa]]`).
+    #[serde(default, rename = "sa", skip_serializing_if = "Vec::is_empty")]
+    pub sas: Vec<SaBuilder>,
     #[serde(default, skip_serializing_if = "is_default")]
     pub rekey: RekeySection,
     #[serde(default, skip_serializing_if = "is_default")]
@@ -176,6 +179,12 @@ impl ConfigBuilder {
 
     pub fn tunnel(mut self, tunnel: TunnelBuilder) -> Self {
         self.tunnels.push(tunnel);
+        self
+    }
+
+    /// A manually keyed `[[sa]]`.
+    pub fn sa(mut self, sa: SaBuilder) -> Self {
+        self.sas.push(sa);
         self
     }
 
@@ -404,6 +413,107 @@ impl PolicyBuilder {
             action: "bypass".to_owned(),
             sa: None,
         }
+    }
+
+    /// Traffic from `source` to `destination` in `direction` goes through
+    /// (out) or must have come through (in) the SA named `sa`.
+    pub fn protect(
+        name: impl Into<String>,
+        direction: PolicyDirection,
+        (source, destination): (impl Into<IpPrefix>, impl Into<IpPrefix>),
+        sa: impl Into<String>,
+    ) -> PolicyBuilder {
+        PolicyBuilder {
+            action: "protect".to_owned(),
+            sa: Some(sa.into()),
+            ..PolicyBuilder::bypass(name, direction, source, destination)
+        }
+    }
+}
+
+/// A manually keyed `[[sa]]`: one direction, its own SPI and keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaBuilder {
+    pub name: String,
+    #[serde(with = "text")]
+    pub direction: SaDirection,
+    pub spi: u32,
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    pub local: IpAddr,
+    pub remote: IpAddr,
+    #[serde(with = "text")]
+    pub proposal: Algorithm,
+    #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
+    pub enc_key: Option<Vec<u8>>,
+    #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
+    pub auth_key: Option<Vec<u8>>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub esn: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_window: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_seq: Option<u64>,
+    /// Inbound only: `"any"` admits every inner packet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selectors: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap: Option<Encap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_udp_port: Option<u16>,
+    /// Last: a table, written after the SA's own keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<LifetimeBuilder>,
+}
+
+impl SaBuilder {
+    /// SA `name` in `direction` with `spi` between `local` and `remote`,
+    /// for `proposal`; no keys yet.
+    pub fn new(
+        name: impl Into<String>,
+        direction: SaDirection,
+        spi: u32,
+        (local, remote): (impl Into<IpAddr>, impl Into<IpAddr>),
+        proposal: Algorithm,
+    ) -> SaBuilder {
+        SaBuilder {
+            name: name.into(),
+            direction,
+            spi,
+            mode: None,
+            local: local.into(),
+            remote: remote.into(),
+            proposal,
+            enc_key: None,
+            auth_key: None,
+            esn: false,
+            replay_window: None,
+            initial_seq: None,
+            selectors: None,
+            encap: None,
+            udp_port: None,
+            peer_udp_port: None,
+            lifetime: None,
+        }
+    }
+
+    /// Keys of the proposal's lengths from `key(length, is_auth)`: the
+    /// encryption key (with a GCM salt) and, for proposals with HMAC, the
+    /// integrity key.
+    pub fn keys_with(mut self, mut key: impl FnMut(usize, bool) -> Vec<u8>) -> Self {
+        let (enc, auth) = (self.proposal.enc_key_len(), self.proposal.auth_key_len());
+        self.enc_key = (enc > 0).then(|| key(enc, false));
+        self.auth_key = (auth > 0).then(|| key(auth, true));
+        self
+    }
+
+    /// `selectors = "any"`: an inbound SA that admits every inner packet.
+    pub fn any_selectors(mut self) -> Self {
+        self.selectors = Some("any".to_owned());
+        self
     }
 }
 
@@ -676,7 +786,7 @@ mod opt_hex {
 mod tests {
     use super::*;
     use accel::EngineSpec;
-    use spd_sad::{SaDirection, UdpEncap};
+    use spd_sad::UdpEncap;
 
     fn net(text: &str) -> Ipv4Prefix {
         text.parse().unwrap()
@@ -729,6 +839,52 @@ mod tests {
                     net("192.168.3.0/24"),
                 )
             })
+            .policy(PolicyBuilder::protect(
+                "m-in",
+                PolicyDirection::In,
+                (net("192.168.4.0/24"), net("192.168.1.0/24")),
+                "m-in",
+            ))
+            .sa(SaBuilder {
+                mode: Some(Mode::Transport),
+                esn: true,
+                replay_window: Some(256),
+                initial_seq: Some(41),
+                lifetime: Some(LifetimeBuilder {
+                    hard_packets: Some(99),
+                    ..LifetimeBuilder::default()
+                }),
+                ..SaBuilder::new(
+                    "m-in",
+                    SaDirection::Inbound,
+                    0x3001,
+                    (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 4)),
+                    alg,
+                )
+                .keys_with(|len, auth| pattern_key(len, 3, 50 + u8::from(auth)))
+            })
+            .sa(SaBuilder {
+                encap: Some(Encap::Udp),
+                udp_port: Some(4503),
+                peer_udp_port: Some(4504),
+                ..SaBuilder::new(
+                    "m-out",
+                    SaDirection::Outbound,
+                    0x3002,
+                    (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 5)),
+                    Algorithm::Aes128Gcm16,
+                )
+                .keys_with(|len, _| pattern_key(len, 5, 60))
+            })
+            .sa(SaBuilder::new(
+                "m-any",
+                SaDirection::Inbound,
+                0x3003,
+                (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 6)),
+                Algorithm::Aes128Gcm16,
+            )
+            .keys_with(|len, _| pattern_key(len, 5, 70))
+            .any_selectors())
             .rekey(RekeySection {
                 grace_ms: Some(300),
                 retransmit_ms: Some(20),
@@ -897,6 +1053,39 @@ mod tests {
             .find(|p| p.name == "t-out")
             .expect("the tunnel's policy");
         assert_eq!(tunnel_out.priority, 50);
+
+        // The manually keyed SAs, every key of the first.
+        let manual = config.sa("m-in").expect("the manual inbound SA");
+        let built_manual = &built.sas[0];
+        let p = &manual.params;
+        assert_eq!(
+            (p.direction, p.spi, p.mode, p.esn, p.replay_window),
+            (SaDirection::Inbound, 0x3001, Mode::Transport, true, 256)
+        );
+        assert_eq!((p.local, p.remote), (built_manual.local, built_manual.remote));
+        assert_eq!(manual.algorithm, Algorithm::Aes256Sha256);
+        assert_eq!(Some(manual.enc_key.to_vec()), built_manual.enc_key);
+        assert_eq!(Some(manual.auth_key.to_vec()), built_manual.auth_key);
+        assert_eq!(manual.initial_seq, 41);
+        assert_eq!(p.encap, None);
+        assert_eq!(p.lifetime.hard.packets, Some(99));
+        assert!(!manual.admits_any);
+        assert_eq!(p.selectors.len(), 1, "the protect policy's");
+        assert_eq!(p.selectors[0].src, net("192.168.4.0/24").into());
+        let out = config.sa("m-out").expect("the manual outbound SA");
+        assert_eq!(
+            (out.params.direction, out.params.spi, out.algorithm),
+            (SaDirection::Outbound, 0x3002, Algorithm::Aes128Gcm16)
+        );
+        assert!(out.auth_key.is_empty(), "GCM has no integrity key");
+        assert_eq!(
+            out.params.encap,
+            Some(UdpEncap {
+                local_port: 4503,
+                remote_port: 4504
+            })
+        );
+        assert!(config.sa("m-any").expect("the any SA").admits_any);
     }
 
     /// The shared test site parses for every proposal, mode and end.

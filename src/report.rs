@@ -416,7 +416,7 @@ pub fn stats_table(doc: &Value) -> String {
 
 /// A table of plain columns as wide as their widest cell (no borders, no
 /// wrapping), numbers right-aligned: names of any length keep it aligned.
-fn plain_table(header: &[&str], right_aligned: &[usize]) -> comfy_table::Table {
+pub(crate) fn plain_table(header: &[&str], right_aligned: &[usize]) -> comfy_table::Table {
     use comfy_table::{CellAlignment, ContentArrangement, Table};
     let mut table = Table::new();
     table
@@ -432,7 +432,7 @@ fn plain_table(header: &[&str], right_aligned: &[usize]) -> comfy_table::Table {
 }
 
 /// A table's lines without the padding the preset leaves at their ends.
-fn table_text(table: &comfy_table::Table) -> String {
+pub(crate) fn table_text(table: &comfy_table::Table) -> String {
     let mut out = String::new();
     for line in table.lines() {
         let _ = writeln!(out, "{}", line.trim_end());

@@ -489,16 +489,18 @@ fn table(kernel: &Row, clear: &Row, espgw: &[&Row; 2], options: &Options, took: 
         options.udp_probes,
         took.as_secs_f64()
     );
-    let _ = writeln!(
-        out,
-        "{:<22} {:>9} {:>9} {:>13} {:>15} {:>22}",
-        "", "TCP x1", "TCP x4", "UDP 64 B", "UDP 1400 B", "cycles/pkt 64 B"
+    let mut rows = crate::report::plain_table(
+        &[
+            "",
+            "TCP x1",
+            "TCP x4",
+            "UDP 64 B",
+            "UDP 1400 B",
+            "cycles/pkt 64 B",
+        ],
+        &[1, 2, 3, 4, 5],
     );
-    let _ = writeln!(
-        out,
-        "{:<22} {:>9} {:>9} {:>13} {:>15} {:>22}",
-        "", "Gbit/s", "Gbit/s", "kpps", "kpps", "gwA / gwB"
-    );
+    rows.add_row(["", "Gbit/s", "Gbit/s", "kpps", "kpps", "gwA / gwB"]);
     let names = [
         "kernel forwarding",
         "espgw, no ESP",
@@ -506,17 +508,15 @@ fn table(kernel: &Row, clear: &Row, espgw: &[&Row; 2], options: &Options, took: 
         "espgw ... in UDP 4500",
     ];
     for (name, row) in names.into_iter().zip([kernel, clear, espgw[0], espgw[1]]) {
-        let _ = writeln!(
-            out,
-            "{:<22} {:>9.2} {:>9.2} {:>13} {:>15} {:>22}",
-            name,
-            row.tcp1_gbps,
-            row.tcp4_gbps,
+        rows.add_row([
+            name.to_owned(),
+            format!("{:.2}", row.tcp1_gbps),
+            format!("{:.2}", row.tcp4_gbps),
             udp(&row.udp64),
             udp(&row.udp1400),
             row.cycles
-                .map_or("-".to_owned(), |(a, b)| format!("{a:.0} / {b:.0}"))
-        );
+                .map_or("-".to_owned(), |(a, b)| format!("{a:.0} / {b:.0}")),
+        ]);
     }
     for (name, row, reference) in [
         ("no ESP / kernel", clear, kernel),
@@ -524,17 +524,17 @@ fn table(kernel: &Row, clear: &Row, espgw: &[&Row; 2], options: &Options, took: 
         ("... in UDP / kernel", espgw[1], kernel),
         ("... in UDP / no ESP", espgw[1], clear),
     ] {
-        let _ = writeln!(
-            out,
-            "{:<22} {:>8.2}x {:>8.2}x {:>12.2}x {:>14.2}x {:>22}",
-            name,
-            ratio(row.tcp1_gbps, reference.tcp1_gbps),
-            ratio(row.tcp4_gbps, reference.tcp4_gbps),
-            ratio(row.udp64.received_pps, reference.udp64.received_pps),
-            ratio(row.udp1400.received_pps, reference.udp1400.received_pps),
-            ""
-        );
+        let times = |a: f64, b: f64| format!("{:.2}x", ratio(a, b));
+        rows.add_row([
+            name.to_owned(),
+            times(row.tcp1_gbps, reference.tcp1_gbps),
+            times(row.tcp4_gbps, reference.tcp4_gbps),
+            times(row.udp64.received_pps, reference.udp64.received_pps),
+            times(row.udp1400.received_pps, reference.udp1400.received_pps),
+            String::new(),
+        ]);
     }
+    out.push_str(&crate::report::table_text(&rows));
     let _ = writeln!(
         out,
         "(* iperf3 could send no faster without loss: the sender's limit. Cycles: /proc/PID/stat utime+stime x {:.0} MHz over one 64 B probe at the rate found, per packet encapsulated (gwA) or decapsulated (gwB), or bypassed (no ESP); no hardware counters. No ESP: the same gateways under bypass policies, their packet I/O, segmentation and checksums without the tunnel.)",
@@ -576,6 +576,67 @@ mod tests {
     use super::*;
     use ike_stub::PolicyAction;
     use spd_sad::IpPrefix;
+
+    /// The table's columns line up whatever the figures' widths: every
+    /// number ends where its header ends, and the bars are judged from the
+    /// figures (here the no-ESP row is the only one near the kernel's).
+    #[test]
+    fn the_table_keeps_its_columns_and_judges_the_bars() {
+        let row = |tcp: f64, pps: f64, cycles: Option<(f64, f64)>| Row {
+            tcp1_gbps: tcp,
+            tcp4_gbps: tcp * 2.0,
+            udp64: Udp {
+                received_pps: pps,
+                loss_percent: 0.0,
+                sender_bound: pps > 100e3,
+            },
+            udp1400: Udp {
+                received_pps: pps / 2.0,
+                ..Udp::default()
+            },
+            cycles,
+        };
+        let kernel = row(14.15, 152_500.0, None);
+        let clear = row(13.0, 150_000.0, Some((1800.0, 1700.0)));
+        let raw = row(1.99, 9_000.0, Some((10_877.0, 6_446.0)));
+        let udp = row(3.47, 148_400.0, Some((5_104.0, 4_871.0)));
+        let options = Options {
+            prefix: "t".into(),
+            tcp_seconds: 3,
+            udp_seconds: 1,
+            tcp_runs: 3,
+            udp_probes: 5,
+            json: None,
+        };
+        let text = table(&kernel, &clear, &[&raw, &udp], &options, Duration::from_secs(111));
+        let lines: Vec<&str> = text.lines().collect();
+        let end_of = |line: &str, cell: &str| line.find(cell).map(|at| at + cell.len());
+        let tcp_column = end_of(lines[1], "TCP x1").expect("the header");
+        for (line, cell) in [
+            (lines[3], "14.15"),
+            (lines[4], "13.00"),
+            (lines[5], "1.99"),
+            (lines[6], "3.47"),
+            (lines[7], "0.92x"),
+        ] {
+            assert_eq!(end_of(line, cell), Some(tcp_column), "{line}\n{text}");
+        }
+        assert!(lines[6].trim_start().starts_with("espgw ... in UDP 4500 "), "{text}");
+        assert!(lines[3].contains("152.5*") && lines[5].contains("9.0 "), "{text}");
+        assert!(text.contains("TCP x1 without ESP: 0.92x the kernel's"), "{text}");
+        assert!(
+            text.contains("bar TCP x1 >= 0.6x kernel, ESP in UDP: DOES NOT HOLD"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bar UDP 64 B (<= 1 % loss) >= 0.75x kernel, ESP in UDP: holds"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bar UDP 64 B (<= 1 % loss) >= 0.75x kernel, raw ESP: DOES NOT HOLD"),
+            "{text}"
+        );
+    }
 
     /// The no-ESP row's gateways forward the two sites to each other in the
     /// clear, both ways, and hold no tunnel or SA.

@@ -414,31 +414,7 @@ pub fn stats_table(doc: &Value) -> String {
     out
 }
 
-/// A table of plain columns as wide as their widest cell (no borders, no
-/// wrapping), numbers right-aligned: names of any length keep it aligned.
-pub(crate) fn plain_table(header: &[&str], right_aligned: &[usize]) -> comfy_table::Table {
-    use comfy_table::{CellAlignment, ContentArrangement, Table};
-    let mut table = Table::new();
-    table
-        .load_style(comfy_table::presets::NOTHING)
-        .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(header.iter().copied());
-    for &i in right_aligned {
-        if let Some(column) = table.column_mut(i) {
-            column.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    table
-}
-
-/// A table's lines without the padding the preset leaves at their ends.
-pub(crate) fn table_text(table: &comfy_table::Table) -> String {
-    let mut out = String::new();
-    for line in table.lines() {
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
-    out
-}
+pub(crate) use bench::table::{plain_table, table_text};
 
 /// `espgw sa list` as a table; never shows key material.
 pub fn sa_table(doc: &Value) -> String {

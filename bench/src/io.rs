@@ -502,21 +502,16 @@ pub fn table(results: &[IoResult]) -> String {
             continue;
         }
         let _ = writeln!(out, "{title}");
-        let _ = writeln!(
-            out,
-            "{:<14} {:>6} {:>12} {:>8}",
-            "method", "bytes", "kframes/s", "Gbit/s"
-        );
+        let mut table = crate::table::plain_table(&["method", "bytes", "kframes/s", "Gbit/s"], &[1, 2, 3]);
         for r in &rows {
-            let _ = writeln!(
-                out,
-                "{:<14} {:>6} {:>12.0} {:>8.2}",
-                r.method,
-                r.frame_size,
-                r.frames_per_second / 1e3,
-                r.gbit_per_second
-            );
+            table.add_row([
+                r.method.to_string(),
+                r.frame_size.to_string(),
+                format!("{:.0}", r.frames_per_second / 1e3),
+                format!("{:.2}", r.gbit_per_second),
+            ]);
         }
+        out.push_str(&crate::table::table_text(&table));
         let mut sizes: Vec<usize> = rows.iter().map(|r| r.frame_size).collect();
         sizes.dedup();
         for size in sizes {

@@ -13,6 +13,7 @@ pub mod plot;
 pub mod report;
 pub mod scale;
 pub mod scenario;
+pub mod table;
 pub mod tenants;
 
 use std::path::PathBuf;

@@ -485,27 +485,28 @@ pub fn table(rows: &[Row], options: &Options) -> String {
         options.slice.as_millis(),
         options.repetitions
     );
-    s += &format!(
-        "{:<7} {:>6} {:<17} {:>7} {:>12} {:>28} {:>10} {:>7} {:>12}\n",
-        "engine",
-        "size",
-        "mode",
-        "tenants",
-        "aggr Mb/s",
-        "per tenant Mb/s",
-        "cyc/req",
-        "server",
-        "srv cyc/req"
+    let mut table = crate::table::plain_table(
+        &[
+            "engine",
+            "size",
+            "mode",
+            "tenants",
+            "aggr Mb/s",
+            "per tenant Mb/s",
+            "cyc/req",
+            "server",
+            "srv cyc/req",
+        ],
+        &[1, 3, 4, 5, 6, 7, 8],
     );
     for r in rows {
         let per: Vec<String> = r.per_tenant_mbps.iter().map(|m| format!("{m:.0}")).collect();
-        s += &format!(
-            "{:<7} {:>6} {:<17} {:>7} {:>12.0} {:>28} {:>10} {:>7} {:>12}\n",
-            r.engine.name(),
-            r.size,
-            r.mode.name(),
-            r.tenants,
-            r.aggregate_mbps,
+        table.add_row([
+            r.engine.name().to_string(),
+            r.size.to_string(),
+            r.mode.name().to_string(),
+            r.tenants.to_string(),
+            format!("{:.0}", r.aggregate_mbps),
             per.join(" "),
             r.tenant_cycles_per_request
                 .map_or("-".into(), |c| format!("{c:.0}")),
@@ -513,8 +514,9 @@ pub fn table(rows: &[Row], options: &Options) -> String {
                 .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
             r.server_cycles_per_request
                 .map_or("-".into(), |c| format!("{c:.0}")),
-        );
+        ]);
     }
+    s += &crate::table::table_text(&table);
     s += "cyc/req: the tenants' (or the in-process caller's) own CPU per request, waits excluded \
           (thread CPU time x nominal clock); server: the back-end thread's busy share of the slice; \
           srv cyc/req: the back-end thread's CPU per request, its polling between bursts included\n";

@@ -105,12 +105,13 @@ enum Carry {
 }
 
 impl Carry {
-    /// The counter each gateway's forwarded packets are read from
-    /// (gwA's, gwB's).
-    fn counters(self) -> [&'static str; 2] {
-        match self {
-            Carry::Clear => ["bypassed", "bypassed"],
-            Carry::Esp(_) => ["encapsulated", "decapsulated"],
+    /// The packets a gateway forwarded, from its stats: gwA's (`a`)
+    /// encapsulated or gwB's decapsulated, or either's bypassed.
+    fn forwarded(self, stats: &dataplane::Stats, a: bool) -> u64 {
+        match (self, a) {
+            (Carry::Clear, _) => stats.bypassed,
+            (Carry::Esp(_), true) => stats.encapsulated,
+            (Carry::Esp(_), false) => stats.decapsulated,
         }
     }
 }
@@ -314,33 +315,27 @@ fn cpu_mhz() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn counter(socket: &Path, key: &str) -> Result<u64> {
+/// A running gateway's counters, typed: a renamed field fails here
+/// instead of reading 0.
+fn gateway_stats(socket: &Path) -> Result<dataplane::Stats> {
     let doc = crate::control::ask(socket, "stats")?;
-    doc[key]
-        .as_u64()
-        .with_context(|| format!("the gateway's stats have no `{key}`"))
+    serde_json::from_value(doc).with_context(|| format!("the stats of {}", socket.display()))
 }
 
 /// Gateway cycles per forwarded packet over one UDP probe of 64 bytes at
-/// `pps`: (gwA, gwB), each over the packets its counter of `counters`
-/// (gwA's, gwB's) says it forwarded.
-fn cycles(lab: &Lab, sockets: &[PathBuf], counters: [&str; 2], pps: f64, seconds: u32) -> Result<(f64, f64)> {
+/// `pps`: (gwA, gwB), each over the packets it forwarded as `carry` says.
+fn cycles(lab: &Lab, sockets: &[PathBuf], carry: Carry, pps: f64, seconds: u32) -> Result<(f64, f64)> {
     // The gateways are the lab's first two children, the iperf3 server the third.
     let pids: Vec<u32> = lab.children.iter().take(2).map(Child::id).collect();
     ensure!(pids.len() == 2 && sockets.len() == 2, "two gateways expected");
     let ticks_before = [cpu_ticks(pids[0])?, cpu_ticks(pids[1])?];
-    let before = [
-        counter(&sockets[0], counters[0])?,
-        counter(&sockets[1], counters[1])?,
-    ];
+    let forwarded = |socket: &Path, a: bool| gateway_stats(socket).map(|s| carry.forwarded(&s, a));
+    let before = [forwarded(&sockets[0], true)?, forwarded(&sockets[1], false)?];
     traffic::iperf3_udp(&lab.names, 64, (pps * 64.0 * 8.0).max(1.0), seconds)?;
     // The gateways fold their workers' counters in at tick time.
     thread::sleep(Duration::from_millis(300));
     let ticks_after = [cpu_ticks(pids[0])?, cpu_ticks(pids[1])?];
-    let after = [
-        counter(&sockets[0], counters[0])?,
-        counter(&sockets[1], counters[1])?,
-    ];
+    let after = [forwarded(&sockets[0], true)?, forwarded(&sockets[1], false)?];
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let hz_cpu = cpu_mhz() * 1e6;
@@ -370,7 +365,7 @@ fn measure(lab: &mut Lab, options: &Options, gateways: Option<(&[PathBuf], Carry
         row.cycles = Some(cycles(
             lab,
             sockets,
-            carry.counters(),
+            carry,
             row.udp64.received_pps,
             options.udp_seconds,
         )?);
@@ -621,7 +616,10 @@ mod tests {
         ] {
             assert_eq!(end_of(line, cell), Some(tcp_column), "{line}\n{text}");
         }
-        assert!(lines[6].trim_start().starts_with("espgw ... in UDP 4500 "), "{text}");
+        assert!(
+            lines[6].trim_start().starts_with("espgw ... in UDP 4500 "),
+            "{text}"
+        );
         assert!(lines[3].contains("152.5*") && lines[5].contains("9.0 "), "{text}");
         assert!(text.contains("TCP x1 without ESP: 0.92x the kernel's"), "{text}");
         assert!(
@@ -673,7 +671,17 @@ mod tests {
                 ]
             );
         }
-        assert_eq!(Carry::Clear.counters(), ["bypassed", "bypassed"]);
+        let stats = dataplane::Stats {
+            encapsulated: 1,
+            decapsulated: 2,
+            bypassed: 3,
+            ..dataplane::Stats::default()
+        };
+        let esp = Carry::Esp(Encap::Udp);
+        assert_eq!(
+            [true, false].map(|a| (Carry::Clear.forwarded(&stats, a), esp.forwarded(&stats, a))),
+            [(3, 1), (3, 2)]
+        );
     }
 
     /// The gateways' files parse, and carry the keys, SPIs and

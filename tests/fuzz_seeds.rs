@@ -300,28 +300,39 @@ fn partial_l4_frame(protocol: u8, payload: usize) -> Vec<u8> {
     ip[12..16].copy_from_slice(&HOST_A.octets());
     ip[16..20].copy_from_slice(&HOST_B.octets());
     ipv4_fix_checksum(&mut ip);
-    ip[20..22].copy_from_slice(&40000u16.to_be_bytes());
-    ip[22..24].copy_from_slice(&5201u16.to_be_bytes());
+    partial_l4(&mut ip, 20, 12..20, protocol);
+    ethernet([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 10], 0x0800, &ip)
+}
+
+/// The TCP or UDP header and payload after an IP header of `ip_len`
+/// bytes, port 40000 to 5201, as a sender with checksum offload leaves
+/// them: the checksum field holds the pseudo-header sum over the
+/// addresses at `addresses`, the protocol and the L4 length.
+fn partial_l4(ip: &mut [u8], ip_len: usize, addresses: std::ops::Range<usize>, protocol: u8) {
+    let l4_len = if protocol == 6 { 32 } else { 8 };
+    let l4_total = ip.len() - ip_len;
+    let l4 = &mut ip[ip_len..];
+    l4[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    l4[2..4].copy_from_slice(&5201u16.to_be_bytes());
     if protocol == 6 {
-        ip[24..28].copy_from_slice(&1_000_000u32.to_be_bytes());
-        ip[32] = 8 << 4;
-        ip[33] = 0x18;
+        l4[4..8].copy_from_slice(&1_000_000u32.to_be_bytes());
+        l4[12] = 8 << 4;
+        l4[13] = 0x18;
     } else {
-        ip[24..26].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+        l4[4..6].copy_from_slice(&(l4_total as u16).to_be_bytes());
     }
-    for (i, b) in ip[20 + l4_len..].iter_mut().enumerate() {
+    for (i, b) in l4[l4_len..].iter_mut().enumerate() {
         *b = (i * 13) as u8;
     }
-    let mut sum = u32::from(protocol) + (l4_len + payload) as u32;
-    for pair in ip[12..20].chunks(2) {
+    let mut sum = u32::from(protocol) + l4_total as u32;
+    for pair in ip[addresses].chunks(2) {
         sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
     }
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    let at = 20 + if protocol == 6 { 16 } else { 6 };
+    let at = ip_len + if protocol == 6 { 16 } else { 6 };
     ip[at..at + 2].copy_from_slice(&(sum as u16).to_be_bytes());
-    ethernet([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 10], 0x0800, &ip)
 }
 
 /// [`partial_l4_frame`] over IPv6, 2001:db8:1::10 to 2001:db8:2::20 (the
@@ -338,27 +349,7 @@ fn partial_l4_frame6(protocol: u8, payload: usize, trailer: usize) -> Vec<u8> {
     ip[7] = 64;
     ip[8..24].copy_from_slice(&six_in_four::HOST6_A.octets());
     ip[24..40].copy_from_slice(&six_in_four::HOST6_B.octets());
-    ip[40..42].copy_from_slice(&40000u16.to_be_bytes());
-    ip[42..44].copy_from_slice(&5201u16.to_be_bytes());
-    if protocol == 6 {
-        ip[44..48].copy_from_slice(&1_000_000u32.to_be_bytes());
-        ip[52] = 8 << 4;
-        ip[53] = 0x18;
-    } else {
-        ip[44..46].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
-    }
-    for (i, b) in ip[40 + l4_len..].iter_mut().enumerate() {
-        *b = (i * 13) as u8;
-    }
-    let mut sum = u32::from(protocol) + (l4_len + payload) as u32;
-    for pair in ip[8..40].chunks(2) {
-        sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    let at = 40 + if protocol == 6 { 16 } else { 6 };
-    ip[at..at + 2].copy_from_slice(&(sum as u16).to_be_bytes());
+    partial_l4(&mut ip, 40, 8..40, protocol);
     ip.resize(ip.len() + trailer, 0);
     ethernet([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 10], 0x86dd, &ip)
 }

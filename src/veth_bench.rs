@@ -416,14 +416,15 @@ pub fn run(options: &Options) -> Result<()> {
         measure(&mut lab, options, Some((&sockets, carry)))
     };
     // A failed row stops the run: its lab is torn down, the next is not built.
-    let rows = [Carry::Clear, Carry::Esp(Encap::Raw), Carry::Esp(Encap::Udp)]
-        .into_iter()
-        .map(espgw_row)
-        .collect::<Result<Vec<Row>>>();
+    let rows = (|| -> Result<[Row; 3]> {
+        Ok([
+            espgw_row(Carry::Clear)?,
+            espgw_row(Carry::Esp(Encap::Raw))?,
+            espgw_row(Carry::Esp(Encap::Udp))?,
+        ])
+    })();
     let _ = std::fs::remove_dir_all(&dir);
-    let [clear, espgw, espgw_udp]: [Row; 3] = rows?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("three espgw rows expected"))?;
+    let [clear, espgw, espgw_udp] = rows?;
     print!(
         "{}",
         table(&kernel, &clear, &[&espgw, &espgw_udp], options, started.elapsed())
@@ -452,10 +453,18 @@ pub fn run(options: &Options) -> Result<()> {
     Ok(())
 }
 
+/// `a` over `b`, 0 when there is no `b` (a row that measured nothing).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
 /// A row's figures over a reference row's (the kernel's, or espgw's
 /// without ESP), in the JSON report.
 fn ratios(row: &Row, kernel: &Row) -> Value {
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     json!({
         "tcp_x1": ratio(row.tcp1_gbps, kernel.tcp1_gbps),
         "tcp_x4": ratio(row.tcp4_gbps, kernel.tcp4_gbps),
@@ -468,7 +477,6 @@ fn ratios(row: &Row, kernel: &Row) -> Value {
 /// ESP-in-UDP row.
 fn table(kernel: &Row, clear: &Row, espgw: &[&Row; 2], options: &Options, took: Duration) -> String {
     use std::fmt::Write as _;
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let udp = |u: &Udp| {
         format!(
             "{:.1}{}",

@@ -522,7 +522,7 @@ fn manual_inbound(alg: Algorithm, selected: Selected) -> String {
         c.tunnels.clear();
         match selected {
             Selected::Nothing => {}
-            Selected::Any => sa = sa.clone().any_selectors(),
+            Selected::Any => sa.selectors = Some("any".to_owned()),
             Selected::ByPolicyFrom(source) => c.policies.push(PolicyBuilder::protect(
                 "m-in",
                 PolicyDirection::In,

@@ -8,7 +8,9 @@
 # target starts from its committed seeds (fuzz/seeds/<target>/) and its
 # working corpus (fuzz/corpus/<target>/, not committed, kept between runs).
 # A crash leaves its input in fuzz/artifacts/<target>/ and makes the script
-# exit non-zero once every target has run. libFuzzer's output for each
+# exit non-zero once every target has run; so does an input slower than
+# FUZZ_TIMEOUT that is slow again when run on its own (one that is not was
+# a stall of the machine: fuzz/stalls/<target>/). libFuzzer's output for each
 # target is kept in fuzz/logs/<target>.log (FUZZ_LOG_DIR).
 #
 # Environment: FUZZ_RSS_MB (default 2048), FUZZ_TIMEOUT (seconds one input
@@ -45,19 +47,53 @@ else
     mapfile -t targets < <(cargo fuzz list)
 fi
 
+# libFuzzer keeps an input whose run took longer than -report_slow_units as
+# a slow-unit artifact, timed by the wall clock: a machine that stops the
+# process for a while (a busy shared host) makes one of a fast input. Each
+# is run again, three times: if even the fastest run is slow it stays a
+# finding; if not, it is moved to stalls/<target>/ with the times, reported,
+# and not counted as a crash.
+recheck_slow_units() {
+    local target=$1 unit start end best took
+    for unit in "artifacts/$1"/slow-unit-*; do
+        [ -e "$unit" ] || continue
+        best=""
+        for _ in 1 2 3; do
+            start=$(date +%s%N)
+            # shellcheck disable=SC2086
+            cargo fuzz run ${FUZZ_BUILD_ARGS:-} "$target" "$unit" -- -runs=1 >/dev/null 2>&1 || true
+            end=$(date +%s%N)
+            took=$(((end - start) / 1000000))
+            if [ -z "$best" ] || [ "$took" -lt "$best" ]; then best=$took; fi
+        done
+        if [ "$best" -lt $((timeout * 1000)) ]; then
+            mkdir -p "stalls/$target"
+            mv "$unit" "stalls/$target/"
+            echo "-- $target: $(basename "$unit") took ${best} ms at best when run again (slow-unit limit" \
+                "${timeout} s): the machine stalled, not the input; kept in fuzz/stalls/$target/"
+        else
+            echo "-- $target: $(basename "$unit") is slow again: ${best} ms at best"
+        fi
+    done
+}
+
 logs=${FUZZ_LOG_DIR:-logs}
 mkdir -p "$logs"
 failed=0
 summary=()
 for target in "${targets[@]}"; do
     mkdir -p "corpus/$target" "artifacts/$target" "seeds/$target"
+    # One left by an earlier run is settled first, so the count below is
+    # of this run's findings.
+    recheck_slow_units "$target"
     before=$(find "artifacts/$target" -type f | wc -l)
     echo "== fuzzing $target for ${seconds}s"
     status=0
     # shellcheck disable=SC2086
     nice -n "$niceness" cargo fuzz run ${FUZZ_BUILD_ARGS:-} "$target" "corpus/$target" "seeds/$target" -- \
-        -max_total_time="$seconds" -rss_limit_mb="$rss" -timeout="$timeout" \
+        -max_total_time="$seconds" -rss_limit_mb="$rss" -timeout="$timeout" -report_slow_units="$timeout" \
         -print_final_stats=1 >"$logs/$target.log" 2>&1 || status=$?
+    recheck_slow_units "$target"
     after=$(find "artifacts/$target" -type f | wc -l)
     log="$logs/$target.log"
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -4,6 +4,7 @@
 # kernel under qemu, with XFRM ESP and AF_ALG, which this host's kernel lacks).
 #
 #   sudo scripts/linux-interop.sh          # about 6-7 minutes here; CI runs it
+#   INTEROP_ONLY=6in6,ip6 sudo scripts/linux-interop.sh   # the XFRM cases whose names hold these
 #
 # Topology (all inside network namespaces this script makes and removes):
 #
@@ -131,7 +132,7 @@ echo "VM boot: afalg-test known answers: $selftest"
 
 status=0
 echo "== espgw <-> Linux XFRM"
-python3 tests/interop/linux_interop.py --espgw "$espgw" --peer "$peer" \
+python3 tests/interop/linux_interop.py --espgw "$espgw" --peer "$peer" ${INTEROP_ONLY:+--only "$INTEROP_ONLY"} \
     --workdir "$work/xfrm" --summary "$work/xfrm-summary.txt" || status=1
 
 echo "== AF_ALG engine inside the VM"

@@ -70,7 +70,11 @@ route made again):
     ICMPv6 packet-too-big from 2001:db8:1::1 with the tunnel MTU worked
     out here from the transform (1500 - outer IPv4 - [UDP] - ESP header - IV
     - ICV, padded down to the block, - 2), and lphost's route to
-    2001:db8:2::1 then carries that MTU; espgw counts frag_needed exactly 1;
+    2001:db8:2::1 then carries that MTU; espgw's frag_needed equals the
+    too-big errors a sniffer in lphost receives (the probe's, and one per
+    other packet lphost sent over the MTU, each quoting a packet longer
+    than the MTU it announces), plus at most the errors its token bucket
+    held back (icmp_rate_limited);
   - host -> VM 3 x exactly the tunnel MTU (`-M do`: unfragmented) and 3 x
     1500-byte IPv6 packets, which lphost now fragments to the learnt MTU;
   - VM -> host 12 x 56 bytes, 3 x the tunnel MTU, 3 x 1500 bytes (the VM's
@@ -277,6 +281,48 @@ print(json.dumps({"frames": frames, "tos": tos, "df": df, "longest": longest}))
 # flow label, the longest; and the neighbour solicitations and
 # advertisements seen, either way, by sender and target ("ns SRC for
 # TARGET": count).
+# Runs in netns lphost: the too-big errors espgw sends lphost (ICMPv6 packet
+# too big, ICMP fragmentation needed) until stdin closes, then prints them as
+# JSON: for each the MTU it announces and what it quotes (the refused
+# packet's length, next protocol, and ICMP type and sequence when it is one),
+# so an error beyond the probe is explained, and one for a packet that fit
+# is caught.
+TOO_BIG_SNIFFER = r"""
+import json, select, socket, sys
+gw4, gw6 = socket.inet_pton(socket.AF_INET, sys.argv[1]), socket.inet_pton(socket.AF_INET6, sys.argv[2])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.bind(("eth0", 0))
+print("ready", flush=True)
+seen = []
+while True:
+    ready, _, _ = select.select([s, sys.stdin], [], [])
+    if sys.stdin in ready:
+        break
+    frame, addr = s.recvfrom(65535)
+    if addr[2] == socket.PACKET_OUTGOING:
+        continue
+    kind, ip = frame[12:14], frame[14:]
+    if kind == b"\x86\xdd" and len(ip) >= 48 + 40 and ip[6] == 58 and ip[8:24] == gw6 and ip[40] == 2:
+        mtu, q = int.from_bytes(ip[44:48], "big"), ip[48:]
+        entry = {"mtu": mtu, "length": 40 + int.from_bytes(q[4:6], "big"), "next": q[6]}
+        if q[6] == 58 and len(q) >= 48:
+            entry.update(icmp=q[40], seq=int.from_bytes(q[46:48], "big"))
+        seen.append(entry)
+    elif kind == b"\x08\x00" and len(ip) >= 28 + 20 and ip[9] == 1 and ip[12:16] == gw4:
+        hl = (ip[0] & 15) * 4
+        icmp = ip[hl:]
+        if len(icmp) < 28 or icmp[0] != 3 or icmp[1] != 4:
+            continue
+        q = icmp[8:]
+        entry = {"mtu": int.from_bytes(icmp[6:8], "big"), "length": int.from_bytes(q[2:4], "big"), "next": q[9]}
+        qhl = (q[0] & 15) * 4
+        if q[9] == 1 and len(q) >= qhl + 8:
+            entry.update(icmp=q[qhl], seq=int.from_bytes(q[qhl + 6:qhl + 8], "big"))
+        seen.append(entry)
+print(json.dumps(seen))
+"""
+
+
 OUTER6_SNIFFER = r"""
 import json, select, socket, sys
 src, dst = (socket.inet_pton(socket.AF_INET6, a) for a in sys.argv[1:3])
@@ -332,6 +378,7 @@ class Lab:
         self.verbose = args.verbose
         self.six_ready = False
         self.ends6_ready = False
+        self.too_big = []
 
     def vm(self, script, check=True, timeout=120):
         """Runs `script` in the VM's shell through the control port."""
@@ -712,9 +759,15 @@ action = "discard"
             ["ip", "netns", "exec", "lpeer", sys.executable, "-c", *sniff],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
+        too_big = subprocess.Popen(
+            ["ip", "netns", "exec", "lphost", sys.executable, "-c", TOO_BIG_SNIFFER, "192.168.1.1", GW6],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
         try:
             if sniffer.stdout.readline().strip() != "ready":
                 raise Failure("the tap sniffer did not start")
+            if too_big.stdout.readline().strip() != "ready":
+                raise Failure("lphost's too-big sniffer did not start")
             mark = "tclass" if inner == 6 else "tos"
             results = {f"host->vm {mark} {TCLASS:#x}": self.ping_from_host(count, dst=dst,
                                                                           extra=["-Q", f"{TCLASS:#x}"])}
@@ -760,10 +813,21 @@ action = "discard"
                 results[f"vm->espgw {GW_OUT6}"] = self.ping_from_vm(2, src=VM6, dst=GW_OUT6)
         finally:
             out, _ = sniffer.communicate(input="", timeout=10)
+            errors, _ = too_big.communicate(input="", timeout=10)
         try:
             seen = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise Failure(f"tap sniffer: {out}")
+        try:
+            self.too_big = json.loads(errors.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise Failure(f"lphost's too-big sniffer: {errors}")
+        # Each error espgw sent lphost refused a packet longer than the MTU
+        # it announces; the probe is one of them.
+        wrong = [e for e in self.too_big if e["length"] <= e["mtu"] or e["mtu"] != mtu]
+        if wrong:
+            problems.append(f"espgw's too-big errors to lphost for packets that fit or with another MTU"
+                            f" than {mtu}: {wrong}")
         got = sum(r[0] for r in results.values())
         sent = sum(r[1] for r in results.values())
         text = ", ".join(f"{k} {a}/{s}" for k, (a, s) in results.items())
@@ -896,8 +960,19 @@ action = "discard"
             unexpected = {k: v for k, v in drops.items() if k not in allowed}
             if unexpected:
                 problems.append(f"espgw drops {unexpected}")
-            if six and drops.get("frag_needed") != 1:
-                problems.append(f"espgw counted frag_needed {drops.get('frag_needed', 0)}, not 1 (the probe)")
+            # frag_needed counts the too-big packets espgw refused: the probe,
+            # and any other lphost sent over the tunnel MTU (each answered
+            # with an error lphost received, which says what it refused,
+            # unless the error's token bucket was empty: icmp_rate_limited).
+            if six:
+                errors = len(self.too_big)
+                refused, limited = drops.get("frag_needed", 0), final.get("icmp_rate_limited", 0)
+                if errors < 1 or not errors <= refused <= errors + limited:
+                    problems.append(f"espgw counted frag_needed {refused} (icmp_rate_limited {limited});"
+                                    f" lphost received {errors} too-big errors (the probe's among them):"
+                                    f" {self.too_big}")
+                elif errors > 1:
+                    text += f"; too-big errors beyond the probe's, for what lphost sent: {self.too_big}"
             if encap:
                 want = ("espinudp", 4500, 4500)
                 for label, s in (("VM in SA 0x1002", vm_in), ("VM out SA 0x1001", vm_out)):

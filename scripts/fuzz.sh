@@ -54,19 +54,22 @@ fi
 # finding; if not, it is moved to stalls/<target>/ with the times, reported,
 # and not counted as a crash.
 recheck_slow_units() {
-    local target=$1 unit start end best took
+    local target=$1 unit start end best took failed_run
     for unit in "artifacts/$1"/slow-unit-*; do
         [ -e "$unit" ] || continue
         best=""
+        failed_run=0
         for _ in 1 2 3; do
             start=$(date +%s%N)
             # shellcheck disable=SC2086
-            cargo fuzz run ${FUZZ_BUILD_ARGS:-} "$target" "$unit" -- -runs=1 >/dev/null 2>&1 || true
+            cargo fuzz run ${FUZZ_BUILD_ARGS:-} "$target" "$unit" -- -runs=1 -timeout="$timeout" >/dev/null 2>&1 || failed_run=1
             end=$(date +%s%N)
             took=$(((end - start) / 1000000))
             if [ -z "$best" ] || [ "$took" -lt "$best" ]; then best=$took; fi
         done
-        if [ "$best" -lt $((timeout * 1000)) ]; then
+        if [ "$failed_run" -ne 0 ]; then
+            echo "-- $target: $(basename "$unit") fails when run again: a finding"
+        elif [ "$best" -lt $((timeout * 1000)) ]; then
             mkdir -p "stalls/$target"
             mv "$unit" "stalls/$target/"
             echo "-- $target: $(basename "$unit") took ${best} ms at best when run again (slow-unit limit" \

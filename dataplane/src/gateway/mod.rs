@@ -663,12 +663,21 @@ impl Gateway {
     /// [`next_completion`](Self::next_completion)).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Duration> {
-        let reassembly = self.reassembler.next_deadline();
-        let neighbors = self.neighbors.next_deadline();
+        [self.jobs_deadline(), self.timer_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The next of the deadlines only [`handle_timeout`](Self::handle_timeout)
+    /// serves (a reassembly's, a neighbour retry's, the NAT keepalives'),
+    /// for a driver that ticks `handle_timeout` on a period and wants these
+    /// on time; each moves past `now` once `handle_timeout(now)` ran.
+    #[must_use]
+    pub fn timer_deadline(&self) -> Option<Duration> {
         [
-            self.jobs_deadline(),
-            reassembly,
-            neighbors,
+            self.reassembler.next_deadline(),
+            self.neighbors.next_deadline(),
             self.keepalive_deadline(),
         ]
         .into_iter()

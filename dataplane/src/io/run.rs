@@ -246,6 +246,46 @@ impl Moderator {
     }
 }
 
+/// The period of the gateway's housekeeping tick: SA lifetimes, the
+/// kernel's drop count.
+const TICK: Duration = Duration::from_millis(100);
+/// The longest idle sleep: control-plane commands other workers wait on
+/// are looked at this often.
+const IDLE_WAIT_MS: i32 = 10;
+
+/// What a turn's timers ask for: `handle_timeout` (`run`) when the tick is
+/// due, a tick left SAs past its budget (they go on a budget at a time
+/// rather than in one long pause), or one of the gateway's timers
+/// (`timer_deadline`: a NAT keepalive, a neighbour retry, a reassembly's
+/// timeout) has come; `tick` when the period is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Timers {
+    run: bool,
+    tick: bool,
+}
+
+impl Timers {
+    fn at(now: Duration, last_tick: Duration, deadline: Option<Duration>, backlog: bool) -> Timers {
+        let tick = now.saturating_sub(last_tick) >= TICK;
+        Timers {
+            run: tick || backlog || deadline.is_some_and(|d| d <= now),
+            tick,
+        }
+    }
+}
+
+/// How long an idle turn may sleep: until the gateway's next deadline
+/// (rounded up to the millisecond `poll` counts in), at most
+/// [`IDLE_WAIT_MS`].
+fn idle_wait_ms(now: Duration, deadline: Option<Duration>) -> i32 {
+    let Some(deadline) = deadline else {
+        return IDLE_WAIT_MS;
+    };
+    let left = deadline.saturating_sub(now);
+    let ms = left.as_micros().div_ceil(1000);
+    i32::try_from(ms).map_or(IDLE_WAIT_MS, |ms| ms.min(IDLE_WAIT_MS))
+}
+
 pub fn run(
     gateway: &mut Gateway,
     sockets: &Sockets,
@@ -307,10 +347,16 @@ pub fn run(
             }
         }
         gateway.poll(now, &mut out, &mut pool);
-        // A tick that left SAs past its budget goes on at the next turn,
-        // a budget at a time, rather than one long pause.
-        if now.saturating_sub(last_timeout) >= Duration::from_millis(100) || gateway.sad().tick_backlog() {
+        let timers = Timers::at(
+            now,
+            last_timeout,
+            gateway.timer_deadline(),
+            gateway.sad().tick_backlog(),
+        );
+        if timers.run {
             gateway.handle_timeout(now, &mut out, &mut pool);
+        }
+        if timers.tick {
             summary.kernel_drops += sockets.kernel_drops();
             last_timeout = now;
         }
@@ -335,10 +381,12 @@ pub fn run(
             std::thread::sleep(wait);
         }
         if idle && gateway.in_flight() == 0 {
-            // Nothing to do: sleep until a frame arrives, or 10 ms pass: timers, and
-            // commands from the control plane that other workers wait on.
+            // Nothing to do: sleep until a frame arrives, the gateway's next
+            // deadline, or 10 ms pass: commands from the control plane that
+            // other workers wait on.
+            let wait = idle_wait_ms(now, gateway.timer_deadline());
             // SAFETY: fds is a live array of pollfd of the length given.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) };
         } else if idle {
             wait_for_engine(gateway, now, &mut fds);
         }
@@ -513,6 +561,48 @@ mod tests {
             Some(MAX / 4),
             "a wait that brought half the threshold keeps its length"
         );
+    }
+
+    #[test]
+    fn a_deadline_that_has_come_runs_the_timers_before_the_tick() {
+        // (run, tick) at `now` ms, the last tick at 0.
+        let at = |now: u64, deadline: Option<u64>, backlog: bool| {
+            let t = Timers::at(
+                Duration::from_millis(now),
+                Duration::ZERO,
+                deadline.map(Duration::from_millis),
+                backlog,
+            );
+            (t.run, t.tick)
+        };
+        // A keepalive due at the start (deadline zero) goes on the first
+        // turn, not after the first 100 ms tick.
+        assert_eq!(at(0, Some(0), false), (true, false));
+        assert_eq!(at(30, Some(40), false), (false, false), "not before it");
+        assert_eq!(at(30, None, false), (false, false));
+        assert_eq!(at(100, None, false), (true, true), "the tick, deadline or not");
+        assert_eq!(
+            at(30, None, true),
+            (true, false),
+            "a tick's backlog goes on without a new period"
+        );
+    }
+
+    #[test]
+    fn an_idle_turn_sleeps_until_the_next_deadline_at_most_ten_ms() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        assert_eq!(idle_wait_ms(ms(5), None), 10);
+        assert_eq!(idle_wait_ms(ms(5), Some(ms(5))), 0, "due: no sleep");
+        assert_eq!(idle_wait_ms(ms(5), Some(ms(1))), 0, "past: no sleep");
+        assert_eq!(
+            idle_wait_ms(ms(5), Some(ms(5) + us(1))),
+            1,
+            "rounded up, never early"
+        );
+        assert_eq!(idle_wait_ms(ms(5), Some(ms(8))), 3);
+        assert_eq!(idle_wait_ms(ms(5), Some(ms(500))), 10);
+        assert_eq!(idle_wait_ms(ms(5), Some(Duration::MAX)), 10);
     }
 
     #[test]

@@ -51,8 +51,8 @@ fi
 # a slow-unit artifact, timed by the wall clock: a machine that stops the
 # process for a while (a busy shared host) makes one of a fast input. Each
 # is run again, three times: if even the fastest run is slow it stays a
-# finding; if not, it is moved to stalls/<target>/ with the times, reported,
-# and not counted as a crash.
+# finding; if not, it is moved to stalls/<target>/, its best time is
+# printed, and it is not counted as a crash.
 recheck_slow_units() {
     local target=$1 unit start end best took failed_run
     for unit in "artifacts/$1"/slow-unit-*; do

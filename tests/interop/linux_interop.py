@@ -1119,6 +1119,8 @@ def main():
     if args.only:
         wanted = args.only.split(",")
         cases = [c for c in cases if any(w in c[0] for w in wanted)]
+        if not cases:
+            sys.exit(f"--only {args.only}: no case's name holds any of these; nothing would run")
 
     rows = []
     for name, alg, mode, esn, negative, *more in cases:

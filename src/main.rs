@@ -299,6 +299,15 @@ fn check_config(file: &Path) -> Result<()> {
 
 fn pcap(args: &PcapArgs) -> Result<()> {
     let config = load_config(&args.config)?;
+    // Offline there is no peer to run the keying exchange with.
+    if let Some(t) = config.tunnels.iter().find(|t| t.secret.is_some()) {
+        anyhow::bail!(
+            "{}: tunnel `{}` has a `secret`, so its keys come from an exchange with its peer at start, \
+             which `espgw pcap` (offline, no peer) cannot run; give the tunnel spi_out, spi_in and its keys instead of the secret to process captures",
+            args.config.display(),
+            t.name
+        );
+    }
     let input = File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
     let (reader, link) = dataplane::io::pcap::open(BufReader::new(input))
         .with_context(|| format!("{}", args.input.display()))?;

@@ -19,8 +19,8 @@ mod raw;
 pub mod request;
 
 pub use config::{
-    Config, FloodLimits, InstallError, LinkOverrides, PolicyAction, PolicyConfig, RekeySettings, SaConfig,
-    TunnelConfig,
+    Config, FloodLimits, InstallError, KeySource, LinkOverrides, PolicyAction, PolicyConfig, RekeySettings,
+    SaConfig, TunnelConfig,
 };
 pub use error::{ConfigError, ConfigErrorKind};
 pub use plane::{

@@ -97,7 +97,8 @@ impl Gateway {
         self.stats.local_delivered += 1;
         self.stats.generated += 1;
         crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
-        Some(Classified::Done(Ok(Next::Route)))
+        // Through the outbound SPD, like every packet of ours.
+        Some(Classified::Done(Ok(Next::Local)))
     }
 
     pub(super) fn classify_inner(

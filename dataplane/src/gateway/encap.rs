@@ -73,8 +73,14 @@ impl Gateway {
     /// A datagram the reassembler completed: ESP goes on to decapsulation;
     /// UDP is classified again now that its header and payload are whole.
     pub(super) fn reassembled(&mut self, now: Duration, datagram: PacketBuf, out: &mut Vec<Output>) {
-        // IPv6: only ESP is reassembled (no UDP encapsulation over IPv6).
+        // IPv6: only ESP is reassembled (no UDP encapsulation over IPv6),
+        // whose headers are ours to process now that they are whole.
         if crate::wire::is_ipv6(datagram.data()) {
+            let mut datagram = datagram;
+            let role = crate::wire::ipv6::Role::Destination;
+            if let Some(result) = self.refuse_extension_headers(&mut datagram, 0, role) {
+                return self.emit(datagram, result, out);
+            }
             return self.start_decapsulation(now, datagram, out);
         }
         let flow = match ipv4::view(datagram.data()) {

@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use accel::{Algorithm, DescriptorKind, Direction, Job, NextCompletion, SessionHandle, Status, Style};
-use spd_sad::{Action, PolicyDirection, SaId};
+use spd_sad::SaId;
 
 use super::classify::decrement_ttl;
 use super::classify6::decrement_hop_limit;
@@ -530,7 +530,7 @@ impl Gateway {
                 let result = self.finish_decapsulation(now, &mut buf, &pending);
                 self.inbound_done(now, pending.sa, out);
                 if result == Err(DropReason::TtlExpired) {
-                    return self.time_exceeded_after_decapsulation(now, buf, out);
+                    return self.time_exceeded_after_decapsulation(buf, out);
                 }
                 result
             }
@@ -541,14 +541,9 @@ impl Gateway {
     /// A decapsulated packet whose TTL or hop limit ran out here: the
     /// router's time exceeded (RFC 1812 §5.3.1, RFC 4443 §3.3) goes back to
     /// its source, which is behind the peer, so it takes the outbound
-    /// policy like a packet from the inside (through the tunnel, as Linux's
+    /// policy like every packet of ours (through the tunnel, as Linux's
     /// output path sends it through the xfrm bundle).
-    fn time_exceeded_after_decapsulation(
-        &mut self,
-        now: Duration,
-        mut buf: PacketBuf,
-        out: &mut Vec<Output>,
-    ) {
+    fn time_exceeded_after_decapsulation(&mut self, mut buf: PacketBuf, out: &mut Vec<Output>) {
         let reason = DropReason::TtlExpired;
         let result = if crate::wire::is_ipv6(buf.data()) {
             self.icmp6_error(&mut buf, (icmp6::kind::TIME_EXCEEDED, 0, 0), reason)
@@ -556,25 +551,7 @@ impl Gateway {
             let from = self.interfaces[Port::Inside.index()].address;
             self.icmp_error(&mut buf, (icmp::kind::TIME_EXCEEDED, 0, 0), from, reason)
         };
-        if let Err(reason) = result {
-            return self.emit(buf, Err(reason), out);
-        }
-        let flow = flow_key_any(buf.data());
-        let decision = match flow {
-            Ok(flow) => self.spd.lookup_cached(PolicyDirection::Out, &flow),
-            Err(reason) => return self.emit(buf, Err(reason), out),
-        };
-        match decision.action {
-            Action::Protect(sa) => self.start_encapsulation(now, sa, buf, out),
-            Action::Bypass => self.emit(buf, Ok(Next::Route), out),
-            Action::Discard => {
-                let reason = match decision.policy {
-                    Some(_) => DropReason::PolicyDiscard,
-                    None => DropReason::NoPolicy,
-                };
-                self.emit(buf, Err(reason), out)
-            }
-        }
+        self.emit(buf, result, out);
     }
 
     fn finish_decapsulation(
@@ -603,9 +580,25 @@ impl Gateway {
             sa.counters_mut().policy_mismatch += 1;
             return Err(DropReason::PolicyMismatch);
         }
+        if is_ipv6 {
+            // The inner packet's headers: ours as its destination, its
+            // hop-by-hop options only as a router on its way.
+            let role = match self.is_local(flow.dst) {
+                true => crate::wire::ipv6::Role::Destination,
+                false => crate::wire::ipv6::Role::Router,
+            };
+            if let Some(result) = self.refuse_extension_headers(buf, 0, role) {
+                return result;
+            }
+        }
         self.stats.decapsulated += 1;
         if self.is_local(flow.dst) {
             self.stats.local_delivered += 1;
+            // An echo request through the SA is answered, and the reply
+            // takes the outbound SPD back through it.
+            if self.answer_echo_after_decapsulation(buf, flow.protocol) {
+                return Ok(Next::Local);
+            }
             return Ok(Next::Consume);
         }
         if is_ipv6 {

@@ -17,8 +17,9 @@
 //! Files: `classify` (what a frame is; `classify6` for IPv6 frames:
 //! neighbour discovery, echo, transit), `jobs` (the engine job machine),
 //! `forward` (routes, fragments, ARP, framing), `encap` (RFC 3948 UDP
-//! encapsulation: keepalives, IKE on 4500, peers that move); this one holds the state
-//! and the entry points.
+//! encapsulation: keepalives, IKE on 4500, peers that move), `origin` (the
+//! gateway's own packets through the outbound SPD); this one holds the
+//! state and the entry points.
 
 mod classify;
 mod classify6;
@@ -26,6 +27,7 @@ mod encap;
 mod forward;
 mod ipid;
 mod jobs;
+mod origin;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -224,6 +226,9 @@ pub(super) enum Next {
     Control,
     /// A reply the gateway wrote, framed already: transmit it on this port.
     Reply(Port),
+    /// A packet the gateway wrote (an echo reply, an ICMP or ICMPv6
+    /// error), bare IP: it takes the outbound SPD (`origin`).
+    Local,
 }
 
 impl Gateway {
@@ -709,6 +714,7 @@ impl Gateway {
 
     fn emit(&mut self, mut buf: PacketBuf, result: Result<Next, DropReason>, out: &mut Vec<Output>) {
         let verdict = match result {
+            Ok(Next::Local) => return self.originate(buf, out),
             Ok(Next::Consume) => Verdict::Consumed,
             Ok(Next::Control) => Verdict::Control,
             Ok(Next::Reply(port)) => Verdict::Forward(port),
@@ -730,7 +736,9 @@ impl Gateway {
 
     /// Sends a UDP datagram from our address on the way to `to` (the
     /// control plane's messages). It takes the normal route, ARP included,
-    /// and no policy applies (IKE bypass). Outputs go to `out`.
+    /// and no policy applies: the key exchange is exempt from the SPD, as
+    /// Linux exempts an IKE daemon's sockets from xfrm policies (RFC 4301
+    /// §5.1 lets IKE bypass). Outputs go to `out`.
     pub fn send_datagram(
         &mut self,
         now: Duration,

@@ -21,6 +21,7 @@
 //! classify or route (it hands results to `emit`).
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use accel::{Algorithm, DescriptorKind, Direction, Job, NextCompletion, SessionHandle, Status, Style};
@@ -31,7 +32,7 @@ use super::classify6::decrement_hop_limit;
 use super::{Gateway, Next, Verdict};
 use crate::buffer::PacketBuf;
 use crate::esp::{self, Decapsulated, Inbound, OutboundContext, Pending};
-use crate::reassembly::Reassembled;
+use crate::reassembly::{Reassembled, ReassemblyError};
 use crate::route::Port;
 use crate::stats::DropReason;
 use crate::wire::{flow_key_any, ipv4};
@@ -248,9 +249,21 @@ impl Gateway {
     }
 
     /// Collects ESP fragments; a completed datagram goes on to decapsulation.
+    /// Only the remote ends of our SAs may start one: nobody else's
+    /// fragments take a slot in the table.
     pub(super) fn reassemble(&mut self, now: Duration, buf: PacketBuf, out: &mut Vec<Output>) {
+        let src = if crate::wire::is_ipv6(buf.data()) {
+            crate::wire::ipv6::view(buf.data()).map(|ip| IpAddr::from(ip.src_addr()))
+        } else {
+            ipv4::view(buf.data()).map(|ip| IpAddr::from(ip.src_addr()))
+        };
+        match src {
+            Ok(src) if self.takes_fragments_from(src) => {}
+            Ok(_) => return self.emit(buf, Err(DropReason::FragmentNotFromPeer), out),
+            Err(reason) => return self.emit(buf, Err(reason), out),
+        }
         let result = self.reassembler.insert(buf, now, &mut self.pool, &mut self.spent);
-        self.give_up_spent(DropReason::ReassemblyFailed, out);
+        self.give_up_spent(out);
         match result {
             Reassembled::Held(fragment) => {
                 self.stats.fragments_absorbed += 1;
@@ -268,12 +281,46 @@ impl Gateway {
     }
 
     /// Hands back datagram buffers the reassembler gave up on.
-    pub(super) fn give_up_spent(&mut self, reason: DropReason, out: &mut Vec<Output>) {
-        while let Some(buf) = self.spent.pop() {
+    pub(super) fn give_up_spent(&mut self, out: &mut Vec<Output>) {
+        while let Some((buf, why)) = self.spent.pop() {
+            let reason = match why {
+                ReassemblyError::TimedOut => DropReason::ReassemblyTimeout,
+                ReassemblyError::Evicted => DropReason::ReassemblyEvicted,
+                ReassemblyError::SourceLimit => DropReason::ReassemblySourceLimit,
+                ReassemblyError::Overlap
+                | ReassemblyError::TooLarge
+                | ReassemblyError::Full
+                | ReassemblyError::NoBuffer
+                | ReassemblyError::Malformed => DropReason::ReassemblyFailed,
+            };
             self.stats.generated += 1;
             self.stats.drops.count(reason);
             out.push((buf, Verdict::Drop(reason)));
         }
+    }
+
+    /// Whether `src` is the remote end of one of our SAs (or, for a
+    /// transport-mode inbound SA, a source its selectors admit): the set
+    /// is rebuilt only after SAs came or went or a peer moved.
+    fn takes_fragments_from(&mut self, src: IpAddr) -> bool {
+        let stamp = (self.sa_changes, self.sad.len(), self.peers.epoch());
+        if !self.fragment_sources.is_current(stamp) {
+            let sad = &self.sad;
+            let addresses = sad.iter().flat_map(|(_, sa)| {
+                let moved = sa.crypto().peer.as_ref().map(|p| IpAddr::V4(p.current().address));
+                let seen = sa.crypto().seen_peer.map(|p| IpAddr::V4(p.address));
+                [Some(sa.params().remote), moved, seen].into_iter().flatten()
+            });
+            let prefixes = sad
+                .iter()
+                .filter(|(_, sa)| {
+                    let p = sa.params();
+                    p.mode == spd_sad::Mode::Transport && p.direction == spd_sad::SaDirection::Inbound
+                })
+                .flat_map(|(_, sa)| sa.params().selectors.iter().map(|s| s.src));
+            self.fragment_sources.rebuild(stamp, addresses, prefixes);
+        }
+        self.fragment_sources.admits(src)
     }
 
     /// Inbound ESP addressed to us: prepare it, or hold it while its ESN

@@ -43,7 +43,7 @@ pub use crate::esp::SaCrypto;
 use crate::icmp;
 use crate::nat;
 use crate::neighbor::{NeighborLimits, Neighbors, Waiting};
-use crate::reassembly::Reassembler;
+use crate::reassembly::{GivenUp, Reassembler, Sources};
 use crate::route::{Interface, Port, Route, Route6, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use classify::Classified;
@@ -187,9 +187,14 @@ pub struct Gateway {
     /// the batch's output.
     released: Vec<Output>,
     reassembler: Reassembler,
+    /// Whose fragments are reassembled: the remote ends of our SAs.
+    fragment_sources: Sources,
+    /// Bumped whenever an SA is installed, adopted or removed (with the
+    /// SAD's size and the peers' epoch, what `fragment_sources` follows).
+    sa_changes: u64,
     icmp_limiter: icmp::RateLimiter,
     /// Scratch for buffers the reassembler gives up.
-    spent: Vec<PacketBuf>,
+    spent: Vec<GivenUp>,
     link: LinkLayer,
     outer_ttl: u8,
     style: Style,
@@ -281,6 +286,8 @@ impl Gateway {
             waiting: Vec::with_capacity(64),
             released: Vec::new(),
             reassembler: Reassembler::default(),
+            fragment_sources: Sources::default(),
+            sa_changes: 0,
             icmp_limiter: icmp::RateLimiter::new(setup.icmp_limits),
             spent: Vec::with_capacity(8),
             link: setup.link,
@@ -509,6 +516,7 @@ impl Gateway {
         now: Duration,
     ) -> Result<SaId, InstallSaError> {
         let handle = self.engine.register(&keys)?;
+        self.sa_changes += 1;
         let (peer, seen_peer) = match peer {
             Some((peer, seen)) => (Some(peer), seen),
             None => (None, None),
@@ -531,6 +539,7 @@ impl Gateway {
     /// keys are registered with this gateway's engine.
     pub fn adopt_sa(&mut self, mut sa: SecurityAssociation<SaCrypto>) -> Result<SaId, InstallSaError> {
         let handle = self.engine.register(&sa.crypto().keys)?;
+        self.sa_changes += 1;
         sa.crypto_mut().handle = handle;
         self.sad.adopt(sa).map_err(|e| {
             self.engine.release(handle);
@@ -543,6 +552,7 @@ impl Gateway {
     /// are dropped as `unknown_spi` or counted as sent).
     pub fn remove_sa(&mut self, id: SaId) -> Option<SecurityAssociation<SaCrypto>> {
         let sa = self.sad.remove(id)?;
+        self.sa_changes += 1;
         self.engine.release(sa.crypto().handle);
         Some(sa)
     }
@@ -573,7 +583,7 @@ impl Gateway {
             let mut spent = std::mem::take(&mut self.spent);
             self.reassembler.expire(now, &mut spent);
             self.spent = spent;
-            self.give_up_spent(DropReason::ReassemblyTimeout, out);
+            self.give_up_spent(out);
         }
         if self.neighbors.pending() > 0 {
             let mut expired = std::mem::take(&mut self.waiting);
@@ -701,7 +711,7 @@ impl Gateway {
             let mut spent = std::mem::take(&mut gw.spent);
             gw.reassembler.drain(&mut spent);
             gw.spent = spent;
-            gw.give_up_spent(DropReason::ReassemblyTimeout, out);
+            gw.give_up_spent(out);
             let mut parked = std::mem::take(&mut gw.waiting);
             gw.neighbors.drain(&mut parked);
             for w in parked.drain(..) {

@@ -73,7 +73,8 @@ impl Gateway {
     }
 
     pub(super) fn classify(&mut self, from: Port, buf: &mut PacketBuf) -> Classified {
-        match self.classify_inner(from, buf) {
+        let checksum_verified = crate::fate::take_checksum_verified(buf);
+        match self.classify_inner(from, buf, checksum_verified) {
             Ok(c) => c,
             // RFC 1812 §5.3.1: tell the source its packet died here.
             Err(DropReason::TtlExpired) => {
@@ -105,6 +106,7 @@ impl Gateway {
         &mut self,
         from: Port,
         buf: &mut PacketBuf,
+        checksum_verified: bool,
     ) -> Result<Classified, DropReason> {
         match self.strip_link_header(from, buf)? {
             Link::Ipv4 => {}
@@ -148,7 +150,7 @@ impl Gateway {
                     if is_fragment {
                         return Ok(Classified::Fragment);
                     }
-                    if let Some(classified) = self.classify_encapsulated(buf, &flow) {
+                    if let Some(classified) = self.classify_encapsulated(buf, &flow, checksum_verified) {
                         return classified;
                     }
                 }

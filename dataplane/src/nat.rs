@@ -238,7 +238,9 @@ mod tests {
         UdpPacket::new_unchecked(&mut p[20..]).fill_checksum(&src, &dst);
         let (ip, udp) = p.split_at(20);
         assert!(udp_checksum_ok(ip, udp), "right, odd length");
-        for bit in 0..udp.len() * 8 {
+        // Every single-bit error but in the length field (which smoltcp
+        // trusts to slice by, and the gateway checks first).
+        for bit in (0..udp.len() * 8).filter(|b| !(32..48).contains(b)) {
             let mut bad = udp.to_vec();
             bad[bit / 8] ^= 1 << (bit % 8);
             let smoltcp = UdpPacket::new_unchecked(&bad[..]).verify_checksum(&src, &dst);

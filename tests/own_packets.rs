@@ -175,11 +175,17 @@ fn an_echo_reply_that_a_protect_policy_covers_never_leaves_in_the_clear() {
 
     // No policy at all for a reply that would leave by the outside: the
     // SPD's default, discard; to the inside, where no boundary is
-    // crossed, a ping is answered as ever.
+    // crossed, a ping is answered as ever, even when a policy that would
+    // discard it covers it too (a catch-all).
     let mut a = end("tunnel", true, |c| {
         c.policies.push(PolicyBuilder {
             priority: Some(1),
             ..PolicyBuilder::bypass("any-in", PolicyDirection::In, net(3), host(GW_A))
+        });
+        c.policies.push(PolicyBuilder {
+            priority: Some(1),
+            action: "discard".into(),
+            ..PolicyBuilder::bypass("catch-all", PolicyDirection::Out, host(GW_A), net(1))
         });
     });
     let stranger = Ipv4Addr::new(192, 168, 3, 30);

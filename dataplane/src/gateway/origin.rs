@@ -1,12 +1,13 @@
 //! The gateway's own packets and the SPD: echo replies and ICMP or ICMPv6
 //! errors (time exceeded, fragmentation needed / packet too big, parameter
-//! problem) are outbound traffic like any other (RFC 4301 §4.4.1, §5.1),
-//! so each is looked up in the outbound SPD and protected by the SA a
-//! `protect` policy names, sent in the clear by a `bypass` policy, or
-//! dropped by a `discard` one (`policy_discard`). With no policy matching,
-//! a packet that leaves by the inside interface, to the protected side,
-//! crosses no IPsec boundary and goes; one that would leave by the outside
-//! is dropped (`no_policy`, the SPD's default).
+//! problem) that would leave by the outside, or have no route (a network
+//! behind a tunnel), are outbound traffic like any other (RFC 4301
+//! §4.4.1, §5.1), so each is looked up in the outbound SPD and protected
+//! by the SA a `protect` policy names, sent in the clear by a `bypass`
+//! policy, or dropped by a `discard` one (`policy_discard`) or for want of
+//! any (`no_policy`, the SPD's default). One for the inside network, the
+//! protected side, crosses no IPsec boundary and goes, as traffic
+//! forwarded from the outside to the inside never meets the outbound SPD.
 //!
 //! Exempt, as Linux exempts an IKE daemon's sockets and its neighbour
 //! discovery from the xfrm policy: ARP and IPv6 neighbour discovery, the
@@ -55,28 +56,31 @@ impl Gateway {
     /// to protect it, `None` to send it in the clear, or why it is
     /// dropped. `leaves_by` is the port it would leave by in the clear,
     /// when the caller knows (a reply sent back where its request came
-    /// from); otherwise the route to its destination says.
+    /// from); otherwise the route to its destination says. A packet for
+    /// the inside network crosses no IPsec boundary (RFC 4301 §5.1 is
+    /// about protected-to-unprotected traffic), as the gateway's forwarding
+    /// from the outside to the inside never consults the outbound SPD:
+    /// it goes, whatever a policy whose selectors also cover it says
+    /// (a tunnel to 0.0.0.0/0 must not swallow the replies to the hosts).
     pub(super) fn local_policy(
         &mut self,
         packet: &[u8],
         leaves_by: Option<Port>,
     ) -> Result<Option<SaId>, DropReason> {
         let flow = flow_key_any(packet)?;
+        let port = leaves_by.or_else(|| match flow.dst {
+            IpAddr::V4(dst) => self.routes.lookup(dst).map(|hop| hop.port),
+            IpAddr::V6(dst) => self.routes.lookup6(dst).map(|hop| hop.port),
+        });
+        if port == Some(Port::Inside) {
+            return Ok(None);
+        }
         let decision = self.spd.lookup_cached(PolicyDirection::Out, &flow);
         match decision.action {
             Action::Protect(sa) => Ok(Some(sa)),
             Action::Bypass => Ok(None),
             Action::Discard if decision.policy.is_some() => Err(DropReason::PolicyDiscard),
-            Action::Discard => {
-                let port = leaves_by.or_else(|| match flow.dst {
-                    IpAddr::V4(dst) => self.routes.lookup(dst).map(|hop| hop.port),
-                    IpAddr::V6(dst) => self.routes.lookup6(dst).map(|hop| hop.port),
-                });
-                match port {
-                    Some(Port::Inside) => Ok(None),
-                    _ => Err(DropReason::NoPolicy),
-                }
-            }
+            Action::Discard => Err(DropReason::NoPolicy),
         }
     }
 

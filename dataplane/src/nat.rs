@@ -219,7 +219,7 @@ mod tests {
     #[test]
     fn udp_checksums_are_right_or_zero() {
         use smoltcp::wire::{IpAddress, Ipv4Packet, UdpPacket};
-        let mut p = vec![0u8; 20 + 8 + 13];
+        let mut p = [0u8; 20 + 8 + 13];
         {
             let mut ip = Ipv4Packet::new_unchecked(&mut p[..]);
             ip.set_version(4);

@@ -39,7 +39,8 @@ table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; vertical-align: top; padding: 6px 10px; border-bottom: 1px solid #e6e6e6; }
 th { background: #f0f0ee; font-weight: 600; }
 table.conditions th { width: 9em; background: none; }
-table.studies td:nth-child(2), table.studies td:nth-child(4) { white-space: nowrap; }
+table.studies { table-layout: fixed; }
+table.studies td:nth-child(2) { white-space: nowrap; }
 .source { color: #555; font-size: 13px; }
 .verdict { display: inline-block; padding: 1px 8px; border-radius: 10px; font-weight: 600; font-size: 13px; }
 .verdict.holds { background: #d8f0e0; color: #105a2c; }
@@ -104,7 +105,7 @@ pub fn page(sweep: &Sweep, command: &str) -> anyhow::Result<String> {
     );
     let _ = writeln!(
         out,
-        "<table class=\"studies\">\n<thead><tr><th>Published</th><th>Figure</th><th>This run</th><th>Shape</th><th>Why it does not hold</th></tr></thead>\n<tbody>"
+        "<table class=\"studies\">\n<colgroup><col style=\"width:27%\"><col style=\"width:11%\"><col style=\"width:24%\"><col style=\"width:13%\"><col style=\"width:25%\"></colgroup>\n<thead><tr><th>Published</th><th>Figure</th><th>This run</th><th>Shape</th><th>Why it does not hold</th></tr></thead>\n<tbody>"
     );
     for a in &answers {
         let _ = writeln!(

@@ -693,11 +693,13 @@ fn layout(chart: &Chart) -> Layout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layer {
     All,
-    /// Background, titles, axes, references, markers.
+    /// Background, titles, axes.
     Base,
     Legend(usize),
     /// (panel, series)
     Marks(usize, usize),
+    /// References and markers, drawn over the marks.
+    Annotations,
 }
 
 fn draw_error<E: std::fmt::Display>(e: E) -> anyhow::Error {
@@ -795,6 +797,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart, lay: &
     }
     let grid_area = root.margin(lay.top, 30, 10, 10);
     let cells = grid_area.split_evenly((lay.rows, lay.cols));
+    let notes = matches!(layer, Layer::All | Layer::Annotations);
     for (p, (panel, area)) in chart.panels.iter().zip(cells.iter()).enumerate() {
         let wanted: Vec<usize> = match layer {
             Layer::All => (0..panel.series.len()).collect(),
@@ -806,10 +809,10 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart, lay: &
                 .collect(),
             _ => Vec::new(),
         };
-        if !base && wanted.is_empty() {
+        if !base && !notes && wanted.is_empty() {
             continue;
         }
-        draw_panel(area, chart, panel, base, &wanted)?;
+        draw_panel(area, chart, panel, (base, notes), &wanted)?;
     }
     Ok(())
 }
@@ -818,7 +821,7 @@ fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     chart: &Chart,
     panel: &Panel,
-    base: bool,
+    (base, notes): (bool, bool),
     wanted: &[usize],
 ) -> anyhow::Result<()> {
     let values = panel.series.iter().flat_map(|(_, p)| p.iter().map(|v| v.1));
@@ -875,23 +878,74 @@ fn draw_panel<DB: DrawingBackend>(
         let y_desc = format!("{}{}", chart.y_desc, log_note(y_scale));
         let x_fmt = |v: &f64| tick(x_scale, *v);
         let y_fmt = |v: &f64| tick(y_scale, *v);
+        let log_y = matches!(y_scale, Scale::Log10);
         let mut mesh = ctx.configure_mesh();
         mesh.y_desc(y_desc)
-            .y_labels(10)
+            .y_labels(if log_y { 0 } else { 10 })
             .y_label_formatter(&y_fmt)
             .axis_desc_style((FONT, 13))
             .label_style((FONT, LABEL_SIZE))
             .light_line_style(RGBColor(240, 240, 240))
             .bold_line_style(RGBColor(222, 222, 222));
-        if chart.x == XAxis::Groups {
-            mesh.disable_x_mesh().x_labels(0);
-            if !chart.x_desc.is_empty() {
-                mesh.x_desc(x_desc);
+        match chart.x {
+            XAxis::Groups => {
+                mesh.disable_x_mesh().x_labels(0);
+                if !chart.x_desc.is_empty() {
+                    mesh.x_desc(x_desc);
+                }
             }
-        } else {
-            mesh.x_desc(x_desc).x_labels(8).x_label_formatter(&x_fmt);
+            XAxis::Log2 => {
+                mesh.disable_x_mesh().x_labels(0).x_desc(x_desc);
+            }
+            XAxis::Linear => {
+                mesh.x_desc(x_desc).x_labels(8).x_label_formatter(&x_fmt);
+            }
         }
         mesh.draw().map_err(draw_error)?;
+        if log_y {
+            // 1, 2 and 5 times each power of ten in range (only the powers
+            // when the range spans many decades), with a light grid line.
+            let mut ticks = Vec::new();
+            let decades = (y0.floor() as i32)..=(y1.ceil() as i32);
+            let steps: &[f64] = if y1 - y0 > 4.0 { &[1.0] } else { &[1.0, 2.0, 5.0] };
+            for k in decades {
+                for m in steps {
+                    let t = (m * 10f64.powi(k)).log10();
+                    if (y0..=y1).contains(&t) {
+                        ticks.push(t);
+                    }
+                }
+            }
+            for t in ticks {
+                ctx.draw_series(LineSeries::new([(x0, t), (x1, t)], RGBColor(228, 228, 228).stroke_width(1)))
+                    .map_err(draw_error)?;
+                ctx.draw_series(std::iter::once(
+                    EmptyElement::at((x0, t))
+                        + Text::new(
+                            short(10f64.powf(t)),
+                            (-8, 0),
+                            text_style(LABEL_SIZE, &RGBColor(30, 30, 30), Pos::new(HPos::Right, VPos::Center)),
+                        ),
+                ))
+                .map_err(draw_error)?;
+            }
+        }
+        if chart.x == XAxis::Log2 {
+            // A label at every measured burst.
+            let mut xs: Vec<f64> = panel.series.iter().flat_map(|(_, p)| p.iter().map(|v| v.0)).collect();
+            xs.sort_by(f64::total_cmp);
+            xs.dedup();
+            for x in xs {
+                let t = x_scale.to(x);
+                ctx.draw_series(LineSeries::new([(t, y0), (t, y1)], RGBColor(236, 236, 236).stroke_width(1)))
+                    .map_err(draw_error)?;
+                ctx.draw_series(std::iter::once(
+                    EmptyElement::at((t, y0))
+                        + Text::new(format!("{x:.0}"), (0, 8), text_style(LABEL_SIZE, &RGBColor(30, 30, 30), Pos::new(HPos::Center, VPos::Top))),
+                ))
+                .map_err(draw_error)?;
+            }
+        }
         if chart.x == XAxis::Groups {
             for (g, name) in panel.groups.iter().enumerate() {
                 ctx.draw_series(std::iter::once(
@@ -904,47 +958,6 @@ fn draw_panel<DB: DrawingBackend>(
                 ))
                 .map_err(draw_error)?;
             }
-        }
-        if let Some((value, label)) = &panel.reference {
-            let y = y_scale.to(*value);
-            ctx.draw_series(DashedLineSeries::new(
-                vec![(x0, y), (x1, y)],
-                7,
-                5,
-                GREY.stroke_width(2),
-            ))
-            .map_err(draw_error)?;
-            ctx.draw_series(std::iter::once(
-                EmptyElement::at((x1, y))
-                    + Text::new(
-                        label.clone(),
-                        (-6, -4),
-                        text_style(LABEL_SIZE, &RGBColor(70, 70, 70), Pos::new(HPos::Right, VPos::Bottom)),
-                    ),
-            ))
-            .map_err(draw_error)?;
-        }
-        for m in &panel.markers {
-            let (x, y) = (x_scale.to(m.x), y_scale.to(m.y));
-            let right_half = x > (x0 + x1) / 2.0;
-            let near_top = y > y0 + 0.8 * (y1 - y0);
-            let h = if right_half { HPos::Right } else { HPos::Left };
-            let (dx, dy, v) = match (right_half, near_top) {
-                (true, false) => (-4, -14, VPos::Bottom),
-                (false, false) => (4, -14, VPos::Bottom),
-                (true, true) => (-4, 14, VPos::Top),
-                (false, true) => (4, 14, VPos::Top),
-            };
-            ctx.draw_series(std::iter::once(
-                EmptyElement::at((x, y))
-                    + Circle::new((0, 0), 9, RGBColor(0, 0, 0).stroke_width(2))
-                    + Text::new(
-                        m.label.clone(),
-                        (dx, dy),
-                        TextStyle::from((FONT, 13.0, FontStyle::Bold).into_font()).pos(Pos::new(h, v)),
-                    ),
-            ))
-            .map_err(draw_error)?;
         }
     }
     let n = panel.series.len().max(1) as f64;
@@ -966,6 +979,69 @@ fn draw_panel<DB: DrawingBackend>(
                 .map_err(draw_error)?;
         }
     }
+    if notes {
+        if let Some((value, label)) = &panel.reference {
+            let y = y_scale.to(*value);
+            ctx.draw_series(DashedLineSeries::new(
+                vec![(x0, y), (x1, y)],
+                7,
+                5,
+                GREY.stroke_width(2),
+            ))
+            .map_err(draw_error)?;
+            boxed(&mut ctx, (x1, y), label, LABEL_SIZE, (-6, -4), Pos::new(HPos::Right, VPos::Bottom))?;
+        }
+        for m in &panel.markers {
+            let (x, y) = (x_scale.to(m.x), y_scale.to(m.y));
+            let right_half = x > (x0 + x1) / 2.0;
+            let near_top = y > y0 + 0.8 * (y1 - y0);
+            let h = if right_half { HPos::Right } else { HPos::Left };
+            let (dx, dy, v) = match (right_half, near_top) {
+                (true, false) => (-6, -14, VPos::Bottom),
+                (false, false) => (6, -14, VPos::Bottom),
+                (true, true) => (-6, 14, VPos::Top),
+                (false, true) => (6, 14, VPos::Top),
+            };
+            ctx.draw_series(std::iter::once(
+                EmptyElement::at((x, y)) + Circle::new((0, 0), 9, RGBColor(0, 0, 0).stroke_width(2)),
+            ))
+            .map_err(draw_error)?;
+            boxed(&mut ctx, (x, y), &m.label, 13.0, (dx, dy), Pos::new(h, v))?;
+        }
+    }
+    Ok(())
+}
+
+/// `text` at `(dx, dy)` pixels from `at`, on a white box so that lines
+/// and bars behind it do not make it unreadable.
+fn boxed<DB: DrawingBackend>(
+    ctx: &mut plotters::chart::ChartContext<'_, DB, plotters::coord::cartesian::Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    at: (f64, f64),
+    text: &str,
+    size: f64,
+    (dx, dy): (i32, i32),
+    pos: Pos,
+) -> anyhow::Result<()> {
+    let w = text_width(text, size) as i32;
+    let h = (size * 1.25) as i32;
+    let (left, right) = match pos.h_pos {
+        HPos::Left => (dx - 3, dx + w + 3),
+        HPos::Right => (dx - w - 3, dx + 3),
+        HPos::Center => (dx - w / 2 - 3, dx + w / 2 + 3),
+    };
+    let (top, bottom) = match pos.v_pos {
+        VPos::Bottom => (dy - h, dy + 2),
+        VPos::Top => (dy - 2, dy + h),
+        VPos::Center => (dy - h / 2, dy + h / 2),
+    };
+    ctx.draw_series(std::iter::once(
+        EmptyElement::at(at) + Rectangle::new([(left, top), (right, bottom)], WHITE.mix(0.85).filled()),
+    ))
+    .map_err(draw_error)?;
+    ctx.draw_series(std::iter::once(
+        EmptyElement::at(at) + Text::new(text.to_owned(), (dx, dy), TextStyle::from((FONT, size, FontStyle::Bold).into_font()).pos(pos)),
+    ))
+    .map_err(draw_error)?;
     Ok(())
 }
 
@@ -1016,6 +1092,7 @@ pub fn svg(chart: &Chart, standalone: bool) -> anyhow::Result<String> {
             );
         }
     }
+    out += &format!("<g class=\"annotations\">\n{}\n</g>\n", render(Layer::Annotations)?);
     out += "</svg>\n";
     Ok(out)
 }

@@ -217,6 +217,15 @@ impl Study {
     }
 }
 
+/// A per-packet count: `2`, `0.12`.
+fn count(v: f64) -> String {
+    if (v - v.round()).abs() < 0.005 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 fn pct(share: f64) -> String {
     format!("{:.0}", share * 100.0)
 }
@@ -455,7 +464,7 @@ fn stack(sweep: &Sweep) -> Answer {
 fn crossover(sweep: &Sweep) -> Answer {
     let (lo, hi) = CROSSOVER_BYTES;
     let mut parts = Vec::new();
-    let mut why = Vec::new();
+    let mut why: Vec<(String, Vec<String>)> = Vec::new();
     let mut held = 0;
     let algorithms: Vec<Algorithm> = algorithms(sweep);
     let mut of = 0;
@@ -484,26 +493,28 @@ fn crossover(sweep: &Sweep) -> Answer {
         let (Some((ds, is)), Some((da, ia))) = (per(sync), per(async_)) else {
             continue;
         };
-        let structure = format!(
-            "sync takes {ds:.0} descriptor(s) and {is:.1} interrupts, async {da:.0} and {ia:.1} per packet"
-        );
-        why.push(match crossing {
+        let reason = match crossing {
             Crossing::At { below: None, size, .. } if ds > da => format!(
-                "{a}: {structure}: sync's extra descriptor setup outweighs async's interrupt already at {size} B"
+                "sync takes {} descriptors per packet to async's {}, and the extra setup outweighs async's {} interrupt(s) already at {size} B",
+                count(ds), count(da), count(ia)
             ),
-            Crossing::At { below: None, size, .. } => {
-                format!("{a}: async is ahead already at {size} B ({structure})")
-            }
+            Crossing::At { below: None, size, .. } => format!("async is ahead already at {size} B"),
             Crossing::At { stays: false, size, .. } => {
-                format!("{a}: async leads at {size} B but not at every larger size ({structure})")
+                format!("async leads at {size} B but not at every larger size")
             }
-            Crossing::At { below: Some(b), .. } | Crossing::Never { largest: b } if ia > is => {
-                format!("{a}: {structure}: async's interrupt per packet keeps it behind up to {b} B")
-            }
+            Crossing::At { below: Some(b), .. } | Crossing::Never { largest: b } if ia > is => format!(
+                "sync takes {} descriptor(s) and no wait for an interrupt, so async's {} interrupt(s) per packet keep it behind up to {b} B",
+                count(ds), count(ia)
+            ),
             Crossing::At { below: Some(b), .. } | Crossing::Never { largest: b } => {
-                format!("{a}: async stays behind up to {b} B ({structure})")
+                format!("async stays behind up to {b} B")
             }
-        });
+        };
+        // One sentence: algorithms that part for the same reason together.
+        match why.iter_mut().find(|(r, _): &&mut (String, Vec<String>)| *r == reason) {
+            Some((_, names)) => names.push(a.to_string()),
+            None => why.push((reason, vec![a.to_string()])),
+        }
     }
     if of == 0 {
         return Answer::not_measured(Study::Crossover, "sec in sync and async (--engine sec or the default)");
@@ -512,7 +523,12 @@ fn crossover(sweep: &Sweep) -> Answer {
         Study::Crossover,
         parts.join("; "),
         Verdict::of(held, of),
-        Some(why.join("; ")),
+        Some(
+            why.iter()
+                .map(|(reason, names)| format!("{}: {reason}", names.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
     )
 }
 
@@ -898,6 +914,23 @@ fn tenant(rows: &[Row], engine: EngineKind, mode: Mode, size: usize) -> Option<f
         .filter(|m| *m > 0.0)
 }
 
+/// No figure from the shared-engine rows: none were run, or a cell
+/// completed no request within its slice.
+fn tenants_missing(sweep: &Sweep, study: Study, what: &str) -> Answer {
+    if sweep.tenants.is_empty() {
+        return Answer::not_measured(study, what);
+    }
+    Answer {
+        study,
+        here: "0 Mb/s in a cell".into(),
+        verdict: Verdict::NotMeasured,
+        why: Some(format!(
+            "a cell completed no request within its {} ms slices; longer slices (--slice-ms) measure it",
+            sweep.slice_ms
+        )),
+    }
+}
+
 fn shm_of_host(sweep: &Sweep) -> Answer {
     let rows = &sweep.tenants;
     let ratio = |engine| {
@@ -907,7 +940,7 @@ fn shm_of_host(sweep: &Sweep) -> Answer {
         )
     };
     let Some(sec) = ratio(EngineKind::Sec) else {
-        return Answer::not_measured(Study::ShmOfHost, "the shared-engine rows with sec (--scenarios tenants)");
+        return tenants_missing(sweep, Study::ShmOfHost, "the shared-engine rows with sec (--scenarios tenants)");
     };
     // Soft is transport-bound (its crypto is cheaper than the copies), so
     // the bar is sec's; soft's figure is shown beside it.
@@ -943,7 +976,7 @@ fn shm_over_socket(sweep: &Sweep) -> Answer {
         parts.push(format!("{x:.2}x at {size} B ({shm:.0} vs {socket:.0} Mb/s)"));
     }
     if of == 0 {
-        return Answer::not_measured(Study::ShmOverSocket, "the shared-engine rows with soft (--scenarios tenants)");
+        return tenants_missing(sweep, Study::ShmOverSocket, "the shared-engine rows with soft (--scenarios tenants)");
     }
     Answer::new(
         Study::ShmOverSocket,

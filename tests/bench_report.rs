@@ -32,7 +32,10 @@ static CHROMIUM: Prerequisite = Prerequisite::new("chromium", || {
 fn main() -> ExitCode {
     testkit::run([
         testkit::test!(the_default_output_fits_a_screen),
-        testkit::needs!(&CHROMIUM, the_report_renders_offline_with_data_for_every_legend_entry),
+        testkit::needs!(
+            &CHROMIUM,
+            the_report_renders_offline_with_data_for_every_legend_entry
+        ),
     ])
 }
 
@@ -78,14 +81,20 @@ fn the_default_output_fits_a_screen() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines.len() <= 60, "{} lines:\n{stdout}", lines.len());
     for study in Study::ALL {
-        let rows = lines.iter().filter(|l| l.contains(&format!("{}: ", study.title()))).count();
+        let rows = lines
+            .iter()
+            .filter(|l| l.contains(&format!("{}: ", study.title())))
+            .count();
         assert_eq!(rows, 1, "{study:?} has {rows} lines:\n{stdout}");
     }
     assert!(stdout.contains("--report DIR"), "{stdout}");
     // --tables prints the full tables, as before the summary existed.
     let tables = espgw_bench(&["--tables", "--scenarios", "ipv4-fwd,esp-null"]);
     let tables = String::from_utf8_lossy(&tables.stdout);
-    assert!(tables.contains("scenario") && tables.contains("Derived from this run"), "{tables}");
+    assert!(
+        tables.contains("scenario") && tables.contains("Derived from this run"),
+        "{tables}"
+    );
 }
 
 fn the_report_renders_offline_with_data_for_every_legend_entry() {
@@ -95,20 +104,26 @@ fn the_report_renders_offline_with_data_for_every_legend_entry() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.lines().count() <= 60, "{stdout}");
     let index = std::fs::canonicalize(report.join("index.html")).expect("index.html");
-    assert!(stdout.contains(&format!("Report: {}", index.display())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("Report: {}", index.display())),
+        "{stdout}"
+    );
     for data in ["bench.json", "bench.csv"] {
         assert!(report.join(data).is_file(), "no {data} beside the page");
     }
     let page = std::fs::read_to_string(&index).expect("index.html");
 
     // Nothing in the page could reach a network.
-    for banned in ["://", "<script", "src=", "url(", "@import", "<link", "<iframe", "<object"] {
+    for banned in [
+        "://", "<script", "src=", "url(", "@import", "<link", "<iframe", "<object",
+    ] {
         assert!(!page.contains(banned), "the page contains `{banned}`");
     }
     // A row per published figure.
     for study in Study::ALL {
         assert_eq!(
-            page.matches(&format!("<tr data-study=\"{}\"", study.key())).count(),
+            page.matches(&format!("<tr data-study=\"{}\"", study.key()))
+                .count(),
             1,
             "no studies row for {study:?}"
         );
@@ -127,7 +142,11 @@ fn the_report_renders_offline_with_data_for_every_legend_entry() {
         )
     });
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    assert!(png.len() > 20_000, "a {} byte screenshot is too small for the page", png.len());
+    assert!(
+        png.len() > 20_000,
+        "a {} byte screenshot is too small for the page",
+        png.len()
+    );
     let requests = page_requests(&netlog);
     assert!(requests.is_empty(), "the page requested {requests:?}");
 
@@ -139,7 +158,12 @@ fn the_report_renders_offline_with_data_for_every_legend_entry() {
     )
     .expect("the control page");
     let control_log = dir.join("control-netlog.json");
-    chromium(&control, &dir.join("control.png"), &control_log, &dir.join("control-profile"));
+    chromium(
+        &control,
+        &dir.join("control.png"),
+        &control_log,
+        &dir.join("control-profile"),
+    );
     let seen = page_requests(&control_log);
     assert!(
         seen.iter().any(|u| u.contains("espgw-control.invalid")),
@@ -205,7 +229,10 @@ fn page_requests(netlog: &Path) -> Vec<String> {
                 .iter()
                 .any(|s| url.starts_with(s));
             let browser = params["initiator"].as_str() == Some("not an origin")
-                && !params["network_isolation_key"].as_str().unwrap_or("").contains("file://");
+                && !params["network_isolation_key"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("file://");
             (!local && !browser).then(|| url.to_owned())
         })
         .collect()
@@ -255,18 +282,30 @@ fn check_chart(svg: &str) {
             .unwrap_or_else(|| panic!("{title}: legend entry {name} has no line"));
         let text = entry.descendants().filter_map(|n| n.text()).collect::<String>();
         assert!(text.contains(name), "{title}: legend entry {name} has no label");
-        assert!(!colours.contains(&swatch), "{title}: two legend entries in {swatch}");
+        assert!(
+            !colours.contains(&swatch),
+            "{title}: two legend entries in {swatch}"
+        );
         colours.push(swatch);
-        let drawn: Vec<_> = series.iter().filter(|g| g.attribute("data-series") == Some(id)).collect();
+        let drawn: Vec<_> = series
+            .iter()
+            .filter(|g| g.attribute("data-series") == Some(id))
+            .collect();
         assert!(!drawn.is_empty(), "{title}: legend entry {name} has no series");
         let points: usize = drawn.iter().map(|g| marks(g, swatch)).sum();
-        assert!(points > 0, "{title}: legend entry {name} draws nothing in {swatch}");
+        assert!(
+            points > 0,
+            "{title}: legend entry {name} draws nothing in {swatch}"
+        );
     }
     let ids: Vec<&str> = legend.iter().filter_map(|e| e.attribute("data-series")).collect();
     let mut panels: Vec<(&str, Vec<&str>)> = Vec::new();
     for g in &series {
         let id = g.attribute("data-series").expect("data-series");
-        assert!(ids.contains(&id), "{title}: series {id} is drawn without a legend entry");
+        assert!(
+            ids.contains(&id),
+            "{title}: series {id} is drawn without a legend entry"
+        );
         let panel = g.attribute("data-panel").expect("data-panel");
         match panels.iter_mut().find(|(p, _)| *p == panel) {
             Some((_, list)) if !list.contains(&id) => list.push(id),
@@ -275,7 +314,11 @@ fn check_chart(svg: &str) {
         }
     }
     for (panel, list) in panels {
-        assert!(list.len() <= 6, "{title}: panel {panel} has {} series", list.len());
+        assert!(
+            list.len() <= 6,
+            "{title}: panel {panel} has {} series",
+            list.len()
+        );
     }
 }
 
@@ -288,7 +331,11 @@ fn marks(group: &roxmltree::Node<'_, '_>, colour: &str) -> usize {
         if !painted {
             continue;
         }
-        let size = |a: &str| node.attribute(a).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let size = |a: &str| {
+            node.attribute(a)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         match node.tag_name().name() {
             "polyline" => {
                 let points = node.attribute("points").unwrap_or("").split_whitespace().count();

@@ -40,7 +40,6 @@ th, td { text-align: left; vertical-align: top; padding: 6px 10px; border-bottom
 th { background: #f0f0ee; font-weight: 600; }
 table.conditions th { width: 9em; background: none; }
 table.studies { table-layout: fixed; }
-table.studies td:nth-child(2) { white-space: nowrap; }
 .source { color: #555; font-size: 13px; }
 .verdict { display: inline-block; padding: 1px 8px; border-radius: 10px; font-weight: 600; font-size: 13px; }
 .verdict.holds { background: #d8f0e0; color: #105a2c; }
@@ -90,9 +89,17 @@ pub fn page(sweep: &Sweep, command: &str) -> anyhow::Result<String> {
         "<p class=\"lede\">Two gateways joined in memory, measured on this host; the <code>sec</code> engine's device is modelled and the host's work around it measured. Every figure on this page comes from this run; only the published figures are quoted.</p>"
     );
 
-    let _ = writeln!(out, "<section id=\"conditions\">\n<h2>Conditions</h2>\n<table class=\"conditions\">");
+    let _ = writeln!(
+        out,
+        "<section id=\"conditions\">\n<h2>Conditions</h2>\n<table class=\"conditions\">"
+    );
     for (label, value) in summary::conditions(sweep) {
-        let _ = writeln!(out, "<tr><th>{}</th><td>{}</td></tr>", escape(label), escape(&value));
+        let _ = writeln!(
+            out,
+            "<tr><th>{}</th><td>{}</td></tr>",
+            escape(label),
+            escape(&value)
+        );
     }
     let _ = writeln!(out, "</table>\n</section>");
 
@@ -105,7 +112,7 @@ pub fn page(sweep: &Sweep, command: &str) -> anyhow::Result<String> {
     );
     let _ = writeln!(
         out,
-        "<table class=\"studies\">\n<colgroup><col style=\"width:27%\"><col style=\"width:11%\"><col style=\"width:24%\"><col style=\"width:13%\"><col style=\"width:25%\"></colgroup>\n<thead><tr><th>Published</th><th>Figure</th><th>This run</th><th>Shape</th><th>Why it does not hold</th></tr></thead>\n<tbody>"
+        "<table class=\"studies\">\n<colgroup><col style=\"width:26%\"><col style=\"width:11%\"><col style=\"width:25%\"><col style=\"width:13%\"><col style=\"width:25%\"></colgroup>\n<thead><tr><th>Published</th><th>Figure</th><th>This run</th><th>Shape</th><th>Why it does not hold</th></tr></thead>\n<tbody>"
     );
     for a in &answers {
         let _ = writeln!(
@@ -127,7 +134,10 @@ pub fn page(sweep: &Sweep, command: &str) -> anyhow::Result<String> {
 
     let others = studies::other_answers(sweep);
     if !others.is_empty() {
-        let _ = writeln!(out, "<section id=\"answers\">\n<h2>Other answers of this run</h2>\n<ul class=\"answers\">");
+        let _ = writeln!(
+            out,
+            "<section id=\"answers\">\n<h2>Other answers of this run</h2>\n<ul class=\"answers\">"
+        );
         for line in others {
             let _ = writeln!(out, "<li>{}</li>", escape(&line));
         }
@@ -135,7 +145,10 @@ pub fn page(sweep: &Sweep, command: &str) -> anyhow::Result<String> {
     }
 
     let charts = plot::charts(sweep);
-    let _ = writeln!(out, "<section id=\"charts\">\n<h2>Charts</h2>\n<nav class=\"charts\">");
+    let _ = writeln!(
+        out,
+        "<section id=\"charts\">\n<h2>Charts</h2>\n<nav class=\"charts\">"
+    );
     for c in &charts {
         let _ = writeln!(out, "<a href=\"#chart-{}\">{}</a>", c.stem, escape(c.stem));
     }
@@ -174,13 +187,20 @@ mod tests {
         let sweep = crate::synthetic::sweep();
         let page = page(&sweep, "espgw bench --report x").unwrap();
         for study in Study::ALL {
-            assert_eq!(page.matches(&format!("data-study=\"{}\"", study.key())).count(), 1, "{study:?}");
+            assert_eq!(
+                page.matches(&format!("data-study=\"{}\"", study.key())).count(),
+                1,
+                "{study:?}"
+            );
         }
         for banned in ["http:", "https:", "<script", "@import", "url(", "src="] {
             assert!(!page.contains(banned), "{banned}");
         }
         assert_eq!(page.matches("<svg ").count(), plot::charts(&sweep).len());
         assert!(page.contains("<details>"));
-        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            escape("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
     }
 }

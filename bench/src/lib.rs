@@ -524,7 +524,8 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
     }
     let engines = engine_styles(args.engine, args.style);
     const KINDS: [&str; 11] = [
-        "ipv4-fwd", "esp-null", "ipv6", "esp", "raw", "extra", "boundary", "burst", "qat", "speedup", "tenants",
+        "ipv4-fwd", "esp-null", "ipv6", "esp", "raw", "extra", "boundary", "burst", "qat", "speedup",
+        "tenants",
     ];
     if let Some(bad) = args.scenarios.iter().find(|k| !KINDS.contains(&k.as_str())) {
         bail!(
@@ -578,8 +579,8 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         .into_iter()
         .filter(|k| engines.iter().any(|(e, _)| e == k))
         .collect();
-    let tenant_study = (wanted("tenants") && !args.sec_threads && !tenant_engines.is_empty()).then(|| {
-        tenants::Options {
+    let tenant_study =
+        (wanted("tenants") && !args.sec_threads && !tenant_engines.is_empty()).then(|| tenants::Options {
             tenants: vec![1],
             transports: accel::shared::Transport::ALL.to_vec(),
             sizes: studies::TENANT_SIZES.to_vec(),
@@ -594,13 +595,10 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
             repetitions: timing.repetitions,
             profile: knobs.profile.to_owned(),
             json: None,
-        }
-    });
+        });
     let conditions = report::Conditions::start();
     let started = std::time::Instant::now();
-    progress.set_length(
-        plan.len() as u64 + u64::from(speedup) + tenant_study.as_ref().map_or(0, |_| 1),
-    );
+    progress.set_length(plan.len() as u64 + u64::from(speedup) + tenant_study.as_ref().map_or(0, |_| 1));
     let run = Run {
         timing,
         packets: args.packets,

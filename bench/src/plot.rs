@@ -20,7 +20,8 @@ use anyhow::{anyhow, Context};
 use plotters::coord::Shift;
 use plotters::prelude::{
     BitMapBackend, ChartBuilder, Circle, Color, DashedLineSeries, DrawingArea, DrawingBackend, EmptyElement,
-    IntoDrawingArea, IntoFont, LineSeries, PathElement, RGBColor, Rectangle, SVGBackend, Text, TextStyle, WHITE,
+    IntoDrawingArea, IntoFont, LineSeries, PathElement, RGBColor, Rectangle, SVGBackend, Text, TextStyle,
+    WHITE,
 };
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
@@ -76,6 +77,8 @@ pub struct Panel {
     pub markers: Vec<Marker>,
     /// A horizontal reference (a published figure), dashed and labelled.
     pub reference: Option<(f64, String)>,
+    /// The y axis's description where it is not the chart's.
+    pub y_desc: Option<String>,
 }
 
 impl Panel {
@@ -154,7 +157,12 @@ impl Chart {
             }
         }
         self.legend = used.iter().map(|&i| self.legend[i].clone()).collect();
-        debug_assert!(self.legend.len() <= MAX_SERIES, "{}: {:?}", self.stem, self.legend);
+        debug_assert!(
+            self.legend.len() <= MAX_SERIES,
+            "{}: {:?}",
+            self.stem,
+            self.legend
+        );
         self.legend.truncate(MAX_SERIES);
         for panel in &mut self.panels {
             panel.series.retain(|(s, _)| *s < MAX_SERIES);
@@ -201,7 +209,12 @@ pub fn charts(sweep: &Sweep) -> Vec<Chart> {
     .collect()
 }
 
-fn points(sweep: &Sweep, scenario: Scenario, path: Path, value: impl Fn(&crate::Cell) -> Option<f64>) -> Vec<(f64, f64)> {
+fn points(
+    sweep: &Sweep,
+    scenario: Scenario,
+    path: Path,
+    value: impl Fn(&crate::Cell) -> Option<f64>,
+) -> Vec<(f64, f64)> {
     let mut list: Vec<(f64, f64)> = sweep
         .cells
         .iter()
@@ -218,7 +231,10 @@ fn styles(sweep: &Sweep, host: bool) -> Chart {
     let mut chart = if host {
         Chart::new(
             "styles-host",
-            format!("Host cost per packet by submission style (sec model, {})", sweep.rate),
+            format!(
+                "Host cost per packet by submission style (sec model, {})",
+                sweep.rate
+            ),
             XAxis::Linear,
             "Ethernet frame (bytes)",
             "host ns per packet",
@@ -241,7 +257,9 @@ fn styles(sweep: &Sweep, host: bool) -> Chart {
     for a in studies::algorithms(sweep) {
         let mut panel = Panel::new(a.to_string());
         for st in Style::ALL {
-            let Some(sc) = studies::sec_style(sweep, a, st) else { continue };
+            let Some(sc) = studies::sec_style(sweep, a, st) else {
+                continue;
+            };
             let pts = points(sweep, sc, Path::Encap, |c| match host {
                 true => c.offload.as_ref().map(|o| o.host_total()),
                 false => Some(c.ns()),
@@ -262,7 +280,8 @@ fn styles(sweep: &Sweep, host: bool) -> Chart {
                 studies::sec_style(sweep, a, Style::Async),
             );
             if let (Some(sync), Some(async_)) = (sync, async_) {
-                if let Some(crossing @ Crossing::At { size, .. }) = studies::crossover_of(sweep, sync, async_) {
+                if let Some(crossing @ Crossing::At { size, .. }) = studies::crossover_of(sweep, sync, async_)
+                {
                     if let Some(y) = studies::out_ns(sweep, async_, size) {
                         panel.markers.push(Marker {
                             x: size as f64,
@@ -282,7 +301,10 @@ fn styles(sweep: &Sweep, host: bool) -> Chart {
 fn bus(sweep: &Sweep) -> Chart {
     let mut chart = Chart::new(
         "styles-bus",
-        format!("Bytes over the device bus per packet by style (sec model, {})", sweep.rate),
+        format!(
+            "Bytes over the device bus per packet by style (sec model, {})",
+            sweep.rate
+        ),
         XAxis::Linear,
         "Ethernet frame (bytes)",
         "bus bytes per packet",
@@ -291,9 +313,16 @@ fn bus(sweep: &Sweep) -> Chart {
     for a in studies::algorithms(sweep) {
         let mut panel = Panel::new(a.to_string());
         for st in Style::ALL {
-            let Some(sc) = studies::sec_style(sweep, a, st) else { continue };
+            let Some(sc) = studies::sec_style(sweep, a, st) else {
+                continue;
+            };
             let i = chart.series(&format!("sec/{st}"));
-            panel.push(i, points(sweep, sc, Path::Encap, |c| c.offload.as_ref().map(|o| o.modelled.bus_bytes)));
+            panel.push(
+                i,
+                points(sweep, sc, Path::Encap, |c| {
+                    c.offload.as_ref().map(|o| o.modelled.bus_bytes)
+                }),
+            );
         }
         chart.panels.push(panel);
     }
@@ -328,19 +357,32 @@ fn stack(sweep: &Sweep) -> Chart {
     v6.push(i, points(sweep, Scenario::EspNull6, Path::Encap, ns));
     let mut ratio = Panel::new("ESP null/null ÷ forwarding");
     for (name, esp, fwd) in [
-        ("ratio, IPv4", studies::null_scenario(sweep), Scenario::Ipv4Forward),
+        (
+            "ratio, IPv4",
+            studies::null_scenario(sweep),
+            Scenario::Ipv4Forward,
+        ),
         ("ratio, IPv6", Some(Scenario::EspNull6), Scenario::Ipv6Forward),
     ] {
         let Some(esp) = esp else { continue };
         let pts: Vec<(f64, f64)> = sweep
             .sizes()
             .into_iter()
-            .filter_map(|s| Some((s as f64, studies::out_ns(sweep, esp, s)? / studies::out_ns(sweep, fwd, s)?)))
+            .filter_map(|s| {
+                Some((
+                    s as f64,
+                    studies::out_ns(sweep, esp, s)? / studies::out_ns(sweep, fwd, s)?,
+                ))
+            })
             .collect();
         let i = chart.series(name);
         ratio.push(i, pts);
     }
-    ratio.reference = Some((studies::STACK_RATIO, format!("Freescale: {}x", studies::STACK_RATIO)));
+    ratio.reference = Some((
+        studies::STACK_RATIO,
+        format!("Freescale: {}x", studies::STACK_RATIO),
+    ));
+    ratio.y_desc = Some("ESP null ÷ forwarding (×)".into());
     chart.panels.extend([v4, v6, ratio]);
     chart
 }
@@ -368,7 +410,9 @@ fn overhead(sweep: &Sweep) -> Chart {
         let i = chart.series("primitive alone (encrypt)");
         panel.push(
             i,
-            points(sweep, Scenario::RawCrypto { algorithm: a }, Path::Encrypt, |c| Some(c.ns())),
+            points(sweep, Scenario::RawCrypto { algorithm: a }, Path::Encrypt, |c| {
+                Some(c.ns())
+            }),
         );
         if panel.series.len() == 2 {
             chart.panels.push(panel);
@@ -429,11 +473,12 @@ fn boundary(sweep: &Sweep) -> Chart {
 /// The burst curve: host cost per packet against frames per call.
 fn burst(sweep: &Sweep) -> Chart {
     let list = studies::bursts(sweep);
-    let (alg, size) = list
-        .first()
-        .map_or((String::new(), 0), |b| {
-            (b.1.algorithm().map_or_else(String::new, |a| a.to_string()), sweep.sizes().first().copied().unwrap_or(0))
-        });
+    let (alg, size) = list.first().map_or((String::new(), 0), |b| {
+        (
+            b.1.algorithm().map_or_else(String::new, |a| a.to_string()),
+            sweep.sizes().first().copied().unwrap_or(0),
+        )
+    });
     let mut chart = Chart::new(
         "burst",
         format!("Host cost per packet against burst size ({alg}, {size} B, profile none, polling)"),
@@ -462,7 +507,10 @@ fn burst(sweep: &Sweep) -> Chart {
 fn modes(sweep: &Sweep) -> Chart {
     let mut chart = Chart::new(
         "modes",
-        format!("Buffer registration and completion modes (sec model, {})", sweep.rate),
+        format!(
+            "Buffer registration and completion modes (sec model, {})",
+            sweep.rate
+        ),
         XAxis::Groups,
         "",
         "ns per packet, outbound",
@@ -499,7 +547,9 @@ fn modes(sweep: &Sweep) -> Chart {
         Scenario::Esp { knobs, .. } if *knobs == sweep.knobs => {
             format!("{}, {} (main)", knobs.buffers, knobs.completion)
         }
-        Scenario::Esp { knobs, .. } if knobs.buffers != sweep.knobs.buffers => format!("{} buffers", knobs.buffers),
+        Scenario::Esp { knobs, .. } if knobs.buffers != sweep.knobs.buffers => {
+            format!("{} buffers", knobs.buffers)
+        }
         Scenario::Esp { knobs, .. } => format!("{} completion", knobs.completion),
         other => other.name(),
     };
@@ -507,14 +557,25 @@ fn modes(sweep: &Sweep) -> Chart {
     let sizes: Vec<usize> = sweep
         .sizes()
         .into_iter()
-        .filter(|&s| all.iter().skip(1).any(|sc| studies::offload_of(sweep, *sc, s).is_some()))
+        .filter(|&s| {
+            all.iter()
+                .skip(1)
+                .any(|sc| studies::offload_of(sweep, *sc, s).is_some())
+        })
         .collect();
     for size in sizes {
-        let mut panel = Panel::new(format!("{}, {size} B", base.algorithm().map_or_else(String::new, |a| a.to_string())));
+        let mut panel = Panel::new(format!(
+            "{}, {size} B",
+            base.algorithm().map_or_else(String::new, |a| a.to_string())
+        ));
         panel.groups = vec!["host".into(), "period".into()];
         for sc in &all {
-            let Some(o) = studies::offload_of(sweep, *sc, size) else { continue };
-            let Some(period) = studies::out_ns(sweep, *sc, size) else { continue };
+            let Some(o) = studies::offload_of(sweep, *sc, size) else {
+                continue;
+            };
+            let Some(period) = studies::out_ns(sweep, *sc, size) else {
+                continue;
+            };
             let i = chart.series(&label(sc));
             panel.push(i, vec![(0.0, o.host_total()), (1.0, period)]);
         }
@@ -547,7 +608,11 @@ fn speedups(sweep: &Sweep) -> Chart {
         panel.groups = primitives.iter().map(|p| p.to_string()).collect();
         let mut by_series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
         for (g, p) in primitives.iter().enumerate() {
-            let Some(s) = sweep.speedups.iter().find(|s| s.primitive == *p && s.payload == payload) else {
+            let Some(s) = sweep
+                .speedups
+                .iter()
+                .find(|s| s.primitive == *p && s.payload == payload)
+            else {
                 continue;
             };
             for (profile, idle, burst) in &s.engine_ns {
@@ -624,7 +689,10 @@ const LABEL_SIZE: f64 = 12.0;
 const LEGEND_ROW: i32 = 24;
 
 fn text_width(text: &str, size: f64) -> u32 {
-    (FONT, size).into_font().box_size(text).map_or(text.len() as u32 * 8, |(w, _)| w)
+    (FONT, size)
+        .into_font()
+        .box_size(text)
+        .map_or(text.len() as u32 * 8, |(w, _)| w)
 }
 
 /// Where everything goes.
@@ -663,7 +731,10 @@ fn layout(chart: &Chart) -> Layout {
     let rows = n.div_ceil(cols);
     let title = text_width(&chart.title, TITLE_SIZE) + 40;
     let note = text_width(&chart.note, LABEL_SIZE) + 40;
-    let width = (cols as u32 * panel_width + 20).max(MIN_WIDTH).max(title).max(note);
+    let width = (cols as u32 * panel_width + 20)
+        .max(MIN_WIDTH)
+        .max(title)
+        .max(note);
     // The legend flows left to right under the title.
     let mut legend = Vec::new();
     let (mut x, mut y) = (20i32, 46i32);
@@ -753,7 +824,9 @@ fn tick(scale: Scale, v: f64) -> String {
         Scale::Log10 => {
             let decade = 10f64.powf(value.log10().floor());
             let m = value / decade;
-            let round = [1.0, 2.0, 5.0, 10.0].into_iter().any(|r| (m - r).abs() / r < 0.02);
+            let round = [1.0, 2.0, 5.0, 10.0]
+                .into_iter()
+                .any(|r| (m - r).abs() / r < 0.02);
             if round {
                 short((m.round() * decade * 1e6).round() / 1e6)
             } else {
@@ -763,14 +836,20 @@ fn tick(scale: Scale, v: f64) -> String {
     }
 }
 
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart, lay: &Layout, layer: Layer) -> anyhow::Result<()> {
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &Chart,
+    lay: &Layout,
+    layer: Layer,
+) -> anyhow::Result<()> {
     let base = matches!(layer, Layer::All | Layer::Base);
     if base {
         root.fill(&WHITE).map_err(draw_error)?;
         root.draw(&Text::new(
             chart.title.clone(),
             (20, 12),
-            TextStyle::from((FONT, TITLE_SIZE, FontStyle::Bold).into_font()).pos(Pos::new(HPos::Left, VPos::Top)),
+            TextStyle::from((FONT, TITLE_SIZE, FontStyle::Bold).into_font())
+                .pos(Pos::new(HPos::Left, VPos::Top)),
         ))
         .map_err(draw_error)?;
         root.draw(&Text::new(
@@ -785,13 +864,21 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart, lay: &
             continue;
         }
         let color = COLORS[i];
-        root.draw(&PathElement::new(vec![(x, y), (x + 32, y)], color.stroke_width(3)))
+        root.draw(&PathElement::new(
+            vec![(x, y), (x + 32, y)],
+            color.stroke_width(3),
+        ))
+        .map_err(draw_error)?;
+        root.draw(&Circle::new((x + 16, y), 4, color.filled()))
             .map_err(draw_error)?;
-        root.draw(&Circle::new((x + 16, y), 4, color.filled())).map_err(draw_error)?;
         root.draw(&Text::new(
             chart.legend[i].clone(),
             (x + 40, y),
-            text_style(LEGEND_SIZE, &RGBColor(20, 20, 20), Pos::new(HPos::Left, VPos::Center)),
+            text_style(
+                LEGEND_SIZE,
+                &RGBColor(20, 20, 20),
+                Pos::new(HPos::Left, VPos::Center),
+            ),
         ))
         .map_err(draw_error)?;
     }
@@ -829,8 +916,14 @@ fn draw_panel<DB: DrawingBackend>(
     let (lo, hi) = values
         .chain(refs)
         .chain(panel.markers.iter().map(|m| m.y))
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let y_scale = if hi / lo >= 10.0 { Scale::Log10 } else { Scale::Linear };
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    let y_scale = if hi / lo >= 10.0 {
+        Scale::Log10
+    } else {
+        Scale::Linear
+    };
     let x_scale = match chart.x {
         XAxis::Log2 => Scale::Log2,
         _ => Scale::Linear,
@@ -845,8 +938,13 @@ fn draw_panel<DB: DrawingBackend>(
     let (x0, x1) = match chart.x {
         XAxis::Groups => (-0.5, panel.groups.len().max(1) as f64 - 0.5),
         _ => {
-            let xs = panel.series.iter().flat_map(|(_, p)| p.iter().map(|v| x_scale.to(v.0)));
-            let (a, b) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+            let xs = panel
+                .series
+                .iter()
+                .flat_map(|(_, p)| p.iter().map(|v| x_scale.to(v.0)));
+            let (a, b) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            });
             let pad = ((b - a) * 0.04).max(0.25);
             (a - pad, b + pad)
         }
@@ -875,7 +973,11 @@ fn draw_panel<DB: DrawingBackend>(
     };
     if base {
         let x_desc = format!("{}{}", chart.x_desc, log_note(x_scale));
-        let y_desc = format!("{}{}", chart.y_desc, log_note(y_scale));
+        let y_desc = format!(
+            "{}{}",
+            panel.y_desc.as_deref().unwrap_or(&chart.y_desc),
+            log_note(y_scale)
+        );
         let x_fmt = |v: &f64| tick(x_scale, *v);
         let y_fmt = |v: &f64| tick(y_scale, *v);
         let log_y = matches!(y_scale, Scale::Log10);
@@ -917,14 +1019,21 @@ fn draw_panel<DB: DrawingBackend>(
                 }
             }
             for t in ticks {
-                ctx.draw_series(LineSeries::new([(x0, t), (x1, t)], RGBColor(228, 228, 228).stroke_width(1)))
-                    .map_err(draw_error)?;
+                ctx.draw_series(LineSeries::new(
+                    [(x0, t), (x1, t)],
+                    RGBColor(228, 228, 228).stroke_width(1),
+                ))
+                .map_err(draw_error)?;
                 ctx.draw_series(std::iter::once(
                     EmptyElement::at((x0, t))
                         + Text::new(
                             short(10f64.powf(t)),
                             (-8, 0),
-                            text_style(LABEL_SIZE, &RGBColor(30, 30, 30), Pos::new(HPos::Right, VPos::Center)),
+                            text_style(
+                                LABEL_SIZE,
+                                &RGBColor(30, 30, 30),
+                                Pos::new(HPos::Right, VPos::Center),
+                            ),
                         ),
                 ))
                 .map_err(draw_error)?;
@@ -932,16 +1041,31 @@ fn draw_panel<DB: DrawingBackend>(
         }
         if chart.x == XAxis::Log2 {
             // A label at every measured burst.
-            let mut xs: Vec<f64> = panel.series.iter().flat_map(|(_, p)| p.iter().map(|v| v.0)).collect();
+            let mut xs: Vec<f64> = panel
+                .series
+                .iter()
+                .flat_map(|(_, p)| p.iter().map(|v| v.0))
+                .collect();
             xs.sort_by(f64::total_cmp);
             xs.dedup();
             for x in xs {
                 let t = x_scale.to(x);
-                ctx.draw_series(LineSeries::new([(t, y0), (t, y1)], RGBColor(236, 236, 236).stroke_width(1)))
-                    .map_err(draw_error)?;
+                ctx.draw_series(LineSeries::new(
+                    [(t, y0), (t, y1)],
+                    RGBColor(236, 236, 236).stroke_width(1),
+                ))
+                .map_err(draw_error)?;
                 ctx.draw_series(std::iter::once(
                     EmptyElement::at((t, y0))
-                        + Text::new(format!("{x:.0}"), (0, 8), text_style(LABEL_SIZE, &RGBColor(30, 30, 30), Pos::new(HPos::Center, VPos::Top))),
+                        + Text::new(
+                            format!("{x:.0}"),
+                            (0, 8),
+                            text_style(
+                                LABEL_SIZE,
+                                &RGBColor(30, 30, 30),
+                                Pos::new(HPos::Center, VPos::Top),
+                            ),
+                        ),
                 ))
                 .map_err(draw_error)?;
             }
@@ -953,7 +1077,11 @@ fn draw_panel<DB: DrawingBackend>(
                         + Text::new(
                             name.clone(),
                             (0, 8),
-                            text_style(LABEL_SIZE, &RGBColor(30, 30, 30), Pos::new(HPos::Center, VPos::Top)),
+                            text_style(
+                                LABEL_SIZE,
+                                &RGBColor(30, 30, 30),
+                                Pos::new(HPos::Center, VPos::Top),
+                            ),
                         ),
                 ))
                 .map_err(draw_error)?;
@@ -968,7 +1096,10 @@ fn draw_panel<DB: DrawingBackend>(
             let w = 0.8 / n;
             ctx.draw_series(pts.iter().map(|&(g, v)| {
                 let left = g - 0.4 + k as f64 * w;
-                Rectangle::new([(left + 0.01, y0), (left + w - 0.01, y_scale.to(v))], color.filled())
+                Rectangle::new(
+                    [(left + 0.01, y0), (left + w - 0.01, y_scale.to(v))],
+                    color.filled(),
+                )
             }))
             .map_err(draw_error)?;
         } else {
@@ -989,7 +1120,14 @@ fn draw_panel<DB: DrawingBackend>(
                 GREY.stroke_width(2),
             ))
             .map_err(draw_error)?;
-            boxed(&mut ctx, (x1, y), label, LABEL_SIZE, (-6, -4), Pos::new(HPos::Right, VPos::Bottom))?;
+            boxed(
+                &mut ctx,
+                (x1, y),
+                label,
+                LABEL_SIZE,
+                (-6, -4),
+                Pos::new(HPos::Right, VPos::Bottom),
+            )?;
         }
         for m in &panel.markers {
             let (x, y) = (x_scale.to(m.x), y_scale.to(m.y));
@@ -1015,7 +1153,14 @@ fn draw_panel<DB: DrawingBackend>(
 /// `text` at `(dx, dy)` pixels from `at`, on a white box so that lines
 /// and bars behind it do not make it unreadable.
 fn boxed<DB: DrawingBackend>(
-    ctx: &mut plotters::chart::ChartContext<'_, DB, plotters::coord::cartesian::Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    ctx: &mut plotters::chart::ChartContext<
+        '_,
+        DB,
+        plotters::coord::cartesian::Cartesian2d<
+            plotters::coord::types::RangedCoordf64,
+            plotters::coord::types::RangedCoordf64,
+        >,
+    >,
     at: (f64, f64),
     text: &str,
     size: f64,
@@ -1039,7 +1184,12 @@ fn boxed<DB: DrawingBackend>(
     ))
     .map_err(draw_error)?;
     ctx.draw_series(std::iter::once(
-        EmptyElement::at(at) + Text::new(text.to_owned(), (dx, dy), TextStyle::from((FONT, size, FontStyle::Bold).into_font()).pos(pos)),
+        EmptyElement::at(at)
+            + Text::new(
+                text.to_owned(),
+                (dx, dy),
+                TextStyle::from((FONT, size, FontStyle::Bold).into_font()).pos(pos),
+            ),
     ))
     .map_err(draw_error)?;
     Ok(())
@@ -1092,7 +1242,10 @@ pub fn svg(chart: &Chart, standalone: bool) -> anyhow::Result<String> {
             );
         }
     }
-    out += &format!("<g class=\"annotations\">\n{}\n</g>\n", render(Layer::Annotations)?);
+    out += &format!(
+        "<g class=\"annotations\">\n{}\n</g>\n",
+        render(Layer::Annotations)?
+    );
     out += "</svg>\n";
     Ok(out)
 }
@@ -1114,7 +1267,8 @@ pub fn write_charts(sweep: &Sweep, dir: &FsPath) -> anyhow::Result<Vec<PathBuf>>
     let mut written = Vec::new();
     for chart in charts(sweep) {
         let svg_path = dir.join(format!("{}.svg", chart.stem));
-        std::fs::write(&svg_path, svg(&chart, true)?).with_context(|| format!("cannot write {}", svg_path.display()))?;
+        std::fs::write(&svg_path, svg(&chart, true)?)
+            .with_context(|| format!("cannot write {}", svg_path.display()))?;
         written.push(svg_path);
         let png_path = dir.join(format!("{}.png", chart.stem));
         png(&chart, &png_path)?;
@@ -1165,10 +1319,17 @@ mod tests {
             ]
         );
         for c in &charts {
-            assert!(!c.legend.is_empty() && c.legend.len() <= MAX_SERIES, "{}: {:?}", c.stem, c.legend);
+            assert!(
+                !c.legend.is_empty() && c.legend.len() <= MAX_SERIES,
+                "{}: {:?}",
+                c.stem,
+                c.legend
+            );
             for (i, name) in c.legend.iter().enumerate() {
                 assert!(
-                    c.panels.iter().any(|p| p.series.iter().any(|(s, pts)| *s == i && !pts.is_empty())),
+                    c.panels
+                        .iter()
+                        .any(|p| p.series.iter().any(|(s, pts)| *s == i && !pts.is_empty())),
                     "{}: legend entry {name} has no data",
                     c.stem
                 );
@@ -1177,7 +1338,10 @@ mod tests {
                 assert!(p.series.len() <= MAX_SERIES, "{}: {}", c.stem, p.title);
                 if c.x == XAxis::Groups {
                     assert!(!p.groups.is_empty());
-                    assert!(p.series.iter().all(|(_, pts)| pts.iter().all(|(g, _)| (*g as usize) < p.groups.len())));
+                    assert!(p
+                        .series
+                        .iter()
+                        .all(|(_, pts)| pts.iter().all(|(g, _)| (*g as usize) < p.groups.len())));
                 }
             }
         }
@@ -1189,7 +1353,10 @@ mod tests {
             .iter()
             .flat_map(|p| p.markers.iter().map(|m| m.label.as_str()))
             .collect();
-        assert_eq!(labels, ["crossover 256–512 B", "crossover ≤ 64 B", "crossover 64–128 B"]);
+        assert_eq!(
+            labels,
+            ["crossover 256–512 B", "crossover ≤ 64 B", "crossover 64–128 B"]
+        );
     }
 
     #[test]
@@ -1200,7 +1367,11 @@ mod tests {
         let written = write_charts(&sweep, &dir).unwrap();
         assert_eq!(written.len(), 2 * charts(&sweep).len());
         let svg = std::fs::read_to_string(dir.join("styles-period.svg")).unwrap();
-        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""), "{}", &svg[..80]);
+        assert!(
+            svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+            "{}",
+            &svg[..80]
+        );
         assert!(svg.contains("data-name=\"sec/async\""));
         assert!(svg.contains("crossover 256–512 B"));
         let png = std::fs::read(dir.join("styles-period.png")).unwrap();

@@ -97,10 +97,7 @@ impl Conditions {
 
     /// `0.52 0.61 0.70`, or `unknown`.
     pub fn load_text(load: Option<[f64; 3]>) -> String {
-        load.map_or_else(
-            || "unknown".into(),
-            |[a, b, c]| format!("{a:.2} {b:.2} {c:.2}"),
-        )
+        load.map_or_else(|| "unknown".into(), |[a, b, c]| format!("{a:.2} {b:.2} {c:.2}"))
     }
 
     /// The start as `YYYY-MM-DD HH:MM UTC`.
@@ -118,7 +115,11 @@ impl Conditions {
         let d = doy - (153 * mp + 2) / 5 + 1;
         let m = if mp < 10 { mp + 3 } else { mp - 9 };
         let y = yoe + era * 400 + i64::from(m <= 2);
-        format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", secs / 3600, secs % 3600 / 60)
+        format!(
+            "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+            secs / 3600,
+            secs % 3600 / 60
+        )
     }
 }
 

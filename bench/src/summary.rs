@@ -41,7 +41,8 @@ pub fn conditions(sweep: &Sweep) -> Vec<(&'static str, String)> {
         None => "cycles from the CPU's cycle counter (dataplane thread)".to_owned(),
         Some(why) => format!(
             "cycles estimated as time × {} (no hardware cycle counter: {why})",
-            m.mhz.map_or_else(|| "an unknown clock".into(), |f| format!("{f:.0} MHz"))
+            m.mhz
+                .map_or_else(|| "an unknown clock".into(), |f| format!("{f:.0} MHz"))
         ),
     };
     let mut profiles: Vec<&str> = Vec::new();
@@ -152,7 +153,10 @@ pub fn summary(sweep: &Sweep, index: Option<&FsPath>) -> String {
             );
         }
     }
-    let _ = writeln!(out, "--tables prints the full tables and derived lines instead of this summary.");
+    let _ = writeln!(
+        out,
+        "--tables prints the full tables and derived lines instead of this summary."
+    );
     out
 }
 
@@ -198,7 +202,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Report: /tmp/espgw-report/index.html"));
-        for label in ["Machine", "CPU", "Clock", "Load average", "Engine", "Profiles", "Slices"] {
+        for label in [
+            "Machine",
+            "CPU",
+            "Clock",
+            "Load average",
+            "Engine",
+            "Profiles",
+            "Slices",
+        ] {
             assert!(lines.iter().any(|l| l.trim_start().starts_with(label)), "{label}");
         }
     }

@@ -49,7 +49,15 @@ fn inline(cells: &mut Vec<Cell>, scenario: Scenario, size: usize, encap: f64) {
 
 /// A sec model cell (encap and decap) from the host's measured work and
 /// the modelled figures.
-fn sec(cells: &mut Vec<Cell>, scenario: Scenario, size: usize, host: f64, m: Modelled, spins: bool, serial: bool) {
+fn sec(
+    cells: &mut Vec<Cell>,
+    scenario: Scenario,
+    size: usize,
+    host: f64,
+    m: Modelled,
+    spins: bool,
+    serial: bool,
+) {
     let o = Offload {
         modelled: m,
         host_measured_ns: vec![host * 0.97, host, host * 1.02],
@@ -84,7 +92,11 @@ fn modelled(timeline: f64, host: f64, descriptors: f64, interrupts: f64, bus: f6
     }
 }
 
-const SEC_ALGORITHMS: [Algorithm; 3] = [Algorithm::Aes128Gcm16, Algorithm::Aes128Sha1, Algorithm::TripleDesSha1];
+const SEC_ALGORITHMS: [Algorithm; 3] = [
+    Algorithm::Aes128Gcm16,
+    Algorithm::Aes128Sha1,
+    Algorithm::TripleDesSha1,
+];
 
 /// (sync setup ns, async setup ns, device ns per byte) of each sec
 /// algorithm: GCM's sync is one descriptor and wins up to 256 B;
@@ -130,25 +142,63 @@ pub fn sweep() -> Sweep {
     ] {
         for &size in &SIZES {
             let s = size as f64;
-            inline(&mut cells, Scenario::esp(a, EngineKind::Soft, Style::Async), size, soft_ns(a, size));
+            inline(
+                &mut cells,
+                Scenario::esp(a, EngineKind::Soft, Style::Async),
+                size,
+                soft_ns(a, size),
+            );
             // The SEC has no ChaCha20 unit.
             if a != Algorithm::ChaCha20Poly1305 {
                 let (sync_setup, async_setup, per_byte) = device(a);
                 {
                     let two = if a.is_aead() { 1.0 } else { 2.0 };
                     let bus = 200.0 + s;
-                    let sync = modelled(sync_setup + per_byte * s, 0.0, two, 0.0, bus + 112.0 * (two - 1.0));
-                    sec(&mut cells, Scenario::esp(a, EngineKind::Sec, Style::Sync), size, 100.0, sync, true, true);
+                    let sync = modelled(
+                        sync_setup + per_byte * s,
+                        0.0,
+                        two,
+                        0.0,
+                        bus + 112.0 * (two - 1.0),
+                    );
+                    sec(
+                        &mut cells,
+                        Scenario::esp(a, EngineKind::Sec, Style::Sync),
+                        size,
+                        100.0,
+                        sync,
+                        true,
+                        true,
+                    );
                     let single = modelled(async_setup + per_byte * s, 3000.0, 1.0, 1.0, bus);
-                    sec(&mut cells, Scenario::esp(a, EngineKind::Sec, Style::Async), size, 100.0, single, false, false);
+                    sec(
+                        &mut cells,
+                        Scenario::esp(a, EngineKind::Sec, Style::Async),
+                        size,
+                        100.0,
+                        single,
+                        false,
+                        false,
+                    );
                     // GCM cannot be split: its dual-pass is async's one
                     // descriptor, ahead at 128 B by the host's noise.
                     let (dual, host) = if a.is_aead() {
                         (single, if size == 128 { 90.0 } else { 100.0 })
                     } else {
-                        (modelled(async_setup + 1.5 * per_byte * s, 3000.0, 2.0, 1.0, bus * 1.45), 100.0)
+                        (
+                            modelled(async_setup + 1.5 * per_byte * s, 3000.0, 2.0, 1.0, bus * 1.45),
+                            100.0,
+                        )
                     };
-                    sec(&mut cells, Scenario::esp(a, EngineKind::Sec, Style::DualPass), size, host, dual, false, false);
+                    sec(
+                        &mut cells,
+                        Scenario::esp(a, EngineKind::Sec, Style::DualPass),
+                        size,
+                        host,
+                        dual,
+                        false,
+                        false,
+                    );
                     // A fast part with polling.
                     let qat = Scenario::Esp {
                         algorithm: a,
@@ -165,11 +215,29 @@ pub fn sweep() -> Sweep {
                         Algorithm::Aes128Sha1 => 200.0 + 0.7 * s,
                         _ => 300.0 + 6.0 * s,
                     };
-                    sec(&mut cells, qat, size, 100.0, modelled(fast, 90.0, 1.0, 0.0, bus), true, false);
+                    sec(
+                        &mut cells,
+                        qat,
+                        size,
+                        100.0,
+                        modelled(fast, 90.0, 1.0, 0.0, bus),
+                        true,
+                        false,
+                    );
                 }
             }
-            cells.push(cell(Scenario::RawCrypto { algorithm: a }, Path::Encrypt, size, soft_ns(a, size) * 0.6));
-            cells.push(cell(Scenario::RawCrypto { algorithm: a }, Path::Decrypt, size, soft_ns(a, size) * 0.62));
+            cells.push(cell(
+                Scenario::RawCrypto { algorithm: a },
+                Path::Encrypt,
+                size,
+                soft_ns(a, size) * 0.6,
+            ));
+            cells.push(cell(
+                Scenario::RawCrypto { algorithm: a },
+                Path::Decrypt,
+                size,
+                soft_ns(a, size) * 0.62,
+            ));
         }
     }
     // The registration and completion comparison, aes128-sha1 at 64 and 1420 B.
@@ -188,7 +256,15 @@ pub fn sweep() -> Sweep {
             buffers: BufferPolicy::PerRequest,
             ..knobs
         });
-        sec(&mut cells, per_request, size, 130.0, modelled(timeline, 3000.0, 1.0, 1.0, 200.0 + s), false, false);
+        sec(
+            &mut cells,
+            per_request,
+            size,
+            130.0,
+            modelled(timeline, 3000.0, 1.0, 1.0, 200.0 + s),
+            false,
+            false,
+        );
         let polling = with(Knobs {
             completion: CompletionMode::Polling,
             ..knobs
@@ -200,7 +276,15 @@ pub fn sweep() -> Sweep {
             completion: CompletionMode::Coalesced,
             ..knobs
         });
-        sec(&mut cells, coalesced, size, 100.0, modelled(timeline, 400.0, 1.0, 0.12, 200.0 + s), false, false);
+        sec(
+            &mut cells,
+            coalesced,
+            size,
+            100.0,
+            modelled(timeline, 400.0, 1.0, 0.12, 200.0 + s),
+            false,
+            false,
+        );
     }
     // The boundary at profile none, and the burst curve.
     let none = Knobs {
@@ -217,10 +301,24 @@ pub fn sweep() -> Sweep {
                 knobs: none,
             };
             let host = if a == sha && size == 64 { 83.0 } else { host };
-            sec(&mut cells, sc, size, host, modelled(0.0, 186.0, 1.0, 0.0, 268.0), true, false);
+            sec(
+                &mut cells,
+                sc,
+                size,
+                host,
+                modelled(0.0, 186.0, 1.0, 0.0, 268.0),
+                true,
+                false,
+            );
         }
     }
-    for (burst, host, modelled_host) in [(1, 218.0, 380.0), (4, 124.0, 230.0), (16, 92.0, 192.0), (64, 80.0, 183.0), (256, 77.0, 181.0)] {
+    for (burst, host, modelled_host) in [
+        (1, 218.0, 380.0),
+        (4, 124.0, 230.0),
+        (16, 92.0, 192.0),
+        (64, 80.0, 183.0),
+        (256, 77.0, 181.0),
+    ] {
         let sc = Scenario::Esp {
             algorithm: sha,
             engine: EngineKind::Sec,
@@ -254,23 +352,62 @@ pub fn sweep() -> Sweep {
     }
     let mut tenants = Vec::new();
     for (engine, size, modes) in [
-        (EngineKind::Soft, 1420, vec![(Mode::InProcessAsync, 5000.0), (Mode::Shm, 3000.0), (Mode::Socket, 2500.0)]),
-        (EngineKind::Soft, 4096, vec![(Mode::InProcessAsync, 9000.0), (Mode::Shm, 6500.0), (Mode::Socket, 5000.0)]),
-        (EngineKind::Soft, 8192, vec![(Mode::InProcessAsync, 12000.0), (Mode::Shm, 8800.0), (Mode::Socket, 8000.0)]),
+        (
+            EngineKind::Soft,
+            1420,
+            vec![
+                (Mode::InProcessAsync, 5000.0),
+                (Mode::Shm, 3000.0),
+                (Mode::Socket, 2500.0),
+            ],
+        ),
+        (
+            EngineKind::Soft,
+            4096,
+            vec![
+                (Mode::InProcessAsync, 9000.0),
+                (Mode::Shm, 6500.0),
+                (Mode::Socket, 5000.0),
+            ],
+        ),
+        (
+            EngineKind::Soft,
+            8192,
+            vec![
+                (Mode::InProcessAsync, 12000.0),
+                (Mode::Shm, 8800.0),
+                (Mode::Socket, 8000.0),
+            ],
+        ),
         (
             EngineKind::Sec,
             1420,
-            vec![(Mode::InProcessAsync, 900.0), (Mode::InProcessSync, 300.0), (Mode::Shm, 880.0), (Mode::Socket, 860.0)],
+            vec![
+                (Mode::InProcessAsync, 900.0),
+                (Mode::InProcessSync, 300.0),
+                (Mode::Shm, 880.0),
+                (Mode::Socket, 860.0),
+            ],
         ),
         (
             EngineKind::Sec,
             4096,
-            vec![(Mode::InProcessAsync, 1200.0), (Mode::InProcessSync, 500.0), (Mode::Shm, 1190.0), (Mode::Socket, 1180.0)],
+            vec![
+                (Mode::InProcessAsync, 1200.0),
+                (Mode::InProcessSync, 500.0),
+                (Mode::Shm, 1190.0),
+                (Mode::Socket, 1180.0),
+            ],
         ),
         (
             EngineKind::Sec,
             8192,
-            vec![(Mode::InProcessAsync, 1300.0), (Mode::InProcessSync, 600.0), (Mode::Shm, 1290.0), (Mode::Socket, 1280.0)],
+            vec![
+                (Mode::InProcessAsync, 1300.0),
+                (Mode::InProcessSync, 600.0),
+                (Mode::Shm, 1290.0),
+                (Mode::Socket, 1280.0),
+            ],
         ),
     ] {
         for (mode, mbps) in modes {

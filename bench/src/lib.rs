@@ -887,6 +887,19 @@ fn measure_offload_cell(
 
 /// The `espgw bench` command.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let other = [
+        (!args.tenants.is_empty(), "--tenants"),
+        (args.io, "--io"),
+        (
+            !args.tunnels.is_empty() || !args.policies.is_empty(),
+            "--tunnels/--policies",
+        ),
+    ];
+    if let Some((_, mode)) = other.iter().find(|(on, _)| *on) {
+        if args.report.is_some() || args.tables {
+            bail!("--report and --tables are the sweep's; {mode} prints its own table");
+        }
+    }
     if !args.tenants.is_empty() {
         return tenants::run(&tenants::Options {
             tenants: args.tenants.clone(),

@@ -226,6 +226,16 @@ fn count(v: f64) -> String {
     }
 }
 
+/// `1 descriptor`, `2 descriptors`, `0.12 interrupts`.
+fn per_packet(v: f64, noun: &str) -> String {
+    let n = count(v);
+    if n == "1" {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn pct(share: f64) -> String {
     format!("{:.0}", share * 100.0)
 }
@@ -511,16 +521,16 @@ fn crossover(sweep: &Sweep) -> Answer {
         };
         let reason = match crossing {
             Crossing::At { below: None, size, .. } if ds > da => format!(
-                "sync takes {} descriptors per packet to async's {}, and the extra setup outweighs async's {} interrupt(s) already at {size} B",
-                count(ds), count(da), count(ia)
+                "sync takes {} per packet to async's {}, and the extra setup outweighs async's {} already at {size} B",
+                per_packet(ds, "descriptor"), count(da), per_packet(ia, "interrupt")
             ),
             Crossing::At { below: None, size, .. } => format!("async is ahead already at {size} B"),
             Crossing::At { stays: false, size, .. } => {
                 format!("async leads at {size} B but not at every larger size")
             }
             Crossing::At { below: Some(b), .. } | Crossing::Never { largest: b } if ia > is => format!(
-                "sync takes {} descriptor(s) and no wait for an interrupt, so async's {} interrupt(s) per packet keep it behind up to {b} B",
-                count(ds), count(ia)
+                "sync takes {} and waits for no interrupt, so async's {} per packet keeps it behind up to {b} B",
+                per_packet(ds, "descriptor"), per_packet(ia, "interrupt")
             ),
             Crossing::At { below: Some(b), .. } | Crossing::Never { largest: b } => {
                 format!("async stays behind up to {b} B")

@@ -1100,6 +1100,7 @@ impl ControlPlane {
             || message.spi_r != [0; SPI_LEN]
             || message.message_id != 0
             || message.child != 0
+            || !usable_spi(message.spi)
         {
             self.counters.malformed += 1;
             return;
@@ -1261,6 +1262,7 @@ impl ControlPlane {
             || message.message_id != 0
             || message.child != 0
             || message.spi_r == [0; SPI_LEN]
+            || !usable_spi(message.spi)
         {
             self.counters.malformed += 1;
             return;
@@ -1500,6 +1502,7 @@ impl ControlPlane {
             _ => {}
         }
         match message.kind {
+            Kind::Rekey if !usable_spi(message.spi) => self.counters.malformed += 1,
             Kind::Rekey => self.answer_rekey(now, index, message),
             Kind::Switched => self.answer_switched(now, index, message),
             Kind::Init => self.counters.malformed += 1,
@@ -1699,6 +1702,10 @@ impl ControlPlane {
                 },
                 Kind::Rekey,
             ) if *id == message.message_id => {
+                if !usable_spi(message.spi) {
+                    self.counters.malformed += 1;
+                    return;
+                }
                 let Some(control) = tunnel.control.as_ref() else {
                     return;
                 };
@@ -2294,6 +2301,13 @@ impl ControlPlane {
         self.take_datagrams(&mut datagrams);
         datagrams
     }
+}
+
+/// Whether a peer may ask us to send with `spi`: 1 to 255 are reserved
+/// (RFC 4303 §2.1), and an SA with one would be refused by every gateway,
+/// leaving the tunnel pointed at nothing.
+fn usable_spi(spi: u32) -> bool {
+    spi >= 256
 }
 
 /// Whether `after` uses the keys of `before` the same way: the same

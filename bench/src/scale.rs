@@ -167,6 +167,10 @@ fn sa(
         auth_key: key(algorithm.auth_key_len(), spi as usize + 7),
         initial_seq: 0,
         admits_any: false,
+        // Synthetic keys of an in-memory table that never leaves the
+        // process: no ledger (see `espgw bench`).
+        keys: ike_stub::config::KeySource::File,
+        ledger_mark: None,
     }
 }
 

@@ -1053,6 +1053,8 @@ impl ControlPlane {
             auth_key: keys.auth,
             initial_seq: 0,
             admits_any: false,
+            keys: crate::config::KeySource::Exchange,
+            ledger_mark: None,
         }
     }
 

@@ -17,8 +17,13 @@
 //! packet is judged against the window as one-at-a-time processing would
 //! leave it.
 //!
-//! Owns the backlog, the in-flight table and the held packets; must not
-//! classify or route (it hands results to `emit`).
+//! An authentic packet whose sequence number lies beyond its SA's durable
+//! ceiling (static keys, see `spd_sad::SecurityAssociation::resume_above`)
+//! waits, decrypted and not yet accepted, until the driver has raised the
+//! ceiling, and is then finished again; it counts as in flight meanwhile.
+//!
+//! Owns the backlog, the in-flight table and the held and waiting
+//! packets; must not classify or route (it hands results to `emit`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -115,6 +120,14 @@ impl Slab {
     }
 }
 
+/// An authentic inbound packet waiting for its SA's durable ceiling to
+/// reach its sequence number.
+pub(super) struct Awaiting {
+    buf: PacketBuf,
+    pending: Pending,
+    since: Duration,
+}
+
 /// An inbound packet waiting for its SA's packets in flight.
 pub(super) struct Held {
     buf: PacketBuf,
@@ -133,6 +146,8 @@ pub(super) struct Jobs {
     /// Completed jobs, reused between polls.
     completions: Vec<Job>,
     held: VecDeque<Held>,
+    /// Bounded by [`HOLD_LIMIT`] too.
+    awaiting: VecDeque<Awaiting>,
     /// Outbound packets run inline (an engine that computes on this CPU,
     /// single pass): they skip the backlog and the in-flight table, and
     /// `pump` runs them as one burst.
@@ -150,12 +165,13 @@ impl Jobs {
             single: VecDeque::with_capacity(1),
             completions: Vec::with_capacity(256),
             held: VecDeque::new(),
+            awaiting: VecDeque::new(),
         }
     }
 
     /// Packets between prepare and finish, or held for their inference.
     pub(super) fn live(&self) -> usize {
-        self.in_flight.live + self.held.len() + self.inline.len()
+        self.in_flight.live + self.held.len() + self.inline.len() + self.awaiting.len()
     }
 }
 
@@ -415,6 +431,9 @@ impl Gateway {
     /// Hands queued jobs to the engine and finishes what it completed, until
     /// neither moves. Never waits.
     pub(super) fn pump(&mut self, now: Duration, out: &mut Vec<Output>) {
+        if !self.jobs.awaiting.is_empty() {
+            self.release_awaiting(now, out);
+        }
         self.run_inline(out);
         loop {
             let submitted = self.submit_queued(now);
@@ -517,7 +536,7 @@ impl Gateway {
             seq: entry.seq,
             protected_len: 0,
         };
-        let mut buf = job.buf;
+        let buf = job.buf;
         let result = match entry.direction {
             Direction::Encrypt => match esp::encapsulate_finish(pending.desc.status) {
                 Ok(()) => {
@@ -526,16 +545,63 @@ impl Gateway {
                 }
                 Err(reason) => Err(reason),
             },
-            Direction::Decrypt => {
-                let result = self.finish_decapsulation(now, &mut buf, &pending);
-                self.inbound_done(now, pending.sa, out);
-                if result == Err(DropReason::TtlExpired) {
-                    return self.time_exceeded_after_decapsulation(now, buf, out);
-                }
-                result
-            }
+            Direction::Decrypt => return self.finish_inbound(now, buf, pending, true, out),
         };
         self.emit(buf, result, out);
+    }
+
+    /// Finishes an inbound packet whose engine pass is over. One beyond
+    /// its SA's durable ceiling waits for it to be raised (when `may_wait`
+    /// and there is room), still in flight for its SA.
+    fn finish_inbound(
+        &mut self,
+        now: Duration,
+        mut buf: PacketBuf,
+        pending: Pending,
+        may_wait: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let result = self.finish_decapsulation(now, &mut buf, &pending);
+        if result == Err(DropReason::SeqNotReserved) {
+            if may_wait && self.jobs.awaiting.len() < HOLD_LIMIT {
+                self.stats.seq_awaited += 1;
+                self.jobs.awaiting.push_back(Awaiting {
+                    buf,
+                    pending,
+                    since: now,
+                });
+                return;
+            }
+            if let Some(sa) = self.sad.get_mut(pending.sa) {
+                sa.counters_mut().seq_not_reserved += 1;
+            }
+        }
+        self.inbound_done(now, pending.sa, out);
+        if result == Err(DropReason::TtlExpired) {
+            return self.time_exceeded_after_decapsulation(now, buf, out);
+        }
+        self.emit(buf, result, out);
+    }
+
+    /// Finishes the waiting packets whose SA's ceiling has come up to them
+    /// (or whose SA is gone), in the order they came.
+    fn release_awaiting(&mut self, now: Duration, out: &mut Vec<Output>) {
+        let mut i = 0;
+        while let Some(waiting) = self.jobs.awaiting.get(i) {
+            let (sa, seq) = (waiting.pending.sa, waiting.pending.seq);
+            let ready = self
+                .sad
+                .get_mut(sa)
+                .is_none_or(|sa| sa.inbound_within_ceiling(seq));
+            if !ready {
+                i += 1;
+                continue;
+            }
+            let Some(waiting) = self.jobs.awaiting.remove(i) else {
+                break;
+            };
+            self.finish_inbound(now, waiting.buf, waiting.pending, false, out);
+        }
     }
 
     /// A decapsulated packet whose TTL or hop limit ran out here: the
@@ -667,6 +733,23 @@ impl Gateway {
             };
             self.emit(held.buf, Err(DropReason::EngineTimeout), out);
         }
+        // A ceiling that never came (the state directory cannot be
+        // written): refused, never accepted.
+        while self
+            .jobs
+            .awaiting
+            .front()
+            .is_some_and(|w| now.saturating_sub(w.since) > JOB_TIMEOUT)
+        {
+            let Some(waiting) = self.jobs.awaiting.pop_front() else {
+                break;
+            };
+            if let Some(sa) = self.sad.get_mut(waiting.pending.sa) {
+                sa.counters_mut().seq_not_reserved += 1;
+            }
+            self.inbound_done(now, waiting.pending.sa, out);
+            self.emit(waiting.buf, Err(DropReason::SeqNotReserved), out);
+        }
     }
 
     /// When the jobs want the gateway called again: the engine's next
@@ -688,6 +771,10 @@ impl Gateway {
             .map(|f| f.submitted_at + JOB_TIMEOUT)
             .min();
         let held = self.jobs.held.front().map(|h| h.since + JOB_TIMEOUT);
-        [engine, queued, timeout, held].into_iter().flatten().min()
+        let awaiting = self.jobs.awaiting.front().map(|w| w.since + JOB_TIMEOUT);
+        [engine, queued, timeout, held, awaiting]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }

@@ -181,8 +181,14 @@ impl Plane<'_> {
         let mut ledgered = Vec::new();
         for mut command in commands {
             self.issued += 1;
-            // An SA with static keys resumes above its ledger's mark.
-            if let (Some(state), ike_stub::SaCommand::InstallSa(sa)) = (&self.state, &mut command) {
+            // An SA with static keys resumes above its ledger's mark (one
+            // that replaces an SA with the same keys also above where that
+            // one got to).
+            if let (
+                Some(state),
+                ike_stub::SaCommand::InstallSa(sa) | ike_stub::SaCommand::ReplaceSa { new: sa, .. },
+            ) = (&self.state, &mut command)
+            {
                 state.prepare(std::slice::from_mut(&mut **sa));
                 if sa.ledger_mark.is_some() {
                     ledgered.push((**sa).clone());
@@ -364,25 +370,18 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // Every worker resolves its own next hops and sees every ARP reply.
     setup.neighbor_limits.replies_for_other_workers = workers > 1;
     let mut first = Gateway::new(setup, accel::build_engine(&spec)?);
-    // SAs with static keys resume above their ledger's marks (set on the
-    // copies installed, not on the configuration a reload compares with).
-    let mut sas = config.sas.clone();
+    // SAs with static keys resume above their ledger's marks, set for the
+    // install only: the plane's copy of the configuration, which a reload
+    // is compared with, has none.
     if let Some(state) = &state {
-        state.prepare(&mut sas);
+        state.prepare(&mut config.sas);
     }
-    let install = |first: &mut Gateway| -> std::result::Result<(), ike_stub::InstallError> {
-        for sa in &sas {
-            ike_stub::config::install_sa(first, sa, Duration::ZERO)?;
-        }
-        for policy in &config.policies {
-            ike_stub::config::install_policy(first, policy);
-        }
-        Ok(())
-    };
-    install(&mut first).with_context(|| format!("cannot install {}", args.config.display()))?;
+    config
+        .install(&mut first, Duration::ZERO)
+        .with_context(|| format!("cannot install {}", args.config.display()))?;
     if let Some(state) = &state {
         // The first reservations are durable before any worker starts.
-        state.attach(&first, &sas);
+        state.attach(&first, &config.sas);
         let reserved = state.round(state.elapsed())?;
         tracing::info!(
             dir = %state.path().display(),
@@ -390,7 +389,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
             "sequence numbers of SAs with static keys resume from the state directory"
         );
     }
-    drop(sas);
+    for sa in &mut config.sas {
+        sa.ledger_mark = None;
+    }
     let mut gateways = vec![first];
     for _ in 1..workers {
         let fork = gateways[0]

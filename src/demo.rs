@@ -77,11 +77,14 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
         TunnelBuilder::new(
             "extra",
             (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)),
-            Algorithm::Aes256Gcm16,
+            Algorithm::Aes256Sha256,
             (0x2001, 0x2002),
         )
         .subnets(network(101), network(102))
-        .secret("another published demo secret"),
+        // Keyed by hand: gwB has no such tunnel to run an exchange with.
+        .keys_with(|dir, len, auth| {
+            ike_stub::builder::pattern_key(len, 5, u8::from(dir == "in") + 2 * u8::from(auth))
+        }),
     );
     std::fs::write(config, format!("{original}\n{}", extra.to_toml()))?;
     let taken = crate::control::ask(&socket, "reload")?;

@@ -310,6 +310,15 @@ fn check_config(file: &Path) -> Result<()> {
 
 fn pcap(args: &PcapArgs) -> Result<()> {
     let mut config = load_config(&args.config)?;
+    // Offline there is no peer to run the keying exchange with.
+    if let Some(t) = config.tunnels.iter().find(|t| t.secret.is_some()) {
+        anyhow::bail!(
+            "{}: tunnel `{}` has a `secret`, so its keys come from an exchange with its peer at start, \
+             which `espgw pcap` (offline, no peer) cannot run; give the tunnel spi_out, spi_in and its keys instead of the secret to process captures",
+            args.config.display(),
+            t.name
+        );
+    }
     // Opened before anything is read, so that a second run on the same
     // directory is refused before it does any work.
     let state = match state_dir::resolve(args.state_dir.as_deref(), &config) {

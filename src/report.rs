@@ -518,12 +518,13 @@ pub fn reload_text(doc: &Value) -> String {
         }
     };
     format!(
-        "reloaded: tunnels added {}, removed {}, changed {}, unchanged {}; {} manual SA/policy changes\n",
+        "reloaded: tunnels added {}, removed {}, changed {}, unchanged {}; {} manual SA/policy changes; SAs that kept their keys and so their sequence numbers: {}\n",
         list("added"),
         list("removed"),
         list("changed"),
         list("unchanged"),
-        r["manual_changes"]
+        r["manual_changes"],
+        list("carried_over")
     )
 }
 

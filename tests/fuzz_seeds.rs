@@ -765,9 +765,11 @@ fn write_fuzz_seeds() {
         kind,
         response,
         from_initiator: !response,
+        spi_i: [0x11; 8],
+        spi_r: [0x22; 8],
         message_id: id,
         tunnel: name.into(),
-        generation: 1,
+        child: 1,
         spi: 0xc0ff_ee01,
         nonce: [0x5a; 32],
     };
@@ -789,8 +791,9 @@ fn write_fuzz_seeds() {
 
     // control_plane: the tunnel's real messages (B is the responder, A's
     // requests arrive) and operation sequences (see the target).
-    let sk_a = TunnelSecrets::derive(b"a fuzzing secret, longer than sixteen bytes", "t").sk_a;
-    let request = message(Kind::Rekey, false, 1, "t").seal(&sk_a);
+    let init_key = TunnelSecrets::derive(b"a fuzzing secret, longer than sixteen bytes", "t")
+        .init_key(ike_stub::prf::Side::Low);
+    let request = message(Kind::Rekey, false, 1, "t").seal(&init_key[..]);
     let fields = |kind: u8, flags: u8, id: u8, generation: u8| {
         vec![
             kind, flags, id, 0, 0, 0, generation, 0, 0, 0, 0xc0, 0xff, 0xee, 0x02, 0x33,

@@ -102,7 +102,15 @@ fn config(dir: &std::path::Path) -> std::path::PathBuf {
 /// forwarding; its log is `log`.
 fn start(config: &std::path::Path, state: &std::path::Path, log: &std::path::Path) -> Child {
     let mut child = Command::new("ip")
-        .args(["netns", "exec", GW, env!("CARGO_BIN_EXE_espgw"), "run", "--workers", "2"])
+        .args([
+            "netns",
+            "exec",
+            GW,
+            env!("CARGO_BIN_EXE_espgw"),
+            "run",
+            "--workers",
+            "2",
+        ])
         .arg("--config")
         .arg(config)
         .arg("--state-dir")
@@ -115,14 +123,20 @@ fn start(config: &std::path::Path, state: &std::path::Path, log: &std::path::Pat
         .spawn()
         .expect("espgw run starts");
     let started = Instant::now();
-    while !std::fs::read_to_string(log).unwrap_or_default().contains("forwarding") {
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains("forwarding")
+    {
         if let Ok(Some(status)) = child.try_wait() {
             panic!(
                 "espgw run exited ({status}):\n{}",
                 std::fs::read_to_string(log).unwrap_or_default()
             );
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "espgw run did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "espgw run did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     child
@@ -171,7 +185,10 @@ fn capture(phase: Arc<AtomicU8>, stop: Arc<AtomicBool>, captured: Captured) -> s
                 && frame[34..38] == 0x1001u32.to_be_bytes()
             {
                 let seq = u32::from_be_bytes(frame[38..42].try_into().unwrap());
-                captured.lock().unwrap().push((phase.load(Ordering::Acquire), seq));
+                captured
+                    .lock()
+                    .unwrap()
+                    .push((phase.load(Ordering::Acquire), seq));
             }
         }
     });
@@ -180,7 +197,12 @@ fn capture(phase: Arc<AtomicU8>, stop: Arc<AtomicBool>, captured: Captured) -> s
 }
 
 fn count(captured: &Captured, phase: u8) -> usize {
-    captured.lock().unwrap().iter().filter(|(p, _)| *p == phase).count()
+    captured
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(p, _)| *p == phase)
+        .count()
 }
 
 fn wait_for(captured: &Captured, phase: u8, n: usize, what: &str, log: &std::path::Path) {
@@ -263,8 +285,16 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
     capturer.join().expect("the capture");
 
     let captured = captured.lock().unwrap().clone();
-    let first: Vec<u32> = captured.iter().filter(|(p, _)| *p == 1).map(|(_, s)| *s).collect();
-    let second: Vec<u32> = captured.iter().filter(|(p, _)| *p == 2).map(|(_, s)| *s).collect();
+    let first: Vec<u32> = captured
+        .iter()
+        .filter(|(p, _)| *p == 1)
+        .map(|(_, s)| *s)
+        .collect();
+    let second: Vec<u32> = captured
+        .iter()
+        .filter(|(p, _)| *p == 2)
+        .map(|(_, s)| *s)
+        .collect();
     let top = first.iter().copied().max().expect("the first run sent");
     let lowest = second.iter().copied().min().expect("the second run sent");
     let logs = format!(
@@ -285,7 +315,11 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
     let mut unique = second.clone();
     unique.sort_unstable();
     unique.dedup();
-    assert_eq!(unique.len(), second.len(), "a number twice in the second run: {logs}");
+    assert_eq!(
+        unique.len(),
+        second.len(),
+        "a number twice in the second run: {logs}"
+    );
     assert!(
         std::fs::read_to_string(&log2)
             .unwrap_or_default()

@@ -1,7 +1,8 @@
 //! The control plane between two gateways joined in memory under a virtual
-//! clock: rekeys while traffic flows both ways, hard expiry without a
-//! rekey, a peer that never answers, hostile control messages, reloads;
-//! and UDP-encapsulated tunnels (RFC 3948) with one end behind a NAT whose
+//! clock: connecting at start, rekeys while traffic flows both ways, hard
+//! expiry without a rekey, a peer that never answers, hostile control
+//! messages (forged, replayed across restarts, reflected), reloads; and
+//! UDP-encapsulated tunnels (RFC 3948) with one end behind a NAT whose
 //! mapping changes, rekeying over port 4500.
 
 mod common;
@@ -15,6 +16,7 @@ use accel::{Algorithm, EngineKind, EngineSpec, Style};
 use common::{interface, tunnel_edited, udp_packet, HOST_A, HOST_B};
 use dataplane::{DropReason, Gateway, LinkLayer, Output, PacketPool, Port, Verdict};
 use ike_stub::builder::{ConfigBuilder, Encap, LifetimeBuilder, LimitsSection, RekeySection, TunnelBuilder};
+use ike_stub::message::{self, Kind};
 use ike_stub::{Config, ControlPlane, ReloadError};
 use smoltcp::wire::{Ipv4Cidr, Ipv4Packet};
 use spd_sad::Ipv4Prefix;
@@ -34,9 +36,10 @@ fn config_text(a: bool, alg: Algorithm, edit: impl FnOnce(&mut ConfigBuilder)) -
     site(a, alg, edit).to_toml()
 }
 
-/// The tunnel gets `SECRET`, to rekey with.
+/// The tunnel gets `SECRET`: it is keyed by exchanges with the peer, the
+/// first at start.
 fn secret(config: &mut ConfigBuilder) {
-    config.tunnels[0].secret = Some(SECRET.into());
+    config.tunnels[0] = config.tunnels[0].clone().secret(SECRET);
 }
 
 /// The tunnel's lifetime is `lifetime`.
@@ -175,7 +178,22 @@ fn is_esp(frame: &[u8]) -> bool {
 }
 
 impl Net {
+    /// Two sites from their configuration texts; tunnels with a secret
+    /// are connected before this returns.
     fn new(a: &str, b: &str, spec: &EngineSpec) -> Net {
+        Net::with_seeds(a, b, spec, (1, 2))
+    }
+
+    /// [`Net::new`] with the planes' random numbers (nonces, SPIs) from
+    /// `seeds`: a restart of both ends is a new `Net` with other seeds.
+    fn with_seeds(a: &str, b: &str, spec: &EngineSpec, seeds: (u64, u64)) -> Net {
+        let mut net = Net::unconnected(a, b, spec, seeds);
+        net.connect();
+        net
+    }
+
+    /// The two sites as they start: nothing exchanged yet.
+    fn unconnected(a: &str, b: &str, spec: &EngineSpec, seeds: (u64, u64)) -> Net {
         let site = |text: &str, seed: u64| {
             let config = parse(text);
             let engine = accel::build_engine(spec).expect("engine");
@@ -195,7 +213,7 @@ impl Net {
             }
         };
         Net {
-            sites: [site(a, 1), site(b, 2)],
+            sites: [site(a, seeds.0), site(b, seeds.1)],
             pool: PacketPool::new(4096),
             now: Duration::ZERO,
             wire: VecDeque::new(),
@@ -205,6 +223,25 @@ impl Net {
             nat: None,
             nat_dropped: 0,
         }
+    }
+
+    /// Steps until every tunnel of both sites has SAs to send on.
+    fn connect(&mut self) {
+        let mut steps = 0;
+        while !self.sites.iter().all(|s| s.plane.all_connected()) {
+            self.step();
+            steps += 1;
+            assert!(
+                steps < 5_000,
+                "the tunnels never connected: {:?} {:?} / {:?} {:?}",
+                self.sites[0].plane.tunnels(self.now),
+                self.sites[0].plane.counters(),
+                self.sites[1].plane.tunnels(self.now),
+                self.sites[1].plane.counters()
+            );
+        }
+        // Let the confirmation land.
+        self.settle(10);
     }
 
     fn route(&mut self, from: usize, outputs: &mut Vec<Output>) {
@@ -377,6 +414,20 @@ impl Net {
             assert!(i < 10_000, "no rekey to generation {target}");
         }
     }
+}
+
+/// The keying messages among `frames` (IPv4/UDP to port 500) of `kind`,
+/// requests or responses.
+fn control_messages(frames: &[Vec<u8>], kind: Kind, response: bool) -> Vec<Vec<u8>> {
+    frames
+        .iter()
+        .filter(|f| {
+            f.get(28..)
+                .and_then(|m| message::peek(m).ok())
+                .is_some_and(|p| p.kind == kind && p.response == response)
+        })
+        .cloned()
+        .collect()
 }
 
 /// A deterministic mix of packet sizes.
@@ -559,11 +610,12 @@ fn forged_replayed_and_truncated_control_messages_are_ignored_and_counted() {
     net.traffic_until_generation(2);
     net.settle(50);
     let before = (net.generation(1), net.sa_names(1), net.sites[1].plane.counters());
-    let old = net.sites[0].sent_control[0].clone();
-    // Replayed: an old request from the first exchange.
+    let old = control_messages(&net.sites[0].sent_control, Kind::Rekey, false)[0].clone();
+    // Replayed: an old request from the first rekey.
     net.inject(1, Port::Outside, &old);
-    // Forged: one flipped bit in the ICV, in the body, in the header.
-    for at in [old.len() - 1, old.len() - 40, 20 + 8 + 3] {
+    // Forged: one flipped bit in the ICV, in the body, in the header's
+    // message ID.
+    for at in [old.len() - 1, old.len() - 40, 20 + 8 + 21] {
         let mut forged = old.clone();
         forged[at] ^= 0x04;
         net.inject(1, Port::Outside, &forged);
@@ -581,7 +633,6 @@ fn forged_replayed_and_truncated_control_messages_are_ignored_and_counted() {
     net.step();
     let after = net.sites[1].plane.counters();
     assert_eq!(after.replayed, before.2.replayed + 1, "{after:?}");
-    // The flipped header byte is in the IKE "SPI" (the tunnel tag): the ICV covers it too.
     assert_eq!(after.forged, before.2.forged + 3, "{after:?}");
     assert!(
         after.truncated >= before.2.truncated + (old.len() - 29) as u64 - 1,
@@ -609,7 +660,9 @@ fn reload_adds_removes_and_keeps_tunnels() {
         (0x2001, 0x2002),
     )
     .subnets(prefix("192.168.11.0/24"), prefix("192.168.12.0/24"))
-    .secret("another secret, long enough");
+    .keys_with(|dir, len, auth| {
+        ike_stub::builder::pattern_key(len, 3, u8::from(dir == "in") + 2 * u8::from(auth))
+    });
     let alg = Algorithm::Aes128Gcm16;
     let base = site(true, alg, secret);
     let mut net = Net::new(
@@ -665,7 +718,7 @@ fn reload_adds_removes_and_keeps_tunnels() {
     // Removing the first tunnel stops it; changing the second restarts it.
     let mut without_t = base.clone();
     without_t.tunnels = vec![TunnelBuilder {
-        spi_in: 0x2003,
+        spi_in: Some(0x2003),
         ..second
     }];
     let report = site.plane.reload(parse(&without_t.to_toml())).expect("reload");
@@ -687,8 +740,28 @@ fn reload_adds_removes_and_keeps_tunnels() {
 }
 
 #[test]
-fn keys_derived_from_the_secret_carry_traffic() {
-    // No keys at all: both ends derive the first generation from the secret.
+fn a_tunnel_with_a_secret_connects_with_fresh_keys_and_refuses_configured_ones() {
+    let alg = Algorithm::Aes256Sha256;
+    let keyed = |a: bool| config_text(a, alg, secret);
+    let mut net = Net::new(&keyed(true), &keyed(false), &EngineSpec::default());
+    net.traffic(20, true);
+    net.settle(5);
+    net.assert_all_delivered_once();
+    for s in 0..2 {
+        let counters = net.sites[s].plane.counters();
+        assert_eq!(counters.connects_completed, 1, "site {s}: {counters:?}");
+        assert_eq!(net.sites[s].plane.tunnels(net.now)[0].state, "established");
+    }
+    // Keys (or SPIs) beside a secret would be the same at every start: refused.
+    let with_keys = config_text(true, alg, |c| {
+        c.tunnels[0].secret = Some(SECRET.into());
+    });
+    let err = Config::parse(Path::new("x.toml"), &with_keys).expect_err("keys and a secret");
+    assert!(
+        err.to_string().contains("fresh at every start") && err.line > 0,
+        "{err}"
+    );
+    // Without keys or a secret the config names the fix.
     let strip = |config: &mut ConfigBuilder| {
         let tunnel = &mut config.tunnels[0];
         tunnel.enc_key_out = None;
@@ -696,20 +769,261 @@ fn keys_derived_from_the_secret_carry_traffic() {
         tunnel.enc_key_in = None;
         tunnel.auth_key_in = None;
     };
-    let alg = Algorithm::Aes256Sha256;
-    let keyless = |a: bool| {
-        config_text(a, alg, |c| {
-            strip(c);
-            secret(c);
-        })
-    };
-    let mut net = Net::new(&keyless(true), &keyless(false), &EngineSpec::default());
-    net.traffic(20, true);
-    net.settle(5);
-    net.assert_all_delivered_once();
-    // Without keys or a secret the config names the fix.
     let err = Config::parse(Path::new("x.toml"), &config_text(true, alg, strip)).expect_err("no keys");
     assert!(err.to_string().contains("secret"), "{err}");
+}
+
+/// Until a tunnel with a secret is keyed, what its policy protects is
+/// dropped, never sent in the clear or under a key of an earlier start.
+#[test]
+fn nothing_leaves_before_the_first_exchange_is_done() {
+    let alg = Algorithm::Aes128Gcm16;
+    let mut net = Net::unconnected(
+        &config_text(true, alg, secret),
+        &config_text(false, alg, secret),
+        &EngineSpec::default(),
+        (1, 2),
+    );
+    net.send(0, 100);
+    assert_eq!(net.sites[0].drops, vec![DropReason::PolicyDiscard]);
+    assert!(net.sites[0].sent_esp.is_empty() && net.sites[0].sent_control.is_empty());
+    assert_eq!(net.sites[0].plane.tunnels(net.now)[0].state, "down");
+    net.connect();
+    net.sent[0] = 0;
+    net.sites[0].drops.clear();
+    net.traffic(10, true);
+    net.settle(10);
+    net.assert_all_delivered_once();
+}
+
+/// The review's attack on keys that are the same at every start: the same
+/// packets' payloads, different in two runs, give the same keystream
+/// (c1 ^ c2 = p1 ^ p2) when the key and the nonce (the sequence number)
+/// repeat. After a restart of both ends every keystream is new.
+#[test]
+fn a_restart_of_both_ends_never_repeats_a_key_and_nonce() {
+    let alg = Algorithm::Aes128Gcm16;
+    let run = |seeds: (u64, u64), fill: u8| {
+        let mut net = Net::with_seeds(
+            &config_text(true, alg, secret),
+            &config_text(false, alg, secret),
+            &EngineSpec::default(),
+            seeds,
+        );
+        let mut keystreams = Vec::new();
+        for i in 0..20u8 {
+            let mut packet = common::udp_packet(HOST_A, HOST_B, 64, fill.wrapping_add(i));
+            packet[28..32].copy_from_slice(&u32::from(i).to_be_bytes());
+            let before = net.sites[0].sent_esp.len();
+            net.inject(0, Port::Inside, &packet);
+            net.step();
+            let frame = net.sites[0].sent_esp[before].clone();
+            // Outer IPv4 (20), ESP header (8), GCM IV (8), inner IPv4 and
+            // UDP headers (28): then the payload, encrypted as it was sent.
+            let cipher = &frame[20 + 8 + 8 + 28..20 + 8 + 8 + 28 + 32];
+            let stream: Vec<u8> = cipher.iter().zip(&packet[28..60]).map(|(c, p)| c ^ p).collect();
+            keystreams.push(stream);
+        }
+        net.settle(10);
+        keystreams
+    };
+    let first = run((1, 2), 0x10);
+    // A restart is new random numbers at both ends (the plane draws them
+    // from the operating system outside tests).
+    let second = run((3, 4), 0x80);
+    for (i, (a, b)) in first.iter().zip(&second).enumerate() {
+        assert_ne!(a, b, "packet {i}: the same keystream after a restart");
+    }
+}
+
+/// Every control message of a run, replayed at both ends after they both
+/// restarted (a spoofing attacker on the link who recorded the earlier
+/// run): the tunnel goes on, nothing switches, and what a replayed INIT
+/// installed expires.
+#[test]
+fn exchanges_recorded_before_a_restart_change_nothing_after_it() {
+    let life = packets(40, 100_000);
+    let alg = Algorithm::Aes128Gcm16;
+    let ends = |a: bool| {
+        config_text(a, alg, |c| {
+            secret(c);
+            lifetime(life)(c);
+            c.rekey = quick_rekey();
+        })
+    };
+    let mut before = Net::with_seeds(&ends(true), &ends(false), &EngineSpec::default(), (1, 2));
+    before.traffic_until_generation(3);
+    before.settle(50);
+    let recorded = [
+        before.sites[0].sent_control.clone(),
+        before.sites[1].sent_control.clone(),
+    ];
+    assert!(recorded[0].len() + recorded[1].len() >= 10);
+
+    let mut after = Net::with_seeds(&ends(true), &ends(false), &EngineSpec::default(), (3, 4));
+    let generations = (after.generation(0), after.generation(1));
+    for round in 0..3 {
+        for (from, frames) in recorded.iter().enumerate() {
+            for frame in frames {
+                after.inject(1 - from, Port::Outside, frame);
+                after.send(0, 100);
+                after.send(1, 100);
+                after.step();
+            }
+        }
+        if round == 0 {
+            assert_eq!(
+                (after.generation(0), after.generation(1)),
+                generations,
+                "a replay moved a tunnel"
+            );
+        }
+    }
+    // Long enough for every answered INIT to expire, with traffic.
+    for _ in 0..60 {
+        after.traffic(100, true);
+    }
+    after.settle(500);
+    after.assert_all_delivered_once();
+    for s in 0..2 {
+        let site = &after.sites[s];
+        let counters = site.plane.counters();
+        assert!(site.drops.is_empty(), "site {s}: {:?}", site.drops);
+        assert!(
+            counters.unknown_control_sa + counters.stale_responses > 0,
+            "site {s}: {counters:?}"
+        );
+        assert_eq!(counters.connects_completed, 1, "site {s}: {counters:?}");
+        let generation = after.generation(s);
+        let expected = match generation {
+            0 => vec!["t-in".to_owned(), "t-out".to_owned()],
+            g => vec![format!("t-in.{g}"), format!("t-out.{g}")],
+        };
+        assert_eq!(
+            after.sa_names(s),
+            expected,
+            "site {s}: what replays installed is gone"
+        );
+    }
+    let expired: u64 = after
+        .sites
+        .iter()
+        .map(|s| s.plane.counters().half_open_expired)
+        .sum();
+    assert!(expired > 0, "a replayed INIT was answered, then expired");
+    assert_eq!(after.generation(0), after.generation(1));
+}
+
+/// A request sent back to its sender (a reflection) is refused: the keys
+/// differ by direction. The exchange it belonged to completes as usual.
+#[test]
+fn a_request_reflected_to_its_sender_is_refused() {
+    let (soon, late) = (packets(30, 100_000), packets(90_000, 100_000));
+    let alg = Algorithm::Aes128Gcm16;
+    let mut net = Net::with_secret(alg, soon, late, quick_rekey(), &EngineSpec::default());
+    let mut reflected = 0;
+    while net.generation(0) < 3 {
+        let seen = net.sites[0].sent_control.len();
+        net.send(0, 200);
+        net.send(1, 200);
+        net.step();
+        // Every request A sends comes back to it as if from B.
+        let new: Vec<Vec<u8>> = net.sites[0].sent_control[seen..].to_vec();
+        for frame in control_messages(&new, Kind::Rekey, false) {
+            let mut back = frame.clone();
+            back[12..16].copy_from_slice(&frame[16..20]);
+            back[16..20].copy_from_slice(&frame[12..16]);
+            Ipv4Packet::new_unchecked(&mut back[..]).fill_checksum();
+            net.inject(0, Port::Outside, &back);
+            reflected += 1;
+        }
+        assert!(net.now < Duration::from_secs(60), "rekeys stalled");
+    }
+    net.settle(400);
+    net.assert_all_delivered_once();
+    assert!(reflected >= 3);
+    let a = net.sites[0].plane.counters();
+    assert_eq!(a.reflected, reflected, "{a:?}");
+    assert_eq!(a.rekeys_completed, 3, "{a:?}");
+    for s in 0..2 {
+        assert_eq!(net.sites[s].plane.tunnels(net.now)[0].state, "established");
+    }
+}
+
+/// A rekey this end answered but whose initiator never says it switched
+/// (its answer lost for good, or the request a replay) is given up: the
+/// SAs installed for it are removed and the tunnel is established again.
+#[test]
+fn an_answered_rekey_that_is_never_confirmed_expires() {
+    let (soon, late) = (packets(30, 100_000), packets(90_000, 100_000));
+    let rekey = RekeySection {
+        grace_ms: Some(300),
+        retransmit_ms: Some(20),
+        retries: Some(2),
+        retry_after_s: Some(3600),
+    };
+    let alg = Algorithm::Aes128Gcm16;
+    let mut net = Net::with_secret(alg, soon, late, rekey, &EngineSpec::default());
+    // A hears nothing from now on: B's answer never arrives.
+    net.mute[0] = true;
+    let mut i = 0;
+    while net.sites[1].plane.tunnels(net.now)[0].state != "rekey-responded" {
+        net.send(0, 100);
+        net.step();
+        i += 1;
+        assert!(i < 2_000, "B never answered a rekey");
+    }
+    assert_eq!(net.sa_names(1).len(), 4, "{:?}", net.sa_names(1));
+    net.settle(2_000);
+    let b = net.sites[1].plane.counters();
+    assert_eq!(b.responded_expired, 1, "{b:?}");
+    assert_eq!(net.sites[1].plane.tunnels(net.now)[0].state, "established");
+    assert_eq!(net.sa_names(1), vec!["t-in".to_owned(), "t-out".to_owned()]);
+}
+
+/// A reload that changes a tunnel without a secret but keeps its keys
+/// (here its replay window) carries its sequence counter and window over:
+/// the next packet continues the count, and frames from before the reload
+/// stay refused.
+#[test]
+fn a_reload_that_keeps_the_keys_keeps_the_sequence_numbers() {
+    let alg = Algorithm::Aes128Gcm16;
+    let window = |w: u32| move |c: &mut ConfigBuilder| c.tunnels[0].replay_window = Some(w);
+    let mut net = Net::new(
+        &config_text(true, alg, window(64)),
+        &config_text(false, alg, window(64)),
+        &EngineSpec::default(),
+    );
+    net.traffic(5, true);
+    net.settle(5);
+    let old_frames = net.sites[0].sent_esp.clone();
+    let now = net.now;
+    for s in 0..2 {
+        let site = &mut net.sites[s];
+        let report = site
+            .plane
+            .reload(parse(&config_text(s == 0, alg, window(128))))
+            .expect("reload");
+        assert_eq!(report.changed, vec!["t".to_owned()]);
+        assert_eq!(report.carried_over.len(), 2, "{report:?}");
+        drop(site.plane.service(now, &mut site.gw, []));
+    }
+    net.traffic(5, true);
+    net.settle(5);
+    let seq = |frame: &Vec<u8>| u32::from_be_bytes([frame[24], frame[25], frame[26], frame[27]]);
+    let sent: Vec<u32> = net.sites[0].sent_esp.iter().map(seq).collect();
+    assert_eq!(sent[..5], [1, 2, 3, 4, 5]);
+    // Past every number the old SA had reserved, in order.
+    assert!(
+        sent[5] > 5 && sent.windows(2).all(|w| w[0] < w[1]),
+        "the count goes on: {sent:?}"
+    );
+    for frame in &old_frames {
+        net.inject(1, Port::Outside, frame);
+    }
+    assert_eq!(net.sites[1].drops, vec![DropReason::ReplayDuplicate; 5]);
+    net.sites[1].drops.clear();
+    net.assert_all_delivered_once();
 }
 
 /// An idle soft lifetime starts a rekey like any soft limit, under the
@@ -796,15 +1110,22 @@ fn behind_nat(lifetime_a: Option<LifetimeBuilder>, lifetime_b: Option<LifetimeBu
             c.rekey = quick_rekey();
         })
     };
-    let mut net = Net::new(
+    let mut net = Net::unconnected(
         &end(true, lifetime_a),
         &end(false, lifetime_b),
         &EngineSpec::default(),
+        (1, 2),
     );
     net.nat = Some(Nat {
         private: (Ipv4Addr::new(10, 0, 0, 1), 4500),
         public: (NAT_PUBLIC, port),
     });
+    // B's first INIT request (and its first keepalive) go to A's
+    // configured address, which the NAT hides; A's request reaches B, and
+    // B asks again where it came from.
+    net.connect();
+    assert!(net.nat_dropped <= 2, "{}", net.nat_dropped);
+    net.nat_dropped = 0;
     net
 }
 
@@ -979,4 +1300,63 @@ fn keepalives_go_to_each_encapsulated_peer_every_interval() {
         .sites
         .iter()
         .all(|s| s.drops.is_empty() && s.gw.stats().balanced()));
+}
+
+/// A replay of the peer's last rekey request, from anywhere, is not proof
+/// that the peer moved: this end's next exchange still goes to where the
+/// peer last proved to be.
+#[test]
+fn a_replayed_request_does_not_move_where_exchanges_go() {
+    let (soon, late) = (Some(packets(30, 100_000)), Some(packets(300, 100_000)));
+    let mut net = behind_nat(soon, late, 40_001);
+    // A speaks first, so that B's ESP follows it to the NAT.
+    net.send(0, 100);
+    net.settle(20);
+    // A rekeys first (its limit is lower).
+    while net.generation(0) < 1 {
+        net.send(0, 100);
+        net.send(1, 100);
+        net.step();
+        assert!(net.now < Duration::from_secs(30));
+    }
+    net.settle(50);
+    // An attacker elsewhere sends B a copy of A's last request.
+    let frame = net.sites[0]
+        .sent_control
+        .iter()
+        .rev()
+        .find(|f| f.len() > 32 && f.get(28..32) == Some(&[0; 4][..]) && f.get(32 + 28) == Some(&2))
+        .expect("A's last rekey request")
+        .clone();
+    let replayed = net.sites[1].plane.counters().duplicates + net.sites[1].plane.counters().replayed;
+    let mut spoofed = frame.clone();
+    spoofed[12..16].copy_from_slice(&[10, 0, 0, 66]);
+    spoofed[20..22].copy_from_slice(&5555u16.to_be_bytes());
+    Ipv4Packet::new_unchecked(&mut spoofed[..]).fill_checksum();
+    net.inject(1, Port::Outside, &spoofed);
+    // Now the next exchange: what B sends must go to the NAT, not to the
+    // attacker.
+    let seen = net.sites[1].sent_control.len();
+    while net.generation(1) < 2 {
+        net.send(0, 100);
+        net.send(1, 100);
+        net.step();
+        assert!(net.now < Duration::from_secs(60), "B's rekey stalled");
+    }
+    let to_attacker = net.sites[1].sent_control[seen..]
+        .iter()
+        .filter(|f| f[16..20] == [10, 0, 0, 66])
+        .count();
+    assert_eq!(to_attacker, 0, "B sent its exchange to the replay's source");
+    let counters = net.sites[1].plane.counters();
+    assert_eq!(
+        counters.duplicates + counters.replayed,
+        replayed + 1,
+        "{counters:?}"
+    );
+    net.settle(400);
+    let drops: Vec<_> = net.sites.iter().map(|s| s.drops.clone()).collect();
+    assert!(drops.iter().all(Vec::is_empty), "{drops:?}");
+    assert_eq!(net.nat_dropped, 0, "{:?}", net.sites[1].plane.counters());
+    net.assert_all_delivered_once();
 }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use accel::{Algorithm, EngineSpec, Style};
 use anyhow::{bail, ensure, Context};
 use dataplane::{Gateway, Output, PacketBuf, PacketPool, Port, Verdict};
-use ike_stub::{PolicyAction, PolicyConfig, SaCommand, SaConfig};
+use ike_stub::{KeySource, PolicyAction, PolicyConfig, SaCommand, SaConfig};
 use smoltcp::wire::Ipv4Packet;
 use spd_sad::{
     proto, FlowKey, Ipv4Prefix, Lifetime, Mode, PolicyDirection, PortRange, ProtocolSelector, SaDirection,
@@ -167,9 +167,9 @@ fn sa(
         auth_key: key(algorithm.auth_key_len(), spi as usize + 7),
         initial_seq: 0,
         admits_any: false,
-        // Synthetic keys of an in-memory table that never leaves the
-        // process: no ledger (see `espgw bench`).
-        keys: ike_stub::config::KeySource::File,
+        // Synthetic keys that never leave the process.
+        keys: KeySource::File,
+        // Nothing leaves the process: no sequence ledger.
         ledger_mark: None,
     }
 }

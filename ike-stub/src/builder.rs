@@ -576,8 +576,11 @@ pub struct TunnelBuilder {
     pub mode: Option<Mode>,
     #[serde(with = "text")]
     pub proposal: Algorithm,
-    pub spi_out: u32,
-    pub spi_in: u32,
+    /// Left out with a `secret`: the exchange picks them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spi_out: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spi_in: Option<u32>,
     #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
     pub enc_key_out: Option<Vec<u8>>,
     #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
@@ -627,8 +630,8 @@ impl TunnelBuilder {
             protocol: None,
             mode: None,
             proposal,
-            spi_out,
-            spi_in,
+            spi_out: Some(spi_out),
+            spi_in: Some(spi_in),
             enc_key_out: None,
             enc_key_in: None,
             auth_key_out: None,
@@ -682,8 +685,18 @@ impl TunnelBuilder {
         self
     }
 
+    /// A `secret`: the tunnel is keyed by an exchange with the peer, so
+    /// its SPIs, keys and initial sequence numbers go.
     pub fn secret(mut self, secret: impl Into<String>) -> Self {
         self.secret = Some(secret.into());
+        self.spi_out = None;
+        self.spi_in = None;
+        self.enc_key_out = None;
+        self.enc_key_in = None;
+        self.auth_key_out = None;
+        self.auth_key_in = None;
+        self.initial_seq_out = None;
+        self.initial_seq_in = None;
         self
     }
 
@@ -927,7 +940,6 @@ mod tests {
                 .keys_with(|dir, len, auth| pattern_key(len, 7, u8::from(dir == "in") + u8::from(auth) * 100))
                 .esn(true)
                 .replay_window(128)
-                .secret("a builder test secret, long enough")
                 .udp_encap()
                 .lifetime(LifetimeBuilder {
                     soft_bytes: Some(1000),
@@ -940,6 +952,16 @@ mod tests {
                     hard_idle_s: Some(9),
                 })
             })
+            .tunnel(
+                TunnelBuilder::new(
+                    "s",
+                    (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 3)),
+                    alg,
+                    (0x1003, 0x1004),
+                )
+                .subnets(net("192.168.1.0/24"), net("192.168.5.0/24"))
+                .secret("a builder test secret, long enough"),
+            )
     }
 
     /// The text reads back into the same builder: nothing is lost or
@@ -1025,10 +1047,17 @@ mod tests {
                 remote_port: 4502
             })
         );
+        assert!(tunnel.secret.is_none());
+        let keyed = config.tunnel("s").expect("the tunnel with a secret");
         assert_eq!(
-            tunnel.secret.as_deref().map(Vec::as_slice),
+            keyed.secret.as_deref().map(Vec::as_slice),
             Some(&b"a builder test secret, long enough"[..])
         );
+        // Its SAs are templates the exchange keys: no SPI, no keys.
+        let template = config.sa("s-in").expect("the template");
+        assert_eq!(template.keys, crate::KeySource::Exchange);
+        assert_eq!((template.params.spi, template.enc_key.len()), (0, 0));
+        assert_eq!(template.params.selectors.len(), 1, "the inbound policy's");
         let life = tunnel.lifetime;
         assert_eq!((life.soft.bytes, life.hard.bytes), (Some(1000), Some(2000)));
         assert_eq!((life.soft.packets, life.hard.packets), (Some(10), Some(20)));
@@ -1039,6 +1068,7 @@ mod tests {
         );
 
         let out = config.sa("t-out").expect("the outbound SA");
+        assert_eq!(out.keys, crate::KeySource::File);
         assert_eq!(out.params.direction, SaDirection::Outbound);
         assert_eq!(out.params.spi, 0x1001);
         assert_eq!(out.initial_seq, 7);

@@ -36,15 +36,18 @@ pub const DEFAULT_NAT_KEEPALIVE: Duration = Duration::from_secs(20);
 /// Default TTL of outer tunnel headers.
 pub const DEFAULT_OUTER_TTL: u8 = 64;
 
-/// Where an SA's keys came from, which decides whether its sequence
-/// numbers must outlive the process.
+/// Where an SA's keys come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeySource {
-    /// The configuration file (`enc_key`, `auth_key`, or a tunnel's keys):
-    /// the same at every start, so its counter and replay window must go
-    /// on where they stopped (a state directory's ledger).
+    /// The configuration file: the same keys at every start, so the SA's
+    /// counter and replay window must go on where they stopped (the
+    /// sequence ledger of a state directory, see [`crate::ledger`]).
     File,
-    /// A key exchange: new keys every time, so its counters start afresh.
+    /// An exchange with the peer (a `[[tunnel]]` with a `secret`): fresh
+    /// keys from both ends' nonces every time. In [`Config::sas`] such an
+    /// SA is a template without keys or SPI, which names the tunnel's first
+    /// SAs for its policies and carries their selectors; the control plane
+    /// installs the real ones once the exchange is done.
     Exchange,
 }
 
@@ -121,8 +124,10 @@ pub struct TunnelConfig {
     /// RFC 3948 UDP encapsulation, and with it the rekey exchange on the
     /// encapsulation's ports (with the non-ESP marker).
     pub encap: Option<UdpEncap>,
-    /// The pre-shared secret the rekey exchange is keyed from; without
-    /// one the tunnel keeps its configured keys until they expire.
+    /// The pre-shared secret the keying exchange is authenticated with:
+    /// with one, every key comes from an exchange with the peer (the first
+    /// at start); without one, the tunnel keeps its configured keys until
+    /// they expire.
     pub secret: Option<Zeroizing<Vec<u8>>>,
 }
 
@@ -347,10 +352,18 @@ impl Config {
     }
 
     /// Registers a session per SA, installs SAs (inbound ones with their
-    /// selectors, filled in by validation), then policies.
+    /// selectors, filled in by validation), then policies. SAs keyed by an
+    /// exchange are not installed: until the control plane has keyed them,
+    /// their policies discard.
     pub fn install(&self, gateway: &mut Gateway, now: Duration) -> Result<(), InstallError> {
-        for sa in &self.sas {
+        for sa in self.sas.iter().filter(|s| s.keys == KeySource::File) {
             install_sa(gateway, sa, now)?;
+        }
+        // The exchange of a UDP-encapsulated tunnel runs on its port.
+        for tunnel in self.tunnels.iter().filter(|t| t.secret.is_some()) {
+            if let Some(encap) = tunnel.encap {
+                gateway.open_encapsulation_port(encap.local_port);
+            }
         }
         for policy in &self.policies {
             install_policy(gateway, policy);
@@ -1758,39 +1771,59 @@ impl Validator<'_> {
         let lifetime = self.lifetime(t.lifetime.as_ref())?;
         let near = span(&t.proposal);
         let secret = t.secret.as_ref().map(|s| self.secret(s)).transpose()?;
-        let no_keys = [&t.enc_key_out, &t.enc_key_in, &t.auth_key_out, &t.auth_key_in]
-            .iter()
-            .all(|k| k.is_none());
-        // With a secret and no keys, both ends derive the first keys alone.
-        // (Only IPv4 ends have a secret: refused above for IPv6.)
-        let derived = match (&secret, local, remote) {
-            (Some(secret), IpAddr::V4(l), IpAddr::V4(r)) if no_keys => {
-                Some(crate::prf::TunnelSecrets::derive(secret, name).initial(
-                    algorithm,
-                    (l, r),
-                    (self.spi(&t.spi_out)?, self.spi(&t.spi_in)?),
-                ))
+        if let Some(at) = &t.secret {
+            // Keys and SPIs come from the exchange, fresh at every start:
+            // configured ones would be used again after a restart.
+            let configured = [
+                ("spi_out", t.spi_out.as_ref().and_then(span)),
+                ("spi_in", t.spi_in.as_ref().and_then(span)),
+                ("enc_key_out", t.enc_key_out.as_ref().and_then(span)),
+                ("enc_key_in", t.enc_key_in.as_ref().and_then(span)),
+                ("auth_key_out", t.auth_key_out.as_ref().and_then(span)),
+                ("auth_key_in", t.auth_key_in.as_ref().and_then(span)),
+                ("initial_seq_out", t.initial_seq_out.and(span(at))),
+                ("initial_seq_in", t.initial_seq_in.and(span(at))),
+            ];
+            if let Some((field, where_)) = configured.into_iter().find(|(_, s)| s.is_some()) {
+                return self.err(
+                    where_,
+                    ConfigErrorKind::Value(format!(
+                        "tunnel `{name}` has a `secret`, so its keys and SPIs come from an exchange with the peer, \
+                         fresh at every start (keys from the file would be used again after a restart, with the \
+                         same sequence numbers); remove `{field}`, or remove `secret` to key the tunnel by hand"
+                    )),
+                );
             }
-            _ => None,
+        }
+        let required_spi = |spi: &Option<S<u32>>, field: &str| -> Result<u32, ConfigError> {
+            match spi {
+                Some(spi) => self.spi(spi),
+                None => self.err(
+                    span(&t.name),
+                    ConfigErrorKind::Value(format!(
+                        "tunnel `{name}` needs `{field}` (256 or more), or a `secret` to key it by an exchange with the peer"
+                    )),
+                ),
+            }
+        };
+        let keys = if secret.is_some() {
+            KeySource::Exchange
+        } else {
+            KeySource::File
         };
         let make_sa = |suffix: &str,
                        direction,
-                       spi: &S<u32>,
+                       spi: &Option<S<u32>>,
                        enc: Option<&S<SecretText>>,
                        auth: Option<&S<SecretText>>,
                        initial_seq: Option<u64>,
                        (l, r)|
          -> Result<SaConfig, ConfigError> {
-            let (enc_key, auth_key) = match &derived {
-                Some((out_keys, in_keys)) => {
-                    let keys = if direction == SaDirection::Outbound {
-                        out_keys
-                    } else {
-                        in_keys
-                    };
-                    (keys.enc.clone(), keys.auth.clone())
-                }
-                None => (
+            let (spi, enc_key, auth_key) = match keys {
+                // A template: the plane fills these in for each exchange.
+                KeySource::Exchange => (0, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())),
+                KeySource::File => (
+                    required_spi(spi, &format!("spi_{suffix}"))?,
                     self.key(
                         enc,
                         &format!("enc_key_{suffix}"),
@@ -1811,7 +1844,7 @@ impl Validator<'_> {
                 params: SaParams {
                     name: format!("{name}-{suffix}"),
                     direction,
-                    spi: self.spi(spi)?,
+                    spi,
                     mode,
                     encap,
                     local: l,
@@ -1826,15 +1859,12 @@ impl Validator<'_> {
                 auth_key,
                 initial_seq: initial_seq.unwrap_or(0),
                 admits_any: false,
-                // Keys from the secret are the exchange's to renew.
-                keys: if derived.is_some() {
-                    KeySource::Exchange
-                } else {
-                    KeySource::File
-                },
+                keys,
                 ledger_mark: None,
             };
-            self.check_session(&sa, enc.and_then(span).or(span(&t.name)))?;
+            if keys == KeySource::File {
+                self.check_session(&sa, enc.and_then(span).or(span(&t.name)))?;
+            }
             Ok(sa)
         };
         let out_sa = make_sa(
@@ -1974,9 +2004,12 @@ impl Validator<'_> {
             if earlier.iter().any(|(_, e)| e.params.name == sa.params.name) {
                 return self.err(at.clone(), ConfigErrorKind::DuplicateName(sa.params.name.clone()));
             }
-            if sa.params.direction == SaDirection::Inbound {
+            // A template's SPI is chosen by each exchange.
+            if sa.params.direction == SaDirection::Inbound && sa.keys == KeySource::File {
                 if let Some((_, first)) = earlier.iter().find(|(_, e)| {
-                    e.params.direction == SaDirection::Inbound && e.params.spi == sa.params.spi
+                    e.params.direction == SaDirection::Inbound
+                        && e.keys == KeySource::File
+                        && e.params.spi == sa.params.spi
                 }) {
                     return self.err(
                         at.clone(),

@@ -1,5 +1,6 @@
-//! The control plane's state machine: rekeying tunnels with the peer,
-//! retiring replaced SAs, and applying configuration reloads.
+//! The control plane's state machine: keying tunnels with the peer
+//! (connecting at start, rekeying), retiring replaced SAs, and applying
+//! configuration reloads.
 //!
 //! Sans-IO like the gateway: it is fed SA lifetime events, the control
 //! datagrams the gateway delivered and the time, and it answers with
@@ -8,14 +9,28 @@
 //! applied everywhere ([`Datagram::after_commands`]): the responder's new
 //! inbound SA must exist before the initiator can learn it and switch.
 //!
-//! One rekey, make-before-break (I initiates, R responds):
+//! A tunnel with a secret has no SAs until it connects: an INIT exchange
+//! makes a *control SA* (IKEv2's IKE SA) from fresh SPIs and nonces of both
+//! ends, and its first child SAs; every later message is authenticated
+//! under the control SA, with one key per direction. So nothing captured
+//! before a restart (of either end) names a control SA that exists, a
+//! message sent back to its sender does not verify, and no ESP key is
+//! ever used twice. Traffic moves to SAs only once the peer has proven it
+//! is live, with a key that depends on this end's fresh nonce.
+//!
+//! Connecting, make-before-break (I initiates, R responds):
 //!
 //! ```text
-//! I  rekey request (gen+1, SPIi, Ni)  ->  R  installs in+out gen+1, keeps sending on gen
-//! I  <-  rekey response (gen+1, SPIr, Nr)
-//! I  installs in+out gen+1, switches outbound, sends "switched"  ->  R switches outbound
-//! I  <-  switched acknowledged; both delete the gen SAs after the grace period
+//! I  INIT request (SPIi, Ni, SPI_I; key from the secret and I's side)  ->  R
+//!       R installs in+out (not used yet), keeps what it had
+//! I  <-  INIT response (SPIi, SPIr, Nr, SPI_R; key of the new control SA)
+//! I  installs in+out, sends on them, "switched"  ->  R moves to them and to the new control SA
+//! I  <-  switched acknowledged; both delete what they had after the grace period
 //! ```
+//!
+//! One rekey, under the control SA, is the same with a rekey request
+//! (child+1, SPI, nonce) in place of INIT. An answer that is never
+//! confirmed expires and its SAs are removed.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -28,11 +43,11 @@ use serde::Serialize;
 use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams, SecurityAssociation, Selector};
 
 use crate::config::{
-    install_policy, install_sa, resolve_action, Config, InstallError, PolicyConfig, RekeySettings, SaConfig,
-    TunnelConfig,
+    install_policy, install_sa, resolve_action, Config, InstallError, KeySource, PolicyConfig, RekeySettings,
+    SaConfig, TunnelConfig,
 };
-use crate::message::{peek_tunnel, Kind, Message, MessageError};
-use crate::prf::{TunnelSecrets, NONCE_LEN};
+use crate::message::{peek, ControlSpi, Kind, Message, MessageError, SPI_LEN};
+use crate::prf::{ControlKeys, Side, TunnelSecrets, NONCE_LEN};
 use dataplane::nat::NON_ESP_MARKER;
 use dataplane::CONTROL_PORT;
 
@@ -43,6 +58,12 @@ pub enum SaCommand {
     InstallSa(Box<SaConfig>),
     /// Delete an SA; its keys are zeroized with its last session.
     RemoveSa(String),
+    /// Replace SA `old` by `new`, which has the same keys: `new` takes
+    /// over its sequence counter and replay window.
+    ReplaceSa {
+        old: String,
+        new: Box<SaConfig>,
+    },
     InsertPolicy(PolicyConfig),
     RemovePolicy(String),
     /// Point a `protect` policy at another SA (the switch of a rekey).
@@ -50,6 +71,9 @@ pub enum SaCommand {
         policy: String,
         sa: String,
     },
+    /// Take UDP on this port (a tunnel keyed by an exchange over its
+    /// encapsulation port, before it has SAs).
+    OpenEncapsulationPort(u16),
     /// Change what may arrive through an inbound SA, keeping its sequence
     /// state (a reload that changed only the policies naming it).
     SetSelectors {
@@ -79,7 +103,15 @@ impl SaCommand {
                     drop(gateway.remove_sa(id));
                 }
             }
+            SaCommand::ReplaceSa { old, new } => {
+                let state = take_sequence_state(gateway, old);
+                install_sa(gateway, new, now)?;
+                if let Some(state) = state {
+                    resume_sa(gateway, &new.params.name, &state);
+                }
+            }
             SaCommand::InsertPolicy(policy) => install_policy(gateway, policy),
+            SaCommand::OpenEncapsulationPort(port) => gateway.open_encapsulation_port(*port),
             SaCommand::RemovePolicy(name) => {
                 gateway.spd_mut().remove(name);
             }
@@ -109,6 +141,13 @@ impl SaCommand {
 /// counter and one lifetime usage (see [`spd_sad::SecurityAssociation::fork`]).
 pub enum WorkerCommand {
     Adopt(Box<SecurityAssociation<SaCrypto>>),
+    /// Adopt an SA that replaces SA `old` of this worker (a
+    /// [`SaCommand::ReplaceSa`]): the outbound counter is shared already,
+    /// the replay window is this worker's own.
+    AdoptReplacing {
+        sa: Box<SecurityAssociation<SaCrypto>>,
+        old: String,
+    },
     Apply(SaCommand),
 }
 
@@ -116,6 +155,7 @@ impl std::fmt::Debug for WorkerCommand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WorkerCommand::Adopt(sa) => write!(f, "Adopt({})", sa.name()),
+            WorkerCommand::AdoptReplacing { sa, old } => write!(f, "AdoptReplacing({} for {old})", sa.name()),
             WorkerCommand::Apply(c) => write!(f, "Apply({c:?})"),
         }
     }
@@ -131,8 +171,37 @@ impl WorkerCommand {
                     .map_err(|e| ApplyError::Install(InstallError::from_gateway(&name, e)))?;
                 Ok(())
             }
+            WorkerCommand::AdoptReplacing { mut sa, old } => {
+                if let Some(state) = take_sequence_state(gateway, &old) {
+                    sa.resume(&state);
+                }
+                let name = sa.name().to_owned();
+                gateway
+                    .adopt_sa(*sa)
+                    .map_err(|e| ApplyError::Install(InstallError::from_gateway(&name, e)))?;
+                Ok(())
+            }
             WorkerCommand::Apply(command) => command.apply(gateway, now),
         }
+    }
+}
+
+/// Removes SA `name` from `gateway`, returning its sequence state.
+fn take_sequence_state(gateway: &mut Gateway, name: &str) -> Option<spd_sad::SequenceState> {
+    let id = gateway.sad().find(name)?;
+    let state = gateway.sad().get(id).map(SecurityAssociation::sequence_state);
+    drop(gateway.remove_sa(id));
+    state
+}
+
+/// Continues SA `name` of `gateway` from `state`.
+fn resume_sa(gateway: &mut Gateway, name: &str, state: &spd_sad::SequenceState) {
+    if let Some(sa) = gateway
+        .sad()
+        .find(name)
+        .and_then(|id| gateway.sad_mut().get_mut(id))
+    {
+        sa.resume(state);
     }
 }
 
@@ -155,6 +224,17 @@ impl SaCommand {
                     .and_then(|id| first.sad().get(id))
                 {
                     Some(installed) => WorkerCommand::Adopt(Box::new(installed.fork())),
+                    None => WorkerCommand::Apply(self.clone()),
+                },
+                SaCommand::ReplaceSa { old, new } => match first
+                    .sad()
+                    .find(&new.params.name)
+                    .and_then(|id| first.sad().get(id))
+                {
+                    Some(installed) => WorkerCommand::AdoptReplacing {
+                        sa: Box::new(installed.fork()),
+                        old: old.clone(),
+                    },
                     None => WorkerCommand::Apply(self.clone()),
                 },
                 other => WorkerCommand::Apply(other.clone()),
@@ -186,8 +266,14 @@ pub struct ControlCounters {
     pub duplicates: u64,
     /// Ignored: the ICV did not verify.
     pub forged: u64,
-    /// Ignored: a request with a message ID already used.
+    /// Ignored: a request with a message ID already used, or an INIT
+    /// request of the control SA already in place.
     pub replayed: u64,
+    /// Ignored: a message of ours sent back to us.
+    pub reflected: u64,
+    /// Ignored: a message of a control SA this end does not have (from
+    /// before a restart of either end, or a replay of one).
+    pub unknown_control_sa: u64,
     /// Ignored: a response to no outstanding request (a late duplicate of
     /// one already handled, or a replay).
     pub stale_responses: u64,
@@ -199,10 +285,22 @@ pub struct ControlCounters {
     pub unknown_tunnel: u64,
     /// Ignored: from or to an address that is not the tunnel's.
     pub wrong_peer: u64,
-    /// Ignored: for a generation other than the next one.
+    /// Ignored: for a child SA pair other than the next one.
     pub out_of_step: u64,
-    /// Both ends started a rekey at once; the lower address gave way.
+    /// Both ends started an exchange at once; the lower address gave way.
     pub collisions: u64,
+    /// INIT exchanges this end started, and those that ended with both
+    /// ends on the new control SA.
+    pub connects_started: u64,
+    pub connects_completed: u64,
+    /// INIT requests answered whose initiator never confirmed (a replayed
+    /// INIT, or a peer that gave up): their SAs were removed.
+    pub half_open_expired: u64,
+    /// INIT requests answered and dropped for a newer one, past the bound.
+    pub half_open_evicted: u64,
+    /// Rekeys answered whose initiator never confirmed the switch: their
+    /// SAs were removed.
+    pub responded_expired: u64,
     pub rekeys_started: u64,
     pub rekeys_completed: u64,
     /// Exchanges abandoned because the peer never answered.
@@ -215,40 +313,139 @@ pub struct ControlCounters {
     pub reloads_rejected: u64,
 }
 
-/// Where a tunnel's rekey exchange is.
+/// INIT requests a tunnel answers and keeps waiting for confirmation at
+/// once; a newer one evicts the oldest. Only a holder of the secret can
+/// confirm one, so these are the peer's own (one at a time) or replays of
+/// old ones, which cost SAs until they expire.
+pub const MAX_HALF_OPEN: usize = 4;
+
+/// A control SA (IKEv2's IKE SA): made by an INIT exchange with fresh
+/// SPIs and nonces from both ends, so every start of either end makes a new
+/// one, and what was captured under an earlier one names nothing. It
+/// authenticates every later message of the tunnel, with one key per
+/// direction.
+struct ControlSa {
+    spi_i: ControlSpi,
+    spi_r: ControlSpi,
+    /// Whether this end started the INIT exchange that made it.
+    initiator: bool,
+    keys: ControlKeys,
+    /// The ID of this end's next request.
+    next_message_id: u32,
+    /// Highest request ID seen from the peer, and our answer to it, if we
+    /// gave one (sent again if the request is retransmitted).
+    peer_request: Option<(u32, Option<Vec<u8>>)>,
+    /// The last child SA pair both ends switched to (the INIT's is 0).
+    child: u32,
+}
+
+impl ControlSa {
+    /// Seals `message` as this end sends it: the SPIs, the initiator flag
+    /// and the key of this end's role.
+    fn seal(&self, mut message: Message) -> Vec<u8> {
+        message.spi_i = self.spi_i;
+        message.spi_r = self.spi_r;
+        message.from_initiator = self.initiator;
+        let key = if self.initiator {
+            &self.keys.sk_ai
+        } else {
+            &self.keys.sk_ar
+        };
+        message.seal(&key[..])
+    }
+
+    /// Opens a message the peer sent under this control SA: with the key
+    /// of the peer's role, so that our own messages sent back to us fail.
+    fn open(&self, bytes: &[u8]) -> Result<Message, MessageError> {
+        let key = if self.initiator {
+            &self.keys.sk_ar
+        } else {
+            &self.keys.sk_ai
+        };
+        Message::open(bytes, &key[..])
+    }
+
+    fn is(&self, spi_i: &ControlSpi, spi_r: &ControlSpi) -> bool {
+        &self.spi_i == spi_i && &self.spi_r == spi_r
+    }
+
+    fn take_message_id(&mut self) -> u32 {
+        let id = self.next_message_id;
+        self.next_message_id = self.next_message_id.wrapping_add(1);
+        id
+    }
+}
+
+/// An INIT request this end answered: its SAs are installed, and traffic
+/// moves to them once the initiator proves it holds the new control SA's
+/// key (its `switched` request).
+struct HalfOpen {
+    control: ControlSa,
+    generation: u32,
+    /// Our answer, sent again if the request is.
+    answer: Vec<u8>,
+    /// Where the request came from, and so where the answer goes.
+    reply_to: (Ipv4Addr, u16),
+    expires_at: Duration,
+}
+
+/// Which exchange a request of ours starts.
+#[derive(Debug, Clone, Copy)]
+enum Exchange {
+    /// A new control SA and its first child SAs.
+    Init { spi_i: ControlSpi },
+    /// The next child SAs under the control SA.
+    Rekey,
+}
+
+/// Where a tunnel's exchanges are.
 #[derive(Debug, Clone)]
 enum Phase {
-    Established,
-    /// We asked for a rekey and wait for the answer.
+    /// No exchange under way.
+    Idle,
+    /// We asked and wait for the answer.
     Requested {
+        exchange: Exchange,
         id: u32,
         nonce: [u8; NONCE_LEN],
+        /// Our new inbound SPI (reserved).
         spi: u32,
         wire: Vec<u8>,
         attempts: u32,
+        /// When it last left, and when it leaves again.
+        sent_at: Duration,
         next_send: Duration,
     },
     /// We switched to the new SAs and wait for the peer to confirm it did
     /// too; `old_in` is deleted once it has (and the grace period passed).
     Confirming {
+        connect: bool,
         id: u32,
         wire: Vec<u8>,
         attempts: u32,
         next_send: Duration,
-        old_in: String,
+        old_in: Option<String>,
     },
     /// We answered a rekey and installed its SAs; we switch when the
-    /// initiator says it has.
+    /// initiator says it has, or remove them at `expires_at`.
     Responded {
         generation: u32,
+        child: u32,
+        expires_at: Duration,
     },
 }
 
 impl Phase {
-    fn name(&self) -> &'static str {
+    fn name(&self, connected: bool) -> &'static str {
         match self {
-            Phase::Established => "established",
+            Phase::Idle if connected => "established",
+            Phase::Idle => "down",
+            Phase::Requested {
+                exchange: Exchange::Init { .. },
+                ..
+            } => "connecting",
             Phase::Requested { .. } => "rekey-requested",
+            Phase::Confirming { connect: true, .. } => "connect-confirming",
             Phase::Confirming { .. } => "rekey-confirming",
             Phase::Responded { .. } => "rekey-responded",
         }
@@ -259,22 +456,27 @@ impl Phase {
 struct Tunnel {
     config: TunnelConfig,
     /// UDP-encapsulated tunnels: the address and port the peer's latest
-    /// authenticated message came from, where our messages go (RFC 7296
+    /// message proven fresh came from, where our messages go (RFC 7296
     /// §2.23); `None` until one came.
     peer_at: Option<(Ipv4Addr, u16)>,
     /// Where the gateway's ESP last said the peer was (see `follow_peers`).
     dataplane_peer: Option<(Ipv4Addr, u16)>,
     secrets: Option<TunnelSecrets>,
-    generation: u32,
+    /// This end's side (a tunnel with a secret has IPv4 ends).
+    side: Side,
+    control: Option<ControlSa>,
+    half_open: Vec<HalfOpen>,
+    /// The generation of the SAs traffic uses: a local count that names
+    /// the SAs (`{tunnel}-out.{generation}`). `None` while a tunnel keyed
+    /// by exchange has had none yet.
+    current: Option<u32>,
+    next_generation: u32,
     phase: Phase,
-    next_message_id: u32,
-    /// Highest request ID seen from the peer, and our answer to it, if we
-    /// gave one (sent again if the request is retransmitted).
-    peer_request: Option<(u32, Option<Vec<u8>>)>,
     /// Replaced SAs and when to delete them; `None`: at their hard expiry
     /// (the peer may still send on them).
     retiring: Vec<(String, Option<Duration>)>,
-    /// After giving up, when to try again.
+    /// When to start the next exchange: at start (a tunnel with a secret
+    /// connects at once), and after giving up.
     retry_at: Option<Duration>,
     rekeys: u64,
     last_rekey: Option<Duration>,
@@ -292,17 +494,25 @@ impl Tunnel {
             .secret
             .as_ref()
             .map(|s| TunnelSecrets::derive(s, &config.name));
+        let side = match (config.local, config.remote) {
+            (IpAddr::V4(local), IpAddr::V4(remote)) => Side::of(local, remote),
+            // No secret (the config refuses one with IPv6 ends): no exchange.
+            _ => Side::Low,
+        };
+        let keyed_by_exchange = secrets.is_some();
         Tunnel {
             config,
             secrets,
-            generation: 0,
-            phase: Phase::Established,
-            next_message_id: 0,
+            side,
+            control: None,
+            half_open: Vec::new(),
+            current: (!keyed_by_exchange).then_some(0),
+            next_generation: u32::from(!keyed_by_exchange),
+            phase: Phase::Idle,
             peer_at: None,
             dataplane_peer: None,
-            peer_request: None,
             retiring: Vec::new(),
-            retry_at: None,
+            retry_at: keyed_by_exchange.then_some(Duration::ZERO),
             rekeys: 0,
             last_rekey: None,
             note: None,
@@ -314,33 +524,53 @@ impl Tunnel {
         self.config.sa_name(direction, generation)
     }
 
-    fn current(&self, direction: SaDirection) -> String {
-        self.sa(direction, self.generation)
+    fn current(&self, direction: SaDirection) -> Option<String> {
+        self.current.map(|g| self.sa(direction, g))
+    }
+
+    fn take_generation(&mut self) -> u32 {
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1);
+        generation
     }
 
     /// The commands that point the tunnel's policies at its current SAs.
-    fn repoints(&self) -> [SaCommand; 2] {
+    fn repoints(&self) -> Vec<SaCommand> {
+        let Some(generation) = self.current else {
+            return Vec::new();
+        };
         [
             (PolicyDirection::Out, SaDirection::Outbound),
             (PolicyDirection::In, SaDirection::Inbound),
         ]
+        .into_iter()
         .map(|(policy, sa)| SaCommand::Repoint {
             policy: self.config.policy_name(policy),
-            sa: self.current(sa),
+            sa: self.sa(sa, generation),
         })
+        .collect()
     }
 
     /// Every SA of this tunnel that may exist in the gateways.
     fn all_sas(&self) -> Vec<String> {
-        let mut names = vec![
-            self.current(SaDirection::Outbound),
-            self.current(SaDirection::Inbound),
-        ];
-        if let Phase::Responded { generation } = self.phase {
+        let mut names: Vec<String> = Vec::new();
+        let mut pair = |generation: u32| {
             names.push(self.sa(SaDirection::Outbound, generation));
             names.push(self.sa(SaDirection::Inbound, generation));
+        };
+        if let Some(generation) = self.current {
+            pair(generation);
         }
-        if let Phase::Confirming { old_in, .. } = &self.phase {
+        if let Phase::Responded { generation, .. } = self.phase {
+            pair(generation);
+        }
+        for half in &self.half_open {
+            pair(half.generation);
+        }
+        if let Phase::Confirming {
+            old_in: Some(old_in), ..
+        } = &self.phase
+        {
             names.push(old_in.clone());
         }
         names.extend(self.retiring.iter().map(|(n, _)| n.clone()));
@@ -361,6 +591,8 @@ pub struct TunnelStatus {
     pub rekeys: u64,
     /// Seconds since the last completed rekey.
     pub last_rekey_ago: Option<f64>,
+    /// The SAs traffic uses; empty while a tunnel keyed by exchange has
+    /// none yet.
     pub sa_out: String,
     pub sa_in: String,
     pub retiring: Vec<String>,
@@ -376,6 +608,9 @@ pub struct ReloadReport {
     pub unchanged: Vec<String>,
     /// Manually keyed SAs and policies added, removed or replaced.
     pub manual_changes: usize,
+    /// SAs replaced by a changed one with the same keys, which took over
+    /// their sequence counter and replay window.
+    pub carried_over: Vec<String>,
 }
 
 /// Why a new configuration was not taken.
@@ -406,7 +641,9 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// The plane for a gateway that has `config` installed.
+    /// The plane for a gateway that has `config` installed. Tunnels with a
+    /// secret connect (run an INIT exchange) at the first
+    /// [`handle_timeout`](Self::handle_timeout).
     pub fn new(config: Config) -> ControlPlane {
         let mut plane = ControlPlane {
             tunnels: config.tunnels.iter().cloned().map(Tunnel::new).collect(),
@@ -419,7 +656,7 @@ impl ControlPlane {
             rng: rand::make_rng(),
             config,
         };
-        for sa in &plane.config.sas {
+        for sa in plane.config.sas.iter().filter(|s| s.keys == KeySource::File) {
             if sa.params.direction == SaDirection::Inbound {
                 plane.inbound_spis.insert(sa.params.name.clone(), sa.params.spi);
             }
@@ -459,6 +696,11 @@ impl ControlPlane {
         into.append(&mut self.datagrams);
     }
 
+    /// Whether every tunnel keyed by exchange has SAs to send on.
+    pub fn all_connected(&self) -> bool {
+        self.tunnels.iter().all(|t| t.current.is_some())
+    }
+
     pub fn tunnels(&self, now: Duration) -> Vec<TunnelStatus> {
         self.tunnels
             .iter()
@@ -467,13 +709,13 @@ impl ControlPlane {
                 local: t.config.local,
                 remote: t.config.remote,
                 proposal: t.config.algorithm.to_string(),
-                generation: t.generation,
-                state: t.phase.name(),
+                generation: t.current.unwrap_or(0),
+                state: t.phase.name(t.current.is_some()),
                 can_rekey: t.secrets.is_some(),
                 rekeys: t.rekeys,
                 last_rekey_ago: t.last_rekey.map(|at| now.saturating_sub(at).as_secs_f64()),
-                sa_out: t.current(SaDirection::Outbound),
-                sa_in: t.current(SaDirection::Inbound),
+                sa_out: t.current(SaDirection::Outbound).unwrap_or_default(),
+                sa_in: t.current(SaDirection::Inbound).unwrap_or_default(),
                 retiring: t.retiring.iter().map(|(n, _)| n.clone()).collect(),
                 note: t.note.clone(),
             })
@@ -494,6 +736,21 @@ impl ControlPlane {
         }
         self.commands.push(command);
         self.commands_issued += 1;
+    }
+
+    /// Removes the SA pair of `generation` of tunnel `index`.
+    fn remove_pair(&mut self, index: usize, generation: u32) {
+        let tunnel = &mut self.tunnels[index];
+        let names = [
+            tunnel.sa(SaDirection::Outbound, generation),
+            tunnel.sa(SaDirection::Inbound, generation),
+        ];
+        for name in &names {
+            tunnel.soft_seen.remove(name);
+        }
+        for name in names {
+            self.command(SaCommand::RemoveSa(name));
+        }
     }
 
     /// Takes in where the gateway's authenticated ESP says each
@@ -519,24 +776,41 @@ impl ControlPlane {
         }
     }
 
-    /// Sends to tunnel `index`'s peer: on IKE's port, or for a
-    /// UDP-encapsulated tunnel on its ports behind the non-ESP marker
-    /// (RFC 3948 §2.2), to where the peer last spoke from.
-    fn send(&mut self, index: usize, payload: Vec<u8>) {
+    /// Where tunnel `index`'s messages go: its configured peer on IKE's
+    /// port, or for a UDP-encapsulated tunnel where the peer last proved
+    /// to be.
+    fn destination(&self, index: usize) -> Option<(Ipv4Addr, u16)> {
         let tunnel = &self.tunnels[index];
         // Tunnels that exchange messages have IPv4 ends: the config gives
         // a `secret` to no other.
         let IpAddr::V4(remote) = tunnel.config.remote else {
-            return;
+            return None;
         };
-        let (to, ports, payload) = match tunnel.config.encap {
-            None => (remote, (CONTROL_PORT, CONTROL_PORT), payload),
+        Some(match tunnel.config.encap {
+            None => (remote, CONTROL_PORT),
+            Some(encap) => tunnel.peer_at.unwrap_or((remote, encap.remote_port)),
+        })
+    }
+
+    /// Sends to tunnel `index`'s peer (see [`Self::destination`]).
+    fn send(&mut self, index: usize, payload: Vec<u8>) {
+        if let Some(to) = self.destination(index) {
+            self.send_to(index, to, payload);
+        }
+    }
+
+    /// Sends to `to` for tunnel `index`: on IKE's port, or for a
+    /// UDP-encapsulated tunnel on its ports behind the non-ESP marker
+    /// (RFC 3948 §2.2).
+    fn send_to(&mut self, index: usize, (to, port): (Ipv4Addr, u16), payload: Vec<u8>) {
+        let tunnel = &self.tunnels[index];
+        let (ports, payload) = match tunnel.config.encap {
+            None => ((CONTROL_PORT, CONTROL_PORT), payload),
             Some(encap) => {
-                let (to, port) = tunnel.peer_at.unwrap_or((remote, encap.remote_port));
                 let mut marked = Vec::with_capacity(NON_ESP_MARKER.len() + payload.len());
                 marked.extend_from_slice(&NON_ESP_MARKER);
                 marked.extend_from_slice(&payload);
-                (to, (encap.local_port, port), marked)
+                ((encap.local_port, port), marked)
             }
         };
         self.counters.sent += 1;
@@ -561,10 +835,30 @@ impl ControlPlane {
         }
     }
 
+    /// A control SA SPI: random and never zero (zero marks an INIT request's
+    /// missing responder SPI).
+    fn control_spi(&mut self) -> ControlSpi {
+        loop {
+            let mut spi = [0; SPI_LEN];
+            self.rng.fill_bytes(&mut spi);
+            if spi != [0; SPI_LEN] {
+                return spi;
+            }
+        }
+    }
+
     fn nonce(&mut self) -> [u8; NONCE_LEN] {
         let mut nonce = [0; NONCE_LEN];
         self.rng.fill_bytes(&mut nonce);
         nonce
+    }
+
+    /// How long an exchange may take at most: every retransmission of the
+    /// request and one more round. An answer not confirmed by then is
+    /// given up.
+    fn exchange_budget(&self) -> Duration {
+        let settings = self.config.rekey;
+        settings.retransmit * (1u32 << (settings.retries.min(16) + 2))
     }
 
     /// An SA lifetime event from the gateway about the SA called `name`.
@@ -590,8 +884,8 @@ impl ControlPlane {
                 if !tunnel.soft_seen.insert(name.to_owned()) {
                     return;
                 }
-                let current = tunnel.current(SaDirection::Outbound) == name
-                    || tunnel.current(SaDirection::Inbound) == name;
+                let current = tunnel.current(SaDirection::Outbound).as_deref() == Some(name)
+                    || tunnel.current(SaDirection::Inbound).as_deref() == Some(name);
                 if !current {
                     // Being replaced, or not yet switched to: see rekey_if_pending.
                 } else if tunnel.secrets.is_none() {
@@ -599,7 +893,7 @@ impl ControlPlane {
                         tunnel.note = Some("soft lifetime reached; no `secret`, so no rekey".into());
                         tracing::warn!(tunnel = %tunnel.config.name, sa = name, "soft lifetime reached, but the tunnel has no `secret` to rekey with; it stops at the hard lifetime");
                     }
-                } else if matches!(tunnel.phase, Phase::Established) && tunnel.retry_at.is_none() {
+                } else if matches!(tunnel.phase, Phase::Idle) && tunnel.retry_at.is_none() {
                     self.start_rekey(now, index);
                 }
             }
@@ -648,38 +942,85 @@ impl ControlPlane {
         self.tunnels.iter().position(owns)
     }
 
+    /// Starts an INIT exchange: a new control SA and the first child SAs.
+    fn start_init(&mut self, now: Duration, index: usize) {
+        let spi = self.fresh_spi();
+        let nonce = self.nonce();
+        let spi_i = self.control_spi();
+        let settings = self.config.rekey;
+        let tunnel = &mut self.tunnels[index];
+        let Some(secrets) = &tunnel.secrets else { return };
+        let wire = Message {
+            kind: Kind::Init,
+            response: false,
+            from_initiator: true,
+            spi_i,
+            spi_r: [0; SPI_LEN],
+            message_id: 0,
+            tunnel: tunnel.config.name.clone(),
+            child: 0,
+            spi,
+            nonce,
+        }
+        .seal(&secrets.init_key(tunnel.side)[..]);
+        tunnel.phase = Phase::Requested {
+            exchange: Exchange::Init { spi_i },
+            id: 0,
+            nonce,
+            spi,
+            wire: wire.clone(),
+            attempts: 0,
+            sent_at: now,
+            next_send: now + settings.retransmit,
+        };
+        tunnel.retry_at = None;
+        tracing::info!(tunnel = %tunnel.config.name, peer = %tunnel.config.remote, "connecting: INIT exchange started");
+        self.counters.connects_started += 1;
+        self.send(index, wire);
+    }
+
+    /// Starts a rekey under the control SA: the next child SAs.
     fn start_rekey(&mut self, now: Duration, index: usize) {
+        if self.tunnels[index].control.is_none() {
+            // Nothing to rekey under: connect instead.
+            return self.start_init(now, index);
+        }
         let spi = self.fresh_spi();
         let nonce = self.nonce();
         let settings = self.config.rekey;
         let tunnel = &mut self.tunnels[index];
-        let Some(secrets) = &tunnel.secrets else { return };
-        let id = tunnel.next_message_id;
-        tunnel.next_message_id = tunnel.next_message_id.wrapping_add(1);
-        let wire = Message {
+        let name = tunnel.config.name.clone();
+        let Some(control) = tunnel.control.as_mut() else {
+            return;
+        };
+        let id = control.take_message_id();
+        let child = control.child.wrapping_add(1);
+        let wire = control.seal(Message {
             kind: Kind::Rekey,
             response: false,
-            from_initiator: true,
+            from_initiator: control.initiator,
+            spi_i: control.spi_i,
+            spi_r: control.spi_r,
             message_id: id,
-            tunnel: tunnel.config.name.clone(),
-            generation: tunnel.generation + 1,
+            tunnel: name,
+            child,
             spi,
             nonce,
-        }
-        .seal(&secrets.sk_a);
+        });
         tunnel.phase = Phase::Requested {
+            exchange: Exchange::Rekey,
             id,
             nonce,
             spi,
             wire: wire.clone(),
             attempts: 0,
+            sent_at: now,
             next_send: now + settings.retransmit,
         };
         tunnel.retry_at = None;
-        tracing::info!(tunnel = %tunnel.config.name, generation = tunnel.generation + 1, "rekey started");
-        let to = index;
+        tracing::info!(tunnel = %tunnel.config.name, child, "rekey started");
         self.counters.rekeys_started += 1;
-        self.send(to, wire);
+        self.send(index, wire);
     }
 
     /// A control datagram the gateway delivered: the whole IPv4 packet.
@@ -699,14 +1040,14 @@ impl ControlPlane {
             }
             _ => payload,
         };
-        let name = match peek_tunnel(payload) {
-            Ok(name) => name,
+        let peeked = match peek(payload) {
+            Ok(peeked) => peeked,
             Err(e) => return self.count_refusal(e),
         };
         let Some(index) = self
             .tunnels
             .iter()
-            .position(|t| t.config.name == name && t.secrets.is_some())
+            .position(|t| t.config.name == peeked.tunnel && t.secrets.is_some())
         else {
             self.counters.unknown_tunnel += 1;
             return;
@@ -714,7 +1055,7 @@ impl ControlPlane {
         let tunnel = &self.tunnels[index];
         // A tunnel takes its messages on its own ports only. Behind a NAT
         // the peer's address may change: its messages are authenticated,
-        // so any source will do, and the latest one is where we answer.
+        // so any source will do, and the latest fresh one is where we answer.
         let expected_port = tunnel.config.encap.map_or(CONTROL_PORT, |e| e.local_port);
         let from_anywhere = tunnel.config.encap.is_some();
         if dst_port != expected_port
@@ -724,33 +1065,14 @@ impl ControlPlane {
             self.counters.wrong_peer += 1;
             return;
         }
-        let Some(secrets) = &tunnel.secrets else { return };
-        let message = match Message::open(payload, &secrets.sk_a) {
-            Ok(m) => m,
-            Err(e) => return self.count_refusal(e),
+        let from = match tunnel.config.encap {
+            Some(_) => (src, src_port),
+            None => (src, CONTROL_PORT),
         };
-        if message.response == message.from_initiator {
-            // A request comes from the exchange's initiator, a response from its responder.
-            self.counters.malformed += 1;
-            return;
-        }
-        // Only a message that is not a replay may say where the peer is:
-        // a request no older than the last, or the response to our latest.
-        let tunnel = &mut self.tunnels[index];
-        let fresh = match message.response {
-            false => tunnel
-                .peer_request
-                .as_ref()
-                .is_none_or(|(last, _)| message.message_id >= *last),
-            true => message.message_id.wrapping_add(1) == tunnel.next_message_id,
-        };
-        if from_anywhere && fresh {
-            tunnel.peer_at = Some((src, src_port));
-        }
-        if message.response {
-            self.handle_response(now, index, &message);
-        } else {
-            self.handle_request(now, index, &message);
+        match (peeked.kind, peeked.response) {
+            (Kind::Init, false) => self.handle_init_request(now, index, payload, from),
+            (Kind::Init, true) => self.handle_init_response(now, index, payload, from),
+            _ => self.handle_in_control_sa(now, index, payload, &peeked, from),
         }
     }
 
@@ -762,9 +1084,407 @@ impl ControlPlane {
         }
     }
 
-    fn handle_request(&mut self, now: Duration, index: usize, message: &Message) {
+    /// An INIT request: the peer wants a new control SA (it started, or
+    /// restarted). Authenticated with the peer side's key from the secret,
+    /// but a replay of an old one would verify too: so nothing moves to
+    /// what it creates until the initiator proves, with a key that depends
+    /// on our fresh nonce, that it is live.
+    fn handle_init_request(&mut self, now: Duration, index: usize, payload: &[u8], from: (Ipv4Addr, u16)) {
         let tunnel = &self.tunnels[index];
-        match &tunnel.peer_request {
+        let Some(secrets) = &tunnel.secrets else { return };
+        let message = match Message::open(payload, &secrets.init_key(tunnel.side.other())[..]) {
+            Ok(m) => m,
+            Err(e) => return self.count_refusal(e),
+        };
+        if !message.from_initiator
+            || message.spi_r != [0; SPI_LEN]
+            || message.message_id != 0
+            || message.child != 0
+        {
+            self.counters.malformed += 1;
+            return;
+        }
+        let tunnel = &mut self.tunnels[index];
+        if let Phase::Requested {
+            exchange: Exchange::Init { spi_i },
+            ..
+        } = &tunnel.phase
+        {
+            if *spi_i == message.spi_i {
+                // Our own request (the side keys make this unreachable
+                // unless the secret is shared with a third party).
+                self.counters.reflected += 1;
+                return;
+            }
+        }
+        if let Some(half) = tunnel.half_open.iter().find(|h| h.control.spi_i == message.spi_i) {
+            // The initiator did not hear our answer: repeat it.
+            let (to, answer) = (half.reply_to, half.answer.clone());
+            self.counters.duplicates += 1;
+            return self.send_to(index, to, answer);
+        }
+        if tunnel.control.as_ref().is_some_and(|c| c.spi_i == message.spi_i) {
+            self.counters.replayed += 1;
+            return;
+        }
+        let retransmit = self.config.rekey.retransmit;
+        let destination = self.destination(index);
+        let tunnel = &mut self.tunnels[index];
+        if let Phase::Requested {
+            exchange: Exchange::Init { .. },
+            spi,
+            wire,
+            sent_at,
+            ..
+        } = &mut tunnel.phase
+        {
+            // Both connect at once: the higher address's exchange goes on.
+            self.counters.collisions += 1;
+            if tunnel.side == Side::High {
+                // The peer is up now. If our request went elsewhere (it is
+                // behind a NAT our requests could not cross until it
+                // spoke) or a while ago (it was not up yet), ask again,
+                // where it spoke from; otherwise ours is on its way.
+                if destination != Some(from) || now >= *sent_at + retransmit / 2 {
+                    *sent_at = now;
+                    let wire = wire.clone();
+                    self.send_to(index, from, wire);
+                }
+                return;
+            }
+            let spi = *spi;
+            self.reserved.remove(&spi);
+            self.tunnels[index].phase = Phase::Idle;
+        }
+        if self.tunnels[index].half_open.len() >= MAX_HALF_OPEN {
+            let oldest = self.tunnels[index].half_open.remove(0);
+            self.counters.half_open_evicted += 1;
+            self.remove_pair(index, oldest.generation);
+        }
+        let spi = self.fresh_spi();
+        let nonce = self.nonce();
+        let spi_r = self.control_spi();
+        let budget = self.exchange_budget();
+        let tunnel = &mut self.tunnels[index];
+        let Some(secrets) = &tunnel.secrets else { return };
+        let keys = secrets.control((&message.nonce, &nonce), (&message.spi_i, &spi_r));
+        let child_keys = keys.child(tunnel.config.algorithm, &message.nonce, &nonce);
+        let generation = tunnel.take_generation();
+        let control = ControlSa {
+            spi_i: message.spi_i,
+            spi_r,
+            initiator: false,
+            keys,
+            next_message_id: 0,
+            peer_request: Some((0, None)),
+            child: 0,
+        };
+        let answer = control.seal(Message {
+            kind: Kind::Init,
+            response: true,
+            from_initiator: false,
+            spi_i: message.spi_i,
+            spi_r,
+            message_id: 0,
+            tunnel: tunnel.config.name.clone(),
+            child: 0,
+            spi,
+            nonce,
+        });
+        tunnel.half_open.push(HalfOpen {
+            control,
+            generation,
+            answer: answer.clone(),
+            reply_to: from,
+            expires_at: now + budget,
+        });
+        tracing::info!(tunnel = %tunnel.config.name, generation, "INIT answered; new SAs installed, waiting for the peer to confirm");
+        let inbound = self.sa_config(
+            index,
+            SaDirection::Inbound,
+            generation,
+            spi,
+            child_keys.first_to_second,
+        );
+        let outbound = self.sa_config(
+            index,
+            SaDirection::Outbound,
+            generation,
+            message.spi,
+            child_keys.second_to_first,
+        );
+        self.command(SaCommand::InstallSa(Box::new(inbound)));
+        self.command(SaCommand::InstallSa(Box::new(outbound)));
+        self.send_to(index, from, answer);
+    }
+
+    /// The answer to our INIT request: authenticated with the new control
+    /// SA's key, which depends on our fresh nonce, so it cannot be a
+    /// replay.
+    fn handle_init_response(&mut self, now: Duration, index: usize, payload: &[u8], from: (Ipv4Addr, u16)) {
+        let grace = self.config.rekey.grace;
+        let retransmit = self.config.rekey.retransmit;
+        let tunnel = &self.tunnels[index];
+        let Phase::Requested {
+            exchange: Exchange::Init { spi_i },
+            nonce: ni,
+            spi: our_spi,
+            ..
+        } = tunnel.phase
+        else {
+            self.counters.stale_responses += 1;
+            return;
+        };
+        let Some(secrets) = &tunnel.secrets else { return };
+        let mut derived = None;
+        let opened = Message::open_keyed(payload, |m| {
+            let keys = secrets.control((&ni, &m.nonce), (&spi_i, &m.spi_r));
+            let key = keys.sk_ar.clone();
+            derived = Some(keys);
+            key
+        });
+        let message = match opened {
+            // A response to another request of ours (or none) cannot verify.
+            Ok(m) if m.spi_i == spi_i => m,
+            Ok(_) => {
+                self.counters.stale_responses += 1;
+                return;
+            }
+            Err(MessageError::Forged) if payload.get(..SPI_LEN) != Some(&spi_i[..]) => {
+                self.counters.stale_responses += 1;
+                return;
+            }
+            Err(e) => return self.count_refusal(e),
+        };
+        let Some(keys) = derived else { return };
+        if message.from_initiator
+            || message.message_id != 0
+            || message.child != 0
+            || message.spi_r == [0; SPI_LEN]
+        {
+            self.counters.malformed += 1;
+            return;
+        }
+        let child_keys = keys.child(tunnel.config.algorithm, &ni, &message.nonce);
+        let mut control = ControlSa {
+            spi_i,
+            spi_r: message.spi_r,
+            initiator: true,
+            keys,
+            next_message_id: 1,
+            peer_request: None,
+            child: 0,
+        };
+        let tunnel = &mut self.tunnels[index];
+        let generation = tunnel.take_generation();
+        let old = tunnel.current;
+        // Whatever ran under an earlier control SA ends with it.
+        self.end_exchanges(now, index);
+        let inbound = self.sa_config(
+            index,
+            SaDirection::Inbound,
+            generation,
+            our_spi,
+            child_keys.second_to_first,
+        );
+        let outbound = self.sa_config(
+            index,
+            SaDirection::Outbound,
+            generation,
+            message.spi,
+            child_keys.first_to_second,
+        );
+        let tunnel = &mut self.tunnels[index];
+        let id = control.take_message_id();
+        let wire = control.seal(Message {
+            kind: Kind::Switched,
+            response: false,
+            from_initiator: true,
+            spi_i,
+            spi_r: message.spi_r,
+            message_id: id,
+            tunnel: tunnel.config.name.clone(),
+            child: 0,
+            spi: 0,
+            nonce: [0; NONCE_LEN],
+        });
+        if tunnel.config.encap.is_some() {
+            tunnel.peer_at = Some(from);
+        }
+        tunnel.control = Some(control);
+        tunnel.current = Some(generation);
+        tunnel.phase = Phase::Confirming {
+            connect: true,
+            id,
+            wire: wire.clone(),
+            attempts: 0,
+            next_send: now + retransmit,
+            old_in: old.map(|g| tunnel.sa(SaDirection::Inbound, g)),
+        };
+        if let Some(old) = old {
+            // Nothing more leaves on the old outbound SA once repointed.
+            tunnel
+                .retiring
+                .push((tunnel.sa(SaDirection::Outbound, old), Some(now + grace)));
+        }
+        let repoints = tunnel.repoints();
+        tracing::info!(tunnel = %tunnel.config.name, generation, "INIT answered by the peer; sending on the new SAs");
+        self.command(SaCommand::InstallSa(Box::new(inbound)));
+        self.command(SaCommand::InstallSa(Box::new(outbound)));
+        for repoint in repoints {
+            self.command(repoint);
+        }
+        self.send(index, wire);
+    }
+
+    /// Ends whatever exchange ran under the control SA about to be
+    /// replaced, and every INIT answered but not confirmed: their SAs go.
+    fn end_exchanges(&mut self, now: Duration, index: usize) {
+        let tunnel = &mut self.tunnels[index];
+        let half_open: Vec<u32> = tunnel.half_open.drain(..).map(|h| h.generation).collect();
+        for generation in half_open {
+            self.remove_pair(index, generation);
+        }
+        let tunnel = &mut self.tunnels[index];
+        match std::mem::replace(&mut tunnel.phase, Phase::Idle) {
+            Phase::Idle => {}
+            Phase::Requested { spi, .. } => {
+                self.reserved.remove(&spi);
+            }
+            Phase::Confirming { old_in, .. } => {
+                // The peer may still send on it until the grace period ends.
+                if let Some(old_in) = old_in {
+                    let grace = self.config.rekey.grace;
+                    tunnel.retiring.push((old_in, Some(now + grace)));
+                }
+            }
+            Phase::Responded { generation, .. } => self.remove_pair(index, generation),
+        }
+    }
+
+    /// A message under a control SA: a rekey or switched request or
+    /// response, or the initiator's confirmation of an INIT we answered.
+    fn handle_in_control_sa(
+        &mut self,
+        now: Duration,
+        index: usize,
+        payload: &[u8],
+        peeked: &crate::message::Peek<'_>,
+        from: (Ipv4Addr, u16),
+    ) {
+        let tunnel = &self.tunnels[index];
+        if let Some(at) = tunnel
+            .half_open
+            .iter()
+            .position(|h| h.control.is(&peeked.spi_i, &peeked.spi_r))
+        {
+            return self.handle_confirm_init(now, index, at, payload, from);
+        }
+        let Some(control) = tunnel
+            .control
+            .as_ref()
+            .filter(|c| c.is(&peeked.spi_i, &peeked.spi_r))
+        else {
+            self.counters.unknown_control_sa += 1;
+            return;
+        };
+        if peeked.from_initiator == control.initiator {
+            // The flag names the sender's role: this is one of ours.
+            self.counters.reflected += 1;
+            return;
+        }
+        let message = match control.open(payload) {
+            Ok(m) => m,
+            Err(e) => return self.count_refusal(e),
+        };
+        // Only a message that is not a replay may say where the peer is:
+        // a request newer than the last, or the response to our latest.
+        let fresh = match message.response {
+            false => control
+                .peer_request
+                .as_ref()
+                .is_none_or(|(last, _)| message.message_id > *last),
+            true => message.message_id.wrapping_add(1) == control.next_message_id,
+        };
+        let tunnel = &mut self.tunnels[index];
+        if tunnel.config.encap.is_some() && fresh {
+            tunnel.peer_at = Some(from);
+        }
+        if message.response {
+            self.handle_response(now, index, &message);
+        } else {
+            self.handle_request(now, index, &message);
+        }
+    }
+
+    /// The initiator of an INIT we answered confirms it switched: it holds
+    /// the new control SA's key, so the request was live. Traffic moves to
+    /// the new SAs, and the new control SA replaces the old.
+    fn handle_confirm_init(
+        &mut self,
+        now: Duration,
+        index: usize,
+        at: usize,
+        payload: &[u8],
+        from: (Ipv4Addr, u16),
+    ) {
+        let grace = self.config.rekey.grace;
+        let half = &self.tunnels[index].half_open[at];
+        let message = match half.control.open(payload) {
+            Ok(m) => m,
+            Err(e) => return self.count_refusal(e),
+        };
+        if message.kind != Kind::Switched || message.response || message.message_id != 1 || message.child != 0
+        {
+            self.counters.out_of_step += 1;
+            return;
+        }
+        let tunnel = &mut self.tunnels[index];
+        let mut half = tunnel.half_open.remove(at);
+        let old = tunnel.current;
+        self.end_exchanges(now, index);
+        let tunnel = &mut self.tunnels[index];
+        let answer = half.control.seal(Message {
+            kind: Kind::Switched,
+            response: true,
+            from_initiator: false,
+            spi_i: half.control.spi_i,
+            spi_r: half.control.spi_r,
+            message_id: 1,
+            tunnel: tunnel.config.name.clone(),
+            child: 0,
+            spi: 0,
+            nonce: [0; NONCE_LEN],
+        });
+        half.control.peer_request = Some((1, Some(answer.clone())));
+        if tunnel.config.encap.is_some() {
+            tunnel.peer_at = Some(from);
+        }
+        tunnel.control = Some(half.control);
+        tunnel.current = Some(half.generation);
+        if let Some(old) = old {
+            for direction in [SaDirection::Outbound, SaDirection::Inbound] {
+                tunnel
+                    .retiring
+                    .push((tunnel.sa(direction, old), Some(now + grace)));
+            }
+        }
+        tunnel.retry_at = None;
+        tunnel.note = None;
+        let repoints = tunnel.repoints();
+        tracing::info!(tunnel = %tunnel.config.name, generation = half.generation, "connected (responder): sending on the new SAs");
+        self.counters.connects_completed += 1;
+        for repoint in repoints {
+            self.command(repoint);
+        }
+        self.send(index, answer);
+    }
+
+    fn handle_request(&mut self, now: Duration, index: usize, message: &Message) {
+        let Some(control) = self.tunnels[index].control.as_ref() else {
+            return;
+        };
+        match &control.peer_request {
             Some((last, _)) if message.message_id < *last => {
                 self.counters.replayed += 1;
                 return;
@@ -773,8 +1493,7 @@ impl ControlPlane {
                 // The peer did not hear our answer: repeat it, do nothing again.
                 self.counters.duplicates += 1;
                 if let Some(answer) = answer.clone() {
-                    let to = index;
-                    self.send(to, answer);
+                    self.send(index, answer);
                 }
                 return;
             }
@@ -783,43 +1502,56 @@ impl ControlPlane {
         match message.kind {
             Kind::Rekey => self.answer_rekey(now, index, message),
             Kind::Switched => self.answer_switched(now, index, message),
+            Kind::Init => self.counters.malformed += 1,
         }
     }
 
     fn answer_rekey(&mut self, now: Duration, index: usize, message: &Message) {
         let tunnel = &mut self.tunnels[index];
-        // A rekey for the generation after the one we answered proves the
+        // A rekey for the child after the one we answered proves the
         // initiator finished that one: finish it here too.
-        if let Phase::Responded { generation } = tunnel.phase {
-            if message.generation == generation + 1 {
+        if let Phase::Responded { child, .. } = tunnel.phase {
+            if message.child == child.wrapping_add(1) {
                 self.switch_responder(now, index);
             }
         }
-        // Likewise a rekey for the generation after ours proves the
-        // responder switched, even if its acknowledgement is still on the way.
+        // Likewise a rekey for the child after ours proves the responder
+        // switched, even if its acknowledgement is still on the way.
         let tunnel = &mut self.tunnels[index];
-        if matches!(tunnel.phase, Phase::Confirming { .. }) && message.generation == tunnel.generation + 1 {
+        let Some(control) = tunnel.control.as_ref() else {
+            return;
+        };
+        let next = control.child.wrapping_add(1);
+        if matches!(tunnel.phase, Phase::Confirming { .. }) && message.child == next {
             self.finish_initiator(now, index);
         }
         let tunnel = &mut self.tunnels[index];
-        if message.generation != tunnel.generation + 1 {
+        let Some(control) = tunnel.control.as_ref() else {
+            return;
+        };
+        if message.child != control.child.wrapping_add(1) {
             // Not recorded as seen: a retransmission may fit later.
             self.counters.out_of_step += 1;
             return;
         }
         match &tunnel.phase {
-            Phase::Established => {}
-            Phase::Requested { spi, .. } => {
+            Phase::Idle => {}
+            Phase::Requested { spi, exchange, .. } => {
+                if matches!(exchange, Exchange::Init { .. }) {
+                    self.counters.out_of_step += 1;
+                    return;
+                }
                 self.counters.collisions += 1;
                 // Both asked at once: the higher address's exchange goes on.
-                // For IPv4 ends, the order of their 32-bit values.
-                if tunnel.config.local > tunnel.config.remote {
+                if tunnel.side == Side::High {
                     // The peer drops its request when it sees ours.
-                    tunnel.peer_request = Some((message.message_id, None));
+                    if let Some(control) = tunnel.control.as_mut() {
+                        control.peer_request = Some((message.message_id, None));
+                    }
                     return;
                 }
                 let spi = *spi;
-                tunnel.phase = Phase::Established;
+                tunnel.phase = Phase::Idle;
                 self.reserved.remove(&spi);
             }
             Phase::Confirming { .. } | Phase::Responded { .. } => {
@@ -829,10 +1561,36 @@ impl ControlPlane {
         }
         let spi = self.fresh_spi();
         let nonce = self.nonce();
+        let budget = self.exchange_budget();
         let tunnel = &mut self.tunnels[index];
-        let Some(secrets) = &tunnel.secrets else { return };
-        let generation = message.generation;
-        let keys = secrets.rekey(tunnel.config.algorithm, &message.nonce, &nonce);
+        let generation = tunnel.take_generation();
+        let Some(control) = tunnel.control.as_ref() else {
+            return;
+        };
+        let keys = control
+            .keys
+            .child(tunnel.config.algorithm, &message.nonce, &nonce);
+        let answer = control.seal(Message {
+            kind: Kind::Rekey,
+            response: true,
+            from_initiator: control.initiator,
+            spi_i: control.spi_i,
+            spi_r: control.spi_r,
+            message_id: message.message_id,
+            tunnel: tunnel.config.name.clone(),
+            child: message.child,
+            spi,
+            nonce,
+        });
+        if let Some(control) = tunnel.control.as_mut() {
+            control.peer_request = Some((message.message_id, Some(answer.clone())));
+        }
+        tunnel.phase = Phase::Responded {
+            generation,
+            child: message.child,
+            expires_at: now + budget,
+        };
+        tracing::info!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
         let inbound = self.sa_config(index, SaDirection::Inbound, generation, spi, keys.first_to_second);
         let outbound = self.sa_config(
             index,
@@ -841,75 +1599,68 @@ impl ControlPlane {
             message.spi,
             keys.second_to_first,
         );
-        let tunnel = &mut self.tunnels[index];
-        let Some(secrets) = &tunnel.secrets else { return };
-        let answer = Message {
-            kind: Kind::Rekey,
-            response: true,
-            from_initiator: false,
-            message_id: message.message_id,
-            tunnel: tunnel.config.name.clone(),
-            generation,
-            spi,
-            nonce,
-        }
-        .seal(&secrets.sk_a);
-        tunnel.peer_request = Some((message.message_id, Some(answer.clone())));
-        tunnel.phase = Phase::Responded { generation };
-        let to = index;
-        tracing::info!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
-        self.send(to, answer);
+        self.send(index, answer);
     }
 
     fn answer_switched(&mut self, now: Duration, index: usize, message: &Message) {
         let tunnel = &self.tunnels[index];
-        let Phase::Responded { generation } = tunnel.phase else {
+        let Phase::Responded { child, .. } = tunnel.phase else {
             self.counters.out_of_step += 1;
             return;
         };
-        if message.generation != generation {
+        if message.child != child {
             self.counters.out_of_step += 1;
             return;
         }
         self.switch_responder(now, index);
         let tunnel = &mut self.tunnels[index];
-        let Some(secrets) = &tunnel.secrets else { return };
-        let answer = Message {
+        let name = tunnel.config.name.clone();
+        let Some(control) = tunnel.control.as_mut() else {
+            return;
+        };
+        let answer = control.seal(Message {
             kind: Kind::Switched,
             response: true,
-            from_initiator: false,
+            from_initiator: control.initiator,
+            spi_i: control.spi_i,
+            spi_r: control.spi_r,
             message_id: message.message_id,
-            tunnel: tunnel.config.name.clone(),
-            generation,
+            tunnel: name,
+            child,
             spi: 0,
             nonce: [0; NONCE_LEN],
-        }
-        .seal(&secrets.sk_a);
-        tunnel.peer_request = Some((message.message_id, Some(answer.clone())));
-        let to = index;
-        self.send(to, answer);
+        });
+        control.peer_request = Some((message.message_id, Some(answer.clone())));
+        self.send(index, answer);
     }
 
-    /// The responder moves its traffic to the generation it answered for.
+    /// The responder moves its traffic to the child SAs it answered for.
     fn switch_responder(&mut self, now: Duration, index: usize) {
         let grace = self.config.rekey.grace;
         let tunnel = &mut self.tunnels[index];
-        let Phase::Responded { generation } = tunnel.phase else {
+        let Phase::Responded {
+            generation, child, ..
+        } = tunnel.phase
+        else {
             return;
         };
-        let (old_out, old_in) = (
-            tunnel.current(SaDirection::Outbound),
-            tunnel.current(SaDirection::Inbound),
-        );
-        tunnel.generation = generation;
-        tunnel.phase = Phase::Established;
+        if let Some(old) = tunnel.current {
+            for direction in [SaDirection::Outbound, SaDirection::Inbound] {
+                tunnel
+                    .retiring
+                    .push((tunnel.sa(direction, old), Some(now + grace)));
+            }
+        }
+        tunnel.current = Some(generation);
+        if let Some(control) = tunnel.control.as_mut() {
+            control.child = child;
+        }
+        tunnel.phase = Phase::Idle;
         tunnel.rekeys += 1;
         tunnel.last_rekey = Some(now);
         tunnel.note = None;
-        tunnel.retiring.push((old_out, Some(now + grace)));
-        tunnel.retiring.push((old_in, Some(now + grace)));
         let repoints = tunnel.repoints();
         tracing::info!(tunnel = %tunnel.config.name, generation, "rekey complete (responder)");
         self.counters.rekeys_completed += 1;
@@ -922,9 +1673,13 @@ impl ControlPlane {
     /// Starts the rekey a soft expiry asked for during the last exchange.
     fn rekey_if_pending(&mut self, now: Duration, index: usize) {
         let tunnel = &mut self.tunnels[index];
-        let due = tunnel.soft_seen.contains(&tunnel.current(SaDirection::Outbound))
-            || tunnel.soft_seen.contains(&tunnel.current(SaDirection::Inbound));
-        if due && matches!(tunnel.phase, Phase::Established) && tunnel.secrets.is_some() {
+        let soft = |direction| {
+            tunnel
+                .current(direction)
+                .is_some_and(|name| tunnel.soft_seen.contains(&name))
+        };
+        let due = soft(SaDirection::Outbound) || soft(SaDirection::Inbound);
+        if due && matches!(tunnel.phase, Phase::Idle) && tunnel.control.is_some() {
             self.start_rekey(now, index);
         }
     }
@@ -934,15 +1689,29 @@ impl ControlPlane {
         let settings = self.config.rekey;
         let tunnel = &mut self.tunnels[index];
         match (&tunnel.phase, message.kind) {
-            (Phase::Requested { id, nonce, spi, .. }, Kind::Rekey) if *id == message.message_id => {
-                let generation = tunnel.generation + 1;
-                if message.generation != generation {
+            (
+                Phase::Requested {
+                    exchange: Exchange::Rekey,
+                    id,
+                    nonce,
+                    spi,
+                    ..
+                },
+                Kind::Rekey,
+            ) if *id == message.message_id => {
+                let Some(control) = tunnel.control.as_ref() else {
+                    return;
+                };
+                let child = control.child.wrapping_add(1);
+                if message.child != child {
                     self.counters.out_of_step += 1;
                     return;
                 }
                 let (our_nonce, our_spi) = (*nonce, *spi);
-                let Some(secrets) = &tunnel.secrets else { return };
-                let keys = secrets.rekey(tunnel.config.algorithm, &our_nonce, &message.nonce);
+                let keys = control
+                    .keys
+                    .child(tunnel.config.algorithm, &our_nonce, &message.nonce);
+                let generation = tunnel.take_generation();
                 let inbound = self.sa_config(
                     index,
                     SaDirection::Inbound,
@@ -958,42 +1727,47 @@ impl ControlPlane {
                     keys.first_to_second,
                 );
                 let tunnel = &mut self.tunnels[index];
-                let (old_out, old_in) = (
-                    tunnel.current(SaDirection::Outbound),
-                    tunnel.current(SaDirection::Inbound),
-                );
-                tunnel.generation = generation;
-                let Some(secrets) = &tunnel.secrets else { return };
-                let id = tunnel.next_message_id;
-                tunnel.next_message_id = tunnel.next_message_id.wrapping_add(1);
-                let wire = Message {
+                let old = tunnel.current;
+                tunnel.current = Some(generation);
+                let name = tunnel.config.name.clone();
+                let Some(control) = tunnel.control.as_mut() else {
+                    return;
+                };
+                control.child = child;
+                let id = control.take_message_id();
+                let wire = control.seal(Message {
                     kind: Kind::Switched,
                     response: false,
-                    from_initiator: true,
+                    from_initiator: control.initiator,
+                    spi_i: control.spi_i,
+                    spi_r: control.spi_r,
                     message_id: id,
-                    tunnel: tunnel.config.name.clone(),
-                    generation,
+                    tunnel: name,
+                    child,
                     spi: 0,
                     nonce: [0; NONCE_LEN],
-                }
-                .seal(&secrets.sk_a);
+                });
                 tunnel.phase = Phase::Confirming {
+                    connect: false,
                     id,
                     wire: wire.clone(),
                     attempts: 0,
                     next_send: now + settings.retransmit,
-                    old_in,
+                    old_in: old.map(|g| tunnel.sa(SaDirection::Inbound, g)),
                 };
-                // Nothing more leaves on the old outbound SA once repointed.
-                tunnel.retiring.push((old_out, Some(now + grace)));
+                if let Some(old) = old {
+                    // Nothing more leaves on the old outbound SA once repointed.
+                    tunnel
+                        .retiring
+                        .push((tunnel.sa(SaDirection::Outbound, old), Some(now + grace)));
+                }
                 let repoints = tunnel.repoints();
-                let to = index;
                 self.command(SaCommand::InstallSa(Box::new(inbound)));
                 self.command(SaCommand::InstallSa(Box::new(outbound)));
                 for repoint in repoints {
                     self.command(repoint);
                 }
-                self.send(to, wire);
+                self.send(index, wire);
             }
             (Phase::Confirming { id, .. }, Kind::Switched) if *id == message.message_id => {
                 self.finish_initiator(now, index);
@@ -1006,17 +1780,25 @@ impl ControlPlane {
     fn finish_initiator(&mut self, now: Duration, index: usize) {
         let grace = self.config.rekey.grace;
         let tunnel = &mut self.tunnels[index];
-        let Phase::Confirming { old_in, .. } = &tunnel.phase else {
+        let Phase::Confirming { old_in, connect, .. } = &tunnel.phase else {
             return;
         };
-        let old_in = old_in.clone();
-        tunnel.retiring.push((old_in, Some(now + grace)));
-        tunnel.phase = Phase::Established;
-        tunnel.rekeys += 1;
-        tunnel.last_rekey = Some(now);
+        let connect = *connect;
+        if let Some(old_in) = old_in.clone() {
+            tunnel.retiring.push((old_in, Some(now + grace)));
+        }
+        tunnel.phase = Phase::Idle;
         tunnel.note = None;
-        tracing::info!(tunnel = %tunnel.config.name, generation = tunnel.generation, "rekey complete (initiator)");
-        self.counters.rekeys_completed += 1;
+        let generation = tunnel.current.unwrap_or(0);
+        if connect {
+            tracing::info!(tunnel = %tunnel.config.name, generation, "connected (initiator)");
+            self.counters.connects_completed += 1;
+        } else {
+            tunnel.rekeys += 1;
+            tunnel.last_rekey = Some(now);
+            tracing::info!(tunnel = %tunnel.config.name, generation, "rekey complete (initiator)");
+            self.counters.rekeys_completed += 1;
+        }
         self.rekey_if_pending(now, index);
     }
 
@@ -1053,12 +1835,14 @@ impl ControlPlane {
             auth_key: keys.auth,
             initial_seq: 0,
             admits_any: false,
-            keys: crate::config::KeySource::Exchange,
+            keys: KeySource::Exchange,
             ledger_mark: None,
         }
     }
 
-    /// Retransmits, gives up, retries and deletes retired SAs as time passes.
+    /// Retransmits, gives up, retries, expires unconfirmed answers and
+    /// deletes retired SAs as time passes; connects tunnels with a secret
+    /// at the first call.
     pub fn handle_timeout(&mut self, now: Duration) {
         let settings: RekeySettings = self.config.rekey;
         for index in 0..self.tunnels.len() {
@@ -1074,6 +1858,36 @@ impl ControlPlane {
             for name in &due {
                 tunnel.soft_seen.remove(name);
             }
+            let expired: Vec<u32> = tunnel
+                .half_open
+                .iter()
+                .filter(|h| h.expires_at <= now)
+                .map(|h| h.generation)
+                .collect();
+            tunnel.half_open.retain(|h| h.expires_at > now);
+            for generation in expired {
+                self.counters.half_open_expired += 1;
+                self.remove_pair(index, generation);
+            }
+            let tunnel = &mut self.tunnels[index];
+            if let Phase::Responded {
+                generation,
+                expires_at,
+                ..
+            } = tunnel.phase
+            {
+                if expires_at <= now {
+                    // The initiator never said it switched (or the request
+                    // was reflected or replayed): its SAs carry nothing.
+                    tunnel.phase = Phase::Idle;
+                    tunnel.note =
+                        Some("a rekey we answered was never confirmed; its SAs were removed".into());
+                    tracing::warn!(tunnel = %tunnel.config.name, generation, "rekey answered but never confirmed: its SAs are removed");
+                    self.counters.responded_expired += 1;
+                    self.remove_pair(index, generation);
+                }
+            }
+            let tunnel = &mut self.tunnels[index];
             let mut resend = None;
             let mut gave_up = false;
             match &mut tunnel.phase {
@@ -1081,9 +1895,19 @@ impl ControlPlane {
                     wire,
                     attempts,
                     next_send,
+                    sent_at,
                     ..
+                } if *next_send <= now => {
+                    if *attempts >= settings.retries {
+                        gave_up = true;
+                    } else {
+                        *attempts += 1;
+                        *sent_at = now;
+                        *next_send = now + settings.retransmit * (1 << (*attempts).min(16));
+                        resend = Some(wire.clone());
+                    }
                 }
-                | Phase::Confirming {
+                Phase::Confirming {
                     wire,
                     attempts,
                     next_send,
@@ -1103,8 +1927,7 @@ impl ControlPlane {
                 self.give_up(now, index);
             }
             let tunnel = &mut self.tunnels[index];
-            let retry =
-                matches!(tunnel.phase, Phase::Established) && tunnel.retry_at.is_some_and(|at| at <= now);
+            let retry = matches!(tunnel.phase, Phase::Idle) && tunnel.retry_at.is_some_and(|at| at <= now);
             for name in due {
                 self.command(SaCommand::RemoveSa(name));
             }
@@ -1118,22 +1941,67 @@ impl ControlPlane {
         }
     }
 
+    /// The earliest time [`handle_timeout`](Self::handle_timeout) has
+    /// something to do, if any.
+    pub fn timer_deadline(&self) -> Option<Duration> {
+        let mut deadline: Option<Duration> = None;
+        let mut at = |t: Duration| deadline = Some(deadline.map_or(t, |d| d.min(t)));
+        for tunnel in &self.tunnels {
+            tunnel.retiring.iter().filter_map(|(_, d)| *d).for_each(&mut at);
+            tunnel.half_open.iter().for_each(|h| at(h.expires_at));
+            match &tunnel.phase {
+                Phase::Requested { next_send, .. } | Phase::Confirming { next_send, .. } => at(*next_send),
+                Phase::Responded { expires_at, .. } => at(*expires_at),
+                Phase::Idle => tunnel.retry_at.into_iter().for_each(&mut at),
+            }
+        }
+        deadline
+    }
+
     fn give_up(&mut self, now: Duration, index: usize) {
         let settings = self.config.rekey;
         self.counters.gave_up += 1;
         let tunnel = &mut self.tunnels[index];
-        let why = match std::mem::replace(&mut tunnel.phase, Phase::Established) {
+        let why = match std::mem::replace(&mut tunnel.phase, Phase::Idle) {
+            Phase::Requested {
+                spi,
+                exchange: Exchange::Init { .. },
+                ..
+            } => {
+                self.reserved.remove(&spi);
+                tunnel.retry_at = Some(now + settings.retry_after);
+                "the peer never answered the INIT request; trying again later"
+            }
             Phase::Requested { spi, .. } => {
                 self.reserved.remove(&spi);
                 tunnel.retry_at = Some(now + settings.retry_after);
                 "the peer never answered the rekey request; the current SAs stay until their hard lifetime"
             }
+            Phase::Confirming {
+                connect: true,
+                old_in,
+                ..
+            } => {
+                // The peer never confirmed the new control SA: it may not
+                // have it. Connect again from the start.
+                if let Some(old_in) = old_in {
+                    tunnel.retiring.push((old_in, None));
+                }
+                tunnel.control = None;
+                tunnel.retry_at = Some(now + settings.retry_after);
+                "the peer never confirmed the INIT exchange; connecting again later"
+            }
             Phase::Confirming { old_in, .. } => {
                 // The peer may still send on the old SA: keep it to its end.
-                tunnel.retiring.push((old_in, None));
+                if let Some(old_in) = old_in {
+                    tunnel.retiring.push((old_in, None));
+                }
                 "the peer never confirmed the switch; the old inbound SA stays until its hard lifetime"
             }
-            Phase::Established | Phase::Responded { .. } => return,
+            phase @ (Phase::Idle | Phase::Responded { .. }) => {
+                tunnel.phase = phase;
+                return;
+            }
         };
         tunnel.note = Some(why.into());
         tracing::warn!(
@@ -1143,11 +2011,13 @@ impl ControlPlane {
             "{why}"
         );
     }
-
     /// Takes `new` in place of the running configuration: tunnels added
     /// start, removed ones stop, changed ones restart, unchanged ones keep
-    /// their SAs, counters and rekey state. Parts that cannot change while
-    /// running (interfaces, routes, engine) are refused.
+    /// their SAs, counters and rekey state. A changed SA that keeps its
+    /// keys keeps its sequence counter and replay window; a tunnel keyed by
+    /// exchange that restarts connects anew, with fresh keys. Parts that
+    /// cannot change while running (interfaces, routes, engine) are
+    /// refused.
     pub fn reload(&mut self, new: Config) -> Result<ReloadReport, ReloadError> {
         let old = &self.config;
         let mut fixed = Vec::new();
@@ -1288,6 +2158,23 @@ impl ControlPlane {
             .collect();
         report.manual_changes =
             sa_gone.len() + sa_new.len() + reselected.len() + policy_gone.len() + policy_new.len();
+        // An SA that goes and comes back with the same keys (a changed
+        // tunnel or [[sa]] whose keys stay) takes over its predecessor's
+        // sequence counter and replay window: starting them again would
+        // send sequence numbers already sent under those keys, and accept
+        // packets already accepted.
+        let restarted_tunnel_sas = stopping
+            .iter()
+            .filter_map(|name| new.tunnel(name))
+            .flat_map(|t| [SaDirection::Outbound, SaDirection::Inbound].map(|d| t.sa_name(d, 0)));
+        let carried: Vec<String> = restarted_tunnel_sas
+            .chain(sa_new.iter().map(|s| s.params.name.clone()))
+            .filter(|name| match (old.sa(name), new.sa(name)) {
+                (Some(before), Some(after)) => same_keys(before, after),
+                _ => false,
+            })
+            .collect();
+        report.carried_over = carried.clone();
 
         // Stop: policies first (traffic then meets the default discard
         // rather than a missing SA), then every SA the tunnel may have.
@@ -1302,14 +2189,14 @@ impl ControlPlane {
             if let Phase::Requested { spi, .. } = tunnel.phase {
                 self.reserved.remove(&spi);
             }
-            for sa in tunnel.all_sas() {
+            for sa in tunnel.all_sas().into_iter().filter(|sa| !carried.contains(sa)) {
                 self.command(SaCommand::RemoveSa(sa));
             }
         }
         for name in policy_gone {
             self.command(SaCommand::RemovePolicy(name));
         }
-        for name in sa_gone {
+        for name in sa_gone.into_iter().filter(|sa| !carried.contains(sa)) {
             self.command(SaCommand::RemoveSa(name));
         }
         for (sa, selectors) in reselected {
@@ -1321,7 +2208,12 @@ impl ControlPlane {
         let mut policies: Vec<PolicyConfig> = Vec::new();
         for t in &starting {
             for direction in [SaDirection::Outbound, SaDirection::Inbound] {
-                if let Some(sa) = self.config.sa(&t.sa_name(direction, 0)) {
+                // A tunnel keyed by exchange connects anew instead.
+                if let Some(sa) = self
+                    .config
+                    .sa(&t.sa_name(direction, 0))
+                    .filter(|s| s.keys == KeySource::File)
+                {
                     sas.push(sa.clone());
                 }
             }
@@ -1335,10 +2227,23 @@ impl ControlPlane {
         policies.extend(policy_new);
         // Inbound SAs carry their selectors from validation.
         for sa in sas {
-            self.command(SaCommand::InstallSa(Box::new(sa)));
+            if carried.contains(&sa.params.name) {
+                let old = sa.params.name.clone();
+                self.command(SaCommand::ReplaceSa {
+                    old,
+                    new: Box::new(sa),
+                });
+            } else {
+                self.command(SaCommand::InstallSa(Box::new(sa)));
+            }
         }
         for p in policies {
             self.command(SaCommand::InsertPolicy(p));
+        }
+        for t in starting.iter().filter(|t| t.secret.is_some()) {
+            if let Some(encap) = t.encap {
+                self.command(SaCommand::OpenEncapsulationPort(encap.local_port));
+            }
         }
         // Keep the rekey state of unchanged tunnels, in the new file's order.
         let mut kept: Vec<Tunnel> = std::mem::take(&mut self.tunnels);
@@ -1390,6 +2295,20 @@ impl ControlPlane {
         self.take_datagrams(&mut datagrams);
         datagrams
     }
+}
+
+/// Whether `after` uses the keys of `before` the same way: the same
+/// direction, SPI, proposal, keys and sequence-number width, keyed from the
+/// file. Such an SA must carry on where `before` stopped.
+fn same_keys(before: &SaConfig, after: &SaConfig) -> bool {
+    before.keys == KeySource::File
+        && after.keys == KeySource::File
+        && before.params.direction == after.params.direction
+        && before.params.spi == after.params.spi
+        && before.params.esn == after.params.esn
+        && before.algorithm == after.algorithm
+        && before.enc_key == after.enc_key
+        && before.auth_key == after.auth_key
 }
 
 /// Whether two SAs differ in their selectors at most (and so in whether

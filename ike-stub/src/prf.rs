@@ -1,10 +1,12 @@
 //! Key derivation: HMAC-SHA-256 as the PRF (RFC 4868 §2) and IKEv2's
-//! `prf+` (RFC 7296 §2.13), and the keys of a tunnel derived from its
-//! pre-shared secret.
+//! `prf+` (RFC 7296 §2.13); a tunnel's keys from its pre-shared secret and
+//! the nonces both ends contribute to each exchange.
 //!
-//! There is no Diffie-Hellman exchange here, so there is no perfect
-//! forward secrecy: whoever learns a tunnel's secret and records its
-//! control messages can derive every key it ever used.
+//! Every ESP key comes from nonces both ends chose fresh for the exchange
+//! that made it, so no key is ever used again after a restart. There is no
+//! Diffie-Hellman exchange, though, so there is no perfect forward
+//! secrecy: whoever learns a tunnel's secret and records its control
+//! messages can derive every key it ever used.
 
 use std::net::Ipv4Addr;
 
@@ -15,7 +17,7 @@ use zeroize::Zeroizing;
 
 /// Output length of the PRF.
 pub const PRF_LEN: usize = 32;
-/// Length of the nonces each side contributes to a rekey.
+/// Length of the nonces each side contributes to an exchange.
 pub const NONCE_LEN: usize = 32;
 
 /// `prf(key, data)`: HMAC-SHA-256.
@@ -70,18 +72,53 @@ impl std::fmt::Debug for SaKeys {
 /// The keys of both directions of a tunnel, named by who sends with them.
 #[derive(Debug)]
 pub struct KeyPair {
-    /// Keys of the SA from the first party (the initiator, or the lower
-    /// address for the first generation) to the second.
+    /// Keys of the SA from the first party (the exchange's initiator) to
+    /// the second.
     pub first_to_second: SaKeys,
     pub second_to_first: SaKeys,
 }
 
-/// A tunnel's long-lived secrets, from its pre-shared secret and name:
-/// `SK_d` for keying material and `SK_a` for authenticating control
-/// messages, as IKEv2 derives them from SKEYSEED (RFC 7296 §2.14).
+/// Which end of a tunnel: the one with the lower or the higher address
+/// (their 32-bit values). Both ends agree on it without a message, and it
+/// tells the two directions of an INIT request apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Low,
+    High,
+}
+
+impl Side {
+    /// This end's side, from its configured addresses.
+    pub fn of(local: Ipv4Addr, remote: Ipv4Addr) -> Side {
+        if u32::from(local) < u32::from(remote) {
+            Side::Low
+        } else {
+            Side::High
+        }
+    }
+
+    pub fn other(self) -> Side {
+        match self {
+            Side::Low => Side::High,
+            Side::High => Side::Low,
+        }
+    }
+
+    fn label(self) -> &'static [u8] {
+        match self {
+            Side::Low => b"low",
+            Side::High => b"high",
+        }
+    }
+}
+
+/// A tunnel's long-lived secret, from its pre-shared secret and name. It
+/// authenticates INIT requests (one key per sending side, so that a request
+/// sent back to its sender does not verify) and seeds every control SA's
+/// keys together with both ends' fresh nonces. No key it gives is used for
+/// ESP: child SAs are keyed from a control SA, which every start makes anew.
 pub struct TunnelSecrets {
-    pub sk_d: Zeroizing<Vec<u8>>,
-    pub sk_a: Zeroizing<Vec<u8>>,
+    psk: Zeroizing<[u8; PRF_LEN]>,
 }
 
 impl std::fmt::Debug for TunnelSecrets {
@@ -92,23 +129,65 @@ impl std::fmt::Debug for TunnelSecrets {
 
 impl TunnelSecrets {
     pub fn derive(secret: &[u8], tunnel: &str) -> TunnelSecrets {
-        let both = prf_plus(
-            secret,
-            &[b"espgw tunnel keys v1\0", tunnel.as_bytes()],
-            2 * PRF_LEN,
-        );
         TunnelSecrets {
-            sk_d: Zeroizing::new(both[..PRF_LEN].to_vec()),
-            sk_a: Zeroizing::new(both[PRF_LEN..].to_vec()),
+            psk: prf(secret, &[b"espgw tunnel key v2\0", tunnel.as_bytes()]),
         }
     }
 
-    /// Splits `KEYMAT = prf+(SK_d, seed)` into the keys of both directions
-    /// in RFC 7296 §2.17 order: first-to-second encryption then integrity,
-    /// then second-to-first.
-    pub fn keymat(&self, algorithm: Algorithm, seed: &[&[u8]]) -> KeyPair {
+    /// The key that authenticates INIT requests sent by the end on `sender`.
+    pub fn init_key(&self, sender: Side) -> Zeroizing<[u8; PRF_LEN]> {
+        prf(&self.psk[..], &[b"init request ", sender.label()])
+    }
+
+    /// The keys of a control SA, from both ends' nonces and SPIs as IKEv2
+    /// derives them (RFC 7296 §2.14): `SKEYSEED = prf(K, Ni | Nr)` and
+    /// `SK_d | SK_ai | SK_ar = prf+(SKEYSEED, Ni | Nr | SPIi | SPIr)`,
+    /// with the secret-derived key in place of the Diffie-Hellman secret's
+    /// role (so there is no forward secrecy: see the module doc).
+    pub fn control(
+        &self,
+        (ni, nr): (&[u8; NONCE_LEN], &[u8; NONCE_LEN]),
+        (spi_i, spi_r): (&[u8; 8], &[u8; 8]),
+    ) -> ControlKeys {
+        let seed = prf(&self.psk[..], &[b"control sa ", ni, nr]);
+        let all = prf_plus(&seed[..], &[ni, nr, spi_i, spi_r], 3 * PRF_LEN);
+        let take = |at: usize| {
+            let mut key = Zeroizing::new([0; PRF_LEN]);
+            key.copy_from_slice(&all[at * PRF_LEN..(at + 1) * PRF_LEN]);
+            key
+        };
+        ControlKeys {
+            sk_d: take(0),
+            sk_ai: take(1),
+            sk_ar: take(2),
+        }
+    }
+}
+
+/// A control SA's keys: `SK_d` for child SAs' keying material, `SK_ai` and
+/// `SK_ar` to authenticate the messages the initiator and the responder
+/// send (RFC 7296 §2.14), so that a message reflected back to its sender
+/// does not verify.
+pub struct ControlKeys {
+    sk_d: Zeroizing<[u8; PRF_LEN]>,
+    pub sk_ai: Zeroizing<[u8; PRF_LEN]>,
+    pub sk_ar: Zeroizing<[u8; PRF_LEN]>,
+}
+
+impl std::fmt::Debug for ControlKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ControlKeys(<redacted>)")
+    }
+}
+
+impl ControlKeys {
+    /// The keys of a child SA pair: `KEYMAT = prf+(SK_d, Ni | Nr)` from the
+    /// nonces of the exchange that creates it, split in RFC 7296 §2.17
+    /// order: initiator-to-responder encryption then integrity, then
+    /// responder-to-initiator. The first party is the exchange's initiator.
+    pub fn child(&self, algorithm: Algorithm, ni: &[u8; NONCE_LEN], nr: &[u8; NONCE_LEN]) -> KeyPair {
         let (enc, auth) = (algorithm.enc_key_len(), algorithm.auth_key_len());
-        let keymat = prf_plus(&self.sk_d, seed, 2 * (enc + auth));
+        let keymat = prf_plus(&self.sk_d[..], &[ni, nr], 2 * (enc + auth));
         let take = |from: usize, len: usize| Zeroizing::new(keymat[from..from + len].to_vec());
         KeyPair {
             first_to_second: SaKeys {
@@ -119,44 +198,6 @@ impl TunnelSecrets {
                 enc: take(enc + auth, enc),
                 auth: take(2 * enc + auth, auth),
             },
-        }
-    }
-
-    /// Keys of a rekey: `KEYMAT = prf+(SK_d, Ni | Nr)`; the first party is
-    /// the initiator.
-    pub fn rekey(&self, algorithm: Algorithm, ni: &[u8; NONCE_LEN], nr: &[u8; NONCE_LEN]) -> KeyPair {
-        self.keymat(algorithm, &[ni, nr])
-    }
-
-    /// Keys of the first generation, which both ends derive alone: the
-    /// first party is the lower address, and the SPIs of both directions
-    /// (as seen from `local`) go into the seed.
-    pub fn initial(
-        &self,
-        algorithm: Algorithm,
-        (local, remote): (Ipv4Addr, Ipv4Addr),
-        (spi_out, spi_in): (u32, u32),
-    ) -> (SaKeys, SaKeys) {
-        let we_are_first = u32::from(local) < u32::from(remote);
-        let (low, high, spi_up, spi_down) = if we_are_first {
-            (local, remote, spi_out, spi_in)
-        } else {
-            (remote, local, spi_in, spi_out)
-        };
-        let pair = self.keymat(
-            algorithm,
-            &[
-                b"initial",
-                &low.octets(),
-                &high.octets(),
-                &spi_up.to_be_bytes(),
-                &spi_down.to_be_bytes(),
-            ],
-        );
-        if we_are_first {
-            (pair.first_to_second, pair.second_to_first)
-        } else {
-            (pair.second_to_first, pair.first_to_second)
         }
     }
 }
@@ -192,36 +233,43 @@ mod tests {
     }
 
     #[test]
-    fn both_ends_derive_matching_first_generation_keys() {
+    fn init_keys_differ_by_side_and_control_keys_by_every_input() {
         let secrets = TunnelSecrets::derive(b"correct horse battery staple", "t");
-        let a: Ipv4Addr = "10.0.0.1".parse().unwrap();
-        let b: Ipv4Addr = "10.0.0.2".parse().unwrap();
-        let alg = Algorithm::Aes128Sha1;
-        let (a_out, a_in) = secrets.initial(alg, (a, b), (0x1001, 0x1002));
-        let (b_out, b_in) = secrets.initial(alg, (b, a), (0x1002, 0x1001));
-        assert_eq!(a_out.enc[..], b_in.enc[..]);
-        assert_eq!(a_out.auth[..], b_in.auth[..]);
-        assert_eq!(a_in.enc[..], b_out.enc[..]);
-        assert_ne!(a_out.enc[..], a_in.enc[..]);
-        assert_eq!((a_out.enc.len(), a_out.auth.len()), (16, 20));
-        // Another tunnel name or secret gives other keys.
+        assert_ne!(secrets.init_key(Side::Low)[..], secrets.init_key(Side::High)[..]);
         let other = TunnelSecrets::derive(b"correct horse battery staple", "u");
-        assert_ne!(
-            other.initial(alg, (a, b), (0x1001, 0x1002)).0.enc[..],
-            a_out.enc[..]
-        );
-        assert_ne!(secrets.sk_a[..], secrets.sk_d[..]);
+        assert_ne!(secrets.init_key(Side::Low)[..], other.init_key(Side::Low)[..]);
+        let (ni, nr) = ([1; NONCE_LEN], [2; NONCE_LEN]);
+        let (spi_i, spi_r) = ([3; 8], [4; 8]);
+        let keys = secrets.control((&ni, &nr), (&spi_i, &spi_r));
+        assert_ne!(keys.sk_ai[..], keys.sk_ar[..]);
+        assert_ne!(keys.sk_ai[..], keys.sk_d[..]);
+        for changed in [
+            secrets.control((&nr, &nr), (&spi_i, &spi_r)),
+            secrets.control((&ni, &ni), (&spi_i, &spi_r)),
+            secrets.control((&ni, &nr), (&spi_r, &spi_r)),
+            secrets.control((&ni, &nr), (&spi_i, &spi_i)),
+            other.control((&ni, &nr), (&spi_i, &spi_r)),
+        ] {
+            assert_ne!(changed.sk_ai[..], keys.sk_ai[..]);
+            assert_ne!(changed.sk_d[..], keys.sk_d[..]);
+        }
     }
 
     #[test]
-    fn rekey_keys_depend_on_both_nonces() {
+    fn child_keys_depend_on_both_nonces_and_split_by_direction() {
         let secrets = TunnelSecrets::derive(b"0123456789abcdef", "t");
+        let keys = secrets.control((&[7; NONCE_LEN], &[8; NONCE_LEN]), (&[1; 8], &[2; 8]));
         let alg = Algorithm::Aes128Gcm16;
-        let one = secrets.rekey(alg, &[1; NONCE_LEN], &[2; NONCE_LEN]);
-        let two = secrets.rekey(alg, &[1; NONCE_LEN], &[3; NONCE_LEN]);
+        let one = keys.child(alg, &[1; NONCE_LEN], &[2; NONCE_LEN]);
+        let two = keys.child(alg, &[1; NONCE_LEN], &[3; NONCE_LEN]);
         assert_eq!(one.first_to_second.enc.len(), 20);
         assert!(one.first_to_second.auth.is_empty());
         assert_ne!(one.first_to_second.enc[..], two.first_to_second.enc[..]);
         assert_ne!(one.first_to_second.enc[..], one.second_to_first.enc[..]);
+        let cbc = keys.child(Algorithm::Aes128Sha1, &[1; NONCE_LEN], &[2; NONCE_LEN]);
+        assert_eq!(
+            (cbc.first_to_second.enc.len(), cbc.first_to_second.auth.len()),
+            (16, 20)
+        );
     }
 }

@@ -223,8 +223,9 @@ pub(crate) struct RawTunnel {
     pub protocol: Option<S<String>>,
     pub mode: Option<S<String>>,
     pub proposal: S<String>,
-    pub spi_out: S<u32>,
-    pub spi_in: S<u32>,
+    /// Required without a `secret`; with one, the exchange picks them.
+    pub spi_out: Option<S<u32>>,
+    pub spi_in: Option<S<u32>>,
     pub enc_key_out: Option<S<SecretText>>,
     pub auth_key_out: Option<S<SecretText>>,
     pub enc_key_in: Option<S<SecretText>>,

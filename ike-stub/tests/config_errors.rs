@@ -287,7 +287,10 @@ replay_window = 4096
 /// by an interface with an `address6` on a link of at least 1280 bytes.
 #[test]
 fn ipv6_tunnels_and_routes_are_checked() {
-    let keyed = format!("{TUNNEL}secret = \"sixteen or more characters\"\n");
+    let keyed = format!(
+        "{}secret = \"sixteen or more characters\"\n",
+        without_spis(TUNNEL)
+    );
     let six = keyed
         .replace("192.168.1.0/24", "2001:db8:1::/64")
         .replace("192.168.2.0/24", "2001:db8:2::/64");
@@ -467,6 +470,16 @@ spi_out = 0x1001
 spi_in = 0x1002
 "#;
 
+/// `tunnel` without its `spi_out` and `spi_in` lines, for a tunnel with a
+/// secret.
+fn without_spis(tunnel: &str) -> String {
+    tunnel
+        .lines()
+        .filter(|l| !l.starts_with("spi_"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 #[test]
 fn control_plane_settings_are_checked() {
     // Neither keys nor a secret.
@@ -480,13 +493,25 @@ fn control_plane_settings_are_checked() {
     // A secret too short to be one.
     let extra = format!("{TUNNEL}secret = \"short\"\n");
     expect_error(&extra, line_of(&extra, "secret ="), 10, "at least 16 characters");
-    // A secret alone is enough: both ends derive the keys.
-    let text = format!("{BASE}{TUNNEL}secret = \"sixteen or more characters\"\n");
-    let config = parse(&text).expect("keys derived from the secret");
-    assert_eq!(config.sa("t-out").map(|s| s.enc_key.len()), Some(20));
+    // A secret alone is enough: the exchange with the peer keys the tunnel,
+    // so the file holds templates without keys or SPIs.
+    let keyed = format!(
+        "{}secret = \"sixteen or more characters\"\n",
+        without_spis(TUNNEL)
+    );
+    let config = parse(&format!("{BASE}{keyed}")).expect("keyed by exchange");
+    let template = config.sa("t-out").expect("a template");
+    assert_eq!(template.keys, ike_stub::KeySource::Exchange);
+    assert_eq!((template.params.spi, template.enc_key.len()), (0, 0));
     assert!(config.tunnel("t").is_some_and(|t| t.secret.is_some()));
+    // ... and SPIs, keys or initial sequence numbers beside it are refused:
+    // they would be used again after a restart.
+    let extra = format!("{TUNNEL}secret = \"sixteen or more characters\"\n");
+    expect_error(&extra, line_of(&extra, "spi_out"), 11, "remove `spi_out`");
+    let extra = format!("{keyed}enc_key_out = \"{}\"\n", "ab".repeat(20));
+    expect_error(&extra, line_of(&extra, "enc_key_out"), 15, "remove `enc_key_out`");
     // Rekey timing out of range.
-    let extra = format!("{TUNNEL}secret = \"sixteen or more characters\"\n\n[rekey]\ngrace_ms = 5\n");
+    let extra = format!("{keyed}\n[rekey]\ngrace_ms = 5\n");
     expect_error(
         &extra,
         line_of(&extra, "grace_ms"),
@@ -662,25 +687,18 @@ remote = "10.0.0.2"
 local_subnet = "192.168.1.0/24"
 remote_subnet = "192.168.2.0/24"
 proposal = "aes128gcm16"
-spi_out = 0x3001
-spi_in = 0x3002
 secret = "{secret}"
 "#,
         keys[0], keys[1], keys[2], keys[3]
     );
     let config = parse(&text).unwrap();
     assert_eq!(config.sa("m-in").unwrap().enc_key.len(), 16, "the keys were read");
-    let derived = config.sa("x-in").unwrap();
-    let derived_hex = [
-        hex::encode(&derived.enc_key[..]),
-        hex::encode(&config.sa("x-out").unwrap().enc_key[..]),
-    ];
     let mut shown = vec![
         format!("{config:?}"),
         format!("{config:#?}"),
         config.warnings().join("\n"),
     ];
-    for sa in &config.sas {
+    for sa in config.sas.iter().filter(|s| s.keys == ike_stub::KeySource::File) {
         shown.push(format!("{sa:?}"));
         shown.push(format!("{:?}", sa.params));
         let spec = accel::SessionSpec::new(sa.algorithm, sa.params.esn, &sa.enc_key, &sa.auth_key).unwrap();
@@ -708,7 +726,6 @@ secret = "{secret}"
 
     let mut hidden: Vec<String> = vec![secret.to_owned()];
     hidden.extend(keys.iter().flat_map(|k| forms_of(k)));
-    hidden.extend(derived_hex.iter().flat_map(|k| forms_of(k)));
     for output in &shown {
         for h in &hidden {
             assert!(!output.contains(h.as_str()), "`{h}` shown in:\n{output}");

@@ -14,8 +14,8 @@ pub mod spd;
 pub use replay::{ReplayError, ReplayWindow, MAX_WINDOW};
 pub use sad::{
     inbound_owner, owner_worker, Lifetime, Limits, Mode, SaCounters, SaDirection, SaEvent, SaId, SaParams,
-    SaShared, SaState, Sad, SadError, SecurityAssociation, SequenceError, UdpEncap, SA_STATE_BOUND,
-    SEQUENCE_BLOCK, SEQUENCE_RESERVE, USAGE_BATCH,
+    SaShared, SaState, Sad, SadError, SecurityAssociation, SequenceError, SequenceState, UdpEncap,
+    SA_STATE_BOUND, SEQUENCE_BLOCK, SEQUENCE_RESERVE, USAGE_BATCH,
 };
 pub use selector::{
     proto, Family, FlowKey, IpPrefix, Ipv4Prefix, Ipv6Prefix, PortRange, ProtocolSelector, Selector,

@@ -201,6 +201,30 @@ impl ReplayWindow {
         self.bitmap[word] & (1 << bit) != 0
     }
 
+    /// This window at another size, for an SA whose successor keeps its
+    /// keys and so its sequence state: the same top, the numbers seen still
+    /// seen, and every number the old window no longer tells about (below
+    /// its bottom, or all of them without a window) counted as seen too, so
+    /// that nothing accepted before is accepted again.
+    pub fn resized(&self, size: u32) -> ReplayWindow {
+        let mut window = ReplayWindow::new(size, self.esn);
+        if self.top == 0 {
+            return window;
+        }
+        let lowest = self
+            .top
+            .saturating_sub(u64::from(window.size).saturating_sub(1))
+            .max(1);
+        for seq in lowest..=self.top {
+            let seen =
+                seq == self.top || self.size == 0 || self.top - seq >= u64::from(self.size) || self.bit(seq);
+            if seen {
+                window.update(seq);
+            }
+        }
+        window
+    }
+
     /// Sequence numbers within the window that have been received, newest
     /// first, for `sa show`.
     pub fn received_in_window(&self) -> impl Iterator<Item = u64> + '_ {
@@ -217,6 +241,33 @@ impl ReplayWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resized_window_refuses_whatever_the_old_one_had_seen_or_forgotten() {
+        let mut old = ReplayWindow::new(64, false);
+        for seq in [1u64, 2, 3, 70, 72, 100] {
+            old.update(seq);
+        }
+        // (A window of 0 turns the check off: nothing to keep.)
+        for size in [32u32, 64, 128, 1024] {
+            let new = old.resized(size);
+            assert_eq!(new.top(), 100);
+            for seq in 1..=100u64 {
+                let before = old.check_full(seq).is_ok();
+                let after = new.check_full(seq).is_ok();
+                assert!(
+                    !after || before,
+                    "size {size}: {seq} refused before, accepted after"
+                );
+            }
+            // Numbers the old window had not seen and the new one holds stay open.
+            if size >= 64 {
+                assert!(new.check_full(99).is_ok(), "size {size}");
+            }
+            assert!(new.check_full(101).is_ok());
+        }
+        assert_eq!(ReplayWindow::new(64, true).resized(128).top(), 0);
+    }
 
     fn accept(w: &mut ReplayWindow, low: u32) -> Result<u64, ReplayError> {
         let seq = w.check(low)?;

@@ -275,6 +275,16 @@ pub enum SequenceError {
     NotReserved,
 }
 
+/// An SA's sequence state, handed from an SA to its successor when a
+/// reload changes the SA but keeps its keys.
+#[derive(Debug, Clone)]
+pub struct SequenceState {
+    /// Outbound: the last sequence number any copy reserved or used.
+    pub last_reserved: u64,
+    /// Inbound: the anti-replay window.
+    pub window: ReplayWindow,
+}
+
 /// The part of an SA that every worker's copy shares: the outbound
 /// sequence counter (so numbers stay unique across workers) and the usage
 /// that lifetimes are measured against. Copies reserve numbers a block at a
@@ -612,6 +622,29 @@ impl<C> SecurityAssociation<C> {
     /// (see [`Sad::place`]); `None` when the copies are not placed.
     pub fn owner(&self) -> Option<bool> {
         self.owner
+    }
+
+    /// What a successor with the same keys takes over (see
+    /// [`SecurityAssociation::resume`]).
+    pub fn sequence_state(&self) -> SequenceState {
+        SequenceState {
+            last_reserved: self.reserved_sequence().max(self.last_used),
+            window: self.replay.clone(),
+        }
+    }
+
+    /// Continues where the SA that had the same keys stopped: outbound,
+    /// after every number any copy of it reserved; inbound, with its replay
+    /// window (resized to this SA's), so that no (key, sequence number) is
+    /// sent or accepted twice.
+    pub fn resume(&mut self, state: &SequenceState) {
+        match self.params.direction {
+            SaDirection::Outbound => {
+                let after = state.last_reserved.max(self.reserved_sequence());
+                self.set_last_sequence(after);
+            }
+            SaDirection::Inbound => self.replay = state.window.resized(self.params.replay_window),
+        }
     }
 
     /// Resumes the inbound window at `top`.

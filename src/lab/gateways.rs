@@ -145,10 +145,8 @@ fn nat_config(config: &mut Shipped<'_>) -> Result<()> {
 }
 
 /// `--ipv6`: the inside interface gets its `address6`, and a second
-/// tunnel, a copy of the first between the IPv6 networks (6-in-4), with
-/// SPIs and keys of its own: its keys are derived from the tunnel's
-/// secret and its own name, never the first tunnel's (one GCM key under
-/// two SPIs would repeat nonces).
+/// tunnel, a copy of the first between the IPv6 networks (6-in-4), keyed
+/// by exchanges of its own.
 fn ipv6_config(config: &mut Shipped<'_>) -> Result<()> {
     let side = config.side;
     let (own, far) = if side == "a" {
@@ -164,11 +162,8 @@ fn ipv6_config(config: &mut Shipped<'_>) -> Result<()> {
     let mut six = config.tunnel()?.clone();
     ensure!(
         six.contains_key("secret"),
-        "configs/demo-{side}.toml: its [[tunnel]] has no `secret` for --ipv6's second tunnel to derive keys from"
+        "configs/demo-{side}.toml: its [[tunnel]] has no `secret` for --ipv6's second tunnel to be keyed with"
     );
-    for key in ["enc_key_out", "enc_key_in", "auth_key_out", "auth_key_in"] {
-        six.remove(key);
-    }
     let name = six
         .get("name")
         .and_then(toml_edit::Item::as_str)
@@ -177,13 +172,6 @@ fn ipv6_config(config: &mut Shipped<'_>) -> Result<()> {
     six["name"] = toml_edit::value(name);
     six["local_subnet"] = toml_edit::value(network(own));
     six["remote_subnet"] = toml_edit::value(network(far));
-    for key in ["spi_out", "spi_in"] {
-        let spi = six
-            .get(key)
-            .and_then(toml_edit::Item::as_integer)
-            .ok_or_else(|| anyhow::anyhow!("configs/demo-{side}.toml: its [[tunnel]] has no {key}"))?;
-        six[key] = toml_edit::value(spi + 0x100);
-    }
     config
         .doc
         .get_mut("tunnel")
@@ -205,31 +193,13 @@ fn edited_demo_config(side: &str, args: &DemoArgs, shipped: &str) -> Result<Stri
     let mut config = Shipped { side, doc };
     let algorithm = args.algorithm;
     if algorithm != Algorithm::Aes128Gcm16 {
-        let key = |len: usize, seed: u8| -> String {
-            (0..len)
-                .map(|i| format!("{:02x}", (i as u8).wrapping_add(seed)))
-                .collect()
-        };
-        let (out_seed, in_seed) = if side == "a" { (0x00, 0x20) } else { (0x20, 0x00) };
+        // The keys come from the exchange: the proposal is all there is.
         let tunnel = config.tunnel()?;
         ensure!(
             tunnel.contains_key("proposal"),
             "configs/demo-{side}.toml: its [[tunnel]] has no proposal for --algorithm to replace"
         );
         tunnel["proposal"] = toml_edit::value(algorithm.to_string());
-        for dir in ["out", "in"] {
-            tunnel.remove(&format!("enc_key_{dir}"));
-            tunnel.remove(&format!("auth_key_{dir}"));
-        }
-        for (dir, seed) in [("out", out_seed), ("in", in_seed)] {
-            if algorithm.enc_key_len() > 0 {
-                tunnel[&format!("enc_key_{dir}")] = toml_edit::value(key(algorithm.enc_key_len(), seed));
-            }
-            if algorithm.auth_key_len() > 0 {
-                tunnel[&format!("auth_key_{dir}")] =
-                    toml_edit::value(key(algorithm.auth_key_len(), seed + 0x10));
-            }
-        }
         if algorithm.is_insecure() {
             config.table("gateway")?["allow_insecure_null"] = toml_edit::value(true);
         }
@@ -334,7 +304,39 @@ pub fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, [PathBuf; 2])> {
             bail!("gateway {name} exited ({status}):\n{log}");
         }
     }
+    wait_until_connected(&dir)?;
     Ok((lab, dir, [stats_a, stats_b]))
+}
+
+/// Waits until both gateways' tunnels are keyed: each connects at start
+/// with an exchange (a few round trips), and what it is asked to protect
+/// before then is dropped.
+fn wait_until_connected(dir: &Path) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    for (name, gw) in [("demo-a", "gwA"), ("demo-b", "gwB")] {
+        let socket = crate::control::default_path(name);
+        loop {
+            let states = crate::control::ask(&socket, "sa list").map(|doc| {
+                doc["tunnels"]
+                    .as_array()
+                    .map(|t| {
+                        t.iter()
+                            .map(|t| t["state"].as_str().unwrap_or("?").to_owned())
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default()
+            });
+            match states {
+                Ok(states) if !states.is_empty() && states.iter().all(|s| s == "established") => break,
+                _ if std::time::Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
+                states => {
+                    let log = std::fs::read_to_string(dir.join(format!("{gw}.log"))).unwrap_or_default();
+                    bail!("{gw}'s tunnels did not connect in 15 s ({states:?}):\n{log}");
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -373,18 +375,8 @@ mod tests {
             assert!(null.allow_insecure_null && !plain.allow_insecure_null);
             let hmac = edited(side, &["--algorithm", "aes128-sha1"]);
             assert_eq!(hmac.tunnel("a-b").unwrap().algorithm, Algorithm::Aes128Sha1);
-            let sa = hmac.sa("a-b-out").expect("the outbound SA");
-            assert_eq!((sa.enc_key.len(), sa.auth_key.len()), (16, 20));
-            let other = edited(
-                if side == "a" { "b" } else { "a" },
-                &["--algorithm", "aes128-sha1"],
-            );
-            let peer_in = other.sa("a-b-in").unwrap();
-            assert_eq!(
-                (&sa.enc_key, &sa.auth_key),
-                (&peer_in.enc_key, &peer_in.auth_key),
-                "both ends' keys agree"
-            );
+            let sa = hmac.sa("a-b-out").expect("the outbound SA's template");
+            assert_eq!(sa.keys, ike_stub::KeySource::Exchange);
 
             let faults = edited(side, &["--fail-every", "7", "--lose-completion-every", "9"]);
             assert_eq!(faults.engine.kind, EngineKind::Sec);
@@ -406,19 +398,11 @@ mod tests {
                 six.inside.address6.map(|(a, p)| (a.to_string(), p.to_string())),
                 Some((format!("2001:db8:{own}::1"), format!("2001:db8:{own}::/64")))
             );
-            let v6_out = six.sa("a-b-v6-out").expect("the IPv6 tunnel");
-            let v4_out = six.sa("a-b-out").expect("the IPv4 tunnel stays");
-            assert_ne!(v6_out.enc_key, v4_out.enc_key, "a key of its own");
-            assert_ne!(v6_out.params.spi, v4_out.params.spi);
+            let v6 = six.tunnel("a-b-v6").expect("the IPv6 tunnel");
+            assert!(six.tunnel("a-b").is_some(), "the IPv4 tunnel stays");
+            assert!(v6.secret.is_some(), "keyed by exchanges of its own");
             let selectors = six.inbound_selectors("a-b-v6-in");
             assert_eq!(selectors[0].src.to_string(), format!("2001:db8:{far}::/64"));
-            let peer = edited(if side == "a" { "b" } else { "a" }, &["--ipv6"]);
-            let peer_in = peer.sa("a-b-v6-in").unwrap();
-            assert_eq!(
-                (&v6_out.enc_key, v6_out.params.spi),
-                (&peer_in.enc_key, peer_in.params.spi),
-                "both ends of the IPv6 tunnel agree"
-            );
 
             let nat = edited(side, &["--nat", "--rekey-every", "200kB"]);
             let tunnel = nat.tunnel("a-b").unwrap();

@@ -431,6 +431,15 @@ impl Gateway {
         &self.nat_ports
     }
 
+    /// Takes ESP in UDP, keepalives and IKE behind the non-ESP marker on
+    /// `port` before any SA receives there: a tunnel keyed by an exchange
+    /// over its encapsulation port has none until the exchange is done.
+    pub fn open_encapsulation_port(&mut self, port: u16) {
+        if !self.nat_ports.contains(&port) {
+            self.nat_ports.push(port);
+        }
+    }
+
     /// Where the UDP-encapsulated peer configured as `remote` (with
     /// `encap`) of our `local` is now: where its NAT put it, as learnt from
     /// its authenticated packets, or where it was configured.

@@ -2,7 +2,11 @@
 //! flushed) and started again on the same state directory (root, in CI):
 //! every ESP packet the second run sends carries a sequence number above
 //! everything the first run sent, so no (key, nonce) pair of its AEAD
-//! repeats. The ESP is captured on the veth at the peer's end (AF_PACKET);
+//! repeats; a reload that changes the tunnel but keeps its keys goes on
+//! above both, and not a packet is dropped for want of a reservation
+//! (`seq_not_reserved`); killed again after it, the gateway resumes above
+//! what the reloaded SA sent. The ESP is captured on the veth at the peer's end
+//! (AF_PACKET);
 //! the peer is a plain namespace that answers ARP and drops the ESP.
 //! Without root or the namespace tools the test shows as ignored (testkit
 //! `netns`).
@@ -38,6 +42,8 @@ const PEER: &str = "espgw-lc-peer";
 /// thread's reservations are what the restart has to respect.
 const FIRST_RUN: usize = 6000;
 const SECOND_RUN: usize = 1500;
+const AFTER_RELOAD: usize = 6000;
+const THIRD_RUN: usize = 1500;
 
 fn ip(args: &[&str]) {
     let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
@@ -82,8 +88,11 @@ impl Drop for Lab {
     }
 }
 
-fn config(dir: &std::path::Path) -> std::path::PathBuf {
-    let text = "[gateway]\nname = \"lc\"\n\n\
+/// The gateway's config, written to `DIR/lc.toml`; `replay_window` is
+/// what a reload changes.
+fn config(dir: &std::path::Path, replay_window: u32) -> std::path::PathBuf {
+    let text = format!(
+        "[gateway]\nname = \"lc\"\n\n\
          [[interface]]\nname = \"inside\"\ndevice = \"lcg-in\"\naddress = \"192.168.1.1/24\"\n\n\
          [[interface]]\nname = \"outside\"\ndevice = \"lcg-out\"\naddress = \"10.0.0.1/24\"\n\n\
          [[route]]\ndestination = \"192.168.2.0/24\"\nvia = \"10.0.0.2\"\n\n\
@@ -91,7 +100,8 @@ fn config(dir: &std::path::Path) -> std::path::PathBuf {
          local_subnet = \"192.168.1.0/24\"\nremote_subnet = \"192.168.2.0/24\"\n\
          proposal = \"aes128gcm16\"\nspi_out = 0x1001\nspi_in = 0x1002\n\
          enc_key_out = \"000102030405060708090a0b0c0d0e0f10111213\"\n\
-         enc_key_in = \"202122232425262728292a2b2c2d2e2f30313233\"\n";
+         enc_key_in = \"202122232425262728292a2b2c2d2e2f30313233\"\nreplay_window = {replay_window}\n"
+    );
     let path = dir.join("lc.toml");
     std::fs::write(&path, text).expect("write config");
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
@@ -242,7 +252,7 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
     ip(&["-n", HOST, "addr", "add", "192.168.1.10/24", "dev", "lch0"]);
     ip(&["-n", HOST, "route", "add", "default", "via", "192.168.1.1"]);
     ip(&["-n", PEER, "addr", "add", "10.0.0.2/24", "dev", "lcp0"]);
-    let config = config(&dir);
+    let config = config(&dir, 64);
     let state = dir.join("state");
     let phase = Arc::new(AtomicU8::new(0));
     let captured: Captured = Arc::new(Mutex::new(Vec::new()));
@@ -280,29 +290,66 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
     phase.store(2, Ordering::Release);
     lab.gateway = Some(start(&config, &state, &log2));
     wait_for(&captured, 2, SECOND_RUN, "the second run", &log2);
+    // A reload that changes the tunnel but not its keys: its SAs are
+    // replaced, and the new ones go on from the ledger.
+    let socket = log2.with_extension("sock");
+    phase.store(3, Ordering::Release);
+    self::config(&dir, 128);
+    let reload = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args(["reload", "--json", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("espgw reload");
+    let answer: serde_json::Value = serde_json::from_slice(&reload.stdout).unwrap_or_default();
+    assert!(
+        reload.status.success() && answer["report"]["changed"] == serde_json::json!(["t"]),
+        "{answer}{}",
+        String::from_utf8_lossy(&reload.stderr)
+    );
+    wait_for(&captured, 3, AFTER_RELOAD, "after the reload", &log2);
+    let stats = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args(["stats", "--json", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("espgw stats");
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats JSON");
+    // Killed again, and started once more.
+    if let Some(mut child) = lab.gateway.take() {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    phase.store(4, Ordering::Release);
+    let log3 = dir.join("run3.log");
+    lab.gateway = Some(start(&config, &state, &log3));
+    wait_for(&captured, 4, THIRD_RUN, "the third run", &log3);
     stop.store(true, Ordering::Relaxed);
     let sent = sender.join().expect("the sender");
     capturer.join().expect("the capture");
 
     let captured = captured.lock().unwrap().clone();
-    let first: Vec<u32> = captured
-        .iter()
-        .filter(|(p, _)| *p == 1)
-        .map(|(_, s)| *s)
-        .collect();
-    let second: Vec<u32> = captured
-        .iter()
-        .filter(|(p, _)| *p == 2)
-        .map(|(_, s)| *s)
-        .collect();
+    let phase_of = |phase: u8| -> Vec<u32> {
+        captured
+            .iter()
+            .filter(|(p, _)| *p == phase)
+            .map(|(_, s)| *s)
+            .collect()
+    };
+    let (first, second, third, fourth) = (phase_of(1), phase_of(2), phase_of(3), phase_of(4));
     let top = first.iter().copied().max().expect("the first run sent");
     let lowest = second.iter().copied().min().expect("the second run sent");
     let logs = format!(
-        "hostA sent {sent}; first run: {} packets up to {top}; second run: {} packets from {lowest}\n{}\n{}",
+        "hostA sent {sent}; first run: {} packets up to {top}; second run: {} packets from {lowest}; \
+         after the reload: {} packets; third run: {} from {:?}\n{}\n{}\n{}",
         first.len(),
         second.len(),
+        third.len(),
+        fourth.len(),
+        fourth.iter().min(),
         std::fs::read_to_string(&log1).unwrap_or_default(),
-        std::fs::read_to_string(&log2).unwrap_or_default()
+        std::fs::read_to_string(&log2).unwrap_or_default(),
+        std::fs::read_to_string(&log3).unwrap_or_default()
     );
     assert!(
         top as usize >= FIRST_RUN,
@@ -312,13 +359,23 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
         lowest > top,
         "the second run sent {lowest}, which the first may have sent (it reached {top}): {logs}"
     );
-    let mut unique = second.clone();
-    unique.sort_unstable();
-    unique.dedup();
+    // After the reload (the packets in its phase may still be the old
+    // SA's): never a number sent before, and nothing twice.
+    let mut all: Vec<u32> = second.iter().chain(&third).copied().collect();
+    all.sort_unstable();
+    all.dedup();
     assert_eq!(
-        unique.len(),
-        second.len(),
-        "a number twice in the second run: {logs}"
+        all.len(),
+        second.len() + third.len(),
+        "a number sent twice by the second run, across its reload: {logs}"
+    );
+    assert!(third.iter().all(|s| *s > top), "{logs}");
+    // The SA the reload put in place keeps the ledger going: killed, its
+    // gateway resumes above everything it sent.
+    let before: u32 = second.iter().chain(&third).copied().max().unwrap_or(0);
+    assert!(
+        fourth.iter().all(|s| *s > before),
+        "the third run sent numbers up to {before} again: {logs}"
     );
     assert!(
         std::fs::read_to_string(&log2)
@@ -326,10 +383,28 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
             .contains("resume from the state directory"),
         "{logs}"
     );
+    // Both SAs the reload put in place are under the ledger: each has a
+    // durable ceiling, the outbound one above what it has sent.
+    for sa in stats["sas"].as_array().expect("the SAs") {
+        let ceiling = sa["sequence_ceiling"].as_u64();
+        assert!(
+            ceiling.is_some_and(|c| c >= sa["last_sequence"].as_u64().unwrap_or(u64::MAX)),
+            "SA {} has no durable ceiling after the reload: {sa:#}\n{logs}",
+            sa["name"]
+        );
+    }
+    assert_eq!(
+        stats["drops"]["seq_not_reserved"], 0,
+        "a packet was dropped for want of a reservation: {stats:#}\n{logs}"
+    );
     eprintln!(
-        "first run: {} ESP packets, up to {top}; killed; second run: {} packets, from {lowest}",
+        "first run: {} ESP packets, up to {top}; killed; second run: {} packets, from {lowest}; \
+         reloaded, {} more, up to {before}; killed; third run: {} packets, from {}",
         first.len(),
-        second.len()
+        second.len(),
+        third.len(),
+        fourth.len(),
+        fourth.iter().min().unwrap_or(&0)
     );
     drop(lab);
 }

@@ -13,6 +13,11 @@
 //! outbound SA's packets reach the one worker that owns it (see
 //! `dataplane::io::steer`); worker 0 reinstalls the program whenever the
 //! commands it applies may have changed the policies.
+//!
+//! With a state directory, a thread of its own keeps the durable ceilings
+//! of SAs with static keys ahead of them (`crate::state_dir`); worker 0
+//! writes the first reservations of the SAs a reload installs before it
+//! hands them to the other workers.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -53,6 +53,9 @@ pub const OUT_FLOOR: u64 = 4096;
 pub const IN_HORIZON: Duration = Duration::from_secs(1);
 /// The smallest inbound reservation.
 pub const IN_FLOOR: u64 = OUT_FLOOR / 4;
+// What the receiver may reserve stays within half of what its sender
+// keeps ahead, at the floor as at any rate.
+const _: () = assert!(IN_FLOOR * 2 <= OUT_FLOOR && IN_HORIZON.as_secs() * 2 <= OUT_HORIZON.as_secs());
 /// The largest reservation of either kind: a restart never skips more than
 /// this of a 2^32 space.
 pub const MAX_BLOCK: u64 = 1 << 26;
@@ -564,7 +567,6 @@ mod tests {
         inn.plan(ms(10), 2100, IN_FLOOR).unwrap();
         assert_eq!(inn.block(), 210_000);
         assert!(inn.block() * 2 <= out.block());
-        assert!(IN_FLOOR * 2 <= OUT_FLOOR);
         // A slower rate shrinks it again, to the floor at most.
         assert!(out.plan(ms(1_000_000), 840_000, next).is_some());
         assert_eq!(out.block(), OUT_FLOOR);

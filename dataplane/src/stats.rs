@@ -354,6 +354,7 @@ mod tests {
                 "malformed",
                 "sa_expired",
                 "seq_overflow",
+                "seq_not_reserved",
                 "no_route",
                 "ttl_expired",
                 "unsupported",

@@ -490,10 +490,23 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 let requests = requests.clone();
                 let links = &links;
                 let mut plane = if index == 0 { plane.take() } else { None };
+                let state = state.clone();
                 scope.spawn(move || {
                     let mut ticks = 0u32;
+                    let mut unreserved = 0u64;
                     let mut tick = |t: &mut Tick<'_>| {
                         ticks = ticks.wrapping_add(1);
+                        // Packets waiting for (or dropped for want of) a
+                        // durable ceiling: the ledger's writer goes now.
+                        if let Some(state) = &state {
+                            let stats = t.gateway.stats();
+                            let now =
+                                stats.seq_awaited + stats.drops.get(dataplane::DropReason::SeqNotReserved);
+                            if now != unreserved {
+                                unreserved = now;
+                                state.nudge();
+                            }
+                        }
                         if ticks.is_multiple_of(64) {
                             if let Ok(mut p) = published.lock() {
                                 p[index] = (*t.gateway.stats(), *t.summary);

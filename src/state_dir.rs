@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -106,6 +106,8 @@ pub struct StateDir {
     /// One write at a time (the writer thread, a reload, `pcap`).
     writing: Mutex<()>,
     started: Instant,
+    /// `espgw run`'s writer, for [`Self::nudge`].
+    writer: OnceLock<std::thread::Thread>,
 }
 
 fn euid() -> u32 {
@@ -215,6 +217,7 @@ impl StateDir {
             }),
             writing: Mutex::new(()),
             started: Instant::now(),
+            writer: OnceLock::new(),
         };
         if fresh {
             let text = state.lock().ledger.encode();
@@ -324,17 +327,26 @@ impl StateDir {
         Ok(raises.len())
     }
 
-    /// `espgw run`'s writer: a round every [`WRITER_PERIOD`] until `stop`.
-    /// A failing write is logged when it starts failing and when it
-    /// recovers, not every round.
+    /// Wakes the writer at once: a worker has packets waiting for a
+    /// ceiling (or dropped for want of one), which cannot wait for its next
+    /// round. Called by a worker's driver between batches, never per packet.
+    pub fn nudge(&self) {
+        if let Some(writer) = self.writer.get() {
+            writer.unpark();
+        }
+    }
+
+    /// `espgw run`'s writer: a round every [`WRITER_PERIOD`], or sooner
+    /// when nudged, until `stop`. A failing write is logged when it starts
+    /// failing and when it recovers, not every round.
     pub fn spawn_writer(self: &Arc<Self>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
         let state = Arc::clone(self);
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("espgw-ledger".into())
             .spawn(move || {
                 let mut failing = false;
                 while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(WRITER_PERIOD);
+                    std::thread::park_timeout(WRITER_PERIOD);
                     match state.round(state.elapsed()) {
                         Ok(_) if failing => {
                             failing = false;
@@ -351,7 +363,9 @@ impl StateDir {
                     }
                 }
             })
-            .expect("spawning the ledger writer")
+            .expect("spawning the ledger writer");
+        let _ = self.writer.set(handle.thread().clone());
+        handle
     }
 }
 

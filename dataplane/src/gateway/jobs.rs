@@ -56,6 +56,12 @@ pub const BACKLOG_LIMIT: usize = 1024;
 /// beyond this they are dropped as `engine_busy`.
 pub const HOLD_LIMIT: usize = 256;
 
+/// Authentic inbound packets that may wait at once for their SA's durable
+/// ceiling to be raised (a burst from a peer that resumed above it, for
+/// the time one write takes); beyond this they are dropped as
+/// `seq_not_reserved`.
+pub const AWAIT_LIMIT: usize = 1024;
+
 /// Where a packet is in its trip through the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -146,7 +152,7 @@ pub(super) struct Jobs {
     /// Completed jobs, reused between polls.
     completions: Vec<Job>,
     held: VecDeque<Held>,
-    /// Bounded by [`HOLD_LIMIT`] too.
+    /// Bounded by [`AWAIT_LIMIT`].
     awaiting: VecDeque<Awaiting>,
     /// Outbound packets run inline (an engine that computes on this CPU,
     /// single pass): they skip the backlog and the in-flight table, and
@@ -563,7 +569,7 @@ impl Gateway {
     ) {
         let result = self.finish_decapsulation(now, &mut buf, &pending);
         if result == Err(DropReason::SeqNotReserved) {
-            if may_wait && self.jobs.awaiting.len() < HOLD_LIMIT {
+            if may_wait && self.jobs.awaiting.len() < AWAIT_LIMIT {
                 self.stats.seq_awaited += 1;
                 self.jobs.awaiting.push_back(Awaiting {
                     buf,

@@ -260,12 +260,16 @@ impl StateDir {
 
     /// Gives each SA of `sas` that needs one its mark: the highest number
     /// its keys may have been used with. Installed so, it resumes above it
-    /// with its ceiling there, until [`Self::round`] raises it.
+    /// with its ceiling there, until [`Self::round`] raises it. An SA with
+    /// the same keys tracked before (the one a reload replaces, whose
+    /// copies some workers may still hold) gets no reservation from now on,
+    /// so that it stays at or below the mark.
     pub fn prepare(&self, sas: &mut [SaConfig]) {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        let Inner { ledger, reservations } = &mut *inner;
         for sa in sas.iter_mut().filter(|s| needs_entry(s)) {
-            let fingerprint = inner.ledger.fingerprint(sa);
-            sa.ledger_mark = Some(inner.ledger.ceiling(&fingerprint));
+            reservations.retire(ledger, sa);
+            sa.ledger_mark = Some(ledger.ceiling(&ledger.fingerprint(sa)));
         }
     }
 

@@ -384,6 +384,15 @@ impl<H: Clone> Reservations<H> {
         });
     }
 
+    /// Stops keeping the ceiling of the SA tracked under `sa`'s
+    /// fingerprint, if any: call it when `sa` is about to take the
+    /// ledger's ceiling as its mark, so that nothing raises the one before
+    /// it past that mark while some worker may still hold a copy of it.
+    pub fn retire(&mut self, ledger: &Ledger, sa: &SaConfig) {
+        let fingerprint = ledger.fingerprint(sa);
+        self.tracked.retain(|t| t.fingerprint != fingerprint);
+    }
+
     pub fn len(&self) -> usize {
         self.tracked.len()
     }
@@ -639,5 +648,18 @@ mod tests {
         state.borrow_mut().remove(&2);
         r.plan(&mut l, Duration::from_millis(7), read);
         assert_eq!(r.len(), 1, "the gone SA is forgotten");
+        // An SA about to take the file's ceiling as its mark: the one
+        // before it is raised no more, however far it has got.
+        let mark = l.ceiling(&l.fingerprint(&out));
+        r.retire(&l, &out);
+        state.borrow_mut().insert(
+            3,
+            Progress {
+                used: mark,
+                ceiling: mark,
+            },
+        );
+        assert!(r.plan(&mut l, Duration::from_millis(8), read).is_empty());
+        assert_eq!(l.ceiling(&l.fingerprint(&out)), mark);
     }
 }

@@ -43,16 +43,18 @@ pub const OUT_HORIZON: Duration = Duration::from_secs(4);
 /// The smallest outbound reservation.
 pub const OUT_FLOOR: u64 = 4096;
 /// An inbound reservation covers a quarter of what an outbound one does
-/// at the same rate, and at least a quarter of its floor, so that a
-/// receiver's ceiling stays below the point its sender resumes from (the
-/// sender keeps at least half a reservation ahead of what it sent): after
-/// both ends restart, nothing the sender sends is refused. The price of
-/// never accepting a number twice: after a restart of the receiver alone,
-/// the numbers between what it had accepted and its ceiling, at most about
-/// one second of traffic, are refused as already received.
+/// at the same rate, so that a receiver's ceiling stays below the point
+/// its sender resumes from (the sender keeps at least half a reservation
+/// ahead of what it sent): after both ends restart, nothing the sender
+/// sends is refused. The price of never accepting a number twice: after a
+/// restart of the receiver alone, the numbers between what it had accepted
+/// and its ceiling, about one second of traffic or [`IN_FLOOR`] packets,
+/// whichever is more, are refused as already received.
 pub const IN_HORIZON: Duration = Duration::from_secs(1);
-/// The smallest inbound reservation.
-pub const IN_FLOOR: u64 = OUT_FLOOR / 4;
+/// The smallest inbound reservation: small, because it is what a receiver
+/// restarted alone refuses of a slow SA's traffic; a burst beyond it waits
+/// for the next reservation, which the rate then sizes.
+pub const IN_FLOOR: u64 = 64;
 // What the receiver may reserve stays within half of what its sender
 // keeps ahead, at the floor as at any rate.
 const _: () = assert!(IN_FLOOR * 2 <= OUT_FLOOR && IN_HORIZON.as_secs() * 2 <= OUT_HORIZON.as_secs());

@@ -2,8 +2,8 @@
 """Puts one real `espgw bench` run into README.md, verbatim.
 
     cargo build --release
-    target/release/espgw bench --json docs/results/bench.json --csv docs/results/bench.csv \
-        --plot docs/results > docs/results/bench.txt
+    target/release/espgw bench --tables --report docs/results --plot docs/results \
+        > docs/results/bench.txt
     python3 scripts/readme-results.py
 
 Replaces the text between the bench-results markers in README.md with

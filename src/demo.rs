@@ -216,7 +216,11 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     // and again (about 2 MB each way over 2 s).
     let floods = if args.flood_check {
         eprintln!("numbered UDP both ways, alone and under floods of bad ESP ...");
-        Some(flood_check(&names, args.flood_rate)?)
+        Some(flood_check(
+            &names,
+            args.flood_rate,
+            inbound_spi("demo-b", "a-b")?,
+        )?)
     } else {
         None
     };
@@ -552,4 +556,19 @@ fn nat_report(wires: &[(&str, Arc<Wire>)], gw_a: &dataplane::Stats, gw_b: &datap
         }
     );
     followed
+}
+
+/// The SPI of the inbound SA `tunnel` uses now at gateway `name`, from its
+/// control socket: the exchange picks it at start and at every rekey.
+fn inbound_spi(name: &str, tunnel: &str) -> Result<u32> {
+    let doc = crate::control::ask(&crate::control::default_path(name), &format!("sa show {tunnel}"))?;
+    let sa_in = doc["tunnels"][0]["sa_in"].as_str().unwrap_or_default().to_owned();
+    let spi = doc["sas"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|sa| sa["name"].as_str() == Some(sa_in.as_str()))
+        .and_then(|sa| sa["spi"].as_str())
+        .and_then(|spi| u32::from_str_radix(spi.trim_start_matches("0x"), 16).ok());
+    spi.ok_or_else(|| anyhow::anyhow!("{name} shows no inbound SA for tunnel `{tunnel}`: {doc}"))
 }

@@ -415,9 +415,28 @@ fn keys_never_leave_the_config() {
     use std::os::unix::fs::PermissionsExt;
     let secret = "SECRET-MARKER-0123456789abcdef";
     let alg = accel::Algorithm::Aes128Sha1;
-    let text = common::tunnel_config_edited(alg, "tunnel", false, true, |c| {
-        c.tunnels[0].secret = Some(secret.into());
-    });
+    // A tunnel keyed by hand, whose keys the test knows, beside one keyed
+    // by exchange from a secret (offline `pcap` takes only the first).
+    let keyed = common::tunnel_edited(alg, "tunnel", false, true, |_| {});
+    let text = keyed
+        .clone()
+        .tunnel(
+            ike_stub::builder::TunnelBuilder::new(
+                "s",
+                (
+                    std::net::Ipv4Addr::new(10, 0, 0, 1),
+                    std::net::Ipv4Addr::new(10, 0, 0, 3),
+                ),
+                alg,
+                (0x3001, 0x3002),
+            )
+            .subnets(
+                "192.168.1.0/24".parse::<spd_sad::Ipv4Prefix>().unwrap(),
+                "192.168.9.0/24".parse::<spd_sad::Ipv4Prefix>().unwrap(),
+            )
+            .secret(secret),
+        )
+        .to_toml();
     let mut hidden: Vec<String> = vec![secret.to_owned()];
     for (len, seed) in [(16, 1), (16, 2), (20, 101), (20, 102)] {
         hidden.push(common::key_hex(len, seed));
@@ -458,6 +477,7 @@ fn keys_never_leave_the_config() {
     leaks("Debug of the config", &format!("{parsed:?}"));
 
     // A capture through the gateway, logging everything it logs.
+    std::fs::write(&config, keyed.to_toml()).unwrap();
     let frames: Vec<Vec<u8>> = (0..20)
         .map(|i| ethernet(&common::udp_packet(common::HOST_A, common::HOST_B, 100, i)))
         .collect();

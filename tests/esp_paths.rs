@@ -758,3 +758,124 @@ fn reloads_keep_inbound_sas_selected() {
     assert_admitted(&frames, &receive(&mut b, &frames), |_| true);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// ESP in UDP (RFC 3948) and its UDP checksum: zero (none computed, as
+/// espgw and Linux send it over IPv4) and right ones are accepted, a wrong
+/// non-zero one is dropped as `udp_checksum` (RFC 1122 §4.1.3.4; it used to
+/// be accepted), and frames whose checksum the kernel left to finish
+/// (`NEEDS_CSUM`, completed by the driver) or already verified
+/// (`DATA_VALID`) are not dropped whatever their field held.
+#[test]
+fn esp_in_udp_checksums_are_verified_unless_none_or_the_kernel_did() {
+    use dataplane::io::offload;
+    use dataplane::wire::vnet::{Gso, VnetRepr};
+    use smoltcp::wire::{IpAddress, UdpPacket};
+
+    let mut pair = Pair::edited(Algorithm::Aes128Gcm16, "tunnel", false, |c| {
+        c.tunnels[0].encap = Some(ike_stub::builder::Encap::Udp);
+    });
+    let (a, b) = (IpAddress::v4(10, 0, 0, 1), IpAddress::v4(10, 0, 0, 2));
+    let with_checksum = |mut p: Vec<u8>| {
+        UdpPacket::new_unchecked(&mut p[20..]).fill_checksum(&a, &b);
+        assert_ne!(&p[26..28], &[0, 0]);
+        p
+    };
+    let wrong = |mut p: Vec<u8>| {
+        p[27] ^= 0x40;
+        p
+    };
+    let frames = [
+        esp_in_udp(&mut pair),
+        with_checksum(esp_in_udp(&mut pair)),
+        wrong(with_checksum(esp_in_udp(&mut pair))),
+    ];
+    let verdicts: Vec<Verdict> = frames.iter().map(|f| pair.decapsulate(f).0).collect();
+    assert_eq!(verdicts[..2], [Verdict::Forward(Port::Inside); 2]);
+    assert_eq!(
+        dropped(verdicts[2]).map(DropReason::name),
+        Some("udp_checksum"),
+        "a wrong checksum is not ignored"
+    );
+
+    let complete = VnetRepr {
+        partial_csum: None,
+        data_valid: false,
+        gso: Gso::None,
+        gso_ecn: false,
+        gso_size: 0,
+        hdr_len: 0,
+    };
+    // DATA_VALID: the kernel vouched for it, whatever the field says.
+    let verified = VnetRepr {
+        data_valid: true,
+        ..complete
+    };
+    let packet = wrong(with_checksum(esp_in_udp(&mut pair)));
+    assert_eq!(
+        through_driver(&mut pair, &packet, verified),
+        Verdict::Forward(Port::Inside)
+    );
+    // NEEDS_CSUM: the field holds the pseudo-header sum, the rest is the
+    // driver's to add (RFC 1071 from csum_start).
+    let mut partial = esp_in_udp(&mut pair);
+    let sum = offload::pseudo_header_sum(&partial[..20], 17, partial.len() - 20);
+    partial[26..28].copy_from_slice(&(!offload::fold(sum)).to_be_bytes());
+    let needs = VnetRepr {
+        partial_csum: Some((14 + 20, 6)),
+        ..complete
+    };
+    assert_eq!(
+        through_driver(&mut pair, &partial, needs),
+        Verdict::Forward(Port::Inside)
+    );
+    // Without either flag, that field is a wrong checksum.
+    let partial = {
+        let mut p = esp_in_udp(&mut pair);
+        let sum = offload::pseudo_header_sum(&p[..20], 17, p.len() - 20);
+        p[26..28].copy_from_slice(&(!offload::fold(sum)).to_be_bytes());
+        p
+    };
+    assert_eq!(
+        dropped(through_driver(&mut pair, &partial, complete)).map(DropReason::name),
+        Some("udp_checksum")
+    );
+    assert!(pair.b.stats().balanced(), "{:?}", pair.b.stats());
+    assert_eq!(pair.pool.in_use(), 0);
+}
+
+/// What A sends for a fresh UDP packet from host A to host B: ESP in UDP,
+/// without a UDP checksum.
+fn esp_in_udp(pair: &mut Pair) -> Vec<u8> {
+    let (verdict, esp) = pair.encapsulate(&udp_packet(HOST_A, HOST_B, 64, 1));
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    assert_eq!(esp[9], 17, "ESP in UDP");
+    assert_eq!(&esp[26..28], &[0, 0], "sent without a checksum");
+    esp
+}
+
+/// `packet` (bare IPv4) into B as AF_PACKET hands a frame over: in an
+/// Ethernet frame behind a virtio-net header saying `repr`, made whole by
+/// the driver's offload step first.
+fn through_driver(pair: &mut Pair, packet: &[u8], repr: dataplane::wire::vnet::VnetRepr) -> Verdict {
+    use dataplane::io::offload::{self, OffloadCounters};
+    use dataplane::wire::vnet::{VnetHeader, HEADER_LEN};
+    let mut header = [0u8; HEADER_LEN];
+    repr.emit(&mut VnetHeader::new_unchecked(&mut header[..]));
+    let mut frame = vec![0u8; 14];
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    frame.extend_from_slice(packet);
+    let mut buf = pair.pool.alloc().unwrap();
+    assert!(buf.fill(&frame));
+    let mut ready = Vec::new();
+    let mut counters = OffloadCounters::default();
+    offload::prepare(&header, buf, &[], &mut pair.pool, &mut ready, &mut counters);
+    let mut buf = ready.pop().expect("the frame, made whole");
+    // The gateway's port is raw IP here.
+    buf.trim_front(14);
+    let outputs = pair.b.handle_frame(pair.now, Port::Outside, buf, &mut pair.pool);
+    let verdict = outputs[0].1;
+    for (buf, _) in outputs {
+        pair.pool.free(buf);
+    }
+    verdict
+}

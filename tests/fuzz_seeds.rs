@@ -1071,6 +1071,30 @@ fn write_ipv6_headers_seeds() {
         "udp-fragment-behind-extensions",
         &[&[0u8][..], &udp].concat(),
     );
+    // What RFC 8200 §4.2 and §4.4 have a node refuse, in front of ESP:
+    // unrecognised options whose bits say discard (0x5e), discard and
+    // answer (0x9e, 0xde), and a routing header of an unknown type with a
+    // segment left.
+    for (name, first, header) in [
+        ("dest-option-discard", 60u8, [50u8, 0, 0x5e, 2, 0, 0, 1, 0]),
+        ("hop-option-problem", 0, [50, 0, 0x9e, 2, 0, 0, 1, 0]),
+        ("dest-option-problem", 60, [50, 0, 0xde, 4, 0, 0, 0, 0]),
+        ("routing-segments-left", 43, [50, 0, 253, 1, 0, 0, 0, 0]),
+    ] {
+        let esp = [0x00, 0x00, 0x10, 0x01, 0, 0, 0, 1, 0xaa, 0xbb, 0xcc, 0xdd];
+        let mut p = vec![0u8; 40];
+        Ipv6Repr {
+            src_addr: host,
+            dst_addr: gw,
+            next_header: IpProtocol::from(first),
+            payload_len: header.len() + esp.len(),
+            hop_limit: 64,
+        }
+        .emit(&mut Ipv6Packet::new_unchecked(&mut p[..]));
+        p.extend_from_slice(&header);
+        p.extend_from_slice(&esp);
+        write("ipv6_headers", name, &[&[0u8][..], &p].concat());
+    }
 }
 
 // IPv6 over the IPv4 tunnel (6-in-4): the sites as the gateway targets

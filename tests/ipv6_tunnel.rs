@@ -16,12 +16,13 @@ use std::time::Duration;
 use accel::{Algorithm, EngineSpec, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
+use ike_stub::builder::{ConfigBuilder, PolicyBuilder};
 use ike_stub::Config;
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv6Packet,
     NdiscNeighborFlags, NdiscRepr, RawHardwareAddress,
 };
-use spd_sad::Ipv6Prefix;
+use spd_sad::{Ipv6Prefix, PolicyDirection};
 
 const HOST_A: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
 const HOST_B: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x10);
@@ -47,6 +48,19 @@ enum Outer {
 /// One end with the tunnel's outer headers of `outer` and its networks
 /// IPv6 (`inner6`) or the shared test site's IPv4 ones.
 fn end(alg: Algorithm, a: bool, outside_mtu: u16, resolve: bool, outer: Outer, inner6: bool) -> Gateway {
+    end_with(alg, a, outside_mtu, resolve, outer, inner6, |_| {})
+}
+
+/// [`end`], its configuration changed by `edit` last.
+fn end_with(
+    alg: Algorithm,
+    a: bool,
+    outside_mtu: u16,
+    resolve: bool,
+    outer: Outer,
+    inner6: bool,
+    edit: impl FnOnce(&mut ConfigBuilder),
+) -> Gateway {
     let mut built = tunnel_builder(alg, "tunnel", false, a);
     interface(&mut built, "outside").mtu = Some(outside_mtu);
     if outer == Outer::V6 {
@@ -56,6 +70,7 @@ fn end(alg: Algorithm, a: bool, outside_mtu: u16, resolve: bool, outer: Outer, i
         built.tunnels[0].remote = far.into();
     }
     if !inner6 {
+        edit(&mut built);
         let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
         let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
         setup.resolve_neighbors = resolve;
@@ -72,6 +87,7 @@ fn end(alg: Algorithm, a: bool, outside_mtu: u16, resolve: bool, outer: Outer, i
     let net = |n: u16| Ipv6Prefix::new(Ipv6Addr::new(0x2001, 0xdb8, n, 0, 0, 0, 0, 0), 64).unwrap();
     built.tunnels[0].local_subnet = Some(net(own).into());
     built.tunnels[0].remote_subnet = Some(net(far).into());
+    edit(&mut built);
     let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = resolve;
@@ -529,6 +545,11 @@ fn an_ipv6_outer_packet_is_never_fragmented() {
 /// 2001:db8:2::/64 (the hosts' packets keep their addresses), its ends
 /// OUTER_A and OUTER_B, the peer's network routed through the peer.
 fn transport_end(a: bool) -> Gateway {
+    transport_end_with(a, |_| {})
+}
+
+/// [`transport_end`], its configuration changed by `edit` last.
+fn transport_end_with(a: bool, edit: impl FnOnce(&mut ConfigBuilder)) -> Gateway {
     let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "transport", false, a);
     let (own, far, own_outer, far_outer) = if a {
         (1, 2, OUTER_A, OUTER_B)
@@ -543,7 +564,8 @@ fn transport_end(a: bool) -> Gateway {
     built.tunnels[0].remote = far_outer.into();
     built.tunnels[0].local_subnet = Some(net(own).into());
     built.tunnels[0].remote_subnet = Some(net(far).into());
-    let built = built.route_via(net(far), far_outer);
+    let mut built = built.route_via(net(far), far_outer);
+    edit(&mut built);
     let config = Config::parse(Path::new("t6.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
     let setup = config.setup(LinkLayer::Ethernet, Style::Async);
     let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
@@ -745,4 +767,340 @@ fn a_static_ipv6_neighbour_needs_no_solicitation() {
         "straight out, no solicitation"
     );
     assert_eq!(EthernetFrame::new_checked(&out[..]).unwrap().dst_addr(), HOST_MAC);
+}
+
+/// B's inside MAC address (the test site's default for 192.168.2.1).
+const GW_B_MAC: EthernetAddress = EthernetAddress([0x02, 0, 192, 168, 2, 1]);
+const GW_B: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 1);
+/// The SPI A sends with.
+const SPI_A_TO_B: u32 = 0x1001;
+
+/// `packet` (bare IPv6) in an Ethernet frame to `dst`.
+fn framed(dst: EthernetAddress, packet: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0u8; 14];
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        eth.set_dst_addr(dst);
+        eth.set_src_addr(HOST_MAC);
+        eth.set_ethertype(EthernetProtocol::Ipv6);
+    }
+    frame.extend_from_slice(packet);
+    frame
+}
+
+/// An ICMPv6 echo request, bare.
+fn echo6(src: Ipv6Addr, dst: Ipv6Addr, seq: u16) -> Vec<u8> {
+    let request = smoltcp::wire::Icmpv6Repr::EchoRequest {
+        ident: 0x77,
+        seq_no: seq,
+        data: b"espgw ping",
+    };
+    icmpv6_packet(src, dst, 64, &request)
+}
+
+/// The IPv6 packet in `frame`, and its ICMPv6 message (type, code, the
+/// second word, the rest) after a checksum check.
+fn icmp6_of(frame: &[u8]) -> (Ipv6Addr, Ipv6Addr, u8, u8, u32, Vec<u8>) {
+    let eth = EthernetFrame::new_checked(frame).unwrap();
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    assert_eq!(ip.next_header(), IpProtocol::Icmpv6, "ICMPv6");
+    let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+    assert!(icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr()), "checksum");
+    let m = ip.payload();
+    let word = u32::from_be_bytes([m[4], m[5], m[6], m[7]]);
+    (ip.src_addr(), ip.dst_addr(), m[0], m[1], word, m[8..].to_vec())
+}
+
+/// Asserts that `frame` carries ESP under `spi`, over IPv4 or IPv6.
+fn assert_esp(frame: &[u8], spi: u32) {
+    let eth = EthernetFrame::new_checked(frame).unwrap();
+    let (protocol, payload) = match eth.ethertype() {
+        EthernetProtocol::Ipv4 => {
+            let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+            (u8::from(ip.next_header()), ip.payload().to_vec())
+        }
+        _ => {
+            let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+            (u8::from(ip.next_header()), ip.payload().to_vec())
+        }
+    };
+    assert_eq!(protocol, 50, "ESP, not the clear packet");
+    assert_eq!(&payload[..4], &spi.to_be_bytes(), "under the SA's SPI");
+}
+
+/// A host behind B pings A's inside IPv6 address through the tunnel: A
+/// answers through it (the reply takes the outbound SPD), where it used to
+/// take the request in and say nothing.
+#[test]
+fn an_ipv6_echo_request_through_the_tunnel_is_answered_through_it() {
+    let mut a = end(Algorithm::Aes128Gcm16, true, 1500, false, Outer::V4, true);
+    let mut b = end(Algorithm::Aes128Gcm16, false, 1500, false, Outer::V4, true);
+    let mut pool = PacketPool::new(8);
+    let ping = framed(GW_B_MAC, &echo6(HOST_B, GW_A, 1));
+    let (verdict, esp) = send(&mut b, &mut pool, Port::Inside, &ping);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    let (verdict, reply) = send(&mut a, &mut pool, Port::Outside, &esp);
+    assert_eq!(
+        verdict,
+        Verdict::Forward(Port::Outside),
+        "answered through the tunnel"
+    );
+    assert_esp(&reply, SPI_A_TO_B);
+    assert!(a.stats().balanced(), "{:?}", a.stats());
+    let (verdict, inner) = send(&mut b, &mut pool, Port::Outside, &reply);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let (src, dst, kind, code, word, data) = icmp6_of(&inner);
+    assert_eq!((src, dst, kind, code), (GW_A, HOST_B, 129, 0), "an echo reply");
+    assert_eq!(word, 0x77 << 16 | 1);
+    assert_eq!(data, b"espgw ping");
+}
+
+/// An IPv6 packet from behind the peer too large for the inside link: the
+/// packet too big goes back through the tunnel from A's inside address;
+/// before, it found no route (IPv6 behind a 6-in-4 tunnel has none).
+#[test]
+fn packet_too_big_after_decryption_goes_back_through_the_tunnel() {
+    let mut a = end_with(Algorithm::Aes128Gcm16, true, 1500, false, Outer::V4, true, |c| {
+        interface(c, "inside").mtu = Some(1300);
+    });
+    let mut b = end(Algorithm::Aes128Gcm16, false, 1500, false, Outer::V4, true);
+    let mut pool = PacketPool::new(8);
+    let mut big = udp6_frame(HOST_B, HOST_A, 64, 0, 1400 - 48);
+    big[..6].copy_from_slice(GW_B_MAC.as_bytes());
+    let (verdict, esp) = send(&mut b, &mut pool, Port::Inside, &big);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    let (verdict, error) = send(&mut a, &mut pool, Port::Outside, &esp);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside), "the error, protected");
+    assert_esp(&error, SPI_A_TO_B);
+    assert_eq!(a.stats().drops.get(DropReason::FragNeeded), 1);
+    assert!(a.stats().balanced(), "{:?}", a.stats());
+    let (verdict, inner) = send(&mut b, &mut pool, Port::Outside, &error);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let (src, dst, kind, _, mtu, _) = icmp6_of(&inner);
+    assert_eq!((src, dst, kind, mtu), (GW_A, HOST_B, 2, 1300), "packet too big");
+}
+
+/// A clear IPv6 echo request to an address that a transport-mode SA's
+/// policies cover is refused (RFC 4301 §5.2); one through the SA is
+/// answered through it.
+#[test]
+fn ipv6_echo_to_a_protected_address_is_answered_only_through_the_sa() {
+    // Transport mode between the gateways' own outside addresses.
+    let ends = |c: &mut ConfigBuilder| {
+        c.tunnels[0].local_subnet = None;
+        c.tunnels[0].remote_subnet = None;
+    };
+    let mut a = transport_end_with(true, ends);
+    let mut b = transport_end_with(false, ends);
+    let mut pool = PacketPool::new(8);
+    let clear = framed(
+        EthernetAddress([0x02, 0, 10, 0, 0, 1]),
+        &echo6(OUTER_B, OUTER_A, 1),
+    );
+    let (verdict, _) = send(&mut a, &mut pool, Port::Outside, &clear);
+    assert_eq!(
+        verdict,
+        Verdict::Drop(DropReason::PolicyMismatch),
+        "not answered in the clear"
+    );
+    let ping = framed(GW_B_MAC, &echo6(OUTER_B, OUTER_A, 2));
+    let (verdict, esp) = send(&mut b, &mut pool, Port::Inside, &ping);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside));
+    assert_esp(&esp, 0x1002);
+    let (verdict, reply) = send(&mut a, &mut pool, Port::Outside, &esp);
+    assert_eq!(
+        verdict,
+        Verdict::Forward(Port::Outside),
+        "answered through the SA"
+    );
+    assert_esp(&reply, SPI_A_TO_B);
+    let (verdict, _) = send(&mut b, &mut pool, Port::Outside, &reply);
+    assert_eq!(verdict, Verdict::Consumed, "B's own: decrypted and taken");
+    assert_eq!((b.stats().decapsulated, b.stats().drops.total()), (1, 0));
+    assert!(a.stats().balanced() && b.stats().balanced());
+}
+
+/// `frame` (Ethernet, IPv6) with an extension header of `kind` whose bytes
+/// are `header` (its next-header byte is filled in) in front of what
+/// follows the fixed header.
+fn with_header(frame: &[u8], kind: u8, header: &[u8]) -> Vec<u8> {
+    assert_eq!(header.len() % 8, 0);
+    let mut out = frame[..14 + 40].to_vec();
+    let mut header = header.to_vec();
+    header[0] = out[14 + 6];
+    header[1] = (header.len() / 8 - 1) as u8;
+    out[14 + 6] = kind;
+    let payload = u16::from_be_bytes([out[18], out[19]]) + header.len() as u16;
+    out[18..20].copy_from_slice(&payload.to_be_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&frame[14 + 40..]);
+    out
+}
+
+const HOP_BY_HOP: u8 = 0;
+const ROUTING: u8 = 43;
+const DEST_OPTIONS: u8 = 60;
+
+/// An options header holding one option of `kind` with two bytes of data,
+/// then PadN.
+fn option(kind: u8) -> [u8; 8] {
+    [0, 0, kind, 2, 0xaa, 0xbb, 1, 0]
+}
+
+/// A routing header of `kind` with `segments_left`.
+fn routing(kind: u8, segments_left: u8) -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[2] = kind;
+    h[3] = segments_left;
+    h
+}
+
+/// RFC 8200 §4.2 and §4.4 on ESP over IPv6 to the gateway: an option
+/// whose bits say discard, or discard and answer, and a routing header of
+/// an unknown type with segments left, are obeyed (the ESP inside was
+/// decrypted and forwarded before); options to skip and a routing header
+/// with none left are not in the way. The parameter problems go out as
+/// the outbound SPD says (here a bypass to the peer) and are rate-limited.
+#[test]
+fn extension_headers_before_esp_are_obeyed() {
+    let mut a = end(Algorithm::Aes128Gcm16, true, 1500, false, Outer::V6, false);
+    let mut b = end_with(
+        Algorithm::Aes128Gcm16,
+        false,
+        1500,
+        false,
+        Outer::V6,
+        false,
+        |c| {
+            c.policies.push(PolicyBuilder::bypass(
+                "peer-out",
+                PolicyDirection::Out,
+                Ipv6Prefix::new(OUTER_B, 128).unwrap(),
+                Ipv6Prefix::new(OUTER_A, 128).unwrap(),
+            ));
+        },
+    );
+    let mut pool = PacketPool::new(8);
+    let mut esp = || send(&mut a, &mut pool_a(), Port::Inside, &udp4_frame(100, true)).1;
+    // Skipped or ignored: decrypted and forwarded.
+    for (kind, header) in [
+        (DEST_OPTIONS, option(0x1e).to_vec()),
+        (HOP_BY_HOP, option(0x05).to_vec()),
+        (ROUTING, routing(253, 0).to_vec()),
+    ] {
+        let frame = with_header(&esp(), kind, &header);
+        let (verdict, _) = send(&mut b, &mut pool, Port::Outside, &frame);
+        assert_eq!(verdict, Verdict::Forward(Port::Inside), "header {kind}");
+    }
+    // Discard, silently.
+    let frame = with_header(&esp(), DEST_OPTIONS, &option(0x5e));
+    let (verdict, _) = send(&mut b, &mut pool, Port::Outside, &frame);
+    assert_eq!(
+        dropped(verdict).map(DropReason::name),
+        Some("ipv6_unknown_option")
+    );
+    // Discard and a parameter problem: code 2 at the option (byte 42),
+    // code 0 at the routing type (byte 42).
+    for (kind, header, code) in [
+        (HOP_BY_HOP, option(0x9e).to_vec(), 2),
+        (DEST_OPTIONS, option(0xde).to_vec(), 2),
+        (ROUTING, routing(253, 1).to_vec(), 0),
+        (ROUTING, routing(0, 2).to_vec(), 0),
+    ] {
+        let frame = with_header(&esp(), kind, &header);
+        let (verdict, error) = send(&mut b, &mut pool, Port::Outside, &frame);
+        assert_eq!(
+            verdict,
+            Verdict::Forward(Port::Outside),
+            "header {kind}: the error"
+        );
+        let (src, dst, icmp_type, icmp_code, pointer, quoted) = icmp6_of(&error);
+        assert_eq!((src, dst), (OUTER_B, OUTER_A));
+        assert_eq!((icmp_type, icmp_code, pointer), (4, code, 42), "header {kind}");
+        assert_eq!(&quoted[..], &frame[14..], "the packet quoted");
+    }
+    let stats = b.stats();
+    assert_eq!(stats.decapsulated, 3);
+    let count = |name| stats.drops.get(DropReason::from_name(name).expect(name));
+    assert_eq!(
+        (count("ipv6_unknown_option"), count("ipv6_unknown_routing")),
+        (3, 2)
+    );
+    assert!(stats.balanced(), "{stats:?}");
+    // Rate-limited like every error: six at once to one source.
+    let frame = with_header(&esp(), HOP_BY_HOP, &option(0x9e));
+    let answered = (0..10)
+        .filter(|_| send(&mut b, &mut pool, Port::Outside, &frame).0 == Verdict::Forward(Port::Outside))
+        .count();
+    assert_eq!(answered, 6 - 4, "the burst of six, four spent above");
+    assert!(b.stats().icmp_rate_limited >= 8);
+    assert!(b.stats().balanced());
+}
+
+fn pool_a() -> PacketPool {
+    PacketPool::new(4)
+}
+
+/// The same rules for transport-mode ESP that B terminates (the hosts'
+/// addresses kept), and for an inner packet to B's own address; transit
+/// IPv6 is read as a router reads it: hop-by-hop options only.
+#[test]
+fn extension_headers_are_obeyed_by_the_node_that_processes_them() {
+    let mut pool = PacketPool::new(8);
+    // Transport mode: B is the ESP's destination, though not the packet's.
+    let mut a = transport_end(true);
+    let mut b = transport_end(false);
+    let (_, esp) = send(
+        &mut a,
+        &mut pool,
+        Port::Inside,
+        &udp6_frame(HOST_A, HOST_B, 64, 0, 100),
+    );
+    let frame = with_header(&esp, DEST_OPTIONS, &option(0x5e));
+    let (verdict, _) = send(&mut b, &mut pool, Port::Outside, &frame);
+    assert_eq!(
+        dropped(verdict).map(DropReason::name),
+        Some("ipv6_unknown_option")
+    );
+    assert_eq!(b.stats().decapsulated, 0);
+
+    // Transit from the inside: destination options are not a router's to
+    // read; a hop-by-hop option that says so is refused, with a problem
+    // back to the host (to the inside: no policy needed).
+    let mut a = end(Algorithm::Aes128Gcm16, true, 1500, false, Outer::V4, true);
+    introduce_host(&mut a, &mut pool);
+    let plain = udp6_frame(HOST_A, HOST_B, 64, 0, 100);
+    let frame = with_header(&plain, DEST_OPTIONS, &option(0x9e));
+    assert_eq!(
+        send(&mut a, &mut pool, Port::Inside, &frame).0,
+        Verdict::Forward(Port::Outside)
+    );
+    let frame = with_header(&plain, HOP_BY_HOP, &option(0x9e));
+    let (verdict, error) = send(&mut a, &mut pool, Port::Inside, &frame);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside), "a parameter problem");
+    let (src, dst, kind, code, pointer, _) = icmp6_of(&error);
+    assert_eq!((src, dst, kind, code, pointer), (GW_A, HOST_A, 4, 2, 42));
+
+    // An inner packet for B's own address with a destination option that
+    // asks for a problem: refused, and the problem goes back through the
+    // tunnel to its source.
+    let mut a = end(Algorithm::Aes128Gcm16, true, 1500, false, Outer::V4, true);
+    let mut b = end(Algorithm::Aes128Gcm16, false, 1500, false, Outer::V4, true);
+    let mut ping = framed(GW_A_MAC, &echo6(HOST_A, GW_B, 9));
+    ping = with_header(&ping, DEST_OPTIONS, &option(0x9e));
+    let (verdict, esp) = send(&mut a, &mut pool, Port::Inside, &ping);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside), "A does not read them");
+    let (verdict, error) = send(&mut b, &mut pool, Port::Outside, &esp);
+    assert_eq!(verdict, Verdict::Forward(Port::Outside), "the problem, protected");
+    assert_esp(&error, 0x1002);
+    assert_eq!(
+        b.stats()
+            .drops
+            .get(DropReason::from_name("ipv6_unknown_option").unwrap()),
+        1
+    );
+    let (verdict, inner) = send(&mut a, &mut pool, Port::Outside, &error);
+    assert_eq!(verdict, Verdict::Forward(Port::Inside));
+    let (src, dst, kind, code, pointer, _) = icmp6_of(&inner);
+    assert_eq!((src, dst, kind, code, pointer), (GW_B, HOST_A, 4, 2, 42));
 }

@@ -499,3 +499,103 @@ fn incomplete_datagrams_time_out_and_free_their_buffers() {
     assert!(b.stats().balanced());
     assert_eq!(pool.in_use(), 0);
 }
+
+/// `fragment` (a raw IPv4 first fragment) as if `src` had sent it with IP
+/// ID `ident`.
+fn spoofed(fragment: &[u8], src: std::net::Ipv4Addr, ident: u16) -> Vec<u8> {
+    let mut f = fragment.to_vec();
+    let mut ip = Ipv4Packet::new_unchecked(&mut f[..]);
+    ip.set_src_addr(src);
+    ip.set_ident(ident);
+    ip.fill_checksum();
+    f
+}
+
+/// Site B with a second tunnel, to 10.0.0.3: another peer.
+fn site_b_with_two_peers() -> Gateway {
+    use ike_stub::builder::{pattern_key, TunnelBuilder};
+    use spd_sad::Ipv4Prefix;
+    let mut built = tunnel_builder(Algorithm::Aes128Sha1, "tunnel", false, false);
+    let net = |third| Ipv4Prefix::new(std::net::Ipv4Addr::new(192, 168, third, 0), 24).unwrap();
+    built.tunnels.push(
+        TunnelBuilder::new(
+            "u",
+            (
+                std::net::Ipv4Addr::new(10, 0, 0, 2),
+                std::net::Ipv4Addr::new(10, 0, 0, 3),
+            ),
+            Algorithm::Aes128Sha1,
+            (0x2001, 0x2002),
+        )
+        .subnets(net(2), net(3))
+        .keys_with(|dir, len, auth| pattern_key(len, 3, u8::from(dir == "out") + 2 * u8::from(auth))),
+    );
+    gateway_from(&built.to_toml())
+}
+
+fn delivered(out: &[(Verdict, Vec<u8>)]) -> usize {
+    out.iter()
+        .filter(|(v, _)| *v == Verdict::Forward(Port::Inside))
+        .count()
+}
+
+/// Spoofed first fragments from a source that is no peer's take no slot
+/// (they used to fill the table, and every fragmented ESP packet was
+/// refused until they timed out 15 s later): the peer's fragmented ESP
+/// still goes through.
+#[test]
+fn fragments_from_a_non_peer_are_refused_and_block_nobody() {
+    let (packet, fragments) = esp_fragments();
+    let mut b = site_b();
+    let mut pool = PacketPool::new(16);
+    let attacker = std::net::Ipv4Addr::new(203, 0, 113, 66);
+    let flood: Vec<Vec<u8>> = (0..200).map(|i| spoofed(&fragments[0], attacker, i)).collect();
+    let out = feed(&mut b, &mut pool, Duration::ZERO, &flood);
+    assert!(out
+        .iter()
+        .all(|(v, _)| dropped(*v).map(DropReason::name) == Some("fragment_not_from_peer")));
+    assert_eq!(pool.in_use(), 0, "no datagram started");
+    let out = feed(&mut b, &mut pool, Duration::from_millis(10), &fragments);
+    assert_eq!(delivered(&out), 1, "the peer's packet, reassembled");
+    assert_eq!(out.last().map(|(_, p)| p.clone()), Some(after_hops(&packet, 2)));
+    let count = |name| b.stats().drops.get(DropReason::from_name(name).expect(name));
+    assert_eq!(count("fragment_not_from_peer"), 200);
+    assert!(b.stats().balanced(), "{:?}", b.stats());
+}
+
+/// A peer (here the other tunnel's, 10.0.0.3, with its address spoofed or
+/// not) that floods first fragments only ever pushes out its own oldest:
+/// it holds at most its share of the table, so another peer's datagram,
+/// in progress before the flood or started after it, completes.
+#[test]
+fn a_peer_flooding_fragments_takes_only_its_share() {
+    let (packet, fragments) = esp_fragments();
+    let flooder = std::net::Ipv4Addr::new(10, 0, 0, 3);
+    let flood: Vec<Vec<u8>> = (0..200).map(|i| spoofed(&fragments[0], flooder, i)).collect();
+    let share = dataplane::reassembly::MAX_PER_SOURCE;
+    for before in [false, true] {
+        let mut b = site_b_with_two_peers();
+        let mut pool = PacketPool::new(96);
+        let mut out = Vec::new();
+        if before {
+            out.extend(feed(&mut b, &mut pool, Duration::ZERO, &fragments[..1]));
+        }
+        out.extend(feed(&mut b, &mut pool, Duration::from_millis(1), &flood));
+        assert_eq!(
+            pool.in_use(),
+            share + usize::from(before),
+            "the flooder holds its share"
+        );
+        let rest = if before { &fragments[1..] } else { &fragments[..] };
+        out.extend(feed(&mut b, &mut pool, Duration::from_millis(2), rest));
+        assert_eq!(delivered(&out), 1, "before the flood: {before}");
+        assert_eq!(out.last().map(|(_, p)| p.clone()), Some(after_hops(&packet, 2)));
+        let count = |name| b.stats().drops.get(DropReason::from_name(name).expect(name));
+        assert_eq!(count("reassembly_source_limit"), (200 - share) as u64);
+        let mut rest = Vec::new();
+        b.shutdown(Duration::from_millis(3), &mut rest, &mut pool);
+        collect(rest, &mut pool);
+        assert!(b.stats().balanced(), "{:?}", b.stats());
+        assert_eq!(pool.in_use(), 0);
+    }
+}

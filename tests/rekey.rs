@@ -1333,6 +1333,10 @@ fn a_replayed_request_does_not_move_where_exchanges_go() {
     spoofed[12..16].copy_from_slice(&[10, 0, 0, 66]);
     spoofed[20..22].copy_from_slice(&5555u16.to_be_bytes());
     Ipv4Packet::new_unchecked(&mut spoofed[..]).fill_checksum();
+    if spoofed[26..28] != [0, 0] {
+        let (src, dst) = (Ipv4Addr::new(10, 0, 0, 66), Ipv4Addr::new(10, 0, 0, 2));
+        smoltcp::wire::UdpPacket::new_unchecked(&mut spoofed[20..]).fill_checksum(&src.into(), &dst.into());
+    }
     net.inject(1, Port::Outside, &spoofed);
     // Now the next exchange: what B sends must go to the NAT, not to the
     // attacker.

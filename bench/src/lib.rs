@@ -6,6 +6,7 @@
 //! must not reach into the dataplane's internals or time anything but whole
 //! batches through public entry points.
 
+pub mod html;
 pub mod io;
 pub mod measure;
 pub mod offload;
@@ -13,6 +14,10 @@ pub mod plot;
 pub mod report;
 pub mod scale;
 pub mod scenario;
+pub mod studies;
+pub mod summary;
+#[cfg(test)]
+pub(crate) mod synthetic;
 pub mod table;
 pub mod tenants;
 
@@ -67,7 +72,8 @@ pub struct BenchArgs {
     pub udp_probes: usize,
     /// Scenario kinds to run: any of ipv4-fwd, esp-null, ipv6 (ipv6-fwd
     /// and esp-null-ipv6, from 66-byte frames), esp, raw, extra (the
-    /// buffer and completion comparisons). Default: all.
+    /// buffer and completion comparisons), boundary, burst, qat, speedup,
+    /// tenants (one tenant over shm and socket). Default: all.
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// Pin the measuring (dataplane) thread to this CPU.
@@ -94,6 +100,14 @@ pub struct BenchArgs {
     /// Also draw charts (SVG and PNG) into this directory, creating it.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
+    /// Write the report into this directory, creating it: index.html (one
+    /// self-contained page: the conditions, the studies side by side, the
+    /// charts, the full tables), bench.json and bench.csv.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+    /// Print the full tables and derived lines instead of the summary.
+    #[arg(long)]
+    pub tables: bool,
     /// Sweep only this engine (soft, sec, afalg or shared). Default: soft inline and
     /// the sec engine model.
     #[arg(long)]
@@ -264,6 +278,11 @@ pub struct Sweep {
     pub threads: bool,
     /// The microcontroller study: engine vs software per primitive.
     pub speedups: Vec<Speedup>,
+    /// The shared-engine study: one tenant over shm and socket beside
+    /// the engine in-process (empty when not run).
+    pub tenants: Vec<tenants::Row>,
+    /// Where and when: host, clock source, load before and after.
+    pub conditions: report::Conditions,
 }
 
 /// One primitive at one size: this host's software time against each
@@ -504,8 +523,9 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         bail!("--packets must be at least 1");
     }
     let engines = engine_styles(args.engine, args.style);
-    const KINDS: [&str; 10] = [
+    const KINDS: [&str; 11] = [
         "ipv4-fwd", "esp-null", "ipv6", "esp", "raw", "extra", "boundary", "burst", "qat", "speedup",
+        "tenants",
     ];
     if let Some(bad) = args.scenarios.iter().find(|k| !KINDS.contains(&k.as_str())) {
         bail!(
@@ -553,7 +573,32 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
     }
     let speedup_sizes = [64, 1024];
     let speedup = wanted("speedup") && engines.iter().any(|(k, _)| *k == EngineKind::Sec);
-    progress.set_length(plan.len() as u64 + if speedup { 1 } else { 0 });
+    // The shared-engine study: soft and sec behind `espgw engine serve`'s
+    // server, one tenant per transport, at the study's request sizes.
+    let tenant_engines: Vec<EngineKind> = [EngineKind::Soft, EngineKind::Sec]
+        .into_iter()
+        .filter(|k| engines.iter().any(|(e, _)| e == k))
+        .collect();
+    let tenant_study =
+        (wanted("tenants") && !args.sec_threads && !tenant_engines.is_empty()).then(|| tenants::Options {
+            tenants: vec![1],
+            transports: accel::shared::Transport::ALL.to_vec(),
+            sizes: studies::TENANT_SIZES.to_vec(),
+            engines: tenant_engines,
+            algorithm: args
+                .algorithms
+                .iter()
+                .copied()
+                .find(|a| *a != Algorithm::Null && EngineKind::Sec.supports(*a))
+                .unwrap_or(Algorithm::Aes128Gcm16),
+            slice: timing.slice,
+            repetitions: timing.repetitions,
+            profile: knobs.profile.to_owned(),
+            json: None,
+        });
+    let conditions = report::Conditions::start();
+    let started = std::time::Instant::now();
+    progress.set_length(plan.len() as u64 + u64::from(speedup) + tenant_study.as_ref().map_or(0, |_| 1));
     let run = Run {
         timing,
         packets: args.packets,
@@ -597,6 +642,14 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         }
         progress.inc(1);
     }
+    let mut tenant_rows = Vec::new();
+    if let Some(options) = &tenant_study {
+        progress.set_message("shared engine: one tenant over shm and socket");
+        tenant_rows = tenants::measure(options, |_| {}).context("the shared-engine rows")?;
+        progress.inc(1);
+    }
+    let mut conditions = conditions;
+    conditions.finish(started.elapsed());
     let labels: Vec<String> = engines
         .iter()
         .map(|&(engine, style)| match (engine, style) {
@@ -621,6 +674,8 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
         packets: args.packets,
         threads: args.sec_threads,
         speedups,
+        tenants: tenant_rows,
+        conditions,
     })
 }
 
@@ -832,6 +887,19 @@ fn measure_offload_cell(
 
 /// The `espgw bench` command.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let other = [
+        (!args.tenants.is_empty(), "--tenants"),
+        (args.io, "--io"),
+        (
+            !args.tunnels.is_empty() || !args.policies.is_empty(),
+            "--tunnels/--policies",
+        ),
+    ];
+    if let Some((_, mode)) = other.iter().find(|(on, _)| *on) {
+        if args.report.is_some() || args.tables {
+            bail!("--report and --tables are the sweep's; {mode} prints its own table");
+        }
+    }
     if !args.tenants.is_empty() {
         return tenants::run(&tenants::Options {
             tenants: args.tenants.clone(),
@@ -870,8 +938,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     );
     let sweep = sweep(args, &progress)?;
     progress.finish_and_clear();
-    print!("{}", report::table(&sweep));
-    print!("{}", report::derived(&sweep));
+    let index = match &args.report {
+        Some(dir) => Some(write_report(&sweep, dir)?),
+        None => None,
+    };
+    if args.tables {
+        print!("{}", report::full_tables(&sweep));
+        if let Some(index) = &index {
+            println!("\nReport: {}", index.display());
+        }
+    } else {
+        print!("{}", summary::summary(&sweep, index.as_deref()));
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report::json(&sweep))? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -886,6 +964,22 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Writes `dir/index.html` with `bench.json` and `bench.csv` beside it;
+/// returns the page's path (absolute where it can be made so).
+fn write_report(sweep: &Sweep, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let json = dir.join("bench.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&report::json(sweep))? + "\n")
+        .with_context(|| format!("cannot write {}", json.display()))?;
+    let csv = dir.join("bench.csv");
+    report::write_csv(sweep, &csv).with_context(|| format!("cannot write {}", csv.display()))?;
+    let command: Vec<String> = std::env::args().skip(1).collect();
+    let page = html::page(sweep, &format!("espgw {}", command.join(" ")))?;
+    let index = dir.join("index.html");
+    std::fs::write(&index, page).with_context(|| format!("cannot write {}", index.display()))?;
+    Ok(std::fs::canonicalize(&index).unwrap_or(index))
 }
 
 /// `espgw bench --tunnels / --policies`: see [`scale`].
@@ -1094,6 +1188,8 @@ mod tests {
             packets: 1,
             threads: false,
             speedups: Vec::new(),
+            tenants: Vec::new(),
+            conditions: report::Conditions::default(),
         }
     }
 

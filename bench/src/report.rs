@@ -8,6 +8,7 @@ use accel::{Algorithm, EngineKind, Style};
 use serde_json::{json, Value};
 
 use crate::scenario::Scenario;
+use crate::studies::{self, Study};
 use crate::{Path, Sweep};
 
 /// What the numbers were measured on.
@@ -43,6 +44,90 @@ impl Machine {
     pub fn cycles(&self, ns: f64) -> Option<f64> {
         self.mhz.map(|mhz| ns * mhz / 1000.0)
     }
+}
+
+/// What else the numbers depend on: where and when they were taken.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Conditions {
+    pub hostname: String,
+    pub kernel: String,
+    /// The CPU reports a hypervisor (a VM: other guests share the host).
+    pub virtualised: bool,
+    /// The kernel's clock source, behind every time measured here.
+    pub clocksource: String,
+    /// 1, 5 and 15 minute load averages when the run started and ended.
+    pub load_before: Option<[f64; 3]>,
+    pub load_after: Option<[f64; 3]>,
+    /// Seconds since the Unix epoch when the run started.
+    pub started_unix: u64,
+    /// Wall time of the whole run.
+    pub seconds: f64,
+}
+
+impl Conditions {
+    /// The conditions now, as a run starts.
+    pub fn start() -> Conditions {
+        let read = |path: &str| {
+            std::fs::read_to_string(path)
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_default()
+        };
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        Conditions {
+            hostname: read("/proc/sys/kernel/hostname"),
+            kernel: read("/proc/sys/kernel/osrelease"),
+            virtualised: cpuinfo
+                .lines()
+                .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor")),
+            clocksource: read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+            load_before: load_average(),
+            load_after: None,
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            seconds: 0.0,
+        }
+    }
+
+    /// Records the end of the run that started `elapsed` ago.
+    pub fn finish(&mut self, elapsed: std::time::Duration) {
+        self.load_after = load_average();
+        self.seconds = elapsed.as_secs_f64();
+    }
+
+    /// `0.52 0.61 0.70`, or `unknown`.
+    pub fn load_text(load: Option<[f64; 3]>) -> String {
+        load.map_or_else(|| "unknown".into(), |[a, b, c]| format!("{a:.2} {b:.2} {c:.2}"))
+    }
+
+    /// The start as `YYYY-MM-DD HH:MM UTC`.
+    pub fn started_text(&self) -> String {
+        let days = (self.started_unix / 86_400) as i64;
+        let secs = self.started_unix % 86_400;
+        // Civil from days (Howard Hinnant's algorithm), to print a date
+        // without a time-zone database.
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + i64::from(m <= 2);
+        format!(
+            "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+            secs / 3600,
+            secs % 3600 / 60
+        )
+    }
+}
+
+/// The 1, 5 and 15 minute load averages, from /proc/loadavg.
+pub fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
 /// Cycles per packet of a cell: the hardware counter's median where there
@@ -181,6 +266,33 @@ pub fn table(sweep: &Sweep) -> String {
         "  2 × frame bytes (in and out, FCS included). util: busy time of the sec engine's busiest execution unit / wall time of the encap cell."
     );
     out.push_str(&offload_table(sweep));
+    out
+}
+
+/// Everything `--tables` prints: the tables, the derived lines, and the
+/// shared-engine rows when the run has them.
+pub fn full_tables(sweep: &Sweep) -> String {
+    let mut out = table(sweep);
+    out.push_str(&derived(sweep));
+    if !sweep.tenants.is_empty() {
+        let options = crate::tenants::Options {
+            tenants: vec![1],
+            transports: accel::shared::Transport::ALL.to_vec(),
+            sizes: studies::TENANT_SIZES.to_vec(),
+            engines: Vec::new(),
+            algorithm: studies::algorithms(sweep)
+                .into_iter()
+                .find(|a| EngineKind::Sec.supports(*a))
+                .unwrap_or(Algorithm::Aes128Gcm16),
+            slice: std::time::Duration::from_millis(sweep.slice_ms),
+            repetitions: sweep.repetitions,
+            profile: sweep.rate.clone(),
+            json: None,
+        };
+        out.push('\n');
+        out.push_str(&crate::tenants::table(&sweep.tenants, &options));
+        out.push_str(&crate::tenants::derived(&sweep.tenants, options.algorithm));
+    }
     out
 }
 
@@ -328,9 +440,10 @@ pub fn derived(sweep: &Sweep) -> String {
             let list: Vec<String> = ratios.iter().map(|(s, r)| format!("{s} B {r:.2}x")).collect();
             let _ = writeln!(
                 out,
-                "- Stack: {null} costs {:.2}x the time of plain IPv4 forwarding per packet on the outbound path (median over sizes; {}). The Freescale study found 3.2x in cycles.",
+                "- Stack: {null} costs {:.2}x the time of plain IPv4 forwarding per packet on the outbound path (median over sizes; {}). The Freescale study found {}x in cycles.",
                 median(ratios.iter().map(|r| r.1).collect()).unwrap_or(f64::NAN),
-                list.join(", ")
+                list.join(", "),
+                studies::STACK_RATIO
             );
         }
     }
@@ -448,8 +561,9 @@ fn study_one(sweep: &Sweep, algorithms: &[Algorithm]) -> String {
             };
             let _ = writeln!(
                 out,
-                "- Crossover, {algorithm} on sec ({}): Freescale: async single-pass overtakes sync between 64 and 256 B; here: {answer} (sync/async outbound period: {}).",
+                "- Crossover, {algorithm} on sec ({}): Freescale: {}; here: {answer} (sync/async outbound period: {}).",
                 sweep.rate,
+                Study::Crossover.claim().replace(" and stays ahead", ""),
                 ratio_list(&sizes, |s| Some(out_ns(sweep, sync, s)? / out_ns(sweep, async_, s)?))
             );
         }
@@ -467,7 +581,8 @@ fn study_one(sweep: &Sweep, algorithms: &[Algorithm]) -> String {
                 .collect();
             let _ = writeln!(
                 out,
-                "- Dual-pass, {algorithm}: Freescale: dual-pass moves the data twice and is never faster than single-pass; here: bus bytes dual/single {bytes}; dual-pass faster than async single-pass at {}.",
+                "- Dual-pass, {algorithm}: Freescale: {}; here: bus bytes dual/single {bytes}; dual-pass faster than async single-pass at {}.",
+                Study::DualPass.claim(),
                 if faster.is_empty() { "no size".to_owned() } else { faster.join(", ") }
             );
         }
@@ -485,7 +600,8 @@ fn study_one(sweep: &Sweep, algorithms: &[Algorithm]) -> String {
             if !styles.is_empty() {
                 let _ = writeln!(
                     out,
-                    "- Ceiling, {algorithm}: Freescale: no look-aside style beats null/null; here: {}.",
+                    "- Ceiling, {algorithm}: Freescale: {}; here: {}.",
+                    Study::Ceiling.claim(),
                     if beats.is_empty() {
                         format!("no sec style's outbound period is below {null}'s at any size")
                     } else {
@@ -596,12 +712,19 @@ fn study_two(sweep: &Sweep) -> String {
         let (what, study) = if knobs.buffers != sweep.knobs.buffers {
             (
                 format!("{} buffers instead of {}", knobs.buffers, sweep.knobs.buffers),
-                "TrustZone: registering once and reusing saved up to 37% of cycles, pointers instead of copies up to 39%; here per-request allocates a bounce buffer, copies in and out and frees it per request (both effects; measured host work)",
+                format!(
+                    "TrustZone: {}, {}; here per-request allocates a bounce buffer, copies in and out and frees it per request (both effects; measured host work)",
+                    Study::Registration.claim(),
+                    Study::Pointers.claim()
+                ),
             )
         } else {
             (
                 format!("{} completion instead of {}", knobs.completion, sweep.knobs.completion),
-                "TrustZone: taking interrupts during the engine's work added up to 60% to a call (2–4.5% masked); here the interrupt cost is modelled (HostCosts), the polling spin charged to the host",
+                format!(
+                    "TrustZone: {}; here the interrupt cost is modelled (HostCosts), the polling spin charged to the host",
+                    Study::Interrupts.claim()
+                ),
             )
         };
         let _ = writeln!(out, "- {base} with {what}: {}. {study}.", parts.join("; "));
@@ -642,10 +765,11 @@ fn study_two(sweep: &Sweep) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "- Burst size (frames per call, at most that many descriptors per doorbell), {} at {} B, profile none, polling: {}. TrustZone: world switches took up to 49% of cycles at 1 KB, 31% with a buffer sized for fewer calls.",
+            "- Burst size (frames per call, at most that many descriptors per doorbell), {} at {} B, profile none, polling: {}. TrustZone: {}.",
             burst_alg.flatten().map_or_else(String::new, |a| a.to_string()),
             bursts[0].3,
-            parts.join("; ")
+            parts.join("; "),
+            Study::WorldSwitches.claim()
         );
     }
     out
@@ -688,9 +812,12 @@ fn boundary_and_fast_part(sweep: &Sweep, algorithms: &[Algorithm]) -> String {
     if let (false, Some(null)) = (parts.is_empty(), null) {
         let _ = writeln!(
             out,
-            "- Boundary cost (profile none: an infinitely fast engine; async single-pass, polling): the host's cost per packet against inline {null} ({}): {}. DPDK ipsec-secgw on CN106xx: about 390 host cycles per packet with look-aside crypto, 280 with look-aside protocol offload (1.39x).",
+            "- Boundary cost (profile none: an infinitely fast engine; async single-pass, polling): the host's cost per packet against inline {null} ({}): {}. {}: {} ({}).",
             ratio_list(&sizes, |s| out_ns(sweep, null, s)).replace('x', " ns"),
-            parts.join("; ")
+            parts.join("; "),
+            Study::Boundary.source(),
+            Study::Boundary.claim(),
+            Study::Boundary.figure()
         );
     }
     // When offload pays on a fast host: qat-class against soft inline.
@@ -739,7 +866,10 @@ fn study_four(sweep: &Sweep) -> String {
     let profiles: Vec<&str> = sweep.speedups[0].engine_ns.iter().map(|e| e.0).collect();
     let _ = writeln!(
         out,
-        "- Engine vs software per primitive (microcontroller study: 3DES ~10x, AES ~7x, SHA-1/256 ~2x with real engines, growing with size).\n  Software: this host, measured; engine: the modelled part, one operation on an idle engine (latency) and per operation in a burst of 32 on one channel;\n  speed-up = software time / engine time (below 1x: this host beats the modelled part)."
+        "- Engine vs software per primitive (microcontroller study: 3DES {}, AES {}, SHA-1/256 {} with real engines, growing with size).\n  Software: this host, measured; engine: the modelled part, one operation on an idle engine (latency) and per operation in a burst of 32 on one channel;\n  speed-up = software time / engine time (below 1x: this host beats the modelled part).",
+        Study::Speedup3des.figure(),
+        Study::SpeedupAes.figure(),
+        Study::SpeedupSha.figure()
     );
     let mut header = format!("    {:<14}{:>7}{:>10}", "primitive", "bytes", "soft ns");
     for p in &profiles {
@@ -808,6 +938,9 @@ pub fn json(sweep: &Sweep) -> Value {
         .collect();
     json!({
         "machine": sweep.machine,
+        "conditions": sweep.conditions,
+        "studies": studies::answers(sweep),
+        "tenants": sweep.tenants,
         "slice_ms": sweep.slice_ms,
         "repetitions": sweep.repetitions,
         "engine": sweep.engine,

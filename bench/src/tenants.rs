@@ -30,6 +30,7 @@ use accel::{
 use anyhow::{bail, Context};
 
 use crate::report::Machine;
+use crate::studies;
 
 /// Requests each tenant (and the in-process caller) keeps in flight.
 pub const WINDOW: usize = 64;
@@ -537,13 +538,13 @@ pub fn derived(rows: &[Row], algorithm: Algorithm) -> String {
     };
     for engine in engines {
         if let Some(x) = ratio(
-            find(rows, engine, Mode::Shm, 1, 1420),
-            find(rows, engine, Mode::InProcessAsync, 1, 1420),
+            find(rows, engine, Mode::Shm, 1, studies::SHM_OF_HOST_BYTES),
+            find(rows, engine, Mode::InProcessAsync, 1, studies::SHM_OF_HOST_BYTES),
         ) {
             // The study's card took far longer per request than the
             // transport; soft here computes 1420 B in a few hundred
             // cycles, which no copy-in/copy-out transport can hide.
-            let verdict = match (engine, x >= 0.90) {
+            let verdict = match (engine, x >= studies::SHM_OF_HOST_BAR) {
                 (_, true) => "ok",
                 (EngineKind::Soft, false) => {
                     "(transport-bound: the crypto is cheaper than the copies; the bar is sec's)"
@@ -551,26 +552,28 @@ pub fn derived(rows: &[Row], algorithm: Algorithm) -> String {
                 (_, false) => "BELOW BAR",
             };
             s += &format!(
-                "  {engine}: one tenant over shm / in-process at 1420 B: {x:.2}x (study: 95 %+ of host; bar >= 0.90) {verdict}\n"
+                "  {engine}: one tenant over shm / in-process at {size} B: {x:.2}x (study: {:.0} %+ of host; bar >= {bar:.2}) {verdict}\n",
+                studies::SHM_OF_HOST * 100.0,
+                size = studies::SHM_OF_HOST_BYTES,
+                bar = studies::SHM_OF_HOST_BAR,
             );
         }
-        for (size, study) in [
-            (4096, "2000 vs 1600 Mb/s, 1.25x"),
-            (8192, "4000 vs 3000 Mb/s, 1.33x"),
-        ] {
+        for (size, shm, socket) in studies::SHM_OVER_SOCKET {
+            let study = format!("{shm} vs {socket} Mb/s, {:.2}x", shm / socket);
             if let Some(x) = ratio(
                 find(rows, engine, Mode::Shm, 1, size),
                 find(rows, engine, Mode::Socket, 1, size),
             ) {
                 // Behind a modelled device both transports wait for the
                 // device; the transport's own cost shows with soft.
-                let verdict = match (engine, x >= 1.2) {
+                let verdict = match (engine, x >= studies::SHM_OVER_SOCKET_BAR) {
                     (_, true) => "ok",
                     (EngineKind::Sec, false) => "(device-bound: the transport is hidden; the bar is soft's)",
                     (_, false) => "BELOW BAR",
                 };
                 s += &format!(
-                    "  {engine}: shm / socket at {size} B, one tenant: {x:.2}x (study: {study}; bar >= 1.2) {verdict}\n"
+                    "  {engine}: shm / socket at {size} B, one tenant: {x:.2}x (study: {study}; bar >= {}) {verdict}\n",
+                    studies::SHM_OVER_SOCKET_BAR
                 );
             }
         }

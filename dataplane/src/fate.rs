@@ -68,6 +68,29 @@ impl Fate {
 
 const NOTE_CONSUMED: u16 = 1;
 const NOTE_DROPPED: u16 = 2;
+/// A driver's note on a frame it hands in, not a fate: the kernel
+/// verified its L4 checksum. No drop reason's note reaches it.
+const NOTE_CHECKSUM_VERIFIED: u16 = u16::MAX;
+
+/// Notes in a received frame's buffer, before the driver hands it in,
+/// that the kernel already verified its TCP or UDP checksum (the
+/// virtio-net header's `DATA_VALID`, `CHECKSUM_UNNECESSARY`), so that
+/// the core need not verify it again. The core takes the note off as it
+/// classifies the frame ([`take_checksum_verified`]): it never reaches an
+/// output, where notes say what became of frames.
+pub fn mark_checksum_verified(buf: &mut PacketBuf) {
+    buf.set_note(NOTE_CHECKSUM_VERIFIED);
+}
+
+/// Whether the driver noted that the kernel verified the frame's L4
+/// checksum; the note is taken off either way.
+pub(crate) fn take_checksum_verified(buf: &mut PacketBuf) -> bool {
+    let verified = buf.note() == NOTE_CHECKSUM_VERIFIED;
+    if verified {
+        buf.set_note(0);
+    }
+    verified
+}
 
 /// Notes in `buf` that the frame it held was `fate` and that the buffer now
 /// holds a frame the gateway made in its place.

@@ -31,6 +31,9 @@ pub mod kind {
     pub const PARAM_PROBLEM: u8 = 4;
     pub const ECHO_REQUEST: u8 = 128;
     pub const ECHO_REPLY: u8 = 129;
+    /// Router solicitation: the first of the neighbour discovery types
+    /// (133 to 137, RFC 4861 §4).
+    pub const ROUTER_SOLICIT: u8 = 133;
     pub const NEIGHBOR_SOLICIT: u8 = 135;
     pub const NEIGHBOR_ADVERT: u8 = 136;
     /// Never answered with an error (RFC 4443 §2.4 (e.2)).
@@ -334,21 +337,21 @@ pub fn neighbor_solicit(buf: &mut PacketBuf, our: (EthernetAddress, Ipv6Addr), t
 /// Whether an ICMPv6 error may be sent about this bare IPv6 packet (RFC
 /// 4443 §2.4 (e)): not about an ICMPv6 error or a redirect, not when the
 /// source does not name a single node (unspecified or multicast), and not
-/// when the destination is multicast, unless the error is a packet too
-/// big (`packet_too_big`, the exception of (e.3); the parameter-problem
-/// exception for unrecognised options is not offered). Also refused, as
+/// when the destination is multicast, unless the error is one of the
+/// exceptions of (e.3) (`to_group_too`: a packet too big, or a parameter
+/// problem about an option whose type's high bits are 10). Also refused, as
 /// `icmp::may_answer_with_error` refuses them for IPv4 (RFC 1812
 /// §4.3.2.7), though §2.4 (e) does not ask it: non-first fragments, whose
 /// source cannot match the error to a flow (the first fragment gets its
 /// own), and packets whose extension headers do not parse. Link-layer
 /// multicast and broadcast ((e.4), (e.5)) and anycast sources are not
 /// visible in the IPv6 packet: the caller's to check.
-pub fn may_answer_with_error(packet: &[u8], packet_too_big: bool) -> bool {
+pub fn may_answer_with_error(packet: &[u8], to_group_too: bool) -> bool {
     let Ok(ip) = ipv6::view(packet) else {
         return false;
     };
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    if src.is_unspecified() || src.is_multicast() || (dst.is_multicast() && !packet_too_big) {
+    if src.is_unspecified() || src.is_multicast() || (dst.is_multicast() && !to_group_too) {
         return false;
     }
     let Ok(upper) = ipv6::upper_layer(packet) else {

@@ -5,16 +5,28 @@
 //! progress, a size limit, a timeout, and no tolerance for overlapping
 //! fragments (they are how reassembly attacks work; the whole datagram is
 //! dropped, as RFC 5722 requires for IPv6).
+//!
+//! Nobody can hold the table: a new datagram that finds it full evicts the
+//! oldest in progress, and one whose source already has
+//! [`MAX_PER_SOURCE`] in progress evicts that source's oldest, so a
+//! source (spoofed or not) that floods first fragments only ever pushes
+//! out its own, and no more than a quarter of the table is anyone's. The
+//! gateway hands in fragments only from the remote ends of its SAs
+//! ([`Sources`]): others never take a slot.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
+use rustc_hash::FxHashSet;
 use smoltcp::wire::Ipv4Packet;
+use spd_sad::IpPrefix;
 
 use crate::buffer::{PacketBuf, PacketPool, MAX_FRAME};
 
 /// Datagrams being reassembled at once.
 pub const MAX_DATAGRAMS: usize = 64;
+/// Datagrams one source address may have in progress at once.
+pub const MAX_PER_SOURCE: usize = MAX_DATAGRAMS / 4;
 /// Fragments one datagram may have.
 pub const MAX_FRAGMENTS: usize = 16;
 /// How long the fragments of a datagram are kept waiting (RFC 791 suggests 15 s).
@@ -115,17 +127,71 @@ pub enum ReassemblyError {
     Overlap,
     #[error("reassembled datagram would be too large")]
     TooLarge,
-    #[error("too many datagrams or fragments in progress")]
+    #[error("too many fragments in one datagram")]
     Full,
     #[error("no buffer for reassembly")]
     NoBuffer,
     #[error("malformed fragment")]
     Malformed,
+    /// Given up for a newer datagram: the table was full.
+    #[error("evicted, oldest of a full table")]
+    Evicted,
+    /// Given up for a newer datagram from the same source, which had
+    /// [`MAX_PER_SOURCE`] in progress.
+    #[error("evicted, oldest of a source with {MAX_PER_SOURCE} in progress")]
+    SourceLimit,
+    /// Not complete within [`REASSEMBLY_TIMEOUT`], or still in progress
+    /// when the reassembler was drained.
+    #[error("timed out")]
+    TimedOut,
 }
+
+/// A datagram's assembly buffer given back, and why it was given up.
+pub type GivenUp = (PacketBuf, ReassemblyError);
 
 #[derive(Default)]
 pub struct Reassembler {
     datagrams: Vec<Datagram>,
+}
+
+/// The sources whose fragments the gateway reassembles: the remote ends
+/// of its SAs, where their peers are now (a NAT's address once an
+/// authenticated packet showed it), and for transport-mode inbound SAs,
+/// which keep the hosts' addresses, the sources their selectors admit.
+/// Built from the SAD when it changed (the caller's `stamp` says so), so
+/// that a fragment costs one hash lookup, not a walk over the SAs.
+#[derive(Debug, Default)]
+pub struct Sources {
+    addresses: FxHashSet<IpAddr>,
+    prefixes: Vec<IpPrefix>,
+    stamp: Option<(u64, usize, u64)>,
+}
+
+impl Sources {
+    /// Whether the set was built from what `stamp` names.
+    pub fn is_current(&self, stamp: (u64, usize, u64)) -> bool {
+        self.stamp == Some(stamp)
+    }
+
+    /// Builds the set afresh (reusing its memory).
+    pub fn rebuild(
+        &mut self,
+        stamp: (u64, usize, u64),
+        addresses: impl IntoIterator<Item = IpAddr>,
+        prefixes: impl IntoIterator<Item = IpPrefix>,
+    ) {
+        self.addresses.clear();
+        self.addresses.extend(addresses);
+        self.prefixes.clear();
+        self.prefixes.extend(prefixes);
+        self.prefixes.dedup();
+        self.stamp = Some(stamp);
+    }
+
+    /// Whether fragments from `src` are taken.
+    pub fn admits(&self, src: IpAddr) -> bool {
+        self.addresses.contains(&src) || self.prefixes.iter().any(|p| p.contains(src))
+    }
 }
 
 impl Reassembler {
@@ -133,14 +199,39 @@ impl Reassembler {
         self.datagrams.len()
     }
 
+    /// Datagrams from `src` in progress.
+    pub fn in_progress_from(&self, src: IpAddr) -> usize {
+        self.datagrams.iter().filter(|d| d.key.src == src).count()
+    }
+
+    /// Gives up the oldest datagram in progress that `which` selects.
+    fn evict_oldest(
+        &mut self,
+        which: impl Fn(&Datagram) -> bool,
+        why: ReassemblyError,
+        spent: &mut Vec<GivenUp>,
+    ) {
+        let oldest = self
+            .datagrams
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| which(d))
+            .min_by_key(|(_, d)| d.since)
+            .map(|(i, _)| i);
+        if let Some(i) = oldest {
+            spent.push((self.datagrams.swap_remove(i).buf, why));
+        }
+    }
+
     /// Adds the fragment in `frag` (an IPv4 packet with MF or an offset).
-    /// A datagram dropped along the way hands its assembly buffer to `spent`.
+    /// A datagram dropped along the way hands its assembly buffer to
+    /// `spent`, with the reason.
     pub fn insert(
         &mut self,
         frag: PacketBuf,
         now: Duration,
         pool: &mut PacketPool,
-        spent: &mut Vec<PacketBuf>,
+        spent: &mut Vec<GivenUp>,
     ) -> Reassembled {
         let Some(piece) = Piece::of(frag.data()) else {
             return Reassembled::Dropped(frag, ReassemblyError::Malformed);
@@ -161,8 +252,12 @@ impl Reassembler {
         let index = match self.datagrams.iter().position(|d| d.key == key) {
             Some(i) => i,
             None => {
-                if self.datagrams.len() >= MAX_DATAGRAMS {
-                    return Reassembled::Dropped(frag, ReassemblyError::Full);
+                // Room for the new datagram: its source's oldest gives way
+                // when the source has its share, else the table's oldest.
+                if self.in_progress_from(key.src) >= MAX_PER_SOURCE {
+                    self.evict_oldest(|d| d.key.src == key.src, ReassemblyError::SourceLimit, spent);
+                } else if self.datagrams.len() >= MAX_DATAGRAMS {
+                    self.evict_oldest(|_| true, ReassemblyError::Evicted, spent);
                 }
                 let Some(mut buf) = pool.alloc() else {
                     return Reassembled::Dropped(frag, ReassemblyError::NoBuffer);
@@ -200,7 +295,7 @@ impl Reassembler {
         };
         if let Some(error) = failure {
             let dead = self.datagrams.swap_remove(index);
-            spent.push(dead.buf);
+            spent.push((dead.buf, error));
             return Reassembled::Dropped(frag, error);
         }
         // The payload goes at a fixed place behind room for the largest
@@ -209,7 +304,7 @@ impl Reassembler {
         let needed = HEADER_ROOM + end;
         if d.buf.len() < needed && d.buf.append(needed - d.buf.len()).is_none() {
             let dead = self.datagrams.swap_remove(index);
-            spent.push(dead.buf);
+            spent.push((dead.buf, ReassemblyError::TooLarge));
             return Reassembled::Dropped(frag, ReassemblyError::TooLarge);
         }
         if offset == 0 {
@@ -260,11 +355,11 @@ impl Reassembler {
 
     /// Drops datagrams older than [`REASSEMBLY_TIMEOUT`]; their buffers go
     /// to `expired`.
-    pub fn expire(&mut self, now: Duration, expired: &mut Vec<PacketBuf>) {
+    pub fn expire(&mut self, now: Duration, expired: &mut Vec<GivenUp>) {
         let mut i = 0;
         while i < self.datagrams.len() {
             if now.saturating_sub(self.datagrams[i].since) >= REASSEMBLY_TIMEOUT {
-                expired.push(self.datagrams.swap_remove(i).buf);
+                expired.push((self.datagrams.swap_remove(i).buf, ReassemblyError::TimedOut));
             } else {
                 i += 1;
             }
@@ -277,7 +372,103 @@ impl Reassembler {
     }
 
     /// Gives back every buffer (shutdown).
-    pub fn drain(&mut self, out: &mut Vec<PacketBuf>) {
-        out.extend(self.datagrams.drain(..).map(|d| d.buf));
+    pub fn drain(&mut self, out: &mut Vec<GivenUp>) {
+        out.extend(
+            self.datagrams
+                .drain(..)
+                .map(|d| (d.buf, ReassemblyError::TimedOut)),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A first fragment (MF set, 16 bytes of payload) from `src`.
+    fn first_fragment(pool: &mut PacketPool, src: [u8; 4], ident: u16) -> PacketBuf {
+        let mut p = vec![0u8; 36];
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut p[..]);
+            ip.set_version(4);
+            ip.set_header_len(20);
+            ip.set_total_len(36);
+            ip.set_ident(ident);
+            ip.set_more_frags(true);
+            ip.set_hop_limit(64);
+            ip.set_next_header(smoltcp::wire::IpProtocol::IpSecEsp);
+            ip.set_src_addr(src.into());
+            ip.set_dst_addr([10, 0, 0, 2].into());
+            ip.fill_checksum();
+        }
+        let mut buf = pool.alloc().expect("a buffer");
+        assert!(buf.fill(&p));
+        buf
+    }
+
+    /// A full table makes room by giving up its oldest datagram; a source
+    /// at its share gives up its own oldest; nobody is refused a slot.
+    #[test]
+    fn the_oldest_gives_way_and_each_source_keeps_to_its_share() {
+        let mut pool = PacketPool::new(2 * MAX_DATAGRAMS);
+        let mut r = Reassembler::default();
+        let mut spent = Vec::new();
+        let ms = Duration::from_millis;
+        // Four sources fill the table, each to its share, oldest first.
+        for (i, src) in (1..=4u8).enumerate() {
+            for n in 0..MAX_PER_SOURCE {
+                let frag = first_fragment(&mut pool, [192, 0, 2, src], n as u16);
+                let at = ms((i * MAX_PER_SOURCE + n) as u64);
+                match r.insert(frag, at, &mut pool, &mut spent) {
+                    Reassembled::Held(frag) => pool.free(frag),
+                    _ => panic!("held"),
+                }
+            }
+        }
+        assert_eq!(r.in_progress(), MAX_DATAGRAMS);
+        assert!(spent.is_empty());
+        // A fifth source: the table's oldest (source 1's first) gives way.
+        let frag = first_fragment(&mut pool, [192, 0, 2, 5], 0);
+        let Reassembled::Held(frag) = r.insert(frag, ms(100), &mut pool, &mut spent) else {
+            panic!("held");
+        };
+        pool.free(frag);
+        assert_eq!(r.in_progress(), MAX_DATAGRAMS);
+        assert_eq!(spent.len(), 1);
+        assert_eq!(spent[0].1, ReassemblyError::Evicted);
+        assert_eq!(r.in_progress_from([192, 0, 2, 1].into()), MAX_PER_SOURCE - 1);
+        // Source 2, at its share: its own oldest gives way, nobody else's.
+        let frag = first_fragment(&mut pool, [192, 0, 2, 2], 999);
+        let Reassembled::Held(frag) = r.insert(frag, ms(101), &mut pool, &mut spent) else {
+            panic!("held");
+        };
+        pool.free(frag);
+        assert_eq!(spent[1].1, ReassemblyError::SourceLimit);
+        assert_eq!(r.in_progress_from([192, 0, 2, 2].into()), MAX_PER_SOURCE);
+        assert_eq!(r.in_progress_from([192, 0, 2, 5].into()), 1);
+        for (buf, _) in spent.drain(..) {
+            pool.free(buf);
+        }
+        r.drain(&mut spent);
+        for (buf, why) in spent.drain(..) {
+            assert_eq!(why, ReassemblyError::TimedOut);
+            pool.free(buf);
+        }
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn sources_are_the_peers_and_transport_selectors() {
+        let mut s = Sources::default();
+        let stamp = (1, 2, 3);
+        assert!(!s.is_current(stamp));
+        let prefix = spd_sad::Ipv4Prefix::new([192, 168, 5, 0].into(), 24).unwrap();
+        s.rebuild(stamp, [IpAddr::from([10, 0, 0, 1])], [prefix.into()]);
+        assert!(s.is_current(stamp));
+        assert!(s.admits([10, 0, 0, 1].into()));
+        assert!(s.admits([192, 168, 5, 77].into()));
+        assert!(!s.admits([10, 0, 0, 9].into()));
+        s.rebuild((1, 2, 4), [], []);
+        assert!(!s.admits([10, 0, 0, 1].into()));
     }
 }

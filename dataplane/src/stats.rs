@@ -76,6 +76,16 @@ pub enum DropReason {
     ReassemblyFailed,
     /// Fragments of a datagram that never completed.
     ReassemblyTimeout,
+    /// An inbound fragment to be reassembled here from a source that is
+    /// the remote end of none of our SAs: only peers' fragments take
+    /// reassembly slots (see `crate::reassembly`).
+    FragmentNotFromPeer,
+    /// A datagram being reassembled that gave way, its fragments dropped,
+    /// when the table was full and a newer one came.
+    ReassemblyEvicted,
+    /// A datagram being reassembled that gave way to a newer one from the
+    /// same source, which had as many in progress as one source may have.
+    ReassemblySourceLimit,
     /// A unicast frame for another host's MAC address, seen because the
     /// driver's socket is promiscuous (live mode on a shared link).
     OtherHost,
@@ -93,6 +103,17 @@ pub enum DropReason {
     /// packet whose inner header is not ECN-capable: RFC 6040 §4.2 has the
     /// decapsulator drop it, the congestion signal it cannot pass on.
     EcnNotEct,
+    /// IPv6: an option in a hop-by-hop or destination options header that
+    /// this node does not recognise, whose type's two high bits say
+    /// discard (RFC 8200 §4.2: 01, 10 and 11; with 10, and 11 to a
+    /// unicast destination, an ICMPv6 parameter problem went back).
+    Ipv6UnknownOption,
+    /// IPv6: a routing header of a type this node does not implement with
+    /// segments left (RFC 8200 §4.4; an ICMPv6 parameter problem went back).
+    Ipv6UnknownRouting,
+    /// UDP (ESP in UDP, RFC 3948) whose checksum is not zero and not right
+    /// (RFC 768, RFC 1122 §4.1.3.4).
+    UdpChecksum,
 }
 
 impl DropReason {
@@ -147,8 +168,15 @@ impl fmt::Display for DropReason {
 }
 
 /// Drop counters, one per reason.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DropCounters([u64; DropReason::COUNT]);
+
+// Not derived: the standard library's `Default` stops at 32-element arrays.
+impl Default for DropCounters {
+    fn default() -> Self {
+        DropCounters([0; DropReason::COUNT])
+    }
+}
 
 impl DropCounters {
     pub fn count(&mut self, reason: DropReason) {
@@ -367,11 +395,17 @@ mod tests {
                 "frag_needed",
                 "reassembly_failed",
                 "reassembly_timeout",
+                "fragment_not_from_peer",
+                "reassembly_evicted",
+                "reassembly_source_limit",
                 "other_host",
                 "arp_off_link",
                 "encap_mismatch",
                 "not_owner",
                 "ecn_not_ect",
+                "ipv6_unknown_option",
+                "ipv6_unknown_routing",
+                "udp_checksum",
             ]
         );
     }

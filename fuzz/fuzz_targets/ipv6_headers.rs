@@ -1,6 +1,7 @@
 //! The IPv6 wire views and the ICMPv6/NDP builders (`wire::ipv6`,
 //! `icmp6`) on arbitrary bytes: nothing panics, the extension-header walk
-//! returns indices within the datagram, and every packet a builder
+//! returns indices within the datagram, RFC 8200's option and routing
+//! rules (`ipv6::obey`) point inside it, and every packet a builder
 //! produces parses back with a valid ICMPv6 checksum. The checksum is
 //! checked here by hand: under `cfg(fuzzing)` smoltcp's `verify_checksum`
 //! (and `parse_ndp`) accept any.
@@ -86,6 +87,21 @@ fuzz_target!(|input: &[u8]| {
             assert!(upper.offset + 4 <= total);
             assert!(upper.fragment.is_none_or(|f| f.offset == 0));
         }
+    }
+    // RFC 8200's rules: a refusal's pointer names a byte of the datagram,
+    // and what a router refuses (hop-by-hop options, read first by both)
+    // the destination refuses alike.
+    let as_router = ipv6::obey(packet, ipv6::Role::Router);
+    let as_destination = ipv6::obey(packet, ipv6::Role::Destination);
+    for refusal in [as_router, as_destination].into_iter().filter_map(Result::err) {
+        if let Some((code, pointer)) = refusal.problem {
+            let total = view.as_ref().expect("a refusal with a pointer viewed it").total_len();
+            assert!(usize::try_from(pointer).is_ok_and(|p| p < total));
+            assert!(code == 0 || code == 2);
+        }
+    }
+    if as_router.is_err() {
+        assert_eq!(as_router, as_destination);
     }
     let ndp = icmp6::parse_ndp(packet);
     let packet_too_big = flags & 2 != 0;

@@ -12,7 +12,8 @@
 //!
 //! Checks after every operation: each datagram in progress holds exactly
 //! one buffer and no other buffer is missing from the pool, there are never
-//! more than `MAX_DATAGRAMS`, and a completed datagram is a well-formed
+//! more than `MAX_DATAGRAMS`, nor more than `MAX_PER_SOURCE` from one
+//! source, and a completed datagram is a well-formed
 //! IPv4 packet (offset 0, no MF, right length and checksum) whose payload is
 //! exactly what its fragments carried.
 #![no_main]
@@ -20,7 +21,7 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use dataplane::reassembly::{Reassembled, Reassembler, MAX_DATAGRAMS, REASSEMBLY_TIMEOUT};
+use dataplane::reassembly::{Reassembled, Reassembler, MAX_DATAGRAMS, MAX_PER_SOURCE, REASSEMBLY_TIMEOUT};
 use dataplane::PacketPool;
 use libfuzzer_sys::fuzz_target;
 
@@ -171,10 +172,13 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        for buf in spent.drain(..) {
+        for (buf, _) in spent.drain(..) {
             pool.free(buf);
         }
         assert!(reassembler.in_progress() <= MAX_DATAGRAMS);
+        for src in SOURCES {
+            assert!(reassembler.in_progress_from(src.into()) <= MAX_PER_SOURCE);
+        }
         assert_eq!(
             pool.in_use(),
             reassembler.in_progress(),
@@ -182,7 +186,7 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     reassembler.drain(&mut spent);
-    for buf in spent.drain(..) {
+    for (buf, _) in spent.drain(..) {
         pool.free(buf);
     }
     assert_eq!(pool.in_use(), 0);

@@ -103,13 +103,15 @@ fn flood(
     })
 }
 
-/// The numbered streams without a flood, then under each kind of flood.
-pub fn flood_check(names: &Names, rate: Option<u64>) -> Result<Vec<FloodRound>> {
+/// The numbered streams without a flood, then under each kind of flood;
+/// `tunnel_spi` is gwB's live inbound SPI of the tunnel (its exchange
+/// picked it at start).
+pub fn flood_check(names: &Names, rate: Option<u64>, tunnel_spi: u32) -> Result<Vec<FloodRound>> {
     let mut rounds = Vec::new();
     for (label, spi) in [
         ("no flood", None),
         ("unknown SPI", Some(0xdead_beef)),
-        ("tunnel SPI, bad ICV", Some(0x1001)),
+        ("tunnel SPI, bad ICV", Some(tunnel_spi)),
     ] {
         let stop = Arc::new(AtomicBool::new(false));
         let flooder = spi.map(|spi| flood(names, spi, Duration::from_secs(3), rate, Arc::clone(&stop)));

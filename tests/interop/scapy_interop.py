@@ -21,6 +21,10 @@ scapy->espgw  scapy, in the peer's role (10.0.0.2), encrypts 12 packets (UDP
       Checked through --stats: decapsulated == local_delivered == 12, the
       inbound SA's packet counter == 12, no drops. Proves decryption and
       integrity agree with scapy (a bad ICV or trailer would be a drop).
+      The ICMP echo among them is answered, and the reply goes back through
+      the SA (RFC 4301 §5.1: the gateway's own packets take the outbound
+      SPD): the one frame out must be ESP under espgw's outbound SPI that
+      scapy decrypts to the echo reply, never the reply in the clear.
 espgw->scapy  12 plaintext packets from 192.168.1.10 arrive on `inside`; each
     ESP frame espgw sends must decrypt with scapy's SA (espgw's outbound
     SPI/keys) to the input packet with TTL-1 and a valid checksum.
@@ -109,7 +113,9 @@ ext-headers  ESP behind a hop-by-hop and a destination options header, and
     behind a destination options header, is decapsulated and forwarded; a
     fragmented outer packet (the peer fragmented its own ESP, RFC 8200
     §4.5) is reassembled, then decapsulated and forwarded, and fragments
-    that overlap are refused (`reassembly_failed`, RFC 5722).
+    that overlap are refused (`reassembly_failed`, RFC 5722); ESP behind a
+    destination option of an unknown type whose bits say discard (0x5E,
+    RFC 8200 §4.2) is dropped unopened (`ipv6_unknown_option`).
 
 IPv6 transport mode ("transport ... outer=6", RFC 4303 §3.1.1):
 aes128gcm16, aes128-sha1 and chacha20poly1305, ESN off and on, an SA
@@ -502,7 +508,8 @@ def scapy_to_espgw(args, case, keys, name):
     expect(sa_packets == n, f"inbound SA packets {sa_packets}, expected {n}")
     if case.mode == "transport":
         expect(stats["local_delivered"] == n, f"local_delivered {stats['local_delivered']}, expected {n}")
-        expect(not out, f"{len(out)} frames forwarded; transport packets for the gateway must be consumed")
+        expect(len(out) == 1, f"{len(out)} frames out; expected only the echo reply, through the SA")
+        echo_reply_through_sa(out[0], case, keys, inner[-1])
         return n
     expect(len(out) == n, f"{len(out)} frames out, expected {n}")
     host_mac = MAC[HOST_A] if case.inner == 4 else HOST_A6_MAC
@@ -513,6 +520,27 @@ def scapy_to_espgw(args, case, keys, name):
         got, want = bytes(frame.payload), forwarded(pkt)
         expect(got == want, f"packet {i}: forwarded {got.hex()}\n  expected {want.hex()}")
     return n
+
+
+def echo_reply_through_sa(frame, case, keys, request):
+    """`frame` is ESP under espgw's outbound SPI (never the clear reply)
+    that scapy decrypts to the echo reply to `request`, from the address it
+    was sent to."""
+    ip = frame[IP]
+    expect(ip.proto == 50 and ip[ESP].spi == SPI_OUT,
+           f"the echo reply left as protocol {ip.proto}, not ESP under {SPI_OUT:#x}: {frame.summary()}")
+    try:
+        plain = peer_decryptor(case, keys).decrypt(ip.copy())
+    except Exception as e:  # scapy raises IPSecIntegrityError, ValueError, ...
+        raise CheckFailed(f"echo reply: scapy cannot decrypt: {type(e).__name__}: {e}")
+    reply = IP(bytes(plain))
+    expect((reply.src, reply.dst) == (request.dst, request.src),
+           f"echo reply {reply.src} -> {reply.dst}, expected {request.dst} -> {request.src}")
+    icmp = reply[ICMP]
+    expect(icmp.type == 0 and (icmp.id, icmp.seq) == (request[ICMP].id, request[ICMP].seq)
+           and bytes(icmp.payload) == bytes(request[ICMP].payload),
+           f"not the echo reply: {reply.summary()}")
+    expect(checksum(bytes(icmp)) == 0, "echo reply: bad ICMP checksum")
 
 
 def check_outer(i, ip, pkt, case):
@@ -858,10 +886,12 @@ def outer6_headers(args, case, keys, name):
     and forwarded; ESP in a fragmented outer IPv6 packet (a peer may
     fragment its own ESP: Linux does for DF-clear IPv4 in 4-in-6) is
     reassembled, in either order, then decapsulated; overlapping fragments
-    of another packet are refused (RFC 5722) and never reach the SA."""
+    of another packet are refused (RFC 5722) and never reach the SA; ESP
+    behind a destination option of an unknown type whose bits say discard
+    (0x5E, RFC 8200 §4.2) is dropped unopened."""
     sa = peer_encryptor(case, keys)
     host_a, host_b = HOSTS[case.inner]
-    inner = test_packets(host_b, host_a)[:4]
+    inner = test_packets(host_b, host_a)[:5]
     esps = [bytes(sa.encrypt(p, seq_num=i + 1)[ESP]) for i, p in enumerate(inner)]
     outer = IPv6(src=PEER6, dst=GW_OUTSIDE6)
     with_options = outer.copy() / IPv6ExtHdrHopByHop(nh=60) / IPv6ExtHdrDestOpt(nh=50) / Raw(esps[0])
@@ -871,11 +901,13 @@ def outer6_headers(args, case, keys, name):
     dest_options = outer.copy() / IPv6ExtHdrDestOpt(nh=50) / Raw(esps[2])
     overlapping = [outer.copy() / IPv6ExtHdrFragment(nh=50, offset=0, m=1, id=0xBAD) / Raw(esps[3][:48]),
                    outer.copy() / IPv6ExtHdrFragment(nh=50, offset=5, m=0, id=0xBAD) / Raw(esps[3][40:])]
+    discard = outer.copy() / IPv6ExtHdrDestOpt(nh=50, options=[HBHOptUnknown(otype=0x5E, optdata=b"no")]) \
+        / Raw(esps[4])
     frames = [Ether(src=MAC[PEER], dst=MAC[GW_OUTSIDE]) / IPv6(bytes(p))
-              for p in [with_options] + fragments + [dest_options] + overlapping]
+              for p in [with_options] + fragments + [dest_options] + overlapping + [discard]]
     out, stats = run_espgw(args, name, config_text(case, keys, SUBNETS[case.inner]), "outside", frames)
-    # The overlapping fragment and the datagram it joined.
-    expect_drops(stats, reassembly_failed=2)
+    # The overlapping fragment and the datagram it joined; the option.
+    expect_drops(stats, reassembly_failed=2, ipv6_unknown_option=1)
     expect(stats["decapsulated"] == 3, f"decapsulated {stats['decapsulated']}, expected 3")
     sa_packets = sa_stats(stats, SPI_IN)["packets"]
     expect(sa_packets == 3, f"inbound SA packets {sa_packets}, expected 3")
@@ -883,7 +915,8 @@ def outer6_headers(args, case, keys, name):
     got = [bytes(f.payload) for f in out]
     expect(got == want, f"forwarded {[g.hex() for g in got]}\n  expected packets 1 to 3 {[w.hex() for w in want]}")
     return ("behind hop-by-hop + destination options and destination options: forwarded; "
-            "fragmented (last first): reassembled and forwarded; overlapping: reassembly_failed=2")
+            "fragmented (last first): reassembled and forwarded; overlapping: reassembly_failed=2; "
+            "behind option 0x5E: ipv6_unknown_option=1")
 
 
 # IPv6 next-header values of the extension headers (RFC 8200 §4).

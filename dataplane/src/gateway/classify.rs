@@ -73,7 +73,8 @@ impl Gateway {
     }
 
     pub(super) fn classify(&mut self, from: Port, buf: &mut PacketBuf) -> Classified {
-        match self.classify_inner(from, buf) {
+        let checksum_verified = crate::fate::take_checksum_verified(buf);
+        match self.classify_inner(from, buf, checksum_verified) {
             Ok(c) => c,
             // RFC 1812 §5.3.1: tell the source its packet died here.
             Err(DropReason::TtlExpired) => {
@@ -97,13 +98,15 @@ impl Gateway {
         self.stats.local_delivered += 1;
         self.stats.generated += 1;
         crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
-        Some(Classified::Done(Ok(Next::Route)))
+        // Through the outbound SPD, like every packet of ours.
+        Some(Classified::Done(Ok(Next::Local)))
     }
 
     pub(super) fn classify_inner(
         &mut self,
         from: Port,
         buf: &mut PacketBuf,
+        checksum_verified: bool,
     ) -> Result<Classified, DropReason> {
         match self.strip_link_header(from, buf)? {
             Link::Ipv4 => {}
@@ -147,7 +150,7 @@ impl Gateway {
                     if is_fragment {
                         return Ok(Classified::Fragment);
                     }
-                    if let Some(classified) = self.classify_encapsulated(buf, &flow) {
+                    if let Some(classified) = self.classify_encapsulated(buf, &flow, checksum_verified) {
                         return classified;
                     }
                 }

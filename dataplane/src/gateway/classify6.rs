@@ -5,7 +5,10 @@
 //! IPv6 of an IPv4 tunnel, or bypassed), with the hop limit (RFC 8200 §3)
 //! and the link-local scope (RFC 4291 §2.5.6) checked first, and ESP over
 //! IPv6 to our outside address (tunnels with IPv6 ends) sent on to
-//! decapsulation, through reassembly when the peer fragmented it. Must
+//! decapsulation, through reassembly when the peer fragmented it. The
+//! extension headers are obeyed as RFC 8200 §4 has a node do it
+//! (`wire::ipv6::obey`): as the destination for packets to us and ESP we
+//! terminate, as a router (hop-by-hop options only) for transit. Must
 //! not touch the engine or transmit anything. IPv6 on
 //! an interface without `address6` is counted `unsupported`.
 
@@ -56,6 +59,9 @@ impl Gateway {
             return Err(DropReason::Unsupported);
         }
         if self.is_local(dst.into()) {
+            if let Some(result) = self.refuse_extension_headers(buf, l2, ipv6::Role::Destination) {
+                return Ok(Classified::Done(result));
+            }
             self.stats.local_delivered += 1;
             return Ok(Classified::Done(Ok(Next::Consume)));
         }
@@ -80,13 +86,32 @@ impl Gateway {
         // `is_esp_for_us`).
         if from == Port::Outside && flow.protocol == proto::ESP {
             match self.is_ipv6_esp_for_us(buf) {
-                Some(true) => return Ok(Classified::Decapsulate),
+                // We terminate its ESP: its headers are ours to process
+                // as the destination.
+                Some(true) => {
+                    return Ok(
+                        match self.refuse_extension_headers(buf, 0, ipv6::Role::Destination) {
+                            Some(result) => Classified::Done(result),
+                            None => Classified::Decapsulate,
+                        },
+                    )
+                }
                 // Transport-mode ESP a peer fragmented: reassembled when
                 // an IPv6 transport SA could take it.
-                None if self.receives_ipv6_transport() => return Ok(Classified::Fragment),
+                None if self.receives_ipv6_transport() => {
+                    if let Some(result) = self.refuse_extension_headers(buf, 0, ipv6::Role::Router) {
+                        return Ok(Classified::Done(result));
+                    }
+                    return Ok(Classified::Fragment);
+                }
                 None => return Err(DropReason::Unsupported),
                 Some(false) => {}
             }
+        }
+        // A router processes the hop-by-hop options (RFC 8200 §4.3); the
+        // rest are for the destination.
+        if let Some(result) = self.refuse_extension_headers(buf, 0, ipv6::Role::Router) {
+            return Ok(Classified::Done(result));
         }
         let direction = match from {
             Port::Inside => PolicyDirection::Out,
@@ -155,6 +180,10 @@ impl Gateway {
         l2: usize,
         our: Ipv6Addr,
     ) -> Result<Classified, DropReason> {
+        // Ours to process as the destination, ESP's outer headers too.
+        if let Some(result) = self.refuse_extension_headers(buf, l2, ipv6::Role::Destination) {
+            return Ok(Classified::Done(result));
+        }
         let classified = self.ipv6_for_us_unaccounted(from, buf, l2, our)?;
         if matches!(classified, Classified::Done(Ok(_))) {
             self.stats.local_delivered += 1;
@@ -189,6 +218,26 @@ impl Gateway {
                 Some(_) => Classified::Fragment,
                 None => Classified::Decapsulate,
             });
+        }
+        // RFC 4301 §5.2, as for IPv4: plaintext to our address from the
+        // outside must be let in by a bypass policy (a clear echo request
+        // that a `protect` policy covers is refused, not answered);
+        // neighbour discovery aside.
+        let neighbour_discovery = matches!(icmp_type, Some(kind::ROUTER_SOLICIT..=kind::REDIRECT));
+        if from == Port::Outside && dst == our && !neighbour_discovery {
+            let flow = spd_sad::FlowKey {
+                src: src.into(),
+                dst: dst.into(),
+                protocol: upper.protocol,
+                ports: upper.ports,
+            };
+            let decision = self.spd.lookup_cached(PolicyDirection::In, &flow);
+            match decision.action {
+                Action::Protect(_) => return Err(DropReason::PolicyMismatch),
+                Action::Discard if decision.policy.is_some() => return Err(DropReason::PolicyDiscard),
+                Action::Discard => return Err(DropReason::NoPolicy),
+                Action::Bypass => {}
+            }
         }
         let consumed = Ok(Classified::Done(Ok(Next::Consume)));
         match icmp_type {
@@ -237,6 +286,15 @@ impl Gateway {
                 if !icmp6::echo_reply_in_place(buf) {
                     return Err(DropReason::Malformed);
                 }
+                // The reply takes the outbound SPD (`origin`): protected by
+                // the SA a policy names, or back where the request came
+                // from in the clear.
+                if let Some(sa) = self.local_policy(buf.data(), Some(from))? {
+                    self.stats.local_delivered += 1;
+                    self.stats.generated += 1;
+                    crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
+                    return Ok(Classified::Encapsulate(sa));
+                }
                 if let Some(peer) = frame_source {
                     frame(buf, peer, our_mac)?;
                 }
@@ -284,6 +342,31 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// RFC 8200 §4.2 and §4.4 on the IPv6 packet `l2` bytes into `buf`,
+    /// for a node in `role`: `None` to go on; otherwise what becomes of
+    /// the packet: the ICMPv6 parameter problem the rules ask for, written
+    /// in its place (bare IPv6, through the outbound SPD and the error
+    /// rate limits), or its drop.
+    pub(super) fn refuse_extension_headers(
+        &mut self,
+        buf: &mut PacketBuf,
+        l2: usize,
+        role: ipv6::Role,
+    ) -> Option<Result<Next, DropReason>> {
+        let refusal = match ipv6::obey(buf.data().get(l2..).unwrap_or_default(), role) {
+            Ok(()) => return None,
+            Err(refusal) => refusal,
+        };
+        let Some((code, pointer)) = refusal.problem else {
+            return Some(Err(refusal.reason));
+        };
+        buf.trim_front(l2);
+        let error = (kind::PARAM_PROBLEM, code, pointer);
+        Some(self.icmp6_error(buf, error, refusal.reason))
+    }
+}
+
 /// fe80::/10.
 fn is_link_local(addr: Ipv6Addr) -> bool {
     addr.segments()[0] & 0xffc0 == 0xfe80
@@ -300,7 +383,7 @@ pub(super) fn decrement_hop_limit(buf: &mut PacketBuf) -> Result<(), DropReason>
     Ok(())
 }
 
-fn icmpv6_checksum_ok(icmp: &[u8], src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+pub(super) fn icmpv6_checksum_ok(icmp: &[u8], src: Ipv6Addr, dst: Ipv6Addr) -> bool {
     Icmpv6Packet::new_checked(icmp).is_ok_and(|p| cfg!(fuzzing) || p.verify_checksum(&src, &dst))
 }
 

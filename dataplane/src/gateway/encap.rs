@@ -27,10 +27,14 @@ impl Gateway {
     /// A whole UDP datagram to one of our addresses: ESP in UDP, IKE behind
     /// the non-ESP marker, or a keepalive when it is for an encapsulation
     /// port; `None` when it is not.
+    /// `checksum_verified`: the driver noted that the kernel verified the
+    /// UDP checksum; otherwise a non-zero one is verified here (RFC 1122
+    /// §4.1.3.4; zero is none, which RFC 3948 §2.1 allows over IPv4).
     pub(super) fn classify_encapsulated(
         &mut self,
         buf: &PacketBuf,
         flow: &FlowKey,
+        checksum_verified: bool,
     ) -> Option<Result<Classified, DropReason>> {
         let (_, port) = flow.ports?;
         if !self.nat_ports.contains(&port) {
@@ -53,6 +57,9 @@ impl Gateway {
         let Some(payload) = payload else {
             return Some(Err(DropReason::Malformed));
         };
+        if !checksum_verified && !nat::udp_checksum_ok(&data[..header_len], udp) {
+            return Some(Err(DropReason::UdpChecksum));
+        }
         Some(match nat::Payload::of(payload) {
             nat::Payload::Esp => Ok(Classified::Decapsulate),
             // RFC 3948 §2.3: the receiver ignores keepalives.
@@ -73,8 +80,14 @@ impl Gateway {
     /// A datagram the reassembler completed: ESP goes on to decapsulation;
     /// UDP is classified again now that its header and payload are whole.
     pub(super) fn reassembled(&mut self, now: Duration, datagram: PacketBuf, out: &mut Vec<Output>) {
-        // IPv6: only ESP is reassembled (no UDP encapsulation over IPv6).
+        // IPv6: only ESP is reassembled (no UDP encapsulation over IPv6),
+        // whose headers are ours to process now that they are whole.
         if crate::wire::is_ipv6(datagram.data()) {
+            let mut datagram = datagram;
+            let role = crate::wire::ipv6::Role::Destination;
+            if let Some(result) = self.refuse_extension_headers(&mut datagram, 0, role) {
+                return self.emit(datagram, result, out);
+            }
             return self.start_decapsulation(now, datagram, out);
         }
         let flow = match ipv4::view(datagram.data()) {
@@ -84,7 +97,7 @@ impl Gateway {
         if flow.protocol != spd_sad::proto::UDP {
             return self.start_decapsulation(now, datagram, out);
         }
-        match self.classify_encapsulated(&datagram, &flow) {
+        match self.classify_encapsulated(&datagram, &flow, false) {
             Some(Ok(Classified::Decapsulate)) => self.start_decapsulation(now, datagram, out),
             Some(Ok(Classified::Done(result))) => self.emit(datagram, result, out),
             Some(Ok(_)) => self.emit(datagram, Err(DropReason::Malformed), out),

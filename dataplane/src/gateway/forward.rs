@@ -3,7 +3,8 @@
 //! §5: too big is a packet-too-big error), Ethernet framing, next hops
 //! resolved by ARP (RFC 826) or neighbour solicitation (RFC 4861), the
 //! packets parked meanwhile, the rate-limited ICMP and ICMPv6 errors (RFC
-//! 1812 §4.3.2.8, RFC 4443 §2.4 (f)) and the next hop each SA's outer
+//! 1812 §4.3.2.8, RFC 4443 §2.4 (f); they leave through `origin`'s SPD
+//! lookup) and the next hop each SA's outer
 //! packets take. Must not classify, touch SAs (it only
 //! keys by their ids) or the engine.
 
@@ -24,6 +25,9 @@ use crate::route::Port;
 use crate::stats::DropReason;
 use crate::wire::{ipv4, ipv6};
 use crate::Output;
+
+/// IP protocol number of ICMPv6.
+const ICMPV6: u8 = 58;
 
 /// Where an SA's outer packets go, resolved once and reused while nothing
 /// it came from has changed, so that the route and neighbour lookups are
@@ -119,7 +123,15 @@ impl Gateway {
         let mtu = usize::from(self.interfaces[hop.port.index()].mtu);
         if buf.len() > mtu {
             if dont_frag {
-                return Err(DropReason::FragNeeded);
+                // RFC 1812 §5.2.7.1 / RFC 1191: fragmentation needed, with
+                // the next hop's MTU, through the outbound SPD (a packet
+                // that came through a tunnel hears back through it).
+                let from = self.address_toward(ipv4::view(buf.data())?.src_addr());
+                let error = (icmp::kind::DEST_UNREACHABLE, icmp::kind::FRAG_NEEDED, mtu as u32);
+                self.icmp_error(buf, error, from, DropReason::FragNeeded)?;
+                let error = std::mem::replace(buf, PacketBuf::empty());
+                self.originate(error, out);
+                return Ok(None);
             }
             return self.fragment(buf, mtu, hop, out).map(|()| None);
         }
@@ -138,9 +150,11 @@ impl Gateway {
         if buf.len() > mtu {
             let error = (icmp6::kind::PACKET_TOO_BIG, 0, mtu as u32);
             self.icmp6_error(buf, error, DropReason::FragNeeded)?;
-            // The error is at most the IPv6 minimum MTU, which every
-            // IPv6 interface carries: it goes back by its own route.
-            return self.route6(buf, out);
+            // The error (at most the IPv6 minimum MTU, which every IPv6
+            // interface carries) goes back through the outbound SPD.
+            let error = std::mem::replace(buf, PacketBuf::empty());
+            self.originate(error, out);
+            return Ok(None);
         }
         if self.link_of(hop.port) == LinkLayer::RawIp {
             return Ok(Some(hop.port));
@@ -411,7 +425,8 @@ impl Gateway {
     /// §4.3.2.7 allows one and both token buckets have a token (RFC 1812
     /// §4.3.2.8; otherwise counted as `icmp_rate_limited`). The packet is
     /// counted under `reason` either way; `Ok` means the error is to be
-    /// routed, `Err` that the packet is simply dropped.
+    /// sent (it takes the outbound SPD: `Next::Local`), `Err` that the
+    /// packet is simply dropped.
     pub(super) fn icmp_error(
         &mut self,
         buf: &mut PacketBuf,
@@ -435,8 +450,13 @@ impl Gateway {
         (icmp_type, code, rest): (u8, u8, u32),
         reason: DropReason,
     ) -> Result<Next, DropReason> {
-        let packet_too_big = icmp_type == icmp6::kind::PACKET_TOO_BIG;
-        let to = icmp6::may_answer_with_error(buf.data(), packet_too_big)
+        // RFC 4443 §2.4 (e.3): packet too big, and a parameter problem
+        // about an option whose bits ask for one even then (the caller
+        // asks for code 2 to a group only then), may answer a packet to a
+        // multicast group.
+        let to_group_too = icmp_type == icmp6::kind::PACKET_TOO_BIG
+            || (icmp_type == icmp6::kind::PARAM_PROBLEM && code == 2);
+        let to = icmp6::may_answer_with_error(buf.data(), to_group_too)
             .then(|| ipv6::view(buf.data()).map(|ip| ip.src_addr()).ok())
             .flatten();
         let from = to.and_then(|to| self.address6_toward(to));
@@ -448,11 +468,51 @@ impl Gateway {
         })
     }
 
-    /// Our IPv6 address on the interface that `to` is routed out of; for
-    /// a destination behind a tunnel (no IPv6 route), the inside one.
-    pub(super) fn address6_toward(&self, to: Ipv6Addr) -> Option<Ipv6Addr> {
+    /// The source of an ICMP error to `to`: our inside address when an
+    /// outbound `protect` policy covers it to `to` (the error then goes
+    /// through that tunnel, as a strongSwan host's does with the inside
+    /// `src` it gives its tunnel routes), else our address on the
+    /// interface that `to` is routed out of (the inside one without a
+    /// route).
+    pub(super) fn address_toward(&mut self, to: Ipv4Addr) -> Ipv4Addr {
+        let inside = self.interfaces[Port::Inside.index()].address;
+        let port = self.routes.lookup(to).map_or(Port::Inside, |hop| hop.port);
+        if port == Port::Inside || self.tunnels_from(inside.into(), to.into(), spd_sad::proto::ICMP) {
+            return inside;
+        }
+        self.interfaces[port.index()].address
+    }
+
+    /// [`address_toward`](Self::address_toward) for IPv6: our IPv6 address
+    /// on the interface that `to` is routed out of, the inside one for a
+    /// destination behind a tunnel (no IPv6 route, or a `protect` policy
+    /// from it to `to`).
+    pub(super) fn address6_toward(&mut self, to: Ipv6Addr) -> Option<Ipv6Addr> {
+        let inside = self.interfaces[Port::Inside.index()].address6.map(|(a, _)| a);
         let port = self.routes.lookup6(to).map_or(Port::Inside, |hop| hop.port);
+        if let Some(inside) = inside {
+            if port == Port::Inside || self.tunnels_from(inside.into(), to.into(), ICMPV6) {
+                return Some(inside);
+            }
+        }
         self.interfaces[port.index()].address6.map(|(a, _)| a)
+    }
+
+    /// Whether an outbound `protect` policy covers ICMP (`protocol`) from
+    /// `src` to `dst`.
+    fn tunnels_from(&mut self, src: IpAddr, dst: IpAddr, protocol: u8) -> bool {
+        let flow = spd_sad::FlowKey {
+            src,
+            dst,
+            protocol,
+            ports: None,
+        };
+        matches!(
+            self.spd
+                .lookup_cached(spd_sad::PolicyDirection::Out, &flow)
+                .action,
+            spd_sad::Action::Protect(_)
+        )
     }
 
     /// What both families' errors share: the token buckets, the rewrite
@@ -467,6 +527,11 @@ impl Gateway {
         let Some(to) = to else {
             return Err(reason);
         };
+        // Never to ourselves: an error about our own packet (too large for
+        // a link) just drops it.
+        if self.is_local(to) {
+            return Err(reason);
+        }
         if !self.icmp_limiter.allow(to, self.last_now) {
             self.stats.icmp_rate_limited += 1;
             return Err(reason);
@@ -477,7 +542,7 @@ impl Gateway {
         self.stats.drops.count(reason);
         self.stats.generated += 1;
         fate::mark_replaced(buf, Fate::Dropped(reason));
-        Ok(Next::Route)
+        Ok(Next::Local)
     }
 
     pub(super) fn is_waited_for(&self, address: IpAddr) -> bool {

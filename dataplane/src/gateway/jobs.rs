@@ -26,17 +26,18 @@
 //! packets; must not classify or route (it hands results to `emit`).
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use accel::{Algorithm, DescriptorKind, Direction, Job, NextCompletion, SessionHandle, Status, Style};
-use spd_sad::{Action, PolicyDirection, SaId};
+use spd_sad::SaId;
 
 use super::classify::decrement_ttl;
 use super::classify6::decrement_hop_limit;
 use super::{Gateway, Next, Verdict};
 use crate::buffer::PacketBuf;
 use crate::esp::{self, Decapsulated, Inbound, OutboundContext, Pending};
-use crate::reassembly::Reassembled;
+use crate::reassembly::{Reassembled, ReassemblyError};
 use crate::route::Port;
 use crate::stats::DropReason;
 use crate::wire::{flow_key_any, ipv4};
@@ -270,9 +271,21 @@ impl Gateway {
     }
 
     /// Collects ESP fragments; a completed datagram goes on to decapsulation.
+    /// Only the remote ends of our SAs may start one: nobody else's
+    /// fragments take a slot in the table.
     pub(super) fn reassemble(&mut self, now: Duration, buf: PacketBuf, out: &mut Vec<Output>) {
+        let src = if crate::wire::is_ipv6(buf.data()) {
+            crate::wire::ipv6::view(buf.data()).map(|ip| IpAddr::from(ip.src_addr()))
+        } else {
+            ipv4::view(buf.data()).map(|ip| IpAddr::from(ip.src_addr()))
+        };
+        match src {
+            Ok(src) if self.takes_fragments_from(src) => {}
+            Ok(_) => return self.emit(buf, Err(DropReason::FragmentNotFromPeer), out),
+            Err(reason) => return self.emit(buf, Err(reason), out),
+        }
         let result = self.reassembler.insert(buf, now, &mut self.pool, &mut self.spent);
-        self.give_up_spent(DropReason::ReassemblyFailed, out);
+        self.give_up_spent(out);
         match result {
             Reassembled::Held(fragment) => {
                 self.stats.fragments_absorbed += 1;
@@ -290,12 +303,46 @@ impl Gateway {
     }
 
     /// Hands back datagram buffers the reassembler gave up on.
-    pub(super) fn give_up_spent(&mut self, reason: DropReason, out: &mut Vec<Output>) {
-        while let Some(buf) = self.spent.pop() {
+    pub(super) fn give_up_spent(&mut self, out: &mut Vec<Output>) {
+        while let Some((buf, why)) = self.spent.pop() {
+            let reason = match why {
+                ReassemblyError::TimedOut => DropReason::ReassemblyTimeout,
+                ReassemblyError::Evicted => DropReason::ReassemblyEvicted,
+                ReassemblyError::SourceLimit => DropReason::ReassemblySourceLimit,
+                ReassemblyError::Overlap
+                | ReassemblyError::TooLarge
+                | ReassemblyError::Full
+                | ReassemblyError::NoBuffer
+                | ReassemblyError::Malformed => DropReason::ReassemblyFailed,
+            };
             self.stats.generated += 1;
             self.stats.drops.count(reason);
             out.push((buf, Verdict::Drop(reason)));
         }
+    }
+
+    /// Whether `src` is the remote end of one of our SAs (or, for a
+    /// transport-mode inbound SA, a source its selectors admit): the set
+    /// is rebuilt only after SAs came or went or a peer moved.
+    fn takes_fragments_from(&mut self, src: IpAddr) -> bool {
+        let stamp = (self.sa_changes, self.sad.len(), self.peers.epoch());
+        if !self.fragment_sources.is_current(stamp) {
+            let sad = &self.sad;
+            let addresses = sad.iter().flat_map(|(_, sa)| {
+                let moved = sa.crypto().peer.as_ref().map(|p| IpAddr::V4(p.current().address));
+                let seen = sa.crypto().seen_peer.map(|p| IpAddr::V4(p.address));
+                [Some(sa.params().remote), moved, seen].into_iter().flatten()
+            });
+            let prefixes = sad
+                .iter()
+                .filter(|(_, sa)| {
+                    let p = sa.params();
+                    p.mode == spd_sad::Mode::Transport && p.direction == spd_sad::SaDirection::Inbound
+                })
+                .flat_map(|(_, sa)| sa.params().selectors.iter().map(|s| s.src));
+            self.fragment_sources.rebuild(stamp, addresses, prefixes);
+        }
+        self.fragment_sources.admits(src)
     }
 
     /// Inbound ESP addressed to us: prepare it, or hold it while its ESN
@@ -584,7 +631,7 @@ impl Gateway {
         }
         self.inbound_done(now, pending.sa, out);
         if result == Err(DropReason::TtlExpired) {
-            return self.time_exceeded_after_decapsulation(now, buf, out);
+            return self.time_exceeded_after_decapsulation(buf, out);
         }
         self.emit(buf, result, out);
     }
@@ -613,14 +660,9 @@ impl Gateway {
     /// A decapsulated packet whose TTL or hop limit ran out here: the
     /// router's time exceeded (RFC 1812 §5.3.1, RFC 4443 §3.3) goes back to
     /// its source, which is behind the peer, so it takes the outbound
-    /// policy like a packet from the inside (through the tunnel, as Linux's
+    /// policy like every packet of ours (through the tunnel, as Linux's
     /// output path sends it through the xfrm bundle).
-    fn time_exceeded_after_decapsulation(
-        &mut self,
-        now: Duration,
-        mut buf: PacketBuf,
-        out: &mut Vec<Output>,
-    ) {
+    fn time_exceeded_after_decapsulation(&mut self, mut buf: PacketBuf, out: &mut Vec<Output>) {
         let reason = DropReason::TtlExpired;
         let result = if crate::wire::is_ipv6(buf.data()) {
             self.icmp6_error(&mut buf, (icmp6::kind::TIME_EXCEEDED, 0, 0), reason)
@@ -628,25 +670,7 @@ impl Gateway {
             let from = self.interfaces[Port::Inside.index()].address;
             self.icmp_error(&mut buf, (icmp::kind::TIME_EXCEEDED, 0, 0), from, reason)
         };
-        if let Err(reason) = result {
-            return self.emit(buf, Err(reason), out);
-        }
-        let flow = flow_key_any(buf.data());
-        let decision = match flow {
-            Ok(flow) => self.spd.lookup_cached(PolicyDirection::Out, &flow),
-            Err(reason) => return self.emit(buf, Err(reason), out),
-        };
-        match decision.action {
-            Action::Protect(sa) => self.start_encapsulation(now, sa, buf, out),
-            Action::Bypass => self.emit(buf, Ok(Next::Route), out),
-            Action::Discard => {
-                let reason = match decision.policy {
-                    Some(_) => DropReason::PolicyDiscard,
-                    None => DropReason::NoPolicy,
-                };
-                self.emit(buf, Err(reason), out)
-            }
-        }
+        self.emit(buf, result, out);
     }
 
     fn finish_decapsulation(
@@ -675,9 +699,25 @@ impl Gateway {
             sa.counters_mut().policy_mismatch += 1;
             return Err(DropReason::PolicyMismatch);
         }
+        if is_ipv6 {
+            // The inner packet's headers: ours as its destination, its
+            // hop-by-hop options only as a router on its way.
+            let role = match self.is_local(flow.dst) {
+                true => crate::wire::ipv6::Role::Destination,
+                false => crate::wire::ipv6::Role::Router,
+            };
+            if let Some(result) = self.refuse_extension_headers(buf, 0, role) {
+                return result;
+            }
+        }
         self.stats.decapsulated += 1;
         if self.is_local(flow.dst) {
             self.stats.local_delivered += 1;
+            // An echo request through the SA is answered, and the reply
+            // takes the outbound SPD back through it.
+            if self.answer_echo_after_decapsulation(buf, flow.protocol) {
+                return Ok(Next::Local);
+            }
             return Ok(Next::Consume);
         }
         if is_ipv6 {

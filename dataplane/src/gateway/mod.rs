@@ -17,8 +17,9 @@
 //! Files: `classify` (what a frame is; `classify6` for IPv6 frames:
 //! neighbour discovery, echo, transit), `jobs` (the engine job machine),
 //! `forward` (routes, fragments, ARP, framing), `encap` (RFC 3948 UDP
-//! encapsulation: keepalives, IKE on 4500, peers that move); this one holds the state
-//! and the entry points.
+//! encapsulation: keepalives, IKE on 4500, peers that move), `origin` (the
+//! gateway's own packets through the outbound SPD); this one holds the
+//! state and the entry points.
 
 mod classify;
 mod classify6;
@@ -26,6 +27,7 @@ mod encap;
 mod forward;
 mod ipid;
 mod jobs;
+mod origin;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -41,7 +43,7 @@ pub use crate::esp::SaCrypto;
 use crate::icmp;
 use crate::nat;
 use crate::neighbor::{NeighborLimits, Neighbors, Waiting};
-use crate::reassembly::Reassembler;
+use crate::reassembly::{GivenUp, Reassembler, Sources};
 use crate::route::{Interface, Port, Route, Route6, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use classify::Classified;
@@ -185,9 +187,14 @@ pub struct Gateway {
     /// the batch's output.
     released: Vec<Output>,
     reassembler: Reassembler,
+    /// Whose fragments are reassembled: the remote ends of our SAs.
+    fragment_sources: Sources,
+    /// Bumped whenever an SA is installed, adopted or removed (with the
+    /// SAD's size and the peers' epoch, what `fragment_sources` follows).
+    sa_changes: u64,
     icmp_limiter: icmp::RateLimiter,
     /// Scratch for buffers the reassembler gives up.
-    spent: Vec<PacketBuf>,
+    spent: Vec<GivenUp>,
     link: LinkLayer,
     outer_ttl: u8,
     style: Style,
@@ -224,6 +231,9 @@ pub(super) enum Next {
     Control,
     /// A reply the gateway wrote, framed already: transmit it on this port.
     Reply(Port),
+    /// A packet the gateway wrote (an echo reply, an ICMP or ICMPv6
+    /// error), bare IP: it takes the outbound SPD (`origin`).
+    Local,
 }
 
 impl Gateway {
@@ -276,6 +286,8 @@ impl Gateway {
             waiting: Vec::with_capacity(64),
             released: Vec::new(),
             reassembler: Reassembler::default(),
+            fragment_sources: Sources::default(),
+            sa_changes: 0,
             icmp_limiter: icmp::RateLimiter::new(setup.icmp_limits),
             spent: Vec::with_capacity(8),
             link: setup.link,
@@ -513,6 +525,7 @@ impl Gateway {
         now: Duration,
     ) -> Result<SaId, InstallSaError> {
         let handle = self.engine.register(&keys)?;
+        self.sa_changes += 1;
         let (peer, seen_peer) = match peer {
             Some((peer, seen)) => (Some(peer), seen),
             None => (None, None),
@@ -535,6 +548,7 @@ impl Gateway {
     /// keys are registered with this gateway's engine.
     pub fn adopt_sa(&mut self, mut sa: SecurityAssociation<SaCrypto>) -> Result<SaId, InstallSaError> {
         let handle = self.engine.register(&sa.crypto().keys)?;
+        self.sa_changes += 1;
         sa.crypto_mut().handle = handle;
         self.sad.adopt(sa).map_err(|e| {
             self.engine.release(handle);
@@ -547,6 +561,7 @@ impl Gateway {
     /// are dropped as `unknown_spi` or counted as sent).
     pub fn remove_sa(&mut self, id: SaId) -> Option<SecurityAssociation<SaCrypto>> {
         let sa = self.sad.remove(id)?;
+        self.sa_changes += 1;
         self.engine.release(sa.crypto().handle);
         Some(sa)
     }
@@ -577,7 +592,7 @@ impl Gateway {
             let mut spent = std::mem::take(&mut self.spent);
             self.reassembler.expire(now, &mut spent);
             self.spent = spent;
-            self.give_up_spent(DropReason::ReassemblyTimeout, out);
+            self.give_up_spent(out);
         }
         if self.neighbors.pending() > 0 {
             let mut expired = std::mem::take(&mut self.waiting);
@@ -705,7 +720,7 @@ impl Gateway {
             let mut spent = std::mem::take(&mut gw.spent);
             gw.reassembler.drain(&mut spent);
             gw.spent = spent;
-            gw.give_up_spent(DropReason::ReassemblyTimeout, out);
+            gw.give_up_spent(out);
             let mut parked = std::mem::take(&mut gw.waiting);
             gw.neighbors.drain(&mut parked);
             for w in parked.drain(..) {
@@ -718,6 +733,7 @@ impl Gateway {
 
     fn emit(&mut self, mut buf: PacketBuf, result: Result<Next, DropReason>, out: &mut Vec<Output>) {
         let verdict = match result {
+            Ok(Next::Local) => return self.originate(buf, out),
             Ok(Next::Consume) => Verdict::Consumed,
             Ok(Next::Control) => Verdict::Control,
             Ok(Next::Reply(port)) => Verdict::Forward(port),
@@ -739,7 +755,9 @@ impl Gateway {
 
     /// Sends a UDP datagram from our address on the way to `to` (the
     /// control plane's messages). It takes the normal route, ARP included,
-    /// and no policy applies (IKE bypass). Outputs go to `out`.
+    /// and no policy applies: the key exchange is exempt from the SPD, as
+    /// Linux exempts an IKE daemon's sockets from xfrm policies (RFC 4301
+    /// §5.1 lets IKE bypass). Outputs go to `out`.
     pub fn send_datagram(
         &mut self,
         now: Duration,

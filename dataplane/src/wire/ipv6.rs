@@ -190,6 +190,131 @@ pub fn upper_layer(packet: &[u8]) -> Result<Upper, DropReason> {
     })
 }
 
+/// Which extension headers a node processes (RFC 8200 §4): a router on
+/// the packet's path reads the hop-by-hop options only (§4.3); the
+/// destination (of the packet, or the node that terminates the ESP it
+/// carries) reads the routing header (§4.4) and the destination options
+/// (§4.6) too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Router,
+    Destination,
+}
+
+/// Why a packet's extension headers cannot be obeyed, as RFC 8200 §4.2 and
+/// §4.4 have the node answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// What the packet is dropped as: an unrecognised option or routing
+    /// type, or `Malformed` for options that run past their header.
+    pub reason: DropReason,
+    /// The ICMPv6 parameter problem the rules ask for: its code (0 for
+    /// the routing type, 2 for an option) and pointer (the offending byte's
+    /// offset from the start of the IPv6 header); `None`: discard silently.
+    pub problem: Option<(u8, u32)>,
+}
+
+impl Refusal {
+    const MALFORMED: Refusal = Refusal {
+        reason: DropReason::Malformed,
+        problem: None,
+    };
+}
+
+/// Pad1 and PadN (RFC 8200 §4.2), the only options this node recognises:
+/// every other option is acted on by the two high bits of its type.
+const PAD1: u8 = 0;
+const PADN: u8 = 1;
+
+/// Applies RFC 8200's rules for the extension headers of the datagram
+/// `packet` that a node in `role` processes, up to the upper-layer header
+/// or a fragment header (what follows one is the reassembled datagram's
+/// to obey):
+/// - each option of a hop-by-hop or destination options header (§4.2):
+///   Pad1 and PadN skipped; any other by its type's two high bits: 00
+///   skipped, 01 discard, 10 discard and a parameter problem (code 2,
+///   pointing at the option's type), 11 the same but the problem only
+///   when the destination is not multicast;
+/// - a routing header (§4.4): with segments left, its type is one this
+///   node does not implement (none is: type 0 is deprecated, RFC 5095),
+///   so discard and a parameter problem (code 0, pointing at the routing
+///   type); with none left, ignored.
+///
+/// A chain that does not parse is `Malformed` here too ([`upper_layer`]
+/// says more). Allocates nothing; a packet without extension headers
+/// costs one comparison.
+pub fn obey(packet: &[u8], role: Role) -> Result<(), Refusal> {
+    let ip = view(packet).map_err(|_| Refusal::MALFORMED)?;
+    let packet = &packet[..ip.total_len()];
+    let multicast = ip.dst_addr().is_multicast();
+    let mut protocol = packet[6];
+    let mut offset = HEADER_LEN;
+    for count in 0..=MAX_EXTENSION_HEADERS {
+        let processed = match protocol {
+            next::HOP_BY_HOP => true,
+            next::DEST_OPTIONS | next::ROUTING => role == Role::Destination,
+            _ => false,
+        };
+        if !processed {
+            return Ok(());
+        }
+        if count == MAX_EXTENSION_HEADERS {
+            return Err(Refusal::MALFORMED);
+        }
+        let header = packet.get(offset..offset + 2).ok_or(Refusal::MALFORMED)?;
+        let len = (usize::from(header[1]) + 1) * 8;
+        let body = packet.get(offset..offset + len).ok_or(Refusal::MALFORMED)?;
+        if protocol == next::ROUTING {
+            if body[3] > 0 {
+                return Err(Refusal {
+                    reason: DropReason::Ipv6UnknownRouting,
+                    problem: Some((0, (offset + 2) as u32)),
+                });
+            }
+        } else {
+            options(body, offset, multicast)?;
+        }
+        protocol = body[0];
+        offset += len;
+    }
+    Ok(())
+}
+
+/// The options of one hop-by-hop or destination options header `body`,
+/// which starts `at` bytes into the packet.
+fn options(body: &[u8], at: usize, multicast: bool) -> Result<(), Refusal> {
+    let mut i = 2;
+    while i < body.len() {
+        let kind = body[i];
+        if kind == PAD1 {
+            i += 1;
+            continue;
+        }
+        let len = usize::from(*body.get(i + 1).ok_or(Refusal::MALFORMED)?);
+        let next = i + 2 + len;
+        if next > body.len() {
+            return Err(Refusal::MALFORMED);
+        }
+        if kind != PADN {
+            let problem = Some((2, (at + i) as u32));
+            let refusal = |problem| {
+                Err(Refusal {
+                    reason: DropReason::Ipv6UnknownOption,
+                    problem,
+                })
+            };
+            match kind >> 6 {
+                0b00 => {}
+                0b01 => return refusal(None),
+                0b10 => return refusal(problem),
+                _ => return refusal(if multicast { None } else { problem }),
+            }
+        }
+        i = next;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,5 +507,119 @@ mod tests {
         longer.extend_from_slice(&ext(17, 1));
         longer.extend_from_slice(UDP);
         assert_eq!(upper_layer(&datagram(60, &longer)), Err(DropReason::Malformed));
+    }
+
+    /// An options header of one unit naming `next`, holding `option` then
+    /// PadN to the end of its 8 bytes.
+    fn opts(next: u8, option: &[u8]) -> Vec<u8> {
+        let mut h = vec![next, 0];
+        h.extend_from_slice(option);
+        let pad = 8 - h.len();
+        match pad {
+            0 => {}
+            1 => h.push(PAD1),
+            n => {
+                h.extend_from_slice(&[PADN, (n - 2) as u8]);
+                h.resize(8, 0);
+            }
+        }
+        h
+    }
+
+    fn routing(next: u8, kind: u8, segments_left: u8) -> Vec<u8> {
+        let mut h = ext(next, 1);
+        h[2] = kind;
+        h[3] = segments_left;
+        h
+    }
+
+    fn refusal(reason: DropReason, problem: Option<(u8, u32)>) -> Result<(), Refusal> {
+        Err(Refusal { reason, problem })
+    }
+
+    #[test]
+    fn options_are_obeyed_by_their_action_bits() {
+        let esp = &[0u8; 16];
+        // Pad1, PadN and an unrecognised option with 00: skipped.
+        for option in [&[PAD1][..], &[PADN, 2, 0, 0], &[0x1e, 2, 1, 2], &[5, 2, 0, 0]] {
+            let p = datagram(60, &cat(&[&opts(50, option), esp]));
+            assert_eq!(obey(&p, Role::Destination), Ok(()), "{option:?}");
+        }
+        // 01: discarded silently; 10: a problem pointing at the option
+        // (40 bytes of fixed header and the option header's 2).
+        let p = datagram(60, &cat(&[&opts(50, &[0x5e, 0]), esp]));
+        assert_eq!(
+            obey(&p, Role::Destination),
+            refusal(DropReason::Ipv6UnknownOption, None)
+        );
+        let p = datagram(0, &cat(&[&opts(50, &[PAD1, 0x9e, 1, 0]), esp]));
+        assert_eq!(
+            obey(&p, Role::Router),
+            refusal(DropReason::Ipv6UnknownOption, Some((2, 43)))
+        );
+        // 11: the problem only to a unicast destination.
+        let mut p = datagram(0, &cat(&[&opts(50, &[0xc2, 4, 0, 0, 0, 0]), esp]));
+        assert_eq!(
+            obey(&p, Role::Router),
+            refusal(DropReason::Ipv6UnknownOption, Some((2, 42)))
+        );
+        p[24] = 0xff;
+        assert_eq!(
+            obey(&p, Role::Router),
+            refusal(DropReason::Ipv6UnknownOption, None)
+        );
+        // An option that runs past its header.
+        let p = datagram(60, &cat(&[&opts(50, &[0x1e, 9]), esp]));
+        assert_eq!(obey(&p, Role::Destination), Err(Refusal::MALFORMED));
+    }
+
+    #[test]
+    fn a_router_reads_hop_by_hop_only() {
+        let esp = &[0u8; 16];
+        let bad_dest = opts(50, &[0x9e, 0]);
+        let p = datagram(60, &cat(&[&bad_dest, esp]));
+        assert_eq!(obey(&p, Role::Router), Ok(()));
+        assert!(obey(&p, Role::Destination).is_err());
+        let p = datagram(43, &cat(&[&routing(50, 253, 1), esp]));
+        assert_eq!(obey(&p, Role::Router), Ok(()));
+        // Behind a good hop-by-hop header too.
+        let p = datagram(0, &cat(&[&opts(60, &[]), &bad_dest, esp]));
+        assert_eq!(obey(&p, Role::Router), Ok(()));
+        assert_eq!(
+            obey(&p, Role::Destination),
+            refusal(DropReason::Ipv6UnknownOption, Some((2, 50)))
+        );
+    }
+
+    #[test]
+    fn unknown_routing_types_with_segments_left_are_refused() {
+        let esp = &[0u8; 16];
+        for kind in [0u8, 2, 3, 4, 253] {
+            let p = datagram(43, &cat(&[&routing(50, kind, 1), esp]));
+            assert_eq!(
+                obey(&p, Role::Destination),
+                refusal(DropReason::Ipv6UnknownRouting, Some((0, 42))),
+                "type {kind}"
+            );
+            let p = datagram(43, &cat(&[&routing(50, kind, 0), esp]));
+            assert_eq!(obey(&p, Role::Destination), Ok(()), "type {kind}, none left");
+        }
+        // After destination options, which are read first.
+        let p = datagram(60, &cat(&[&opts(43, &[]), &routing(50, 0, 2), esp]));
+        assert_eq!(
+            obey(&p, Role::Destination),
+            refusal(DropReason::Ipv6UnknownRouting, Some((0, 50)))
+        );
+    }
+
+    #[test]
+    fn what_follows_a_fragment_header_is_not_read() {
+        let p = datagram(
+            44,
+            &cat(&[&frag(60, 0, true, 1), &opts(50, &[0x9e, 0]), &[0; 16]]),
+        );
+        assert_eq!(obey(&p, Role::Destination), Ok(()));
+        let p = datagram(17, UDP);
+        assert_eq!(obey(&p, Role::Destination), Ok(()));
     }
 }

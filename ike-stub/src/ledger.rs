@@ -278,8 +278,11 @@ impl Ledger {
 }
 
 /// How far ahead of one SA its ceiling is kept: reservations sized from
-/// the SA's rate (measured between two of them) over a horizon, with a
-/// floor; a new one is due when less than half of the last is left.
+/// the SA's rate over a horizon, with a floor; a new one is due when less
+/// than half of the last is left. The rate is the higher of the one
+/// between the last two reservations and the one over the driver's last
+/// look at the SA (at least [`RATE_WINDOW`] ago): after a quiet spell the
+/// first is far too low for a burst, which the second sees at once.
 #[derive(Debug, Clone)]
 pub struct Reservation {
     direction: SaDirection,
@@ -289,7 +292,15 @@ pub struct Reservation {
     /// When the last reservation was made, and the number the SA had
     /// reached then.
     last: Option<(Duration, u64)>,
+    /// When the driver last measured the SA's recent rate, and the number
+    /// it had reached then.
+    seen: Option<(Duration, u64)>,
+    /// That recent rate, in numbers a second.
+    recent: f64,
 }
+
+/// The shortest interval a recent rate is measured over.
+pub const RATE_WINDOW: Duration = Duration::from_millis(5);
 
 impl Reservation {
     pub fn new(direction: SaDirection, esn: bool) -> Reservation {
@@ -298,6 +309,8 @@ impl Reservation {
             limit: if esn { u64::MAX } else { u64::from(u32::MAX) },
             block: Self::floor(direction),
             last: None,
+            seen: None,
+            recent: 0.0,
         }
     }
 
@@ -316,23 +329,32 @@ impl Reservation {
     /// The ceiling to make durable next, if one is due: the SA has reached
     /// `used` (outbound: numbers taken; inbound: the window's top or a
     /// number refused for lying beyond it) and may go up to `ceiling`.
+    /// Called at every look at the SA, due or not.
     pub fn plan(&mut self, now: Duration, used: u64, ceiling: u64) -> Option<u64> {
+        let rate = |since: Duration, from: u64| {
+            let elapsed = now.saturating_sub(since);
+            // Two looks in the same instant (a capture's clock) say
+            // nothing about the rate.
+            (!elapsed.is_zero()).then(|| used.saturating_sub(from) as f64 / elapsed.as_secs_f64())
+        };
+        match self.seen {
+            Some((at, _)) if now.saturating_sub(at) < RATE_WINDOW => {}
+            Some((at, from)) => {
+                self.recent = rate(at, from).unwrap_or(self.recent);
+                self.seen = Some((now, used));
+            }
+            None => self.seen = Some((now, used)),
+        }
         if ceiling >= self.limit || ceiling.saturating_sub(used) >= self.block / 2 {
             return None;
         }
-        if let Some((at, from)) = self.last {
-            let elapsed = now.saturating_sub(at);
-            // Two reservations in the same instant (a capture's clock)
-            // say nothing about the rate.
-            if !elapsed.is_zero() {
-                let horizon = match self.direction {
-                    SaDirection::Outbound => OUT_HORIZON,
-                    SaDirection::Inbound => IN_HORIZON,
-                };
-                let rate = used.saturating_sub(from) as f64 / elapsed.as_secs_f64();
-                let wanted = (rate * horizon.as_secs_f64()).min(MAX_BLOCK as f64) as u64;
-                self.block = wanted.clamp(Self::floor(self.direction), MAX_BLOCK);
-            }
+        if let Some(since_last) = self.last.and_then(|(at, from)| rate(at, from)) {
+            let horizon = match self.direction {
+                SaDirection::Outbound => OUT_HORIZON,
+                SaDirection::Inbound => IN_HORIZON,
+            };
+            let wanted = (since_last.max(self.recent) * horizon.as_secs_f64()).min(MAX_BLOCK as f64) as u64;
+            self.block = wanted.clamp(Self::floor(self.direction), MAX_BLOCK);
         }
         self.last = Some((now, used));
         let target = used.saturating_add(self.block).min(self.limit);
@@ -589,6 +611,14 @@ mod tests {
         // Inbound, a number beyond the ceiling is reserved past.
         let mut jump = Reservation::new(SaDirection::Inbound, true);
         assert_eq!(jump.plan(ms(0), 9000, 1024), Some(9000 + IN_FLOOR));
+        // A burst after a quiet second: sized from what the last look saw
+        // (1,000 numbers in 10 ms), not from the quiet second's average.
+        let mut burst = Reservation::new(SaDirection::Inbound, false);
+        assert_eq!(burst.plan(ms(0), 0, 0), Some(IN_FLOOR));
+        assert_eq!(burst.plan(ms(1000), 10, IN_FLOOR), None, "a quiet look");
+        let next = burst.plan(ms(1010), 1010, IN_FLOOR).unwrap();
+        assert_eq!(burst.block(), 100_000);
+        assert_eq!(next, 1010 + 100_000);
     }
 
     /// The driver's round: only due SAs are raised, in the ledger first;

@@ -614,16 +614,21 @@ impl Gateway {
         may_wait: bool,
         out: &mut Vec<Output>,
     ) {
+        // The ceiling may have been raised since the waiting packets were
+        // last looked at: they go first, and while any of this SA's still
+        // wait this one waits behind them, whatever its number, or it
+        // could carry the window so far past them that they would be
+        // refused as too old.
+        if may_wait && !self.jobs.awaiting.is_empty() {
+            self.release_awaiting(now, out);
+            if self.jobs.awaiting.iter().any(|w| w.pending.sa == pending.sa) {
+                return self.wait_for_ceiling(buf, pending, now, out);
+            }
+        }
         let result = self.finish_decapsulation(now, &mut buf, &pending);
         if result == Err(DropReason::SeqNotReserved) {
-            if may_wait && self.jobs.awaiting.len() < AWAIT_LIMIT {
-                self.stats.seq_awaited += 1;
-                self.jobs.awaiting.push_back(Awaiting {
-                    buf,
-                    pending,
-                    since: now,
-                });
-                return;
+            if may_wait {
+                return self.wait_for_ceiling(buf, pending, now, out);
             }
             if let Some(sa) = self.sad.get_mut(pending.sa) {
                 sa.counters_mut().seq_not_reserved += 1;
@@ -636,17 +641,46 @@ impl Gateway {
         self.emit(buf, result, out);
     }
 
+    /// Puts an authentic inbound packet in line for its SA's ceiling
+    /// (still in flight for its SA), or drops it if the line is full.
+    fn wait_for_ceiling(&mut self, buf: PacketBuf, pending: Pending, now: Duration, out: &mut Vec<Output>) {
+        if self.jobs.awaiting.len() < AWAIT_LIMIT {
+            self.stats.seq_awaited += 1;
+            self.jobs.awaiting.push_back(Awaiting {
+                buf,
+                pending,
+                since: now,
+            });
+            return;
+        }
+        if let Some(sa) = self.sad.get_mut(pending.sa) {
+            sa.counters_mut().seq_not_reserved += 1;
+        }
+        self.inbound_done(now, pending.sa, out);
+        self.emit(buf, Err(DropReason::SeqNotReserved), out);
+    }
+
     /// Finishes the waiting packets whose SA's ceiling has come up to them
-    /// (or whose SA is gone), in the order they came.
+    /// (or whose SA is gone), each SA's in the order they came: once one
+    /// of an SA must still wait, so do those behind it (the ceiling may
+    /// rise while the line is looked at).
     fn release_awaiting(&mut self, now: Duration, out: &mut Vec<Output>) {
+        // SAs with a packet still waiting ahead; with more than these, the
+        // rest waits for the next pass.
+        let mut blocked = [None::<SaId>; 8];
         let mut i = 0;
         while let Some(waiting) = self.jobs.awaiting.get(i) {
             let (sa, seq) = (waiting.pending.sa, waiting.pending.seq);
-            let ready = self
-                .sad
-                .get_mut(sa)
-                .is_none_or(|sa| sa.inbound_within_ceiling(seq));
+            if blocked.contains(&Some(sa)) {
+                i += 1;
+                continue;
+            }
+            let ready = self.sad.get_mut(sa).is_none_or(|s| s.inbound_within_ceiling(seq));
             if !ready {
+                match blocked.iter_mut().find(|b| b.is_none()) {
+                    Some(free) => *free = Some(sa),
+                    None => break,
+                }
                 i += 1;
                 continue;
             }

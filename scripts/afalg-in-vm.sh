@@ -83,10 +83,12 @@ EOF
     local log
     for alg in $ALGORITHMS; do
         cp "configs/algorithms/$alg-a.toml" "configs/algorithms/$alg-b.toml" "$dir/pcap/"
+        # Fresh state directories: the references count from 1.
+        rm -rf "$dir/state-a" "$dir/state-b"
         log=$("$espgw" pcap --config "configs/algorithms/$alg-a.toml" --from inside --engine soft \
-            --in "$dir/pcap/plain.pcap" --out "$dir/pcap/$alg-esp-soft.pcap" 2>&1)
+            --state-dir "$dir/state-a" --in "$dir/pcap/plain.pcap" --out "$dir/pcap/$alg-esp-soft.pcap" 2>&1)
         log="$log $("$espgw" pcap --config "configs/algorithms/$alg-b.toml" --from outside --engine soft \
-            --in "$dir/pcap/$alg-esp-soft.pcap" --out "$dir/pcap/$alg-out-soft.pcap" 2>&1)"
+            --state-dir "$dir/state-b" --in "$dir/pcap/$alg-esp-soft.pcap" --out "$dir/pcap/$alg-out-soft.pcap" 2>&1)"
         # Both runs: every frame through, nothing dropped.
         case $log in
         *"1473 encapsulated"*"no drops"*"1473 decapsulated"*"no drops"*) ;;
@@ -102,8 +104,11 @@ H=/mnt/host P=/mnt/host/pcap T=/tmp/afalg-pcap
 mkdir -p $T
 fail=0
 gw() { # gw ALG SIDE FROM ENGINE IO IN OUT
+    # A state directory of its own per run: every run counts from 1, as
+    # the reference captures did.
+    rm -rf $T/state
     out=$($H/run $H/espgw pcap --config $P/$1-$2.toml --from $3 --engine $4 ${5:+--afalg-io $5} \
-        --in $6 --out $7 2>&1)
+        --state-dir $T/state --in $6 --out $7 2>&1)
     case $out in *"no drops"*) return 0 ;; esac
     echo "     $1 $4 $5: $out"
     return 1

@@ -13,6 +13,11 @@
 //! outbound SA's packets reach the one worker that owns it (see
 //! `dataplane::io::steer`); worker 0 reinstalls the program whenever the
 //! commands it applies may have changed the policies.
+//!
+//! With a state directory, a thread of its own keeps the durable ceilings
+//! of SAs with static keys ahead of them (`crate::state_dir`); worker 0
+//! writes the first reservations of the SAs a reload installs before it
+//! hands them to the other workers.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +34,7 @@ use ike_stub::{Config, ControlPlane, Datagram, WorkerCommand};
 use serde_json::{json, Value};
 use spd_sad::SaEvent;
 
+use crate::state_dir::StateDir;
 use crate::{control, report, RunArgs};
 
 /// What a worker other than worker 0 tells the control plane.
@@ -95,6 +101,10 @@ struct Plane<'s> {
     last_timeout: Duration,
     /// The inside fanout group's steering, kept in step with the SPD.
     steering: Option<Steering<'s>>,
+    /// The sequence ledger of SAs with static keys, and the state
+    /// directory `--state-dir` named (a reload must not move it).
+    state: Option<Arc<StateDir>>,
+    state_flag: Option<std::path::PathBuf>,
 }
 
 /// With several workers, an inside socket of the fanout group and the
@@ -172,8 +182,23 @@ impl Plane<'_> {
         let mut commands = Vec::new();
         self.plane.take_commands(&mut commands);
         let changed = !commands.is_empty();
-        for command in commands {
+        let mut sent = Vec::with_capacity(commands.len());
+        let mut ledgered = Vec::new();
+        for mut command in commands {
             self.issued += 1;
+            // An SA with static keys resumes above its ledger's mark (one
+            // that replaces an SA with the same keys also above where that
+            // one got to).
+            if let (
+                Some(state),
+                ike_stub::SaCommand::InstallSa(sa) | ike_stub::SaCommand::ReplaceSa { new: sa, .. },
+            ) = (&self.state, &mut command)
+            {
+                state.prepare(std::slice::from_mut(&mut **sa));
+                if sa.ledger_mark.is_some() {
+                    ledgered.push((**sa).clone());
+                }
+            }
             let fallback = command.clone();
             let copies = match command.apply_first(t.gateway, t.now, workers - 1) {
                 Ok(copies) => copies,
@@ -184,8 +209,19 @@ impl Plane<'_> {
                         .collect()
                 }
             };
+            sent.push((self.issued, copies));
+        }
+        // Their first reservation is durable before any worker has them:
+        // a write here, on a reload, rather than drops there.
+        if let (Some(state), false) = (&self.state, ledgered.is_empty()) {
+            state.attach(t.gateway, &ledgered);
+            if let Err(e) = state.round(state.elapsed()) {
+                tracing::error!("{e:#}");
+            }
+        }
+        for (issued, copies) in sent {
             for (copy, (tx, _)) in copies.into_iter().zip(&links.commands[1..]) {
-                let _ = tx.send((self.issued, copy));
+                let _ = tx.send((issued, copy));
             }
         }
         if changed {
@@ -217,7 +253,22 @@ impl Plane<'_> {
                 // The same device defaults as at start, so that only what
                 // the file changed counts as a change.
                 device_defaults(&mut config).map_err(|e| format!("{e:#}"))?;
-                let warnings = config.warnings();
+                let state_dir = crate::state_dir::resolve(self.state_flag.as_deref(), &config);
+                if state_dir.as_deref() != self.state.as_ref().map(|s| s.path()) {
+                    return Err(format!(
+                        "the state directory would change from {} to {}, which needs a restart",
+                        self.state
+                            .as_ref()
+                            .map_or("none".into(), |s| s.path().display().to_string()),
+                        state_dir.map_or("none".into(), |p| p.display().to_string()),
+                    ));
+                }
+                let mut warnings = config.warnings();
+                if self.state.is_none() {
+                    warnings.extend(
+                        crate::state_dir::without_state_dir(&config, "run").map_err(|e| format!("{e:#}"))?,
+                    );
+                }
                 let report = self.plane.reload(config).map_err(|e| e.to_string())?;
                 for warning in warnings {
                     tracing::warn!("{warning}");
@@ -273,6 +324,17 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    // Before any device is opened: a gateway that may not run with its
+    // keys, or whose ledger is held or damaged, stops here.
+    let state = match crate::state_dir::resolve(args.state_dir.as_deref(), &config) {
+        Some(path) => Some(Arc::new(StateDir::open(&path)?)),
+        None => {
+            if let Some(warning) = crate::state_dir::without_state_dir(&config, "run")? {
+                tracing::warn!("{warning}");
+            }
+            None
+        }
+    };
     let (spec, style) = args.accel.apply(&config);
     let tun_inside = config.inside.kind == dataplane::InterfaceKind::Tun;
     let workers = args
@@ -313,9 +375,28 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // Every worker resolves its own next hops and sees every ARP reply.
     setup.neighbor_limits.replies_for_other_workers = workers > 1;
     let mut first = Gateway::new(setup, accel::build_engine(&spec)?);
+    // SAs with static keys resume above their ledger's marks, set for the
+    // install only: the plane's copy of the configuration, which a reload
+    // is compared with, has none.
+    if let Some(state) = &state {
+        state.prepare(&mut config.sas);
+    }
     config
         .install(&mut first, Duration::ZERO)
         .with_context(|| format!("cannot install {}", args.config.display()))?;
+    if let Some(state) = &state {
+        // The first reservations are durable before any worker starts.
+        state.attach(&first, &config.sas);
+        let reserved = state.round(state.elapsed())?;
+        tracing::info!(
+            dir = %state.path().display(),
+            sas = reserved,
+            "sequence numbers of SAs with static keys resume from the state directory"
+        );
+    }
+    for sa in &mut config.sas {
+        sa.ledger_mark = None;
+    }
     let mut gateways = vec![first];
     for _ in 1..workers {
         let fork = gateways[0]
@@ -380,7 +461,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
         reload,
         last_timeout: Duration::ZERO,
         steering,
+        state: state.clone(),
+        state_flag: args.state_dir.clone(),
     });
+    let writer = state.as_ref().map(|state| state.spawn_writer(Arc::clone(&stop)));
     tracing::info!(
         name = %config.name,
         inside = %config.inside.device,
@@ -406,10 +490,23 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 let requests = requests.clone();
                 let links = &links;
                 let mut plane = if index == 0 { plane.take() } else { None };
+                let state = state.clone();
                 scope.spawn(move || {
                     let mut ticks = 0u32;
+                    let mut unreserved = 0u64;
                     let mut tick = |t: &mut Tick<'_>| {
                         ticks = ticks.wrapping_add(1);
+                        // Packets waiting for (or dropped for want of) a
+                        // durable ceiling: the ledger's writer goes now.
+                        if let Some(state) = &state {
+                            let stats = t.gateway.stats();
+                            let now =
+                                stats.seq_awaited + stats.drops.get(dataplane::DropReason::SeqNotReserved);
+                            if now != unreserved {
+                                unreserved = now;
+                                state.nudge();
+                            }
+                        }
                         if ticks.is_multiple_of(64) {
                             if let Ok(mut p) = published.lock() {
                                 p[index] = (*t.gateway.stats(), *t.summary);
@@ -456,6 +553,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
             .collect()
     });
     let _ = std::fs::remove_file(&control_path);
+    if let Some(writer) = writer {
+        // `stop` is set once the workers are done.
+        stop.store(true, Ordering::Relaxed);
+        let _ = writer.join();
+    }
     let mut summary = RunSummary::default();
     for result in results {
         summary.add(&result?);

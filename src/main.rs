@@ -20,6 +20,7 @@ mod engine_serve;
 mod lab;
 mod report;
 mod soak;
+mod state_dir;
 mod veth_bench;
 
 /// mimalloc rather than the system allocator: it takes memory from the
@@ -136,6 +137,12 @@ pub(crate) struct RunArgs {
     /// A packet after an idle spell is never delayed.
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=1000))]
     rx_coalesce_us: u64,
+    /// Where SAs with static keys keep their sequence numbers across
+    /// restarts (overrides [gateway] state_dir; under systemd,
+    /// $STATE_DIRECTORY is taken when neither is given). Without one,
+    /// static keys with an AEAD proposal are refused.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     #[command(flatten)]
     accel: AccelArgs,
 }
@@ -177,6 +184,10 @@ struct PcapArgs {
     /// reason, SA, SPI and sequence number where known.
     #[arg(long, value_name = "VERDICTS.jsonl")]
     verdicts: Option<PathBuf>,
+    /// Where SAs with static keys keep their sequence numbers from one run
+    /// to the next (overrides [gateway] state_dir, as for `run`).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     #[command(flatten)]
     accel: AccelArgs,
 }
@@ -298,7 +309,7 @@ fn check_config(file: &Path) -> Result<()> {
 }
 
 fn pcap(args: &PcapArgs) -> Result<()> {
-    let config = load_config(&args.config)?;
+    let mut config = load_config(&args.config)?;
     // Offline there is no peer to run the keying exchange with.
     if let Some(t) = config.tunnels.iter().find(|t| t.secret.is_some()) {
         anyhow::bail!(
@@ -308,6 +319,20 @@ fn pcap(args: &PcapArgs) -> Result<()> {
             t.name
         );
     }
+    // Opened before anything is read, so that a second run on the same
+    // directory is refused before it does any work.
+    let state = match state_dir::resolve(args.state_dir.as_deref(), &config) {
+        Some(path) => Some(state_dir::StateDir::open(&path)?),
+        None => {
+            if let Some(warning) = state_dir::without_state_dir(&config, "pcap")? {
+                eprintln!("espgw: warning: {warning}");
+            }
+            None
+        }
+    };
+    if let Some(state) = &state {
+        state.prepare(&mut config.sas);
+    }
     let input = File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
     let (reader, link) = dataplane::io::pcap::open(BufReader::new(input))
         .with_context(|| format!("{}", args.input.display()))?;
@@ -316,32 +341,50 @@ fn pcap(args: &PcapArgs) -> Result<()> {
     let mut gateway: Gateway = config
         .build_gateway(link, engine, style, Duration::ZERO)
         .with_context(|| format!("cannot install {}", args.config.display()))?;
+    if let Some(state) = &state {
+        // The first reservations are durable before the first frame.
+        state.attach(&gateway, &config.sas);
+        state.round(Duration::ZERO)?;
+    }
     let output =
         File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
     let mut output = BufWriter::new(output);
     let from = args.from.into();
-    let run = match &args.verdicts {
-        None => dataplane::io::pcap::run(&mut gateway, from, reader, &mut output),
-        Some(path) => {
-            let mut verdicts: BufWriter<Box<dyn Write>> = BufWriter::new(if path.as_os_str() == "-" {
-                Box::new(std::io::stdout().lock())
-            } else {
-                Box::new(File::create(path).with_context(|| format!("cannot create {}", path.display()))?)
-            });
-            let run = dataplane::io::pcap::run_with_verdicts(
-                &mut gateway,
-                from,
-                reader,
-                &mut output,
-                &mut verdicts,
-            );
-            verdicts
-                .flush()
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            run
+    let mut verdicts: Option<BufWriter<Box<dyn Write>>> = match &args.verdicts {
+        None => None,
+        Some(path) => Some(BufWriter::new(if path.as_os_str() == "-" {
+            Box::new(std::io::stdout().lock())
+        } else {
+            Box::new(File::create(path).with_context(|| format!("cannot create {}", path.display()))?)
+        })),
+    };
+    let run = match (&state, verdicts.as_mut()) {
+        // Offline, one thread: reservations are written in line, between
+        // frames, on the capture's clock.
+        (Some(state), verdicts) => dataplane::io::pcap::run_with(
+            &mut gateway,
+            from,
+            reader,
+            &mut output,
+            verdicts.map(|v| v as &mut dyn Write),
+            &mut |now| {
+                state
+                    .round(now)
+                    .map(drop)
+                    .map_err(|e| std::io::Error::other(format!("{e:#}")))
+            },
+        ),
+        (None, None) => dataplane::io::pcap::run(&mut gateway, from, reader, &mut output),
+        (None, Some(verdicts)) => {
+            dataplane::io::pcap::run_with_verdicts(&mut gateway, from, reader, &mut output, verdicts)
         }
     }
     .with_context(|| format!("{} -> {}", args.input.display(), args.output.display()))?;
+    if let (Some(path), Some(verdicts)) = (&args.verdicts, verdicts.as_mut()) {
+        verdicts
+            .flush()
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     output
         .flush()
         .with_context(|| format!("cannot write {}", args.output.display()))?;

@@ -202,6 +202,9 @@ pub fn stats_json(gateway: &Gateway) -> Value {
                 },
                 "esn": p.esn,
                 "last_sequence": sa.last_sequence(),
+                // Static keys with a state directory: the highest number
+                // made durable (none otherwise).
+                "sequence_ceiling": sa.ceiling(),
                 "replay_top": window.top(),
                 "replay_window": {
                     "size": window.size(),
@@ -217,6 +220,7 @@ pub fn stats_json(gateway: &Gateway) -> Value {
                     "malformed": c.malformed,
                     "sa_expired": c.expired,
                     "seq_overflow": c.seq_overflow,
+                    "seq_not_reserved": c.seq_not_reserved,
                 }
             })
         })

@@ -59,10 +59,14 @@ fn read_pcap(path: &Path) -> (DataLink, Vec<Vec<u8>>) {
     (datalink, frames)
 }
 
+/// `espgw pcap`, with a state directory of its own beside `output`.
 fn run_pcap(config: &Path, from: &str, input: &Path, output: &Path, stats: &Path) {
+    let state = common::fresh_state_dir(output.parent().unwrap(), "state");
     let result = espgw()
         .args(["pcap", "--config"])
         .arg(config)
+        .arg("--state-dir")
+        .arg(&state)
         .args(["--from", from, "--in"])
         .arg(input)
         .arg("--out")
@@ -308,6 +312,8 @@ fn pcap_verdicts_give_a_line_per_frame() {
         let result = espgw()
             .args(["pcap", "--config"])
             .arg(repo("configs/site-a.toml"))
+            .arg("--state-dir")
+            .arg(common::fresh_state_dir(&dir, "state"))
             .args(["--from", "inside", "--in"])
             .arg(&input)
             .arg("--out")
@@ -358,6 +364,8 @@ fn unsupported_linktype_is_a_clear_error() {
     let out = espgw()
         .args(["pcap", "--config"])
         .arg(repo("configs/site-a.toml"))
+        .arg("--state-dir")
+        .arg(common::fresh_state_dir(&dir, "state"))
         .args(["--from", "inside", "--in"])
         .arg(&input)
         .arg("--out")

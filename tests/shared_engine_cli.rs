@@ -94,10 +94,15 @@ fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     frames
 }
 
+/// `espgw pcap`, with a state directory of its own beside `output`.
 fn pcap(config: &Path, from: &str, input: &Path, output: &Path) {
+    let state = output.with_extension("state");
+    let _ = std::fs::remove_dir_all(&state);
     let result = espgw()
         .args(["pcap", "--config"])
         .arg(config)
+        .arg("--state-dir")
+        .arg(&state)
         .args(["--from", from, "--in"])
         .arg(input)
         .arg("--out")
@@ -234,6 +239,8 @@ fn shared_engine_settings_are_checked_where_they_are_written() {
     let result = espgw()
         .args(["pcap", "--config"])
         .arg(&path)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
         .args(["--from", "inside", "--in"])
         .arg(&input)
         .arg("--out")

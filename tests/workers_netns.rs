@@ -190,6 +190,8 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
             .arg(&config)
             .arg("--control")
             .arg(dir.join(format!("w2{side}.sock")))
+            .arg("--state-dir")
+            .arg(dir.join(format!("w2{side}.state")))
             .arg("--stats")
             .arg(&stats)
             .env("NO_COLOR", "1")

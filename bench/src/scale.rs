@@ -169,6 +169,8 @@ fn sa(
         admits_any: false,
         // Synthetic keys that never leave the process.
         keys: KeySource::File,
+        // Nothing leaves the process: no sequence ledger.
+        ledger_mark: None,
     }
 }
 

@@ -16,7 +16,9 @@ use std::time::Duration;
 use accel::{Algorithm, CipherKind, Descriptor, Direction, SessionHandle, SessionSpec, Status};
 use rand::Rng;
 use smoltcp::wire::{IpProtocol, Ipv4Packet};
-use spd_sad::{proto, Mode, ReplayError, SaDirection, SaId, SaState, Sad, SecurityAssociation, UdpEncap};
+use spd_sad::{
+    proto, Mode, ReplayError, SaDirection, SaId, SaState, Sad, SecurityAssociation, SequenceError, UdpEncap,
+};
 
 use crate::buffer::PacketBuf;
 use crate::stats::DropReason;
@@ -296,7 +298,8 @@ pub fn encapsulate_prepare<R: Rng>(
     let seq = match sa.next_sequence() {
         Ok(seq) => seq,
         // The caller retires the SA (see `note_exhausted`).
-        Err(_) => return Err(DropReason::SeqOverflow),
+        Err(SequenceError::Exhausted) => return Err(DropReason::SeqOverflow),
+        Err(SequenceError::NotReserved) => return Err(DropReason::SeqNotReserved),
     };
     // Built before the packet is written rather than after: the caller
     // copies it at once, and a copy of fields stored just now would stall
@@ -600,6 +603,15 @@ pub fn decapsulate_finish(
             return Err(DropReason::AuthFailed);
         }
         Status::Pending | Status::Error(_) => return Err(engine_drop(pending.desc.status)),
+    }
+    // With static keys, a number is accepted only once the state
+    // directory holds a ceiling at or above it (or a replay of this packet
+    // after a restart would be new again). Checked here, once the packet
+    // is authentic, so that a forged number cannot move the ceiling; the
+    // buffer is left as it is, and the caller may finish the packet again
+    // once the ceiling has been raised.
+    if !sa.inbound_within_ceiling(pending.seq) {
+        return Err(DropReason::SeqNotReserved);
     }
     // RFC 4303 §3.4.3: the window moves only for authenticated packets.
     sa.accept_sequence(pending.seq);

@@ -41,6 +41,11 @@ pub enum DropReason {
     SaExpired,
     /// The SA has used up its sequence numbers (RFC 4303 §3.3.3).
     SeqOverflow,
+    /// A sequence number beyond what the state directory has made durable
+    /// for an SA with static keys (a reservation still being written, or
+    /// one that failed): not sent, or, inbound, not accepted, so that no
+    /// number is sent or accepted twice across a restart.
+    SeqNotReserved,
     /// No route to the destination.
     NoRoute,
     /// TTL (IPv6: hop limit) would reach zero.
@@ -267,6 +272,10 @@ pub struct Stats {
     /// SA finished, because their ESN high half depended on those (not a
     /// verdict: each is counted again when it is decided).
     pub esn_held: u64,
+    /// Authenticated inbound ESP held until the state directory had made
+    /// its sequence number durable (a peer that resumed above this end's
+    /// ceiling after a restart); not a verdict either.
+    pub seq_awaited: u64,
     /// ICMP errors (time exceeded, fragmentation needed) not sent because
     /// the gateway's or the source's token bucket was empty (RFC 1812
     /// §4.3.2.8). Not a verdict: the packet that caused each is counted
@@ -303,6 +312,7 @@ impl Stats {
         self.control_received += other.control_received;
         self.control_sent += other.control_sent;
         self.esn_held += other.esn_held;
+        self.seq_awaited += other.seq_awaited;
         self.icmp_rate_limited += other.icmp_rate_limited;
         self.neighbor_table_full += other.neighbor_table_full;
         self.arp_unsolicited += other.arp_unsolicited;
@@ -372,6 +382,7 @@ mod tests {
                 "malformed",
                 "sa_expired",
                 "seq_overflow",
+                "seq_not_reserved",
                 "no_route",
                 "ttl_expired",
                 "unsupported",

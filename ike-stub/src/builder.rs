@@ -137,6 +137,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// `[gateway] state_dir`: where SAs with static keys keep their
+    /// sequence numbers.
+    pub fn state_dir(mut self, dir: impl Into<String>) -> Self {
+        self.gateway.state_dir = Some(dir.into());
+        self
+    }
+
     pub fn accel(mut self, accel: AccelSection) -> Self {
         self.accel = accel;
         self
@@ -236,6 +243,8 @@ pub struct GatewaySection {
     pub outer_ttl: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nat_keepalive_s: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
 }
 
 /// `[accel]`: which engine and how it is set up. Keywords the engine
@@ -814,6 +823,7 @@ mod tests {
             .allow_insecure_null()
             .outer_ttl(32)
             .nat_keepalive_s(7)
+            .state_dir("state")
             .accel(AccelSection {
                 engine: Some(EngineKind::Sec),
                 style: Some(Style::Sync),
@@ -976,6 +986,7 @@ mod tests {
         assert!(config.allow_insecure_null);
         assert_eq!(config.outer_ttl, 32);
         assert_eq!(config.nat_keepalive, Some(std::time::Duration::from_secs(7)));
+        assert_eq!(config.state_dir, Some(std::path::PathBuf::from("state")));
 
         let EngineSpec {
             kind, buffers, sec, ..
@@ -1155,7 +1166,7 @@ mod tests {
                     (0x1001, 0x1002),
                 )
                 .mode(Mode::Transport)
-                .keys_with(|_, len, _| pattern_key(len, 1, 0)),
+                .keys_with(|dir, len, _| pattern_key(len, 1, u8::from(dir == "in"))),
             );
         let text = built.to_toml();
         assert!(!text.contains("esn"), "{text}");

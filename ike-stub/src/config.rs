@@ -39,7 +39,9 @@ pub const DEFAULT_OUTER_TTL: u8 = 64;
 /// Where an SA's keys come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeySource {
-    /// The configuration file: the same keys at every start.
+    /// The configuration file: the same keys at every start, so the SA's
+    /// counter and replay window must go on where they stopped (the
+    /// sequence ledger of a state directory, see [`crate::ledger`]).
     File,
     /// An exchange with the peer (a `[[tunnel]]` with a `secret`): fresh
     /// keys from both ends' nonces every time. In [`Config::sas`] such an
@@ -66,7 +68,13 @@ pub struct SaConfig {
     /// in `check-config`. Otherwise an inbound SA's selectors are those of
     /// the inbound policies naming it.
     pub admits_any: bool,
+    /// Where the keys came from.
     pub keys: KeySource,
+    /// Set by a driver that keeps a ledger of sequence numbers, never by
+    /// the file: the highest number this SA's keys may have been used
+    /// with before. The SA resumes above it and uses no number beyond its
+    /// durable ceiling (see [`spd_sad::SecurityAssociation::resume_above`]).
+    pub ledger_mark: Option<u64>,
 }
 
 impl std::fmt::Debug for SaConfig {
@@ -77,6 +85,7 @@ impl std::fmt::Debug for SaConfig {
             .field("initial_seq", &self.initial_seq)
             .field("admits_any", &self.admits_any)
             .field("key_source", &self.keys)
+            .field("ledger_mark", &self.ledger_mark)
             .field("keys", &"<redacted>")
             .finish()
     }
@@ -221,6 +230,9 @@ pub struct Config {
     pub tunnels: Vec<TunnelConfig>,
     pub rekey: RekeySettings,
     pub limits: FloodLimits,
+    /// `[gateway] state_dir`: where sequence numbers of SAs with static
+    /// keys are kept across restarts (relative to the file's directory).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Why a validated configuration could not be installed.
@@ -454,6 +466,9 @@ pub fn install_sa(gateway: &mut Gateway, sa: &SaConfig, now: Duration) -> Result
                 SaDirection::Inbound => installed.set_replay_top(sa.initial_seq),
             }
         }
+    }
+    if let (Some(mark), Some(installed)) = (sa.ledger_mark, gateway.sad_mut().get_mut(id)) {
+        installed.resume_above(mark);
     }
     Ok(())
 }
@@ -761,6 +776,7 @@ impl Validator<'_> {
             policies.push((span(&p.get_ref().name), self.policy(p.get_ref())?));
         }
         self.cross_check(&sas, &policies)?;
+        self.distinct_keys(&sas)?;
         // ESP over IPv6 arrives at the outside interface's `address6`.
         for (at, sa) in &sas {
             let IpAddr::V6(local) = sa.params.local else {
@@ -817,7 +833,85 @@ impl Validator<'_> {
             tunnels,
             rekey: self.rekey()?,
             limits: self.limits()?,
+            state_dir: raw.gateway.state_dir.as_ref().map(|dir| {
+                let dir = Path::new(dir.get_ref());
+                path.parent()
+                    .map_or_else(|| dir.to_path_buf(), |base| base.join(dir))
+            }),
         })
+    }
+
+    /// One encryption key on two SAs of a file: with an AEAD both would
+    /// draw nonces from one (key, sequence number) space, the same number
+    /// twice under one key as soon as both send (a key out and in: both
+    /// ends' outbound SAs); without one it is still one key doing the work
+    /// of two. Static keys only: exchanged ones are new every time.
+    fn distinct_keys(&self, sas: &[(Option<Range<usize>>, SaConfig)]) -> Result<(), ConfigError> {
+        // The cipher key without an AEAD's salt: a different salt does not
+        // make a different GHASH key.
+        let cipher_key = |sa: &SaConfig| -> Vec<u8> {
+            let key = &sa.enc_key[..];
+            let salt = if sa.algorithm.is_aead() { 4 } else { 0 };
+            key[..key.len().saturating_sub(salt)].to_vec()
+        };
+        let key_span = |name: &str| -> Option<Range<usize>> {
+            let raw = self.raw;
+            let sa = raw.sa.iter().find(|s| s.get_ref().name.get_ref() == name);
+            if let Some(sa) = sa {
+                return sa
+                    .get_ref()
+                    .enc_key
+                    .as_ref()
+                    .and_then(span)
+                    .or(span(&sa.get_ref().name));
+            }
+            raw.tunnel.iter().find_map(|t| {
+                let t = t.get_ref();
+                let key = match name.strip_prefix(t.name.get_ref().as_str()) {
+                    Some("-out") => t.enc_key_out.as_ref(),
+                    Some("-in") => t.enc_key_in.as_ref(),
+                    _ => return None,
+                };
+                Some(key.and_then(span).or(span(&t.name)))
+            })?
+        };
+        let keyed: Vec<&SaConfig> = sas
+            .iter()
+            .map(|(_, sa)| sa)
+            .filter(|sa| sa.keys == KeySource::File && !sa.enc_key.is_empty())
+            .collect();
+        for (i, second) in keyed.iter().enumerate() {
+            let Some(first) = keyed[..i]
+                .iter()
+                .find(|first| cipher_key(first) == cipher_key(second))
+            else {
+                continue;
+            };
+            let (a, b) = (&first.params.name, &second.params.name);
+            let why = if second.algorithm.is_aead() {
+                format!(
+                    "{} takes its nonce from the sequence number, so both would encrypt packets 1, 2, 3, ... \
+                     under one key (RFC 4106 §8, RFC 7634): the XOR of two ciphertexts gives the plaintexts away, \
+                     and two packets give away the authentication key",
+                    second.algorithm
+                )
+            } else {
+                "one key must not do the work of two SAs".to_owned()
+            };
+            let fix = if first.params.direction == second.params.direction {
+                "give each SA its own key"
+            } else {
+                "give each direction its own key (a tunnel's enc_key_out and enc_key_in differ, and the peer's are \
+                 these two swapped)"
+            };
+            return self.err(
+                key_span(b),
+                ConfigErrorKind::Key(format!(
+                    "`{b}` has the same encryption key as `{a}`: {why}; {fix}, or give the tunnel a `secret` so that its keys are exchanged"
+                )),
+            );
+        }
+        Ok(())
     }
 
     /// `[gateway] nat_keepalive_s`: RFC 3948 §2.3 leaves the interval to
@@ -1556,6 +1650,7 @@ impl Validator<'_> {
             initial_seq: s.initial_seq.unwrap_or(0),
             admits_any: self.admits_any(s.selectors.as_ref(), direction)?,
             keys: KeySource::File,
+            ledger_mark: None,
         };
         self.check_session(&sa, s.enc_key.as_ref().and_then(span).or(span(&s.name)))?;
         Ok(sa)
@@ -1765,6 +1860,7 @@ impl Validator<'_> {
                 initial_seq: initial_seq.unwrap_or(0),
                 admits_any: false,
                 keys,
+                ledger_mark: None,
             };
             if keys == KeySource::File {
                 self.check_session(&sa, enc.and_then(span).or(span(&t.name)))?;

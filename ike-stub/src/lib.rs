@@ -5,13 +5,16 @@
 //! file, line and column, and the installation of SAs (registering one
 //! `accel` session per SA) and policies into a gateway; and the control
 //! plane (`plane`): rekeying tunnels with a peer over UDP 500 (`message`,
-//! keys from `prf`), retiring replaced SAs, and reloads. It decides what
-//! the SAD and SPD hold; it never touches data packets and never does I/O.
+//! keys from `prf`), retiring replaced SAs, and reloads; and the sequence
+//! ledger of SAs with static keys (`ledger`: fingerprints, the file's
+//! format, how far ahead each ceiling goes). It decides what the SAD and
+//! SPD hold; it never touches data packets and never does I/O.
 
 #[cfg(any(test, feature = "testing"))]
 pub mod builder;
 pub mod config;
 pub mod error;
+pub mod ledger;
 pub mod message;
 pub mod plane;
 pub mod prf;

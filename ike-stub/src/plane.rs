@@ -1843,6 +1843,7 @@ impl ControlPlane {
             initial_seq: 0,
             admits_any: false,
             keys: KeySource::Exchange,
+            ledger_mark: None,
         }
     }
 

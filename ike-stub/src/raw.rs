@@ -87,6 +87,8 @@ pub(crate) struct RawGateway {
     /// Seconds between NAT keepalives to UDP-encapsulated peers (RFC 3948
     /// §2.3); 0 sends none.
     pub nat_keepalive_s: Option<S<i64>>,
+    /// Where sequence numbers of SAs with static keys are kept.
+    pub state_dir: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize, Default)]

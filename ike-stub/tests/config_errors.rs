@@ -1045,3 +1045,66 @@ fn interface_address6_is_checked() {
         assert!(err.to_string().contains(says), "{bad}: {err}");
     }
 }
+
+/// One encryption key on two SAs of a file is refused where the second
+/// names it: for an AEAD out and in (both ends' outbound SAs would count
+/// 1, 2, 3, ... under it), and on two SAs of one direction.
+#[test]
+fn one_encryption_key_on_two_sas_is_refused() {
+    let tunnel = r#"
+[[tunnel]]
+name = "t"
+local = "10.0.0.1"
+remote = "10.0.0.2"
+local_subnet = "192.168.1.0/24"
+remote_subnet = "192.168.2.0/24"
+proposal = "aes128gcm16"
+spi_out = 0x1001
+spi_in = 0x1002
+enc_key_out = "000102030405060708090a0b0c0d0e0f10111213"
+enc_key_in = "000102030405060708090a0b0c0d0e0f20212223"
+"#;
+    // The same AES key with another salt is still the same GHASH key.
+    let line = line_of(tunnel, "enc_key_in");
+    let kind = expect_error(
+        tunnel,
+        line,
+        14,
+        "`t-in` has the same encryption key as `t-out`: aes128gcm16 takes its nonce from the sequence number",
+    );
+    let shown = kind.to_string();
+    assert!(shown.contains("RFC 4106 §8"), "{shown}");
+    assert!(shown.contains("give each direction its own key"), "{shown}");
+    assert!(shown.contains("`secret`"), "{shown}");
+    // Two [[sa]] of one direction, CBC: refused too.
+    let second = SA.replace("out1", "out2").replace("0x2001", "0x2002");
+    let extra = format!("{SA}{second}");
+    let text = format!("{BASE}{extra}");
+    let line = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("enc_key"))
+        .nth(1)
+        .unwrap()
+        .0
+        + 1;
+    expect_error(&extra, line, 11, "`out2` has the same encryption key as `out1`: one key must not do the work of two SAs; give each SA its own key");
+    // Different keys load; a tunnel whose keys come from its secret has none to compare.
+    let fixed = tunnel.replace(
+        "000102030405060708090a0b0c0d0e0f20212223",
+        "202122232425262728292a2b2c2d2e2f30313233",
+    );
+    parse(&format!("{BASE}{fixed}")).unwrap();
+}
+
+/// `[gateway] state_dir` is taken relative to the file's directory.
+#[test]
+fn the_state_directory_is_relative_to_the_file() {
+    let text = BASE.replace("name = \"t\"", "name = \"t\"\nstate_dir = \"state/t\"");
+    let config = Config::parse(Path::new("/etc/espgw/gw.toml"), &text).unwrap();
+    assert_eq!(config.state_dir.as_deref(), Some(Path::new("/etc/espgw/state/t")));
+    let text = BASE.replace("name = \"t\"", "name = \"t\"\nstate_dir = \"/var/lib/espgw\"");
+    let config = Config::parse(Path::new("/etc/espgw/gw.toml"), &text).unwrap();
+    assert_eq!(config.state_dir.as_deref(), Some(Path::new("/var/lib/espgw")));
+    assert_eq!(parse(BASE).unwrap().state_dir, None);
+}

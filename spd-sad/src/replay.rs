@@ -58,6 +58,26 @@ impl ReplayWindow {
         window
     }
 
+    /// A window that resumes above `top` after a restart, with every
+    /// number up to `top` counted as received: a packet accepted before
+    /// the restart, replayed after it, is a duplicate (or too old), never
+    /// new. (A window that [`with_top`](Self::with_top) resumes would take
+    /// the numbers of the window below `top` that it never saw.)
+    pub fn resumed(size: u32, esn: bool, top: u64) -> Self {
+        let mut window = Self::with_top(size, esn, top);
+        if top == 0 {
+            return window;
+        }
+        window.bitmap.fill(u64::MAX);
+        // The bits above `top` in its own word stand for numbers still to
+        // come (the ring clears a word only when the top enters it).
+        let (word, bit) = window.position(top);
+        if bit < 63 {
+            window.bitmap[word] &= (1u64 << (bit + 1)) - 1;
+        }
+        window
+    }
+
     pub fn size(&self) -> u32 {
         self.size
     }
@@ -404,5 +424,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// After a restart the window counts every number up to where it
+    /// resumed as received, whatever the window's size and where the top
+    /// falls in its word; numbers above it arrive in any order.
+    #[test]
+    fn a_resumed_window_refuses_everything_up_to_its_top() {
+        for size in [1u32, 32, 64, 100, 1024] {
+            for top in [1u64, 62, 63, 64, 65, 127, 1000, (1 << 32) + 5] {
+                let esn = top > u64::from(u32::MAX);
+                let mut w = ReplayWindow::resumed(size, esn, top);
+                for back in 0..u64::from(size).min(top) {
+                    let seq = top - back;
+                    assert!(
+                        w.check_full(seq).is_err(),
+                        "size {size} top {top}: {seq} taken again"
+                    );
+                }
+                // Ahead of the top, out of order, each once, as a fresh
+                // window would take them.
+                let mut highest = top;
+                for seq in [top + 3, top + 1, top + 2, top + 70, top + 69] {
+                    let fits = seq > highest || highest - seq < u64::from(size);
+                    assert_eq!(w.check_full(seq).is_ok(), fits, "size {size} top {top}: {seq}");
+                    if fits {
+                        w.update(seq);
+                        highest = highest.max(seq);
+                        assert_eq!(w.check_full(seq), Err(ReplayError::Duplicate(seq)));
+                    }
+                }
+            }
+        }
+        // A window that starts from nothing is a new one.
+        let w = ReplayWindow::resumed(64, false, 0);
+        assert_eq!(w.check_full(1), Ok(()));
     }
 }

@@ -166,6 +166,9 @@ pub struct SaCounters {
     pub malformed: u64,
     pub expired: u64,
     pub seq_overflow: u64,
+    /// Numbers beyond the SA's durable ceiling, not sent or not accepted
+    /// (see [`SecurityAssociation::resume_above`]).
+    pub seq_not_reserved: u64,
 }
 
 impl SaCounters {
@@ -245,7 +248,7 @@ pub const USAGE_BATCH: u64 = 32;
 /// 1,024 packets, a name of up to 32 bytes and one selector, apart from
 /// its crypto context's heap (see [`SecurityAssociation::state_bytes`]; a
 /// test holds it).
-pub const SA_STATE_BOUND: usize = 768;
+pub const SA_STATE_BOUND: usize = 800;
 
 /// SAs a tick adds up, and deadlines it looks at, at most (some 50-100 µs
 /// of cold SAs here), so that a tick is never a long pause for the dataplane
@@ -264,6 +267,12 @@ pub enum SequenceError {
     /// RFC 4303 §3.3.3: the counter must not cycle; the SA needs rekeying.
     #[error("sequence number space exhausted; the SA must be rekeyed")]
     Exhausted,
+    /// The next number lies beyond the SA's durable ceiling (see
+    /// [`SaShared::raise_ceiling`]): the driver has not yet made it
+    /// durable, so it may not be sent (it could be sent again after a
+    /// restart).
+    #[error("the next sequence number is not reserved in the state directory yet")]
+    NotReserved,
 }
 
 /// An SA's sequence state, handed from an SA to its successor when a
@@ -281,7 +290,14 @@ pub struct SequenceState {
 /// that lifetimes are measured against. Copies reserve numbers a block at a
 /// time and add their usage in batches (see [`SEQUENCE_BLOCK`],
 /// [`USAGE_BATCH`]), so no packet touches these on its own.
-#[derive(Debug, Default)]
+///
+/// With static keys, the driver keeps the SA's sequence numbers in a
+/// state directory: it reads how far the SA has got here
+/// ([`reserved`](Self::reserved), [`inbound_seen`](Self::inbound_seen)),
+/// makes a higher ceiling durable, and only then raises
+/// [`ceiling`](Self::ceiling). Copies compare against a cached ceiling
+/// and look here only when a number would pass it.
+#[derive(Debug)]
 pub struct SaShared {
     /// Outbound: last sequence number reserved by any copy (the first
     /// packet gets 1).
@@ -294,6 +310,54 @@ pub struct SaShared {
     /// The latest packet any copy had counted at its last flush, in
     /// nanoseconds of the caller's clock (0: none yet).
     last_active_ns: AtomicU64,
+    /// The highest sequence number any copy may send (outbound) or accept
+    /// (inbound): what the driver has made durable. `u64::MAX`: no limit
+    /// (keys that are new at every start need none).
+    ceiling: AtomicU64,
+    /// Inbound: the window's top at the owner's last flush, or the highest
+    /// authenticated number refused for lying beyond the ceiling (the peer
+    /// resumed above it), whichever is higher: what the driver reserves
+    /// from.
+    inbound_seen: AtomicU64,
+}
+
+impl Default for SaShared {
+    fn default() -> Self {
+        SaShared {
+            last_seq: AtomicU64::new(0),
+            last_sent: AtomicU64::new(0),
+            packets: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            last_active_ns: AtomicU64::new(0),
+            ceiling: AtomicU64::new(u64::MAX),
+            inbound_seen: AtomicU64::new(0),
+        }
+    }
+}
+
+impl SaShared {
+    /// The SA's durable ceiling (`u64::MAX`: none).
+    pub fn ceiling(&self) -> u64 {
+        self.ceiling.load(Ordering::Acquire)
+    }
+
+    /// Lets every copy use numbers up to `ceiling` (never lowers it). The
+    /// driver calls this only once `ceiling` is durable.
+    pub fn raise_ceiling(&self, ceiling: u64) {
+        self.ceiling.fetch_max(ceiling, Ordering::AcqRel);
+    }
+
+    /// Outbound: the last sequence number any copy has reserved (used or
+    /// about to be).
+    pub fn reserved(&self) -> u64 {
+        self.last_seq.load(Ordering::Relaxed)
+    }
+
+    /// Inbound: the highest number accepted as of the owner's last flush,
+    /// or refused only for lying beyond the ceiling, whichever is higher.
+    pub fn inbound_seen(&self) -> u64 {
+        self.inbound_seen.load(Ordering::Relaxed)
+    }
 }
 
 /// One security association.
@@ -319,6 +383,9 @@ pub struct SecurityAssociation<C> {
     seq_next: u64,
     seq_end: u64,
     last_used: u64,
+    /// This copy's view of the shared ceiling: numbers up to it need no
+    /// look at the shared state.
+    ceiling: u64,
     /// With several workers placed (see [`Sad::place`]): whether the driver
     /// steers this SA's packets to this copy's worker (outbound: by the
     /// outer addresses, [`owner_worker`]; inbound: by SPI,
@@ -369,6 +436,7 @@ impl<C> SecurityAssociation<C> {
             seq_next: 1,
             seq_end: 0,
             last_used: 0,
+            ceiling: u64::MAX,
             owner: None,
             unflushed_packets: 0,
             unflushed_bytes: 0,
@@ -459,6 +527,13 @@ impl<C> SecurityAssociation<C> {
         if self.last_used > 0 {
             self.shared.last_sent.fetch_max(self.last_used, Ordering::Relaxed);
         }
+        // For the driver that reserves inbound ceilings (once a batch,
+        // like the usage).
+        if self.ceiling != u64::MAX && self.replay.top() > 0 {
+            self.shared
+                .inbound_seen
+                .fetch_max(self.replay.top(), Ordering::Relaxed);
+        }
         if self.last_active > self.installed_at {
             let ns = u64::try_from(self.last_active.as_nanos()).unwrap_or(u64::MAX);
             self.shared.last_active_ns.fetch_max(ns, Ordering::Relaxed);
@@ -515,6 +590,7 @@ impl<C> SecurityAssociation<C> {
             seq_next: 1,
             seq_end: 0,
             last_used: self.last_used,
+            ceiling: self.ceiling,
             owner: None,
             unflushed_packets: 0,
             unflushed_bytes: 0,
@@ -576,6 +652,59 @@ impl<C> SecurityAssociation<C> {
         self.replay = ReplayWindow::with_top(self.params.replay_window, self.params.esn, top);
     }
 
+    /// Puts the SA under a durable ceiling, for keys that are the same at
+    /// every start: it resumes above `mark`, the highest number it may
+    /// have sent or accepted before (outbound: the counter goes on after
+    /// it; inbound: every number up to it counts as received), and uses
+    /// no number beyond its ceiling, which stays at the resume point until
+    /// the driver raises it ([`SaShared::raise_ceiling`]). Call before the
+    /// SA is forked or used.
+    pub fn resume_above(&mut self, mark: u64) {
+        let resume = match self.params.direction {
+            SaDirection::Outbound => {
+                let resume = mark.max(self.reserved_sequence());
+                self.set_last_sequence(resume);
+                resume
+            }
+            SaDirection::Inbound => {
+                let resume = mark.max(self.replay.top());
+                self.replay = ReplayWindow::resumed(self.params.replay_window, self.params.esn, resume);
+                resume
+            }
+        };
+        self.shared.ceiling.store(resume, Ordering::Release);
+        self.ceiling = resume;
+    }
+
+    /// The state every copy shares, for a driver that keeps a reference to
+    /// it (a `Weak` one leaves the copies' count alone).
+    pub fn shared(&self) -> &Arc<SaShared> {
+        &self.shared
+    }
+
+    /// The durable ceiling, if the SA has one (see [`Self::resume_above`]).
+    pub fn ceiling(&self) -> Option<u64> {
+        Some(self.shared.ceiling()).filter(|&c| c != u64::MAX)
+    }
+
+    /// Inbound: whether the authenticated number `seq` is within the
+    /// durable ceiling and may be accepted. One comparison with this
+    /// copy's cached ceiling; the shared one is looked at only when `seq`
+    /// passes it, and a number still beyond it is noted for the driver to
+    /// reserve (see [`SaShared::inbound_seen`]).
+    #[inline]
+    pub fn inbound_within_ceiling(&mut self, seq: u64) -> bool {
+        if seq <= self.ceiling {
+            return true;
+        }
+        self.ceiling = self.shared.ceiling();
+        if seq <= self.ceiling {
+            return true;
+        }
+        self.shared.inbound_seen.fetch_max(seq, Ordering::Relaxed);
+        false
+    }
+
     /// The last sequence number this copy sent, or another copy had sent
     /// when it last added its usage (every batch and every tick), if
     /// higher: for `sa show`, asked of worker 0 while another worker may
@@ -631,7 +760,8 @@ impl<C> SecurityAssociation<C> {
     }
 
     /// Takes the next outbound sequence number. Without ESN the last usable
-    /// one is 2^32 − 1; with ESN, 2^64 − 1.
+    /// one is 2^32 − 1; with ESN, 2^64 − 1. With a durable ceiling (see
+    /// [`Self::resume_above`]), none beyond it: [`SequenceError::NotReserved`].
     pub fn next_sequence(&mut self) -> Result<u64, SequenceError> {
         if self.seq_next <= self.seq_end {
             let seq = self.seq_next;
@@ -649,22 +779,37 @@ impl<C> SecurityAssociation<C> {
         // owner's block lags by a few numbers at most.
         let owner = self.owner.unwrap_or_else(|| Arc::strong_count(&self.shared) == 1);
         let block = if owner { SEQUENCE_BLOCK } else { 1 };
-        let claimed = self
-            .shared
-            .last_seq
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-                (last < limit).then(|| last.saturating_add(block).min(limit))
-            });
-        match claimed {
-            Ok(last) => {
-                self.seq_end = last.saturating_add(block).min(limit);
-                self.seq_next = last + 2;
-                self.last_used = last + 1;
-                Ok(last + 1)
-            }
-            Err(_) => {
-                self.counters.seq_overflow += 1;
-                Err(SequenceError::Exhausted)
+        loop {
+            // A block never passes the durable ceiling: numbers beyond it
+            // could be sent again after a restart.
+            let bound = limit.min(self.ceiling);
+            let claimed = self
+                .shared
+                .last_seq
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                    (last < bound).then(|| last.saturating_add(block).min(bound))
+                });
+            match claimed {
+                Ok(last) => {
+                    self.seq_end = last.saturating_add(block).min(bound);
+                    self.seq_next = last + 2;
+                    self.last_used = last + 1;
+                    return Ok(last + 1);
+                }
+                Err(last) if last >= limit => {
+                    self.counters.seq_overflow += 1;
+                    return Err(SequenceError::Exhausted);
+                }
+                Err(last) => {
+                    // At the cached ceiling: has the driver raised it?
+                    let ceiling = self.shared.ceiling();
+                    if ceiling <= self.ceiling || ceiling <= last {
+                        self.ceiling = ceiling;
+                        self.counters.seq_not_reserved += 1;
+                        return Err(SequenceError::NotReserved);
+                    }
+                    self.ceiling = ceiling;
+                }
             }
         }
     }
@@ -1519,6 +1664,75 @@ mod tests {
         assert_eq!(sad.poll_event(), Some(SaEvent::SoftExpired(id)));
         assert_eq!(sad.poll_event(), Some(SaEvent::HardExpired(id)));
         assert_eq!(sad.poll_event(), None);
+    }
+
+    /// Under a durable ceiling an outbound SA resumes after the mark, sends
+    /// nothing beyond the ceiling (blocks stop at it, every copy's), and
+    /// goes on once the driver raises it; the refusal is not exhaustion.
+    #[test]
+    fn outbound_numbers_stop_at_the_durable_ceiling() {
+        let mut sad: Sad<()> = Sad::new();
+        let id = sad
+            .insert(params("out", SaDirection::Outbound, 0x1000), (), Duration::ZERO)
+            .unwrap();
+        sad.get_mut(id).unwrap().resume_above(100);
+        let mut other = sad.fork();
+        let sa = sad.get_mut(id).unwrap();
+        assert_eq!(sa.ceiling(), Some(100));
+        assert_eq!(sa.next_sequence(), Err(SequenceError::NotReserved));
+        assert_eq!(sa.counters().seq_not_reserved, 1);
+        assert!(!sa.sequence_exhausted());
+        sa.shared().raise_ceiling(110);
+        let sent: Vec<u64> = (0..10).map(|_| sa.next_sequence().unwrap()).collect();
+        assert_eq!(
+            sent,
+            (101..=110).collect::<Vec<_>>(),
+            "a block stops at the ceiling"
+        );
+        assert_eq!(sa.next_sequence(), Err(SequenceError::NotReserved));
+        // The fork shares the ceiling and the counter.
+        let copy = other.get_mut(id).unwrap();
+        assert_eq!(copy.next_sequence(), Err(SequenceError::NotReserved));
+        copy.shared().raise_ceiling(105);
+        assert_eq!(
+            copy.next_sequence(),
+            Err(SequenceError::NotReserved),
+            "never lowered"
+        );
+        copy.shared().raise_ceiling(200);
+        assert_eq!(copy.next_sequence(), Ok(111));
+        assert_eq!(sad.get_mut(id).unwrap().next_sequence(), Ok(112));
+        assert_eq!(sad.get(id).unwrap().shared().reserved(), 112);
+        // Without a ceiling nothing changes.
+        let mut free =
+            SecurityAssociation::new(params("f", SaDirection::Outbound, 0x1001), (), Duration::ZERO);
+        assert_eq!(free.ceiling(), None);
+        assert_eq!(free.next_sequence(), Ok(1));
+    }
+
+    /// Inbound: the window resumes with everything up to the mark taken,
+    /// and a number beyond the ceiling is refused and noted for the driver,
+    /// until it raises the ceiling.
+    #[test]
+    fn inbound_numbers_beyond_the_durable_ceiling_are_noted_not_accepted() {
+        let mut sa = SecurityAssociation::new(params("in", SaDirection::Inbound, 0x1000), (), Duration::ZERO);
+        assert!(sa.inbound_within_ceiling(u64::MAX), "no ceiling without a ledger");
+        sa.accept_sequence(7);
+        sa.resume_above(50);
+        assert_eq!(sa.highest_accepted(), 50);
+        assert!(sa.check_replay(50).is_err() && sa.check_replay(7).is_err() && sa.check_replay(20).is_err());
+        let seq = sa.check_replay(51).unwrap();
+        assert!(!sa.inbound_within_ceiling(seq));
+        assert_eq!(sa.shared().inbound_seen(), 51);
+        sa.shared().raise_ceiling(60);
+        assert!(sa.inbound_within_ceiling(51));
+        sa.accept_sequence(51);
+        for _ in 0..USAGE_BATCH {
+            sa.account(1, Duration::ZERO);
+        }
+        assert_eq!(sa.shared().inbound_seen(), 51);
+        assert!(!sa.inbound_within_ceiling(61));
+        assert_eq!(sa.shared().inbound_seen(), 61);
     }
 
     /// Placed copies: only the owner reserves blocks, the other takes the

@@ -337,8 +337,11 @@ pub fn kernel_forwarding(names: &Names) -> Result<()> {
     Ok(())
 }
 
-/// `espgw run --config CONFIG` in namespace `ns`, logging at `info`; the
-/// caller adds its flags, environment and output and spawns it.
+/// `espgw run --config CONFIG` in namespace `ns`, logging at `info`, with
+/// a state directory of its own beside the config (`NAME.state`, made
+/// 0700 by espgw), so that its static keys' sequence numbers go on from
+/// one start to the next within the run; the caller adds its flags,
+/// environment and output and spawns it.
 pub fn gateway_command(ns: &str, config: &Path) -> Result<Command> {
     let exe = std::env::current_exe().context("locating the espgw binary")?;
     let mut command = Command::new("ip");
@@ -348,6 +351,8 @@ pub fn gateway_command(ns: &str, config: &Path) -> Result<Command> {
         .arg("run")
         .arg("--config")
         .arg(config)
+        .arg("--state-dir")
+        .arg(config.with_extension("state"))
         .env("RUST_LOG", "info");
     Ok(command)
 }

@@ -252,6 +252,15 @@ impl Drop for Scratch {
     }
 }
 
+/// A state directory of its own for one `espgw run` or `espgw pcap`
+/// (where SAs with static keys keep their sequence numbers): `DIR/NAME`,
+/// removed first, so that each run starts as a first one.
+pub fn fresh_state_dir(dir: &Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    let _ = std::fs::remove_dir_all(&path);
+    path
+}
+
 impl Scratch {
     /// `$TMPDIR/PREFIX-PID-NAME`, made afresh.
     pub fn new(prefix: &str, name: &str) -> Scratch {

@@ -153,6 +153,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -515,12 +516,16 @@ action = "discard"
     def start(self, name, config, workers=1):
         sock = self.work / f"{name}.sock"
         stats = self.work / f"{name}.final.json"
+        # A state directory of its own per start: the VM's SAs are new too.
+        state = self.work / f"{name}.state"
+        shutil.rmtree(state, ignore_errors=True)
         log = open(self.work / f"{name}.log", "w")
         for p in (sock, stats):
             p.unlink(missing_ok=True)
         proc = subprocess.Popen(
             ["ip", "netns", "exec", "lpeer", self.espgw, "run", "--config", str(config),
-             "--control", str(sock), "--workers", str(workers), "--stats", str(stats)],
+             "--control", str(sock), "--workers", str(workers), "--stats", str(stats),
+             "--state-dir", str(state)],
             stdout=log, stderr=subprocess.STDOUT,
         )
         # For scripts/linux-interop.sh's cleanup, should this driver die.

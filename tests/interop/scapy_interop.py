@@ -172,6 +172,7 @@ AAD (GCM) -- 4 extra bytes -- but not carrying into the high bits.
 import argparse
 import json
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -415,7 +416,11 @@ def run_espgw(args, name, config, side, frames):
     d.mkdir(parents=True, exist_ok=True)
     (d / "gw.toml").write_text(config)
     wrpcap(str(d / "in.pcap"), frames)
+    # A state directory of its own per run: every run starts from sequence
+    # number 1, as scapy's SAs expect.
+    shutil.rmtree(d / "state", ignore_errors=True)
     cmd = [str(args.espgw), "pcap", "--config", str(d / "gw.toml"), "--from", side,
+           "--state-dir", str(d / "state"),
            "--in", str(d / "in.pcap"), "--out", str(d / "out.pcap"), "--stats", str(d / "stats.json")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     expect(proc.returncode == 0, f"espgw exited {proc.returncode}: {proc.stderr.strip()}")

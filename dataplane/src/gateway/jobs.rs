@@ -17,8 +17,13 @@
 //! packet is judged against the window as one-at-a-time processing would
 //! leave it.
 //!
-//! Owns the backlog, the in-flight table and the held packets; must not
-//! classify or route (it hands results to `emit`).
+//! An authentic packet whose sequence number lies beyond its SA's durable
+//! ceiling (static keys, see `spd_sad::SecurityAssociation::resume_above`)
+//! waits, decrypted and not yet accepted, until the driver has raised the
+//! ceiling, and is then finished again; it counts as in flight meanwhile.
+//!
+//! Owns the backlog, the in-flight table and the held and waiting
+//! packets; must not classify or route (it hands results to `emit`).
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -51,6 +56,12 @@ pub const BACKLOG_LIMIT: usize = 1024;
 /// Inbound packets that may be held for their ESN inference at once;
 /// beyond this they are dropped as `engine_busy`.
 pub const HOLD_LIMIT: usize = 256;
+
+/// Authentic inbound packets that may wait at once for their SA's durable
+/// ceiling to be raised (a burst from a peer that resumed above it, for
+/// the time one write takes); beyond this they are dropped as
+/// `seq_not_reserved`.
+pub const AWAIT_LIMIT: usize = 1024;
 
 /// Where a packet is in its trip through the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +127,14 @@ impl Slab {
     }
 }
 
+/// An authentic inbound packet waiting for its SA's durable ceiling to
+/// reach its sequence number.
+pub(super) struct Awaiting {
+    buf: PacketBuf,
+    pending: Pending,
+    since: Duration,
+}
+
 /// An inbound packet waiting for its SA's packets in flight.
 pub(super) struct Held {
     buf: PacketBuf,
@@ -134,6 +153,8 @@ pub(super) struct Jobs {
     /// Completed jobs, reused between polls.
     completions: Vec<Job>,
     held: VecDeque<Held>,
+    /// Bounded by [`AWAIT_LIMIT`].
+    awaiting: VecDeque<Awaiting>,
     /// Outbound packets run inline (an engine that computes on this CPU,
     /// single pass): they skip the backlog and the in-flight table, and
     /// `pump` runs them as one burst.
@@ -151,12 +172,13 @@ impl Jobs {
             single: VecDeque::with_capacity(1),
             completions: Vec::with_capacity(256),
             held: VecDeque::new(),
+            awaiting: VecDeque::new(),
         }
     }
 
     /// Packets between prepare and finish, or held for their inference.
     pub(super) fn live(&self) -> usize {
-        self.in_flight.live + self.held.len() + self.inline.len()
+        self.in_flight.live + self.held.len() + self.inline.len() + self.awaiting.len()
     }
 }
 
@@ -462,6 +484,9 @@ impl Gateway {
     /// Hands queued jobs to the engine and finishes what it completed, until
     /// neither moves. Never waits.
     pub(super) fn pump(&mut self, now: Duration, out: &mut Vec<Output>) {
+        if !self.jobs.awaiting.is_empty() {
+            self.release_awaiting(now, out);
+        }
         self.run_inline(out);
         loop {
             let submitted = self.submit_queued(now);
@@ -564,7 +589,7 @@ impl Gateway {
             seq: entry.seq,
             protected_len: 0,
         };
-        let mut buf = job.buf;
+        let buf = job.buf;
         let result = match entry.direction {
             Direction::Encrypt => match esp::encapsulate_finish(pending.desc.status) {
                 Ok(()) => {
@@ -573,16 +598,97 @@ impl Gateway {
                 }
                 Err(reason) => Err(reason),
             },
-            Direction::Decrypt => {
-                let result = self.finish_decapsulation(now, &mut buf, &pending);
-                self.inbound_done(now, pending.sa, out);
-                if result == Err(DropReason::TtlExpired) {
-                    return self.time_exceeded_after_decapsulation(buf, out);
-                }
-                result
-            }
+            Direction::Decrypt => return self.finish_inbound(now, buf, pending, true, out),
         };
         self.emit(buf, result, out);
+    }
+
+    /// Finishes an inbound packet whose engine pass is over. One beyond
+    /// its SA's durable ceiling waits for it to be raised (when `may_wait`
+    /// and there is room), still in flight for its SA.
+    fn finish_inbound(
+        &mut self,
+        now: Duration,
+        mut buf: PacketBuf,
+        pending: Pending,
+        may_wait: bool,
+        out: &mut Vec<Output>,
+    ) {
+        // The ceiling may have been raised since the waiting packets were
+        // last looked at: they go first, and while any of this SA's still
+        // wait this one waits behind them, whatever its number, or it
+        // could carry the window so far past them that they would be
+        // refused as too old.
+        if may_wait && !self.jobs.awaiting.is_empty() {
+            self.release_awaiting(now, out);
+            if self.jobs.awaiting.iter().any(|w| w.pending.sa == pending.sa) {
+                return self.wait_for_ceiling(buf, pending, now, out);
+            }
+        }
+        let result = self.finish_decapsulation(now, &mut buf, &pending);
+        if result == Err(DropReason::SeqNotReserved) {
+            if may_wait {
+                return self.wait_for_ceiling(buf, pending, now, out);
+            }
+            if let Some(sa) = self.sad.get_mut(pending.sa) {
+                sa.counters_mut().seq_not_reserved += 1;
+            }
+        }
+        self.inbound_done(now, pending.sa, out);
+        if result == Err(DropReason::TtlExpired) {
+            return self.time_exceeded_after_decapsulation(buf, out);
+        }
+        self.emit(buf, result, out);
+    }
+
+    /// Puts an authentic inbound packet in line for its SA's ceiling
+    /// (still in flight for its SA), or drops it if the line is full.
+    fn wait_for_ceiling(&mut self, buf: PacketBuf, pending: Pending, now: Duration, out: &mut Vec<Output>) {
+        if self.jobs.awaiting.len() < AWAIT_LIMIT {
+            self.stats.seq_awaited += 1;
+            self.jobs.awaiting.push_back(Awaiting {
+                buf,
+                pending,
+                since: now,
+            });
+            return;
+        }
+        if let Some(sa) = self.sad.get_mut(pending.sa) {
+            sa.counters_mut().seq_not_reserved += 1;
+        }
+        self.inbound_done(now, pending.sa, out);
+        self.emit(buf, Err(DropReason::SeqNotReserved), out);
+    }
+
+    /// Finishes the waiting packets whose SA's ceiling has come up to them
+    /// (or whose SA is gone), each SA's in the order they came: once one
+    /// of an SA must still wait, so do those behind it (the ceiling may
+    /// rise while the line is looked at).
+    fn release_awaiting(&mut self, now: Duration, out: &mut Vec<Output>) {
+        // SAs with a packet still waiting ahead; with more than these, the
+        // rest waits for the next pass.
+        let mut blocked = [None::<SaId>; 8];
+        let mut i = 0;
+        while let Some(waiting) = self.jobs.awaiting.get(i) {
+            let (sa, seq) = (waiting.pending.sa, waiting.pending.seq);
+            if blocked.contains(&Some(sa)) {
+                i += 1;
+                continue;
+            }
+            let ready = self.sad.get_mut(sa).is_none_or(|s| s.inbound_within_ceiling(seq));
+            if !ready {
+                match blocked.iter_mut().find(|b| b.is_none()) {
+                    Some(free) => *free = Some(sa),
+                    None => break,
+                }
+                i += 1;
+                continue;
+            }
+            let Some(waiting) = self.jobs.awaiting.remove(i) else {
+                break;
+            };
+            self.finish_inbound(now, waiting.buf, waiting.pending, false, out);
+        }
     }
 
     /// A decapsulated packet whose TTL or hop limit ran out here: the
@@ -707,6 +813,23 @@ impl Gateway {
             };
             self.emit(held.buf, Err(DropReason::EngineTimeout), out);
         }
+        // A ceiling that never came (the state directory cannot be
+        // written): refused, never accepted.
+        while self
+            .jobs
+            .awaiting
+            .front()
+            .is_some_and(|w| now.saturating_sub(w.since) > JOB_TIMEOUT)
+        {
+            let Some(waiting) = self.jobs.awaiting.pop_front() else {
+                break;
+            };
+            if let Some(sa) = self.sad.get_mut(waiting.pending.sa) {
+                sa.counters_mut().seq_not_reserved += 1;
+            }
+            self.inbound_done(now, waiting.pending.sa, out);
+            self.emit(waiting.buf, Err(DropReason::SeqNotReserved), out);
+        }
     }
 
     /// When the jobs want the gateway called again: the engine's next
@@ -728,6 +851,10 @@ impl Gateway {
             .map(|f| f.submitted_at + JOB_TIMEOUT)
             .min();
         let held = self.jobs.held.front().map(|h| h.since + JOB_TIMEOUT);
-        [engine, queued, timeout, held].into_iter().flatten().min()
+        let awaiting = self.jobs.awaiting.front().map(|w| w.since + JOB_TIMEOUT);
+        [engine, queued, timeout, held, awaiting]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }

@@ -47,7 +47,7 @@ use crate::reassembly::{GivenUp, Reassembler, Sources};
 use crate::route::{Interface, Port, Route, Route6, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use classify::Classified;
-pub use jobs::{BACKLOG_LIMIT, HOLD_LIMIT, JOB_TIMEOUT};
+pub use jobs::{AWAIT_LIMIT, BACKLOG_LIMIT, HOLD_LIMIT, JOB_TIMEOUT};
 
 /// What the frames of a driver look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

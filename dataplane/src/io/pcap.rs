@@ -3,7 +3,8 @@
 //! output capture of the same link type, in the order the gateway transmits
 //! it, stamped with the capture time at which it left. Optionally it also
 //! writes one JSON line per input frame saying what became of it (see
-//! `crate::fate`).
+//! `crate::fate`), and calls the caller back before each frame (espgw's
+//! sequence ledger makes its reservations durable there).
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -38,7 +39,14 @@ pub enum PcapDriverError {
     BuffersLost(usize),
     #[error(transparent)]
     Verdicts(#[from] FrameLogError),
+    #[error("{0}")]
+    BeforeFrame(#[source] std::io::Error),
 }
+
+/// What the caller does before each frame (and whenever packets wait in
+/// the gateway), given the gateway's time: durable work the next frame
+/// may depend on. An error stops the run.
+pub type BeforeFrame<'a> = &'a mut dyn FnMut(Duration) -> std::io::Result<()>;
 
 /// The link layer of a capture's link type, if espgw reads it.
 pub fn link_layer_of(datalink: DataLink) -> Option<LinkLayer> {
@@ -74,7 +82,7 @@ pub fn run<R: Read, W: Write>(
     reader: PcapReader<R>,
     output: W,
 ) -> Result<PcapRun, PcapDriverError> {
-    run_inner(gateway, from, reader, output, None)
+    run_inner(gateway, from, reader, output, None, None)
 }
 
 /// [`run`], and one JSON line per input frame to `verdicts`, in frame
@@ -91,7 +99,26 @@ pub fn run_with_verdicts<R: Read, W: Write>(
     verdicts: &mut dyn Write,
 ) -> Result<PcapRun, PcapDriverError> {
     let mut log = FrameLog::new();
-    run_inner(gateway, from, reader, output, Some((&mut log, verdicts)))
+    run_inner(gateway, from, reader, output, Some((&mut log, verdicts)), None)
+}
+
+/// [`run`] or [`run_with_verdicts`], calling `before_frame` before each
+/// frame is handed in, whenever packets wait in the gateway after a batch
+/// (then the gateway is polled again), and before the gateway stops.
+pub fn run_with<R: Read, W: Write>(
+    gateway: &mut Gateway,
+    from: Port,
+    reader: PcapReader<R>,
+    output: W,
+    verdicts: Option<&mut dyn Write>,
+    before_frame: BeforeFrame<'_>,
+) -> Result<PcapRun, PcapDriverError> {
+    let mut log = FrameLog::new();
+    let sink: VerdictSink<'_> = match verdicts {
+        Some(w) => Some((&mut log, w)),
+        None => None,
+    };
+    run_inner(gateway, from, reader, output, sink, Some(before_frame))
 }
 
 type VerdictSink<'a> = Option<(&'a mut FrameLog, &'a mut dyn Write)>;
@@ -102,7 +129,13 @@ fn run_inner<R: Read, W: Write>(
     mut reader: PcapReader<R>,
     output: W,
     mut verdicts: VerdictSink<'_>,
+    mut before_frame: Option<BeforeFrame<'_>>,
 ) -> Result<PcapRun, PcapDriverError> {
+    let hooked = before_frame.is_some();
+    let mut before = |now: Duration| match before_frame.as_mut() {
+        Some(hook) => hook(now).map_err(PcapDriverError::BeforeFrame),
+        None => Ok(()),
+    };
     let in_header = reader.header();
     let out_header = PcapHeader {
         datalink: in_header.datalink,
@@ -135,6 +168,10 @@ fn run_inner<R: Read, W: Write>(
                 Some(buf) => break buf,
                 // Every buffer is with the engine: wait for some to come back.
                 None => {
+                    if hooked {
+                        before(clock)?;
+                        gateway.poll(clock, &mut out, &mut pool);
+                    }
                     crate::drive::flush(gateway, clock, &mut out, &mut pool);
                     write_out(
                         &mut writer,
@@ -156,8 +193,15 @@ fn run_inner<R: Read, W: Write>(
             log.received(gateway, from, &mut buf)?;
         }
         bufs.push(buf);
+        before(clock)?;
         gateway.handle_timeout(clock, &mut out, &mut pool);
         gateway.handle_batch(clock, from, &mut bufs, &mut out, &mut pool);
+        if hooked && gateway.in_flight() > 0 {
+            // Packets may wait for what the caller does (a ceiling made
+            // durable): let it, then let them go on.
+            before(clock)?;
+            gateway.poll(clock, &mut out, &mut pool);
+        }
         write_out(
             &mut writer,
             gateway,
@@ -167,6 +211,10 @@ fn run_inner<R: Read, W: Write>(
             &mut run,
             &mut verdicts,
         )?;
+    }
+    if hooked {
+        before(clock)?;
+        gateway.poll(clock, &mut out, &mut pool);
     }
     crate::drive::shutdown(gateway, clock, &mut out, &mut pool);
     let stamp = clock + epoch.unwrap_or_default();

@@ -1,0 +1,317 @@
+//! Static keys across restarts, offline (`espgw pcap`): with a state
+//! directory no (SPI, sequence number) is sent twice under one key, and a
+//! restarted receiver refuses what it accepted before while taking what
+//! the restarted sender sends; without one, AEAD proposals with static
+//! keys are refused, saying why and what to do.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
+
+mod common;
+
+fn espgw() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_espgw"));
+    // Only what a test gives: not a state directory systemd would.
+    command.env_remove("STATE_DIRECTORY");
+    command
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let file = std::fs::File::create(path).unwrap();
+    let header = PcapHeader {
+        datalink: DataLink::ETHERNET,
+        ..PcapHeader::default()
+    };
+    let mut writer = PcapWriter::with_header(file, header).unwrap();
+    for (i, frame) in frames.iter().enumerate() {
+        let stamp = Duration::from_millis(i as u64);
+        writer
+            .write_packet(&PcapPacket::new(stamp, frame.len() as u32, frame))
+            .unwrap();
+    }
+}
+
+fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let mut reader = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut frames = Vec::new();
+    while let Some(packet) = reader.next_packet() {
+        frames.push(packet.unwrap().data.into_owned());
+    }
+    frames
+}
+
+/// `count` UDP packets from behind site A, as Ethernet frames to site A's
+/// inside; `seed` makes each capture's plaintext its own.
+fn plaintext(count: usize, seed: u8) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| {
+            let packet = common::udp_packet(
+                common::HOST_A,
+                common::HOST_B,
+                100 + i,
+                seed.wrapping_add(i as u8),
+            );
+            let mut frame = vec![0x02, 0, 0, 0, 0x01, 0x01, 0x02, 0, 0, 0, 0x01, 0x10, 0x08, 0x00];
+            frame.extend_from_slice(&packet);
+            frame
+        })
+        .collect()
+}
+
+/// (SPI, sequence number) of each ESP frame (Ethernet, IPv4 without
+/// options, raw ESP).
+fn esp_numbers(frames: &[Vec<u8>]) -> Vec<(u32, u32)> {
+    frames
+        .iter()
+        .map(|f| {
+            assert_eq!(f[14 + 9], 50, "ESP");
+            let esp = &f[14 + 20..];
+            (
+                u32::from_be_bytes(esp[0..4].try_into().unwrap()),
+                u32::from_be_bytes(esp[4..8].try_into().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn pcap(
+    config: &Path,
+    from: &str,
+    state: Option<&Path>,
+    input: &Path,
+    output: &Path,
+    extra: &[&str],
+) -> Output {
+    let mut command = espgw();
+    command
+        .args(["pcap", "--config"])
+        .arg(config)
+        .args(["--from", from, "--in"])
+        .arg(input)
+        .arg("--out")
+        .arg(output)
+        .args(extra);
+    if let Some(state) = state {
+        command.arg("--state-dir").arg(state);
+    }
+    command.output().unwrap()
+}
+
+fn ok(out: Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+fn stats(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Two runs of one config over different plaintexts, one state directory:
+/// no (SPI, sequence number), and so no (key, nonce) of an AEAD, twice.
+/// Without the ledger both runs sent 1, 2, 3, ... under the same key, and
+/// the XOR of the two captures' ciphertexts was that of their plaintexts.
+#[test]
+fn two_runs_of_one_config_never_send_a_sequence_number_twice() {
+    let dir = common::Scratch::new("espgw-ledger", "twice");
+    for config in [
+        "configs/site-a.toml",
+        "configs/algorithms/chacha20poly1305-a.toml",
+    ] {
+        let state = common::fresh_state_dir(&dir, "state");
+        let mut seen: HashSet<(u32, u32)> = HashSet::new();
+        let mut last_top = 0;
+        for run in 0..3u8 {
+            let (input, esp) = (
+                dir.join(format!("in{run}.pcap")),
+                dir.join(format!("esp{run}.pcap")),
+            );
+            write_pcap(&input, &plaintext(30, run * 50));
+            ok(pcap(&repo(config), "inside", Some(&state), &input, &esp, &[]));
+            let numbers = esp_numbers(&read_pcap(&esp));
+            assert_eq!(numbers.len(), 30, "{config} run {run}");
+            for pair in &numbers {
+                assert!(
+                    seen.insert(*pair),
+                    "{config} run {run}: {pair:x?} was sent before"
+                );
+            }
+            // Each run resumes above everything the one before could send.
+            let first = numbers.iter().map(|n| n.1).min().unwrap();
+            assert!(
+                first > last_top,
+                "{config} run {run} starts at {first}, after {last_top}"
+            );
+            last_top = numbers.iter().map(|n| n.1).max().unwrap();
+        }
+    }
+}
+
+/// The receiving side restarted (a second `pcap` run with its state
+/// directory) over what it accepted before followed by what the restarted
+/// sender sent: the old ESP is refused as a replay, the new is delivered,
+/// all of it, though it starts above the receiver's ceiling (it waits for
+/// the reservation, in line).
+#[test]
+fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
+    let dir = common::Scratch::new("espgw-ledger", "receiver");
+    let (state_a, state_b) = (
+        common::fresh_state_dir(&dir, "state-a"),
+        common::fresh_state_dir(&dir, "state-b"),
+    );
+    let (site_a, site_b) = (repo("configs/site-a.toml"), repo("configs/site-b.toml"));
+    let (in1, in2) = (dir.join("in1.pcap"), dir.join("in2.pcap"));
+    write_pcap(&in1, &plaintext(25, 1));
+    write_pcap(&in2, &plaintext(25, 101));
+    let (esp1, esp2) = (dir.join("esp1.pcap"), dir.join("esp2.pcap"));
+    ok(pcap(&site_a, "inside", Some(&state_a), &in1, &esp1, &[]));
+    let s1 = dir.join("b1.json");
+    ok(pcap(
+        &site_b,
+        "outside",
+        Some(&state_b),
+        &esp1,
+        &dir.join("out1.pcap"),
+        &["--stats", s1.to_str().unwrap()],
+    ));
+    assert_eq!(stats(&s1)["decapsulated"], 25);
+    // Both ends restart; the attacker replays the first capture ahead of
+    // the sender's new packets.
+    ok(pcap(&site_a, "inside", Some(&state_a), &in2, &esp2, &[]));
+    let mut replayed = read_pcap(&esp1);
+    replayed.extend(read_pcap(&esp2));
+    let mixed = dir.join("mixed.pcap");
+    write_pcap(&mixed, &replayed);
+    let (s2, v2) = (dir.join("b2.json"), dir.join("b2.jsonl"));
+    ok(pcap(
+        &site_b,
+        "outside",
+        Some(&state_b),
+        &mixed,
+        &dir.join("out2.pcap"),
+        &[
+            "--stats",
+            s2.to_str().unwrap(),
+            "--verdicts",
+            v2.to_str().unwrap(),
+        ],
+    ));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&v2)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 50);
+    for (i, line) in lines.iter().enumerate() {
+        if i < 25 {
+            let reason = line["reason"].as_str().unwrap_or("");
+            assert!(
+                line["verdict"] == "dropped" && reason.starts_with("replay_"),
+                "replayed frame {i} was not refused: {line}"
+            );
+        } else {
+            assert_eq!(line["verdict"], "forwarded", "the sender's new frame {i}: {line}");
+        }
+    }
+    let b2 = stats(&s2);
+    assert_eq!(b2["decapsulated"], 25, "{b2:#}");
+    assert_eq!(b2["drops"]["seq_not_reserved"], 0, "{b2:#}");
+    assert!(
+        b2["seq_awaited"].as_u64().unwrap() > 0,
+        "the sender resumed above the receiver's ceiling: {b2:#}"
+    );
+    // And once more, after another restart: all of it is old now.
+    let s3 = dir.join("b3.json");
+    ok(pcap(
+        &site_b,
+        "outside",
+        Some(&state_b),
+        &mixed,
+        &dir.join("out3.pcap"),
+        &["--stats", s3.to_str().unwrap()],
+    ));
+    let b3 = stats(&s3);
+    assert_eq!(b3["decapsulated"], 0, "{b3:#}");
+}
+
+/// Site A's config with devices that do not exist, so that a build that
+/// got past the check could not touch this host's interfaces.
+fn nowhere_config(dir: &Path, shipped: &str) -> PathBuf {
+    let text = std::fs::read_to_string(repo(shipped))
+        .unwrap()
+        .replace("device = \"eth0\"", "device = \"espgw-none0\"")
+        .replace("device = \"eth1\"", "device = \"espgw-none1\"");
+    let path = dir.join("gw.toml");
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    path
+}
+
+/// Without a state directory `run` and `pcap` refuse an AEAD proposal with
+/// static keys, naming the file, the SA, why and the fix; systemd's
+/// `$STATE_DIRECTORY` counts as one; a CBC proposal starts with a warning.
+#[test]
+fn without_a_state_directory_aead_static_keys_are_refused() {
+    let dir = common::Scratch::new("espgw-ledger", "refused");
+    let config = nowhere_config(&dir, "configs/site-a.toml");
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &plaintext(3, 7));
+    let run = espgw()
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--control")
+        .arg(dir.join("gw.sock"))
+        .output()
+        .unwrap();
+    let pcap_run = pcap(&config, "inside", None, &input, &dir.join("esp.pcap"), &[]);
+    for (command, out) in [("run", run), ("pcap", pcap_run)] {
+        assert!(!out.status.success(), "{command} started");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let needles = [
+            format!(
+                "{}: SA `a-b-out` has a static key (aes128gcm16)",
+                config.display()
+            ),
+            format!("`espgw {command}` has no state directory"),
+            "RFC 4106 §8".into(),
+            "RFC 8221".into(),
+            "state_dir".into(),
+            "--state-dir".into(),
+            "$STATE_DIRECTORY".into(),
+            "give the tunnel a `secret`".into(),
+        ];
+        for needle in needles {
+            assert!(err.contains(&needle), "{command}: `{needle}` missing from: {err}");
+        }
+    }
+    // systemd's StateDirectory= is a state directory.
+    let systemd = dir.join("systemd-state");
+    let out = espgw()
+        .args(["pcap", "--config"])
+        .arg(&config)
+        .args(["--from", "inside", "--in"])
+        .arg(&input)
+        .arg("--out")
+        .arg(dir.join("esp.pcap"))
+        .env("STATE_DIRECTORY", &systemd)
+        .output()
+        .unwrap();
+    ok(out);
+    assert!(systemd.join("ledger").exists());
+    // CBC with HMAC: no nonce to repeat, but replays: a warning.
+    let cbc = nowhere_config(&dir, "configs/algorithms/aes128-sha1-a.toml");
+    let err = ok(pcap(&cbc, "inside", None, &input, &dir.join("cbc.pcap"), &[]));
+    assert!(
+        err.contains("have static keys and there is no state directory") && err.contains("replay windows"),
+        "{err}"
+    );
+}

@@ -63,7 +63,7 @@ pub fn without_state_dir(config: &Config, command: &str) -> Result<Option<String
             "{file}: SA `{name}` has a static key ({alg}) and `espgw {command}` has no state directory to keep \
              its sequence numbers in. {alg}'s nonce is the sequence number, which would start again at 1 at \
              every start: packets 1, 2, 3, ... of two runs would be encrypted under the same (key, nonce), which \
-             gives their plaintext and the authentication key away (RFC 4106 §8, RFC 7634; RFC 8221 §5: \
+             gives their plaintext and the authentication key away (RFC 4106, RFC 7634, RFC 8221: \
              counter modes must not be used with manual keys unless the counter is never reset). Set \
              `state_dir = \"/var/lib/espgw/{gateway}\"` under [gateway], or pass --state-dir DIR (systemd: \
              StateDirectory=, read from $STATE_DIRECTORY), or give the tunnel a `secret` so that its keys are \

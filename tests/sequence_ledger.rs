@@ -282,7 +282,7 @@ fn without_a_state_directory_aead_static_keys_are_refused() {
                 config.display()
             ),
             format!("`espgw {command}` has no state directory"),
-            "RFC 4106 §8".into(),
+            "RFC 4106".into(),
             "RFC 8221".into(),
             "state_dir".into(),
             "--state-dir".into(),

@@ -786,8 +786,9 @@ fn write_fuzz_seeds() {
 /// connecting as the initiator then rekeying as either end, connecting as
 /// the responder then rekeying as either end, both connecting at once,
 /// INIT requests past the half-open bound and replayed, an INIT request
-/// carried in raw bytes (the fuzzer cannot seal one) then confirmed, and
-/// B's INIT unanswered until it gives up and tries again. They hold only
+/// carried in raw bytes (the fuzzer cannot seal one) then confirmed,
+/// B's INIT unanswered until it gives up and tries again, and the inputs
+/// of the target's crashes (`regression-*`). They hold only
 /// A's choices: what B chose the driver reads from what B sends, so they
 /// stay good when the plane's randomness changes.
 fn keying_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
@@ -933,6 +934,13 @@ fn keying_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 answer_init(0x51, 0x52),
             ]
             .concat(),
+        ),
+        (
+            // A peer's inbound SPI in the reserved range (0): the plane
+            // issued an outbound SA every gateway refuses, and switched to
+            // it (ike-stub's tests/fuzz_regressions.rs).
+            "regression-reserved-spi",
+            [vec![7, 0x4a, 0x4a, 0, 0, 0, 0, 0], step(0)].concat(),
         ),
     ];
     for (name, ops) in control_plane {

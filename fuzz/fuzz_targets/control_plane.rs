@@ -59,7 +59,8 @@
 //!   their retransmissions): B's reflected messages, unauthenticated bytes
 //!   and time move nothing else;
 //! - every SA installed, and every SA the gateway holds, is one of tunnel
-//!   `t`'s (`t-out`, `t-in`, `t-out.N`, `t-in.N`), between B and A;
+//!   `t`'s (`t-out`, `t-in`, `t-out.N`, `t-in.N`), between B and A; the
+//!   current ones (`sa show`) are in the gateway;
 //! - every datagram goes to the peer, on port 500 at both ends;
 //! - the SAs the gateway holds that `sa show` does not list (neither
 //!   current nor retiring) are at most `2 × MAX_HALF_OPEN + 2`: the pairs
@@ -666,6 +667,15 @@ fuzz_target!(|data: &[u8]| {
             .chain(status.retiring.iter().map(String::as_str))
             .collect();
         let held = held(&gateway);
+        for current in [&status.sa_out, &status.sa_in]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+        {
+            assert!(
+                held.contains(current),
+                "traffic uses {current}, which the gateway does not hold"
+            );
+        }
         let unlisted = held.iter().filter(|n| !listed.contains(n.as_str())).count();
         assert!(
             unlisted <= 2 * MAX_HALF_OPEN + 2,

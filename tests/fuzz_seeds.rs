@@ -8,13 +8,15 @@
 //! ```
 //!
 //! Seeds added later have generators of their own, which run alone
-//! (`cargo test --test fuzz_seeds write_ipv6_tunnel_seeds -- --ignored`)
-//! and leave the other seeds as they are (some hold random CBC IVs).
+//! (`cargo test --test fuzz_seeds write_ipv6_tunnel_seeds -- --ignored`,
+//! `write_keying_seeds` for `rekey_message` and `control_plane`) and leave
+//! the other seeds as they are (some hold random CBC IVs).
 //!
 //! Without `--ignored` the tests check that every target has seeds and
-//! that the seeds made without randomness (`vnet_offload`'s, and the IPv6
-//! ones of `gateway_outbound` and `gateway_inbound`) are what their
-//! generators make now.
+//! that the seeds made without randomness (`vnet_offload`'s, the IPv6
+//! ones of `gateway_outbound` and `gateway_inbound`, and those of
+//! `rekey_message` and `control_plane`) are what their generators make
+//! now.
 
 mod common;
 
@@ -759,79 +761,10 @@ fn write_fuzz_seeds() {
         write("control_request", name, line.as_bytes());
     }
 
-    // rekey_message: messages sealed under the key the target opens with,
-    // and the same bytes as fields.
-    let message = |kind, response: bool, id: u32, name: &str| Message {
-        kind,
-        response,
-        from_initiator: !response,
-        spi_i: [0x11; 8],
-        spi_r: [0x22; 8],
-        message_id: id,
-        tunnel: name.into(),
-        child: 1,
-        spi: 0xc0ff_ee01,
-        nonce: [0x5a; 32],
-    };
-    write(
-        "rekey_message",
-        "rekey",
-        &message(Kind::Rekey, false, 1, "a-b").seal(&[0x5c; 32]),
-    );
-    write(
-        "rekey_message",
-        "switched-response",
-        &message(Kind::Switched, true, 2, "t").seal(&[0x5c; 32]),
-    );
-    write(
-        "rekey_message",
-        "fields",
-        b"\x00\x02\x00\x00\x00\x01\x00\x00\x00\x01\xc0\xff\xee\x01\x5at",
-    );
-
-    // control_plane: the tunnel's real messages (B is the responder, A's
-    // requests arrive) and operation sequences (see the target).
-    let init_key = TunnelSecrets::derive(b"a fuzzing secret, longer than sixteen bytes", "t")
-        .init_key(ike_stub::prf::Side::Low);
-    let request = message(Kind::Rekey, false, 1, "t").seal(&init_key[..]);
-    let fields = |kind: u8, flags: u8, id: u8, generation: u8| {
-        vec![
-            kind, flags, id, 0, 0, 0, generation, 0, 0, 0, 0xc0, 0xff, 0xee, 0x02, 0x33,
-        ]
-    };
-    let mut sealed_request = vec![1u8, request.len() as u8];
-    sealed_request.extend_from_slice(&request);
-    write("control_plane", "rekey-request", &sealed_request);
-    let exchange = [
-        vec![2u8],
-        fields(0, 2, 1, 1),
-        vec![3, 5, 2],
-        fields(1, 2, 2, 1),
-        vec![5, 3, 200],
-    ]
-    .concat();
-    write("control_plane", "exchange-as-responder", &exchange);
-    let initiated = [
-        vec![4u8, 0],
-        vec![3, 3],
-        vec![2],
-        fields(0, 1, 0, 1),
-        vec![3, 10, 2],
-        fields(1, 1, 1, 1),
-        vec![3, 50],
-    ]
-    .concat();
-    write("control_plane", "exchange-as-initiator", &initiated);
-    let packet = common::udp_packet("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 0, 0);
-    let mut raw_request = packet[..28].to_vec();
-    raw_request.extend_from_slice(&request);
-    let total = raw_request.len() as u16;
-    raw_request[2..4].copy_from_slice(&total.to_be_bytes());
-    raw_request[24..26].copy_from_slice(&(total - 20).to_be_bytes());
-    ipv4_fix_checksum(&mut raw_request);
-    let mut raw_op = vec![0u8, raw_request.len() as u8];
-    raw_op.extend_from_slice(&raw_request);
-    write("control_plane", "raw-request", &raw_op);
+    // rekey_message and control_plane.
+    for (target, name, bytes) in keying_seeds() {
+        write(target, &name, &bytes);
+    }
 
     // IPv6 through the sites' 6-in-4 tunnel (gateway_outbound, gateway_inbound).
     for (target, name, bytes) in ipv6_tunnel_seeds() {
@@ -839,6 +772,219 @@ fn write_fuzz_seeds() {
     }
 
     every_fuzz_target_has_seeds();
+}
+
+/// The seeds of the keying exchange's targets, made without randomness.
+///
+/// `rekey_message`: messages of every kind sealed with the key the target
+/// opens with, and field bytes (kind, flags, SPIs, message ID, child, SPI,
+/// nonce, then the name) with a short name, the longest and one cut
+/// inside a character.
+///
+/// `control_plane`: operation sequences for its driver (see the target's
+/// module doc for the operations), each taking site B through one path:
+/// connecting as the initiator then rekeying as either end, connecting as
+/// the responder then rekeying as either end, both connecting at once,
+/// INIT requests past the half-open bound and replayed, an INIT request
+/// carried in raw bytes (the fuzzer cannot seal one) then confirmed,
+/// B's INIT unanswered until it gives up and tries again, and the inputs
+/// of the target's crashes (`regression-*`). They hold only
+/// A's choices: what B chose the driver reads from what B sends, so they
+/// stay good when the plane's randomness changes.
+fn keying_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+    use ike_stub::prf::{Side, NONCE_LEN};
+    let mut seeds = Vec::new();
+    let key = [0x5c; 32];
+    let message = |kind, response: bool, from_initiator: bool, id: u32, child: u32, name: &str| Message {
+        kind,
+        response,
+        from_initiator,
+        spi_i: [0x11; 8],
+        spi_r: if kind == Kind::Init && !response {
+            [0; 8]
+        } else {
+            [0x22; 8]
+        },
+        message_id: id,
+        tunnel: name.into(),
+        child,
+        spi: 0xc0ff_ee01,
+        nonce: [0x5a; NONCE_LEN],
+    };
+    for (name, sealed) in [
+        ("init-request", message(Kind::Init, false, true, 0, 0, "t")),
+        ("init-response", message(Kind::Init, true, false, 0, 0, "t")),
+        ("rekey-request", message(Kind::Rekey, false, false, 1, 1, "a-b")),
+        (
+            "switched-response",
+            message(Kind::Switched, true, true, 2, 1, "t"),
+        ),
+    ] {
+        seeds.push(("rekey_message", name.to_owned(), sealed.seal(&key)));
+    }
+    let fields = |kind: u8, flags: u8, name: &[u8]| {
+        let mut f = vec![kind, flags];
+        f.extend_from_slice(&[0x11; 8]);
+        f.extend_from_slice(&[0x22; 8]);
+        f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0xc0, 0xff, 0xee, 0x01]);
+        f.extend_from_slice(&[0x5a; NONCE_LEN]);
+        f.extend_from_slice(name);
+        f
+    };
+    seeds.push(("rekey_message", "fields".into(), fields(1, 2, b"t")));
+    seeds.push((
+        "rekey_message",
+        "fields-longest-name".into(),
+        fields(2, 1, &[b'n'; 64]),
+    ));
+    let mut cut = vec![b'n'; 63];
+    cut.extend_from_slice("é".as_bytes());
+    seeds.push(("rekey_message", "fields-name-cut".into(), fields(0, 3, &cut)));
+
+    // control_plane. Operations: 2 sealed under a control SA, 3 time,
+    // 4 SA event, 5 reflect, 7 A's INIT, 8 A answers B's INIT, 9 A answers
+    // B's request, 10 A's next step, 11 replay.
+    let time = |step: u8| vec![3, step];
+    let soft_expiry = vec![4, 0];
+    let a_init = |spi: u8, nonce: u8| vec![7, spi, nonce, 0xc0, 0xff, 0xee, spi, 0];
+    let answer_init = |spi: u8, nonce: u8| vec![8, spi, nonce, 0xc0, 0xff, 0xee, spi, 0];
+    let answer = |spi: u8| vec![9, 0xc0, 0xff, 0xee, spi, spi];
+    let step = |spi: u8| vec![10, 0xc0, 0xff, 0xee, spi, spi];
+    let control_plane = [
+        (
+            // B connects (its first timeout), A answers and acknowledges
+            // B's switch; B rekeys (a soft expiry), then A does.
+            "connect-as-initiator",
+            [
+                time(0),
+                answer_init(0x44, 0x55),
+                answer(0),
+                soft_expiry.clone(),
+                answer(0x13),
+                answer(0),
+                step(0x14),
+                step(0),
+                time(40),
+            ]
+            .concat(),
+        ),
+        (
+            // A connects and confirms; A rekeys, then (once the replaced
+            // SAs are gone) B does.
+            "connect-as-responder",
+            [
+                a_init(0x21, 0x22),
+                step(0),
+                step(0x23),
+                step(0),
+                time(40),
+                soft_expiry.clone(),
+                answer(0x24),
+                answer(0),
+                time(40),
+            ]
+            .concat(),
+        ),
+        (
+            // Both connect at once: B (the higher address) goes on.
+            "collision",
+            [
+                time(0),
+                a_init(0x31, 0x32),
+                time(1),
+                answer_init(0x33, 0x34),
+                answer(0),
+                time(40),
+            ]
+            .concat(),
+        ),
+        (
+            // Connected, then more INIT requests than B keeps half-open,
+            // replays of them, a rekey under a half-open control SA (op 2)
+            // and B's own message reflected.
+            "half-open-and-replays",
+            [
+                a_init(0x41, 0x42),
+                step(0),
+                a_init(0x43, 0x43),
+                a_init(0x44, 0x44),
+                a_init(0x45, 0x45),
+                a_init(0x46, 0x46),
+                a_init(0x47, 0x47),
+                vec![11, 0, 11, 5, 11, 6],
+                vec![2, 0xc0, 0, 1, 0xc0, 0xff, 0xee, 0x48, 0x48],
+                vec![5],
+                time(100),
+                time(200),
+            ]
+            .concat(),
+        ),
+        (
+            // B's INIT goes unanswered until it gives up, tries again
+            // (after `retry_after`) and is reflected.
+            "give-up-and-retry",
+            [
+                time(0),
+                vec![5],
+                time(10),
+                time(100),
+                time(100),
+                time(100),
+                vec![5],
+                answer_init(0x51, 0x52),
+            ]
+            .concat(),
+        ),
+        (
+            // A peer's inbound SPI in the reserved range (0): the plane
+            // issued an outbound SA every gateway refuses, and switched to
+            // it (ike-stub's tests/fuzz_regressions.rs).
+            "regression-reserved-spi",
+            [vec![7, 0x4a, 0x4a, 0, 0, 0, 0, 0], step(0)].concat(),
+        ),
+    ];
+    for (name, ops) in control_plane {
+        seeds.push(("control_plane", name.to_owned(), ops));
+    }
+    // A's INIT request as raw bytes, an IPv4/UDP packet (operation 0) and a
+    // UDP payload (operation 1), confirmed by A's next step.
+    let init_key =
+        TunnelSecrets::derive(b"a fuzzing secret, longer than sixteen bytes", "t").init_key(Side::Low);
+    let mut request = message(Kind::Init, false, true, 0, 0, "t");
+    request.spi_i = [0x61; 8];
+    let request = request.seal(&init_key[..]);
+    let packet = common::udp_packet("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 0, 0);
+    let mut raw_request = packet[..28].to_vec();
+    // From and to IKE's port: other ports would take it for a NAT-T
+    // tunnel's message without the non-ESP marker.
+    raw_request[20..24].copy_from_slice(&[0x01, 0xf4, 0x01, 0xf4]);
+    raw_request.extend_from_slice(&request);
+    let total = raw_request.len() as u16;
+    raw_request[2..4].copy_from_slice(&total.to_be_bytes());
+    raw_request[24..26].copy_from_slice(&(total - 20).to_be_bytes());
+    ipv4_fix_checksum(&mut raw_request);
+    let mut raw_op = vec![0u8, raw_request.len() as u8];
+    raw_op.extend_from_slice(&raw_request);
+    raw_op.extend_from_slice(&step(0));
+    seeds.push(("control_plane", "raw-request".into(), raw_op));
+    let mut payload_op = vec![1u8, request.len() as u8];
+    payload_op.extend_from_slice(&request);
+    payload_op.extend_from_slice(&step(0));
+    seeds.push(("control_plane", "payload-request".into(), payload_op));
+    seeds
+}
+
+/// Writes the seeds of [`keying_seeds`] alone (also written by
+/// `write_fuzz_seeds`' run), leaving every other seed as it is.
+#[test]
+#[ignore = "writes fuzz/seeds/{rekey_message,control_plane}; run with --ignored to regenerate them"]
+fn write_keying_seeds() {
+    for target in ["rekey_message", "control_plane"] {
+        let _ = fs::remove_dir_all(seeds_dir().join(target));
+    }
+    for (target, name, bytes) in keying_seeds() {
+        write(target, &name, &bytes);
+    }
 }
 
 /// The shared engine's requests (`shared_request`): one of each message,
@@ -1574,21 +1720,30 @@ fn ipv6_tunnel_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
 }
 
 /// The committed seeds made without randomness ([`vnet_offload_seeds`],
-/// [`ipv6_tunnel_seeds`]) are what their generators make from the gateway
-/// as it is now; regenerate them, alone, with
-/// `cargo test --test fuzz_seeds write_ipv6_tunnel_seeds -- --ignored`.
+/// [`ipv6_tunnel_seeds`], [`keying_seeds`]) are what their generators make
+/// from the code as it is now; regenerate them, alone, with the generator
+/// the failure names.
 #[test]
 fn deterministic_seeds_are_current() {
     for (_, name, bytes) in vnet_offload_seeds() {
         check_vnet_offload_seed(&name, &bytes);
     }
-    for (target, name, bytes) in vnet_offload_seeds().into_iter().chain(ipv6_tunnel_seeds()) {
+    let generated = vnet_offload_seeds()
+        .into_iter()
+        .chain(ipv6_tunnel_seeds())
+        .map(|seed| ("write_ipv6_tunnel_seeds", seed))
+        .chain(
+            keying_seeds()
+                .into_iter()
+                .map(|seed| ("write_keying_seeds", seed)),
+        );
+    for (generator, (target, name, bytes)) in generated {
         let path = seeds_dir().join(target).join(&name);
         let committed = fs::read(&path).unwrap_or_default();
         assert!(
             committed == bytes,
             "{} is not what the generator makes now; regenerate with \
-             `cargo test --test fuzz_seeds write_ipv6_tunnel_seeds -- --ignored`",
+             `cargo test --test fuzz_seeds {generator} -- --ignored`",
             path.display()
         );
     }

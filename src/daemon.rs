@@ -170,7 +170,7 @@ impl Plane<'_> {
         }
         if now.saturating_sub(self.last_timeout) >= Duration::from_millis(5) {
             self.last_timeout = now;
-            self.plane.follow_peers(t.gateway);
+            self.plane.observe(now, t.gateway);
             self.plane.handle_timeout(now);
         }
         self.apply(t, links, workers);

@@ -981,6 +981,50 @@ fn an_answered_rekey_that_is_never_confirmed_expires() {
     assert_eq!(net.sa_names(1), vec!["t-in".to_owned(), "t-out".to_owned()]);
 }
 
+/// The initiator's `switched` does not reach the responder for a while,
+/// but its ESP on the new SAs does: that proves the switch as well (only
+/// it holds those keys), so the responder moves to them at once, and its
+/// answer never expires under traffic that uses it. The retransmitted
+/// `switched` gets its acknowledgement later. Nothing is lost.
+#[test]
+fn a_lost_switch_is_inferred_from_the_peers_traffic() {
+    let (soon, late) = (packets(30, 100_000), packets(90_000, 100_000));
+    let alg = Algorithm::Aes128Gcm16;
+    let mut net = Net::with_secret(alg, soon, late, quick_rekey(), &EngineSpec::default());
+    let mut i = 0;
+    while net.sites[1].plane.tunnels(net.now)[0].state != "rekey-responded" {
+        net.send(0, 100);
+        net.send(1, 100);
+        net.step();
+        i += 1;
+        assert!(i < 2_000, "B never answered a rekey");
+    }
+    // B hears no control message for a while: A's `switched` is lost.
+    net.mute[1] = true;
+    net.traffic(15, true);
+    let b = &net.sites[1].plane.tunnels(net.now)[0];
+    assert_eq!(
+        (b.state, b.generation),
+        ("established", 1),
+        "B switched on A's ESP"
+    );
+    net.mute[1] = false;
+    net.traffic(300, true);
+    net.settle(400);
+    net.assert_all_delivered_once();
+    for s in 0..2 {
+        let counters = net.sites[s].plane.counters();
+        assert_eq!(
+            counters.gave_up + counters.responded_expired,
+            0,
+            "site {s}: {counters:?}"
+        );
+        assert_eq!(net.sites[s].plane.tunnels(net.now)[0].state, "established");
+    }
+    assert_eq!(net.generation(0), net.generation(1));
+    assert!(net.sites.iter().all(|s| s.drops.is_empty()));
+}
+
 /// A reload that changes a tunnel without a secret but keeps its keys
 /// (here its replay window) carries its sequence counter and window over:
 /// the next packet continues the count, and frames from before the reload

@@ -319,6 +319,11 @@ pub struct ControlCounters {
 /// old ones, which cost SAs until they expire.
 pub const MAX_HALF_OPEN: usize = 4;
 
+/// Old inbound SAs a tunnel keeps to their hard lifetime after switches
+/// the peer never confirmed (it may still send on them); past this, the
+/// oldest goes.
+pub const MAX_KEPT_UNCONFIRMED: usize = 2;
+
 /// A control SA (IKEv2's IKE SA): made by an INIT exchange with fresh
 /// SPIs and nonces from both ends, so every start of either end makes a new
 /// one, and what was captured under an earlier one names nothing. It
@@ -750,6 +755,35 @@ impl ControlPlane {
         }
         for name in names {
             self.command(SaCommand::RemoveSa(name));
+        }
+    }
+
+    /// Takes in what the gateway's authenticated ESP tells the exchanges
+    /// (see [`follow_peers`](Self::follow_peers)), and that the initiator
+    /// of a rekey we answered already sends on its SAs while its
+    /// `switched` is still on its way (or lost): ESP under keys from both
+    /// ends' fresh nonces proves it switched as well as that message would,
+    /// so the answer does not expire under traffic that uses it.
+    pub fn observe(&mut self, now: Duration, gateway: &Gateway) {
+        self.follow_peers(gateway);
+        let used = |name: &str| {
+            gateway
+                .sad()
+                .find(name)
+                .and_then(|id| gateway.sad().get(id))
+                .is_some_and(|sa| sa.counters().packets > 0)
+        };
+        for index in 0..self.tunnels.len() {
+            let tunnel = &self.tunnels[index];
+            match &tunnel.phase {
+                Phase::Responded { generation, .. }
+                    if used(&tunnel.sa(SaDirection::Inbound, *generation)) =>
+                {
+                    tracing::info!(tunnel = %tunnel.config.name, "the peer sends on the SAs of the rekey we answered: it switched");
+                    self.switch_responder(now, index);
+                }
+                _ => {}
+            }
         }
     }
 
@@ -1609,15 +1643,18 @@ impl ControlPlane {
 
     fn answer_switched(&mut self, now: Duration, index: usize, message: &Message) {
         let tunnel = &self.tunnels[index];
-        let Phase::Responded { child, .. } = tunnel.phase else {
-            self.counters.out_of_step += 1;
-            return;
+        let child = match tunnel.phase {
+            Phase::Responded { child, .. } if message.child == child => {
+                self.switch_responder(now, index);
+                child
+            }
+            // Switched already, on the initiator's ESP (see `observe`).
+            Phase::Idle if tunnel.control.as_ref().is_some_and(|c| c.child == message.child) => message.child,
+            _ => {
+                self.counters.out_of_step += 1;
+                return;
+            }
         };
-        if message.child != child {
-            self.counters.out_of_step += 1;
-            return;
-        }
-        self.switch_responder(now, index);
         let tunnel = &mut self.tunnels[index];
         let name = tunnel.config.name.clone();
         let Some(control) = tunnel.control.as_mut() else {
@@ -2017,7 +2054,23 @@ impl ControlPlane {
             tries = settings.retries + 1,
             "{why}"
         );
+        // SAs kept to their hard lifetime are bounded: an SA with only a
+        // byte or packet limit that the peer no longer uses would stay
+        // for ever, one more each time a switch goes unconfirmed.
+        let kept: Vec<usize> = tunnel
+            .retiring
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, deadline))| deadline.is_none())
+            .map(|(at, _)| at)
+            .collect();
+        if kept.len() > MAX_KEPT_UNCONFIRMED {
+            let (oldest, _) = tunnel.retiring.remove(kept[0]);
+            tunnel.soft_seen.remove(&oldest);
+            self.command(SaCommand::RemoveSa(oldest));
+        }
     }
+
     /// Takes `new` in place of the running configuration: tunnels added
     /// start, removed ones stop, changed ones restart, unchanged ones keep
     /// their SAs, counters and rekey state. A changed SA that keeps its
@@ -2278,7 +2331,7 @@ impl ControlPlane {
         gateway: &mut Gateway,
         received: impl IntoIterator<Item = &'a [u8]>,
     ) -> Vec<Datagram> {
-        self.follow_peers(gateway);
+        self.observe(now, gateway);
         while let Some(event) = gateway.poll_event() {
             let id = match event {
                 SaEvent::SoftExpired(id) | SaEvent::HardExpired(id) => id,

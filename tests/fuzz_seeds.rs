@@ -735,7 +735,9 @@ fn write_fuzz_seeds() {
         }
     }
     let generated = common::tunnel_config_edited(Algorithm::Aes256Sha256, "transport", true, true, |c| {
-        c.tunnels[0] = c.tunnels[0].clone().secret("a fuzzing secret, longer than sixteen bytes");
+        c.tunnels[0] = c.tunnels[0]
+            .clone()
+            .secret("a fuzzing secret, longer than sixteen bytes");
         let tunnel = &mut c.tunnels[0];
         tunnel.lifetime = Some(LifetimeBuilder {
             soft_packets: Some(1000),

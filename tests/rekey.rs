@@ -1364,13 +1364,22 @@ fn a_replayed_request_does_not_move_where_exchanges_go() {
         assert!(net.now < Duration::from_secs(30));
     }
     net.settle(50);
-    // An attacker elsewhere sends B a copy of A's last request.
+    // An attacker elsewhere sends B a copy of A's last request (the
+    // `switched` of its rekey).
     let frame = net.sites[0]
         .sent_control
         .iter()
         .rev()
-        .find(|f| f.len() > 32 && f.get(28..32) == Some(&[0; 4][..]) && f.get(32 + 28) == Some(&2))
-        .expect("A's last rekey request")
+        .find(|f| {
+            // Behind the non-ESP marker: a request (no response flag) of
+            // the control SA, rekey or switched.
+            f.len() > 32
+                && f.get(28..32) == Some(&[0; 4][..])
+                && f.get(32..)
+                    .and_then(|m| message::peek(m).ok())
+                    .is_some_and(|p| !p.response && p.kind != Kind::Init)
+        })
+        .expect("A's last request")
         .clone();
     let replayed = net.sites[1].plane.counters().duplicates + net.sites[1].plane.counters().replayed;
     let mut spoofed = frame.clone();
@@ -1381,10 +1390,10 @@ fn a_replayed_request_does_not_move_where_exchanges_go() {
         let (src, dst) = (Ipv4Addr::new(10, 0, 0, 66), Ipv4Addr::new(10, 0, 0, 2));
         smoltcp::wire::UdpPacket::new_unchecked(&mut spoofed[20..]).fill_checksum(&src.into(), &dst.into());
     }
-    net.inject(1, Port::Outside, &spoofed);
-    // Now the next exchange: what B sends must go to the NAT, not to the
-    // attacker.
+    // From now on, what B sends (its answer to the copy included) must go
+    // to the NAT, not to the attacker.
     let seen = net.sites[1].sent_control.len();
+    net.inject(1, Port::Outside, &spoofed);
     while net.generation(1) < 2 {
         net.send(0, 100);
         net.send(1, 100);

@@ -18,6 +18,7 @@ mod daemon;
 mod demo;
 mod engine_serve;
 mod lab;
+mod privileges;
 mod report;
 mod soak;
 mod veth_bench;
@@ -123,6 +124,11 @@ pub(crate) struct RunArgs {
     /// Control socket for `espgw stats` and `espgw sa` (default /run/espgw/NAME.sock).
     #[arg(long)]
     control: Option<PathBuf>,
+    /// Once the sockets are open, run as this user (its primary group
+    /// alone) instead of root. Its configuration must be readable by it
+    /// (owned by it or by root) for reloads; `--stats` is opened before.
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
     /// Worker threads (default: one per core).
     #[arg(long)]
     workers: Option<usize>,

@@ -431,6 +431,47 @@ mod tests {
         assert_eq!(table.get(b), None);
     }
 
+    /// The stack `Session::new` scrubs must cover what building a session
+    /// uses: the region below a frame is painted, a session is built there
+    /// without the scrub, and the deepest byte it changed must lie well
+    /// within the scrubbed span (a new crate version that goes deeper
+    /// fails here, not silently in a memory scan).
+    #[test]
+    fn the_scrubbed_stack_covers_every_sessions_construction() {
+        use std::os::unix::fs::FileExt;
+        const SPAN: usize = 256 * 1024;
+
+        #[inline(never)]
+        fn paint() {
+            let mut area = [0xa5u8; SPAN];
+            std::hint::black_box(&mut area);
+        }
+
+        #[inline(never)]
+        fn depth(alg: Algorithm, mem: &std::fs::File, seen: &mut [u8]) -> usize {
+            let here = 0u8;
+            let top = std::ptr::addr_of!(here) as usize;
+            let (enc, auth) = (vec![0x11; alg.enc_key_len()], vec![0x22; alg.auth_key_len()]);
+            paint();
+            let session = std::hint::black_box(Session::expand(alg, &enc, &auth));
+            mem.read_at(seen, (top - SPAN) as u64)
+                .expect("read our own stack");
+            drop(session);
+            SPAN - seen.iter().position(|&b| b != 0xa5).unwrap_or(SPAN)
+        }
+
+        let mem = std::fs::File::open("/proc/self/mem").expect("/proc/self/mem");
+        let mut seen = vec![0u8; SPAN];
+        for alg in Algorithm::ALL {
+            let used = depth(alg, &mem, &mut seen);
+            assert!(
+                used * 2 <= crate::wiped::SCRUB_BYTES,
+                "{alg}: building a session used {used} bytes of stack; scrub_stack covers {}",
+                crate::wiped::SCRUB_BYTES
+            );
+        }
+    }
+
     #[test]
     fn spec_checks_key_lengths_and_redacts() {
         let err = SessionSpec::new(Algorithm::Aes128Gcm16, false, &[0; 16], &[]).unwrap_err();

@@ -51,7 +51,9 @@ impl TunnelKeys {
     }
 
     /// What to look for: the cipher keys (without a GCM or ChaCha20 salt,
-    /// which is four bytes and matches by chance) and the integrity keys.
+    /// which is four bytes and matches by chance), the integrity keys and
+    /// the keyed HMAC states derived from them (as good as the key for
+    /// forging; each packet's MAC starts from a copy).
     fn needles(&self, alg: Algorithm) -> Vec<Needle> {
         let salt = if alg.is_aead() { 4 } else { 0 };
         let mut needles = Vec::new();
@@ -61,10 +63,73 @@ impl TunnelKeys {
         for auth in [&self.auth_out, &self.auth_in] {
             if auth.len() > 0 {
                 needles.push(auth.prefix(auth.len()));
+                needles.extend(hmac_states(alg.integrity(), auth));
             }
         }
         needles
     }
+}
+
+/// The inner and outer hash states HMAC keys with `key` (RFC 2104: the
+/// key padded to a block, XORed with 0x36 or 0x5c, compressed once), as
+/// the hash cores hold them: native-endian words. Computed on a thread of
+/// their own whose stack is scrubbed after, so that the test leaves no
+/// copy the scans would count.
+fn hmac_states(integrity: accel::IntegrityKind, key: &Needle) -> Vec<Needle> {
+    #[inline(never)]
+    fn compute(integrity: accel::IntegrityKind, key: &Needle) -> Vec<Needle> {
+        let mut states = Vec::new();
+        for pad in [0x36u8, 0x5c] {
+            let mut block = [0u8; 64];
+            key.unmask_into(&mut block);
+            for b in &mut block {
+                *b ^= pad;
+            }
+            let mut bytes = [0u8; 32];
+            let len = match integrity {
+                accel::IntegrityKind::HmacSha1_96 => {
+                    let mut h = [0x6745_2301u32, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476, 0xc3d2_e1f0];
+                    sha1::block_api::compress(&mut h, &[block]);
+                    for (out, w) in bytes.chunks_exact_mut(4).zip(h) {
+                        out.copy_from_slice(&w.to_ne_bytes());
+                    }
+                    20
+                }
+                accel::IntegrityKind::HmacSha256_128 => {
+                    let mut h = [
+                        0x6a09_e667u32,
+                        0xbb67_ae85,
+                        0x3c6e_f372,
+                        0xa54f_f53a,
+                        0x510e_527f,
+                        0x9b05_688c,
+                        0x1f83_d9ab,
+                        0x5be0_cd19,
+                    ];
+                    sha2::block_api::compress256(&mut h, &[block]);
+                    for (out, w) in bytes.chunks_exact_mut(4).zip(h) {
+                        out.copy_from_slice(&w.to_ne_bytes());
+                    }
+                    32
+                }
+                accel::IntegrityKind::Aead | accel::IntegrityKind::None => return Vec::new(),
+            };
+            states.push(Needle::of(&bytes[..len]));
+            zeroize::Zeroize::zeroize(&mut bytes);
+            zeroize::Zeroize::zeroize(&mut block);
+        }
+        states
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let states = compute(integrity, key);
+                accel::scrub_stack();
+                states
+            })
+            .join()
+            .expect("the HMAC states")
+    })
 }
 
 /// A tunnel of site A (10.0.0.1, 192.168.1.0/24) to a peer at 10.0.0.`n`

@@ -146,7 +146,7 @@ fn what_is_not_a_stale_socket_is_refused_and_kept() {
     let scratch = Scratch::new("other");
     let path = scratch.path("gw.sock");
     std::fs::write(&path, "not a socket").expect("write");
-    let err = format!("{:#}", control::listen(&path).err().expect("refused"));
+    let err = format!("{:#}", control::listen(&path).expect_err("refused"));
     assert!(err.contains("not a socket"), "{err}");
     assert_eq!(std::fs::read_to_string(&path).expect("kept"), "not a socket");
 
@@ -154,7 +154,7 @@ fn what_is_not_a_stale_socket_is_refused_and_kept() {
     let target = scratch.path("target");
     std::fs::write(&target, "precious").expect("write");
     std::os::unix::fs::symlink(&target, &path).expect("symlink");
-    let err = format!("{:#}", control::listen(&path).err().expect("refused"));
+    let err = format!("{:#}", control::listen(&path).expect_err("refused"));
     assert!(err.contains("symbolic link"), "{err}");
     assert!(std::fs::symlink_metadata(&path)
         .expect("kept")
@@ -169,7 +169,7 @@ fn a_stale_socket_is_replaced_and_a_live_one_kept() {
     drop(UnixListener::bind(&path).expect("a socket"));
     serve(&path, r#"{"ok":1}"#.into());
     assert_eq!(control::ask(&path, "stats").expect("served")["ok"], 1);
-    let err = format!("{:#}", control::listen(&path).err().expect("refused"));
+    let err = format!("{:#}", control::listen(&path).expect_err("refused"));
     assert!(err.contains("already answers"), "{err}");
     assert_eq!(control::ask(&path, "stats").expect("still served")["ok"], 1);
 }
@@ -209,7 +209,7 @@ fn idle_clients_are_bounded_and_the_rest_told_so() {
         .map(|_| UnixStream::connect(&path).expect("connect"))
         .collect();
     std::thread::sleep(Duration::from_millis(200));
-    let err = format!("{:#}", control::ask(&path, "stats").err().expect("busy"));
+    let err = format!("{:#}", control::ask(&path, "stats").expect_err("busy"));
     assert!(err.contains("busy"), "{err}");
     drop(idle);
     std::thread::sleep(Duration::from_millis(200));
@@ -219,10 +219,10 @@ fn idle_clients_are_bounded_and_the_rest_told_so() {
 fn a_missing_or_stale_socket_is_named_as_such() {
     let scratch = Scratch::new("errors");
     let path = scratch.path("gw.sock");
-    let err = format!("{:#}", control::ask(&path, "stats").err().expect("no socket"));
+    let err = format!("{:#}", control::ask(&path, "stats").expect_err("no socket"));
     assert!(err.contains("no control socket at"), "{err}");
     drop(UnixListener::bind(&path).expect("a socket"));
-    let err = format!("{:#}", control::ask(&path, "stats").err().expect("stale"));
+    let err = format!("{:#}", control::ask(&path, "stats").expect_err("stale"));
     assert!(err.contains("nothing answers on"), "{err}");
 }
 
@@ -258,7 +258,7 @@ fn a_socket_another_user_may_not_open_is_named_as_such() {
         let path = path.clone();
         std::thread::spawn(move || {
             become_nobody();
-            format!("{:#}", control::ask(&path, "stats").err().expect("denied"))
+            format!("{:#}", control::ask(&path, "stats").expect_err("denied"))
         })
         .join()
         .expect("the client")

@@ -61,7 +61,7 @@ impl TunnelKeys {
             needles.push(enc.prefix(enc.len() - salt));
         }
         for auth in [&self.auth_out, &self.auth_in] {
-            if auth.len() > 0 {
+            if !auth.is_empty() {
                 needles.push(auth.prefix(auth.len()));
                 needles.extend(hmac_states(alg.integrity(), auth));
             }
@@ -224,7 +224,7 @@ fn config_text(alg: Algorithm, remotes: &[Remote<'_>], mirror: bool) -> String {
             ("out", true, auth_out),
             ("in", true, auth_in),
         ] {
-            if key.len() == 0 {
+            if key.is_empty() {
                 continue;
             }
             let placeholder = hex(placeholder(remote.n, dir, key.len(), auth));

@@ -107,7 +107,14 @@ impl QueryArgs {
     fn socket(&self) -> Result<PathBuf> {
         match (&self.socket, &self.config) {
             (Some(path), _) => Ok(path.clone()),
-            (None, Some(config)) => Ok(control::default_path(&Config::load(config)?.name)),
+            (None, Some(config)) => {
+                // Only the gateway's name is read here: a file owned by the
+                // user its gateway runs as (`run --user`) will do.
+                let owner = std::fs::metadata(config)
+                    .ok()
+                    .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+                Ok(control::default_path(&Config::load_trusting(config, owner)?.name))
+            }
             (None, None) => anyhow::bail!("say which gateway: --socket PATH or --config FILE"),
         }
     }

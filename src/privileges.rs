@@ -188,11 +188,16 @@ pub fn drop_privileges(user: Option<&User>) -> Result<Dropped> {
             bounding_left = true;
         }
     }
-    prctl(
+    // Before 4.3 kernels had no ambient set: nothing to clear.
+    if let Err(e) = prctl(
         libc::PR_CAP_AMBIENT,
         libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
         "clearing the ambient capabilities",
-    )?;
+    ) {
+        if e.downcast_ref::<std::io::Error>().and_then(|e| e.raw_os_error()) != Some(libc::EINVAL) {
+            return Err(e);
+        }
+    }
     if let Some(user) = user {
         // Keep the permitted set across setuid, to reduce it below.
         prctl(libc::PR_SET_KEEPCAPS, 1, "PR_SET_KEEPCAPS")?;

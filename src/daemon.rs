@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 use spd_sad::SaEvent;
 
 use crate::state_dir::StateDir;
-use crate::{control, report, RunArgs};
+use crate::{control, privileges, report, RunArgs};
 
 /// What a worker other than worker 0 tells the control plane.
 enum Report {
@@ -91,6 +91,8 @@ impl Links {
 struct Plane<'s> {
     plane: ControlPlane,
     config_path: std::path::PathBuf,
+    /// `--user`'s uid: its configuration files are trusted (it reads them).
+    trusted: Option<u32>,
     /// Datagrams waiting for the other workers to catch up.
     pending: VecDeque<Datagram>,
     /// Commands issued and sent so far.
@@ -247,7 +249,7 @@ impl Plane<'_> {
 
     /// Re-reads the configuration; on any error the running one stays.
     fn reload(&mut self) -> Value {
-        let result = Config::load(&self.config_path)
+        let result = Config::load_trusting(&self.config_path, self.trusted)
             .map_err(|e| e.to_string())
             .and_then(|mut config| {
                 // The same device defaults as at start, so that only what
@@ -320,14 +322,18 @@ fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
-    let mut config = Config::load(&args.config)?;
+    let user = args.user.as_deref().map(privileges::User::lookup).transpose()?;
+    let mut config = Config::load_trusting(&args.config, user.as_ref().map(|u| u.uid))?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
     // Before any device is opened: a gateway that may not run with its
     // keys, or whose ledger is held or damaged, stops here.
     let state = match crate::state_dir::resolve(args.state_dir.as_deref(), &config) {
-        Some(path) => Some(Arc::new(StateDir::open(&path)?)),
+        Some(path) => Some(Arc::new(StateDir::open(
+            &path,
+            user.as_ref().map(|u| (u.uid, u.gid)),
+        )?)),
         None => {
             if let Some(warning) = crate::state_dir::without_state_dir(&config, "run")? {
                 tracing::warn!("{warning}");
@@ -369,6 +375,26 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for line in device_defaults(&mut config)? {
         tracing::info!("{line}");
     }
+    // The last files created where root may: then root goes.
+    let control_path = args
+        .control
+        .clone()
+        .unwrap_or_else(|| control::default_path(&config.name));
+    let control = control::Listener::bind(&control_path, user.as_ref().map(|u| (u.uid, u.gid)))?;
+    let _socket_file = control::SocketFile(control_path);
+    let mut stats_file = match &args.stats {
+        Some(path) => {
+            Some(std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?)
+        }
+        None => None,
+    };
+    let dropped = privileges::drop_privileges(user.as_ref())?;
+    tracing::info!(
+        uid = dropped.uid,
+        capabilities = ?dropped.kept,
+        bounding_set_left = dropped.bounding_left,
+        "privileges dropped: no new privileges, not dumpable"
+    );
     let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
     setup.resolve_neighbors = true;
     setup.only_own_mac = true;
@@ -438,11 +464,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let reload = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))
         .context("installing the SIGHUP handler")?;
-    let control_path = args
-        .control
-        .clone()
-        .unwrap_or_else(|| control::default_path(&config.name));
-    let requests = control::listen(&control_path)?;
+    let requests = control.serve()?;
     // Each worker publishes its counters now and then (not per packet);
     // worker 0 answers the control socket from all of them.
     let published: Arc<Mutex<Vec<(dataplane::Stats, RunSummary)>>> = Arc::new(Mutex::new(vec![
@@ -456,6 +478,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut plane = Some(Plane {
         plane: ControlPlane::new(config.clone()),
         config_path: args.config.clone(),
+        trusted: user.as_ref().map(|u| u.uid),
         pending: VecDeque::new(),
         issued: 0,
         reload,
@@ -552,7 +575,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
             })
             .collect()
     });
-    let _ = std::fs::remove_file(&control_path);
     if let Some(writer) = writer {
         // `stop` is set once the workers are done.
         stop.store(true, Ordering::Relaxed);
@@ -571,14 +593,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
         frames_out = summary.frames_out,
         "stopped"
     );
-    if let Some(path) = &args.stats {
+    if let (Some(path), Some(file)) = (&args.stats, stats_file.as_mut()) {
         let mut json = report::answer(&gateways[0], final_plane.as_ref(), total, &summary, "stats");
         if let Value::Object(map) = &mut json {
             map.insert("send_errors".into(), summary.send_errors.into());
             map.insert("control_overflow".into(), summary.control_overflow.into());
             map.insert("workers".into(), workers.into());
         }
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
+        std::io::Write::write_all(file, (serde_json::to_string_pretty(&json)? + "\n").as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     eprintln!(

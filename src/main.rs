@@ -18,6 +18,7 @@ mod daemon;
 mod demo;
 mod engine_serve;
 mod lab;
+mod privileges;
 mod report;
 mod soak;
 mod state_dir;
@@ -107,7 +108,14 @@ impl QueryArgs {
     fn socket(&self) -> Result<PathBuf> {
         match (&self.socket, &self.config) {
             (Some(path), _) => Ok(path.clone()),
-            (None, Some(config)) => Ok(control::default_path(&Config::load(config)?.name)),
+            (None, Some(config)) => {
+                // Only the gateway's name is read here: a file owned by the
+                // user its gateway runs as (`run --user`) will do.
+                let owner = std::fs::metadata(config)
+                    .ok()
+                    .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+                Ok(control::default_path(&Config::load_trusting(config, owner)?.name))
+            }
             (None, None) => anyhow::bail!("say which gateway: --socket PATH or --config FILE"),
         }
     }
@@ -124,6 +132,11 @@ pub(crate) struct RunArgs {
     /// Control socket for `espgw stats` and `espgw sa` (default /run/espgw/NAME.sock).
     #[arg(long)]
     control: Option<PathBuf>,
+    /// Once the sockets are open, run as this user (its primary group
+    /// alone) instead of root. Its configuration must be readable by it
+    /// (owned by it or by root) for reloads; `--stats` is opened before.
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
     /// Worker threads (default: one per core).
     #[arg(long)]
     workers: Option<usize>,
@@ -322,7 +335,7 @@ fn pcap(args: &PcapArgs) -> Result<()> {
     // Opened before anything is read, so that a second run on the same
     // directory is refused before it does any work.
     let state = match state_dir::resolve(args.state_dir.as_deref(), &config) {
-        Some(path) => Some(state_dir::StateDir::open(&path)?),
+        Some(path) => Some(state_dir::StateDir::open(&path, None)?),
         None => {
             if let Some(warning) = state_dir::without_state_dir(&config, "pcap")? {
                 eprintln!("espgw: warning: {warning}");

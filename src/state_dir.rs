@@ -116,8 +116,14 @@ fn euid() -> u32 {
 }
 
 /// Refuses a file or directory that another user could change.
-fn check_owner_and_mode(path: &Path, meta: &std::fs::Metadata, loose: u32, fix: &str) -> Result<()> {
-    if meta.uid() != euid() && meta.uid() != 0 {
+fn check_owner_and_mode(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    loose: u32,
+    fix: &str,
+    user: Option<libc::uid_t>,
+) -> Result<()> {
+    if meta.uid() != euid() && meta.uid() != 0 && Some(meta.uid()) != user {
         bail!(
             "{} belongs to user {}, not to this one ({}) or root: another user could rewrite the sequence ledger; {fix}",
             path.display(),
@@ -138,8 +144,10 @@ fn check_owner_and_mode(path: &Path, meta: &std::fs::Metadata, loose: u32, fix: 
 impl StateDir {
     /// Opens (creating it 0700 if absent, its parent must exist) and locks
     /// the directory, and reads its ledger (a new one, with a new salt,
-    /// written at once, if there is none).
-    pub fn open(path: &Path) -> Result<StateDir> {
+    /// written at once, if there is none). With `user` (uid and gid of
+    /// `run --user`), the directory and its files are handed to that user,
+    /// who writes the ledger once root's privileges are gone.
+    pub fn open(path: &Path, user: Option<(libc::uid_t, libc::gid_t)>) -> Result<StateDir> {
         if !path.exists() {
             std::fs::DirBuilder::new()
                 .mode(0o700)
@@ -152,7 +160,14 @@ impl StateDir {
             .open(path)
             .with_context(|| format!("opening the state directory {}", path.display()))?;
         let meta = dir.metadata()?;
-        check_owner_and_mode(path, &meta, 0o022, &format!("run `chmod 700 {}`", path.display()))?;
+        let user_uid = user.map(|(uid, _)| uid);
+        check_owner_and_mode(
+            path,
+            &meta,
+            0o022,
+            &format!("run `chmod 700 {}`", path.display()),
+            user_uid,
+        )?;
         let lock = OpenOptions::new()
             .read(true)
             .write(true)
@@ -190,6 +205,7 @@ impl StateDir {
                     &meta,
                     0o077,
                     &format!("run `chmod 600 {}`", file.display()),
+                    user_uid,
                 )?;
                 let mut text = String::new();
                 f.read_to_string(&mut text)
@@ -222,6 +238,25 @@ impl StateDir {
         if fresh {
             let text = state.lock().ledger.encode();
             state.write(&text)?;
+        }
+        if let Some((uid, gid)) = user {
+            // By descriptor: a name could be swapped between check and use.
+            let ledger = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path.join(LEDGER))
+                .with_context(|| format!("opening {}", path.join(LEDGER).display()))?;
+            for (file, name) in [
+                (&state.dir, path.to_path_buf()),
+                (&state._lock, path.join(LOCK)),
+                (&ledger, path.join(LEDGER)),
+            ] {
+                // SAFETY: fchown on a descriptor we own.
+                if unsafe { libc::fchown(file.as_raw_fd(), uid, gid) } != 0 {
+                    return Err(std::io::Error::last_os_error())
+                        .with_context(|| format!("handing {} to the user of --user", name.display()));
+                }
+            }
         }
         Ok(state)
     }
@@ -387,21 +422,23 @@ mod tests {
     #[test]
     fn a_new_directory_is_private_locked_and_holds_a_salted_ledger() {
         let dir = temp("new");
-        let state = StateDir::open(&dir).unwrap();
+        let state = StateDir::open(&dir, None).unwrap();
         let meta = std::fs::metadata(&dir).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o700);
         let ledger = std::fs::metadata(dir.join(LEDGER)).unwrap();
         assert_eq!(ledger.permissions().mode() & 0o777, 0o600);
         let text = std::fs::read_to_string(dir.join(LEDGER)).unwrap();
         assert!(Ledger::decode(&text).is_ok(), "{text}");
-        let second = StateDir::open(&dir).err().expect("a second process is refused");
+        let second = StateDir::open(&dir, None)
+            .err()
+            .expect("a second process is refused");
         assert!(
             format!("{second:#}").contains("another espgw holds"),
             "{second:#}"
         );
         drop(state);
         // The salt stays: the ledger is read back, not made anew.
-        let again = StateDir::open(&dir).unwrap();
+        let again = StateDir::open(&dir, None).unwrap();
         assert_eq!(again.lock().ledger.encode(), text);
         drop(again);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -412,21 +449,21 @@ mod tests {
         let dir = temp("loose");
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err = StateDir::open(&dir).err().unwrap();
+        let err = StateDir::open(&dir, None).err().unwrap();
         assert!(format!("{err:#}").contains("chmod 700"), "{err:#}");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        drop(StateDir::open(&dir).unwrap());
+        drop(StateDir::open(&dir, None).unwrap());
         let file = dir.join(LEDGER);
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = StateDir::open(&dir).err().unwrap();
+        let err = StateDir::open(&dir, None).err().unwrap();
         assert!(format!("{err:#}").contains("chmod 600"), "{err:#}");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
         std::fs::write(&file, &text[..text.len() - 10]).unwrap();
-        let err = format!("{:#}", StateDir::open(&dir).err().unwrap());
+        let err = format!("{:#}", StateDir::open(&dir, None).err().unwrap());
         assert!(err.contains("cut short") && err.contains("new keys"), "{err}");
         std::fs::write(&file, "garbage\n").unwrap();
-        let err = format!("{:#}", StateDir::open(&dir).err().unwrap());
+        let err = format!("{:#}", StateDir::open(&dir, None).err().unwrap());
         assert!(err.contains("not an espgw sequence ledger"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

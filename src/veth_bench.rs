@@ -178,12 +178,29 @@ fn gateway_config_builder(a: bool, carry: Carry) -> ConfigBuilder {
     config.tunnel(tunnel)
 }
 
+/// What the bench's work directories are called, before their random part.
+pub const WORK_DIR: &str = "espgw-bench-veth-";
+
+/// The bench's work directory: fresh and private (see
+/// [`crate::lab::work_dir`]).
+pub fn work_dir() -> Result<PathBuf> {
+    crate::lab::work_dir(WORK_DIR)
+}
+
 fn gateway_config(side: &str, dir: &Path, carry: Carry) -> Result<PathBuf> {
     let text = gateway_config_builder(side == "a", carry).to_toml();
     let path = dir.join(format!("bench-{side}.toml"));
-    std::fs::write(&path, text)?;
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    // The previous row's, in our own directory.
+    let _ = std::fs::remove_file(&path);
+    // The file holds keys: owner-only from its creation.
+    crate::lab::write_new(&path, &text)?;
     Ok(path)
+}
+
+/// Side `side`'s configuration of the ESP row, written to `dir`.
+#[cfg(test)]
+pub fn write_gateway_config(side: &str, dir: &Path) -> Result<PathBuf> {
+    gateway_config(side, dir, Carry::Esp(Encap::Raw))
 }
 
 /// `espgw run` in each gateway namespace; returns their control sockets.
@@ -393,8 +410,7 @@ fn row_json(row: &Row) -> Value {
 pub fn run(options: &Options) -> Result<()> {
     check_prerequisites(&options.prefix)?;
     let names = Names::new(&options.prefix);
-    let dir = std::env::temp_dir().join(format!("espgw-bench-veth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = work_dir()?;
     let started = Instant::now();
     eprintln!("kernel forwarding row ({}-*) ...", options.prefix);
     let kernel = {

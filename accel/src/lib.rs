@@ -134,3 +134,4 @@ pub use sec::{
     ThreadedSecEngine, Throughput, UnknownProfile,
 };
 pub use session::{Session, SessionError, SessionHandle, SessionSpec, SessionTable};
+pub use wiped::{key_memory, scrub_stack, KeyMemoryStats, SecretBytes};

@@ -36,7 +36,7 @@ fn run(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<bool, Des
     if let (CipherState::Null, MacState::None) = (&session.cipher, &session.mac) {
         return Ok(true);
     }
-    if let CipherState::Aead { .. } = session.cipher {
+    if let CipherState::Aead(_) = session.cipher {
         return match desc.kind {
             DescriptorKind::SinglePass => aead_pass(session, desc, buf),
             // An AEAD's tag depends on the ciphertext inside the same
@@ -63,9 +63,10 @@ fn run(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<bool, Des
 }
 
 fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<bool, DescriptorError> {
-    let CipherState::Aead { key, salt } = &session.cipher else {
+    let CipherState::Aead(aead) = &session.cipher else {
         return Err(DescriptorError::Unsupported);
     };
+    let (key, salt) = (&aead.key, &aead.salt);
     // RFC 4106 §4, RFC 7634 §2: nonce = salt ‖ explicit IV.
     let mut nonce = [0u8; 12];
     nonce[..4].copy_from_slice(&salt[..]);
@@ -111,9 +112,9 @@ fn aead_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<boo
 
 fn cipher_pass(session: &Session, desc: &Descriptor, buf: &mut [u8]) -> Result<(), DescriptorError> {
     let (encrypt, decrypt) = match &session.cipher {
-        CipherState::Cbc { encrypt, decrypt } => (encrypt, decrypt),
+        CipherState::Cbc(keys) => (&keys.encrypt, &keys.decrypt),
         CipherState::Null => return Ok(()),
-        CipherState::Aead { .. } => return Err(DescriptorError::Unsupported),
+        CipherState::Aead(_) => return Err(DescriptorError::Unsupported),
     };
     let block = session.algorithm().pad_align();
     // Block sizes are powers of two: a mask, not a division, per packet.

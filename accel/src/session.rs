@@ -2,29 +2,32 @@
 //! used for every packet of that SA.
 //!
 //! A [`SessionSpec`] is what the control plane hands to an engine at SA
-//! install: the algorithm and the raw keys, in wiped memory. The engine
+//! install: the algorithm and the raw keys, in key memory. The engine
 //! keeps whatever form of the keys it needs (the CPU engines an expanded
 //! [`Session`], the kernel engine its own sockets) and answers with a
 //! [`SessionHandle`], which is all a job carries; `release` wipes them at
 //! SA delete. [`SessionTable`] is the slot table the engines keep their
 //! sessions in, with generations so that a released handle is refused.
 //!
-//! Key material never appears in `Debug`. Each
-//! primitive comes from the crate that measured fastest here (the
-//! `crypto_libs` bench): AES-GCM from `ring`, AES-CBC and 3DES from
-//! `aws-lc-rs`, HMAC from RustCrypto. AWS-LC keeps its keys in its own
-//! allocations and cleanses them when they are freed (`OPENSSL_free` zeroes
-//! before it frees); `ring` keys and the keyed HMAC state (built with its
-//! `zeroize` feature) are held in boxes that are wiped on drop.
+//! Key material never appears in `Debug`. Each primitive comes from the
+//! crate that measured fastest here (the `crypto_libs` bench): AES-GCM and
+//! ChaCha20-Poly1305 from `ring`, AES-CBC and 3DES from `aws-lc-rs`, HMAC
+//! from RustCrypto. All of them keep their expanded keys inline in the
+//! key types (`ring`'s `LessSafeKey`, AWS-LC's `AES_KEY` and DES schedules
+//! inside `EncryptingKey`, the keyed hash states of `Hmac`), so each lives
+//! in one slot of key memory (`wiped.rs`: locked, out of core dumps,
+//! zeroed after the value is dropped; `ring` does not wipe its keys, AWS-LC
+//! and RustCrypto with `zeroize` do, the slot is zeroed either way). A
+//! session is built below [`Session::new`]'s frame, and the stack there is
+//! scrubbed before it returns: the crates return their schedules by value
+//! and leave copies in every frame they pass through.
 
 use std::fmt;
 
+use crate::algorithm::{Algorithm, CipherKind, IntegrityKind};
+use crate::wiped::{SecretBytes, Wiped};
 use aws_lc_rs::cipher::{DecryptingKey, EncryptingKey, UnboundCipherKey};
 use hmac::{Hmac, KeyInit};
-use zeroize::Zeroizing;
-
-use crate::algorithm::{Algorithm, CipherKind, IntegrityKind};
-use crate::wiped::Wiped;
 
 /// Why a session could not be created from the supplied keys.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,13 +57,13 @@ pub enum SessionError {
 
 /// What an engine is asked to register for one SA: the algorithm, whether
 /// the SA uses extended sequence numbers (some engines pick their template
-/// by it), and the raw keys, wiped when the spec is dropped.
+/// by it), and the raw keys, in key memory, wiped when the spec is dropped.
 #[derive(Clone)]
 pub struct SessionSpec {
     pub algorithm: Algorithm,
     pub esn: bool,
-    pub enc_key: Zeroizing<Vec<u8>>,
-    pub auth_key: Zeroizing<Vec<u8>>,
+    pub enc_key: SecretBytes,
+    pub auth_key: SecretBytes,
 }
 
 impl fmt::Debug for SessionSpec {
@@ -74,7 +77,7 @@ impl fmt::Debug for SessionSpec {
 }
 
 impl SessionSpec {
-    /// Copies the keys into wiped memory; the caller's copies stay the
+    /// Copies the keys into key memory; the caller's copies stay the
     /// caller's to zeroize. Lengths are checked here, so every engine sees
     /// the same errors.
     pub fn new(
@@ -87,8 +90,8 @@ impl SessionSpec {
         Ok(SessionSpec {
             algorithm,
             esn,
-            enc_key: Zeroizing::new(enc_key.to_vec()),
-            auth_key: Zeroizing::new(auth_key.to_vec()),
+            enc_key: SecretBytes::new(enc_key),
+            auth_key: SecretBytes::new(auth_key),
         })
     }
 }
@@ -241,16 +244,22 @@ impl<T> SessionTable<T> {
 pub(crate) enum CipherState {
     /// AES-GCM or ChaCha20-Poly1305: the same ESP layout (RFC 4106, RFC
     /// 7634): nonce = salt ‖ explicit IV, the same AAD.
-    Aead {
-        key: Wiped<ring::aead::LessSafeKey>,
-        salt: Zeroizing<[u8; 4]>,
-    },
+    Aead(Wiped<AeadKey>),
     /// AES-CBC or 3DES-CBC; AWS-LC keys are one-directional.
-    Cbc {
-        encrypt: Box<EncryptingKey>,
-        decrypt: Box<DecryptingKey>,
-    },
+    Cbc(Wiped<CbcKeys>),
     Null,
+}
+
+/// An AEAD key with its salt, in one slot of key memory.
+pub(crate) struct AeadKey {
+    pub(crate) key: ring::aead::LessSafeKey,
+    pub(crate) salt: [u8; 4],
+}
+
+/// Both directions' CBC schedules, in one slot of key memory.
+pub(crate) struct CbcKeys {
+    pub(crate) encrypt: EncryptingKey,
+    pub(crate) decrypt: DecryptingKey,
 }
 
 pub(crate) enum MacState {
@@ -261,6 +270,8 @@ pub(crate) enum MacState {
 
 /// An SA's expanded keys, as the CPU engines (`soft`, `sec`) keep them.
 /// The raw keys are not kept: they were the spec's, and are wiped with it.
+/// The struct itself holds only pointers into key memory, so moving it
+/// copies no key.
 pub struct Session {
     algorithm: Algorithm,
     pub(crate) cipher: CipherState,
@@ -278,20 +289,17 @@ impl fmt::Debug for Session {
 
 impl Session {
     /// Starts loading the key schedules a job of this session reads (the
-    /// expanded keys live in their own boxes, a second miss after the
-    /// session's slot). `encrypt` picks the CBC key of that direction.
+    /// expanded keys live in key memory, a second miss after the session's
+    /// slot). `encrypt` picks the CBC key of that direction.
     #[inline]
     pub(crate) fn prefetch_keys(&self, encrypt: bool) {
         match &self.cipher {
-            CipherState::Aead { key, .. } => crate::prefetch::bytes::<ring::aead::LessSafeKey>(key),
-            CipherState::Cbc {
-                encrypt: e,
-                decrypt: d,
-            } => {
+            CipherState::Aead(key) => crate::prefetch::bytes::<AeadKey>(key),
+            CipherState::Cbc(keys) => {
                 if encrypt {
-                    crate::prefetch::bytes::<EncryptingKey>(e);
+                    crate::prefetch::bytes::<EncryptingKey>(&keys.encrypt);
                 } else {
-                    crate::prefetch::bytes::<DecryptingKey>(d);
+                    crate::prefetch::bytes::<DecryptingKey>(&keys.decrypt);
                 }
             }
             CipherState::Null => {}
@@ -304,9 +312,21 @@ impl Session {
     }
 
     /// Expands `enc_key` and `auth_key` for `algorithm`. The caller's copies
-    /// remain the caller's to zeroize.
+    /// remain the caller's to zeroize; the copies the crypto crates leave
+    /// on the stack while expanding are scrubbed before this returns.
     pub fn new(algorithm: Algorithm, enc_key: &[u8], auth_key: &[u8]) -> Result<Self, SessionError> {
+        let session = Self::expand(algorithm, enc_key, auth_key);
+        // `expand` ran in frames below this one: wipe them.
+        crate::wiped::scrub_stack();
+        session
+    }
+
+    /// The expansion itself, never inlined so that its frames (and those of
+    /// the crates it calls) lie below [`Session::new`]'s.
+    #[inline(never)]
+    fn expand(algorithm: Algorithm, enc_key: &[u8], auth_key: &[u8]) -> Result<Self, SessionError> {
         check_key_lengths(algorithm, enc_key, auth_key)?;
+        let rejected = SessionError::Rejected { algorithm };
         let cipher = match algorithm.cipher() {
             CipherKind::AesGcm | CipherKind::ChaCha20Poly1305 => {
                 let (key, salt) = enc_key.split_at(enc_key.len() - 4);
@@ -316,14 +336,15 @@ impl Session {
                     (_, 16) => &ring::aead::AES_128_GCM,
                     _ => &ring::aead::AES_256_GCM,
                 };
-                let unbound = ring::aead::UnboundKey::new(aead, key)
-                    .map_err(|_| SessionError::Rejected { algorithm })?;
-                let mut salt_bytes = Zeroizing::new([0u8; 4]);
-                salt_bytes.copy_from_slice(salt);
-                CipherState::Aead {
-                    key: Wiped::new(ring::aead::LessSafeKey::new(unbound)),
-                    salt: salt_bytes,
-                }
+                CipherState::Aead(Wiped::try_new_with(|| {
+                    let key = ring::aead::UnboundKey::new(aead, key).map_err(|_| rejected.clone())?;
+                    let mut salt_bytes = [0u8; 4];
+                    salt_bytes.copy_from_slice(salt);
+                    Ok(AeadKey {
+                        key: ring::aead::LessSafeKey::new(key),
+                        salt: salt_bytes,
+                    })
+                })?)
             }
             CipherKind::AesCbc | CipherKind::TripleDesCbc => {
                 let cipher = match (algorithm.cipher(), enc_key.len()) {
@@ -341,34 +362,30 @@ impl Session {
                         &aws_lc_rs::cipher::DES_EDE3_FOR_LEGACY_USE_ONLY
                     }
                 };
-                CipherState::Cbc {
-                    encrypt: Box::new(
-                        EncryptingKey::cbc(
-                            UnboundCipherKey::new(cipher, enc_key)
-                                .map_err(|_| SessionError::Rejected { algorithm })?,
+                // `UnboundCipherKey` copies the key into a vector it wipes
+                // when dropped (aws-lc-rs's `Buffer`).
+                CipherState::Cbc(Wiped::try_new_with(|| {
+                    Ok(CbcKeys {
+                        encrypt: EncryptingKey::cbc(
+                            UnboundCipherKey::new(cipher, enc_key).map_err(|_| rejected.clone())?,
                         )
-                        .map_err(|_| SessionError::Rejected { algorithm })?,
-                    ),
-                    decrypt: Box::new(
-                        DecryptingKey::cbc(
-                            UnboundCipherKey::new(cipher, enc_key)
-                                .map_err(|_| SessionError::Rejected { algorithm })?,
+                        .map_err(|_| rejected.clone())?,
+                        decrypt: DecryptingKey::cbc(
+                            UnboundCipherKey::new(cipher, enc_key).map_err(|_| rejected.clone())?,
                         )
-                        .map_err(|_| SessionError::Rejected { algorithm })?,
-                    ),
-                }
+                        .map_err(|_| rejected.clone())?,
+                    })
+                })?)
             }
             CipherKind::Null => CipherState::Null,
         };
         let mac = match algorithm.integrity() {
-            IntegrityKind::HmacSha1_96 => MacState::HmacSha1(Wiped::new(
-                Hmac::<sha1::Sha1>::new_from_slice(auth_key)
-                    .map_err(|_| SessionError::Rejected { algorithm })?,
-            )),
-            IntegrityKind::HmacSha256_128 => MacState::HmacSha256(Wiped::new(
-                Hmac::<sha2::Sha256>::new_from_slice(auth_key)
-                    .map_err(|_| SessionError::Rejected { algorithm })?,
-            )),
+            IntegrityKind::HmacSha1_96 => MacState::HmacSha1(Wiped::try_new_with(|| {
+                Hmac::<sha1::Sha1>::new_from_slice(auth_key).map_err(|_| rejected.clone())
+            })?),
+            IntegrityKind::HmacSha256_128 => MacState::HmacSha256(Wiped::try_new_with(|| {
+                Hmac::<sha2::Sha256>::new_from_slice(auth_key).map_err(|_| rejected.clone())
+            })?),
             IntegrityKind::Aead | IntegrityKind::None => MacState::None,
         };
         Ok(Session {
@@ -412,6 +429,47 @@ mod tests {
         assert_eq!(drained.len(), 2);
         assert!(table.is_empty());
         assert_eq!(table.get(b), None);
+    }
+
+    /// The stack `Session::new` scrubs must cover what building a session
+    /// uses: the region below a frame is painted, a session is built there
+    /// without the scrub, and the deepest byte it changed must lie well
+    /// within the scrubbed span (a new crate version that goes deeper
+    /// fails here, not silently in a memory scan).
+    #[test]
+    fn the_scrubbed_stack_covers_every_sessions_construction() {
+        use std::os::unix::fs::FileExt;
+        const SPAN: usize = 256 * 1024;
+
+        #[inline(never)]
+        fn paint() {
+            let mut area = [0xa5u8; SPAN];
+            std::hint::black_box(&mut area);
+        }
+
+        #[inline(never)]
+        fn depth(alg: Algorithm, mem: &std::fs::File, seen: &mut [u8]) -> usize {
+            let here = 0u8;
+            let top = std::ptr::addr_of!(here) as usize;
+            let (enc, auth) = (vec![0x11; alg.enc_key_len()], vec![0x22; alg.auth_key_len()]);
+            paint();
+            let session = std::hint::black_box(Session::expand(alg, &enc, &auth));
+            mem.read_at(seen, (top - SPAN) as u64)
+                .expect("read our own stack");
+            drop(session);
+            SPAN - seen.iter().position(|&b| b != 0xa5).unwrap_or(SPAN)
+        }
+
+        let mem = std::fs::File::open("/proc/self/mem").expect("/proc/self/mem");
+        let mut seen = vec![0u8; SPAN];
+        for alg in Algorithm::ALL {
+            let used = depth(alg, &mem, &mut seen);
+            assert!(
+                used * 2 <= crate::wiped::SCRUB_BYTES,
+                "{alg}: building a session used {used} bytes of stack; scrub_stack covers {}",
+                crate::wiped::SCRUB_BYTES
+            );
+        }
     }
 
     #[test]

@@ -233,6 +233,9 @@ pub struct Config {
     /// `[gateway] state_dir`: where sequence numbers of SAs with static
     /// keys are kept across restarts (relative to the file's directory).
     pub state_dir: Option<PathBuf>,
+    /// The permission bits of the file as it was read ([`Config::load`]);
+    /// `None` for text parsed without a file.
+    pub file_mode: Option<u32>,
 }
 
 /// Why a validated configuration could not be installed.
@@ -284,21 +287,43 @@ impl Config {
     /// which the TOML parser decodes into a string of its own (grown as
     /// it goes, so earlier copies are freed unwiped). Plain strings, as
     /// every key is written, are borrowed from the text, not copied.
+    ///
+    /// A file that holds keys or secrets is refused if a user other than
+    /// root or this process's could have written it: its owner is another
+    /// user, or its group or others may write it. What is checked is the
+    /// file that was read (its descriptor's status), not whatever the path
+    /// names by then.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let io_error = |e: std::io::Error| ConfigError {
+        Self::load_trusting(path, None)
+    }
+
+    /// [`Config::load`], trusting files owned by `also` too: the user
+    /// `espgw run --user` becomes, which reads the file at every reload.
+    pub fn load_trusting(path: &Path, also: Option<u32>) -> Result<Config, ConfigError> {
+        let error = |kind| ConfigError {
             file: path.to_path_buf(),
             line: 0,
             column: 0,
-            kind: ConfigErrorKind::Io(e.to_string()),
+            kind,
         };
-        let text = read_wiped(path).map_err(io_error)?;
+        let io_error = |e: std::io::Error| error(ConfigErrorKind::Io(e.to_string()));
+        let (text, file) = read_wiped(path).map_err(io_error)?;
         let text = std::str::from_utf8(&text).map_err(|e| {
             io_error(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!("the file is not UTF-8 (at byte {})", e.valid_up_to()),
             ))
         })?;
-        Self::parse(path, text)
+        let mut config = Self::parse(path, text)?;
+        config.file_mode = Some(file.mode);
+        if config.holds_keys() {
+            if let Some(why) = file.writable_by_others(path, also) {
+                return Err(error(ConfigErrorKind::Exposed(format!(
+                    "the file holds keys and {why}, who could change them (and so what this gateway trusts)"
+                ))));
+            }
+        }
+        Ok(config)
     }
 
     /// Validates `text`; `path` is used in error messages. Key material
@@ -371,17 +396,19 @@ impl Config {
         Ok(())
     }
 
-    /// A warning when this configuration holds keys or secrets and its
-    /// file can be read by users other than its owner.
-    pub fn exposed_keys_warning(&self) -> Option<String> {
-        use std::os::unix::fs::PermissionsExt;
-        let has_keys = self
-            .sas
+    /// Whether this configuration holds keys or secrets.
+    fn holds_keys(&self) -> bool {
+        self.sas
             .iter()
             .any(|s| !s.enc_key.is_empty() || !s.auth_key.is_empty())
-            || self.tunnels.iter().any(|t| t.secret.is_some());
-        let mode = std::fs::metadata(&self.path).ok()?.permissions().mode();
-        (has_keys && mode & 0o077 != 0).then(|| {
+            || self.tunnels.iter().any(|t| t.secret.is_some())
+    }
+
+    /// A warning when this configuration holds keys or secrets and its
+    /// file, as it was read, could be read by users other than its owner.
+    pub fn exposed_keys_warning(&self) -> Option<String> {
+        let mode = self.file_mode?;
+        (self.holds_keys() && mode & 0o077 != 0).then(|| {
             format!(
                 "{} holds keys and can be read by other users (mode {:o}); run `chmod 600 {}`",
                 self.path.display(),
@@ -425,16 +452,57 @@ impl Config {
     }
 }
 
-/// Reads a file into memory that is wiped when dropped. The buffer is
-/// sized from the file's length up front so that growing it leaves no
-/// unwiped copy behind (unless the file grows while being read).
-fn read_wiped(path: &Path) -> std::io::Result<Zeroizing<Vec<u8>>> {
+/// Who owns a configuration file and who may write it, from the status of
+/// the descriptor it was read through.
+struct FileStatus {
+    uid: u32,
+    mode: u32,
+}
+
+impl FileStatus {
+    /// Why users other than root, this process's effective user and `also`
+    /// could have written the file, if they could.
+    fn writable_by_others(&self, path: &Path, also: Option<u32>) -> Option<String> {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if self.uid != 0 && self.uid != euid && Some(self.uid) != also {
+            return Some(format!(
+                "belongs to uid {}, not root or the gateway's user; make root its owner (`chown root {}`) or run the gateway as its owner",
+                self.uid,
+                path.display()
+            ));
+        }
+        let who = match (self.mode & 0o020 != 0, self.mode & 0o002 != 0) {
+            (true, true) => "its group and every user",
+            (true, false) => "its group",
+            (false, true) => "every user",
+            (false, false) => return None,
+        };
+        Some(format!(
+            "can be written by {who} (mode {:o}); run `chmod 600 {}`",
+            self.mode & 0o777,
+            path.display()
+        ))
+    }
+}
+
+/// Reads a file into memory that is wiped when dropped, with the status of
+/// the descriptor it was read through. The buffer is sized from the
+/// file's length up front so that growing it leaves no unwiped copy
+/// behind (unless the file grows while being read).
+fn read_wiped(path: &Path) -> std::io::Result<(Zeroizing<Vec<u8>>, FileStatus)> {
     use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
     let mut file = std::fs::File::open(path)?;
-    let len = file.metadata().map_or(0, |m| m.len());
-    let mut text = Zeroizing::new(Vec::with_capacity(usize::try_from(len).unwrap_or(0)));
+    // fstat: the file this descriptor reads, whatever the path names later.
+    let meta = file.metadata()?;
+    let status = FileStatus {
+        uid: meta.uid(),
+        mode: meta.mode(),
+    };
+    let mut text = Zeroizing::new(Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0)));
     file.read_to_end(&mut text)?;
-    Ok(text)
+    Ok((text, status))
 }
 
 /// The selectors of the inbound policies naming SA `name`.
@@ -838,6 +906,7 @@ impl Validator<'_> {
                 path.parent()
                     .map_or_else(|| dir.to_path_buf(), |base| base.join(dir))
             }),
+            file_mode: None,
         })
     }
 
@@ -2137,7 +2206,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("espgw-read-wiped-{}", std::process::id()));
         let text = "enc_key = \"00112233\"\n".repeat(500);
         std::fs::write(&path, &text).unwrap();
-        let read = read_wiped(&path).unwrap();
+        let (read, _) = read_wiped(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(&read[..], text.as_bytes());
         // Never regrown: no copy of the text was freed unwiped on the way.

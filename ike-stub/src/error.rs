@@ -43,6 +43,9 @@ pub enum ConfigErrorKind {
     DuplicateName(String),
     #[error("{0}")]
     Interfaces(String),
+    /// A file with keys that users other than the gateway's could write.
+    #[error("{0}")]
+    Exposed(String),
 }
 
 /// A configuration error with its location.

@@ -237,16 +237,36 @@ fn edited_demo_config(side: &str, args: &DemoArgs, shipped: &str) -> Result<Stri
     Ok(config.doc.to_string())
 }
 
+/// What the demo's work directories are called, before their random part.
+pub const DEMO_DIR: &str = "espgw-demo-";
+
+/// The demo's work directory: fresh and private (see [`super::work_dir`]).
+pub fn demo_work_dir() -> Result<PathBuf> {
+    super::work_dir(DEMO_DIR)
+}
+
 /// [`edited_demo_config`] of the shipped file, written to `dir`.
 fn demo_config(side: &str, args: &DemoArgs, dir: &Path) -> Result<PathBuf> {
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("configs/demo-{side}.toml"));
     let text = std::fs::read_to_string(&shipped).with_context(|| format!("reading {}", shipped.display()))?;
     let text = edited_demo_config(side, args, &text)?;
     let path = dir.join(format!("demo-{side}.toml"));
-    std::fs::write(&path, text)?;
-    // The file holds keys: owner-only, as for a real gateway.
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    // The file holds keys: owner-only from its creation, as for a real
+    // gateway.
+    super::write_new(&path, &text)?;
     Ok(path)
+}
+
+/// Side `side`'s demo configuration, with no flag, written to `dir`.
+#[cfg(test)]
+pub fn write_demo_config(side: &str, dir: &Path) -> Result<PathBuf> {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+    let args = <Cli as clap::Parser>::parse_from(["demo"]).demo;
+    demo_config(side, &args, dir)
 }
 
 fn start_gateway(ns: &str, config: &Path, stats: &Path, log: &Path, args: &DemoArgs) -> Result<Child> {
@@ -275,8 +295,7 @@ fn start_gateway(ns: &str, config: &Path, stats: &Path, log: &Path, args: &DemoA
 /// directory and where gwA and gwB write their final counters.
 pub fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, [PathBuf; 2])> {
     check_prerequisites(args.nat)?;
-    let dir = std::env::temp_dir().join(format!("espgw-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = demo_work_dir()?;
     let mut lab = Lab::new(Names::demo(), (!args.keep).then(|| dir.clone()));
     eprintln!("building hostA — gwA — gwB — hostB ...");
     lab.build(args.nat, args.ipv6)?;

@@ -11,6 +11,11 @@
 //! - `gateways`: the demo's two gateways from the shipped configs, edited
 //!   for the flags below.
 //!
+//! Its work directories (configurations with keys, logs, counters) are
+//! fresh and private ([`work_dir`]), and files are created in them without
+//! following a link ([`write_new`]): a name in /tmp that another user
+//! could guess and plant first is never used.
+//!
 //! Must not: print a report or decide whether a run passed (`demo`, `soak`
 //! and `veth_bench` do), or hold dataplane logic (the gateways are `espgw
 //! run` processes, driven from outside like a user's).
@@ -20,7 +25,50 @@ pub mod gateways;
 pub mod topology;
 pub mod traffic;
 
+use std::path::{Path, PathBuf};
+
 use accel::{Algorithm, BufferPolicy, EngineKind, Style};
+use anyhow::{Context, Result};
+
+/// A fresh work directory in the temporary directory, named `prefix` and
+/// six random characters and made owner-only by mkdtemp(3): nothing can
+/// be there before it, and no one else can enter it.
+pub fn work_dir(prefix: &str) -> Result<PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut template = std::env::temp_dir()
+        .join(format!("{prefix}XXXXXX"))
+        .into_os_string()
+        .into_vec();
+    template.push(0);
+    // SAFETY: mkdtemp rewrites the X's of the NUL-terminated template in
+    // place and creates the directory with mode 0700.
+    if unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) }.is_null() {
+        return Err(std::io::Error::last_os_error()).with_context(|| {
+            format!(
+                "creating a work directory {}",
+                std::ffi::OsStr::from_bytes(&template).to_string_lossy()
+            )
+        });
+    }
+    template.pop();
+    Ok(PathBuf::from(std::ffi::OsString::from_vec(template)))
+}
+
+/// Writes `text` into a new owner-only file at `path`: never through a
+/// symbolic link, never into a file that is already there.
+pub fn write_new(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
 
 // The flags of `espgw demo`. `--soak` shares them; the lab reads those that
 // shape the topology and the gateways (`--nat`, `--algorithm`, the engine,
@@ -114,4 +162,73 @@ fn parse_size(text: &str) -> Result<u64, String> {
         .checked_mul(scale)
         .filter(|n| *n >= 1000)
         .ok_or_else(|| format!("`{text}` is out of range; rekey every 1kB or more"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::*;
+
+    /// The directories `espgw demo` and `espgw bench --veth` used to take,
+    /// /tmp/espgw-demo-PID and /tmp/espgw-bench-veth-PID, planted as links
+    /// to a directory another user controls: the work directories and the
+    /// configurations written in them (as the demo and the bench write
+    /// theirs) go elsewhere, owner-only, and nothing reaches the target.
+    #[test]
+    fn work_dirs_are_fresh_and_private_and_no_planted_link_is_followed() {
+        let pid = std::process::id();
+        let target = std::env::temp_dir().join(format!("espgw-planted-target-{pid}"));
+        let _ = std::fs::remove_dir_all(&target);
+        std::fs::create_dir(&target).expect("the target");
+        let planted: Vec<PathBuf> = [gateways::DEMO_DIR, crate::veth_bench::WORK_DIR]
+            .iter()
+            .map(|prefix| std::env::temp_dir().join(format!("{prefix}{pid}")))
+            .collect();
+        for link in &planted {
+            let _ = std::fs::remove_file(link);
+            std::os::unix::fs::symlink(&target, link).expect("plant a link");
+        }
+        let demo = gateways::demo_work_dir().expect("the demo's work dir");
+        let demo_config = gateways::write_demo_config("a", &demo).expect("a demo config");
+        let bench = crate::veth_bench::work_dir().expect("the bench's work dir");
+        let bench_config = crate::veth_bench::write_gateway_config("a", &bench).expect("a bench config");
+        let in_target: Vec<_> = std::fs::read_dir(&target)
+            .expect("the target")
+            .map(|e| e.map(|e| e.file_name()))
+            .collect();
+        for link in &planted {
+            let _ = std::fs::remove_file(link);
+        }
+        let _ = std::fs::remove_dir_all(&target);
+        assert!(
+            in_target.is_empty(),
+            "written through a planted link: {in_target:?}"
+        );
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        for (dir, config) in [(&demo, &demo_config), (&bench, &bench_config)] {
+            assert!(!planted.contains(dir), "{} is a predictable name", dir.display());
+            let meta = std::fs::symlink_metadata(dir).expect("the work dir");
+            assert!(meta.is_dir() && meta.uid() == euid, "{}", dir.display());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{}", dir.display());
+            let meta = std::fs::symlink_metadata(config).expect("the config");
+            assert!(meta.is_file() && config.starts_with(dir), "{}", config.display());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{}", config.display());
+            std::fs::remove_dir_all(dir).expect("remove the work dir");
+        }
+    }
+
+    #[test]
+    fn write_new_follows_no_link_and_replaces_nothing() {
+        let dir = work_dir("espgw-write-new-").expect("a work dir");
+        let target = dir.join("target");
+        std::fs::write(&target, "kept").expect("write");
+        let link = dir.join("link.toml");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        assert!(write_new(&link, "keys").is_err());
+        assert!(write_new(&target, "keys").is_err());
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "kept");
+        std::fs::remove_dir_all(&dir).expect("remove");
+    }
 }

@@ -21,6 +21,8 @@
 //! `--list`, `--include-ignored`) and print the same `test NAME ... ok` and
 //! `test result:` lines.
 
+pub mod memscan;
+
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 

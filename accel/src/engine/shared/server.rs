@@ -26,8 +26,8 @@
 //! path and are kept to it: they are looked at on ticks (every
 //! [`TICK_INTERVAL`] and after each sleep) through one epoll set, one
 //! message per tenant per turn, within a budget of the server's time
-//! ([`CONTROL_SHARE`] of it while tenants have work, all of it while they
-//! have none); a tenant that sends messages outside the protocol, or a
+//! ([`CONTROL_SHARE`] of it while tenants have work, all of it once they
+//! have had none for [`IDLE_AFTER`]); a tenant that sends messages outside the protocol, or a
 //! request before reading the answer to its last ([`MAX_STRIKES`] of
 //! either), is evicted; a connection that has not attached within
 //! `attach_within` is closed, and at most `max_unattached` wait at once
@@ -403,6 +403,7 @@ pub struct Published {
     stats: Mutex<StatsReply>,
     busy_ns: std::sync::atomic::AtomicU64,
     cpu_ns: std::sync::atomic::AtomicU64,
+    control_ns: std::sync::atomic::AtomicU64,
 }
 
 impl Published {
@@ -416,6 +417,12 @@ impl Published {
     /// Nanoseconds the back-end thread spent in passes that moved work.
     pub fn busy_ns(&self) -> u64 {
         self.busy_ns.load(Ordering::Relaxed)
+    }
+
+    /// Nanoseconds the back-end thread spent on the control path (new
+    /// connections and control messages) within its budget.
+    pub fn control_ns(&self) -> u64 {
+        self.control_ns.load(Ordering::Relaxed)
     }
 
     /// The back-end thread's CPU time so far, its polling included, in ns
@@ -472,6 +479,9 @@ pub struct Server {
     epoll: Epoll,
     events: Vec<libc::epoll_event>,
     listener_ready: bool,
+    /// Out of the epoll set until then: the connections waiting to attach
+    /// fill their pool and none is old enough to make room.
+    listener_parked: Option<Instant>,
     /// Tenants whose control socket has input, in turn order.
     control: VecDeque<usize>,
     /// Alternates the control turns between new connections and tenants.
@@ -479,8 +489,8 @@ pub struct Server {
     /// Nanoseconds of the server's time the control path may still use.
     credit_ns: i64,
     credited_at: Instant,
-    /// Whether a pass moved tenants' work since the last credit.
-    busy_since_credit: bool,
+    /// When a pass last moved tenants' work.
+    last_work: Instant,
     last_tick: Instant,
     budget: FdBudget,
     /// File descriptors all sessions hold in the engine.
@@ -502,17 +512,22 @@ pub struct Server {
     start: Instant,
     published: Arc<Published>,
     busy_ns: u64,
+    control_ns: u64,
 }
 
 /// The slow path (control sockets, deadlines, hung tenants, counters)
 /// runs this often while the server is busy, and after every sleep.
-pub const TICK_INTERVAL: Duration = Duration::from_micros(100);
+pub const TICK_INTERVAL: Duration = Duration::from_micros(200);
 /// The share of the server's time the control path may take while tenants
-/// have work (1/20: 5 %); all idle time is its to use.
-pub const CONTROL_SHARE: u32 = 20;
+/// have work (1/20: 5 %); idle time ([`IDLE_AFTER`]) is all its to use.
+pub const CONTROL_SHARE: u32 = 50;
 /// The most control work saved up, in nanoseconds: the longest the data
 /// path can wait behind the control path at once.
 const CONTROL_BURST_NS: i64 = 200_000;
+/// The server counts as idle (its time the control path's) once no
+/// tenant's work has moved for this long: a tenant between two of its
+/// requests is not idleness to spend.
+const IDLE_AFTER: Duration = Duration::from_millis(1);
 /// Messages outside the protocol (or sent before the answer to the last
 /// was read) after which a tenant is evicted.
 pub const MAX_STRIKES: usize = 8;
@@ -521,6 +536,11 @@ pub const MAX_SESSIONS: usize = 4096;
 /// Bytes of stack wiped below the control handler after each message:
 /// deeper than the key schedules' construction reaches.
 const SCRUB_BYTES: usize = 128 * 1024;
+/// How long a connection waiting to attach is safe from being closed to
+/// make room for a newer one (an honest tenant attaches within
+/// microseconds of connecting), so that a crowd of idle connections
+/// cycles at most `max_unattached` per this period.
+const MIN_WAIT: Duration = Duration::from_millis(50);
 /// The epoll entry of the listener (tenants' entries carry their slot and
 /// generation).
 const LISTENER: u64 = u64::MAX;
@@ -597,11 +617,12 @@ impl Server {
             epoll,
             events: Vec::with_capacity(64),
             listener_ready: false,
-            control: VecDeque::with_capacity(64),
+            listener_parked: None,
+            control: VecDeque::with_capacity(config.max_tenants + config.max_unattached + 1),
             accept_next: true,
             credit_ns: CONTROL_BURST_NS,
             credited_at: now,
-            busy_since_credit: false,
+            last_work: now,
             last_tick: now,
             budget,
             fds_held: 0,
@@ -622,6 +643,7 @@ impl Server {
             start: now,
             published: Arc::new(Published::default()),
             busy_ns: 0,
+            control_ns: 0,
             config,
         })
     }
@@ -652,7 +674,7 @@ impl Server {
             let worked = self.pass(now);
             if worked {
                 self.busy_ns += began.elapsed().as_nanos() as u64;
-                self.busy_since_credit = true;
+                self.last_work = began;
                 idle_since = None;
             }
             if began.duration_since(self.last_tick) >= TICK_INTERVAL {
@@ -1061,6 +1083,11 @@ impl Server {
             }
         }
         self.done = lost;
+        if self.listener_parked.is_some_and(|until| now >= until)
+            && self.epoll.add(self.listener.as_raw_fd(), LISTENER).is_ok()
+        {
+            self.listener_parked = None;
+        }
         self.take_ready();
         self.serve_control();
         let hung_after = self.config.hung_after;
@@ -1097,19 +1124,19 @@ impl Server {
     }
 
     /// Adds to the control path's credit the time since the last credit:
-    /// all of it if no tenant had work meanwhile, else `1/CONTROL_SHARE`.
+    /// all of it once no tenant has had work for [`IDLE_AFTER`], else
+    /// `1/CONTROL_SHARE` of it.
     fn credit(&mut self, now: Instant) {
         let elapsed = now
             .saturating_duration_since(self.credited_at)
             .as_nanos()
             .min(i64::MAX as u128) as i64;
         self.credited_at = now;
-        let gain = if self.busy_since_credit {
+        let gain = if now.saturating_duration_since(self.last_work) < IDLE_AFTER {
             elapsed / i64::from(CONTROL_SHARE)
         } else {
             elapsed
         };
-        self.busy_since_credit = false;
         self.credit_ns = self.credit_ns.saturating_add(gain).min(CONTROL_BURST_NS);
         if self.credit_ns > 0 {
             for t in self.tenants.iter_mut().flatten() {
@@ -1120,9 +1147,9 @@ impl Server {
 
     /// Charges the control path for work that began at `began`.
     fn charge(&mut self, began: Instant) {
-        self.credit_ns = self
-            .credit_ns
-            .saturating_sub(began.elapsed().as_nanos().min(i64::MAX as u128) as i64);
+        let spent = began.elapsed().as_nanos().min(i64::MAX as u128) as i64;
+        self.credit_ns = self.credit_ns.saturating_sub(spent);
+        self.control_ns += spent as u64;
     }
 
     /// Queues the control sockets with input (and notes a waiting
@@ -1152,6 +1179,14 @@ impl Server {
             let began = Instant::now();
             if self.listener_ready && (self.accept_next || self.control.is_empty()) {
                 self.accept_next = false;
+                if let Some(until) = self.no_room_until(began) {
+                    // New connections wait in the kernel's backlog (their
+                    // connect blocks once it is full: no churn to pay for).
+                    self.epoll.remove(self.listener.as_raw_fd());
+                    self.listener_parked = Some(until);
+                    self.listener_ready = false;
+                    continue;
+                }
                 match sys::accept(&self.listener) {
                     Ok(Some(sock)) => self.connected(sock),
                     // Nothing waiting, or no descriptor to take it with:
@@ -1169,6 +1204,22 @@ impl Server {
             }
             self.charge(began);
         }
+    }
+
+    /// When the pool of connections waiting to attach is full and none of
+    /// them has waited [`MIN_WAIT`] (the oldest is closed to make room
+    /// only then), when that will be.
+    fn no_room_until(&self, now: Instant) -> Option<Instant> {
+        let mut waiting = 0;
+        let mut oldest: Option<Instant> = None;
+        for t in self.tenants.iter().flatten() {
+            if matches!(t.side, Side::Unattached) {
+                waiting += 1;
+                oldest = Some(oldest.map_or(t.connected, |o| o.min(t.connected)));
+            }
+        }
+        let due = oldest? + MIN_WAIT.min(self.config.attach_within);
+        (waiting >= self.config.max_unattached.max(1) && due > now).then_some(due)
     }
 
     /// Reads and handles one control message of tenant `i` (not the
@@ -1226,6 +1277,9 @@ impl Server {
             Err(poisoned) => *poisoned.into_inner() = stats,
         }
         self.published.busy_ns.store(self.busy_ns, Ordering::Relaxed);
+        self.published
+            .control_ns
+            .store(self.control_ns, Ordering::Relaxed);
         // Off the fast path: publishing is the slow path's (every
         // `TICK_EVERY` passes and before a sleep), on the server's thread.
         self.published.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
@@ -1749,8 +1803,7 @@ impl Server {
     /// after telling the shm tenants to ring.
     fn sleep(&mut self, timeout: Duration) -> Result<(), ServeError> {
         self.publish();
-        // The time up to now is credited as busy or idle as it was; the
-        // sleep itself is idle.
+        // The time up to now is credited as it was.
         self.credit(Instant::now());
         let mut pending = false;
         for t in self.tenants.iter().flatten() {
@@ -1763,6 +1816,9 @@ impl Server {
         }
         if !pending {
             let mut timeout = timeout;
+            if let Some(until) = self.listener_parked {
+                timeout = timeout.min(until.saturating_duration_since(Instant::now()));
+            }
             self.pollfds.clear();
             if self.credit_ns > 0 {
                 self.pollfds.push(sys::pollfd(self.epoll.raw()));
@@ -1911,6 +1967,11 @@ impl ServerHandle {
 
     pub fn busy_ns(&self) -> u64 {
         self.published.busy_ns()
+    }
+
+    /// Nanoseconds the server spent on its control path so far.
+    pub fn control_ns(&self) -> u64 {
+        self.published.control_ns()
     }
 
     pub fn cpu_ns(&self) -> u64 {

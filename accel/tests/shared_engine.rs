@@ -785,7 +785,7 @@ fn a_tenant_refuses_a_region_the_server_did_not_seal() {
         slot_size: 2048,
         ..SharedSpec::default()
     });
-    let err = attached.err().expect("an unsealed region is refused");
+    let err = attached.expect_err("an unsealed region is refused");
     assert!(err.to_string().contains("sealed"), "{err}");
     fake.finish().expect("the fake server ran");
     let _ = std::fs::remove_file(&path);

@@ -763,7 +763,7 @@ impl Hostility {
                 let mut buf = [0u8; 512];
                 while !stop.load(Ordering::Relaxed) {
                     // Those the server closed are opened again.
-                    idle.retain(|t| !matches!(t.recv(&mut buf), Err(_)));
+                    idle.retain(|t| t.recv(&mut buf).is_ok());
                     while idle.len() < IDLE && !stop.load(Ordering::Relaxed) {
                         match RawTenant::connect(&socket) {
                             Ok(t) => {

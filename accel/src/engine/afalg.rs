@@ -1335,6 +1335,28 @@ impl Drop for AfalgEngine {
 mod tests {
     use super::*;
 
+    /// A session's cost is two descriptors per transform it opens: the
+    /// single-pass one (AEAD or authenc), and for the CBC and HMAC
+    /// algorithms a cipher-only and a MAC-only one too. (That `open` opens
+    /// exactly these is asserted there, and counted against the kernel by
+    /// `accel/tests/afalg_engine.rs` where AF_ALG exists.)
+    #[test]
+    fn a_sessions_cost_is_two_descriptors_per_transform() {
+        for (alg, fds) in [
+            (Algorithm::Aes128Gcm16, 2),
+            (Algorithm::Aes256Gcm16, 2),
+            (Algorithm::ChaCha20Poly1305, 2),
+            (Algorithm::Aes128Sha1, 6),
+            (Algorithm::Aes256Sha256, 6),
+            (Algorithm::TripleDesSha1, 6),
+            (Algorithm::NullSha1, 4),
+            (Algorithm::Null, 0),
+        ] {
+            assert_eq!(session_fds(alg), fds, "{alg}");
+        }
+        assert_eq!(ENGINE_FDS, 2 * SLOTS + 1);
+    }
+
     /// The names are config values, `--afalg-io` values and JSON text:
     /// deriving them must not rename one, and serde must agree with strum.
     #[test]

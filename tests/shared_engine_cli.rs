@@ -355,3 +355,56 @@ fn a_stopped_server_times_the_tenants_jobs_out_and_it_recovers() {
         assert_eq!(back[0].desc.status, Status::Done, "{transport}: served again");
     }
 }
+
+/// A tenant that resizes its shared region (`ftruncate` on the memfd it
+/// was given, shrinking it to nothing or growing it) cannot take the
+/// server down: the region is sealed against both, so the call fails, and
+/// the server goes on serving the other tenants. Before the seals, the
+/// server died of SIGBUS at its next look at that tenant's ring, and with
+/// it every tenant's engine.
+#[test]
+fn a_tenant_resizing_its_region_cannot_take_the_server_down() {
+    use accel::shared::hostile::RawTenant;
+    let dir = temp_dir("truncate");
+    let socket = dir.join("engine.sock");
+    let mut server = serve(&socket, "soft");
+    let clock = Instant::now();
+    let mut good = SharedEngine::attach(&SharedSpec {
+        socket: socket.clone(),
+        transport: Transport::Shm,
+        entries: 16,
+        slot_size: 2048,
+        ..SharedSpec::default()
+    })
+    .expect("attaches");
+    let spec = SessionSpec::new(Algorithm::Aes128Gcm16, false, &[7; 20], &[]).expect("keys");
+    let h = good.register(&spec).expect("registers");
+    for (round, shrink) in [true, false].into_iter().enumerate() {
+        let hostile =
+            RawTenant::attach(&socket, Transport::Shm, 16, 2048).expect("the hostile tenant attaches");
+        let len = if shrink { 0 } else { hostile.region_len() * 4 };
+        let resized = hostile.truncate(len);
+        // Wake the server to look at the hostile tenant's ring.
+        hostile.ring();
+        std::thread::sleep(Duration::from_millis(200));
+        let status = server.0.try_wait().expect("wait");
+        assert!(status.is_none(), "the server died: {status:?}");
+        let err = resized.expect_err("the region is sealed against resizing");
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
+        let user = 10 * round as u64;
+        t_submit(
+            &mut good,
+            clock,
+            (0..8).map(|i| gcm_job(h, 64, user + i)).collect(),
+        );
+        let back = collect(&mut good, clock, 8, Duration::from_secs(5));
+        assert_eq!(back.len(), 8, "the other tenant is served");
+        assert!(back.iter().all(|j| j.desc.status == Status::Done));
+    }
+}
+
+fn t_submit(t: &mut SharedEngine, clock: Instant, jobs: Vec<Job>) {
+    let mut queue: VecDeque<Job> = jobs.into();
+    let n = queue.len();
+    assert_eq!(t.submit_burst(clock.elapsed(), &mut queue), n);
+}

@@ -16,7 +16,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use accel::afalg::{AfalgEngine, AfalgIo, SLOTS};
+use accel::afalg::{session_fds, AfalgEngine, AfalgIo, SLOTS, SPARE_OPS};
 use accel::{
     Algorithm, BufferPolicy, Descriptor, DescriptorError, DescriptorKind, Direction, Engine, Job,
     NextCompletion, PacketBuf, PacketPool, Region, SessionHandle, SessionSpec, SoftEngine, Status,
@@ -47,6 +47,7 @@ fn main() -> std::process::ExitCode {
             &AFALG,
             a_kernel_refusal_at_registration_is_refused_with_the_reason
         ),
+        testkit::needs!(&AFALG, a_sessions_descriptors_are_what_session_fds_says),
     ])
 }
 
@@ -794,4 +795,59 @@ fn a_kernel_refusal_at_registration_is_refused_with_the_reason() {
         .register(&spec(Algorithm::Aes128Sha1, false))
         .expect("registers");
     afalg.release(h);
+}
+
+/// What a session holds in file descriptors is what `session_fds` says,
+/// however many of its requests were once in flight together (beyond each
+/// transform's own idle socket the engine keeps at most `SPARE_OPS` for
+/// all sessions), and a release gives every one back: `espgw engine
+/// serve` bounds its tenants' sessions by this count.
+fn a_sessions_descriptors_are_what_session_fds_says() {
+    for alg in [
+        Algorithm::Aes128Gcm16,
+        Algorithm::Aes128Sha1,
+        Algorithm::Aes256Sha256,
+        Algorithm::NullSha1,
+        Algorithm::Null,
+    ] {
+        for io in AfalgIo::ALL {
+            let mut afalg = engine(BufferPolicy::Registered, io);
+            let base = open_fds();
+            let sessions = 4;
+            let handles: Vec<SessionHandle> = (0..sessions)
+                .map(|_| afalg.register(&spec(alg, false)).expect("registers"))
+                .collect();
+            assert_eq!(
+                open_fds() - base,
+                sessions * session_fds(alg),
+                "{alg} {io}: what registration opened"
+            );
+            // Every session once with a ring's worth of requests in flight.
+            let payload = round_up(64, alg.pad_align());
+            let d = descriptor(
+                alg,
+                payload,
+                DescriptorKind::SinglePass,
+                Direction::Encrypt,
+                false,
+            );
+            for &h in &handles {
+                let jobs = (0..SLOTS as u32)
+                    .map(|i| job(h, d, &frame(alg, payload, i), u64::from(i)))
+                    .collect();
+                let back = run(&mut afalg, Duration::ZERO, jobs);
+                assert!(back.iter().all(|j| j.desc.status == Status::Done), "{alg} {io}");
+            }
+            let held = open_fds() - base;
+            assert!(
+                held <= sessions * session_fds(alg) + SPARE_OPS,
+                "{alg} {io}: {held} descriptors held, the bound is {} + {SPARE_OPS}",
+                sessions * session_fds(alg)
+            );
+            for h in handles {
+                afalg.release(h);
+            }
+            assert_eq!(open_fds(), base, "{alg} {io}: released, every descriptor closed");
+        }
+    }
 }

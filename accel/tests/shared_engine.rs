@@ -677,3 +677,335 @@ fn a_jumping_caller_clock_times_out_nothing_of_a_live_server() {
         assert_eq!(t.counters().timed_out, 0, "{transport}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Hostile tenants: the server's threat model.
+// ---------------------------------------------------------------------------
+
+use accel::shared::hostile::{RawTenant, UnsealedServer};
+use accel::shared::server::MAX_STRIKES;
+use accel::shared::wire::op;
+
+/// A tenant flooding its control socket (garbage, or valid requests whose
+/// answers it never reads) is let go after a bounded number of its
+/// messages, while a steady tenant's every request is served and right.
+/// Over both transports, and from a connection that never attached.
+#[test]
+fn a_tenant_flooding_its_control_socket_is_evicted_while_the_others_are_served() {
+    let server = server();
+    let garbage = [0x42u8; 16];
+    let shm = RawTenant::attach(&server.socket, Transport::Shm, 16, 2048).expect("attaches");
+    let socket = RawTenant::attach(&server.socket, Transport::Socket, 16, 2048).expect("attaches");
+    let unattached = RawTenant::connect(&server.socket).expect("connects");
+    // Valid requests, pipelined, their answers never read.
+    let deaf = RawTenant::attach(&server.socket, Transport::Shm, 16, 2048).expect("attaches");
+    let flooders = [
+        ("garbage over shm", &shm, &garbage[..]),
+        ("garbage over socket", &socket, &garbage[..]),
+        ("garbage before attaching", &unattached, &garbage[..]),
+        ("stats never read", &deaf, &[op::STATS][..]),
+    ];
+    for (who, t, msg) in flooders {
+        let sent = t.fill(msg, 100_000);
+        assert!(sent > 2 * MAX_STRIKES, "{who}: only {sent} messages went out");
+    }
+    let (rounds, _steady) = steady(&server, Duration::from_millis(500));
+    assert!(rounds > 0);
+    for (who, t, _) in flooders {
+        let (answers, closed) = t.drain_until_closed(Duration::from_secs(5));
+        assert!(closed, "{who}: still connected after {} answers", answers.len());
+        // The strikes' refusals (or the one answer read in lock-step) and
+        // the parting message: nothing like the flood's length.
+        assert!(
+            answers.len() <= MAX_STRIKES + 1,
+            "{who}: the server answered {} of its messages",
+            answers.len()
+        );
+    }
+    let s = eventually(&server, "flooders evicted", |s| s.evicted == 4);
+    assert!(
+        s.malformed <= 3 * MAX_STRIKES as u64,
+        "the server read only a bounded part of the floods: {s:?}"
+    );
+}
+
+/// Connections that never attach are closed after the attach deadline (or
+/// to make room for newer ones) and counted; they never lock out a tenant
+/// or the operator's `stats`, which also answers with the tenant table full.
+#[test]
+fn idle_connections_lock_out_neither_tenants_nor_stats() {
+    let server = server_with(EngineKind::Soft, |c| {
+        c.max_tenants = 2;
+        c.attach_within = Duration::from_millis(300);
+    });
+    let idle: Vec<RawTenant> = (0..64)
+        .map(|_| RawTenant::connect(&server.socket).expect("connects"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let s = accel::shared::query_stats(&server.socket).expect("stats answers beside idle connections");
+    assert_eq!(s.tenants, 0, "{s:?}");
+    let alg = Algorithm::Aes128Gcm16;
+    let mut a = tenant(&server, Transport::Shm);
+    let mut b = tenant(&server, Transport::Socket);
+    for t in [&mut a, &mut b] {
+        let h = t.register(&spec(alg, 1)).expect("registers");
+        let back = run(t, vec![job(h, alg, 64, 1)]);
+        assert_eq!(back[0].desc.status, Status::Done);
+    }
+    // The table is full: a third tenant is refused, stats still answers.
+    let third = SharedEngine::attach(&SharedSpec {
+        socket: server.socket.clone(),
+        ..SharedSpec::default()
+    });
+    assert!(
+        matches!(&third, Err(accel::shared::AttachError::Refused(r)) if r.contains("maximum")),
+        "{third:?}"
+    );
+    let s = accel::shared::query_stats(&server.socket).expect("stats answers with the table full");
+    assert_eq!(s.tenants, 2, "{s:?}");
+    for c in &idle {
+        let (_, closed) = c.drain_until_closed(Duration::from_secs(5));
+        assert!(closed, "an idle connection is closed");
+    }
+    let s = eventually(&server, "idle connections counted", |s| s.idle_closed == 64);
+    assert_eq!(s.evicted, 0, "{s:?}");
+}
+
+/// The tenant maps memory the server created only if the server sealed it
+/// against resizing: an unsealed region (which a third party holding the
+/// descriptor could shrink under the tenant) is refused, with the reason.
+#[test]
+fn a_tenant_refuses_a_region_the_server_did_not_seal() {
+    let path = socket_path();
+    let fake = UnsealedServer::start(&path).expect("listens");
+    let attached = SharedEngine::attach(&SharedSpec {
+        socket: path.clone(),
+        transport: Transport::Shm,
+        entries: 16,
+        slot_size: 2048,
+        ..SharedSpec::default()
+    });
+    let err = attached.expect_err("an unsealed region is refused");
+    assert!(err.to_string().contains("sealed"), "{err}");
+    fake.finish().expect("the fake server ran");
+    let _ = std::fs::remove_file(&path);
+}
+
+const MASK: u8 = 0xa5;
+
+/// Where `masked` (a key XOR [`MASK`], so that the needle itself never
+/// lies in memory in the clear) occurs in this process's readable memory,
+/// every mapping of it: the heap, every thread's stack, the shared regions.
+fn occurrences_in_memory(masked: &[&[u8]]) -> Vec<usize> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+    let mem = std::fs::File::open("/proc/self/mem").expect("mem");
+    let mut chunk = vec![0u8; 1 << 20];
+    // The buffer itself is not scanned: it holds what the last read copied.
+    let own = (chunk.as_ptr() as u64, chunk.as_ptr() as u64 + chunk.len() as u64);
+    let longest = masked.iter().map(|m| m.len()).max().unwrap_or(1);
+    let mut found = vec![0; masked.len()];
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if !perms.starts_with('r') || line.contains("[vvar") || line.contains("[vsyscall]") {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        let mut at = start;
+        while at < end {
+            if (own.0..own.1).contains(&at) {
+                at = own.1;
+                continue;
+            }
+            let stop = if at < own.0 { end.min(own.0) } else { end };
+            let want = ((stop - at) as usize).min(chunk.len());
+            let Ok(got) = mem.read_at(&mut chunk[..want], at) else {
+                break;
+            };
+            if got == 0 {
+                break;
+            }
+            let hay = &chunk[..got];
+            for (k, needle) in masked.iter().enumerate() {
+                let first = needle[0] ^ MASK;
+                let mut i = 0;
+                while let Some(p) = hay[i..].iter().position(|&b| b == first) {
+                    let s = i + p;
+                    if s + needle.len() > hay.len() {
+                        break;
+                    }
+                    if hay[s..s + needle.len()]
+                        .iter()
+                        .zip(needle.iter())
+                        .all(|(h, n)| *h == *n ^ MASK)
+                    {
+                        found[k] += 1;
+                    }
+                    i = s + 1;
+                }
+            }
+            zeroize_vec(&mut chunk[..got]);
+            // Overlap the next read so that a key across the boundary is seen.
+            at += if got == want && at + (got as u64) < stop {
+                (got - (longest - 1)) as u64
+            } else {
+                got as u64
+            };
+        }
+    }
+    zeroize_vec(&mut chunk);
+    found
+}
+
+fn zeroize_vec(v: &mut [u8]) {
+    for b in v.iter_mut() {
+        // SAFETY: a volatile write to a byte we own.
+        unsafe { std::ptr::write_volatile(b, 0) };
+    }
+}
+
+/// Random key bytes, returned masked (the clear key is handed to `use_key`
+/// and wiped after).
+fn random_key(len: usize) -> (zeroize::Zeroizing<Vec<u8>>, Vec<u8>) {
+    let mut key = zeroize::Zeroizing::new(vec![0u8; len]);
+    // SAFETY: getrandom writes `len` bytes into the buffer we own.
+    let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), len, 0) };
+    assert_eq!(n, len as isize);
+    let masked = key.iter().map(|b| b ^ MASK).collect();
+    (key, masked)
+}
+
+/// Keys die with their sessions: once a tenant releases a session (or
+/// detaches, taking its sessions with it), no copy of its keys, on any
+/// heap or stack of this process (the server is a thread of it), remains.
+#[test]
+fn a_released_sessions_keys_are_nowhere_in_the_servers_memory() {
+    let server = server();
+    // The scanner finds what is there: a canary held while it scans.
+    let (canary, canary_masked) = random_key(24);
+    assert_eq!(occurrences_in_memory(&[&canary_masked]), vec![1]);
+    drop(canary);
+    assert_eq!(occurrences_in_memory(&[&canary_masked]), vec![0]);
+    for (k, alg) in [
+        Algorithm::Aes128Gcm16,
+        Algorithm::Aes256Sha256,
+        Algorithm::Aes128Sha1,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut t = tenant(&server, Transport::ALL[k % 2]);
+        let (enc, enc_masked) = random_key(alg.enc_key_len());
+        let (auth, auth_masked) = random_key(alg.auth_key_len().max(1));
+        let session = SessionSpec::new(alg, false, &enc, &auth[..alg.auth_key_len()]).expect("keys");
+        drop((enc, auth));
+        let h = t.register(&session).expect("registers");
+        drop(session);
+        let back = run(&mut t, (0..16).map(|i| job(h, alg, 256, i)).collect());
+        assert!(back.iter().all(|j| j.desc.status == Status::Done));
+        // The AES key without its salt: what a key schedule starts with.
+        let aes = &enc_masked[..alg.enc_key_len() - if alg.is_aead() { 4 } else { 0 }];
+        let mut needles: Vec<&[u8]> = vec![aes];
+        if alg.auth_key_len() > 0 {
+            needles.push(&auth_masked);
+        }
+        let wiped = server.stats().sessions_wiped;
+        if k < 2 {
+            t.release(h);
+        } else {
+            // Detaching takes the session with it.
+            drop(t);
+        }
+        eventually(&server, "session wiped", |s| s.sessions_wiped > wiped);
+        // The server goes on serving meanwhile (its stack in use again).
+        steady(&server, Duration::from_millis(50));
+        let found = occurrences_in_memory(&needles);
+        assert!(found.iter().all(|&n| n == 0), "{alg}: key copies found {found:?}");
+    }
+}
+
+/// The kernel engine's costs without the kernel: soft's crypto under the
+/// afalg engine's name, so that the server charges each session what an
+/// afalg session holds in file descriptors ([`accel::afalg::session_fds`]).
+struct CostsLikeAfalg(SoftEngine);
+
+impl Engine for CostsLikeAfalg {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Afalg
+    }
+    fn register(&mut self, spec: &SessionSpec) -> Result<SessionHandle, accel::RegisterError> {
+        self.0.register(spec)
+    }
+    fn release(&mut self, handle: SessionHandle) {
+        self.0.release(handle)
+    }
+    fn submit_burst(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize {
+        self.0.submit_burst(now, jobs)
+    }
+    fn poll_burst(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
+        self.0.poll_burst(now, out)
+    }
+    fn next_completion(&self) -> NextCompletion {
+        self.0.next_completion()
+    }
+    fn in_flight(&self) -> usize {
+        self.0.in_flight()
+    }
+    fn counters(&self) -> accel::EngineCounters {
+        self.0.counters()
+    }
+}
+
+/// Sessions are bounded by what they cost the server in file descriptors,
+/// per tenant and for all tenants together: over either bound a
+/// registration is refused with the reason and counted, and a release
+/// gives its descriptors back. (Without the bound, one tenant registering
+/// afalg sessions could take every descriptor the server has.)
+#[test]
+fn sessions_are_bounded_by_their_descriptors_per_tenant_and_in_all() {
+    let alg = Algorithm::Aes128Sha1;
+    let cost = accel::afalg::session_fds(alg);
+    assert_eq!(cost, 6, "three transforms, each with its operation socket");
+    let mut config = ServerConfig::new(socket_path(), EngineSpec::default());
+    config.fds = accel::shared::FdLimits {
+        per_tenant: Some(3 * cost),
+        total: Some(5 * cost),
+    };
+    let server = accel::shared::spawn_with_engine(config, Box::new(CostsLikeAfalg(SoftEngine::default())))
+        .expect("server starts");
+    let mut a = tenant(&server, Transport::Shm);
+    let mut b = tenant(&server, Transport::Socket);
+    let held: Vec<SessionHandle> = (0..3)
+        .map(|k| a.register(&spec(alg, k)).expect("within the tenant's share"))
+        .collect();
+    let over = a.register(&spec(alg, 9)).expect_err("past the tenant's share");
+    assert!(
+        over.to_string().contains("file descriptors") && over.to_string().contains("this tenant"),
+        "{over}"
+    );
+    let hb: Vec<SessionHandle> = (0..2)
+        .map(|k| b.register(&spec(alg, 10 + k)).expect("within the total"))
+        .collect();
+    let over = b.register(&spec(alg, 12)).expect_err("past the total");
+    assert!(over.to_string().contains("all tenants"), "{over}");
+    // Still served; and a release gives its descriptors back.
+    let back = run(&mut a, vec![job(held[0], alg, 64, 1)]);
+    assert_eq!(back[0].desc.status, Status::Done);
+    a.release(held[0]);
+    eventually(&server, "released", |s| s.sessions_wiped == 1);
+    let again = b
+        .register(&spec(alg, 12))
+        .expect("a released session's descriptors are free again");
+    let back = run(&mut b, vec![job(again, alg, 64, 2), job(hb[0], alg, 64, 3)]);
+    assert!(back.iter().all(|j| j.desc.status == Status::Done));
+    let s = eventually(&server, "refusals counted", |s| s.over_budget == 2);
+    assert_eq!(s.refused(), 0, "{s:?}");
+}

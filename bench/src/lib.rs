@@ -146,6 +146,12 @@ pub struct BenchArgs {
     /// through (default /run/espgw/engine.sock).
     #[arg(long, value_name = "PATH")]
     pub engine_socket: Option<PathBuf>,
+    /// With `--tenants`: instead of the sweep, one good tenant's round trips
+    /// alone and beside a hostile tenant (flooding its control socket,
+    /// resizing its shared region, holding idle connections), in
+    /// alternating slices of `--slice-ms`, `--repetitions` pairs.
+    #[arg(long)]
+    pub hostile: bool,
     /// `--tenants`: transports to measure, shm and/or socket.
     #[arg(long, value_delimiter = ',', default_values_t = accel::shared::Transport::ALL)]
     pub transport: Vec<accel::shared::Transport>,
@@ -913,6 +919,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             repetitions: args.repetitions.max(1),
             profile: args.rate.clone(),
             json: args.json.clone(),
+            hostile: args.hostile,
         });
     }
     if args.io {

@@ -16,6 +16,11 @@
 //! at a time, waiting for each). Requests are engine-level jobs of the
 //! given sizes (ESP packet sizes, and 4 and 8 KB requests as the study
 //! measured), not frames through a gateway.
+//!
+//! `--hostile` measures something else: one good tenant's round trips
+//! (one request at a time, waited for) alone and beside a hostile tenant
+//! that floods its control socket, resizes its shared region and keeps
+//! idle connections open, in alternating slices of one run ([`hostile`]).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -50,6 +55,9 @@ pub struct Options {
     /// The sec model's device profile.
     pub profile: String,
     pub json: Option<PathBuf>,
+    /// Instead of the sweep: the good tenant's round trips alone and beside
+    /// a hostile tenant ([`hostile`]).
+    pub hostile: bool,
 }
 
 /// How a row's requests reached the engine.
@@ -615,6 +623,15 @@ pub fn derived(rows: &[Row], algorithm: Algorithm) -> String {
 
 /// `espgw bench --tenants ...`.
 pub fn run(options: &Options) -> anyhow::Result<()> {
+    if options.hostile {
+        let report = hostile(options)?;
+        print!("{}", report.text());
+        if let Some(path) = &options.json {
+            std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        return Ok(());
+    }
     let rows = measure(options, |r| {
         eprintln!(
             "  {} {} B {} x{}: {:.0} Mb/s",
@@ -642,6 +659,298 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Flooding threads, each with connections of its own (the review's
+/// attack was four processes on one socket: the same load on the server).
+const FLOODERS: usize = 4;
+/// Idle connections the hostile tenant keeps open (the review's 64).
+const IDLE: usize = 64;
+/// How long the hostile load runs before a slice is measured.
+const HOSTILE_WARMUP: Duration = Duration::from_millis(50);
+
+/// What the hostile tenant did during the hostile slices.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct HostileCounts {
+    /// Control messages it got into its sockets (garbage, and stats
+    /// requests whose answers it never read).
+    pub flood_messages: u64,
+    /// Connections it made for flooding (again after each eviction).
+    pub flood_connections: u64,
+    /// Resizes of its shared region it tried, and those the kernel allowed.
+    pub resizes_tried: u64,
+    pub resizes_allowed: u64,
+    /// Idle connections it opened (again after each was closed).
+    pub idle_connections: u64,
+    /// CPU time its threads used, in ns.
+    pub cpu_ns: u64,
+}
+
+impl HostileCounts {
+    fn add(&mut self, o: HostileCounts) {
+        self.flood_messages += o.flood_messages;
+        self.flood_connections += o.flood_connections;
+        self.resizes_tried += o.resizes_tried;
+        self.resizes_allowed += o.resizes_allowed;
+        self.idle_connections += o.idle_connections;
+        self.cpu_ns += o.cpu_ns;
+    }
+}
+
+/// The hostile tenant's threads, running until stopped.
+struct Hostility {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<HostileCounts>>,
+}
+
+impl Hostility {
+    fn start(socket: &std::path::Path) -> Hostility {
+        use accel::shared::hostile::RawTenant;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for k in 0..FLOODERS {
+            let (stop, socket) = (Arc::clone(&stop), socket.to_path_buf());
+            threads.push(std::thread::spawn(move || {
+                let mut c = HostileCounts::default();
+                // Half send garbage, half valid requests never read.
+                let msg: &[u8] = if k % 2 == 0 {
+                    &[0x42; 16]
+                } else {
+                    &[accel::shared::wire::op::STATS]
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(t) = RawTenant::attach(&socket, Transport::Shm, 16, 2048) else {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    };
+                    c.flood_connections += 1;
+                    let _ = t.set_timeouts(Duration::from_millis(20));
+                    while !stop.load(Ordering::Relaxed) {
+                        match t.send_blocking(msg) {
+                            Ok(()) => c.flood_messages += 1,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            // Evicted: connect again.
+                            Err(_) => break,
+                        }
+                    }
+                }
+                c.cpu_ns = thread_cpu_ns();
+                c
+            }));
+        }
+        {
+            let (stop, socket) = (Arc::clone(&stop), socket.to_path_buf());
+            threads.push(std::thread::spawn(move || {
+                let mut c = HostileCounts::default();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(t) = RawTenant::attach(&socket, Transport::Shm, 16, 2048) {
+                        for len in [0, t.region_len() * 4] {
+                            c.resizes_tried += 1;
+                            if t.truncate(len).is_ok() {
+                                c.resizes_allowed += 1;
+                            }
+                        }
+                        // Make the server look at the region.
+                        t.ring();
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                c.cpu_ns = thread_cpu_ns();
+                c
+            }));
+        }
+        {
+            let (stop, socket) = (Arc::clone(&stop), socket.to_path_buf());
+            threads.push(std::thread::spawn(move || {
+                let mut c = HostileCounts::default();
+                let mut idle: Vec<RawTenant> = Vec::with_capacity(IDLE);
+                let mut buf = [0u8; 512];
+                while !stop.load(Ordering::Relaxed) {
+                    // Those the server closed are opened again.
+                    idle.retain(|t| t.recv(&mut buf).is_ok());
+                    while idle.len() < IDLE && !stop.load(Ordering::Relaxed) {
+                        match RawTenant::connect(&socket) {
+                            Ok(t) => {
+                                c.idle_connections += 1;
+                                idle.push(t);
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                c.cpu_ns = thread_cpu_ns();
+                c
+            }));
+        }
+        Hostility { stop, threads }
+    }
+
+    fn stop(self) -> HostileCounts {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut total = HostileCounts::default();
+        for t in self.threads {
+            if let Ok(c) = t.join() {
+                total.add(c);
+            }
+        }
+        total
+    }
+}
+
+/// `--tenants --hostile`: the good tenant's round trips per second,
+/// alone and beside the hostile tenant, in alternating slices.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HostileReport {
+    pub size: usize,
+    pub slice_ms: u64,
+    pub alone: Vec<f64>,
+    pub hostile: Vec<f64>,
+    pub alone_median: f64,
+    pub hostile_median: f64,
+    /// `hostile_median / alone_median`.
+    pub ratio: f64,
+    /// The median over pairs of slices (each hostile slice over the alone
+    /// slice just before it): steadier than the ratio of medians while the
+    /// host's load moves between slices.
+    pub pair_ratio: f64,
+    /// /proc/loadavg's 1-minute figure before and after.
+    pub load_before: f64,
+    pub load_after: f64,
+    pub counts: HostileCounts,
+    pub server: accel::shared::StatsReply,
+    /// The server thread's CPU time over the measured slices, in ns.
+    pub server_cpu_alone_ns: u64,
+    pub server_cpu_hostile_ns: u64,
+    /// The server's time on its control path over the hostile slices.
+    pub server_control_hostile_ns: u64,
+}
+
+impl HostileReport {
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "shared engine under a hostile tenant: one good tenant's round trips ({} B, one request at a time, soft, shm), \
+             {} ms slices alternating alone / beside the hostile tenant\n",
+            self.size, self.slice_ms
+        );
+        let mut table = crate::table::plain_table(&["slices", "round trips/s (each)", "median"], &[2]);
+        for (name, v, m) in [
+            ("alone", &self.alone, self.alone_median),
+            ("hostile", &self.hostile, self.hostile_median),
+        ] {
+            let each: Vec<String> = v.iter().map(|r| format!("{r:.0}")).collect();
+            table.add_row([name.to_string(), each.join(" "), format!("{m:.0}")]);
+        }
+        s += &crate::table::table_text(&table);
+        let c = &self.counts;
+        s += &format!(
+            "hostile tenant: {} control messages flooded over {} connections, {} of {} resizes allowed, \
+             {} idle connections opened\n",
+            c.flood_messages, c.flood_connections, c.resizes_allowed, c.resizes_tried, c.idle_connections
+        );
+        s += &format!(
+            "CPU: the server thread {:.0} ms alone, {:.0} ms beside the hostile tenant ({:.1} ms of it on \
+             the control path) over the measured slices; the hostile tenant's threads {:.0} ms in all\n",
+            self.server_cpu_alone_ns as f64 / 1e6,
+            self.server_cpu_hostile_ns as f64 / 1e6,
+            self.server_control_hostile_ns as f64 / 1e6,
+            c.cpu_ns as f64 / 1e6
+        );
+        let v = &self.server;
+        s += &format!(
+            "server: {} evicted, {} idle connections closed, {} malformed, {} executed, {} tenants left\n",
+            v.evicted, v.idle_closed, v.malformed, v.executed, v.tenants
+        );
+        s += &format!(
+            "derived: with the hostile tenant / alone: {:.2}x of the medians, {:.2}x the median pair \
+             (bar >= 0.90) {}; load average {:.2} before, {:.2} after\n",
+            self.ratio,
+            self.pair_ratio,
+            if self.ratio >= 0.90 { "ok" } else { "BELOW BAR" },
+            self.load_before,
+            self.load_after
+        );
+        s
+    }
+}
+
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// Runs the hostile comparison: a server, one good tenant over shm doing
+/// round trips of the first request size, and `repetitions` pairs of
+/// slices (alone, then beside the hostile tenant).
+pub fn hostile(options: &Options) -> anyhow::Result<HostileReport> {
+    let size = options.sizes.first().copied().unwrap_or(64);
+    let socket = std::env::temp_dir().join(format!("espgw-bench-{}-hostile.sock", std::process::id()));
+    let mut config = ServerConfig::new(socket.clone(), engine_spec(EngineKind::Soft, &options.profile)?);
+    config.quota = WINDOW;
+    let server = spawn(config).context("starting the server")?;
+    let mut good = SharedEngine::attach(&SharedSpec {
+        socket: socket.clone(),
+        transport: Transport::Shm,
+        entries: WINDOW as u32,
+        slot_size: (size + 256) as u32,
+        ..SharedSpec::default()
+    })?;
+    let handle = good.register(&session_spec(options.algorithm)?)?;
+    let mut idle = jobs(handle, options.algorithm, size);
+    let start = Instant::now();
+    let load_before = load_average();
+    let mut slice = |good: &mut SharedEngine| {
+        let (done, _) = drive(good, &mut idle, 1, false, Instant::now() + options.slice, start);
+        done as f64 / options.slice.as_secs_f64()
+    };
+    slice(&mut good);
+    let (mut alone, mut hostile) = (Vec::new(), Vec::new());
+    let mut counts = HostileCounts::default();
+    let (mut server_cpu_alone_ns, mut server_cpu_hostile_ns, mut server_control_hostile_ns) = (0, 0, 0);
+    for _ in 0..options.repetitions {
+        let cpu = server.cpu_ns();
+        alone.push(slice(&mut good));
+        server_cpu_alone_ns += server.cpu_ns().saturating_sub(cpu);
+        let h = Hostility::start(&socket);
+        std::thread::sleep(HOSTILE_WARMUP);
+        let (cpu, control) = (server.cpu_ns(), server.control_ns());
+        hostile.push(slice(&mut good));
+        server_cpu_hostile_ns += server.cpu_ns().saturating_sub(cpu);
+        server_control_hostile_ns += server.control_ns().saturating_sub(control);
+        counts.add(h.stop());
+    }
+    let load_after = load_average();
+    drop(good);
+    let stats = server.stats();
+    server.stop()?;
+    let (alone_median, hostile_median) = (median(&mut alone.clone()), median(&mut hostile.clone()));
+    let pair_ratio = median(
+        &mut alone
+            .iter()
+            .zip(&hostile)
+            .map(|(a, h)| h / a.max(f64::MIN_POSITIVE))
+            .collect::<Vec<_>>(),
+    );
+    Ok(HostileReport {
+        size,
+        slice_ms: options.slice.as_millis() as u64,
+        alone,
+        hostile,
+        alone_median,
+        hostile_median,
+        ratio: hostile_median / alone_median.max(f64::MIN_POSITIVE),
+        pair_ratio,
+        load_before,
+        load_after,
+        counts,
+        server: stats,
+        server_cpu_alone_ns,
+        server_cpu_hostile_ns,
+        server_control_hostile_ns,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -662,6 +971,7 @@ mod tests {
             repetitions: 1,
             profile: "sec2-266mhz".into(),
             json: None,
+            hostile: false,
         };
         let rows = measure(&options, |_| {}).expect("measures");
         // soft: async + 2 transports x 2 counts; sec adds the sync caller.
@@ -690,5 +1000,41 @@ mod tests {
             |_| {}
         )
         .is_err());
+    }
+}
+
+#[cfg(test)]
+mod hostile_tests {
+    use super::*;
+
+    /// A tiny hostile run: both kinds of slices measured, the hostile
+    /// tenant did all three things, no resize was allowed, and the server
+    /// evicted flooders and closed idle connections. (The bar itself is a
+    /// benchmark figure, not checked here.)
+    #[test]
+    fn the_hostile_comparison_measures_both_and_the_hostile_tenant_acts() {
+        let options = Options {
+            tenants: vec![1],
+            transports: vec![Transport::Shm],
+            sizes: vec![64],
+            engines: vec![EngineKind::Soft],
+            algorithm: Algorithm::Aes128Gcm16,
+            slice: Duration::from_millis(100),
+            repetitions: 1,
+            profile: "sec2-266mhz".into(),
+            json: None,
+            hostile: true,
+        };
+        let r = hostile(&options).expect("measures");
+        assert_eq!((r.alone.len(), r.hostile.len()), (1, 1));
+        assert!(r.alone[0] > 0.0 && r.hostile[0] > 0.0, "{r:?}");
+        let c = r.counts;
+        assert!(
+            c.flood_messages > 0 && c.resizes_tried > 0 && c.idle_connections > 0,
+            "{c:?}"
+        );
+        assert_eq!(c.resizes_allowed, 0, "{c:?}");
+        assert!(r.server.evicted > 0, "{:?}", r.server);
+        assert!(r.text().contains("bar >= 0.90"));
     }
 }

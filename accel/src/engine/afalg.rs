@@ -31,7 +31,10 @@
 //! are pooled per transform, so on the registered-buffer path nothing
 //! allocates per packet (the first packets of a session may `accept` more
 //! operation sockets, into a pool whose room was reserved at
-//! registration). The request reads the packet in place (SPI ‖ [ESN high
+//! registration). A transform keeps one idle socket of its own; more are
+//! kept only within the engine-wide [`SPARE_OPS`], so what a session costs
+//! in file descriptors is fixed ([`session_fds`]) and a server can bound
+//! its tenants' sessions by it. The request reads the packet in place (SPI ‖ [ESN high
 //! word ‖] sequence ‖ IV ‖ data [‖ ICV], the associated data being
 //! SPI ‖ sequence ‖ IV, with the IV also given by `ALG_SET_IV`); the kernel
 //! writes its result into the staging buffer, and only a successful result
@@ -173,6 +176,38 @@ pub const SLOTS: usize = 128;
 pub const STAGING: usize = BUFFER_SIZE + 64;
 /// The reclaim age until [`AfalgEngine::set_reclaim_after`] changes it.
 pub const DEFAULT_RECLAIM_AFTER: Duration = Duration::from_millis(100);
+/// Idle operation sockets kept beyond each transform's first, for all
+/// sessions together: the engine's shared pool. A socket that would go
+/// past it is closed instead (a later burst accepts one again), so that a
+/// session's cost in file descriptors stays [`session_fds`] however many
+/// of its requests were once in flight at a time.
+pub const SPARE_OPS: usize = SLOTS;
+/// File descriptors the engine holds besides its sessions' own: one
+/// operation socket per request slot in flight, the shared idle pool and
+/// the io_uring.
+pub const ENGINE_FDS: usize = SLOTS + SPARE_OPS + 1;
+
+/// The transforms a session of `alg` opens (see [`Registered::open`]): a
+/// single-pass AEAD or `authenc` one, and a cipher-only and a MAC-only one
+/// for the two-descriptor and sync styles.
+fn transforms(alg: Algorithm) -> usize {
+    let single = matches!(alg.cipher(), CipherKind::AesGcm | CipherKind::ChaCha20Poly1305)
+        || !matches!(alg.integrity(), IntegrityKind::Aead | IntegrityKind::None);
+    let cipher = matches!(alg.cipher(), CipherKind::AesCbc | CipherKind::TripleDesCbc);
+    let mac = matches!(
+        alg.integrity(),
+        IntegrityKind::HmacSha1_96 | IntegrityKind::HmacSha256_128
+    );
+    usize::from(single) + usize::from(cipher) + usize::from(mac)
+}
+
+/// What a session of `alg` costs in file descriptors while it is
+/// registered: each transform's socket and the operation socket it keeps
+/// (requests in flight, and the shared idle pool, are [`ENGINE_FDS`]).
+/// `espgw engine serve` bounds its tenants' sessions by this.
+pub fn session_fds(alg: Algorithm) -> usize {
+    2 * transforms(alg)
+}
 
 const CMSG_ROOM: usize = 128;
 /// No slot (the end of a session's chain).
@@ -216,19 +251,33 @@ impl Transform {
         Ok(Transform { tfm, idle })
     }
 
-    fn take_op(&mut self) -> io::Result<OwnedFd> {
+    /// An operation socket: an idle one, or a new one. `spare` counts
+    /// the idle sockets beyond each transform's first, engine-wide.
+    fn take_op(&mut self, spare: &mut usize) -> io::Result<OwnedFd> {
+        if self.idle.len() > 1 {
+            *spare -= 1;
+        }
         match self.idle.pop() {
             Some(fd) => Ok(fd),
             None => accept_op(&self.tfm),
         }
     }
 
-    fn put_op(&mut self, fd: OwnedFd) {
-        // Within the reserved room; beyond it (never, as at most SLOTS are
-        // taken) the socket is closed rather than the pool grown.
-        if self.idle.len() < self.idle.capacity() {
+    /// Keeps a finished request's socket: the transform's first idle one
+    /// always, more while the engine's shared pool ([`SPARE_OPS`]) and the
+    /// reserved room last; beyond them it is closed.
+    fn put_op(&mut self, fd: OwnedFd, spare: &mut usize) {
+        if self.idle.is_empty() {
+            self.idle.push(fd);
+        } else if *spare < SPARE_OPS && self.idle.len() < self.idle.capacity() {
+            *spare += 1;
             self.idle.push(fd);
         }
+    }
+
+    /// Idle sockets it holds beyond its first.
+    fn spare(&self) -> usize {
+        self.idle.len().saturating_sub(1)
     }
 }
 
@@ -281,6 +330,14 @@ impl Registered {
             }
             None => None,
         };
+        debug_assert_eq!(
+            [aead.is_some(), cipher.is_some(), mac.is_some()]
+                .iter()
+                .filter(|o| **o)
+                .count(),
+            transforms(alg),
+            "session_fds must count what open opens"
+        );
         Ok(Registered {
             algorithm: alg,
             esn: spec.esn,
@@ -298,6 +355,15 @@ impl Registered {
             Pass::Cipher => self.cipher.as_mut(),
             Pass::Mac => self.mac.as_mut(),
         }
+    }
+
+    /// Idle operation sockets of its transforms beyond their first.
+    fn spare(&self) -> usize {
+        [&self.aead, &self.cipher, &self.mac]
+            .into_iter()
+            .flatten()
+            .map(Transform::spare)
+            .sum()
     }
 }
 
@@ -709,6 +775,9 @@ pub struct AfalgEngine {
     reclaiming: usize,
     reclaim_after: Duration,
     stall_next: usize,
+    /// Idle operation sockets beyond each transform's first, all sessions
+    /// together (at most [`SPARE_OPS`]).
+    spare_ops: usize,
 }
 
 impl AfalgEngine {
@@ -744,6 +813,7 @@ impl AfalgEngine {
             reclaiming: 0,
             reclaim_after: DEFAULT_RECLAIM_AFTER,
             stall_next: 0,
+            spare_ops: 0,
         })
     }
 
@@ -824,7 +894,7 @@ impl AfalgEngine {
                         let req = unsafe { &mut *self.reqs.0[i].get() };
                         match build(req, pass, &desc, bytes, digest_len) {
                             Err(e) => Err(e),
-                            Ok(plan) => match reg.transform(pass).map(Transform::take_op) {
+                            Ok(plan) => match reg.transform(pass).map(|t| t.take_op(&mut self.spare_ops)) {
                                 Some(Ok(fd)) => Ok(Some((pass, plan, fd))),
                                 _ => Err(DescriptorError::Fault),
                             },
@@ -1034,7 +1104,7 @@ impl AfalgEngine {
         let pass = m.pass;
         if let (Ok(_), Some(fd)) = (outcome, op) {
             if let Some(t) = self.sessions.get_mut(session).and_then(|r| r.transform(pass)) {
-                t.put_op(fd);
+                t.put_op(fd, &mut self.spare_ops);
             }
         }
         self.settle_inline(i, status);
@@ -1138,7 +1208,9 @@ impl Engine for AfalgEngine {
         // Closes the transforms and idle operation sockets; the sockets of
         // requests in flight belong to their slots and close when the
         // kernel is done with them.
-        drop(self.sessions.remove(handle));
+        if let Some(registered) = self.sessions.remove(handle) {
+            self.spare_ops -= registered.spare();
+        }
     }
 
     fn submit_burst(&mut self, now: Duration, jobs: &mut VecDeque<Job>) -> usize {
@@ -1262,6 +1334,28 @@ impl Drop for AfalgEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session's cost is two descriptors per transform it opens: the
+    /// single-pass one (AEAD or authenc), and for the CBC and HMAC
+    /// algorithms a cipher-only and a MAC-only one too. (That `open` opens
+    /// exactly these is asserted there, and counted against the kernel by
+    /// `accel/tests/afalg_engine.rs` where AF_ALG exists.)
+    #[test]
+    fn a_sessions_cost_is_two_descriptors_per_transform() {
+        for (alg, fds) in [
+            (Algorithm::Aes128Gcm16, 2),
+            (Algorithm::Aes256Gcm16, 2),
+            (Algorithm::ChaCha20Poly1305, 2),
+            (Algorithm::Aes128Sha1, 6),
+            (Algorithm::Aes256Sha256, 6),
+            (Algorithm::TripleDesSha1, 6),
+            (Algorithm::NullSha1, 4),
+            (Algorithm::Null, 0),
+        ] {
+            assert_eq!(session_fds(alg), fds, "{alg}");
+        }
+        assert_eq!(ENGINE_FDS, 2 * SLOTS + 1);
+    }
 
     /// The names are config values, `--afalg-io` values and JSON text:
     /// deriving them must not rename one, and serde must agree with strum.

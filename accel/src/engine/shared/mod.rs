@@ -10,19 +10,26 @@
 //! - [`server`]: the back end, which owns the engine and every key;
 //! - [`tenant`]: [`SharedEngine`], the [`Engine`](crate::Engine) a gateway
 //!   uses to reach it (`engine = "shared"` in `[accel]`);
-//! - `sys`: the system calls (memfd, mmap, eventfd, `SCM_RIGHTS`).
+//! - `sys`: the system calls (memfd, mmap, eventfd, `SCM_RIGHTS`);
+//! - `hostile`: a tenant that misbehaves on purpose, for the tests and the
+//!   benchmark (hidden; never used by the gateway or the server).
 //!
 //! Must not know packets: like every engine it sees descriptors and bytes.
 
 use std::path::PathBuf;
 
+#[doc(hidden)]
+pub mod hostile;
 pub mod rings;
 pub mod server;
 mod sys;
 pub mod tenant;
 pub mod wire;
 
-pub use server::{spawn, ServeError, Server, ServerConfig, ServerHandle};
+pub use server::{
+    spawn, spawn_with_engine, Access, BudgetError, FdBudget, FdLimits, ServeError, Server, ServerConfig,
+    ServerHandle,
+};
 pub use tenant::{query_stats, AttachError, SharedEngine};
 pub use wire::{StatsReply, Transport, UnknownTransport};
 

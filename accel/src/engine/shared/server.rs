@@ -19,6 +19,24 @@
 //! released (the engine wipes the keys), its region unmapped, its queued
 //! jobs dropped and its in-flight ones discarded as they complete; the
 //! others notice nothing but the engine time those jobs took.
+//!
+//! Hostile tenants. Admission is by the peer's credentials as the kernel
+//! recorded them ([`Access`]). The shared region is created sealed, so no
+//! tenant can resize it under the server. The control sockets are the slow
+//! path and are kept to it: they are looked at on ticks (every
+//! [`TICK_INTERVAL`] and after each sleep) through one epoll set, one
+//! message per tenant per turn, within a budget of the server's time
+//! ([`CONTROL_SHARE`] of it while tenants have work, all of it once they
+//! have had none for [`IDLE_AFTER`]); a tenant that sends messages outside the protocol, or a
+//! request before reading the answer to its last ([`MAX_STRIKES`] of
+//! either), is evicted; a connection that has not attached within
+//! `attach_within` is closed, and at most `max_unattached` wait at once
+//! (the oldest makes room), so idle connections lock out neither tenants
+//! nor `stats`, which never needs a tenant's place. Sessions are bounded by
+//! what they cost the server in file descriptors ([`FdBudget`]), per tenant
+//! and in all. Keys pass through a buffer kept out of core dumps and swap,
+//! and the stack the key schedules were built on is wiped after each
+//! registration.
 
 use std::collections::VecDeque;
 use std::io;
@@ -29,10 +47,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroize;
 
 use super::rings::Rings;
-use super::sys::{self, EventFd, Mapping, Received};
+use super::sys::{self, Epoll, EventFd, Mapping, Received, SecretBuf};
 use super::wire::{
     self, layout, op, BurstIter, CompletionEntry, Reply, Request, RequestEntry, StatsReply, Transport,
     COMPLETION_LEN, MAX_MESSAGE, REQUEST_LEN,
@@ -55,9 +73,94 @@ pub mod refusal {
     pub const KEYS: u8 = 3;
     /// The session is not this tenant's.
     pub const NOT_YOURS: u8 = 4;
-    /// The server let the tenant go (hung, or a ring no honest tenant
-    /// writes); the connection closes after this message.
+    /// The server let the tenant go (hung, a ring no honest tenant
+    /// writes, or messages outside the protocol); the connection closes
+    /// after this message.
     pub const EVICTED: u8 = 5;
+    /// The session would cost more of the server's file descriptors than
+    /// the tenant, or all tenants together, may hold ([`super::BudgetError`]).
+    pub const BUDGET: u8 = 6;
+}
+
+/// Who may become a tenant: besides root, the user named here (by default
+/// the server's own effective user) and, if set, the members of a group.
+/// Checked against `SO_PEERCRED` / `SO_PEERGROUPS`, the credentials the
+/// kernel recorded when the peer connected, never anything it says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Access {
+    /// The user admitted besides root (`None`: the server's effective user).
+    pub user: Option<u32>,
+    /// A group whose members (primary or supplementary) are admitted too.
+    pub group: Option<u32>,
+    /// The socket file's group: it is created with mode 0660 and this
+    /// group (else 0600), so that the admitted users can connect at all.
+    pub socket_group: Option<u32>,
+}
+
+/// File descriptors the engine's sessions may hold in the server: per
+/// tenant and for all tenants together. `None` takes the default
+/// [`Server::bind`] derives from the process's descriptor limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FdLimits {
+    pub per_tenant: Option<usize>,
+    pub total: Option<usize>,
+}
+
+/// The budget in force, and the check a registration passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdBudget {
+    pub per_tenant: usize,
+    pub total: usize,
+}
+
+/// Why a session was refused for what it costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    #[error(
+        "the session needs {cost} file descriptors in the engine server; this tenant's sessions hold \
+         {held} of the {limit} one tenant may (release some, or raise --fds-per-tenant)"
+    )]
+    Tenant { cost: usize, held: usize, limit: usize },
+    #[error(
+        "the session needs {cost} file descriptors in the engine server; all tenants' sessions hold \
+         {held} of the {limit} the server has for them (its descriptor limit)"
+    )]
+    Total { cost: usize, held: usize, limit: usize },
+}
+
+impl FdBudget {
+    /// Whether a session costing `cost` may be added to a tenant holding
+    /// `tenant` and a server holding `total`.
+    pub fn admit(&self, cost: usize, tenant: usize, total: usize) -> Result<(), BudgetError> {
+        if cost == 0 {
+            return Ok(());
+        }
+        if tenant + cost > self.per_tenant {
+            return Err(BudgetError::Tenant {
+                cost,
+                held: tenant,
+                limit: self.per_tenant,
+            });
+        }
+        if total + cost > self.total {
+            return Err(BudgetError::Total {
+                cost,
+                held: total,
+                limit: self.total,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a session costs the server in file descriptors: the kernel
+/// engine's sockets (nothing for the engines that keep keys in memory,
+/// whose sessions are bounded by count, [`MAX_SESSIONS`]).
+pub fn session_fds(kind: EngineKind, spec: &SessionSpec) -> usize {
+    match kind {
+        EngineKind::Afalg => crate::engine::afalg::session_fds(spec.algorithm),
+        _ => 0,
+    }
 }
 
 /// How a server is set up.
@@ -78,6 +181,15 @@ pub struct ServerConfig {
     /// How long the thread polls an idle set of rings before it sleeps on
     /// the doorbells.
     pub spin: Duration,
+    /// A connection that has not attached this long is closed.
+    pub attach_within: Duration,
+    /// Connections waiting to attach (or asking for `stats`) at once; a
+    /// new one closes the oldest. They do not count against `max_tenants`.
+    pub max_unattached: usize,
+    /// Who may connect.
+    pub access: Access,
+    /// What sessions may cost in file descriptors.
+    pub fds: FdLimits,
 }
 
 impl ServerConfig {
@@ -91,6 +203,10 @@ impl ServerConfig {
             burst: 32,
             hung_after: Duration::from_secs(2),
             spin: Duration::from_micros(50),
+            attach_within: Duration::from_secs(1),
+            max_unattached: 16,
+            access: Access::default(),
+            fds: FdLimits::default(),
         }
     }
 }
@@ -110,6 +226,8 @@ pub enum ServeError {
     Engine(#[from] EngineError),
     #[error("the server's poll failed: {0}")]
     Poll(io::Error),
+    #[error("cannot set up the server's {what}: {source}")]
+    Setup { what: &'static str, source: io::Error },
 }
 
 /// Who owns a server-side session.
@@ -121,6 +239,8 @@ struct Owned {
     /// Released by its tenant, not yet with the engine: requests from this
     /// ring position on (socket: every later one) are refused as stale.
     closing: Option<u32>,
+    /// File descriptors it holds in the engine ([`session_fds`]).
+    fds: usize,
 }
 
 struct ShmSide {
@@ -151,6 +271,8 @@ struct SocketSide {
     spare: Vec<Vec<u8>>,
     /// Completions in `out` and `pending`.
     undelivered: usize,
+    /// Control replies in `pending` (not yet taken by the socket).
+    replies: usize,
 }
 
 enum Side {
@@ -186,6 +308,18 @@ struct Tenant {
     releases: Vec<(u32, SessionHandle)>,
     /// Since when completions have waited undelivered.
     stalled_since: Option<Instant>,
+    /// Messages outside the protocol, and requests sent before the answer
+    /// to the last was read; [`MAX_STRIKES`] of them and it is evicted.
+    strikes: usize,
+    /// When it connected (the attach deadline runs from here).
+    connected: Instant,
+    /// In the control queue, waiting for its turn.
+    queued: bool,
+    /// Socket transport: its control messages went past the control
+    /// budget; not read again until the budget is back.
+    paused: bool,
+    /// File descriptors its sessions hold in the engine.
+    fds: usize,
 }
 
 impl Tenant {
@@ -269,6 +403,7 @@ pub struct Published {
     stats: Mutex<StatsReply>,
     busy_ns: std::sync::atomic::AtomicU64,
     cpu_ns: std::sync::atomic::AtomicU64,
+    control_ns: std::sync::atomic::AtomicU64,
 }
 
 impl Published {
@@ -282,6 +417,12 @@ impl Published {
     /// Nanoseconds the back-end thread spent in passes that moved work.
     pub fn busy_ns(&self) -> u64 {
         self.busy_ns.load(Ordering::Relaxed)
+    }
+
+    /// Nanoseconds the back-end thread spent on the control path (new
+    /// connections and control messages) within its budget.
+    pub fn control_ns(&self) -> u64 {
+        self.control_ns.load(Ordering::Relaxed)
     }
 
     /// The back-end thread's CPU time so far, its polling included, in ns
@@ -302,10 +443,58 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The budget by default: the process's descriptor limit less what the
+/// server needs besides sessions (its own, three per tenant, the
+/// connections waiting to attach, the engine's shared pool), and a quarter
+/// of that for one tenant.
+fn default_budget(config: &ServerConfig, kind: EngineKind) -> FdBudget {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    let engine = match kind {
+        EngineKind::Afalg => crate::engine::afalg::ENGINE_FDS,
+        _ => 0,
+    };
+    let reserve = 64 + 3 * config.max_tenants + config.max_unattached + engine;
+    let total = config.fds.total.unwrap_or(soft.saturating_sub(reserve));
+    FdBudget {
+        per_tenant: config.fds.per_tenant.unwrap_or(total / 4).min(total),
+        total,
+    }
+}
+
 /// The server; see the module documentation.
 pub struct Server {
     config: ServerConfig,
     listener: OwnedFd,
+    /// The listener and every control socket but the socket transport's
+    /// (read on the data path every pass).
+    epoll: Epoll,
+    events: Vec<libc::epoll_event>,
+    listener_ready: bool,
+    /// Out of the epoll set until then: the connections waiting to attach
+    /// fill their pool and none is old enough to make room.
+    listener_parked: Option<Instant>,
+    /// Tenants whose control socket has input, in turn order.
+    control: VecDeque<usize>,
+    /// Alternates the control turns between new connections and tenants.
+    accept_next: bool,
+    /// Nanoseconds of the server's time the control path may still use.
+    credit_ns: i64,
+    credited_at: Instant,
+    /// When a pass last moved tenants' work.
+    last_work: Instant,
+    last_tick: Instant,
+    budget: FdBudget,
+    /// File descriptors all sessions hold in the engine.
+    fds_held: usize,
     engine: Box<dyn Engine>,
     tenants: Vec<Option<Tenant>>,
     generations: Vec<u16>,
@@ -316,26 +505,86 @@ pub struct Server {
     done: Vec<Job>,
     rr: usize,
     stats: StatsReply,
-    rx: Zeroizing<Vec<u8>>,
+    rx: SecretBuf,
     reply: Vec<u8>,
     fds: Vec<OwnedFd>,
     pollfds: Vec<libc::pollfd>,
     start: Instant,
     published: Arc<Published>,
     busy_ns: u64,
+    control_ns: u64,
 }
 
-const TICK_EVERY: u32 = 64;
+/// The slow path (control sockets, deadlines, hung tenants, counters)
+/// runs this often while the server is busy, and after every sleep.
+pub const TICK_INTERVAL: Duration = Duration::from_micros(200);
+/// The share of the server's time the control path may take while tenants
+/// have work (1/20: 5 %); idle time ([`IDLE_AFTER`]) is all its to use.
+pub const CONTROL_SHARE: u32 = 50;
+/// The most control work saved up, in nanoseconds: the longest the data
+/// path can wait behind the control path at once.
+const CONTROL_BURST_NS: i64 = 200_000;
+/// The server counts as idle (its time the control path's) once no
+/// tenant's work has moved for this long: a tenant between two of its
+/// requests is not idleness to spend.
+const IDLE_AFTER: Duration = Duration::from_millis(1);
+/// Messages outside the protocol (or sent before the answer to the last
+/// was read) after which a tenant is evicted.
+pub const MAX_STRIKES: usize = 8;
 /// Sessions one tenant may hold (an SA pair per tunnel, rekeys overlapping).
 pub const MAX_SESSIONS: usize = 4096;
+/// Bytes of stack wiped below the control handler after each message:
+/// deeper than the key schedules' construction reaches.
+const SCRUB_BYTES: usize = 128 * 1024;
+/// How long a connection waiting to attach is safe from being closed to
+/// make room for a newer one (an honest tenant attaches within
+/// microseconds of connecting), so that a crowd of idle connections
+/// cycles at most `max_unattached` per this period.
+const MIN_WAIT: Duration = Duration::from_millis(50);
+/// The epoll entry of the listener (tenants' entries carry their slot and
+/// generation).
+const LISTENER: u64 = u64::MAX;
+
+fn epoll_data(i: usize, generation: u16) -> u64 {
+    ((i as u64) << 16) | u64::from(generation)
+}
+
+/// Overwrites `SCRUB_BYTES` of the stack below the caller's frame, where
+/// the callees it just returned from (key expansion in the crypto crates
+/// included) may have left copies of what they worked on. Zeroize's
+/// volatile writes keep the compiler from dropping it.
+#[inline(never)]
+fn scrub_stack() {
+    let mut below = [0u8; SCRUB_BYTES];
+    below.zeroize();
+    std::hint::black_box(&below);
+}
 
 impl Server {
-    /// Builds the engine and listens on the socket (mode 0600). A stale
-    /// socket file left by a dead server is replaced; a live one is not.
+    /// Builds the engine and listens on the socket (mode 0600, or 0660
+    /// with [`Access::socket_group`]). A stale socket file left by a dead
+    /// server is replaced; a live one is not.
     pub fn bind(config: ServerConfig) -> Result<Server, ServeError> {
         if config.engine.kind == EngineKind::Shared {
             return Err(ServeError::Nested);
         }
+        // The socket is bound before the engine is built, as before: a
+        // second server on a live socket is refused without touching the
+        // hardware.
+        let listener = Self::listen(&config)?;
+        let engine = build_engine(&config.engine)?;
+        Self::with_listener(config, listener, engine)
+    }
+
+    /// As [`bind`](Self::bind), with an engine built by the caller (tests
+    /// of what the server does with an engine's costs).
+    #[doc(hidden)]
+    pub fn bind_with_engine(config: ServerConfig, engine: Box<dyn Engine>) -> Result<Server, ServeError> {
+        let listener = Self::listen(&config)?;
+        Self::with_listener(config, listener, engine)
+    }
+
+    fn listen(config: &ServerConfig) -> Result<OwnedFd, ServeError> {
         let path = config.socket.clone();
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
             use std::os::unix::fs::FileTypeExt;
@@ -347,13 +596,36 @@ impl Server {
             }
             let _ = std::fs::remove_file(&path);
         }
-        let listener = sys::listen(&path).map_err(|source| ServeError::Listen {
-            path: path.clone(),
-            source,
-        })?;
-        let engine = build_engine(&config.engine)?;
+        sys::listen(&path, config.access.socket_group).map_err(|source| ServeError::Listen { path, source })
+    }
+
+    fn with_listener(
+        config: ServerConfig,
+        listener: OwnedFd,
+        engine: Box<dyn Engine>,
+    ) -> Result<Server, ServeError> {
+        let setup = |what| move |source| ServeError::Setup { what, source };
+        let epoll = Epoll::new().map_err(setup("epoll set"))?;
+        epoll
+            .add(listener.as_raw_fd(), LISTENER)
+            .map_err(setup("epoll set"))?;
+        let rx = SecretBuf::new(MAX_MESSAGE).map_err(setup("receive buffer"))?;
+        let budget = default_budget(&config, engine.kind());
+        let now = Instant::now();
         Ok(Server {
             listener,
+            epoll,
+            events: Vec::with_capacity(64),
+            listener_ready: false,
+            listener_parked: None,
+            control: VecDeque::with_capacity(config.max_tenants + config.max_unattached + 1),
+            accept_next: true,
+            credit_ns: CONTROL_BURST_NS,
+            credited_at: now,
+            last_work: now,
+            last_tick: now,
+            budget,
+            fds_held: 0,
             engine,
             tenants: Vec::new(),
             generations: Vec::new(),
@@ -364,15 +636,21 @@ impl Server {
             done: Vec::with_capacity(config.quota * 4),
             rr: 0,
             stats: StatsReply::default(),
-            rx: Zeroizing::new(vec![0u8; MAX_MESSAGE]),
+            rx,
             reply: Vec::with_capacity(256),
             fds: Vec::new(),
             pollfds: Vec::new(),
-            start: Instant::now(),
+            start: now,
             published: Arc::new(Published::default()),
             busy_ns: 0,
+            control_ns: 0,
             config,
         })
+    }
+
+    /// The file-descriptor budget in force.
+    pub fn budget(&self) -> FdBudget {
+        self.budget
     }
 
     pub fn published(&self) -> Arc<Published> {
@@ -390,17 +668,16 @@ impl Server {
         // SAFETY: prctl with an integer argument; only this thread changes.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000, 0, 0, 0) };
         let mut idle_since: Option<Instant> = None;
-        let mut pass: u32 = 0;
         while !stop.load(Ordering::Relaxed) {
             let began = Instant::now();
-            let now = self.start.elapsed();
+            let now = began.duration_since(self.start);
             let worked = self.pass(now);
-            pass = pass.wrapping_add(1);
             if worked {
                 self.busy_ns += began.elapsed().as_nanos() as u64;
+                self.last_work = began;
                 idle_since = None;
             }
-            if pass.is_multiple_of(TICK_EVERY) {
+            if began.duration_since(self.last_tick) >= TICK_INTERVAL {
                 self.tick();
             }
             if worked {
@@ -530,6 +807,9 @@ impl Server {
             let Some(t) = self.tenants[i].as_ref() else {
                 return worked;
             };
+            if t.paused {
+                return worked;
+            }
             if t.room() == 0 {
                 self.stats.quota_full += 1;
                 return worked;
@@ -539,7 +819,22 @@ impl Server {
                 Ok(Received::Message(n)) => {
                     worked = true;
                     self.fds.clear();
+                    if self.rx[0] == op::SUBMIT {
+                        self.message(i, n);
+                        continue;
+                    }
+                    // A control message on the data path: the control
+                    // path's budget pays for it, and it is this tenant's
+                    // last message this pass.
+                    let began = Instant::now();
                     self.message(i, n);
+                    self.charge(began);
+                    if self.credit_ns <= 0 {
+                        if let Some(t) = self.tenants[i].as_mut() {
+                            t.paused = true;
+                        }
+                    }
+                    return worked;
                 }
                 Ok(Received::Empty) => return worked,
                 Ok(Received::Closed) | Err(_) => {
@@ -738,10 +1033,16 @@ impl Server {
                     match sys::send(t.sock.as_raw_fd(), msg, &[], true) {
                         Ok(true) => {
                             moved = true;
-                            s.undelivered -= count_of(msg);
+                            if msg[0] == op::COMPLETIONS {
+                                s.undelivered -= count_of(msg);
+                            } else {
+                                s.replies -= 1;
+                            }
                             if let Some(mut msg) = s.pending.pop_front() {
-                                msg.clear();
-                                s.spare.push(msg);
+                                if msg.capacity() >= MAX_MESSAGE {
+                                    msg.clear();
+                                    s.spare.push(msg);
+                                }
                             }
                         }
                         Ok(false) => break,
@@ -765,12 +1066,13 @@ impl Server {
         moved
     }
 
-    /// The slow path, every few passes and after each sleep: new tenants,
-    /// control messages of shm tenants, hung tenants, published counters.
+    /// The slow path, every [`TICK_INTERVAL`] and after each sleep: the
+    /// control path's credit, new connections and control messages within
+    /// it, lost jobs, attach deadlines, hung tenants, published counters.
     fn tick(&mut self) {
-        while let Ok(Some(sock)) = sys::accept(&self.listener) {
-            self.connected(sock);
-        }
+        let now = Instant::now();
+        self.last_tick = now;
+        self.credit(now);
         // Jobs whose completions the engine lost (a modelled channel
         // reset) come back with an error, so no tenant waits for them.
         let mut lost = std::mem::take(&mut self.done);
@@ -781,49 +1083,190 @@ impl Server {
             }
         }
         self.done = lost;
+        if self.listener_parked.is_some_and(|until| now >= until)
+            && self.epoll.add(self.listener.as_raw_fd(), LISTENER).is_ok()
+        {
+            self.listener_parked = None;
+        }
+        self.take_ready();
+        self.serve_control();
+        let hung_after = self.config.hung_after;
         for i in 0..self.tenants.len() {
-            let Some(t) = self.tenants[i].as_ref() else {
+            let Some(t) = self.tenants[i].as_mut() else {
                 continue;
             };
-            if !matches!(t.side, Side::Socket(_)) {
-                // Socket tenants are read every pass already.
-                while let Some(t) = self.tenants[i].as_ref() {
-                    match sys::recv(t.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
-                        Ok(Received::Message(n)) => {
-                            self.fds.clear();
-                            self.message(i, n);
-                        }
-                        Ok(Received::Empty) => break,
-                        Ok(Received::Closed) | Err(_) => {
-                            self.reclaim(i);
-                            break;
-                        }
-                    }
+            if matches!(t.side, Side::Unattached) {
+                if now.saturating_duration_since(t.connected) > self.config.attach_within {
+                    self.stats.idle_closed += 1;
+                    self.reclaim(i);
                 }
+                continue;
             }
-            let hung_after = self.config.hung_after;
-            let hung = match self.tenants[i].as_mut() {
-                Some(t) => {
-                    let unread = match &mut t.side {
-                        Side::Shm(shm) => {
-                            let tail = shm.rings.load(layout::COMP_TAIL);
-                            if tail != shm.seen_tail || tail == shm.comp_head {
-                                shm.seen_tail = tail;
-                                shm.tail_moved = Instant::now();
-                            }
-                            shm.tail_moved.elapsed() > hung_after
-                        }
-                        _ => false,
-                    };
-                    unread || t.stalled_since.is_some_and(|s| s.elapsed() > hung_after)
+            let unread = match &mut t.side {
+                Side::Shm(shm) => {
+                    let tail = shm.rings.load(layout::COMP_TAIL);
+                    if tail != shm.seen_tail || tail == shm.comp_head {
+                        shm.seen_tail = tail;
+                        shm.tail_moved = now;
+                    }
+                    now.saturating_duration_since(shm.tail_moved) > hung_after
                 }
-                None => false,
+                _ => false,
             };
+            let hung = unread
+                || t.stalled_since
+                    .is_some_and(|s| now.saturating_duration_since(s) > hung_after);
             if hung {
                 self.evict(i, "completions left unread past the server's hung limit");
             }
         }
         self.publish();
+    }
+
+    /// Adds to the control path's credit the time since the last credit:
+    /// all of it once no tenant has had work for [`IDLE_AFTER`], else
+    /// `1/CONTROL_SHARE` of it.
+    fn credit(&mut self, now: Instant) {
+        let elapsed = now
+            .saturating_duration_since(self.credited_at)
+            .as_nanos()
+            .min(i64::MAX as u128) as i64;
+        self.credited_at = now;
+        let gain = if now.saturating_duration_since(self.last_work) < IDLE_AFTER {
+            elapsed / i64::from(CONTROL_SHARE)
+        } else {
+            elapsed
+        };
+        self.credit_ns = self.credit_ns.saturating_add(gain).min(CONTROL_BURST_NS);
+        if self.credit_ns > 0 {
+            for t in self.tenants.iter_mut().flatten() {
+                t.paused = false;
+            }
+        }
+    }
+
+    /// Charges the control path for work that began at `began`.
+    fn charge(&mut self, began: Instant) {
+        let spent = began.elapsed().as_nanos().min(i64::MAX as u128) as i64;
+        self.credit_ns = self.credit_ns.saturating_sub(spent);
+        self.control_ns += spent as u64;
+    }
+
+    /// Queues the control sockets with input (and notes a waiting
+    /// connection), from one look at the epoll set.
+    fn take_ready(&mut self) {
+        self.epoll.ready(&mut self.events);
+        for k in 0..self.events.len() {
+            let data = self.events[k].u64;
+            if data == LISTENER {
+                self.listener_ready = true;
+                continue;
+            }
+            let (i, generation) = ((data >> 16) as usize, data as u16);
+            if let Some(Some(t)) = self.tenants.get_mut(i) {
+                if t.generation == generation && !t.queued && !matches!(t.side, Side::Socket(_)) {
+                    t.queued = true;
+                    self.control.push_back(i);
+                }
+            }
+        }
+    }
+
+    /// Serves control turns while the credit lasts: new connections and
+    /// tenants' messages alternately, one message per tenant per turn.
+    fn serve_control(&mut self) {
+        while self.credit_ns > 0 {
+            let began = Instant::now();
+            if self.listener_ready && (self.accept_next || self.control.is_empty()) {
+                self.accept_next = false;
+                if let Some(until) = self.no_room_until(began) {
+                    // New connections wait in the kernel's backlog (their
+                    // connect blocks once it is full: no churn to pay for).
+                    self.epoll.remove(self.listener.as_raw_fd());
+                    self.listener_parked = Some(until);
+                    self.listener_ready = false;
+                    continue;
+                }
+                match sys::accept(&self.listener) {
+                    Ok(Some(sock)) => self.connected(sock),
+                    // Nothing waiting, or no descriptor to take it with:
+                    // the epoll set says when to try again.
+                    _ => self.listener_ready = false,
+                }
+            } else if let Some(i) = self.control.pop_front() {
+                self.accept_next = true;
+                if let Some(t) = self.tenants[i].as_mut() {
+                    t.queued = false;
+                }
+                self.control_message(i);
+            } else {
+                break;
+            }
+            self.charge(began);
+        }
+    }
+
+    /// When the pool of connections waiting to attach is full and none of
+    /// them has waited [`MIN_WAIT`] (the oldest is closed to make room
+    /// only then), when that will be.
+    fn no_room_until(&self, now: Instant) -> Option<Instant> {
+        let mut waiting = 0;
+        let mut oldest: Option<Instant> = None;
+        for t in self.tenants.iter().flatten() {
+            if matches!(t.side, Side::Unattached) {
+                waiting += 1;
+                oldest = Some(oldest.map_or(t.connected, |o| o.min(t.connected)));
+            }
+        }
+        let due = oldest? + MIN_WAIT.min(self.config.attach_within);
+        (waiting >= self.config.max_unattached.max(1) && due > now).then_some(due)
+    }
+
+    /// Reads and handles one control message of tenant `i` (not the
+    /// socket transport's, whose socket is its data path).
+    fn control_message(&mut self, i: usize) {
+        let Some(t) = self.tenants[i].as_ref() else { return };
+        if matches!(t.side, Side::Socket(_)) {
+            return;
+        }
+        match sys::recv(t.sock.as_raw_fd(), &mut self.rx, &mut self.fds, true) {
+            Ok(Received::Message(n)) => {
+                self.fds.clear();
+                // Lock-step: an honest tenant reads each answer before it
+                // asks again, and a Unix socket charges a message to its
+                // sender until it is read. A request on top of an unread
+                // answer is struck and dropped unanswered, so a tenant
+                // has at most one answer outstanding.
+                let unread = self.tenants[i]
+                    .as_ref()
+                    .map_or(0, |t| sys::unread_by_peer(&t.sock).unwrap_or(0));
+                if unread > 0 {
+                    self.rx[..n].zeroize();
+                    self.strike(i, None);
+                    return;
+                }
+                self.message(i, n);
+            }
+            Ok(Received::Empty) => {}
+            Ok(Received::Closed) | Err(_) => self.reclaim(i),
+        }
+    }
+
+    /// Counts a message outside the protocol against tenant `i`, refusing
+    /// it with `reason` (if it gets an answer); the last strike evicts.
+    fn strike(&mut self, i: usize, reason: Option<&str>) {
+        let Some(t) = self.tenants[i].as_mut() else { return };
+        t.strikes += 1;
+        if t.strikes >= MAX_STRIKES {
+            self.evict(
+                i,
+                "messages outside the protocol (or requests sent before the last answer was read)",
+            );
+            return;
+        }
+        if let Some(reason) = reason {
+            self.refuse_message(i, refusal::PROTOCOL, reason);
+        }
     }
 
     fn publish(&self) {
@@ -834,32 +1277,60 @@ impl Server {
             Err(poisoned) => *poisoned.into_inner() = stats,
         }
         self.published.busy_ns.store(self.busy_ns, Ordering::Relaxed);
+        self.published
+            .control_ns
+            .store(self.control_ns, Ordering::Relaxed);
         // Off the fast path: publishing is the slow path's (every
         // `TICK_EVERY` passes and before a sleep), on the server's thread.
         self.published.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
 
-    fn connected(&mut self, sock: OwnedFd) {
-        // The socket is the owner's alone (mode 0600); a peer of another
-        // user got in only through a changed mode, and is turned away.
+    /// Whether the peer on `sock` may be a tenant ([`Access`]), by the
+    /// credentials the kernel recorded when it connected.
+    fn admitted(&self, sock: &OwnedFd) -> bool {
+        let Ok(cred) = sys::peer_cred(sock) else {
+            return false;
+        };
         // SAFETY: geteuid cannot fail.
-        let me = unsafe { libc::geteuid() };
-        match sys::peer_uid(&sock) {
-            Ok(uid) if uid == me || uid == 0 => {}
-            _ => {
-                self.stats.malformed += 1;
-                return;
+        let user = self
+            .config
+            .access
+            .user
+            .unwrap_or_else(|| unsafe { libc::geteuid() });
+        if cred.uid == 0 || cred.uid == user {
+            return true;
+        }
+        match self.config.access.group {
+            Some(g) => cred.gid == g || sys::peer_in_group(sock, g).unwrap_or(false),
+            None => false,
+        }
+    }
+
+    fn connected(&mut self, sock: OwnedFd) {
+        if !self.admitted(&sock) {
+            // Closed unanswered: a peer the socket's mode should have
+            // kept out, or one whose credentials cannot be read.
+            self.stats.refused_peers += 1;
+            return;
+        }
+        // Connections waiting to attach are bounded apart from tenants;
+        // the oldest makes room for a new one, so a crowd of idle ones
+        // delays a new connection by at most a few turns.
+        let mut waiting = 0;
+        let mut oldest: Option<(Instant, usize)> = None;
+        for (i, t) in self.tenants.iter().enumerate() {
+            if let Some(t) = t.as_ref().filter(|t| matches!(t.side, Side::Unattached)) {
+                waiting += 1;
+                if oldest.is_none_or(|(at, _)| t.connected < at) {
+                    oldest = Some((t.connected, i));
+                }
             }
         }
-        let live = self.tenants.iter().filter(|t| t.is_some()).count();
-        if live >= self.config.max_tenants {
-            Reply::Refused {
-                code: refusal::FULL,
-                reason: "the server serves its maximum of tenants",
+        if waiting >= self.config.max_unattached.max(1) {
+            if let Some((_, i)) = oldest {
+                self.stats.idle_closed += 1;
+                self.reclaim(i);
             }
-            .emit(&mut self.reply);
-            let _ = sys::send(sock.as_raw_fd(), &self.reply, &[], true);
-            return;
         }
         let i = match self.tenants.iter().position(|t| t.is_none()) {
             Some(i) => i,
@@ -870,8 +1341,17 @@ impl Server {
             }
         };
         self.generations[i] = self.generations[i].wrapping_add(1).max(1);
+        let generation = self.generations[i];
+        if self
+            .epoll
+            .add(sock.as_raw_fd(), epoll_data(i, generation))
+            .is_err()
+        {
+            // Not watched, it could never be served: closed at once.
+            return;
+        }
         self.tenants[i] = Some(Tenant {
-            generation: self.generations[i],
+            generation,
             sock,
             side: Side::Unattached,
             quota: 0,
@@ -884,37 +1364,71 @@ impl Server {
             sessions: Vec::new(),
             releases: Vec::new(),
             stalled_since: None,
+            strikes: 0,
+            connected: Instant::now(),
+            queued: false,
+            paused: false,
+            fds: 0,
         });
     }
 
     /// Handles the message of `n` bytes in `self.rx` from tenant `i`, then
-    /// wipes it (it may have held keys).
+    /// wipes it (it may have held keys), and the stack below this frame
+    /// after a registration (where the keys were expanded).
     fn message(&mut self, i: usize, n: usize) {
-        let rx = std::mem::take(&mut self.rx);
+        let rx = std::mem::replace(&mut self.rx, SecretBuf::empty());
+        let mut keyed = false;
         match Request::parse(&rx[..n]) {
-            Ok(request) => self.request(i, request),
+            Ok(request) => {
+                keyed = matches!(request, Request::Register { .. });
+                self.request(i, request);
+            }
             Err(e) => {
                 self.stats.malformed += 1;
-                self.refuse_message(i, refusal::PROTOCOL, &e.to_string());
+                self.strike(i, Some(&e.to_string()));
             }
         }
         let mut rx = rx;
         rx[..n].zeroize();
         self.rx = rx;
+        if keyed {
+            scrub_stack();
+        }
     }
 
     fn refuse_message(&mut self, i: usize, code: u8, reason: &str) {
-        let Some(t) = self.tenants[i].as_ref() else { return };
         Reply::Refused { code, reason }.emit(&mut self.reply);
-        let _ = sys::send(t.sock.as_raw_fd(), &self.reply, &[], true);
+        self.send_reply(i);
     }
 
     fn answer(&mut self, i: usize, reply: Reply<'_>) {
-        let Some(t) = self.tenants[i].as_ref() else { return };
         reply.emit(&mut self.reply);
-        // Replies are rare and small: a socket too full for one is a
-        // tenant that stopped reading, which the hung check reclaims.
-        if sys::send(t.sock.as_raw_fd(), &self.reply, &[], true).is_err() {
+        self.send_reply(i);
+    }
+
+    /// Sends the reply in `self.reply` to tenant `i`. The socket
+    /// transport's go behind any completions the socket would not take
+    /// yet (its hung check covers a tenant that never reads them).
+    fn send_reply(&mut self, i: usize) {
+        let Some(t) = self.tenants[i].as_mut() else { return };
+        let fd = t.sock.as_raw_fd();
+        let failed = match &mut t.side {
+            Side::Socket(s) => {
+                if s.pending.is_empty() && matches!(sys::send(fd, &self.reply, &[], true), Ok(true)) {
+                    false
+                } else {
+                    // Off the fast path: a control reply, rare.
+                    s.pending.push_back(self.reply.clone());
+                    s.replies += 1;
+                    t.stalled_since.get_or_insert_with(Instant::now);
+                    false
+                }
+            }
+            // Lock-step (see `control_message`): the tenant has read every
+            // earlier answer, so its socket has room for this one.
+            _ => sys::send(fd, &self.reply, &[], true).is_err(),
+        };
+        if failed {
             self.reclaim(i);
         }
     }
@@ -924,6 +1438,16 @@ impl Server {
             self.tenants[i].as_ref().map(|t| &t.side),
             Some(Side::Shm(_) | Side::Socket(_))
         );
+        // Lock-step on the socket transport: a request while the answer
+        // to the last is still queued here (the tenant is not reading).
+        let answer_queued = matches!(
+            self.tenants[i].as_ref().map(|t| &t.side),
+            Some(Side::Socket(s)) if s.replies > 0
+        );
+        if answer_queued && !matches!(request, Request::Submit { .. } | Request::Detach) {
+            self.strike(i, None);
+            return;
+        }
         match request {
             Request::Attach {
                 transport,
@@ -932,7 +1456,7 @@ impl Server {
                 ..
             } => {
                 if attached {
-                    self.refuse_message(i, refusal::PROTOCOL, "already attached");
+                    self.strike(i, Some("already attached"));
                     return;
                 }
                 self.attach(i, transport, entries, slot_size);
@@ -943,9 +1467,7 @@ impl Server {
                 stats.tenants = self.live_tenants() as u64;
                 self.answer(i, Reply::Stats(stats));
             }
-            _ if !attached => {
-                self.refuse_message(i, refusal::PROTOCOL, "attach first");
-            }
+            _ if !attached => self.strike(i, Some("attach first")),
             Request::Register {
                 algorithm,
                 esn,
@@ -967,6 +1489,15 @@ impl Server {
                         return;
                     }
                 };
+                // What the session would cost, checked before the engine
+                // opens anything for it.
+                let cost = session_fds(self.engine.kind(), &spec);
+                let held = self.tenants[i].as_ref().map_or(0, |t| t.fds);
+                if let Err(e) = self.budget.admit(cost, held, self.fds_held) {
+                    self.stats.over_budget += 1;
+                    self.refuse_message(i, refusal::BUDGET, &e.to_string());
+                    return;
+                }
                 match self.engine.register(&spec) {
                     Ok(engine) => {
                         let Some(t) = self.tenants[i].as_mut() else { return };
@@ -975,8 +1506,11 @@ impl Server {
                             generation: t.generation,
                             engine,
                             closing: None,
+                            fds: cost,
                         });
                         t.sessions.push(handle);
+                        t.fds += cost;
+                        self.fds_held += cost;
                         self.answer(i, Reply::Registered(handle));
                     }
                     Err(e) => {
@@ -1025,7 +1559,7 @@ impl Server {
                 let is_socket = matches!(self.tenants[i].as_ref().map(|t| &t.side), Some(Side::Socket(_)));
                 if !is_socket {
                     self.stats.malformed += 1;
-                    self.refuse_message(i, refusal::PROTOCOL, "this tenant submits through its rings");
+                    self.strike(i, Some("this tenant submits through its rings"));
                     return;
                 }
                 for item in BurstIter::requests(count, body) {
@@ -1054,12 +1588,16 @@ impl Server {
     /// Releases tenant `i`'s session `handle` with the engine (which wipes
     /// its keys).
     fn release_now(&mut self, i: usize, handle: SessionHandle) {
+        let mut fds = 0;
         if let Some(o) = self.sessions.remove(handle) {
             self.engine.release(o.engine);
             self.stats.sessions_wiped += 1;
+            self.fds_held -= o.fds;
+            fds = o.fds;
         }
         if let Some(t) = self.tenants[i].as_mut() {
             t.sessions.retain(|h| *h != handle);
+            t.fds -= fds;
         }
     }
 
@@ -1087,6 +1625,11 @@ impl Server {
     }
 
     fn attach(&mut self, i: usize, transport: Transport, entries: u32, slot_size: u32) {
+        if self.live_tenants() >= self.config.max_tenants {
+            self.refuse_message(i, refusal::FULL, "the server serves its maximum of tenants");
+            self.reclaim(i);
+            return;
+        }
         if !entries.is_power_of_two() || !(1..=4096).contains(&entries) {
             self.refuse_message(i, refusal::FULL, "entries must be a power of two from 1 to 4096");
             return;
@@ -1159,6 +1702,8 @@ impl Server {
                     self.reclaim(i);
                     return;
                 }
+                // Its socket is its data path from now on, read every pass.
+                self.epoll.remove(t.sock.as_raw_fd());
                 let mut out = Vec::with_capacity(MAX_MESSAGE);
                 wire::start_burst(&mut out, op::COMPLETIONS);
                 Side::Socket(Box::new(SocketSide {
@@ -1167,6 +1712,7 @@ impl Server {
                     pending: VecDeque::new(),
                     spare: Vec::new(),
                     undelivered: 0,
+                    replies: 0,
                 }))
             }
         };
@@ -1202,9 +1748,17 @@ impl Server {
             .count()
     }
 
-    /// Tells tenant `i` why it is being let go, then reclaims it.
+    /// Tells tenant `i` why it is being let go (if its socket takes the
+    /// message at once), then reclaims it; counted.
     fn evict(&mut self, i: usize, reason: &str) {
-        self.refuse_message(i, refusal::EVICTED, reason);
+        let Some(t) = self.tenants[i].as_ref() else { return };
+        Reply::Refused {
+            code: refusal::EVICTED,
+            reason,
+        }
+        .emit(&mut self.reply);
+        let _ = sys::send(t.sock.as_raw_fd(), &self.reply, &[], true);
+        self.stats.evicted += 1;
         self.reclaim(i);
     }
 
@@ -1220,6 +1774,7 @@ impl Server {
             if let Some(o) = self.sessions.remove(*handle) {
                 self.engine.release(o.engine);
                 self.stats.sessions_wiped += 1;
+                self.fds_held -= o.fds;
             }
         }
         let generation = t.generation;
@@ -1243,10 +1798,13 @@ impl Server {
         // Dropping `t` unmaps the region and closes the socket and doorbells.
     }
 
-    /// Sleeps on the listener, every tenant's socket and every doorbell,
+    /// Sleeps on every doorbell, the socket transport's sockets and (while
+    /// the control path has credit) the epoll set of control sockets,
     /// after telling the shm tenants to ring.
     fn sleep(&mut self, timeout: Duration) -> Result<(), ServeError> {
         self.publish();
+        // The time up to now is credited as it was.
+        self.credit(Instant::now());
         let mut pending = false;
         for t in self.tenants.iter().flatten() {
             if let Side::Shm(shm) = &t.side {
@@ -1257,12 +1815,23 @@ impl Server {
             }
         }
         if !pending {
+            let mut timeout = timeout;
+            if let Some(until) = self.listener_parked {
+                timeout = timeout.min(until.saturating_duration_since(Instant::now()));
+            }
             self.pollfds.clear();
-            self.pollfds.push(sys::pollfd(self.listener.as_raw_fd()));
+            if self.credit_ns > 0 {
+                self.pollfds.push(sys::pollfd(self.epoll.raw()));
+            } else {
+                // Control input waits for its credit, which comes back
+                // at the rate of idle time.
+                timeout = timeout.min(Duration::from_nanos(self.credit_ns.unsigned_abs()).max(TICK_INTERVAL));
+            }
             for t in self.tenants.iter().flatten() {
-                self.pollfds.push(sys::pollfd(t.sock.as_raw_fd()));
-                if let Side::Shm(shm) = &t.side {
-                    self.pollfds.push(sys::pollfd(shm.to_server.raw()));
+                match &t.side {
+                    Side::Shm(shm) => self.pollfds.push(sys::pollfd(shm.to_server.raw())),
+                    Side::Socket(_) if !t.paused => self.pollfds.push(sys::pollfd(t.sock.as_raw_fd())),
+                    _ => {}
                 }
             }
             sys::poll(&mut self.pollfds, timeout).map_err(ServeError::Poll)?;
@@ -1400,6 +1969,11 @@ impl ServerHandle {
         self.published.busy_ns()
     }
 
+    /// Nanoseconds the server spent on its control path so far.
+    pub fn control_ns(&self) -> u64 {
+        self.published.control_ns()
+    }
+
     pub fn cpu_ns(&self) -> u64 {
         self.published.cpu_ns()
     }
@@ -1426,8 +2000,17 @@ impl Drop for ServerHandle {
 
 /// Binds a server and runs it on a new thread.
 pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServeError> {
-    let socket = config.socket.clone();
-    let mut server = Server::bind(config)?;
+    run_on_thread(Server::bind(config)?)
+}
+
+/// As [`spawn`], with an engine built by the caller.
+#[doc(hidden)]
+pub fn spawn_with_engine(config: ServerConfig, engine: Box<dyn Engine>) -> Result<ServerHandle, ServeError> {
+    run_on_thread(Server::bind_with_engine(config, engine)?)
+}
+
+fn run_on_thread(mut server: Server) -> Result<ServerHandle, ServeError> {
+    let socket = server.config.socket.clone();
     let published = server.published();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);

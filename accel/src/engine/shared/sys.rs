@@ -1,7 +1,9 @@
 //! The few system calls the shared engine needs, wrapped once: sequenced
 //! packet Unix sockets with file descriptors passed alongside
-//! (`SCM_RIGHTS`), memfd regions mapped shared, and eventfd doorbells.
-//! Everything returns `io::Result`; nothing here knows the protocol.
+//! (`SCM_RIGHTS`) and their peers' credentials, sealed memfd regions
+//! mapped shared, eventfd doorbells, an epoll set, and a buffer kept out
+//! of core dumps and swap. Everything returns `io::Result`; nothing here
+//! knows the protocol.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -48,19 +50,46 @@ fn seqpacket() -> io::Result<OwnedFd> {
 }
 
 /// Binds a listening sequenced-packet socket at `path` with mode 0600
-/// (owner only): the umask is tightened around bind(2) so that there is
+/// (owner only), or 0660 with group `group`: the umask is tightened around
+/// bind(2), and the group is this thread's file-system group while it
+/// binds, so the file is created with its final owner, group and mode in
+/// one step. Nothing is changed by path afterwards (a chmod or chown of
+/// the path could reach another file put there meanwhile), and there is
 /// no moment at which another user could connect.
-pub fn listen(path: &Path) -> io::Result<OwnedFd> {
+pub fn listen(path: &Path, group: Option<libc::gid_t>) -> io::Result<OwnedFd> {
     let fd = seqpacket()?;
     let (addr, len) = sockaddr(path)?;
+    let mask = if group.is_some() { 0o117 } else { 0o177 };
+    // setfsgid(2) is per thread (glibc does not broadcast it) and cannot
+    // fail visibly: the previous value comes back either way, so the
+    // file's group is checked below.
+    // SAFETY: plain system calls; the old group and mask are restored below.
+    let old_group = group.map(|g| unsafe { libc::setfsgid(g) });
     // SAFETY: umask never fails; the old mask is restored just below.
-    let old = unsafe { libc::umask(0o177) };
+    let old = unsafe { libc::umask(mask) };
     // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
     let bound = check(unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) });
     // SAFETY: as above.
     unsafe { libc::umask(old) };
+    if let Some(g) = old_group {
+        // SAFETY: as above.
+        unsafe { libc::setfsgid(g as libc::gid_t) };
+    }
     bound?;
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    if let Some(want) = group {
+        use std::os::unix::fs::MetadataExt;
+        let got = std::fs::symlink_metadata(path)?.gid();
+        if got != want {
+            let _ = std::fs::remove_file(path);
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "the socket was created with group {got}, not {want} (not a member of it, or a \
+                     set-group-ID directory)"
+                ),
+            ));
+        }
+    }
     // SAFETY: plain system call on our descriptor.
     check(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
     set_nonblocking(fd.as_raw_fd())?;
@@ -128,8 +157,9 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// The peer's user ID (`SO_PEERCRED`).
-pub fn peer_uid(fd: &OwnedFd) -> io::Result<u32> {
+/// The peer's credentials when it connected (`SO_PEERCRED`: process,
+/// user and group IDs, as the kernel recorded them, not as the peer says).
+pub fn peer_cred(fd: &OwnedFd) -> io::Result<libc::ucred> {
     // SAFETY: ucred is plain data.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -143,7 +173,48 @@ pub fn peer_uid(fd: &OwnedFd) -> io::Result<u32> {
             &mut len,
         )
     })?;
-    Ok(cred.uid)
+    Ok(cred)
+}
+
+/// Whether the peer was in group `gid` (primary or supplementary) when it
+/// connected (`SO_PEERGROUPS`, recorded by the kernel like `SO_PEERCRED`).
+pub fn peer_in_group(fd: &OwnedFd, gid: libc::gid_t) -> io::Result<bool> {
+    // NGROUPS_MAX is 65536; a peer with more groups than this first
+    // look holds is asked again with room for all of them.
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = std::mem::size_of_val(groups.as_slice()) as libc::socklen_t;
+        // SAFETY: `groups` has room for `len` bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / size_of::<libc::gid_t>();
+        if r == 0 {
+            return Ok(groups[..n.min(groups.len())].contains(&gid));
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ERANGE) && n > groups.len() {
+            groups.resize(n, 0);
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+/// Bytes this side sent on `fd` that the peer has not read yet (`SIOCOUTQ`):
+/// on a Unix socket a message stays charged to its sender until the
+/// receiver has taken it, so zero means every reply was read.
+pub fn unread_by_peer(fd: &OwnedFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int into `n`.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut n) })?;
+    Ok(n.max(0) as usize)
 }
 
 /// Sends one message, with `fds` attached if any. `nonblocking` makes a
@@ -325,6 +396,19 @@ pub fn pollfd(fd: RawFd) -> libc::pollfd {
     }
 }
 
+/// The seals a shared region must carry before the side that did not
+/// create it maps it: neither side can shrink it (a page the other maps
+/// would then fault with SIGBUS on access) or grow it (memory charged to
+/// whoever touches it), and nobody can remove the seals or add others.
+pub const REGION_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// The seals on `fd` (`F_GET_SEALS`; a file that cannot be sealed has
+/// `F_SEAL_SEAL` only).
+pub fn seals(fd: &OwnedFd) -> io::Result<libc::c_int> {
+    // SAFETY: fcntl on a descriptor we hold.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })
+}
+
 /// A shared mapping of a memfd: the tenant's rings and data area.
 #[derive(Debug)]
 pub struct Mapping {
@@ -337,15 +421,20 @@ pub struct Mapping {
 unsafe impl Send for Mapping {}
 
 impl Mapping {
-    /// Creates a memfd of `len` bytes and maps it.
+    /// Creates a memfd of `len` bytes, seals it with [`REGION_SEALS`]
+    /// before anyone else can hold it, and maps it.
     pub fn create(name: &str, len: usize) -> io::Result<(OwnedFd, Mapping)> {
         let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: plain system call with a valid C string.
-        let fd = check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+        let fd = check(unsafe {
+            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        })?;
         // SAFETY: just returned by memfd_create(2).
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: plain system call on our descriptor.
         check(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
+        // SAFETY: as above.
+        check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, REGION_SEALS) })?;
         let mapping = Mapping::map(&fd, len)?;
         Ok((fd, mapping))
     }
@@ -402,5 +491,128 @@ impl Drop for Mapping {
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
+    }
+}
+
+/// An epoll set (level-triggered): the server's control sockets and its
+/// listener, looked at once per tick without a system call per socket.
+#[derive(Debug)]
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: plain system call; the descriptor is owned from here on.
+        let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: just returned by epoll_create1(2).
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watches `fd` for input (and hang-up), reporting `data`.
+    pub fn add(&self, fd: RawFd, data: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: data,
+        };
+        // SAFETY: `ev` is a live epoll_event.
+        check(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(|_| ())
+    }
+
+    /// Stops watching `fd` (closing it does as much).
+    pub fn remove(&self, fd: RawFd) {
+        // SAFETY: a null event is allowed for EPOLL_CTL_DEL.
+        unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+    }
+
+    /// The ready entries, without waiting; `events` is filled up to its
+    /// capacity (the rest are reported next time: level-triggered).
+    pub fn ready(&self, events: &mut Vec<libc::epoll_event>) {
+        events.clear();
+        let room = events.capacity().min(i32::MAX as usize);
+        // SAFETY: the kernel writes at most `room` events into the spare
+        // capacity, and says how many.
+        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), room as i32, 0) };
+        if n > 0 {
+            // SAFETY: the first `n` entries were written by the kernel.
+            unsafe { events.set_len(n as usize) };
+        }
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// A buffer for secrets (the messages that carry keys): its own anonymous
+/// mapping, excluded from core dumps (`MADV_DONTDUMP`), locked in memory
+/// where the limit allows (`mlock`; an unlocked buffer still works), and
+/// wiped before it is unmapped.
+#[derive(Debug)]
+pub struct SecretBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: plain memory owned by this value alone.
+unsafe impl Send for SecretBuf {}
+
+impl SecretBuf {
+    pub fn new(len: usize) -> io::Result<SecretBuf> {
+        // SAFETY: an anonymous private mapping at an address the kernel picks.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: advice and locking on the mapping just made; a refusal
+        // of either (an old kernel, RLIMIT_MEMLOCK) leaves a working buffer.
+        unsafe {
+            libc::madvise(ptr, len, libc::MADV_DONTDUMP);
+            libc::mlock(ptr, len);
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from(io::ErrorKind::Other))?;
+        Ok(SecretBuf { ptr, len })
+    }
+
+    /// A buffer of no bytes (nothing mapped), to hold a place.
+    pub fn empty() -> SecretBuf {
+        SecretBuf {
+            ptr: NonNull::dangling(),
+            len: 0,
+        }
+    }
+}
+
+impl std::ops::Deref for SecretBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped read-write for as long as `self` lives
+        // (or none, with a dangling but aligned pointer).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for SecretBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for SecretBuf {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        zeroize::Zeroize::zeroize(&mut **self);
+        // SAFETY: unmaps exactly what `new` mapped; nothing refers to it now.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }

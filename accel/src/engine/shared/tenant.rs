@@ -59,6 +59,15 @@ pub enum AttachError {
     Protocol(String),
     #[error("cannot map the shared region: {0}")]
     Map(io::Error),
+    /// The server's region could be resized under this tenant (a third
+    /// party holding the descriptor could shrink it, and the next access
+    /// would fault): refused before it is mapped.
+    #[error(
+        "the engine server's shared region is not sealed against resizing (seals {seals:#x}, \
+         need {:#x}); refusing to map it",
+        super::sys::REGION_SEALS
+    )]
+    Unsealed { seals: i32 },
 }
 
 struct ShmTenant {
@@ -329,6 +338,12 @@ impl SharedEngine {
                     return Err(AttachError::Protocol("descriptors missing".into()));
                 };
                 drop(it);
+                // The server created the region: it is mapped only if it
+                // can neither shrink nor grow while mapped.
+                let seals = sys::seals(&memfd).map_err(AttachError::Map)?;
+                if seals & sys::REGION_SEALS != sys::REGION_SEALS {
+                    return Err(AttachError::Unsealed { seals });
+                }
                 let map = Mapping::map(&memfd, region_len as usize).map_err(AttachError::Map)?;
                 let rings = Rings::new(map, entries, slot_size)
                     .ok_or_else(|| AttachError::Protocol("the region does not fit its rings".into()))?;

@@ -14,8 +14,10 @@ use crate::descriptor::{Descriptor, DescriptorError, DescriptorKind, Direction, 
 use crate::session::SessionHandle;
 use strum::{Display, EnumString, IntoStaticStr, VariantArray, VariantNames};
 
-/// Bumped whenever a message or entry changes shape.
-pub const VERSION: u16 = 1;
+/// Bumped whenever a message or entry changes shape (2: the stats reply
+/// counts evictions, idle connections, refused peers and over-budget
+/// registrations).
+pub const VERSION: u16 = 2;
 /// The largest message either side sends: a socket-transport burst is cut
 /// to fit (its data included).
 pub const MAX_MESSAGE: usize = 64 * 1024;
@@ -356,10 +358,22 @@ pub struct StatsReply {
     pub quota_full: u64,
     pub discarded: u64,
     pub sessions_wiped: u64,
+    /// Tenants let go: hung, a ring no honest tenant writes, or
+    /// [`MAX_STRIKES`](super::server::MAX_STRIKES) messages outside the
+    /// protocol (garbage, or requests on top of unread answers).
+    pub evicted: u64,
+    /// Connections closed without attaching: past the attach deadline, or
+    /// the oldest waiting when a new one came.
+    pub idle_closed: u64,
+    /// Connections turned away by their peer's credentials.
+    pub refused_peers: u64,
+    /// Registrations refused for what the session would cost in file
+    /// descriptors.
+    pub over_budget: u64,
 }
 
 impl StatsReply {
-    const FIELDS: usize = 11;
+    const FIELDS: usize = 15;
 
     fn to_array(self) -> [u64; Self::FIELDS] {
         [
@@ -374,6 +388,10 @@ impl StatsReply {
             self.quota_full,
             self.discarded,
             self.sessions_wiped,
+            self.evicted,
+            self.idle_closed,
+            self.refused_peers,
+            self.over_budget,
         ]
     }
 
@@ -390,6 +408,10 @@ impl StatsReply {
             quota_full: a[8],
             discarded: a[9],
             sessions_wiped: a[10],
+            evicted: a[11],
+            idle_closed: a[12],
+            refused_peers: a[13],
+            over_budget: a[14],
         }
     }
 

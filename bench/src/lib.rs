@@ -601,6 +601,7 @@ pub fn sweep(args: &BenchArgs, progress: &ProgressBar) -> anyhow::Result<Sweep> 
             repetitions: timing.repetitions,
             profile: knobs.profile.to_owned(),
             json: None,
+            hostile: false,
         });
     let conditions = report::Conditions::start();
     let started = std::time::Instant::now();

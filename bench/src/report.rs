@@ -288,6 +288,7 @@ pub fn full_tables(sweep: &Sweep) -> String {
             repetitions: sweep.repetitions,
             profile: sweep.rate.clone(),
             json: None,
+            hostile: false,
         };
         out.push('\n');
         out.push_str(&crate::tenants::table(&sweep.tenants, &options));

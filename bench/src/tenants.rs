@@ -118,6 +118,8 @@ struct Sample {
     requests: u64,
     /// The thread's CPU time, waits excluded.
     cpu_ns: u64,
+    /// The slice's real length.
+    elapsed: Duration,
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -162,8 +164,21 @@ fn jobs(session: SessionHandle, alg: Algorithm, size: usize) -> Vec<Job> {
         .collect()
 }
 
-/// Keeps up to `window` of `idle` in flight until `until`; returns the
-/// requests completed. Waits as a driver does: on the engine for a real
+/// What one slice of [`drive`] did.
+struct Driven {
+    /// Requests completed within the slice.
+    done: u64,
+    /// The thread's CPU time spent waiting (not the tenant's work).
+    waiting_ns: u64,
+    /// How long the slice took: at least its time, longer while fewer than
+    /// a window's requests had completed.
+    elapsed: Duration,
+}
+
+/// Keeps up to `window` of `idle` in flight until `until` and until a
+/// window's worth of requests have completed (a slice in which the host
+/// never ran the server would otherwise read as a rate of zero; rates are
+/// over the slice's real length); returns the requests completed. Waits as a driver does: on the engine for a real
 /// device or a server, spinning to a modelled completion time otherwise.
 /// With `dual`, each request is two descriptors (cipher, then MAC; the
 /// second submitted when the first completes) and counts once. Also
@@ -176,7 +191,9 @@ fn drive(
     dual: bool,
     until: Instant,
     start: Instant,
-) -> (u64, u64) {
+) -> Driven {
+    let began = Instant::now();
+    let mut elapsed = None;
     let mut queue: VecDeque<Job> = VecDeque::with_capacity(WINDOW);
     let mut out: Vec<Job> = Vec::with_capacity(WINDOW);
     let mut done = 0u64;
@@ -184,8 +201,13 @@ fn drive(
     let total = idle.len() + engine.in_flight();
     let mut finishing = false;
     loop {
-        if !finishing && Instant::now() >= until {
+        // Past the slice's time with nothing back is a host that has not
+        // run the server yet, not a rate of zero; the cap below still ends
+        // a slice whose engine never answers.
+        let now = Instant::now();
+        if !finishing && now >= until && (done >= window as u64 || now > until + Duration::from_secs(5)) {
             finishing = true;
+            elapsed = Some(began.elapsed());
         }
         if !finishing {
             while engine.in_flight() + queue.len() < window {
@@ -218,8 +240,12 @@ fn drive(
         }
         if finishing {
             idle.extend(queue.drain(..));
-            if idle.len() >= total || Instant::now() > until + Duration::from_secs(5) {
-                return (done, waiting_ns);
+            if idle.len() >= total || Instant::now() > until + Duration::from_secs(10) {
+                return Driven {
+                    done,
+                    waiting_ns,
+                    elapsed: elapsed.unwrap_or_else(|| began.elapsed()),
+                };
             }
         }
         // Nothing back, and nothing more the engine would take: wait (a
@@ -258,13 +284,17 @@ fn slices(
             b.wait();
         }
         let cpu = thread_cpu_ns();
-        let (requests, waiting) = drive(engine, idle, window, dual, Instant::now() + options.slice, start);
-        let cpu_ns = (thread_cpu_ns() - cpu).saturating_sub(waiting);
+        let driven = drive(engine, idle, window, dual, Instant::now() + options.slice, start);
+        let cpu_ns = (thread_cpu_ns() - cpu).saturating_sub(driven.waiting_ns);
         if let Some(b) = barrier {
             b.wait();
         }
         if rep > 0 {
-            samples.push(Sample { requests, cpu_ns });
+            samples.push(Sample {
+                requests: driven.done,
+                cpu_ns,
+                elapsed: driven.elapsed,
+            });
         }
     }
     samples
@@ -287,11 +317,10 @@ fn row(
     size: usize,
     per_tenant: &[Vec<Sample>],
     server: &[ServerSample],
-    slice: Duration,
     machine: &Machine,
 ) -> Row {
     let reps = per_tenant.first().map_or(0, Vec::len);
-    let mbps = |s: &Sample| s.requests as f64 * size as f64 * 8.0 / slice.as_secs_f64() / 1e6;
+    let mbps = |s: &Sample| s.requests as f64 * size as f64 * 8.0 / s.elapsed.as_secs_f64().max(1e-9) / 1e6;
     let mut aggregate: Vec<f64> = (0..reps)
         .map(|r| per_tenant.iter().map(|t| mbps(&t[r])).sum())
         .collect();
@@ -354,7 +383,7 @@ fn in_process(
     } else {
         Mode::InProcessAsync
     };
-    Ok(row(kind, mode, size, &[samples], &[], options.slice, machine))
+    Ok(row(kind, mode, size, &[samples], &[], machine))
 }
 
 fn shared(
@@ -432,7 +461,7 @@ fn shared(
         Transport::Shm => Mode::Shm,
         Transport::Socket => Mode::Socket,
     };
-    Ok(row(kind, mode, size, &per_tenant, &busy, options.slice, machine))
+    Ok(row(kind, mode, size, &per_tenant, &busy, machine))
 }
 
 /// Runs every cell: per engine and size, in-process first, then each
@@ -901,8 +930,8 @@ pub fn hostile(options: &Options) -> anyhow::Result<HostileReport> {
     let start = Instant::now();
     let load_before = load_average();
     let mut slice = |good: &mut SharedEngine| {
-        let (done, _) = drive(good, &mut idle, 1, false, Instant::now() + options.slice, start);
-        done as f64 / options.slice.as_secs_f64()
+        let driven = drive(good, &mut idle, 1, false, Instant::now() + options.slice, start);
+        driven.done as f64 / driven.elapsed.as_secs_f64().max(1e-9)
     };
     slice(&mut good);
     let (mut alone, mut hostile) = (Vec::new(), Vec::new());

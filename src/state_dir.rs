@@ -274,20 +274,41 @@ impl StateDir {
     /// Writes `text` as the ledger: temporary file, fsync, rename, fsync of
     /// the directory.
     fn write(&self, text: &str) -> Result<()> {
+        // Relative to the directory's descriptor, not its path: once `run
+        // --user` has dropped root, the path's parents may not be
+        // searchable by that user, and a parent renamed or replaced by a
+        // symbolic link since the start must not redirect the ledger.
         let tmp = self.path.join(LEDGER_TMP);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
+        let dir_fd = self.dir.as_raw_fd();
+        let name_tmp = c"ledger.tmp";
+        let name_ledger = c"ledger";
+        debug_assert!(
+            name_tmp.to_bytes() == LEDGER_TMP.as_bytes() && name_ledger.to_bytes() == LEDGER.as_bytes()
+        );
+        // SAFETY: openat with a descriptor we own and a NUL-terminated name;
+        // the returned descriptor is owned by the File made from it.
+        let fd = unsafe {
+            libc::openat(
+                dir_fd,
+                name_tmp.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("writing {}", tmp.display()));
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let mut file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         file.write_all(text.as_bytes())
             .and_then(|()| file.sync_all())
             .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, self.path.join(LEDGER))
-            .with_context(|| format!("renaming {} over {LEDGER}", tmp.display()))?;
+        // SAFETY: renameat within the directory we hold, NUL-terminated names.
+        if unsafe { libc::renameat(dir_fd, name_tmp.as_ptr(), dir_fd, name_ledger.as_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("renaming {} over {LEDGER}", tmp.display()));
+        }
         self.dir
             .sync_all()
             .with_context(|| format!("syncing the directory {}", self.path.display()))

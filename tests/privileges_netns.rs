@@ -248,6 +248,7 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
     let sockets = [dir.join("pva.sock"), dir.join("pvb.sock")];
     let stats = [dir.join("pva.json"), dir.join("pvb.json")];
     let logs = [dir.join("pva.log"), dir.join("pvb.log")];
+    let state_dirs = [dir.join("pva-state"), dir.join("pvb-state")];
     write_config(&configs[0], "a", false, 0);
     write_config(&configs[1], "b", false, NOBODY);
     for (i, (ns, extra)) in [(GW_A, &["--workers", "2"][..]), (GW_B, &["--user", "nobody"][..])]
@@ -263,6 +264,10 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
             .arg(&sockets[i])
             .arg("--stats")
             .arg(&stats[i])
+            // Its static AEAD keys need a sequence ledger; gwB's is handed
+            // to nobody, who writes it once root is gone.
+            .arg("--state-dir")
+            .arg(&state_dirs[i])
             .env("NO_COLOR", "1")
             .stderr(File::create(&logs[i]).expect("log file"))
             .spawn()
@@ -287,6 +292,16 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
     assert!(threads_a >= 3, "two workers and the control thread: {threads_a}");
     started(1);
     check_privileges(pids[1], NOBODY, "gwB (--user nobody)");
+    for name in ["", "ledger", "lock"] {
+        let path = state_dirs[1].join(name);
+        let owner = std::fs::metadata(&path).map(|m| m.uid());
+        assert_eq!(
+            owner.ok(),
+            Some(NOBODY),
+            "{} is handed to nobody, who writes it",
+            path.display()
+        );
+    }
     let status_owner = std::fs::metadata(format!("/proc/{}/status", pids[1]))
         .expect("gwB's status")
         .uid();

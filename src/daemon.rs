@@ -502,6 +502,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         "forwarding"
     );
     let mut final_plane = None;
+    let (inside_device, outside_device) = (config.inside.device.as_str(), config.outside.device.as_str());
     let results: Vec<std::io::Result<RunSummary>> = std::thread::scope(|scope| {
         let handles: Vec<_> = gateways
             .iter_mut()
@@ -517,8 +518,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 scope.spawn(move || {
                     let mut ticks = 0u32;
                     let mut unreserved = 0u64;
+                    let mut link_down = [false; 2];
+                    let devices = [inside_device, outside_device];
                     let mut tick = |t: &mut Tick<'_>| {
                         ticks = ticks.wrapping_add(1);
+                        // Once per change, from the first worker (they
+                        // share the devices).
+                        if index == 0 && t.summary.link_down != link_down {
+                            for port in [Port::Inside, Port::Outside] {
+                                let (was, is) = (link_down[port.index()], t.summary.link_down[port.index()]);
+                                let device = devices[port.index()];
+                                if is && !was {
+                                    tracing::warn!(%port, device, "device down: waiting for it to come back up");
+                                } else if was && !is {
+                                    tracing::info!(%port, device, "device up again: forwarding");
+                                }
+                            }
+                            link_down = t.summary.link_down;
+                        }
                         // Packets waiting for (or dropped for want of) a
                         // durable ceiling: the ledger's writer goes now.
                         if let Some(state) = &state {
@@ -558,6 +575,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
                         }
                     };
                     let result = dataplane::io::run::run(gateway, sockets, &stop, moderation, &mut tick);
+                    if result.is_err() {
+                        // The others stop too: the gateway is one process,
+                        // and its service manager restarts it whole.
+                        stop.store(true, Ordering::Relaxed);
+                    }
                     (result, plane.map(|p| p.plane))
                 })
             })

@@ -42,6 +42,10 @@ pub enum AfPacketError {
 pub struct AfPacket {
     fd: OwnedFd,
     device: String,
+    /// The interface index the socket is bound to: a device deleted and
+    /// made again under the same name has another, and this socket never
+    /// sees its frames.
+    ifindex: u32,
     /// `PACKET_VNET_HDR` is on: a virtio-net header precedes every frame,
     /// both ways.
     vnet: bool,
@@ -50,6 +54,17 @@ pub struct AfPacket {
     udp_gso: bool,
     /// Frames arrive in a `PACKET_MMAP` ring rather than the socket's queue.
     ring: Option<RxRing>,
+}
+
+/// Where a packet socket's device stands (see [`AfPacket::link`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    Up,
+    /// Administratively down, or without carrier: frames come again once
+    /// it is up.
+    Down,
+    /// Deleted (or deleted and made again): this socket is done.
+    Gone,
 }
 
 /// Whether this kernel takes a UDP GSO super-packet (`gso_type` UDP_L4)
@@ -405,6 +420,7 @@ impl AfPacket {
         Ok(AfPacket {
             fd,
             device: device.to_owned(),
+            ifindex: index,
             vnet,
             udp_gso: vnet && udp_gso_supported(),
             ring,
@@ -413,6 +429,59 @@ impl AfPacket {
 
     pub fn device(&self) -> &str {
         &self.device
+    }
+
+    /// Takes the socket's pending error (`SO_ERROR`, which reading
+    /// clears): the kernel sets `ENETDOWN` on a packet socket when its
+    /// device goes down or away, and until it is read every poll returns at
+    /// once.
+    pub fn take_error(&self) -> Option<io::Error> {
+        let mut error: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: error and len are live and sized for SO_ERROR.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut error as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if r < 0 {
+            return Some(io::Error::last_os_error());
+        }
+        (error != 0).then(|| io::Error::from_raw_os_error(error))
+    }
+
+    /// Whether the device the socket is bound to still exists, and is up.
+    /// A packet socket follows its device down and up again by itself
+    /// (the kernel re-attaches it), but not across a deletion.
+    pub fn link(&self) -> LinkState {
+        let Ok(name) = CString::new(self.device.as_str()) else {
+            return LinkState::Gone;
+        };
+        // SAFETY: if_nametoindex reads a NUL-terminated string.
+        if unsafe { libc::if_nametoindex(name.as_ptr()) } != self.ifindex {
+            return LinkState::Gone;
+        }
+        // SAFETY: ifreq is plain data; the name fits (if_nametoindex found
+        // it, so it is shorter than IFNAMSIZ).
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (dst, src) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
+            *dst = *src as libc::c_char;
+        }
+        // SAFETY: SIOCGIFFLAGS reads and writes the ifreq we own.
+        if unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+            return LinkState::Gone;
+        }
+        // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+        let flags = i32::from(unsafe { req.ifr_ifru.ifru_flags });
+        if flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0 {
+            LinkState::Up
+        } else {
+            LinkState::Down
+        }
     }
 
     pub fn as_raw_fd(&self) -> i32 {

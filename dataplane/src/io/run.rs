@@ -8,7 +8,7 @@ use accel::NextCompletion;
 
 use crate::buffer::{PacketBuf, PacketPool};
 use crate::gateway::{DatagramError, Gateway, Output, Verdict};
-use crate::io::afpacket::{AfPacket, RxScratch, Sent, MAX_BATCH};
+use crate::io::afpacket::{AfPacket, LinkState, RxScratch, Sent, MAX_BATCH};
 use crate::io::coalesce::Plan;
 use crate::io::offload::OffloadCounters;
 use crate::io::tun::Tun;
@@ -109,6 +109,63 @@ pub struct RunSummary {
     /// Turns after which the worker waited for more frames (see
     /// [`Moderation`]).
     pub moderated: u64,
+    /// Times an interface's device was found down (or without carrier).
+    pub link_downs: u64,
+    /// Whether each port's device is down now (by [`Port::index`]): the
+    /// worker waits for it without spinning, and forwards again once the
+    /// kernel brings its sockets back with it.
+    pub link_down: [bool; 2],
+}
+
+/// Why a worker stopped on its own: a device it cannot go on without.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceLost {
+    #[error(
+        "device `{device}` of the {port} interface was deleted (or deleted and made again): \
+         its sockets cannot follow it; espgw stops so that its service manager starts it again \
+         once the device is back"
+    )]
+    Deleted { device: String, port: Port },
+}
+
+/// A receiving socket reported an error (`POLLERR`, or `ENETDOWN` from a
+/// receive): takes the error, so that the next poll waits again rather
+/// than returning at once, and looks at the device. Down is waited out
+/// (noted in `summary`); deleted ends the worker with [`DeviceLost`].
+fn socket_error(port: Port, device: &Device, summary: &mut RunSummary) -> std::io::Result<()> {
+    let Device::Packet(socket) = device else {
+        // A TUN device's errors come back from its reads.
+        return Ok(());
+    };
+    let _ = socket.take_error();
+    match socket.link() {
+        LinkState::Up => Ok(()),
+        LinkState::Down => {
+            if !summary.link_down[port.index()] {
+                summary.link_down[port.index()] = true;
+                summary.link_downs += 1;
+            }
+            Ok(())
+        }
+        LinkState::Gone => Err(std::io::Error::other(DeviceLost::Deleted {
+            device: socket.device().to_owned(),
+            port,
+        })),
+    }
+}
+
+/// After a poll: every receiving socket that reported an error.
+fn poll_errors(
+    receivers: &[(Port, &Device)],
+    fds: &[libc::pollfd],
+    summary: &mut RunSummary,
+) -> std::io::Result<()> {
+    for ((port, device), fd) in receivers.iter().zip(fds) {
+        if fd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            socket_error(*port, device, summary)?;
+        }
+    }
+    Ok(())
 }
 
 /// The sockets of one worker: where frames come from (several per port
@@ -323,7 +380,14 @@ pub fn run(
         // one super-packet is a full turn's work).
         let mut handed = 0;
         for (port, device) in &receivers {
-            let n = device.recv_batch(&mut pool, &mut raw, BATCH, &mut scratch)?;
+            let n = match device.recv_batch(&mut pool, &mut raw, BATCH, &mut scratch) {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::ENETDOWN) => {
+                    socket_error(*port, device, &mut summary)?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             scratch.count_rejected(&mut summary.offload);
             if n == 0 {
                 continue;
@@ -359,6 +423,17 @@ pub fn run(
         if timers.tick {
             summary.kernel_drops += sockets.kernel_drops();
             last_timeout = now;
+            // A device that was down: up again (its sockets came back with
+            // it), or gone meanwhile.
+            for (port, device) in &receivers {
+                if let (true, Device::Packet(socket)) = (summary.link_down[port.index()], device) {
+                    match socket.link() {
+                        LinkState::Up => summary.link_down[port.index()] = false,
+                        LinkState::Down => {}
+                        LinkState::Gone => socket_error(*port, device, &mut summary)?,
+                    }
+                }
+            }
         }
         tx.send(&mut out, &mut pool, sockets, &mut summary);
         summary.pool_in_use = pool.in_use();
@@ -386,9 +461,11 @@ pub fn run(
             // other workers wait on.
             let wait = idle_wait_ms(now, gateway.timer_deadline());
             // SAFETY: fds is a live array of pollfd of the length given.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) };
-        } else if idle {
-            wait_for_engine(gateway, now, &mut fds);
+            if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) } > 0 {
+                poll_errors(&receivers, &fds, &mut summary)?;
+            }
+        } else if idle && wait_for_engine(gateway, now, &mut fds) {
+            poll_errors(&receivers, &fds, &mut summary)?;
         }
     }
     summary.kernel_drops += sockets.kernel_drops();
@@ -410,10 +487,14 @@ pub fn run(
 /// (its completion interrupt, `Engine::wait`); a modelled one completes at
 /// a time on the same clock as `now`, so the wait is until then (and the
 /// model paces live traffic), or until a frame arrives, whichever is first.
-fn wait_for_engine(gateway: &mut Gateway, now: Duration, fds: &mut [libc::pollfd]) {
+/// Whether the sockets were polled and some have events.
+fn wait_for_engine(gateway: &mut Gateway, now: Duration, fds: &mut [libc::pollfd]) -> bool {
     match gateway.next_completion() {
-        NextCompletion::Ready => {}
-        NextCompletion::External => gateway.engine_mut().wait(Duration::from_micros(200)),
+        NextCompletion::Ready => false,
+        NextCompletion::External => {
+            gateway.engine_mut().wait(Duration::from_micros(200));
+            false
+        }
         NextCompletion::At(_) | NextCompletion::Idle => {
             let wake = gateway
                 .poll_timeout()
@@ -425,7 +506,7 @@ fn wait_for_engine(gateway: &mut Gateway, now: Duration, fds: &mut [libc::pollfd
             };
             // SAFETY: fds is a live array of pollfd of the length given;
             // the timespec lives across the call; no signal mask change.
-            unsafe {
+            let ready = unsafe {
                 libc::ppoll(
                     fds.as_mut_ptr(),
                     fds.len() as libc::nfds_t,
@@ -433,6 +514,7 @@ fn wait_for_engine(gateway: &mut Gateway, now: Duration, fds: &mut [libc::pollfd
                     std::ptr::null(),
                 )
             };
+            ready > 0
         }
     }
 }
@@ -503,6 +585,10 @@ impl RunSummary {
         self.pool_in_use += other.pool_in_use;
         self.pool_capacity += other.pool_capacity;
         self.moderated += other.moderated;
+        self.link_downs += other.link_downs;
+        for (mine, theirs) in self.link_down.iter_mut().zip(other.link_down) {
+            *mine |= theirs;
+        }
     }
 }
 

@@ -41,6 +41,49 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written (to standard error): `text`, one line per
+    /// event with key=value fields, or `json`, one JSON object per line
+    /// for a log collector. Colour only on a terminal, and never with
+    /// NO_COLOR set.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The log subscriber: `filter` (RUST_LOG's syntax) over `format`, into
+/// `writer`; ANSI colours only where `ansi` says (a terminal that has not
+/// asked for none), so that a file or the journal gets plain text.
+fn log_subscriber<W>(
+    format: LogFormat,
+    ansi: bool,
+    filter: &str,
+    writer: W,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(ansi);
+    match format {
+        LogFormat::Text => Box::new(builder.finish()),
+        LogFormat::Json => Box::new(builder.json().flatten_event(true).finish()),
+    }
+}
+
+/// Colour on standard error: only a terminal, and not with NO_COLOR set
+/// (<https://no-color.org>).
+fn stderr_wants_colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 #[derive(Subcommand)]
@@ -271,13 +314,15 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let subscriber = log_subscriber(
+        cli.log_format,
+        stderr_wants_colour(),
+        default_filter,
+        std::io::stderr,
+    );
+    if tracing::subscriber::set_global_default(subscriber).is_err() {
+        eprintln!("espgw: warning: a log subscriber was already set");
+    }
     let result = match cli.command {
         Command::CheckConfig { file } => check_config(&file),
         Command::Pcap(args) => pcap(&args),
@@ -429,4 +474,69 @@ fn bench_veth(args: &bench::BenchArgs) -> Result<()> {
         udp_probes: args.udp_probes,
         json: args.json.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A writer into a shared buffer, as a log file would be.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("the buffer").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(format: LogFormat, ansi: bool) -> String {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = log_subscriber(format, ansi, "info", move || writer.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(tunnel = "site-b", generation = 3u64, "rekeyed");
+            tracing::debug!("below the filter");
+        });
+        let bytes = out.0.lock().expect("the buffer").clone();
+        String::from_utf8(bytes).expect("UTF-8 log lines")
+    }
+
+    #[test]
+    fn text_lines_carry_key_value_fields_and_no_escape_codes_off_a_terminal() {
+        let text = logged(LogFormat::Text, false);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains("rekeyed") && text.contains("tunnel=\"site-b\"") && text.contains("generation=3"),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "no ANSI escape codes: {text:?}");
+        // The same on a terminal has them: the check above can fail.
+        assert!(logged(LogFormat::Text, true).contains('\u{1b}'));
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each_with_the_fields_at_the_top() {
+        let text = logged(LogFormat::Json, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        let event: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON object");
+        assert_eq!(event["level"], "INFO", "{event}");
+        assert_eq!(event["message"], "rekeyed", "{event}");
+        assert_eq!(event["tunnel"], "site-b", "{event}");
+        assert_eq!(event["generation"], 3, "{event}");
+        assert!(event["timestamp"].is_string(), "{event}");
+    }
+
+    #[test]
+    fn log_format_is_an_option_of_every_command() {
+        let cli = Cli::try_parse_from(["espgw", "stats", "--log-format", "json"]).expect("parses");
+        assert_eq!(cli.log_format, LogFormat::Json);
+        assert!(Cli::try_parse_from(["espgw", "--log-format", "xml", "stats"]).is_err());
+    }
 }

@@ -501,6 +501,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
         tunnels = config.tunnels.len(),
         "forwarding"
     );
+    // The sockets are open, privileges dropped, the tunnels installed: a
+    // service manager (systemd's Type=notify) may start what depends on
+    // the gateway. Without $NOTIFY_SOCKET this does nothing.
+    notify_service_manager(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&format!("forwarding, {} tunnels", config.tunnels.len())),
+    ]);
     let mut final_plane = None;
     let (inside_device, outside_device) = (config.inside.device.as_str(), config.outside.device.as_str());
     let results: Vec<std::io::Result<RunSummary>> = std::thread::scope(|scope| {
@@ -610,6 +617,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for gateway in &gateways {
         total.add(gateway.stats());
     }
+    notify_service_manager(&[sd_notify::NotifyState::Stopping]);
     tracing::info!(
         frames_in = summary.frames_in,
         frames_out = summary.frames_out,
@@ -771,4 +779,12 @@ fn sum(published: &Mutex<Vec<(dataplane::Stats, RunSummary)>>) -> (dataplane::St
         }
     }
     (total, run)
+}
+
+/// Tells the service manager (`$NOTIFY_SOCKET`) where the gateway stands; a
+/// failure to is logged, never fatal.
+fn notify_service_manager(states: &[sd_notify::NotifyState<'_>]) {
+    if let Err(error) = sd_notify::notify(false, states) {
+        tracing::warn!(%error, "could not notify the service manager");
+    }
 }

@@ -540,3 +540,47 @@ mod tests {
         assert!(Cli::try_parse_from(["espgw", "--log-format", "xml", "stats"]).is_err());
     }
 }
+
+/// The service units under packaging/systemd: every command they run is
+/// one this binary takes.
+#[cfg(test)]
+mod service_units {
+    use super::*;
+
+    const UNITS: [(&str, &str); 2] = [
+        (
+            "espgw@.service",
+            include_str!("../packaging/systemd/espgw@.service"),
+        ),
+        (
+            "espgw-engine.service",
+            include_str!("../packaging/systemd/espgw-engine.service"),
+        ),
+    ];
+
+    #[test]
+    fn every_exec_line_parses_as_an_espgw_command() {
+        let mut seen = 0;
+        for (unit, text) in UNITS {
+            for line in text.lines() {
+                let Some((key, command)) = line.split_once('=') else {
+                    continue;
+                };
+                if !key.starts_with("Exec") {
+                    continue;
+                }
+                let command = command.replace("%i", "site-a");
+                let words: Vec<&str> = command.split_whitespace().collect();
+                assert_eq!(words.first(), Some(&"/usr/bin/espgw"), "{unit}: {line}");
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    panic!("{unit}: `{line}` does not parse: {e}");
+                }
+                seen += 1;
+            }
+        }
+        assert_eq!(
+            seen, 4,
+            "ExecStartPre, ExecStart and ExecReload of the gateway, ExecStart of the engine"
+        );
+    }
+}

@@ -1,5 +1,7 @@
 //! A device that goes away under a running `espgw run` (root, in CI): one
-//! gateway with two workers on a veth topology of its own. Taken down,
+//! gateway with two workers on a veth topology of its own, run as a
+//! service manager runs it (it says READY=1 on `$NOTIFY_SOCKET` once it
+//! forwards, as systemd's Type=notify expects). Taken down,
 //! its inside device is waited for without spinning (the process uses
 //! under a tenth of a core while it is down), logged once, and forwarding
 //! resumes when it comes back up (the host's ping is answered again).
@@ -141,6 +143,11 @@ fn a_device_down_is_waited_for_and_a_deleted_one_ends_the_run() {
     std::fs::write(&config, CONFIG).expect("write config");
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let log_path = dir.join("dl.log");
+    let notify_path = dir.join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("a notify socket");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("a timeout");
     let child = Command::new("ip")
         .args([
             "netns",
@@ -156,6 +163,7 @@ fn a_device_down_is_waited_for_and_a_deleted_one_ends_the_run() {
         .arg("--control")
         .arg(dir.join("dl.sock"))
         .env("NO_COLOR", "1")
+        .env("NOTIFY_SOCKET", &notify_path)
         .stderr(File::create(&log_path).expect("log file"))
         .spawn()
         .expect("espgw run starts");
@@ -171,6 +179,16 @@ fn a_device_down_is_waited_for_and_a_deleted_one_ends_the_run() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    let mut message = [0u8; 512];
+    let n = notify
+        .recv(&mut message)
+        .expect("a notification from the gateway");
+    let message = String::from_utf8_lossy(&message[..n]).into_owned();
+    assert!(
+        message.lines().any(|l| l == "READY=1") && log().contains("forwarding"),
+        "ready once forwarding: {message:?}\n{}",
+        log()
+    );
     assert!(ping_gateway(), "the host reaches the gateway:\n{}", log());
 
     // Down: waited for, once in the log, without spinning.

@@ -118,6 +118,43 @@ enum Command {
         #[command(subcommand)]
         command: engine_serve::EngineCommand,
     },
+    /// Write the manual pages: espgw(8) and one per command (espgw-run(8),
+    /// ...), from the same definitions as --help.
+    Manpages {
+        /// The directory to write them into (created if absent).
+        dir: PathBuf,
+    },
+    /// Print the shell completion script for bash, zsh, fish, elvish or
+    /// powershell.
+    Completions { shell: clap_complete::Shell },
+}
+
+/// Writes `espgw.8` and `espgw-COMMAND.8` for each command into `dir`;
+/// returns the files written.
+fn write_manpages(dir: &Path) -> Result<Vec<PathBuf>> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut root = Cli::command().name("espgw");
+    // Built, so that each command's page has the global options too.
+    root.build();
+    let mut pages = vec![(String::from("espgw"), root.clone())];
+    for sub in root.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("espgw-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name)));
+    }
+    let mut written = Vec::new();
+    for (name, command) in pages {
+        let path = dir.join(format!("{name}.8"));
+        let mut page = Vec::new();
+        clap_mangen::Man::new(command)
+            .section("8")
+            .manual("espgw manual")
+            .render(&mut page)
+            .with_context(|| format!("cannot render {name}(8)"))?;
+        std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 #[derive(Subcommand)]
@@ -335,6 +372,21 @@ fn main() -> ExitCode {
             None => demo::run(&args),
         },
         Command::Engine { command } => engine_serve::run(&command),
+        Command::Manpages { dir } => write_manpages(&dir).map(|pages| {
+            for page in pages {
+                println!("{}", page.display());
+            }
+        }),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            // Into memory first: the generator panics on a failed write,
+            // and a closed pipe is an error to report, not a crash.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "espgw", &mut script);
+            std::io::stdout()
+                .write_all(&script)
+                .context("cannot write the completion script")
+        }
         Command::Stats(query) => show(&query, "stats", report::stats_table),
         Command::Sa { command } => match command {
             SaCommand::List(query) => show(&query, "sa list", report::sa_table),
@@ -582,5 +634,59 @@ mod service_units {
             seen, 4,
             "ExecStartPre, ExecStart and ExecReload of the gateway, ExecStart of the engine"
         );
+    }
+}
+
+#[cfg(test)]
+mod manpages_and_completions {
+    use super::*;
+
+    #[test]
+    fn a_page_per_command_with_its_options() {
+        let dir = std::env::temp_dir().join(format!("espgw-man-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let pages = write_manpages(&dir).expect("written");
+        let names: Vec<String> = pages
+            .iter()
+            .map(|p| p.file_name().expect("a name").to_string_lossy().into_owned())
+            .collect();
+        for want in [
+            "espgw.8",
+            "espgw-run.8",
+            "espgw-bench.8",
+            "espgw-engine.8",
+            "espgw-sa.8",
+            "espgw-reload.8",
+        ] {
+            assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+        }
+        let run = std::fs::read_to_string(dir.join("espgw-run.8")).expect("espgw-run.8");
+        assert!(run.starts_with(".ie") && run.contains(".TH espgw-run 8"), "{run}");
+        for option in [
+            "\\-\\-config",
+            "\\-\\-state\\-dir",
+            "\\-\\-user",
+            "\\-\\-log\\-format",
+        ] {
+            assert!(run.contains(option), "espgw-run(8) names {option}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn completion_scripts_name_every_command() {
+        use clap::CommandFactory;
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "espgw", &mut script);
+            let script = String::from_utf8(script).expect("UTF-8");
+            for command in ["run", "bench", "reload", "engine", "check-config"] {
+                assert!(script.contains(command), "{shell}: {command}");
+            }
+        }
     }
 }

@@ -138,7 +138,10 @@ fn write_manpages(dir: &Path) -> Result<Vec<PathBuf>> {
     // Built, so that each command's page has the global options too.
     root.build();
     let mut pages = vec![(String::from("espgw"), root.clone())];
-    for sub in root.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in root
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
         let name = format!("espgw-{}", sub.get_name());
         pages.push((name.clone(), sub.clone().name(name)));
     }

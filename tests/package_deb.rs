@@ -84,7 +84,7 @@ fn the_package_installs_runs_and_removes() {
     dpkg(&["-i", &deb]);
     let status = dpkg(&["-s", "espgw"]);
     assert!(status.contains("Status: install ok installed"), "{status}");
-    let version = run(&mut Command::new(root.join("usr/bin/espgw")).arg("--version"));
+    let version = run(Command::new(root.join("usr/bin/espgw")).arg("--version"));
     assert!(version.starts_with("espgw "), "{version}");
 
     assert_eq!(mode(&root.join("etc/espgw")), 0o700);

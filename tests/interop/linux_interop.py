@@ -373,7 +373,7 @@ class Failure(Exception):
 class Lab:
     def __init__(self, args):
         self.espgw = args.espgw
-        self.peer = args.peer
+        self.vm_run = args.vm_run
         self.work = Path(args.workdir)
         self.work.mkdir(parents=True, exist_ok=True)
         self.verbose = args.verbose
@@ -384,7 +384,7 @@ class Lab:
     def vm(self, script, check=True, timeout=120):
         """Runs `script` in the VM's shell through the control port."""
         r = subprocess.run(
-            [f"{self.peer}/run-peer.sh", "-e", VM, script],
+            [self.vm_run, "-e", VM, script],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -1065,7 +1065,7 @@ action = "discard"
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--espgw", required=True)
-    ap.add_argument("--peer", required=True, help="the linux-peer directory (run-peer.sh)")
+    ap.add_argument("--vm-run", required=True, help="the test VM's run script (scripts/vm/run.sh)")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--summary", help="also write the table here")
     ap.add_argument("--only", help="comma-separated substrings; run matching cases only")

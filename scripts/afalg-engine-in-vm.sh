@@ -10,35 +10,32 @@
 #   scripts/afalg-engine-in-vm.sh         build, boot a VM, run, tear down
 #
 # Builds only the accel crate (release), into $CARGO_TARGET_DIR (default
-# /work/target-afalg). Needs root (network namespace, TAP) and
-# ../shared/tools/linux-peer. The VM gets its own netns and tap (lpafeng,
-# lpafe0), so it does not collide with scripts/afalg-in-vm.sh. The VM's
-# busybox initramfs has glibc but not libgcc_s, so the share carries the
-# host's libraries and the binary runs through their dynamic loader.
+# target/afalg-engine, a directory of its own so that the workspace's
+# builds keep theirs). Needs root (network namespace, TAP); the VM is
+# scripts/vm's (its image is built when missing). The VM gets its own netns
+# and tap (lpafeng, lpafe0), so it does not collide with
+# scripts/afalg-in-vm.sh. The share carries the host's libraries and the
+# binary runs through their dynamic loader, independent of the image's.
 # Prints "N passed, M failed" last; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-peer=${LINUX_PEER:-$repo/../shared/tools/linux-peer}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-afalg}
+vmrun=$repo/scripts/vm/run.sh
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target/afalg-engine}
 NS=lpafeng TAP=lpafe0 VM=10.99.0.2
 
 case "${1:-}" in
 "") ;;
 *) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 2 ;;
 esac
-if [ ! -x "$peer/run-peer.sh" ]; then
-    echo "afalg-engine-in-vm: linux-peer not found at $peer (set LINUX_PEER)" >&2
-    exit 2
-fi
 
-vm() { EXEC_TIMEOUT=${EXEC_TIMEOUT:-1200} "$peer/run-peer.sh" -n "$NS" -e "$VM" "$1"; }
+vm() { EXEC_TIMEOUT=${EXEC_TIMEOUT:-1200} "$vmrun" -n "$NS" -e "$VM" "$1"; }
 
 share=$(mktemp -d /tmp/espgw-afalg-engine.XXXXXX)
 out=$(mktemp -d /tmp/espgw-afalg-engine-out.XXXXXX)
 cleanup() {
-    "$peer/run-peer.sh" --stop "$TAP" >/dev/null 2>&1 || true
-    "$peer/run-peer.sh" --teardown "$NS" >/dev/null 2>&1 || true
+    "$vmrun" --stop "$TAP" >/dev/null 2>&1 || true
+    "$vmrun" --teardown "$NS" >/dev/null 2>&1 || true
     rm -rf "$share" "$out"
 }
 trap cleanup EXIT
@@ -63,11 +60,9 @@ exec /mnt/host/lib/ld-linux-x86-64.so.2 --library-path /mnt/host/lib "$@"
 EOF
 chmod +x "$share/run"
 
-if [ ! -f /tmp/linux-peer/initramfs.gz ] || ! command -v qemu-system-x86_64 >/dev/null; then
-    "$peer/build-initramfs.sh" --install-deps
-fi
+scripts/vm/build.sh --if-needed
 echo "== booting the linux-peer VM (netns $NS, tap $TAP)"
-"$peer/run-peer.sh" -n "$NS" -t "$TAP" -d -m 512 -S "$share" lp_selftest=0
+"$vmrun" -n "$NS" -t "$TAP" -d -m 512 -S "$share" lp_selftest=0
 echo "== AF_ALG in the VM: kernel $(vm 'uname -r')"
 
 echo "== accel/tests/afalg_engine.rs inside the VM (--include-ignored)"

@@ -19,22 +19,23 @@
 #   scripts/afalg-in-vm.sh --run DIR     run in a VM already booted with -S DIR
 #                                        (scripts/linux-interop.sh does these two)
 #
-# Needs root (network namespace, TAP) and ../shared/tools/linux-peer. The
-# binaries are the host's release builds; the VM's busybox initramfs has
-# glibc but not libgcc_s or libm, so DIR/lib carries the host's copies and
-# they run through DIR/lib's dynamic loader. Prints "AF_ALG: N passed, M
-# failed" last; exits non-zero on any failure.
+# Needs root (network namespace, TAP); the VM is scripts/vm's (its image is
+# built when missing). The binaries are the host's release builds; DIR/lib
+# carries the host's copies of their libraries, and they run through
+# DIR/lib's dynamic loader, so they do not depend on the libraries in the
+# VM's image. Prints "AF_ALG: N passed, M failed" last; exits non-zero on
+# any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-peer=${LINUX_PEER:-$repo/../shared/tools/linux-peer}
+vmrun=$repo/scripts/vm/run.sh
 VM=10.99.0.2
 ALGORITHMS="aes128gcm16 aes256gcm16 chacha20poly1305 aes128-sha1 aes256-sha256 3des-sha1 null-sha1 null"
 BENCH_ALGORITHMS="aes128gcm16,aes256gcm16,chacha20poly1305,aes128-sha1,aes256-sha256,3des-sha1,null-sha1"
 
 # A command in the VM over its control port; under TCG on a busy host the
 # longer steps can take minutes, hence the generous limit.
-vm() { EXEC_TIMEOUT=${EXEC_TIMEOUT:-400} "$peer/run-peer.sh" -e "$VM" "$1"; }
+vm() { EXEC_TIMEOUT=${EXEC_TIMEOUT:-400} "$vmrun" -e "$VM" "$1"; }
 
 # The release build of the integration test NAME (tests/NAME.rs); its path.
 test_binary() {
@@ -231,23 +232,17 @@ case "${1:-}" in
 --prepare) prepare "${2:?--prepare DIR}" ;;
 --run) run "${2:?--run DIR}" ;;
 "")
-    if [ ! -x "$peer/run-peer.sh" ]; then
-        echo "afalg-in-vm: linux-peer not found at $peer (set LINUX_PEER)" >&2
-        exit 2
-    fi
     share=$(mktemp -d /tmp/espgw-vmshare.XXXXXX)
     cleanup() {
-        "$peer/run-peer.sh" --stop lptap0 >/dev/null 2>&1 || true
-        "$peer/run-peer.sh" --teardown lpeer >/dev/null 2>&1 || true
+        "$vmrun" --stop lptap0 >/dev/null 2>&1 || true
+        "$vmrun" --teardown lpeer >/dev/null 2>&1 || true
         rm -rf "$share"
     }
     trap cleanup EXIT
     prepare "$share"
-    if [ ! -f /tmp/linux-peer/initramfs.gz ] || ! command -v qemu-system-x86_64 >/dev/null; then
-        "$peer/build-initramfs.sh" --install-deps
-    fi
+    scripts/vm/build.sh --if-needed
     echo "== booting the linux-peer VM"
-    "$peer/run-peer.sh" -d -m 512 -S "$share" lp_selftest=0
+    "$vmrun" -d -m 512 -S "$share" lp_selftest=0
     run "$share"
     ;;
 *) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 2 ;;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # espgw against Linux kernel IPsec, and the AF_ALG engine on a real kernel,
-# both in the linux-peer VM (../shared/tools/linux-peer: Debian's stock
-# kernel under qemu, with XFRM ESP and AF_ALG, which this host's kernel lacks).
+# both in the linux-peer VM (scripts/vm: Debian's stock kernel under qemu,
+# with XFRM ESP and AF_ALG, which this host's kernel lacks).
 #
 #   sudo scripts/linux-interop.sh          # about 6-7 minutes here; CI runs it
 #   INTEROP_ONLY=6in6,ip6 sudo scripts/linux-interop.sh   # the XFRM cases whose names hold these
@@ -40,21 +40,18 @@
 # 2. AF_ALG (scripts/afalg-in-vm.sh --run): tests/afalg.rs, `espgw pcap
 #    --engine afalg` against soft, and the afalg/soft cost ratio.
 #
-# Installs its Debian packages when missing, builds the release binaries,
+# Installs its Debian packages and builds the VM's image (scripts/vm/build.sh)
+# when missing, builds the release binaries,
 # prints a summary, exits non-zero on any failure, and always removes the VM,
 # the namespaces and any espgw it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-peer=${LINUX_PEER:-$repo/../shared/tools/linux-peer}
+vmrun=$repo/scripts/vm/run.sh
 t0=$(date +%s)
 
 if [ "$(id -u)" != 0 ]; then
     echo "linux-interop: needs root (network namespaces, TAP, AF_PACKET)" >&2
-    exit 2
-fi
-if [ ! -x "$peer/run-peer.sh" ]; then
-    echo "linux-interop: linux-peer not found at $peer (set LINUX_PEER)" >&2
     exit 2
 fi
 
@@ -74,7 +71,7 @@ stop_all() {
         [ -f "$f" ] || continue
         kill "$(cat "$f")" 2>/dev/null || true
     done
-    "$peer/run-peer.sh" --stop lptap0 >/dev/null 2>&1 || true
+    "$vmrun" --stop lptap0 >/dev/null 2>&1 || true
     ip netns del lphost 2>/dev/null || true
     ip netns del lpeer 2>/dev/null || true
 }
@@ -89,16 +86,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "== dependencies"
-need=
-for t in qemu-system-x86_64 busybox ping ip python3; do
-    command -v "$t" >/dev/null || need=1
-done
-if [ -n "$need" ] || [ ! -f /tmp/linux-peer/initramfs.gz ] || [ ! -f /tmp/linux-peer/vmlinux ]; then
-    "$peer/build-initramfs.sh" --install-deps >"$work/build-initramfs.log" 2>&1 ||
-        { tail -20 "$work/build-initramfs.log"; exit 1; }
+if ! command -v ping >/dev/null || ! command -v ip >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iputils-ping >/dev/null
 fi
-echo "linux-peer initramfs: /tmp/linux-peer/initramfs.gz (kernel $(cat /tmp/linux-peer/KVER 2>/dev/null || echo '?'))"
+# The VM's image, from Debian packages (and qemu and the build's tools).
+scripts/vm/build.sh --if-needed >"$work/vm-build.log" 2>&1 ||
+    { tail -20 "$work/vm-build.log"; exit 1; }
+tail -1 "$work/vm-build.log"
 
 # Builds espgw and the AF_ALG test binary (release), and writes the AF_ALG
 # inputs into the VM's share.
@@ -124,8 +118,8 @@ ip -n lpeer link set lpin0 up
 # lphost): espgw's driver completes and segments what arrives.
 
 echo "== booting the linux-peer VM"
-"$peer/run-peer.sh" -d -m 512 -H 10.99.0.3/24 -S "$share"
-vm() { "$peer/run-peer.sh" -e 10.99.0.2 "$1"; }
+"$vmrun" -d -m 512 -H 10.99.0.3/24 -S "$share"
+vm() { "$vmrun" -e 10.99.0.2 "$1"; }
 vm 'echo 1 >/proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 >/proc/sys/net/ipv6/conf/default/disable_ipv6'
 # The VM keeps Linux's arp_announce=0: a packet from prot0's 192.168.2.1
 # (transport mode) that finds no valid entry asks "who-has 10.99.0.1 tell
@@ -133,12 +127,12 @@ vm 'echo 1 >/proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 >/proc/sys/net/ipv6
 # learning the sender) as Linux does.
 kernel="$(vm 'uname -r') ($(vm 'cat /proc/version' | grep -Eo 'Debian [0-9][0-9A-Za-z.+~-]*' | tail -1 || true), $(vm 'uname -m'))"
 echo "peer kernel: $kernel"
-selftest=$(grep -o 'AF_ALG summary: [^=]*' /tmp/linux-peer/run/lptap0.log || echo "AF_ALG summary: ?")
+selftest=$(grep -o 'AF_ALG summary: [^=]*' "$("$vmrun" --log lptap0)" || echo "AF_ALG summary: ?")
 echo "VM boot: afalg-test known answers: $selftest"
 
 status=0
 echo "== espgw <-> Linux XFRM"
-python3 tests/interop/linux_interop.py --espgw "$espgw" --peer "$peer" ${INTEROP_ONLY:+--only "$INTEROP_ONLY"} \
+python3 tests/interop/linux_interop.py --espgw "$espgw" --vm-run "$vmrun" ${INTEROP_ONLY:+--only "$INTEROP_ONLY"} \
     --workdir "$work/xfrm" --summary "$work/xfrm-summary.txt" || status=1
 
 echo "== AF_ALG engine inside the VM"

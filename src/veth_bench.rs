@@ -1,4 +1,4 @@
-//! `espgw bench --veth`: the end-to-end benchmark of issue 14. The demo's
+//! `espgw bench --veth`: the end-to-end benchmark. The demo's
 //! four namespaces (hostA - gwA - gwB - hostB, veth pairs, the kernel's
 //! default offloads) are built once per row: first with plain kernel IPv4
 //! forwarding in the gateway namespaces (the reference row), then with

@@ -1,4 +1,4 @@
-//! Nothing on the fast path allocates (DESIGN.md, issue 12): once warmed
+//! Nothing on the fast path allocates (a rule of the design): once warmed
 //! up, a gateway carries batch after batch of ESP both ways on the `soft`
 //! engine and on the `sec` model, in every style, with registered buffers,
 //! and through the shared engine (tenant and server), without one heap

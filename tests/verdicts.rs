@@ -1,5 +1,5 @@
 //! Inbound verdicts do not depend on the engine, the submission style, the
-//! buffer policy or what else is in flight (issue 12).
+//! buffer policy or what else is in flight.
 //!
 //! The same inbound sequences go through a fresh receiver on every engine x
 //! style x buffer policy, in bursts, and every packet's verdict and output

@@ -705,7 +705,7 @@ pub fn measure(opts: &ScaleOptions, mut progress: impl FnMut(&ScaleRow)) -> anyh
     Ok(rows)
 }
 
-/// The rows as a table, then the bars against the first row.
+/// The rows as a table, then the scale bars against the first row.
 pub fn table(rows: &[ScaleRow], opts: &ScaleOptions) -> String {
     use std::fmt::Write;
     // Other work on the machine moves every figure; say how much there was.

@@ -1,7 +1,7 @@
 //! `espgw bench --tenants 1,2,4 --transport shm,socket`: one engine shared
 //! by several tenants through `espgw engine serve`'s server, beside the
 //! same engine in-process, in one run (the third study of
-//! `docs/BACKGROUND.md`).
+//! `docs/STUDIES.md`).
 //!
 //! Every tenant is a thread with its own [`SharedEngine`] (its own ring
 //! pair, doorbells, session and data slots) that keeps a window of
@@ -561,7 +561,7 @@ pub fn table(rows: &[Row], options: &Options) -> String {
     s
 }
 
-/// Ratios against the study's figures and the bars.
+/// Ratios against the study's figures and the tenant bars.
 pub fn derived(rows: &[Row], algorithm: Algorithm) -> String {
     let mut s = String::from("derived:\n");
     let ratio = |a: Option<&Row>, b: Option<&Row>| match (a, b) {

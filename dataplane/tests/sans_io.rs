@@ -1,4 +1,4 @@
-//! The gateway core is sans-IO (DESIGN.md): it takes `now` from its caller
+//! The gateway core is sans-IO (docs/ARCHITECTURE.md): it takes `now` from its caller
 //! and never reads a clock, sleeps, parks, blocks on a lock or waits on the
 //! engine. Waiting lives in the drivers (`drive.rs`, `io/`). This reads the
 //! core's sources and refuses any of those calls.

@@ -37,7 +37,7 @@
 //! micro -- spd_lookup` (criterion medians, this 2-core box, random tables
 //! of 32 shapes: /16, /24, /28, /32 on either side, protocol named or not):
 //! the linear scan took 22 ns at 10 policies, 2.0 µs at 1,000 (and 361
-//! µs at 100,000 in the issue); the index takes 43 ns at 10, 161 ns at
+//! µs at 100,000 in an earlier measurement); the index takes 43 ns at 10, 161 ns at
 //! 1,000 and 188 ns at 100,000 for a match near the end (4.4x the
 //! 10-policy cost), 126 ns for the default discard; a flow-cache hit is
 //! 9-12 ns at every size and a miss that refills its entry 151 ns at

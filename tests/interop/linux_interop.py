@@ -140,9 +140,9 @@ longest exactly what the tunnel MTU's packet makes (1500 bytes with these
 proposals). Neighbour discovery, seen by the same sniffer: espgw (which
 starts with no neighbours) solicits 2001:db8:99::2 for its first ESP and
 the VM answers; then the VM forgets espgw's MAC (learnt from that
-solicitation), pings 2001:db8:99::1 (under no policy; 2 answered, counted
-with the rest), so solicits it and espgw answers, and the VM's entry holds
-espgw's MAC. Wrong keys in 4-in-6 (chacha20poly1305), 6-in-6 (GCM) and transport
+solicitation), pings 2001:db8:99::1 (in the clear, under bypass policies
+on espgw's side; 2 answered, counted with the rest), so solicits it and
+espgw answers, and the VM's entry holds espgw's MAC. Wrong keys in 4-in-6 (chacha20poly1305), 6-in-6 (GCM) and transport
 (CBC-SHA1) check the negative side as for IPv4.
 
 Prints one line per case and a table at the end; exits 1 if any case failed.
@@ -373,7 +373,7 @@ class Failure(Exception):
 class Lab:
     def __init__(self, args):
         self.espgw = args.espgw
-        self.peer = args.peer
+        self.vm_run = args.vm_run
         self.work = Path(args.workdir)
         self.work.mkdir(parents=True, exist_ok=True)
         self.verbose = args.verbose
@@ -384,7 +384,7 @@ class Lab:
     def vm(self, script, check=True, timeout=120):
         """Runs `script` in the VM's shell through the control port."""
         r = subprocess.run(
-            [f"{self.peer}/run-peer.sh", "-e", VM, script],
+            [self.vm_run, "-e", VM, script],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -460,6 +460,28 @@ class Lab:
         # through 10.99.0.2.
         route6 = (f'\n[[route]]\ndestination = "{NET6_VM}"\nvia = "{VM6}"\n'
                   if inner == 6 and mode == "transport" else "")
+        # The cases with IPv6 ends ping espgw's outside address from the
+        # VM's in the clear. espgw's own packets and clear IPv6 to its
+        # outside address obey the SPD (RFC 4301 §5.1), so a bypass policy
+        # each way between the two ends lets them through; the ESP between
+        # the same ends is the SAs' (by SPI), as in configs/site-a.toml.
+        ends6_bypass = f"""
+[[policy]]
+name = "vm-ends6-out"
+direction = "out"
+priority = 10
+source = "{GW_OUT6}/128"
+destination = "{VM6}/128"
+action = "bypass"
+
+[[policy]]
+name = "vm-ends6-in"
+direction = "in"
+priority = 10
+source = "{VM6}/128"
+destination = "{GW_OUT6}/128"
+action = "bypass"
+"""
         text = f"""# written by tests/interop/linux_interop.py: espgw opposite the linux-peer VM
 [gateway]
 name = "{name}"
@@ -508,7 +530,7 @@ priority = 10
 source = "{VM}/32"
 destination = "10.99.0.3/32"
 action = "discard"
-"""
+{ends6_bypass if outer == 6 else ""}"""
         path = self.work / f"{name}.toml"
         path.write_text(text)
         return path
@@ -813,7 +835,8 @@ action = "discard"
                 # espgw, which starts with no neighbours, solicited the VM
                 # for the first ESP; now the VM solicits espgw: it forgets
                 # espgw's MAC (learnt from that solicitation) and pings
-                # espgw's outside address (under no policy on either side).
+                # espgw's outside address in the clear (espgw's bypass policies
+                # between the ends; no policy on the VM's side).
                 self.vm("ip -6 neigh flush dev eth0")
                 results[f"vm->espgw {GW_OUT6}"] = self.ping_from_vm(2, src=VM6, dst=GW_OUT6)
         finally:
@@ -1065,7 +1088,7 @@ action = "discard"
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--espgw", required=True)
-    ap.add_argument("--peer", required=True, help="the linux-peer directory (run-peer.sh)")
+    ap.add_argument("--vm-run", required=True, help="the test VM's run script (scripts/vm/run.sh)")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--summary", help="also write the table here")
     ap.add_argument("--only", help="comma-separated substrings; run matching cases only")

@@ -1,6 +1,6 @@
 //! The shared engine: one engine in a server process (`espgw engine
 //! serve`), many tenants, each with its own rings, sessions and data area
-//! (the third study of `docs/BACKGROUND.md`: a shared-memory ring per
+//! (the third study of `docs/STUDIES.md`: a shared-memory ring per
 //! guest, eventfd doorbells, one back-end thread pipelining every guest's
 //! requests, and the back end enforcing key isolation itself).
 //!

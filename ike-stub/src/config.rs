@@ -49,6 +49,11 @@ pub enum KeySource {
     /// SAs for its policies and carries their selectors; the control plane
     /// installs the real ones once the exchange is done.
     Exchange,
+    /// The kernel's XFRM SAD of the keying namespace, where an IKE daemon
+    /// (or `ip xfrm state add`) put it, under this `reqid`: mirrored by
+    /// [`crate::xfrm`]. The daemon may keep an SA across espgw's restarts,
+    /// so its sequence numbers are kept like those of static keys.
+    Xfrm { reqid: u32 },
 }
 
 /// A validated SA with its keys.
@@ -1890,7 +1895,8 @@ impl Validator<'_> {
          -> Result<SaConfig, ConfigError> {
             let (spi, enc_key, auth_key) = match keys {
                 // A template: the plane fills these in for each exchange.
-                KeySource::Exchange => (0, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())),
+                // (A tunnel is never keyed by the kernel's SAD.)
+                KeySource::Exchange | KeySource::Xfrm { .. } => (0, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())),
                 KeySource::File => (
                     required_spi(spi, &format!("spi_{suffix}"))?,
                     self.key(

@@ -1896,7 +1896,9 @@ impl Validator<'_> {
             let (spi, enc_key, auth_key) = match keys {
                 // A template: the plane fills these in for each exchange.
                 // (A tunnel is never keyed by the kernel's SAD.)
-                KeySource::Exchange | KeySource::Xfrm { .. } => (0, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())),
+                KeySource::Exchange | KeySource::Xfrm { .. } => {
+                    (0, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()))
+                }
                 KeySource::File => (
                     required_spi(spi, &format!("spi_{suffix}"))?,
                     self.key(

@@ -16,8 +16,8 @@ use netlink_packet_core::{
     NLMSG_OVERRUN,
 };
 use netlink_packet_xfrm::{
-    UserExpireBuffer, UserPolicyIdBuffer, UserPolicyInfoBuffer, UserSaIdBuffer, UserSaInfoBuffer, XfrmMessage,
-    XFRM_MSG_DELPOLICY, XFRM_MSG_DELSA, XFRM_MSG_EXPIRE, XFRM_MSG_FLUSHPOLICY, XFRM_MSG_FLUSHSA,
+    UserExpireBuffer, UserPolicyIdBuffer, UserPolicyInfoBuffer, UserSaIdBuffer, UserSaInfoBuffer,
+    XfrmMessage, XFRM_MSG_DELPOLICY, XFRM_MSG_DELSA, XFRM_MSG_EXPIRE, XFRM_MSG_FLUSHPOLICY, XFRM_MSG_FLUSHSA,
     XFRM_MSG_NEWPOLICY, XFRM_MSG_NEWSA, XFRM_MSG_UPDPOLICY, XFRM_MSG_UPDSA,
 };
 
@@ -28,7 +28,7 @@ pub const HEADER_LEN: usize = 16;
 #[derive(Debug)]
 pub enum Decoded {
     /// A message the mirror acts on, parsed.
-    Xfrm(XfrmMessage),
+    Xfrm(Box<XfrmMessage>),
     /// The end of a dump.
     Done,
     /// An error answer (`NLMSG_ERROR` with a non-zero code: a refused
@@ -138,7 +138,7 @@ fn decode_one(message: &[u8], message_type: u16) -> Result<Decoded, DecodeIssue>
         reason: e.to_string(),
     })?;
     Ok(match parsed.payload {
-        NetlinkPayload::InnerMessage(m) => Decoded::Xfrm(m),
+        NetlinkPayload::InnerMessage(m) => Decoded::Xfrm(Box::new(m)),
         NetlinkPayload::Done(_) => Decoded::Done,
         NetlinkPayload::Error(e) => Decoded::Error(e.code.map_or(0, i32::from)),
         NetlinkPayload::Noop | NetlinkPayload::Overrun(_) => Decoded::Noop,

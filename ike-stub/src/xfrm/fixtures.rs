@@ -9,9 +9,9 @@ use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_M
 use netlink_packet_xfrm::policy::{DelGetMessage as PolicyDelGet, ModifyMessage as PolicyModify};
 use netlink_packet_xfrm::state::{DelGetMessage as SaDelGet, ModifyMessage as SaModify};
 use netlink_packet_xfrm::{
-    Address, Alg, AlgAead, AlgAuth, EncapTmpl, ReplayEsn, UserPolicyInfo, UserSaInfo, UserTemplate, XfrmAttrs,
-    XfrmMessage, UDP_ENCAP_ESPINUDP, XFRM_ALG_AEAD_NAME_LEN, XFRM_ALG_AUTH_NAME_LEN, XFRM_ALG_NAME_LEN, XFRM_INF,
-    XFRM_MODE_TRANSPORT, XFRM_MODE_TUNNEL, XFRM_POLICY_ALLOW, XFRM_STATE_ESN,
+    Address, Alg, AlgAead, AlgAuth, EncapTmpl, ReplayEsn, UserPolicyInfo, UserSaInfo, UserTemplate,
+    XfrmAttrs, XfrmMessage, UDP_ENCAP_ESPINUDP, XFRM_ALG_AEAD_NAME_LEN, XFRM_ALG_AUTH_NAME_LEN,
+    XFRM_ALG_NAME_LEN, XFRM_INF, XFRM_MODE_TRANSPORT, XFRM_MODE_TUNNEL, XFRM_POLICY_ALLOW, XFRM_STATE_ESN,
 };
 
 use super::sa::{AF_INET, AF_INET6, IPPROTO_ESP};

@@ -296,7 +296,7 @@ impl XfrmMirror {
     /// [`Self::handle_datagram`] or [`Self::flush`].
     pub fn handle_decoded(&mut self, _now: Duration, decoded: Decoded) {
         match decoded {
-            Decoded::Xfrm(message) => self.handle_message(message),
+            Decoded::Xfrm(message) => self.handle_message(*message),
             Decoded::Done => self.end_dump(),
             Decoded::Error(0) | Decoded::Noop => {}
             Decoded::Error(code) => {
@@ -452,15 +452,27 @@ impl XfrmMirror {
             }
             Ok(Classified::Keyed) => {}
         }
-        let taken = self.sas.values().map(|s| s.name.clone()).collect::<Vec<_>>();
-        let translated = sa::translate(info, attrs, &self.settings.local_addresses, |key, reqid, direction| {
-            let base = format!("xfrm-r{reqid}-{direction}-{:08x}", key.spi);
-            if taken.contains(&base) {
-                format!("{base}@{}", key.daddr)
-            } else {
-                base
-            }
-        });
+        // Another state's name (the same SPI to another address) makes
+        // this one's longer; its own name is its own.
+        let taken = self
+            .sas
+            .iter()
+            .filter(|(k, _)| **k != key)
+            .map(|(_, s)| s.name.clone())
+            .collect::<Vec<_>>();
+        let translated = sa::translate(
+            info,
+            attrs,
+            &self.settings.local_addresses,
+            |key, reqid, direction| {
+                let base = format!("xfrm-r{reqid}-{direction}-{:08x}", key.spi);
+                if taken.contains(&base) {
+                    format!("{base}@{}", key.daddr)
+                } else {
+                    base
+                }
+            },
+        );
         let translated = match translated {
             Ok(t) => t,
             Err(refused) => {
@@ -634,7 +646,10 @@ impl XfrmMirror {
         };
         self.refused_policies.remove(&key);
         if let Some(refused) = &translated.refused {
-            let before = self.policies.get(&key).and_then(|p| p.translated.refused.as_ref());
+            let before = self
+                .policies
+                .get(&key)
+                .and_then(|p| p.translated.refused.as_ref());
             if before.map(|r| r.reason) != Some(refused.reason) {
                 let refused = refused.clone();
                 self.count_policy_refusal(key, &refused, "it discards its traffic instead");
@@ -737,7 +752,8 @@ impl XfrmMirror {
             .map(|(k, s)| {
                 let mut selectors: Vec<Selector> = Vec::new();
                 for p in self.policies.values() {
-                    if let (PolicyDirection::In, Verdict::Protect(t)) = (p.translated.direction, p.translated.verdict)
+                    if let (PolicyDirection::In, Verdict::Protect(t)) =
+                        (p.translated.direction, p.translated.verdict)
                     {
                         if s.satisfies(&t) && !selectors.contains(&p.translated.selector) {
                             selectors.push(p.translated.selector);
@@ -748,7 +764,9 @@ impl XfrmMirror {
             })
             .collect();
         for (key, selectors) in inbound {
-            let Some(sa) = self.sas.get_mut(&key) else { continue };
+            let Some(sa) = self.sas.get_mut(&key) else {
+                continue;
+            };
             match sa.state {
                 SaState::Held if !selectors.is_empty() => {
                     if let Some(mut config) = sa.held.take() {
@@ -807,9 +825,15 @@ impl XfrmMirror {
             }
         }
         for (key, action) in changes {
-            let Some(p) = self.policies.get_mut(&key) else { continue };
-            let waits = matches!(p.translated.verdict, Verdict::Protect(_)) && action == PolicyAction::Discard;
-            let waited = p.in_spd.as_ref().is_some_and(|a| matches!(a, PolicyAction::Protect(_)));
+            let Some(p) = self.policies.get_mut(&key) else {
+                continue;
+            };
+            let waits =
+                matches!(p.translated.verdict, Verdict::Protect(_)) && action == PolicyAction::Discard;
+            let waited = p
+                .in_spd
+                .as_ref()
+                .is_some_and(|a| matches!(a, PolicyAction::Protect(_)));
             if waits && (p.in_spd.is_none() || waited) {
                 self.counters.policies_held_total += 1;
             }
@@ -834,8 +858,13 @@ impl XfrmMirror {
             self.commands.push(SaCommand::RemoveSa(name));
         }
         self.counters.policies_held = held;
-        self.counters.policies_mirrored = self.policies.values().filter(|p| p.in_spd.is_some()).count() as u64;
-        self.counters.sas_mirrored = self.sas.values().filter(|s| s.state == SaState::Installed).count() as u64;
+        self.counters.policies_mirrored =
+            self.policies.values().filter(|p| p.in_spd.is_some()).count() as u64;
+        self.counters.sas_mirrored = self
+            .sas
+            .values()
+            .filter(|s| s.state == SaState::Installed)
+            .count() as u64;
         self.counters.sas_held = self.sas.values().filter(|s| s.state == SaState::Held).count() as u64;
     }
 }

@@ -15,7 +15,9 @@ use netlink_packet_xfrm::{
     XFRM_POLICY_ALLOW, XFRM_POLICY_BLOCK, XFRM_POLICY_FWD, XFRM_POLICY_IN, XFRM_POLICY_OUT,
     XFRM_POLICY_TYPE_MAIN,
 };
-use spd_sad::{IpPrefix, Ipv4Prefix, Ipv6Prefix, Mode, PolicyDirection, PortRange, ProtocolSelector, Selector};
+use spd_sad::{
+    IpPrefix, Ipv4Prefix, Ipv6Prefix, Mode, PolicyDirection, PortRange, ProtocolSelector, Selector,
+};
 
 use super::sa::{address, AF_INET, AF_INET6, IPPROTO_AH, IPPROTO_COMP, IPPROTO_ESP};
 use super::{Refusal, Refused};
@@ -94,11 +96,19 @@ pub fn direction(dir: u8) -> Option<PolicyDirection> {
 fn prefix(family: u16, addr: &netlink_packet_xfrm::Address, len: u8) -> Option<IpPrefix> {
     match address(family, addr)? {
         IpAddr::V4(a) if len <= 32 => {
-            let mask = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
+            let mask = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(len))
+            };
             Ipv4Prefix::new((u32::from(a) & mask).into(), len).map(IpPrefix::V4)
         }
         IpAddr::V6(a) if len <= 128 => {
-            let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(len))
+            };
             Ipv6Prefix::new((a.to_bits() & mask).into(), len).map(IpPrefix::V6)
         }
         _ => None,
@@ -155,7 +165,10 @@ pub fn selector(sel: &XfrmSelector) -> Result<(Selector, Option<String>), Refuse
             widened.push(format!("source port {} mask 0x{:04x}", sel.sport, sel.sport_mask));
         }
         if d.is_none() {
-            widened.push(format!("destination port {} mask 0x{:04x}", sel.dport, sel.dport_mask));
+            widened.push(format!(
+                "destination port {} mask 0x{:04x}",
+                sel.dport, sel.dport_mask
+            ));
         }
         (s.unwrap_or(PortRange::ANY), d.unwrap_or(PortRange::ANY))
     };
@@ -189,12 +202,22 @@ fn template(templates: &[UserTemplate]) -> Result<Template, Refused> {
         IPPROTO_ESP => {}
         IPPROTO_AH => return Err(Refused::new(Refusal::Template, "an AH template")),
         IPPROTO_COMP => return Err(Refused::new(Refusal::Template, "an IPComp template")),
-        other => return Err(Refused::new(Refusal::Template, format!("a template of protocol {other}"))),
+        other => {
+            return Err(Refused::new(
+                Refusal::Template,
+                format!("a template of protocol {other}"),
+            ))
+        }
     }
     let mode = match t.mode {
         XFRM_MODE_TUNNEL => Mode::Tunnel,
         XFRM_MODE_TRANSPORT => Mode::Transport,
-        other => return Err(Refused::new(Refusal::Template, format!("a template of mode {other}"))),
+        other => {
+            return Err(Refused::new(
+                Refusal::Template,
+                format!("a template of mode {other}"),
+            ))
+        }
     };
     let nonzero = |a: Option<IpAddr>| a.filter(|a| !a.is_unspecified());
     Ok(Template {
@@ -235,7 +258,9 @@ pub fn translate(info: &UserPolicyInfo, attrs: &[XfrmAttrs]) -> Result<Option<Tr
             XfrmAttrs::IfId(id) if *id != 0 => {
                 Some(Refused::new(Refusal::Mark, format!("XFRM interface id {id}")))
             }
-            XfrmAttrs::SecurityContext(_) => Some(Refused::new(Refusal::SecurityContext, "a security context")),
+            XfrmAttrs::SecurityContext(_) => {
+                Some(Refused::new(Refusal::SecurityContext, "a security context"))
+            }
             _ => None,
         };
         if refused.is_none() {
@@ -263,7 +288,11 @@ pub fn translate(info: &UserPolicyInfo, attrs: &[XfrmAttrs]) -> Result<Option<Tr
         priority: info.priority,
         selector,
         // A refused policy discards whatever it was meant to do.
-        verdict: if refused.is_some() { Verdict::Discard } else { verdict },
+        verdict: if refused.is_some() {
+            Verdict::Discard
+        } else {
+            verdict
+        },
         refused,
     }))
 }

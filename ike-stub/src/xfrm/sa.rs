@@ -76,7 +76,9 @@ pub enum Classified {
 /// The address of `family` in XFRM's 16-byte form.
 pub fn address(family: u16, a: &Address) -> Option<IpAddr> {
     match family {
-        AF_INET => Some(IpAddr::V4(Ipv4Addr::new(a.addr[0], a.addr[1], a.addr[2], a.addr[3]))),
+        AF_INET => Some(IpAddr::V4(Ipv4Addr::new(
+            a.addr[0], a.addr[1], a.addr[2], a.addr[3],
+        ))),
         AF_INET6 => Some(IpAddr::V6(Ipv6Addr::from(a.addr))),
         _ => None,
     }
@@ -108,17 +110,23 @@ pub fn classify(info: &UserSaInfo, attrs: &[XfrmAttrs]) -> Result<Classified, Re
     let keyed = attrs.iter().any(|a| {
         matches!(
             a,
-            XfrmAttrs::EncryptionAlg(_) | XfrmAttrs::EncryptionAlgAead(_) | XfrmAttrs::AuthenticationAlgTrunc(_)
+            XfrmAttrs::EncryptionAlg(_)
+                | XfrmAttrs::EncryptionAlgAead(_)
+                | XfrmAttrs::AuthenticationAlgTrunc(_)
         ) || matches!(a, XfrmAttrs::AuthenticationAlg(_))
     });
-    Ok(if keyed { Classified::Keyed } else { Classified::Larval })
+    Ok(if keyed {
+        Classified::Keyed
+    } else {
+        Classified::Larval
+    })
 }
 
 /// The first `bits / 8` bytes of `key`, if it has them and `bits` is whole
 /// bytes.
 fn key_bytes(what: &str, key: &[u8], bits: u32) -> Result<Zeroizing<Vec<u8>>, Refused> {
     let len = usize::try_from(bits / 8).unwrap_or(usize::MAX);
-    if bits % 8 != 0 || key.len() < len {
+    if !bits.is_multiple_of(8) || key.len() < len {
         return Err(Refused::new(
             Refusal::KeyLength,
             format!("{what}: {bits}-bit key with {} bytes given", key.len()),
@@ -146,7 +154,9 @@ fn algorithm(attrs: &[XfrmAttrs]) -> Result<(Algorithm, Zeroizing<Vec<u8>>, Zero
             XfrmAttrs::EncryptionAlg(a) => crypt = Some(a),
             XfrmAttrs::AuthenticationAlgTrunc(a) => auth = Some(a),
             XfrmAttrs::AuthenticationAlg(a) => auth_legacy = Some(a),
-            XfrmAttrs::CompressionAlg(_) => return Err(Refused::new(Refusal::Protocol, "IPComp on an ESP state")),
+            XfrmAttrs::CompressionAlg(_) => {
+                return Err(Refused::new(Refusal::Protocol, "IPComp on an ESP state"))
+            }
             _ => {}
         }
     }
@@ -189,7 +199,13 @@ fn algorithm(attrs: &[XfrmAttrs]) -> Result<(Algorithm, Zeroizing<Vec<u8>>, Zero
         }
     };
     let crypt_name = name_of(&c.alg_name);
-    let algorithm = match (crypt_name.as_str(), c.alg_key_len, auth_name.as_str(), auth_bits, trunc) {
+    let algorithm = match (
+        crypt_name.as_str(),
+        c.alg_key_len,
+        auth_name.as_str(),
+        auth_bits,
+        trunc,
+    ) {
         ("cbc(aes)", 128, "hmac(sha1)", 160, 96) => Algorithm::Aes128Sha1,
         ("cbc(aes)", 256, "hmac(sha256)", 256, 128) => Algorithm::Aes256Sha256,
         ("cbc(des3_ede)", 192, "hmac(sha1)", 160, 96) => Algorithm::TripleDesSha1,
@@ -264,7 +280,10 @@ fn unsupported_attribute(attrs: &[XfrmAttrs]) -> Result<(), Refused> {
             }
             XfrmAttrs::CareOfAddr(_) => return Err(Refused::new(Refusal::CareOf, "a care-of address")),
             XfrmAttrs::TfcPadding(p) if *p != 0 => {
-                return Err(Refused::new(Refusal::TfcPadding, format!("TFC padding to {p} bytes")))
+                return Err(Refused::new(
+                    Refusal::TfcPadding,
+                    format!("TFC padding to {p} bytes"),
+                ))
             }
             _ => {}
         }
@@ -299,7 +318,10 @@ pub fn translate(
 ) -> Result<TranslatedSa, Refused> {
     let family = info.family;
     let (Some(daddr), Some(saddr)) = (address(family, &info.id.daddr), address(family, &info.saddr)) else {
-        return Err(Refused::new(Refusal::Addresses, format!("address family {family}")));
+        return Err(Refused::new(
+            Refusal::Addresses,
+            format!("address family {family}"),
+        ));
     };
     let key = SaKey {
         daddr,
@@ -344,7 +366,10 @@ pub fn translate(
                 if t.encap_type != UDP_ENCAP_ESPINUDP {
                     return Err(Refused::new(
                         Refusal::Encapsulation,
-                        format!("encapsulation type {} (espgw does ESP in UDP, type 2)", t.encap_type),
+                        format!(
+                            "encapsulation type {} (espgw does ESP in UDP, type 2)",
+                            t.encap_type
+                        ),
                     ));
                 }
                 // The source port is the state's source's, whichever way

@@ -6,7 +6,8 @@ use std::fmt::Write;
 use dataplane::io::offload::{OffloadCounters, OffloadDrop};
 use dataplane::io::pcap::PcapRun;
 use dataplane::Gateway;
-use ike_stub::{Config, ControlPlane, ControlRequest, PolicyAction};
+use ike_stub::xfrm::XfrmMirror;
+use ike_stub::{Config, ControlPlane, ControlRequest, KeySource, PolicyAction};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -260,6 +261,22 @@ pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
     out
 }
 
+/// Where SA `name` came from: `xfrm reqid N` (the keying namespace's
+/// XFRM SAD), `config` (static keys in the file) or `exchange` (a
+/// tunnel's keying exchange).
+pub fn sa_source(name: &str, config: Option<&Config>, mirror: Option<&XfrmMirror>) -> String {
+    if let Some(reqid) = mirror.and_then(|m| m.reqid_of(name)) {
+        return format!("xfrm reqid {reqid}");
+    }
+    match config.and_then(|c| c.sa(name)) {
+        Some(sa) if sa.keys == KeySource::Exchange => "exchange".into(),
+        Some(_) => "config".into(),
+        // A tunnel's SAs after its first exchange have names of their own.
+        None if config.is_some() => "exchange".into(),
+        None => "config".into(),
+    }
+}
+
 /// The answer to one control-socket request. `total` is every worker's
 /// counters added up; SAs are described from `gateway` (their packet and
 /// byte counts are shared by all workers); tunnels and control-plane
@@ -267,11 +284,23 @@ pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
 pub fn answer(
     gateway: &Gateway,
     plane: Option<&ControlPlane>,
+    mirror: Option<&XfrmMirror>,
     total: dataplane::Stats,
     run: &dataplane::io::run::RunSummary,
     request: &str,
 ) -> Value {
     let mut doc = stats_json(gateway);
+    if let Some(Value::Array(sas)) = doc.get_mut("sas") {
+        for sa in sas.iter_mut() {
+            let name = sa["name"].as_str().unwrap_or_default().to_owned();
+            if let Value::Object(fields) = sa {
+                fields.insert(
+                    "source".into(),
+                    sa_source(&name, plane.map(ControlPlane::config), mirror).into(),
+                );
+            }
+        }
+    }
     let tunnels = plane.map(|p| p.tunnels(gateway.now())).unwrap_or_default();
     if let (Value::Object(map), Ok(Value::Object(summed))) = (&mut doc, serde_json::to_value(total)) {
         for (key, value) in summed {
@@ -290,6 +319,12 @@ pub fn answer(
             "pool".into(),
             json!({ "in_use": run.pool_in_use, "capacity": run.pool_capacity }),
         );
+        if let Some(mirror) = mirror {
+            map.insert(
+                "xfrm".into(),
+                serde_json::to_value(mirror.counters()).unwrap_or(Value::Null),
+            );
+        }
         if let Some(plane) = plane {
             map.insert(
                 "control".into(),
@@ -429,6 +464,7 @@ pub fn sa_table(doc: &Value) -> String {
             "spi",
             "mode",
             "proposal",
+            "source",
             "state",
             "age s",
             "idle s",
@@ -437,7 +473,7 @@ pub fn sa_table(doc: &Value) -> String {
             "hard left",
             "seq/window",
         ],
-        &[6, 7, 8, 9, 10, 11],
+        &[7, 8, 9, 10, 11, 12],
     );
     for sa in doc["sas"].as_array().into_iter().flatten() {
         let text = |k: &str| sa[k].as_str().unwrap_or("-").to_owned();
@@ -463,6 +499,7 @@ pub fn sa_table(doc: &Value) -> String {
             text("spi"),
             text("mode"),
             text("proposal"),
+            text("source"),
             text("state"),
             format!("{:.1}", sa["age_seconds"].as_f64().unwrap_or(0.0)),
             format!("{:.1}", sa["idle_seconds"].as_f64().unwrap_or(0.0)),
@@ -614,7 +651,7 @@ pub(crate) mod tests {
             .unwrap();
         let mut stats = *gateway.stats();
         total(&mut stats);
-        (answer(&gateway, None, stats, run, "stats"), stats)
+        (answer(&gateway, None, None, stats, run, "stats"), stats)
     }
 
     #[test]

@@ -189,6 +189,28 @@ impl Default for RekeySettings {
     }
 }
 
+/// Where SAs come from besides the file's `[[sa]]` and `[[tunnel]]`
+/// (`[keying]`, or `espgw run --keying`). Read at start: a reload keeps
+/// the source the gateway started with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Keying {
+    /// The file alone (and the rekey exchange of tunnels with a secret).
+    #[default]
+    Config,
+    /// Also the kernel's XFRM SAD and SPD of network namespace `netns`
+    /// (`/run/netns/NAME`; `None`: espgw's own namespace), where an IKE
+    /// daemon or `ip xfrm` writes them: see [`crate::xfrm`].
+    Xfrm { netns: Option<String> },
+}
+
+impl Keying {
+    /// A namespace name as `ip netns` makes them: a file name under
+    /// `/run/netns`, so no `/`, not `.` or `..`, not empty.
+    pub fn valid_netns(name: &str) -> bool {
+        !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0')
+    }
+}
+
 /// Bounds against floods (`[limits]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FloodLimits {
@@ -235,6 +257,8 @@ pub struct Config {
     pub tunnels: Vec<TunnelConfig>,
     pub rekey: RekeySettings,
     pub limits: FloodLimits,
+    /// `[keying]`.
+    pub keying: Keying,
     /// `[gateway] state_dir`: where sequence numbers of SAs with static
     /// keys are kept across restarts (relative to the file's directory).
     pub state_dir: Option<PathBuf>,
@@ -906,6 +930,7 @@ impl Validator<'_> {
             tunnels,
             rekey: self.rekey()?,
             limits: self.limits()?,
+            keying: self.keying()?,
             state_dir: raw.gateway.state_dir.as_ref().map(|dir| {
                 let dir = Path::new(dir.get_ref());
                 path.parent()
@@ -1069,6 +1094,40 @@ impl Validator<'_> {
             icmp.sources as u64,
         )? as usize;
         Ok(limits)
+    }
+
+    fn keying(&self) -> Result<Keying, ConfigError> {
+        let k = &self.raw.keying;
+        let source = k.source.as_ref().map_or("config", |s| s.get_ref().as_str());
+        let netns = match &k.netns {
+            Some(n) if !Keying::valid_netns(n.get_ref()) => {
+                return self.err(
+                    span(n),
+                    ConfigErrorKind::Value(format!(
+                        "[keying] netns `{}` is not a namespace name (`ip netns add NAME` makes /run/netns/NAME; \
+                         no `/`)",
+                        n.get_ref()
+                    )),
+                )
+            }
+            n => n.as_ref().map(|n| n.get_ref().clone()),
+        };
+        match (source, netns) {
+            ("config", None) => Ok(Keying::Config),
+            ("config", Some(_)) => self.err(
+                k.netns.as_ref().and_then(span),
+                ConfigErrorKind::Value(
+                    "[keying] netns names the namespace whose XFRM SAD is mirrored: it needs source = \"xfrm\"".into(),
+                ),
+            ),
+            ("xfrm", netns) => Ok(Keying::Xfrm { netns }),
+            (other, _) => self.err(
+                k.source.as_ref().and_then(span),
+                ConfigErrorKind::Value(format!(
+                    "[keying] source `{other}` is not a keying source; expected one of: config, xfrm"
+                )),
+            ),
+        }
     }
 
     fn rekey(&self) -> Result<RekeySettings, ConfigError> {

@@ -25,8 +25,8 @@ pub mod request;
 pub mod xfrm;
 
 pub use config::{
-    Config, FloodLimits, InstallError, KeySource, LinkOverrides, PolicyAction, PolicyConfig, RekeySettings,
-    SaConfig, TunnelConfig,
+    Config, FloodLimits, InstallError, KeySource, Keying, LinkOverrides, PolicyAction, PolicyConfig,
+    RekeySettings, SaConfig, TunnelConfig,
 };
 pub use error::{ConfigError, ConfigErrorKind};
 pub use plane::{

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ike_stub::xfrm::fixtures::{
-    aead, auth, cipher, delete_policy, delete_sa, done, encap, frame, new_policy, new_sa, policy, replay_esn,
-    state, template, transport, update_sa, with_esn,
+    aead, auth, cipher, decode_steps, delete_policy, delete_sa, done, encap, encode_steps, frame, new_policy,
+    new_sa, parse_fixture, policy, replay_esn, state, template, transport, update_sa, with_esn, Step,
 };
-use ike_stub::xfrm::{DumpKind, MirrorSettings, XfrmMirror};
+use ike_stub::xfrm::{MirrorSettings, XfrmMirror};
 use ike_stub::{PolicyAction, SaCommand};
 use netlink_packet_xfrm::{
     XfrmAttrs, XfrmMessage, XFRM_MODE_BEET, XFRM_MODE_TRANSPORT, XFRM_MODE_TUNNEL, XFRM_POLICY_FWD,
@@ -36,32 +36,10 @@ fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/xfrm")
 }
 
-/// One step of a fixture.
-enum Step {
-    /// The driver asks for a dump.
-    Dump(DumpKind),
-    /// A datagram from the socket (one or more messages).
-    Datagram(Vec<u8>),
-}
-
 fn read_fixture(name: &str) -> Vec<Step> {
     let path = dir().join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut steps = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        steps.push(match line {
-            "dump sa" => Step::Dump(DumpKind::Sa),
-            "dump policy" => Step::Dump(DumpKind::Policy),
-            hex_line => Step::Datagram(
-                hex::decode(hex_line).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), n + 1)),
-            ),
-        });
-    }
-    steps
+    parse_fixture(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn action(a: &PolicyAction) -> String {
@@ -657,6 +635,14 @@ address = "192.0.2.1/24"
         Some(spd_sad::Action::Protect(into))
     );
     assert_eq!(spd.len(), 3);
+}
+
+#[test]
+fn fuzz_inputs_carry_the_fixtures_steps() {
+    for (name, _, _) in scenarios() {
+        let steps = read_fixture(name);
+        assert_eq!(decode_steps(&encode_steps(&steps)), steps, "{name}");
+    }
 }
 
 /// Every prefix of every fixture's datagrams, and each with one byte

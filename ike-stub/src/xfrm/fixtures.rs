@@ -235,3 +235,81 @@ pub fn delete_policy(info: UserPolicyInfo) -> XfrmMessage {
     m.nlas.push(XfrmAttrs::PolicyInfo(info));
     XfrmMessage::DeletePolicy(m)
 }
+
+/// One step of a recorded exchange with the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The driver asks for a dump.
+    Dump(super::DumpKind),
+    /// A datagram from the socket (one or more messages).
+    Datagram(Vec<u8>),
+}
+
+/// The steps of a fixture file (`testdata/xfrm/*.nl`): `dump sa`,
+/// `dump policy`, or a datagram in hex, one a line; `#` comments.
+pub fn parse_fixture(text: &str) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        steps.push(match line {
+            "dump sa" => Step::Dump(super::DumpKind::Sa),
+            "dump policy" => Step::Dump(super::DumpKind::Policy),
+            hex_line => Step::Datagram(hex::decode(hex_line).map_err(|e| format!("line {}: {e}", n + 1))?),
+        });
+    }
+    Ok(steps)
+}
+
+/// The fuzz target `xfrm_mirror`'s input for `steps`: a tag byte each,
+/// 0 a dump of SAs, 1 of policies, 2 a datagram whose length follows in
+/// two bytes (little-endian), then its bytes.
+pub fn encode_steps(steps: &[Step]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for step in steps {
+        match step {
+            Step::Dump(super::DumpKind::Sa) => out.push(0),
+            Step::Dump(super::DumpKind::Policy) => out.push(1),
+            Step::Datagram(d) => {
+                for chunk in d.chunks(usize::from(u16::MAX)) {
+                    out.push(2);
+                    out.extend_from_slice(&(chunk.len() as u16).to_le_bytes());
+                    out.extend_from_slice(chunk);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The steps of a fuzz input ([`encode_steps`]'s form); any bytes read as
+/// steps: an unknown tag is a datagram of the rest, a short one is cut.
+pub fn decode_steps(mut data: &[u8]) -> Vec<Step> {
+    let mut steps = Vec::new();
+    while let Some((&tag, rest)) = data.split_first() {
+        match tag {
+            0 => {
+                steps.push(Step::Dump(super::DumpKind::Sa));
+                data = rest;
+            }
+            1 => {
+                steps.push(Step::Dump(super::DumpKind::Policy));
+                data = rest;
+            }
+            2 if rest.len() >= 2 => {
+                let len = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
+                let body = &rest[2..];
+                let take = len.min(body.len());
+                steps.push(Step::Datagram(body[..take].to_vec()));
+                data = &body[take..];
+            }
+            _ => {
+                steps.push(Step::Datagram(rest.to_vec()));
+                break;
+            }
+        }
+    }
+    steps
+}

@@ -125,6 +125,21 @@ pub struct MirroredSaStatus {
     pub state: &'static str,
 }
 
+/// A mirrored policy as `espgw xfrm show` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MirroredPolicyStatus {
+    pub name: String,
+    pub direction: &'static str,
+    pub priority: u32,
+    pub selector: String,
+    /// What the gateways' SPD holds: `protect NAME`, `bypass`, `discard`.
+    pub action: String,
+    /// A `protect` policy discarding until its SA arrives.
+    pub held: bool,
+    /// Why it discards instead of doing what it says, if it was refused.
+    pub refused: Option<String>,
+}
+
 /// What tells two versions of a state apart without keeping its keys: its
 /// parameters and a keyed hash of its keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,6 +270,43 @@ impl XfrmMirror {
                 },
             })
             .collect()
+    }
+
+    /// Every mirrored policy, with what the gateways hold for it.
+    pub fn policies(&self) -> Vec<MirroredPolicyStatus> {
+        self.policies
+            .iter()
+            .map(|(key, p)| {
+                let t = &p.translated;
+                let action = match &p.in_spd {
+                    Some(PolicyAction::Protect(sa)) => format!("protect {sa}"),
+                    Some(PolicyAction::Bypass) => "bypass".into(),
+                    Some(PolicyAction::Discard) | None => "discard".into(),
+                };
+                MirroredPolicyStatus {
+                    name: key.name(),
+                    direction: t.direction.into(),
+                    priority: t.priority,
+                    selector: format!(
+                        "{} -> {} proto {} ports {} -> {}",
+                        t.selector.src,
+                        t.selector.dst,
+                        t.selector.protocol,
+                        t.selector.src_ports,
+                        t.selector.dst_ports
+                    ),
+                    held: matches!(t.verdict, Verdict::Protect(_))
+                        && !matches!(p.in_spd, Some(PolicyAction::Protect(_))),
+                    action,
+                    refused: t.refused.as_ref().map(ToString::to_string),
+                }
+            })
+            .collect()
+    }
+
+    /// The reqid of the mirrored SA called `name`, if there is one.
+    pub fn reqid_of(&self, name: &str) -> Option<u32> {
+        self.sas.values().find(|s| s.name == name).map(|s| s.reqid)
     }
 
     /// The driver is about to ask for a dump of `kind`; what the dump does
@@ -481,6 +533,15 @@ impl XfrmMirror {
                 return;
             }
         };
+        // A state whose ends changed over (its source is ours now, or no
+        // longer) is another SA: the old one goes.
+        if self
+            .sas
+            .get(&key)
+            .is_some_and(|old| old.direction != translated.params.direction)
+        {
+            self.forget_state(key);
+        }
         let exists = self.sas.contains_key(&key);
         if !exists
             && !self.first_sa_dump_done

@@ -30,7 +30,9 @@ pub mod policy;
 pub mod sa;
 
 pub use decode::{decode_datagram, DecodeIssue, Decoded};
-pub use mirror::{DumpKind, MirrorCounters, MirrorSettings, MirroredSaStatus, XfrmMirror};
+pub use mirror::{
+    DumpKind, MirrorCounters, MirrorSettings, MirroredPolicyStatus, MirroredSaStatus, XfrmMirror,
+};
 
 /// Why an XFRM state or policy is not mirrored as it is. Each reason is a
 /// counter in `espgw stats` under its snake-case name.

@@ -1,0 +1,216 @@
+//! The `xfrm` keying source's socket driver against a real kernel: in a
+//! namespace of its own, policies are added with `ip xfrm policy add`
+//! before espgw starts (the dump) and while it follows (the
+//! notifications), one is deleted, and `espgw xfrm show` must report the
+//! mirror holding exactly those. This kernel may lack ESP (`ip xfrm state
+//! add` then fails with "Protocol not supported"), so states are covered
+//! by the recorded fixtures of `ike-stub/tests/xfrm_mirror.rs` instead.
+//! Without root, `ip` or XFRM netlink the test shows as ignored (testkit
+//! `xfrm-netlink`).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use testkit::Prerequisite;
+
+static XFRM_NETLINK: Prerequisite = Prerequisite::new("xfrm-netlink", || {
+    testkit::root_and_tools("network namespaces and XFRM policies", &[("ip", "iproute2")])?;
+    let listed = Command::new("ip")
+        .args(["xfrm", "policy", "count"])
+        .output()
+        .map_err(|e| format!("cannot run `ip xfrm policy count`: {e}"))?;
+    if !listed.status.success() {
+        return Err(format!(
+            "`ip xfrm policy count` failed (a kernel without XFRM netlink, CONFIG_XFRM_USER): {}",
+            String::from_utf8_lossy(&listed.stderr).trim()
+        ));
+    }
+    Ok(())
+});
+
+fn main() -> std::process::ExitCode {
+    testkit::run([testkit::needs!(
+        &XFRM_NETLINK,
+        policies_added_before_and_while_espgw_follows_are_mirrored
+    )])
+}
+
+/// A name of its own, so that other namespace tests may run beside.
+const NS: &str = "espgw-xfrm-keying";
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("running ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Removes the namespace, also when the test fails.
+struct Namespace {
+    dir: PathBuf,
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", NS])
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn policy<'a>(doc: &'a Value, selector: &str) -> Option<&'a Value> {
+    doc["policies"]
+        .as_array()?
+        .iter()
+        .find(|p| p["selector"].as_str().is_some_and(|s| s.starts_with(selector)))
+}
+
+fn policies_added_before_and_while_espgw_follows_are_mirrored() {
+    let _ = Command::new("ip")
+        .args(["netns", "del", NS])
+        .stderr(Stdio::null())
+        .status();
+    let dir = std::env::temp_dir().join(format!("espgw-xfrm-netns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lab = Namespace { dir: dir.clone() };
+    ip(&["netns", "add", NS]);
+    let config = lab.dir.join("gw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[gateway]
+name = "xfrm-netns"
+[keying]
+source = "xfrm"
+netns = "{NS}"
+[[interface]]
+name = "inside"
+device = "in0"
+address = "10.1.0.1/16"
+[[interface]]
+name = "outside"
+device = "out0"
+address = "192.0.2.1/24"
+"#
+        ),
+    )
+    .unwrap();
+    // Before espgw starts: what the dump shows.
+    let ns = ["-n", NS, "xfrm", "policy", "add"];
+    let tunnel = ["proto", "esp", "reqid", "5", "mode", "tunnel"];
+    let add = |rest: &[&str]| ip(&[&ns[..], rest].concat());
+    add(&[
+        &[
+            "src",
+            "10.1.0.0/16",
+            "dst",
+            "10.2.0.0/16",
+            "dir",
+            "out",
+            "priority",
+            "100",
+        ][..],
+        &["tmpl", "src", "192.0.2.1", "dst", "198.51.100.2"],
+        &tunnel,
+    ]
+    .concat());
+    add(&[
+        &[
+            "src",
+            "10.2.0.0/16",
+            "dst",
+            "10.1.0.0/16",
+            "dir",
+            "fwd",
+            "priority",
+            "100",
+        ][..],
+        &["tmpl", "src", "198.51.100.2", "dst", "192.0.2.1"],
+        &tunnel,
+    ]
+    .concat());
+    add(&[
+        "src",
+        "10.9.0.0/16",
+        "dst",
+        "10.2.0.0/16",
+        "dir",
+        "out",
+        "priority",
+        "10",
+    ]);
+    let show = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args(["xfrm", "show", "--config"])
+        .arg(&config)
+        .args(["--follow", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting espgw xfrm show");
+    // While it follows: a notification of each kind.
+    std::thread::sleep(Duration::from_millis(1200));
+    add(&[
+        "src",
+        "10.3.0.0/16",
+        "dst",
+        "10.4.0.0/16",
+        "proto",
+        "tcp",
+        "dport",
+        "443",
+        "dir",
+        "out",
+        "priority",
+        "50",
+        "action",
+        "block",
+    ]);
+    ip(&[
+        "-n",
+        NS,
+        "xfrm",
+        "policy",
+        "del",
+        "src",
+        "10.9.0.0/16",
+        "dst",
+        "10.2.0.0/16",
+        "dir",
+        "out",
+    ]);
+    let out = show.wait_with_output().expect("espgw xfrm show");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "espgw xfrm show failed: {stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    let counters = &doc["counters"];
+    assert_eq!(counters["dumps"], 2, "{doc:#}");
+    assert_eq!(counters["malformed"], 0, "{doc:#}");
+    // The tunnel's policies: no SA for reqid 5 (none can be added here),
+    // so both discard, held.
+    let out_policy = policy(&doc, "10.1.0.0/16 -> 10.2.0.0/16").expect("the outbound policy");
+    assert_eq!(out_policy["direction"], "out");
+    assert_eq!(out_policy["action"], "discard");
+    assert_eq!(out_policy["held"], true);
+    assert_eq!(out_policy["priority"], 100);
+    let fwd = policy(&doc, "10.2.0.0/16 -> 10.1.0.0/16").expect("the forward policy");
+    assert_eq!(fwd["direction"], "in");
+    assert!(fwd["name"].as_str().is_some_and(|n| n.starts_with("xfrm-fwd-")));
+    // Added while following: a block.
+    let block = policy(&doc, "10.3.0.0/16 -> 10.4.0.0/16 proto tcp ports any -> 443").expect("the block");
+    assert_eq!(block["action"], "discard");
+    assert_eq!(block["held"], false);
+    // Deleted while following: gone from the mirror and the gateway.
+    assert!(policy(&doc, "10.9.0.0/16").is_none(), "{doc:#}");
+    assert_eq!(counters["policies_removed"], 1, "{doc:#}");
+    assert_eq!(doc["gateway_policies"], 3, "{doc:#}");
+    assert_eq!(counters["policies_held"], 2, "{doc:#}");
+    drop(lab);
+}

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ike_stub::xfrm::fixtures::{
-    aead, auth, cipher, decode_steps, delete_policy, delete_sa, done, encap, encode_steps, frame, new_policy,
-    new_sa, parse_fixture, policy, replay_esn, state, template, transport, update_sa, with_esn, Step,
+    aead, auth, cipher, decode_steps, delete_policy, delete_sa, done, encap, encode_steps, expire, frame,
+    new_policy, new_sa, parse_fixture, policy, replay_esn, state, template, transport, update_policy,
+    update_sa, with_esn, Step,
 };
 use ike_stub::xfrm::{MirrorSettings, XfrmMirror};
 use ike_stub::{PolicyAction, SaCommand};
@@ -306,6 +307,57 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<String>)> {
          AES-CBC-256/HMAC-SHA256-128.",
         shapes,
     ));
+    // charon's rekey, as a listener in its namespace sees it: a soft
+    // expiry, the new inbound SA (UPDSA), the new outbound one (NEWSA),
+    // all three policies updated (the outbound template names the
+    // outbound SA's SPI), the old outbound SA deleted (its DELSA carries
+    // the state and its keys), the old inbound one expired hard.
+    let mut charon = Vec::new();
+    let spi_template = |src, dst, spi| {
+        let mut t = template(src, dst, 1, XFRM_MODE_TUNNEL);
+        t.id.spi = spi;
+        t
+    };
+    let charon_policies = |out_spi| {
+        vec![
+            update_policy(
+                policy(XFRM_POLICY_IN, 8, 375_423, THEIRS, OURS),
+                vec![template(PEER, US, 1, XFRM_MODE_TUNNEL)],
+            ),
+            update_policy(
+                policy(XFRM_POLICY_FWD, 10, 375_423, THEIRS, OURS),
+                vec![template(PEER, US, 1, XFRM_MODE_TUNNEL)],
+            ),
+            update_policy(
+                policy(XFRM_POLICY_OUT, 1, 375_423, OURS, THEIRS),
+                vec![spi_template(US, PEER, out_spi)],
+            ),
+        ]
+    };
+    charon.push(live(in_sa(0xc000_0002, 1)));
+    charon.push(live(out_sa(0xc000_0001, 1)));
+    for p in charon_policies(0xc000_0001) {
+        charon.push(live(p));
+    }
+    charon.push(live(expire(state(US, PEER, 0xc000_0001, 1), false)));
+    charon.push(live(in_sa(0xc000_0004, 1)));
+    charon.push(live(out_sa(0xc000_0003, 1)));
+    for p in charon_policies(0xc000_0003) {
+        charon.push(live(p));
+    }
+    let mut old_out = delete_sa(PEER, 0xc000_0001);
+    if let XfrmMessage::DeleteSa(m) = &mut old_out {
+        m.nlas.push(XfrmAttrs::SaInfo(state(US, PEER, 0xc000_0001, 1)));
+        m.nlas.push(aead("rfc4106(gcm(aes))", &GCM128_KEY, 128));
+    }
+    charon.push(live(old_out));
+    charon.push(live(expire(state(PEER, US, 0xc000_0002, 1), true)));
+    out.push((
+        "built-charon-rekey.nl",
+        "A tunnel as charon installs it, then its rekey as a listener in charon's namespace sees it (see the \
+         test a_charon_rekey_follows_the_outbound_template).",
+        charon,
+    ));
     let mut resync = tunnel_dump();
     let mut sas = frame(in_sa(0xc000_0002, 1), true);
     sas.extend(frame(out_sa(0xc000_0005, 1), true));
@@ -454,6 +506,87 @@ fn a_rekey_is_make_before_break() {
             "remove xfrm-r1-in-c0000002",
         ],
     );
+}
+
+#[test]
+fn a_charon_rekey_follows_the_outbound_template() {
+    let mirror = expect(
+        "built-charon-rekey.nl",
+        true,
+        &[
+            "install xfrm-r1-out-c0000001 aes128gcm16 selectors=0",
+            "install xfrm-r1-in-c0000002 aes128gcm16 selectors=1",
+            "policy xfrm-in-8 in protect xfrm-r1-in-c0000002",
+            "policy xfrm-fwd-10 in protect xfrm-r1-in-c0000002",
+            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
+            // The soft expiry changes nothing. The new inbound SA is
+            // installed and taken by the inbound policies (their
+            // templates name no SPI)...
+            "install xfrm-r1-in-c0000004 aes128gcm16 selectors=1",
+            "point xfrm-in-8 protect xfrm-r1-in-c0000004",
+            "point xfrm-fwd-10 protect xfrm-r1-in-c0000004",
+            // ... the new outbound one waits for the outbound template to
+            // name it (below: not in the same step).
+            "install xfrm-r1-out-c0000003 aes128gcm16 selectors=0",
+            "point xfrm-out-1 protect xfrm-r1-out-c0000003",
+            "remove xfrm-r1-out-c0000001",
+            // The hard expiry deleted the old inbound SA (no DELSA).
+            "remove xfrm-r1-in-c0000002",
+        ],
+    );
+    let c = mirror.counters();
+    assert_eq!((c.soft_expired, c.hard_expired, c.sas_mirrored), (1, 1, 2));
+    // Step by step: which datagram made which change.
+    let mut mirror = XfrmMirror::new(settings(true));
+    let mut at = Vec::new();
+    for (n, step) in read_fixture("built-charon-rekey.nl").into_iter().enumerate() {
+        if let Step::Datagram(d) = step {
+            mirror.handle_datagram(Duration::from_secs(1), &d);
+        }
+        let mut commands = Vec::new();
+        mirror.take_commands(&mut commands);
+        at.extend(rendered(&commands).into_iter().map(|c| (n, c)));
+    }
+    let step_of = |c: &str| at.iter().find(|(_, r)| r == c).map(|(n, _)| *n).unwrap();
+    assert!(
+        step_of("point xfrm-out-1 protect xfrm-r1-out-c0000003")
+            > step_of("install xfrm-r1-out-c0000003 aes128gcm16 selectors=0")
+    );
+}
+
+/// Captured from a kernel: policies by `ip xfrm policy` and a larval
+/// state from `allocspi` (see the fixture's comment).
+#[test]
+fn captured_policies_from_a_kernel_are_mirrored() {
+    let mirror = expect(
+        "captured-host-policies.nl",
+        true,
+        &[
+            // No SA of reqid 5 (nor 6): the protect policies hold.
+            "policy xfrm-out-1 out discard",
+            "policy xfrm-fwd-10 in discard",
+            "policy xfrm-in-16 in discard",
+            "policy xfrm-out-25 out discard",
+            "policy xfrm-out-33 out bypass",
+            // The IPComp bundle, refused.
+            "policy xfrm-out-41 out discard",
+            "unpolicy xfrm-out-25",
+        ],
+    );
+    let c = mirror.counters();
+    assert_eq!((c.larval, c.policies_refused, c.policies_held), (1, 1, 3));
+    assert_eq!(c.refused.get("template"), Some(&1));
+    let policies = mirror.policies();
+    let find = |name: &str| policies.iter().find(|p| p.name == name).unwrap();
+    assert_eq!(
+        find("xfrm-out-33").selector,
+        "10.5.0.0/16 -> 10.6.0.0/16 proto udp ports 53 -> any"
+    );
+    assert_eq!(find("xfrm-out-1").priority, 100);
+    assert!(find("xfrm-out-41")
+        .refused
+        .as_deref()
+        .is_some_and(|r| r.contains("bundle of 2")));
 }
 
 #[test]

@@ -202,7 +202,26 @@ pub fn update_sa(info: UserSaInfo, nlas: Vec<XfrmAttrs>) -> XfrmMessage {
     })
 }
 
-/// `XFRM_MSG_DELSA` as the kernel notifies it.
+/// `XFRM_MSG_UPDPOLICY` with `templates`.
+pub fn update_policy(info: UserPolicyInfo, templates: Vec<UserTemplate>) -> XfrmMessage {
+    match new_policy(info, templates) {
+        XfrmMessage::AddPolicy(m) => XfrmMessage::UpdatePolicy(m),
+        other => other,
+    }
+}
+
+/// `XFRM_MSG_EXPIRE` of `info` (`hard`: the kernel deleted the state).
+pub fn expire(info: UserSaInfo, hard: bool) -> XfrmMessage {
+    XfrmMessage::Expire(netlink_packet_xfrm::monitor::ExpireMessage {
+        expire: netlink_packet_xfrm::UserExpire {
+            state: info,
+            hard: u8::from(hard),
+        },
+    })
+}
+
+/// `XFRM_MSG_DELSA` as the kernel notifies it (the kernel adds the whole
+/// state and its algorithms, keys included: push them on `nlas`).
 pub fn delete_sa(dst: IpAddr, spi: u32) -> XfrmMessage {
     let mut m = SaDelGet::default();
     m.user_sa_id.daddr = xfrm_address(dst);

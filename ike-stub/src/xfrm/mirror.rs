@@ -162,6 +162,7 @@ enum SaState {
 struct MirroredSa {
     name: String,
     reqid: u32,
+    spi: u32,
     direction: SaDirection,
     mode: Mode,
     saddr: IpAddr,
@@ -182,6 +183,7 @@ impl MirroredSa {
     fn satisfies(&self, t: &Template) -> bool {
         t.mode == self.mode
             && (t.reqid == 0 || t.reqid == self.reqid)
+            && t.spi.is_none_or(|spi| spi == self.spi)
             && t.daddr.is_none_or(|a| a == self.daddr)
             && t.saddr.is_none_or(|a| a == self.saddr)
     }
@@ -375,7 +377,10 @@ impl XfrmMirror {
                 self.handle_state(&m.user_sa_info, &m.nlas);
                 sa::wipe_keys(&mut m.nlas);
             }
-            XfrmMessage::DeleteSa(m) => {
+            XfrmMessage::DeleteSa(mut m) => {
+                // The kernel's notification carries the SA's algorithms,
+                // keys included.
+                sa::wipe_keys(&mut m.nlas);
                 if m.user_sa_id.proto == IPPROTO_ESP {
                     if let Some(daddr) = sa::address(m.user_sa_id.family, &m.user_sa_id.daddr) {
                         self.forget_state(SaKey {
@@ -635,6 +640,7 @@ impl XfrmMirror {
         let mut mirrored = MirroredSa {
             name: translated.params.name.clone(),
             reqid: translated.reqid,
+            spi: key.spi,
             direction: translated.params.direction,
             mode: translated.params.mode,
             saddr: translated.saddr,

@@ -52,6 +52,10 @@ impl PolicyKey {
 pub struct Template {
     /// 0: any SA of the addresses and mode.
     pub reqid: u32,
+    /// The one SA to use (charon names the current outbound SA's SPI in
+    /// its outbound template, and moves it on a rekey); `None`: the newest
+    /// SA that satisfies the rest.
+    pub spi: Option<u32>,
     pub mode: Mode,
     /// The SA's outer addresses (tunnel mode); `None` where the template
     /// leaves them to the packet (transport mode, or zero).
@@ -222,6 +226,7 @@ fn template(templates: &[UserTemplate]) -> Result<Template, Refused> {
     let nonzero = |a: Option<IpAddr>| a.filter(|a| !a.is_unspecified());
     Ok(Template {
         reqid: t.reqid,
+        spi: (t.id.spi != 0).then_some(t.id.spi),
         mode,
         daddr: nonzero(address(t.family, &t.id.daddr)),
         saddr: nonzero(address(t.family, &t.saddr)),

@@ -21,12 +21,15 @@
 //!   same reqid, policies held (discarding) until their SA arrives, inbound
 //!   SAs held until a policy gives them selectors, resynchronisation from
 //!   a fresh dump.
+//! - [`relay`]: which UDP datagrams from the outside are the IKE daemon's
+//!   (the relay that would carry them is a later step).
 
 pub mod decode;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod mirror;
 pub mod policy;
+pub mod relay;
 pub mod sa;
 
 pub use decode::{decode_datagram, DecodeIssue, Decoded};

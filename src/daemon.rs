@@ -412,10 +412,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         None => None,
     };
-    // The keying namespace's XFRM sockets, while root may still enter it.
+    // The keying namespace's XFRM sockets and first dumps, while root may
+    // still enter it and dump; the reader starts once privileges are
+    // dropped (which needs a single thread running).
     let xfrm = match &config.keying {
         ike_stub::Keying::Xfrm { netns } => {
-            let source = XfrmSource::start(netns.as_deref()).with_context(|| {
+            let opened = XfrmSource::open(netns.as_deref()).with_context(|| {
                 format!(
                     "the xfrm keying source (namespace {})",
                     netns.as_deref().unwrap_or("of espgw")
@@ -425,10 +427,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 netns = netns.as_deref().unwrap_or("(espgw's own)"),
                 "mirroring the XFRM SAD and SPD of the keying namespace"
             );
-            Some((
-                source,
-                XfrmMirror::new(crate::xfrm_source::mirror_settings(&config, state.is_some())),
-            ))
+            Some(opened)
         }
         ike_stub::Keying::Config => None,
     };
@@ -439,6 +438,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
         bounding_set_left = dropped.bounding_left,
         "privileges dropped: no new privileges, not dumpable"
     );
+    let xfrm = match xfrm {
+        Some(opened) => Some((
+            opened.start()?,
+            XfrmMirror::new(crate::xfrm_source::mirror_settings(&config, state.is_some())),
+        )),
+        None => None,
+    };
     let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
     setup.resolve_neighbors = true;
     setup.only_own_mac = true;

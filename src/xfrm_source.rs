@@ -1,15 +1,20 @@
 //! The driver of the `xfrm` keying source: owns the `NETLINK_XFRM`
 //! sockets in the keying namespace and the thread that reads them.
 //!
-//! The sockets are opened on a thread of their own that enters the
-//! keying namespace (`setns` changes the namespace of the calling thread
-//! only), before `espgw run` drops its privileges; the thread stays there
-//! and only reads. One socket follows the multicast groups
+//! The sockets are opened by a short-lived thread that enters the keying
+//! namespace (`setns` changes the namespace of the calling thread only; a
+//! socket stays in the namespace it was made in), and the first dumps are
+//! read, before `espgw run` drops its privileges: both need
+//! `CAP_NET_ADMIN` there, and privileges are dropped while a single
+//! thread runs. The reading thread starts after that and only reads. One
+//! socket follows the multicast groups
 //! `XFRMNLGRP_SA`, `XFRMNLGRP_POLICY` and `XFRMNLGRP_EXPIRE`; the other
 //! asks for the dumps (`XFRM_MSG_GETSA`, `XFRM_MSG_GETPOLICY`) at start
 //! and after an overrun (`ENOBUFS`). Subscribing before dumping means
 //! nothing is missed between the two: a notification older than the dump
-//! is applied after it, in order, and changes to the same result.
+//! is applied after it, in order, and changes to the same result. A
+//! resync after an overrun asks for dumps again, which the kernel refuses
+//! once `CAP_NET_ADMIN` is gone (counted as `dump_errors`).
 //!
 //! Datagrams go to worker 0 as they came, in memory wiped when dropped
 //! (they carry keys); the translation is `ike_stub::xfrm`'s, between
@@ -23,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
+use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
 use ike_stub::xfrm::{DumpKind, XfrmMirror};
 use netlink_packet_core::{
     NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLMSG_DONE, NLMSG_ERROR, NLM_F_DUMP,
@@ -196,56 +201,72 @@ struct Reader {
     sequence: u32,
 }
 
-impl Reader {
-    /// Hands `item` to worker 0, waiting while its queue is full (the
-    /// kernel's buffer fills meanwhile, and an overrun resyncs); false once
-    /// stopped or worker 0 is gone.
-    fn hand(&self, mut item: Feed) -> bool {
-        loop {
-            match self.feed.send_timeout(item, POLL) {
-                Ok(()) => return true,
-                Err(SendTimeoutError::Disconnected(_)) => return false,
-                Err(SendTimeoutError::Timeout(back)) => {
-                    if self.stop.load(Ordering::Relaxed) {
-                        return false;
-                    }
-                    item = back;
+/// Hands `item` to worker 0, waiting while its queue is full (the
+/// kernel's buffer fills meanwhile, and an overrun resyncs); false once
+/// stopped or worker 0 is gone.
+fn hand(feed: &Sender<Feed>, stop: &AtomicBool, mut item: Feed) -> bool {
+    loop {
+        match feed.send_timeout(item, POLL) {
+            Ok(()) => return true,
+            Err(SendTimeoutError::Disconnected(_)) => return false,
+            Err(SendTimeoutError::Timeout(back)) => {
+                if stop.load(Ordering::Relaxed) {
+                    return false;
                 }
+                item = back;
             }
         }
+    }
+}
+
+/// Asks for a dump of `kind` and hands `sink` its start and every reply
+/// up to its end; false if `sink` refused one (stopped).
+fn dump(
+    sockets: &Sockets,
+    buffer: &mut Zeroizing<Vec<u8>>,
+    kind: DumpKind,
+    sequence: u32,
+    mut sink: impl FnMut(Feed) -> bool,
+) -> bool {
+    if !sink(Feed::Dump(kind)) {
+        return false;
+    }
+    if let Err(e) = sockets.dumps.send(&dump_request(kind, sequence), 0) {
+        tracing::error!("xfrm: cannot ask for the {kind:?} dump: {e}");
+        return true;
+    }
+    loop {
+        let datagram = match receive(&sockets.dumps, buffer) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!("xfrm: the {kind:?} dump stopped: {e}");
+                return true;
+            }
+        };
+        let last = ends_dump(&datagram);
+        if !sink(Feed::Datagram(datagram)) {
+            return false;
+        }
+        if last {
+            return true;
+        }
+    }
+}
+
+impl Reader {
+    fn hand(&self, item: Feed) -> bool {
+        hand(&self.feed, &self.stop, item)
     }
 
     fn dump(&mut self, kind: DumpKind) -> bool {
-        if !self.hand(Feed::Dump(kind)) {
-            return false;
-        }
         self.sequence = self.sequence.wrapping_add(1);
-        if let Err(e) = self.sockets.dumps.send(&dump_request(kind, self.sequence), 0) {
-            tracing::error!("xfrm: cannot ask for the {kind:?} dump: {e}");
-            return true;
-        }
-        loop {
-            let datagram = match receive(&self.sockets.dumps, &mut self.buffer) {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::error!("xfrm: the {kind:?} dump stopped: {e}");
-                    return true;
-                }
-            };
-            let last = ends_dump(&datagram);
-            if !self.hand(Feed::Datagram(datagram)) {
-                return false;
-            }
-            if last {
-                return true;
-            }
-        }
+        let (feed, stop) = (&self.feed, &self.stop);
+        dump(&self.sockets, &mut self.buffer, kind, self.sequence, |item| {
+            hand(feed, stop, item)
+        })
     }
 
     fn run(mut self) {
-        if !(self.dump(DumpKind::Sa) && self.dump(DumpKind::Policy)) {
-            return;
-        }
         while !self.stop.load(Ordering::Relaxed) {
             match receive(&self.sockets.events, &mut self.buffer) {
                 Ok(datagram) => {
@@ -273,56 +294,69 @@ impl Reader {
     }
 }
 
+/// The sockets, open in the keying namespace, and the first dumps' replies:
+/// what needs privileges, done; [`OpenedXfrm::start`] follows from there.
+pub struct OpenedXfrm {
+    sockets: Sockets,
+    first: Vec<Feed>,
+}
+
 impl XfrmSource {
-    /// Opens the sockets in namespace `netns` (`None`: this process's)
-    /// and starts following. Returns once the sockets are open (or could
-    /// not be), so that privileges may be dropped after it.
-    pub fn start(netns: Option<&str>) -> Result<XfrmSource> {
-        let (feed_tx, feed) = bounded(4096);
-        let (ready_tx, ready) = bounded(1);
-        let stop = Arc::new(AtomicBool::new(false));
+    /// Opens the sockets in namespace `netns` (`None`: this process's) on
+    /// a thread that is gone when this returns, and reads the dumps of
+    /// the SAD and SPD: all that needs privileges.
+    pub fn open(netns: Option<&str>) -> Result<OpenedXfrm> {
         let netns = netns.map(str::to_owned);
-        let thread_stop = stop.clone();
+        let sockets = std::thread::Builder::new()
+            .name("xfrm-open".into())
+            .spawn(move || {
+                netns.as_deref().map_or(Ok(()), enter_netns)?;
+                open_sockets()
+            })
+            .context("starting the thread that enters the keying namespace")?
+            .join()
+            .map_err(|_| anyhow!("the thread entering the keying namespace panicked"))??;
+        let mut first = Vec::new();
+        let mut buffer = Zeroizing::new(Vec::with_capacity(RECEIVE_BUFFER));
+        for (sequence, kind) in [(1, DumpKind::Sa), (2, DumpKind::Policy)] {
+            dump(&sockets, &mut buffer, kind, sequence, |item| {
+                first.push(item);
+                true
+            });
+        }
+        Ok(OpenedXfrm { sockets, first })
+    }
+}
+
+impl OpenedXfrm {
+    /// Starts the reading thread: the first dumps, then every
+    /// notification, go to the returned source's feed.
+    pub fn start(self) -> Result<XfrmSource> {
+        let (feed_tx, feed) = bounded(4096.max(self.first.len() + 1));
+        for item in self.first {
+            let _ = feed_tx.try_send(item);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = Reader {
+            sockets: self.sockets,
+            feed: feed_tx,
+            stop: stop.clone(),
+            buffer: Zeroizing::new(Vec::with_capacity(RECEIVE_BUFFER)),
+            sequence: 2,
+        };
         let thread = std::thread::Builder::new()
             .name("xfrm".into())
-            .spawn(move || {
-                let opened = netns
-                    .as_deref()
-                    .map_or(Ok(()), enter_netns)
-                    .and_then(|()| open_sockets());
-                let sockets = match opened {
-                    Ok(s) => {
-                        let _ = ready_tx.send(Ok(()));
-                        s
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                Reader {
-                    sockets,
-                    feed: feed_tx,
-                    stop: thread_stop,
-                    buffer: Zeroizing::new(Vec::with_capacity(RECEIVE_BUFFER)),
-                    sequence: 0,
-                }
-                .run();
-            })
+            .spawn(move || reader.run())
             .context("starting the xfrm thread")?;
-        match ready.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(())) => Ok(XfrmSource {
-                feed,
-                stop,
-                thread: Some(thread),
-            }),
-            Ok(Err(e)) => Err(e),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                Err(anyhow!("the xfrm thread did not open its sockets"))
-            }
-        }
+        Ok(XfrmSource {
+            feed,
+            stop,
+            thread: Some(thread),
+        })
     }
+}
 
+impl XfrmSource {
     /// Feeds `mirror` what has arrived; returns whether anything did.
     pub fn drain(&self, mirror: &mut XfrmMirror, now: Duration) -> bool {
         let mut any = false;
@@ -414,7 +448,7 @@ pub fn show(args: &ShowArgs) -> Result<()> {
     let netns = netns_of(&config, args.netns.as_deref());
     let durable = args.state_dir || config.state_dir.is_some();
     let mut mirror = XfrmMirror::new(mirror_settings(&config, durable));
-    let source = XfrmSource::start(netns.as_deref())?;
+    let source = XfrmSource::open(netns.as_deref())?.start()?;
     let engine = accel::build_engine(&config.engine).context("building the crypto engine")?;
     let started = std::time::Instant::now();
     let mut gateway = config.build_gateway(

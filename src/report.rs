@@ -450,6 +450,29 @@ pub fn stats_table(doc: &Value) -> String {
         "engine: {} style {}",
         doc["engine"]["kind"], doc["engine"]["style"]
     );
+    // The `xfrm` keying source's mirror, typed: a renamed counter fails
+    // here rather than showing as nothing.
+    if let Ok(x) = ike_stub::xfrm::MirrorCountersView::deserialize(&doc["xfrm"]) {
+        let _ = writeln!(
+            out,
+            "xfrm: {} SAs mirrored ({} held, {} refused), {} policies ({} held, {} refused), \
+             {} dumps, {} resyncs, {} dump errors, {} malformed, {} apply failed",
+            x.sas_mirrored,
+            x.sas_held,
+            x.sas_refused,
+            x.policies_mirrored,
+            x.policies_held,
+            x.policies_refused,
+            x.dumps,
+            x.resyncs,
+            x.dump_errors,
+            x.malformed,
+            x.apply_failed
+        );
+        for (reason, n) in &x.refused {
+            let _ = writeln!(out, "  refused {reason:<16} {n}");
+        }
+    }
     out
 }
 
@@ -683,5 +706,40 @@ pub(crate) mod tests {
         let mut stale = doc;
         stale["drops"]["icv_failed"] = 1.into();
         assert!(stats_table(&stale).contains("unknown drop reason `icv_failed`"));
+    }
+
+    /// With the `xfrm` keying source: the mirror's counters in the table,
+    /// from a recorded tunnel and a refused SA.
+    #[test]
+    fn the_stats_table_shows_the_xfrm_mirror() {
+        use ike_stub::xfrm::fixtures::{parse_fixture, Step};
+        use ike_stub::xfrm::{MirrorSettings, XfrmMirror};
+        let run = dataplane::io::run::RunSummary::default();
+        let (mut doc, _) = answer_for(|_| {}, &run);
+        let mut mirror = XfrmMirror::new(MirrorSettings {
+            local_addresses: vec!["192.0.2.1".parse().unwrap()],
+            durable_sequences: false,
+        });
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ike-stub/testdata/xfrm");
+        let text = std::fs::read_to_string(dir.join("built-tunnel-dump.nl")).unwrap();
+        for step in parse_fixture(&text).unwrap() {
+            match step {
+                Step::Dump(kind) => mirror.begin_dump(kind),
+                Step::Datagram(d) => mirror.handle_datagram(std::time::Duration::ZERO, &d),
+            }
+        }
+        doc["xfrm"] = serde_json::to_value(mirror.counters()).unwrap();
+        let table = stats_table(&doc);
+        for line in [
+            "xfrm: 1 SAs mirrored (0 held, 1 refused), 3 policies (1 held, 0 refused), 2 dumps, 0 resyncs",
+            "  refused pre_existing     1\n",
+        ] {
+            assert!(table.contains(line), "`{line}` missing from:\n{table}");
+        }
+        assert_eq!(
+            sa_source("xfrm-r1-in-c0000002", None, Some(&mirror)),
+            "xfrm reqid 1"
+        );
+        assert_eq!(sa_source("static", None, None), "config");
     }
 }

@@ -113,6 +113,23 @@ pub struct MirrorCounters {
     pub apply_failed: u64,
 }
 
+/// The counters `espgw stats` prints, read back from its JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct MirrorCountersView {
+    pub sas_mirrored: u64,
+    pub sas_held: u64,
+    pub sas_refused: u64,
+    pub policies_mirrored: u64,
+    pub policies_held: u64,
+    pub policies_refused: u64,
+    pub dumps: u64,
+    pub resyncs: u64,
+    pub dump_errors: u64,
+    pub malformed: u64,
+    pub apply_failed: u64,
+    pub refused: BTreeMap<String, u64>,
+}
+
 /// A mirrored SA as `espgw sa list` shows its source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MirroredSaStatus {
@@ -347,7 +364,10 @@ impl XfrmMirror {
     }
 
     /// One parsed message; the commands follow at the next
-    /// [`Self::handle_datagram`] or [`Self::flush`].
+    /// [`Self::handle_datagram`] or [`Self::flush`]. `now` is not needed
+    /// by the translation today (an SA's lifetime counts from when a
+    /// gateway installs it, at the time the command is applied); it is
+    /// taken so that the driver's clock is the only one, as elsewhere.
     pub fn handle_decoded(&mut self, _now: Duration, decoded: Decoded) {
         match decoded {
             Decoded::Xfrm(message) => self.handle_message(*message),
@@ -463,12 +483,14 @@ impl XfrmMirror {
             .map(|(k, _)| *k)
     }
 
-    fn mark_seen(&self) -> u64 {
+    /// The generation of the dump in progress (or of the last one): what a
+    /// message read now marks as seen.
+    fn current_generation(&self) -> u64 {
         self.generation
     }
 
     fn refuse_sa(&mut self, key: SaKey, reqid: u32, refused: Refused) {
-        let seen = self.mark_seen();
+        let seen = self.current_generation();
         let already = self
             .refused_sas
             .insert(
@@ -566,7 +588,7 @@ impl XfrmMirror {
             return;
         }
         self.refused_sas.remove(&key);
-        let seen = self.mark_seen();
+        let seen = self.current_generation();
         let shape = Shape {
             params: translated.params.clone(),
             algorithm: translated.algorithm,
@@ -692,7 +714,7 @@ impl XfrmMirror {
             dir: info.direction,
             index: info.index,
         };
-        let seen = self.mark_seen();
+        let seen = self.current_generation();
         let translated = match policy::translate(info, attrs) {
             Ok(Some(t)) => t,
             Ok(None) => {

@@ -34,7 +34,8 @@ pub mod sa;
 
 pub use decode::{decode_datagram, DecodeIssue, Decoded};
 pub use mirror::{
-    DumpKind, MirrorCounters, MirrorSettings, MirroredPolicyStatus, MirroredSaStatus, XfrmMirror,
+    DumpKind, MirrorCounters, MirrorCountersView, MirrorSettings, MirroredPolicyStatus, MirroredSaStatus,
+    XfrmMirror,
 };
 
 /// Why an XFRM state or policy is not mirrored as it is. Each reason is a

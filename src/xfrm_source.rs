@@ -48,6 +48,8 @@ pub enum Feed {
     Datagram(Zeroizing<Vec<u8>>),
     /// The socket overran: notifications were lost; dumps follow.
     Overrun,
+    /// The dump in progress was given up (no answer, a read error).
+    DumpAbandoned,
 }
 
 /// The largest datagram read: netlink dumps fill up to 32 KiB, a
@@ -233,14 +235,14 @@ fn dump(
     }
     if let Err(e) = sockets.dumps.send(&dump_request(kind, sequence), 0) {
         tracing::error!("xfrm: cannot ask for the {kind:?} dump: {e}");
-        return true;
+        return sink(Feed::DumpAbandoned);
     }
     loop {
         let datagram = match receive(&sockets.dumps, buffer) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!("xfrm: the {kind:?} dump stopped: {e}");
-                return true;
+                return sink(Feed::DumpAbandoned);
             }
         };
         let last = ends_dump(&datagram);
@@ -365,6 +367,7 @@ impl XfrmSource {
             match item {
                 Feed::Dump(kind) => mirror.begin_dump(kind),
                 Feed::Overrun => mirror.note_overrun(),
+                Feed::DumpAbandoned => mirror.abandon_dump(),
                 Feed::Datagram(datagram) => mirror.handle_datagram(now, &datagram),
             }
         }
@@ -378,6 +381,7 @@ impl XfrmSource {
                 match item {
                     Feed::Dump(kind) => mirror.begin_dump(kind),
                     Feed::Overrun => mirror.note_overrun(),
+                    Feed::DumpAbandoned => mirror.abandon_dump(),
                     Feed::Datagram(datagram) => mirror.handle_datagram(now, &datagram),
                 }
                 self.drain(mirror, now);

@@ -58,6 +58,14 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
+    // A dump left open is reconciled at its end; here, now.
+    mirror.flush();
+    mirror.take_commands(&mut commands);
+    for command in commands.drain(..) {
+        if let Err(e) = command.apply(&mut gateway, now) {
+            panic!("the gateway refused {command:?}: {e}");
+        }
+    }
     for sa in mirror.sas() {
         let there = gateway.sad().find(&sa.name).is_some();
         assert_eq!(there, sa.state == "installed", "{sa:?}");

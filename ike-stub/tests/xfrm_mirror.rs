@@ -248,6 +248,11 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<String>)> {
         transport(state(US, PEER, 0x1005, 7)),
         vec![aead("rfc4106(gcm(aes))", &GCM128_KEY, 128), encap(4500, 4500)],
     )));
+    // An SPI RFC 4303 reserves (the fuzzer's first find).
+    refusals.push(live(new_sa(
+        state(US, PEER, 0x30, 7),
+        vec![aead("rfc4106(gcm(aes))", &GCM128_KEY, 128)],
+    )));
     let mut comp = template(US, PEER, 7, XFRM_MODE_TUNNEL);
     comp.id.proto = 108;
     refusals.push(live(new_policy(
@@ -268,8 +273,9 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<String>)> {
     )));
     out.push((
         "built-refusals.nl",
-        "What espgw cannot do: AH, BEET, cbc(aes)-256 with hmac(sha1), a mark, ESP in UDP in transport mode, an \
-         IPComp bundle, a port mask that is no range; and a policy whose only SA (reqid 7) was refused.",
+        "What espgw cannot do: AH, BEET, cbc(aes)-256 with hmac(sha1), a mark, ESP in UDP in transport mode, a \
+         reserved SPI, an IPComp bundle, a port mask that is no range; and a policy whose only SA (reqid 7) was \
+         refused.",
         refusals,
     ));
     let mut shapes = Vec::new();
@@ -430,9 +436,9 @@ fn a_dump_at_start_installs_the_tunnel() {
             // Outbound at once; inbound once a policy gives it selectors
             // (`in` and `fwd` select the same traffic: one selector).
             "install xfrm-r1-out-c0000001 aes128gcm16 selectors=0",
-            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
             "install xfrm-r1-in-c0000002 aes128gcm16 selectors=1",
             "policy xfrm-in-8 in protect xfrm-r1-in-c0000002",
+            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
             "policy xfrm-fwd-10 in protect xfrm-r1-in-c0000002",
         ],
     );
@@ -459,9 +465,9 @@ fn an_outbound_sa_from_before_the_start_is_refused_without_a_state_directory() {
         "built-tunnel-dump.nl",
         false,
         &[
-            "policy xfrm-out-1 out discard",
             "install xfrm-r1-in-c0000002 aes128gcm16 selectors=1",
             "policy xfrm-in-8 in protect xfrm-r1-in-c0000002",
+            "policy xfrm-out-1 out discard",
             "policy xfrm-fwd-10 in protect xfrm-r1-in-c0000002",
         ],
     );
@@ -497,9 +503,9 @@ fn a_rekey_is_make_before_break() {
         true,
         &[
             "install xfrm-r1-out-c0000001 aes128gcm16 selectors=0",
-            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
             "install xfrm-r1-in-c0000002 aes128gcm16 selectors=1",
             "policy xfrm-in-8 in protect xfrm-r1-in-c0000002",
+            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
             "policy xfrm-fwd-10 in protect xfrm-r1-in-c0000002",
             // The new inbound SA first (the old one still admits what is
             // on its way), then the new outbound one takes the policy.
@@ -715,9 +721,9 @@ fn deletes_remove_policies_and_sas() {
         true,
         &[
             "install xfrm-r1-out-c0000001 aes128gcm16 selectors=0",
-            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
             "install xfrm-r1-in-c0000002 aes128gcm16 selectors=1",
             "policy xfrm-in-8 in protect xfrm-r1-in-c0000002",
+            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
             "policy xfrm-fwd-10 in protect xfrm-r1-in-c0000002",
             "unpolicy xfrm-out-1",
             "remove xfrm-r1-out-c0000001",
@@ -738,8 +744,8 @@ fn a_larval_state_is_not_installed_until_keyed() {
         "built-larval.nl",
         true,
         &[
-            "policy xfrm-out-1 out discard",
             "policy xfrm-in-8 in discard",
+            "policy xfrm-out-1 out discard",
             "policy xfrm-fwd-10 in discard",
             "install xfrm-r1-in-c0000002 aes128gcm16 selectors=1",
             "point xfrm-in-8 protect xfrm-r1-in-c0000002",
@@ -761,7 +767,7 @@ fn what_espgw_cannot_do_is_refused_and_its_traffic_discarded() {
         ],
     );
     let c = mirror.counters();
-    assert_eq!((c.sas_refused, c.policies_refused, c.policies_held), (5, 2, 1));
+    assert_eq!((c.sas_refused, c.policies_refused, c.policies_held), (6, 2, 1));
     let reasons: Vec<(&str, u64)> = c.refused.iter().map(|(k, v)| (*k, *v)).collect();
     assert_eq!(
         reasons,
@@ -772,6 +778,7 @@ fn what_espgw_cannot_do_is_refused_and_its_traffic_discarded() {
             ("mode", 1),
             ("protocol", 1),
             ("selector", 1),
+            ("spi", 1),
             ("template", 1),
         ]
     );
@@ -834,9 +841,9 @@ fn a_resync_dump_removes_what_is_gone_and_keeps_what_is_unchanged() {
         true,
         &[
             "install xfrm-r1-out-c0000001 aes128gcm16 selectors=0",
-            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
             "install xfrm-r1-in-c0000002 aes128gcm16 selectors=1",
             "policy xfrm-in-8 in protect xfrm-r1-in-c0000002",
+            "policy xfrm-out-1 out protect xfrm-r1-out-c0000001",
             "policy xfrm-fwd-10 in protect xfrm-r1-in-c0000002",
             // The inbound SA is shown unchanged: nothing happens to it.
             "install xfrm-r1-out-c0000005 aes128gcm16 selectors=0",

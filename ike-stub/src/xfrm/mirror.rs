@@ -23,6 +23,8 @@
 //! - After an overrun the driver dumps afresh: what the dump does not show
 //!   is removed, what it shows unchanged is left alone (its sequence
 //!   numbers and replay window go on).
+//! - A dump's replies are reconciled once, at its end (or when the driver
+//!   gives it up); notifications one datagram at a time.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -335,6 +337,16 @@ impl XfrmMirror {
         self.dump = Some((kind, self.generation));
     }
 
+    /// The driver gave the dump in progress up (no answer, a read
+    /// error): nothing is swept, and what it brought is reconciled.
+    pub fn abandon_dump(&mut self) {
+        if self.dump.take().is_some() {
+            self.counters.dump_errors += 1;
+            tracing::error!("xfrm: a dump was given up; nothing is removed until one completes");
+            self.reconcile();
+        }
+    }
+
     /// The socket overran (`ENOBUFS`): notifications were lost, and the
     /// driver dumps both tables afresh.
     pub fn note_overrun(&mut self) {
@@ -360,7 +372,12 @@ impl XfrmMirror {
                 }
             }
         }
-        self.reconcile();
+        // A dump's replies are reconciled once, at its end: a large SAD
+        // comes in many datagrams, and reconciling walks every SA and
+        // policy.
+        if self.dump.is_none() {
+            self.reconcile();
+        }
     }
 
     /// One parsed message; the commands follow at the next

@@ -49,6 +49,9 @@ pub enum Refusal {
     Algorithm,
     /// Key lengths that do not match the algorithm.
     KeyLength,
+    /// An SPI of 0 to 255, which RFC 4303 §2.1 reserves (the kernel takes
+    /// one from `ip xfrm state add`; espgw's SAD does not).
+    Spi,
     /// AH, IPComp or another protocol than ESP.
     Protocol,
     /// BEET or another mode than tunnel and transport.

@@ -327,6 +327,15 @@ pub fn translate(
         daddr,
         spi: info.id.spi,
     };
+    if info.id.spi < 256 {
+        return Err(Refused::new(
+            Refusal::Spi,
+            format!(
+                "SPI {} is reserved (RFC 4303 §2.1: 1 to 255; 0 is no SPI)",
+                info.id.spi
+            ),
+        ));
+    }
     let mode = match info.mode {
         XFRM_MODE_TUNNEL => Mode::Tunnel,
         XFRM_MODE_TRANSPORT => Mode::Transport,

@@ -32,6 +32,10 @@ const OURS: (IpAddr, u8) = (IpAddr::V4(Ipv4Addr::new(10, 1, 0, 0)), 16);
 const THEIRS: (IpAddr, u8) = (IpAddr::V4(Ipv4Addr::new(10, 2, 0, 0)), 16);
 
 const GCM128_KEY: [u8; 20] = [0x11; 20];
+/// Three different 8-byte parts: espgw refuses a 3DES key that repeats one.
+const THREE_DES_KEY: [u8; 24] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+];
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/xfrm")
@@ -248,6 +252,14 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<String>)> {
         transport(state(US, PEER, 0x1005, 7)),
         vec![aead("rfc4106(gcm(aes))", &GCM128_KEY, 128), encap(4500, 4500)],
     )));
+    // A 3DES key that is single DES (the fuzzer's second find).
+    refusals.push(live(new_sa(
+        state(US, PEER, 0x1006, 7),
+        vec![
+            cipher("cbc(des3_ede)", &[7; 24]),
+            auth("hmac(sha1)", &[8; 20], 96),
+        ],
+    )));
     // An SPI RFC 4303 reserves (the fuzzer's first find).
     refusals.push(live(new_sa(
         state(US, PEER, 0x30, 7),
@@ -274,8 +286,8 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<String>)> {
     out.push((
         "built-refusals.nl",
         "What espgw cannot do: AH, BEET, cbc(aes)-256 with hmac(sha1), a mark, ESP in UDP in transport mode, a \
-         reserved SPI, an IPComp bundle, a port mask that is no range; and a policy whose only SA (reqid 7) was \
-         refused.",
+         degenerate 3DES key, a reserved SPI, an IPComp bundle, a port mask that is no range; and a policy whose \
+         only SA (reqid 7) was refused.",
         refusals,
     ));
     let mut shapes = Vec::new();
@@ -300,7 +312,7 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<String>)> {
     shapes.push(live(new_sa(
         state(US, PEER, 0x2003, 4),
         vec![
-            cipher("cbc(des3_ede)", &[7; 24]),
+            cipher("cbc(des3_ede)", &THREE_DES_KEY),
             auth("hmac(sha1)", &[8; 20], 96),
         ],
     )));
@@ -767,7 +779,7 @@ fn what_espgw_cannot_do_is_refused_and_its_traffic_discarded() {
         ],
     );
     let c = mirror.counters();
-    assert_eq!((c.sas_refused, c.policies_refused, c.policies_held), (6, 2, 1));
+    assert_eq!((c.sas_refused, c.policies_refused, c.policies_held), (7, 2, 1));
     let reasons: Vec<(&str, u64)> = c.refused.iter().map(|(k, v)| (*k, *v)).collect();
     assert_eq!(
         reasons,
@@ -780,6 +792,7 @@ fn what_espgw_cannot_do_is_refused_and_its_traffic_discarded() {
             ("selector", 1),
             ("spi", 1),
             ("template", 1),
+            ("weak_key", 1),
         ]
     );
 }
@@ -832,6 +845,38 @@ fn each_shape_maps_to_its_sa() {
         format!("{six:?}").contains("<redacted>"),
         "keys stay out of Debug"
     );
+    // And every one installs.
+    let mut gateway = gateway_with_v6();
+    for c in &commands {
+        c.apply(&mut gateway, Duration::from_secs(1))
+            .unwrap_or_else(|e| panic!("{}: {e}", render(c)));
+    }
+    assert_eq!(gateway.sad().len(), 4);
+}
+
+/// A gateway whose outside has the addresses of [`US`] and [`US6`].
+fn gateway_with_v6() -> dataplane::Gateway {
+    let text = r#"
+[[interface]]
+name = "inside"
+device = "in0"
+address = "10.1.0.1/16"
+[[interface]]
+name = "outside"
+device = "out0"
+address = "192.0.2.1/24"
+address6 = "2001:db8::1/64"
+"#;
+    let config = ike_stub::Config::parse(Path::new("xfrm.toml"), text).unwrap();
+    let engine = accel::build_engine(&accel::EngineSpec::default()).unwrap();
+    config
+        .build_gateway(
+            dataplane::LinkLayer::Ethernet,
+            engine,
+            accel::Style::Async,
+            Duration::from_secs(1),
+        )
+        .unwrap()
 }
 
 #[test]
@@ -901,6 +946,22 @@ fn fuzz_inputs_carry_the_fixtures_steps() {
     for (name, _, _) in scenarios() {
         let steps = read_fixture(name);
         assert_eq!(decode_steps(&encode_steps(&steps)), steps, "{name}");
+    }
+}
+
+/// Every built scenario's commands apply to a gateway without an error
+/// (what the gateway would refuse, the mirror refuses first).
+#[test]
+fn every_built_scenario_applies_to_a_gateway() {
+    for (name, _, _) in scenarios() {
+        for durable in [true, false] {
+            let (_, commands) = run(name, durable);
+            let mut gateway = gateway_with_v6();
+            for c in &commands {
+                c.apply(&mut gateway, Duration::from_secs(1))
+                    .unwrap_or_else(|e| panic!("{name}: {}: {e}", render(c)));
+            }
+        }
     }
 }
 

@@ -49,6 +49,9 @@ pub enum Refusal {
     Algorithm,
     /// Key lengths that do not match the algorithm.
     KeyLength,
+    /// A 3DES key whose three parts are not independent (RFC 2451 §2.3),
+    /// which espgw's sessions refuse.
+    WeakKey,
     /// An SPI of 0 to 255, which RFC 4303 §2.1 reserves (the kernel takes
     /// one from `ip xfrm state add`; espgw's SAD does not).
     Spi,

@@ -222,6 +222,15 @@ fn algorithm(attrs: &[XfrmAttrs]) -> Result<(Algorithm, Zeroizing<Vec<u8>>, Zero
     };
     let enc = key_bytes(&crypt_name, &c.alg_key, c.alg_key_len)?;
     let integrity = key_bytes(&auth_name, auth_key, auth_bits)?;
+    if algorithm == Algorithm::TripleDesSha1 {
+        let parts: Vec<&[u8]> = enc.chunks(8).collect();
+        if parts.len() == 3 && (parts[0] == parts[1] || parts[1] == parts[2] || parts[0] == parts[2]) {
+            return Err(Refused::new(
+                Refusal::WeakKey,
+                "a 3DES key with repeated 8-byte parts (RFC 2451 §2.3: that is single DES)",
+            ));
+        }
+    }
     Ok((algorithm, enc, integrity))
 }
 

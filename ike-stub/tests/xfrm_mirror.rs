@@ -965,6 +965,58 @@ fn every_built_scenario_applies_to_a_gateway() {
     }
 }
 
+/// What the fuzz target `xfrm_mirror` found, in its input form
+/// (`testdata/xfrm/fuzz-*.bin`), checked as it checks: every command
+/// applies, and the mirror and the gateway agree.
+#[test]
+fn fuzz_finds_stay_fixed() {
+    let mut finds: Vec<PathBuf> = std::fs::read_dir(dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "bin"))
+        .collect();
+    finds.sort();
+    assert!(finds.len() >= 3);
+    for path in finds {
+        let data = std::fs::read(&path).unwrap();
+        let now = Duration::from_secs(1);
+        let mut gateway = gateway_with_v6();
+        let mut mirror = XfrmMirror::new(MirrorSettings {
+            local_addresses: vec![US, US6],
+            durable_sequences: data.first().is_some_and(|b| b & 0x80 != 0),
+        });
+        let mut commands = Vec::new();
+        let steps = decode_steps(&data);
+        let count = steps.len();
+        for (n, step) in steps.into_iter().enumerate() {
+            match step {
+                Step::Dump(kind) => mirror.begin_dump(kind),
+                Step::Datagram(d) => mirror.handle_datagram(now, &d),
+            }
+            if n + 1 == count {
+                mirror.flush();
+            }
+            mirror.take_commands(&mut commands);
+            for c in commands.drain(..) {
+                c.apply(&mut gateway, now)
+                    .unwrap_or_else(|e| panic!("{}: {}: {e}", path.display(), render(&c)));
+            }
+        }
+        for p in mirror.policies() {
+            let installed = gateway
+                .spd()
+                .get(&p.name)
+                .expect("a mirrored policy is in the SPD");
+            let expected = match p.action.strip_prefix("protect ") {
+                Some(sa) => gateway.sad().find(sa).map(spd_sad::Action::Protect),
+                None if p.action == "bypass" => Some(spd_sad::Action::Bypass),
+                None => Some(spd_sad::Action::Discard),
+            };
+            assert_eq!(Some(installed.action), expected, "{}: {p:?}", path.display());
+        }
+    }
+}
+
 /// Every prefix of every fixture's datagrams, and each with one byte
 /// flipped, is read without a panic; what cannot be read is counted.
 #[test]

@@ -212,6 +212,9 @@ struct MirroredPolicy {
     translated: TranslatedPolicy,
     /// What the gateways' SPD holds for it, once inserted.
     in_spd: Option<PolicyAction>,
+    /// Its SA was replaced under the same name (a new id in the SAD): the
+    /// SPD's entry must be pointed again, whatever it says.
+    repoint: bool,
     seen: u64,
 }
 
@@ -649,7 +652,7 @@ impl XfrmMirror {
                     // policies pointing at the name are pointed again.
                     for p in self.policies.values_mut() {
                         if p.in_spd == Some(PolicyAction::Protect(old_name.clone())) {
-                            p.in_spd = Some(PolicyAction::Discard);
+                            p.repoint = true;
                         }
                     }
                     config.params.selectors = old.selectors.clone();
@@ -780,6 +783,7 @@ impl XfrmMirror {
                     MirroredPolicy {
                         translated,
                         in_spd: None,
+                        repoint: false,
                         seen,
                     },
                 );
@@ -926,7 +930,7 @@ impl XfrmMirror {
                     }
                 }
             };
-            if p.in_spd.as_ref() != Some(&action) {
+            if p.in_spd.as_ref() != Some(&action) || p.repoint {
                 changes.push((*key, action));
             }
         }
@@ -934,6 +938,7 @@ impl XfrmMirror {
             let Some(p) = self.policies.get_mut(&key) else {
                 continue;
             };
+            p.repoint = false;
             let waits =
                 matches!(p.translated.verdict, Verdict::Protect(_)) && action == PolicyAction::Discard;
             let waited = p

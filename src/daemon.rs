@@ -35,7 +35,9 @@ use serde_json::{json, Value};
 use spd_sad::SaEvent;
 
 use crate::state_dir::StateDir;
+use crate::xfrm_source::XfrmSource;
 use crate::{control, privileges, report, RunArgs};
+use ike_stub::xfrm::XfrmMirror;
 
 /// What a worker other than worker 0 tells the control plane.
 enum Report {
@@ -107,6 +109,9 @@ struct Plane<'s> {
     /// directory `--state-dir` named (a reload must not move it).
     state: Option<Arc<StateDir>>,
     state_flag: Option<std::path::PathBuf>,
+    /// The `xfrm` keying source: the socket's reader and the mirror its
+    /// datagrams go through (between batches, never per packet).
+    xfrm: Option<(XfrmSource, XfrmMirror)>,
 }
 
 /// With several workers, an inside socket of the fanout group and the
@@ -170,6 +175,9 @@ impl Plane<'_> {
         if self.reload.swap(false, Ordering::Relaxed) {
             let _ = self.reload();
         }
+        if let Some((source, mirror)) = &mut self.xfrm {
+            source.drain(mirror, now);
+        }
         if now.saturating_sub(self.last_timeout) >= Duration::from_millis(5) {
             self.last_timeout = now;
             self.plane.observe(now, t.gateway);
@@ -183,10 +191,14 @@ impl Plane<'_> {
     fn apply(&mut self, t: &mut Tick<'_>, links: &Links, workers: usize) {
         let mut commands = Vec::new();
         self.plane.take_commands(&mut commands);
+        let from_plane = commands.len();
+        if let Some((_, mirror)) = &mut self.xfrm {
+            mirror.take_commands(&mut commands);
+        }
         let changed = !commands.is_empty();
         let mut sent = Vec::with_capacity(commands.len());
         let mut ledgered = Vec::new();
-        for mut command in commands {
+        for (index, mut command) in commands.into_iter().enumerate() {
             self.issued += 1;
             // An SA with static keys resumes above its ledger's mark (one
             // that replaces an SA with the same keys also above where that
@@ -205,7 +217,10 @@ impl Plane<'_> {
             let copies = match command.apply_first(t.gateway, t.now, workers - 1) {
                 Ok(copies) => copies,
                 Err(e) => {
-                    tracing::error!("control plane: {e}");
+                    match &mut self.xfrm {
+                        Some((_, mirror)) if index >= from_plane => mirror.note_apply_failed(&e),
+                        _ => tracing::error!("control plane: {e}"),
+                    }
                     (1..workers)
                         .map(|_| WorkerCommand::Apply(fallback.clone()))
                         .collect()
@@ -324,6 +339,7 @@ fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
 pub fn run(args: &RunArgs) -> Result<()> {
     let user = args.user.as_deref().map(privileges::User::lookup).transpose()?;
     let mut config = Config::load_trusting(&args.config, user.as_ref().map(|u| u.uid))?;
+    config.keying = args.keying(&config.keying)?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -366,6 +382,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if ipv6_tunnels && workers > 1 && !tun_inside {
         tracing::info!("IPv6 tunnels are served by one worker so far");
     }
+    // The same for SAs the keying namespace may add: over IPv6 if the
+    // gateway has IPv6 addresses.
+    let xfrm_keyed = matches!(config.keying, ike_stub::Keying::Xfrm { .. });
+    let ipv6_tunnels = ipv6_tunnels
+        || xfrm_keyed
+            && [&config.inside, &config.outside]
+                .iter()
+                .any(|i| i.address6.is_some());
     let workers = if tun_inside || ipv6_tunnels { 1 } else { workers };
     let sockets = open_sockets(&config, workers, args.receive.into())?;
     let moderation = dataplane::io::run::Moderation {
@@ -388,6 +412,25 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         None => None,
     };
+    // The keying namespace's XFRM sockets and first dumps, while root may
+    // still enter it and dump; the reader starts once privileges are
+    // dropped (which needs a single thread running).
+    let xfrm = match &config.keying {
+        ike_stub::Keying::Xfrm { netns } => {
+            let opened = XfrmSource::open(netns.as_deref()).with_context(|| {
+                format!(
+                    "the xfrm keying source (namespace {})",
+                    netns.as_deref().unwrap_or("of espgw")
+                )
+            })?;
+            tracing::info!(
+                netns = netns.as_deref().unwrap_or("(espgw's own)"),
+                "mirroring the XFRM SAD and SPD of the keying namespace"
+            );
+            Some(opened)
+        }
+        ike_stub::Keying::Config => None,
+    };
     let dropped = privileges::drop_privileges(user.as_ref())?;
     tracing::info!(
         uid = dropped.uid,
@@ -395,6 +438,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
         bounding_set_left = dropped.bounding_left,
         "privileges dropped: no new privileges, not dumpable"
     );
+    let xfrm = match xfrm {
+        Some(opened) => Some((
+            opened.start()?,
+            XfrmMirror::new(crate::xfrm_source::mirror_settings(&config, state.is_some())),
+        )),
+        None => None,
+    };
     let mut setup = config.setup(dataplane::LinkLayer::Ethernet, style);
     setup.resolve_neighbors = true;
     setup.only_own_mac = true;
@@ -486,6 +536,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         steering,
         state: state.clone(),
         state_flag: args.state_dir.clone(),
+        xfrm,
     });
     let writer = state.as_ref().map(|state| state.spawn_writer(Arc::clone(&stop)));
     tracing::info!(
@@ -510,6 +561,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     ]);
     let mut final_plane = None;
     let (inside_device, outside_device) = (config.inside.device.as_str(), config.outside.device.as_str());
+    let mut final_mirror = None;
     let results: Vec<std::io::Result<RunSummary>> = std::thread::scope(|scope| {
         let handles: Vec<_> = gateways
             .iter_mut()
@@ -576,7 +628,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
                                 }
                                 let (total, mut run) = sum(&published);
                                 run.control_overflow += links.reports_dropped.load(Ordering::Relaxed);
-                                report::answer(t.gateway, Some(&plane.plane), total, &run, &request.line)
+                                let mirror = plane.xfrm.as_ref().map(|(_, m)| m);
+                                report::answer(
+                                    t.gateway,
+                                    Some(&plane.plane),
+                                    mirror,
+                                    total,
+                                    &run,
+                                    &request.line,
+                                )
                             };
                             let _ = request.reply.send(reply.to_string());
                         }
@@ -587,7 +647,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                         // and its service manager restarts it whole.
                         stop.store(true, Ordering::Relaxed);
                     }
-                    (result, plane.map(|p| p.plane))
+                    (result, plane.map(|p| (p.plane, p.xfrm.map(|(_, mirror)| mirror))))
                 })
             })
             .collect();
@@ -595,8 +655,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
             .into_iter()
             .map(|h| match h.join() {
                 Ok((result, plane)) => {
-                    if plane.is_some() {
-                        final_plane = plane;
+                    if let Some((plane, mirror)) = plane {
+                        final_plane = Some(plane);
+                        final_mirror = mirror;
                     }
                     result
                 }
@@ -624,7 +685,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
         "stopped"
     );
     if let (Some(path), Some(file)) = (&args.stats, stats_file.as_mut()) {
-        let mut json = report::answer(&gateways[0], final_plane.as_ref(), total, &summary, "stats");
+        let mut json = report::answer(
+            &gateways[0],
+            final_plane.as_ref(),
+            final_mirror.as_ref(),
+            total,
+            &summary,
+            "stats",
+        );
         if let Value::Object(map) = &mut json {
             map.insert("send_errors".into(), summary.send_errors.into());
             map.insert("control_overflow".into(), summary.control_overflow.into());

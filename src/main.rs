@@ -23,6 +23,7 @@ mod report;
 mod soak;
 mod state_dir;
 mod veth_bench;
+mod xfrm_source;
 
 /// mimalloc rather than the system allocator: it takes memory from the
 /// kernel in large aligned regions and asks for transparent huge pages on
@@ -127,6 +128,19 @@ enum Command {
     /// Print the shell completion script for bash, zsh, fish, elvish or
     /// powershell.
     Completions { shell: clap_complete::Shell },
+    /// The `xfrm` keying source (root).
+    Xfrm {
+        #[command(subcommand)]
+        command: XfrmCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum XfrmCommand {
+    /// Mirror a namespace's XFRM SAD and SPD into an offline gateway of a
+    /// configuration and print what it holds, what was refused and why,
+    /// and the mirror's counters (JSON).
+    Show(xfrm_source::ShowArgs),
 }
 
 /// Writes `espgw.8` and `espgw-COMMAND.8` for each command into `dir`;
@@ -239,8 +253,58 @@ pub(crate) struct RunArgs {
     /// static keys with an AEAD proposal are refused.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Where SAs come from besides the file (overrides [keying] source):
+    /// `xfrm` mirrors the XFRM SAD and SPD of the keying namespace, where
+    /// an IKE daemon writes them.
+    #[arg(long, value_enum, value_name = "SOURCE")]
+    keying: Option<KeyingArg>,
+    /// The keying namespace (/run/netns/NAME) for `--keying xfrm`
+    /// (overrides [keying] netns; default: espgw's own namespace).
+    #[arg(long, value_name = "NAME")]
+    keying_netns: Option<String>,
     #[command(flatten)]
     accel: AccelArgs,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum KeyingArg {
+    Config,
+    Xfrm,
+}
+
+impl RunArgs {
+    /// The keying source: the file's, as `--keying` and `--keying-netns`
+    /// change it.
+    pub(crate) fn keying(&self, file: &ike_stub::Keying) -> Result<ike_stub::Keying> {
+        use ike_stub::Keying;
+        if let Some(name) = &self.keying_netns {
+            if !Keying::valid_netns(name) {
+                anyhow::bail!("--keying-netns `{name}` is not a namespace name (/run/netns/NAME; no `/`)");
+            }
+        }
+        let file_netns = match file {
+            Keying::Xfrm { netns } => netns.clone(),
+            Keying::Config => None,
+        };
+        Ok(match (self.keying, &self.keying_netns) {
+            (Some(KeyingArg::Config), Some(_)) => {
+                anyhow::bail!("--keying-netns names the namespace to mirror: it needs --keying xfrm")
+            }
+            (Some(KeyingArg::Config), None) => Keying::Config,
+            (Some(KeyingArg::Xfrm), netns) => Keying::Xfrm {
+                netns: netns.clone().or(file_netns),
+            },
+            (None, Some(netns)) => match file {
+                Keying::Xfrm { .. } => Keying::Xfrm {
+                    netns: Some(netns.clone()),
+                },
+                Keying::Config => {
+                    anyhow::bail!("--keying-netns needs --keying xfrm (or [keying] source = \"xfrm\")")
+                }
+            },
+            (None, None) => file.clone(),
+        })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -390,6 +454,9 @@ fn main() -> ExitCode {
                 .write_all(&script)
                 .context("cannot write the completion script")
         }
+        Command::Xfrm { command } => match command {
+            XfrmCommand::Show(args) => xfrm_source::show(&args),
+        },
         Command::Stats(query) => show(&query, "stats", report::stats_table),
         Command::Sa { command } => match command {
             SaCommand::List(query) => show(&query, "sa list", report::sa_table),

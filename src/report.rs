@@ -6,7 +6,8 @@ use std::fmt::Write;
 use dataplane::io::offload::{OffloadCounters, OffloadDrop};
 use dataplane::io::pcap::PcapRun;
 use dataplane::Gateway;
-use ike_stub::{Config, ControlPlane, ControlRequest, PolicyAction};
+use ike_stub::xfrm::XfrmMirror;
+use ike_stub::{Config, ControlPlane, ControlRequest, KeySource, PolicyAction};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -260,6 +261,22 @@ pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
     out
 }
 
+/// Where SA `name` came from: `xfrm reqid N` (the keying namespace's
+/// XFRM SAD), `config` (static keys in the file) or `exchange` (a
+/// tunnel's keying exchange).
+pub fn sa_source(name: &str, config: Option<&Config>, mirror: Option<&XfrmMirror>) -> String {
+    if let Some(reqid) = mirror.and_then(|m| m.reqid_of(name)) {
+        return format!("xfrm reqid {reqid}");
+    }
+    match config.and_then(|c| c.sa(name)) {
+        Some(sa) if sa.keys == KeySource::Exchange => "exchange".into(),
+        Some(_) => "config".into(),
+        // A tunnel's SAs after its first exchange have names of their own.
+        None if config.is_some() => "exchange".into(),
+        None => "config".into(),
+    }
+}
+
 /// The answer to one control-socket request. `total` is every worker's
 /// counters added up; SAs are described from `gateway` (their packet and
 /// byte counts are shared by all workers); tunnels and control-plane
@@ -267,11 +284,23 @@ pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
 pub fn answer(
     gateway: &Gateway,
     plane: Option<&ControlPlane>,
+    mirror: Option<&XfrmMirror>,
     total: dataplane::Stats,
     run: &dataplane::io::run::RunSummary,
     request: &str,
 ) -> Value {
     let mut doc = stats_json(gateway);
+    if let Some(Value::Array(sas)) = doc.get_mut("sas") {
+        for sa in sas.iter_mut() {
+            let name = sa["name"].as_str().unwrap_or_default().to_owned();
+            if let Value::Object(fields) = sa {
+                fields.insert(
+                    "source".into(),
+                    sa_source(&name, plane.map(ControlPlane::config), mirror).into(),
+                );
+            }
+        }
+    }
     let tunnels = plane.map(|p| p.tunnels(gateway.now())).unwrap_or_default();
     if let (Value::Object(map), Ok(Value::Object(summed))) = (&mut doc, serde_json::to_value(total)) {
         for (key, value) in summed {
@@ -290,6 +319,12 @@ pub fn answer(
             "pool".into(),
             json!({ "in_use": run.pool_in_use, "capacity": run.pool_capacity }),
         );
+        if let Some(mirror) = mirror {
+            map.insert(
+                "xfrm".into(),
+                serde_json::to_value(mirror.counters()).unwrap_or(Value::Null),
+            );
+        }
         if let Some(plane) = plane {
             map.insert(
                 "control".into(),
@@ -415,6 +450,29 @@ pub fn stats_table(doc: &Value) -> String {
         "engine: {} style {}",
         doc["engine"]["kind"], doc["engine"]["style"]
     );
+    // The `xfrm` keying source's mirror, typed: a renamed counter fails
+    // here rather than showing as nothing.
+    if let Ok(x) = ike_stub::xfrm::MirrorCountersView::deserialize(&doc["xfrm"]) {
+        let _ = writeln!(
+            out,
+            "xfrm: {} SAs mirrored ({} held, {} refused), {} policies ({} held, {} refused), \
+             {} dumps, {} resyncs, {} dump errors, {} malformed, {} apply failed",
+            x.sas_mirrored,
+            x.sas_held,
+            x.sas_refused,
+            x.policies_mirrored,
+            x.policies_held,
+            x.policies_refused,
+            x.dumps,
+            x.resyncs,
+            x.dump_errors,
+            x.malformed,
+            x.apply_failed
+        );
+        for (reason, n) in &x.refused {
+            let _ = writeln!(out, "  refused {reason:<16} {n}");
+        }
+    }
     out
 }
 
@@ -429,6 +487,7 @@ pub fn sa_table(doc: &Value) -> String {
             "spi",
             "mode",
             "proposal",
+            "source",
             "state",
             "age s",
             "idle s",
@@ -437,7 +496,7 @@ pub fn sa_table(doc: &Value) -> String {
             "hard left",
             "seq/window",
         ],
-        &[6, 7, 8, 9, 10, 11],
+        &[7, 8, 9, 10, 11, 12],
     );
     for sa in doc["sas"].as_array().into_iter().flatten() {
         let text = |k: &str| sa[k].as_str().unwrap_or("-").to_owned();
@@ -463,6 +522,7 @@ pub fn sa_table(doc: &Value) -> String {
             text("spi"),
             text("mode"),
             text("proposal"),
+            text("source"),
             text("state"),
             format!("{:.1}", sa["age_seconds"].as_f64().unwrap_or(0.0)),
             format!("{:.1}", sa["idle_seconds"].as_f64().unwrap_or(0.0)),
@@ -614,7 +674,7 @@ pub(crate) mod tests {
             .unwrap();
         let mut stats = *gateway.stats();
         total(&mut stats);
-        (answer(&gateway, None, stats, run, "stats"), stats)
+        (answer(&gateway, None, None, stats, run, "stats"), stats)
     }
 
     #[test]
@@ -646,5 +706,40 @@ pub(crate) mod tests {
         let mut stale = doc;
         stale["drops"]["icv_failed"] = 1.into();
         assert!(stats_table(&stale).contains("unknown drop reason `icv_failed`"));
+    }
+
+    /// With the `xfrm` keying source: the mirror's counters in the table,
+    /// from a recorded tunnel and a refused SA.
+    #[test]
+    fn the_stats_table_shows_the_xfrm_mirror() {
+        use ike_stub::xfrm::fixtures::{parse_fixture, Step};
+        use ike_stub::xfrm::{MirrorSettings, XfrmMirror};
+        let run = dataplane::io::run::RunSummary::default();
+        let (mut doc, _) = answer_for(|_| {}, &run);
+        let mut mirror = XfrmMirror::new(MirrorSettings {
+            local_addresses: vec!["192.0.2.1".parse().unwrap()],
+            durable_sequences: false,
+        });
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ike-stub/testdata/xfrm");
+        let text = std::fs::read_to_string(dir.join("built-tunnel-dump.nl")).unwrap();
+        for step in parse_fixture(&text).unwrap() {
+            match step {
+                Step::Dump(kind) => mirror.begin_dump(kind),
+                Step::Datagram(d) => mirror.handle_datagram(std::time::Duration::ZERO, &d),
+            }
+        }
+        doc["xfrm"] = serde_json::to_value(mirror.counters()).unwrap();
+        let table = stats_table(&doc);
+        for line in [
+            "xfrm: 1 SAs mirrored (0 held, 1 refused), 3 policies (1 held, 0 refused), 2 dumps, 0 resyncs",
+            "  refused pre_existing     1\n",
+        ] {
+            assert!(table.contains(line), "`{line}` missing from:\n{table}");
+        }
+        assert_eq!(
+            sa_source("xfrm-r1-in-c0000002", None, Some(&mirror)),
+            "xfrm reqid 1"
+        );
+        assert_eq!(sa_source("static", None, None), "config");
     }
 }

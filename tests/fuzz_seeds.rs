@@ -35,7 +35,7 @@ use ike_stub::Config;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 
-const TARGETS: [&str; 15] = [
+const TARGETS: [&str; 16] = [
     "esp_decap",
     "gateway_inbound",
     "gateway_outbound",
@@ -51,6 +51,7 @@ const TARGETS: [&str; 15] = [
     "shared_request",
     "udp_encap_inbound",
     "ipv6_headers",
+    "xfrm_mirror",
 ];
 
 fn seeds_dir() -> PathBuf {
@@ -72,6 +73,54 @@ fn every_fuzz_target_has_seeds() {
             n > 0,
             "no seeds in {}; run this test with --ignored",
             dir.display()
+        );
+    }
+}
+
+/// The `xfrm_mirror` seeds: every XFRM fixture of
+/// `ike-stub/testdata/xfrm/`, in the fuzz target's step form.
+fn xfrm_seeds() -> Vec<(String, Vec<u8>)> {
+    use ike_stub::xfrm::fixtures::{encode_steps, parse_fixture};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ike-stub/testdata/xfrm");
+    let mut seeds = Vec::new();
+    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+        .expect("the XFRM fixtures")
+        .map(|e| e.expect("a fixture").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "nl"))
+        .collect();
+    files.sort();
+    for path in files {
+        let text = fs::read_to_string(&path).expect("a fixture's text");
+        let steps = parse_fixture(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("fixture")
+            .to_owned();
+        seeds.push((name, encode_steps(&steps)));
+    }
+    seeds
+}
+
+#[test]
+#[ignore = "writes fuzz/seeds/xfrm_mirror; run with --ignored to regenerate them"]
+fn write_xfrm_seeds() {
+    let _ = fs::remove_dir_all(seeds_dir().join("xfrm_mirror"));
+    for (name, bytes) in xfrm_seeds() {
+        write("xfrm_mirror", &name, &bytes);
+    }
+}
+
+#[test]
+fn xfrm_seeds_are_the_fixtures() {
+    for (name, bytes) in xfrm_seeds() {
+        let path = seeds_dir().join("xfrm_mirror").join(&name);
+        let on_disk =
+            fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run write_xfrm_seeds", path.display()));
+        assert!(
+            on_disk == bytes,
+            "{} is stale: run write_xfrm_seeds",
+            path.display()
         );
     }
 }

@@ -49,6 +49,11 @@ pub enum KeySource {
     /// SAs for its policies and carries their selectors; the control plane
     /// installs the real ones once the exchange is done.
     Exchange,
+    /// The kernel's XFRM SAD of the keying namespace, where an IKE daemon
+    /// (or `ip xfrm state add`) put it, under this `reqid`: mirrored by
+    /// [`crate::xfrm`]. The daemon may keep an SA across espgw's restarts,
+    /// so its sequence numbers are kept like those of static keys.
+    Xfrm { reqid: u32 },
 }
 
 /// A validated SA with its keys.
@@ -184,6 +189,28 @@ impl Default for RekeySettings {
     }
 }
 
+/// Where SAs come from besides the file's `[[sa]]` and `[[tunnel]]`
+/// (`[keying]`, or `espgw run --keying`). Read at start: a reload keeps
+/// the source the gateway started with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Keying {
+    /// The file alone (and the rekey exchange of tunnels with a secret).
+    #[default]
+    Config,
+    /// Also the kernel's XFRM SAD and SPD of network namespace `netns`
+    /// (`/run/netns/NAME`; `None`: espgw's own namespace), where an IKE
+    /// daemon or `ip xfrm` writes them: see [`crate::xfrm`].
+    Xfrm { netns: Option<String> },
+}
+
+impl Keying {
+    /// A namespace name as `ip netns` makes them: a file name under
+    /// `/run/netns`, so no `/`, not `.` or `..`, not empty.
+    pub fn valid_netns(name: &str) -> bool {
+        !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0')
+    }
+}
+
 /// Bounds against floods (`[limits]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FloodLimits {
@@ -230,6 +257,8 @@ pub struct Config {
     pub tunnels: Vec<TunnelConfig>,
     pub rekey: RekeySettings,
     pub limits: FloodLimits,
+    /// `[keying]`.
+    pub keying: Keying,
     /// `[gateway] state_dir`: where sequence numbers of SAs with static
     /// keys are kept across restarts (relative to the file's directory).
     pub state_dir: Option<PathBuf>,
@@ -901,6 +930,7 @@ impl Validator<'_> {
             tunnels,
             rekey: self.rekey()?,
             limits: self.limits()?,
+            keying: self.keying()?,
             state_dir: raw.gateway.state_dir.as_ref().map(|dir| {
                 let dir = Path::new(dir.get_ref());
                 path.parent()
@@ -1064,6 +1094,40 @@ impl Validator<'_> {
             icmp.sources as u64,
         )? as usize;
         Ok(limits)
+    }
+
+    fn keying(&self) -> Result<Keying, ConfigError> {
+        let k = &self.raw.keying;
+        let source = k.source.as_ref().map_or("config", |s| s.get_ref().as_str());
+        let netns = match &k.netns {
+            Some(n) if !Keying::valid_netns(n.get_ref()) => {
+                return self.err(
+                    span(n),
+                    ConfigErrorKind::Value(format!(
+                        "[keying] netns `{}` is not a namespace name (`ip netns add NAME` makes /run/netns/NAME; \
+                         no `/`)",
+                        n.get_ref()
+                    )),
+                )
+            }
+            n => n.as_ref().map(|n| n.get_ref().clone()),
+        };
+        match (source, netns) {
+            ("config", None) => Ok(Keying::Config),
+            ("config", Some(_)) => self.err(
+                k.netns.as_ref().and_then(span),
+                ConfigErrorKind::Value(
+                    "[keying] netns names the namespace whose XFRM SAD is mirrored: it needs source = \"xfrm\"".into(),
+                ),
+            ),
+            ("xfrm", netns) => Ok(Keying::Xfrm { netns }),
+            (other, _) => self.err(
+                k.source.as_ref().and_then(span),
+                ConfigErrorKind::Value(format!(
+                    "[keying] source `{other}` is not a keying source; expected one of: config, xfrm"
+                )),
+            ),
+        }
     }
 
     fn rekey(&self) -> Result<RekeySettings, ConfigError> {
@@ -1890,7 +1954,10 @@ impl Validator<'_> {
          -> Result<SaConfig, ConfigError> {
             let (spi, enc_key, auth_key) = match keys {
                 // A template: the plane fills these in for each exchange.
-                KeySource::Exchange => (0, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())),
+                // (A tunnel is never keyed by the kernel's SAD.)
+                KeySource::Exchange | KeySource::Xfrm { .. } => {
+                    (0, Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()))
+                }
                 KeySource::File => (
                     required_spi(spi, &format!("spi_{suffix}"))?,
                     self.key(

@@ -137,10 +137,11 @@ pub struct Ledger {
     entries: BTreeMap<Fingerprint, Entry>,
 }
 
-/// Whether `sa` needs an entry: keys from the file, and, inbound, a replay
-/// window (without one the SA accepts anything anyway).
+/// Whether `sa` needs an entry: keys from the file or from the kernel's
+/// XFRM SAD (which an IKE daemon keeps across espgw's restarts), and,
+/// inbound, a replay window (without one the SA accepts anything anyway).
 pub fn needs_entry(sa: &SaConfig) -> bool {
-    sa.keys == KeySource::File
+    matches!(sa.keys, KeySource::File | KeySource::Xfrm { .. })
         && !(sa.params.direction == SaDirection::Inbound && sa.params.replay_window == 0)
 }
 

@@ -7,7 +7,9 @@
 //! plane (`plane`): rekeying tunnels with a peer over UDP 500 (`message`,
 //! keys from `prf`), retiring replaced SAs, and reloads; and the sequence
 //! ledger of SAs with static keys (`ledger`: fingerprints, the file's
-//! format, how far ahead each ceiling goes). It decides what the SAD and
+//! format, how far ahead each ceiling goes); and the `xfrm` keying source
+//! (`xfrm`: the kernel's XFRM SAD and SPD of a keying namespace, as an IKE
+//! daemon wrote them, translated into SAs and policies). It decides what the SAD and
 //! SPD hold; it never touches data packets and never does I/O.
 
 #[cfg(any(test, feature = "testing"))]
@@ -20,10 +22,11 @@ pub mod plane;
 pub mod prf;
 mod raw;
 pub mod request;
+pub mod xfrm;
 
 pub use config::{
-    Config, FloodLimits, InstallError, KeySource, LinkOverrides, PolicyAction, PolicyConfig, RekeySettings,
-    SaConfig, TunnelConfig,
+    Config, FloodLimits, InstallError, KeySource, Keying, LinkOverrides, PolicyAction, PolicyConfig,
+    RekeySettings, SaConfig, TunnelConfig,
 };
 pub use error::{ConfigError, ConfigErrorKind};
 pub use plane::{

@@ -71,6 +71,12 @@ pub enum SaCommand {
         policy: String,
         sa: String,
     },
+    /// Set what policy `policy` does (the `xfrm` keying source: a policy
+    /// that discards until its SA arrives, then protects with it).
+    SetPolicyAction {
+        policy: String,
+        action: crate::PolicyAction,
+    },
     /// Take UDP on this port (a tunnel keyed by an exchange over its
     /// encapsulation port, before it has SAs).
     OpenEncapsulationPort(u16),
@@ -117,6 +123,12 @@ impl SaCommand {
             }
             SaCommand::Repoint { policy, sa } => {
                 let action = resolve_action(gateway, &crate::PolicyAction::Protect(sa.clone()));
+                if !gateway.spd_mut().set_action(policy, action) {
+                    return Err(ApplyError::NoPolicy(policy.clone()));
+                }
+            }
+            SaCommand::SetPolicyAction { policy, action } => {
+                let action = resolve_action(gateway, action);
                 if !gateway.spd_mut().set_action(policy, action) {
                     return Err(ApplyError::NoPolicy(policy.clone()));
                 }

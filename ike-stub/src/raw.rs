@@ -53,6 +53,16 @@ pub(crate) struct RawConfig {
     pub rekey: RawRekey,
     #[serde(default)]
     pub limits: RawLimits,
+    #[serde(default)]
+    pub keying: RawKeying,
+}
+
+/// `[keying]`: where SAs come from besides the file.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawKeying {
+    pub source: Option<S<String>>,
+    pub netns: Option<S<String>>,
 }
 
 /// `[limits]`: bounds against floods. Signed, so that a negative value

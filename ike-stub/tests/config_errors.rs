@@ -1108,3 +1108,32 @@ fn the_state_directory_is_relative_to_the_file() {
     assert_eq!(config.state_dir.as_deref(), Some(Path::new("/var/lib/espgw")));
     assert_eq!(parse(BASE).unwrap().state_dir, None);
 }
+
+#[test]
+fn keying_sources_parse_and_their_mistakes_are_named() {
+    use ike_stub::Keying;
+    assert_eq!(parse(BASE).unwrap().keying, Keying::Config);
+    let xfrm = parse(&format!(
+        "{BASE}\n[keying]\nsource = \"xfrm\"\nnetns = \"keying\"\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        xfrm.keying,
+        Keying::Xfrm {
+            netns: Some("keying".into())
+        }
+    );
+    let own = parse(&format!("{BASE}\n[keying]\nsource = \"xfrm\"\n")).unwrap();
+    assert_eq!(own.keying, Keying::Xfrm { netns: None });
+    let extra = "\n[keying]\nsource = \"ike\"\n";
+    expect_error(
+        extra,
+        line_of(extra, "source"),
+        10,
+        "expected one of: config, xfrm",
+    );
+    let extra = "\n[keying]\nsource = \"xfrm\"\nnetns = \"../etc\"\n";
+    expect_error(extra, line_of(extra, "netns"), 9, "is not a namespace name");
+    let extra = "\n[keying]\nnetns = \"keying\"\n";
+    expect_error(extra, line_of(extra, "netns"), 9, "needs source = \"xfrm\"");
+}

@@ -1,0 +1,509 @@
+//! The driver of the `xfrm` keying source: owns the `NETLINK_XFRM`
+//! sockets in the keying namespace and the thread that reads them.
+//!
+//! The sockets are opened by a short-lived thread that enters the keying
+//! namespace (`setns` changes the namespace of the calling thread only; a
+//! socket stays in the namespace it was made in), and the first dumps are
+//! read, before `espgw run` drops its privileges: both need
+//! `CAP_NET_ADMIN` there, and privileges are dropped while a single
+//! thread runs. The reading thread starts after that and only reads. One
+//! socket follows the multicast groups
+//! `XFRMNLGRP_SA`, `XFRMNLGRP_POLICY` and `XFRMNLGRP_EXPIRE`; the other
+//! asks for the dumps (`XFRM_MSG_GETSA`, `XFRM_MSG_GETPOLICY`) at start
+//! and after an overrun (`ENOBUFS`). Subscribing before dumping means
+//! nothing is missed between the two: a notification older than the dump
+//! is applied after it, in order, and changes to the same result. A
+//! resync after an overrun asks for dumps again, which the kernel refuses
+//! once `CAP_NET_ADMIN` is gone (counted as `dump_errors`).
+//!
+//! Datagrams go to worker 0 as they came, in memory wiped when dropped
+//! (they carry keys); the translation is `ike_stub::xfrm`'s, between
+//! batches. Must not interpret messages beyond finding where a dump ends.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
+use ike_stub::xfrm::{DumpKind, XfrmMirror};
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLMSG_DONE, NLMSG_ERROR, NLM_F_DUMP,
+    NLM_F_REQUEST,
+};
+use netlink_packet_xfrm::{
+    state::GetDumpMessage, XfrmMessage, XFRMNLGRP_EXPIRE, XFRMNLGRP_POLICY, XFRMNLGRP_SA, XFRM_MSG_GETPOLICY,
+};
+use netlink_sys::{protocols::NETLINK_XFRM, Socket};
+use zeroize::Zeroizing;
+
+/// What the reading thread hands worker 0.
+pub enum Feed {
+    /// A dump of this table starts (the next datagrams answer it).
+    Dump(DumpKind),
+    /// A datagram as read (notifications or dump replies).
+    Datagram(Zeroizing<Vec<u8>>),
+    /// The socket overran: notifications were lost; dumps follow.
+    Overrun,
+    /// The dump in progress was given up (no answer, a read error).
+    DumpAbandoned,
+}
+
+/// The largest datagram read: netlink dumps fill up to 32 KiB, a
+/// notification is a few hundred bytes.
+const RECEIVE_BUFFER: usize = 256 * 1024;
+/// The kernel's buffer for notifications (`SO_RCVBUFFORCE` as root): a
+/// daemon installing thousands of SAs at once should not overrun it.
+const SOCKET_BUFFER: libc::c_int = 8 * 1024 * 1024;
+/// How often the reading thread looks at its stop flag.
+const POLL: Duration = Duration::from_millis(200);
+/// How long a dump may take before it is given up.
+const DUMP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The running source: its feed, and the thread behind it.
+pub struct XfrmSource {
+    feed: Receiver<Feed>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Sockets {
+    events: Socket,
+    dumps: Socket,
+}
+
+/// Enters `/run/netns/NAME` on this thread.
+fn enter_netns(name: &str) -> Result<()> {
+    let path = format!("/run/netns/{name}");
+    let file = File::open(&path).with_context(|| {
+        format!("cannot open {path}: no network namespace `{name}` (`ip netns add {name}`)")
+    })?;
+    // SAFETY: setns on a descriptor we own; it changes this thread's
+    // network namespace only.
+    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("cannot enter {path} (needs root)"));
+    }
+    Ok(())
+}
+
+fn set_timeout(socket: &Socket, timeout: Duration) -> std::io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
+    };
+    // SAFETY: a timeval of the right size for SO_RCVTIMEO.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn open_sockets() -> Result<Sockets> {
+    let mut events =
+        Socket::new(NETLINK_XFRM).context("cannot open a NETLINK_XFRM socket (xfrm_user module?)")?;
+    events
+        .bind_auto()
+        .context("binding the XFRM notification socket")?;
+    for group in [XFRMNLGRP_SA, XFRMNLGRP_POLICY, XFRMNLGRP_EXPIRE] {
+        events
+            .add_membership(group)
+            .with_context(|| format!("joining XFRM multicast group {group} (needs CAP_NET_ADMIN)"))?;
+    }
+    // SAFETY: an int option of the right size. Root may go past rmem_max;
+    // otherwise the plain option is the next best.
+    let forced = unsafe {
+        libc::setsockopt(
+            events.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&SOCKET_BUFFER as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if forced != 0 {
+        let _ = events.set_rx_buf_sz(SOCKET_BUFFER);
+    }
+    set_timeout(&events, POLL)?;
+    let mut dumps = Socket::new(NETLINK_XFRM).context("cannot open a NETLINK_XFRM socket")?;
+    dumps.bind_auto().context("binding the XFRM dump socket")?;
+    set_timeout(&dumps, DUMP_TIMEOUT)?;
+    Ok(Sockets { events, dumps })
+}
+
+/// A dump request for `kind`.
+fn dump_request(kind: DumpKind, sequence: u32) -> Vec<u8> {
+    let message = match kind {
+        DumpKind::Sa => XfrmMessage::GetDumpSa(GetDumpMessage::default()),
+        // The kernel's policy dump reads nothing of the request's payload.
+        DumpKind::Policy => XfrmMessage::Other((XFRM_MSG_GETPOLICY, Vec::new())),
+    };
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = sequence;
+    let mut m = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
+    m.finalize();
+    let mut out = vec![0u8; m.buffer_len()];
+    m.serialize(&mut out);
+    out
+}
+
+/// Whether `datagram` ends a dump (holds `NLMSG_DONE` or an error).
+fn ends_dump(datagram: &[u8]) -> bool {
+    let mut at = 0;
+    while let Ok(buffer) = NetlinkBuffer::new_checked(&datagram[at..]) {
+        if matches!(buffer.message_type(), NLMSG_DONE | NLMSG_ERROR) {
+            return true;
+        }
+        let length = buffer.length() as usize;
+        if length == 0 {
+            break;
+        }
+        at += length.div_ceil(4) * 4;
+        if at >= datagram.len() {
+            break;
+        }
+    }
+    false
+}
+
+/// Reads one datagram into `buffer` and returns a wiped copy of exactly
+/// its bytes.
+fn receive(socket: &Socket, buffer: &mut Zeroizing<Vec<u8>>) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    buffer.clear();
+    let len = socket.recv(&mut **buffer, libc::MSG_TRUNC)?;
+    if len > buffer.len() {
+        return Err(std::io::Error::other(format!(
+            "a datagram of {len} bytes, larger than the {} read",
+            buffer.len()
+        )));
+    }
+    let datagram = Zeroizing::new(buffer[..len].to_vec());
+    zeroize::Zeroize::zeroize(&mut buffer[..len]);
+    Ok(datagram)
+}
+
+struct Reader {
+    sockets: Sockets,
+    feed: Sender<Feed>,
+    stop: Arc<AtomicBool>,
+    buffer: Zeroizing<Vec<u8>>,
+    sequence: u32,
+}
+
+/// Hands `item` to worker 0, waiting while its queue is full (the
+/// kernel's buffer fills meanwhile, and an overrun resyncs); false once
+/// stopped or worker 0 is gone.
+fn hand(feed: &Sender<Feed>, stop: &AtomicBool, mut item: Feed) -> bool {
+    loop {
+        match feed.send_timeout(item, POLL) {
+            Ok(()) => return true,
+            Err(SendTimeoutError::Disconnected(_)) => return false,
+            Err(SendTimeoutError::Timeout(back)) => {
+                if stop.load(Ordering::Relaxed) {
+                    return false;
+                }
+                item = back;
+            }
+        }
+    }
+}
+
+/// Asks for a dump of `kind` and hands `sink` its start and every reply
+/// up to its end; false if `sink` refused one (stopped).
+fn dump(
+    sockets: &Sockets,
+    buffer: &mut Zeroizing<Vec<u8>>,
+    kind: DumpKind,
+    sequence: u32,
+    mut sink: impl FnMut(Feed) -> bool,
+) -> bool {
+    if !sink(Feed::Dump(kind)) {
+        return false;
+    }
+    if let Err(e) = sockets.dumps.send(&dump_request(kind, sequence), 0) {
+        tracing::error!("xfrm: cannot ask for the {kind:?} dump: {e}");
+        return sink(Feed::DumpAbandoned);
+    }
+    loop {
+        let datagram = match receive(&sockets.dumps, buffer) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!("xfrm: the {kind:?} dump stopped: {e}");
+                return sink(Feed::DumpAbandoned);
+            }
+        };
+        let last = ends_dump(&datagram);
+        if !sink(Feed::Datagram(datagram)) {
+            return false;
+        }
+        if last {
+            return true;
+        }
+    }
+}
+
+impl Reader {
+    fn hand(&self, item: Feed) -> bool {
+        hand(&self.feed, &self.stop, item)
+    }
+
+    fn dump(&mut self, kind: DumpKind) -> bool {
+        self.sequence = self.sequence.wrapping_add(1);
+        let (feed, stop) = (&self.feed, &self.stop);
+        dump(&self.sockets, &mut self.buffer, kind, self.sequence, |item| {
+            hand(feed, stop, item)
+        })
+    }
+
+    fn run(mut self) {
+        while !self.stop.load(Ordering::Relaxed) {
+            match receive(&self.sockets.events, &mut self.buffer) {
+                Ok(datagram) => {
+                    if !self.hand(Feed::Datagram(datagram)) {
+                        return;
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    tracing::warn!("xfrm: notifications lost (ENOBUFS): dumping the SAD and SPD afresh");
+                    if !(self.hand(Feed::Overrun) && self.dump(DumpKind::Sa) && self.dump(DumpKind::Policy)) {
+                        return;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => {
+                    tracing::error!("xfrm: reading notifications failed, the mirror stops following: {e}");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The sockets, open in the keying namespace, and the first dumps' replies:
+/// what needs privileges, done; [`OpenedXfrm::start`] follows from there.
+pub struct OpenedXfrm {
+    sockets: Sockets,
+    first: Vec<Feed>,
+}
+
+impl XfrmSource {
+    /// Opens the sockets in namespace `netns` (`None`: this process's) on
+    /// a thread that is gone when this returns, and reads the dumps of
+    /// the SAD and SPD: all that needs privileges.
+    pub fn open(netns: Option<&str>) -> Result<OpenedXfrm> {
+        let netns = netns.map(str::to_owned);
+        let sockets = std::thread::Builder::new()
+            .name("xfrm-open".into())
+            .spawn(move || {
+                netns.as_deref().map_or(Ok(()), enter_netns)?;
+                open_sockets()
+            })
+            .context("starting the thread that enters the keying namespace")?
+            .join()
+            .map_err(|_| anyhow!("the thread entering the keying namespace panicked"))??;
+        let mut first = Vec::new();
+        let mut buffer = Zeroizing::new(Vec::with_capacity(RECEIVE_BUFFER));
+        for (sequence, kind) in [(1, DumpKind::Sa), (2, DumpKind::Policy)] {
+            dump(&sockets, &mut buffer, kind, sequence, |item| {
+                first.push(item);
+                true
+            });
+        }
+        Ok(OpenedXfrm { sockets, first })
+    }
+}
+
+impl OpenedXfrm {
+    /// Starts the reading thread: the first dumps, then every
+    /// notification, go to the returned source's feed.
+    pub fn start(self) -> Result<XfrmSource> {
+        let (feed_tx, feed) = bounded(4096.max(self.first.len() + 1));
+        for item in self.first {
+            let _ = feed_tx.try_send(item);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = Reader {
+            sockets: self.sockets,
+            feed: feed_tx,
+            stop: stop.clone(),
+            buffer: Zeroizing::new(Vec::with_capacity(RECEIVE_BUFFER)),
+            sequence: 2,
+        };
+        let thread = std::thread::Builder::new()
+            .name("xfrm".into())
+            .spawn(move || reader.run())
+            .context("starting the xfrm thread")?;
+        Ok(XfrmSource {
+            feed,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl XfrmSource {
+    /// Feeds `mirror` what has arrived; returns whether anything did.
+    pub fn drain(&self, mirror: &mut XfrmMirror, now: Duration) -> bool {
+        let mut any = false;
+        while let Ok(item) = self.feed.try_recv() {
+            any = true;
+            match item {
+                Feed::Dump(kind) => mirror.begin_dump(kind),
+                Feed::Overrun => mirror.note_overrun(),
+                Feed::DumpAbandoned => mirror.abandon_dump(),
+                Feed::Datagram(datagram) => mirror.handle_datagram(now, &datagram),
+            }
+        }
+        any
+    }
+
+    /// Waits up to `timeout` for something to arrive, then drains.
+    pub fn wait_and_drain(&self, mirror: &mut XfrmMirror, now: Duration, timeout: Duration) -> bool {
+        match self.feed.recv_timeout(timeout) {
+            Ok(item) => {
+                match item {
+                    Feed::Dump(kind) => mirror.begin_dump(kind),
+                    Feed::Overrun => mirror.note_overrun(),
+                    Feed::DumpAbandoned => mirror.abandon_dump(),
+                    Feed::Datagram(datagram) => mirror.handle_datagram(now, &datagram),
+                }
+                self.drain(mirror, now);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl Drop for XfrmSource {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What the mirror needs of `config`: the outside interface's addresses,
+/// and whether sequence numbers survive a restart (`state_dir`).
+pub fn mirror_settings(config: &ike_stub::Config, durable: bool) -> ike_stub::xfrm::MirrorSettings {
+    let mut local_addresses = vec![std::net::IpAddr::V4(config.outside.address)];
+    if let Some((a, _)) = config.outside.address6 {
+        local_addresses.push(std::net::IpAddr::V6(a));
+    }
+    ike_stub::xfrm::MirrorSettings {
+        local_addresses,
+        durable_sequences: durable,
+    }
+}
+
+/// The namespace to mirror: `flag` (`--keying-netns`), else the file's.
+pub fn netns_of(config: &ike_stub::Config, flag: Option<&str>) -> Option<String> {
+    flag.map(str::to_owned).or(match &config.keying {
+        ike_stub::Keying::Xfrm { netns } => netns.clone(),
+        ike_stub::Keying::Config => None,
+    })
+}
+
+/// `espgw xfrm show`'s flags.
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// The gateway configuration (TOML): its outside addresses tell
+    /// inbound from outbound SAs; its state directory (or --state-dir's
+    /// presence) whether SAs from before the start can be used.
+    #[arg(long)]
+    pub config: std::path::PathBuf,
+    /// The keying namespace (default: the file's [keying] netns, else
+    /// this process's).
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Follow notifications this long after the dumps.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    pub follow: f64,
+    /// As with a state directory (outbound SAs from before the start are
+    /// used).
+    #[arg(long)]
+    pub state_dir: bool,
+}
+
+/// `espgw xfrm show`: mirrors the namespace's SAD and SPD into an offline
+/// gateway of the configuration (dumps, then notifications for
+/// `--follow`), and prints what it holds: every SA with its source,
+/// every mirrored policy, and the mirror's counters (JSON).
+pub fn show(args: &ShowArgs) -> Result<()> {
+    let config = ike_stub::Config::load(&args.config)?;
+    let netns = netns_of(&config, args.netns.as_deref());
+    let durable = args.state_dir || config.state_dir.is_some();
+    let mut mirror = XfrmMirror::new(mirror_settings(&config, durable));
+    let source = XfrmSource::open(netns.as_deref())?.start()?;
+    let engine = accel::build_engine(&config.engine).context("building the crypto engine")?;
+    let started = std::time::Instant::now();
+    let mut gateway = config.build_gateway(
+        dataplane::LinkLayer::Ethernet,
+        engine,
+        config.style,
+        Duration::ZERO,
+    )?;
+    let follow = Duration::try_from_secs_f64(args.follow.max(0.0)).unwrap_or(Duration::ZERO);
+    let mut commands = Vec::new();
+    loop {
+        let dumped = mirror.counters().dumps + mirror.counters().dump_errors >= 2;
+        let elapsed = started.elapsed();
+        if dumped && elapsed >= follow {
+            break;
+        }
+        if !dumped && elapsed >= DUMP_TIMEOUT * 2 {
+            return Err(anyhow!("the kernel did not answer the dumps"));
+        }
+        source.wait_and_drain(&mut mirror, elapsed, POLL);
+        mirror.take_commands(&mut commands);
+        for command in commands.drain(..) {
+            if let Err(e) = command.apply(&mut gateway, elapsed) {
+                mirror.note_apply_failed(&e);
+            }
+        }
+    }
+    let sas: Vec<serde_json::Value> = gateway
+        .sad()
+        .iter()
+        .map(|(_, sa)| {
+            serde_json::json!({
+                "name": sa.name(),
+                "spi": format!("{:#010x}", sa.spi()),
+                "direction": sa.params().direction.to_string(),
+                "mode": sa.params().mode.to_string(),
+                "proposal": sa.crypto().algorithm.keyword(),
+                "local": sa.params().local.to_string(),
+                "remote": sa.params().remote.to_string(),
+                "source": crate::report::sa_source(sa.name(), None, Some(&mirror)),
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "netns": netns,
+        "sas": sas,
+        "mirrored": mirror.sas(),
+        "policies": mirror.policies(),
+        "gateway_policies": gateway.spd().len(),
+        "counters": mirror.counters(),
+    });
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}

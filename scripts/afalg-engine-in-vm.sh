@@ -9,9 +9,10 @@
 #
 #   scripts/afalg-engine-in-vm.sh         build, boot a VM, run, tear down
 #
-# Builds only the accel crate (release), into $CARGO_TARGET_DIR (default
-# target/afalg-engine, a directory of its own so that the workspace's
-# builds keep theirs). Needs root (network namespace, TAP); the VM is
+# Builds only the accel crate's test (release), in the workspace's target
+# directory, so that it reuses what `cargo build --release` compiled (cargo
+# keeps artifacts of different feature sets apart; $CARGO_TARGET_DIR
+# overrides). Needs root (network namespace, TAP); the VM is
 # scripts/vm's (its image is built when missing). The VM gets its own netns
 # and tap (lpafeng, lpafe0), so it does not collide with
 # scripts/afalg-in-vm.sh. The share carries the host's libraries and the
@@ -21,7 +22,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 vmrun=$repo/scripts/vm/run.sh
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target/afalg-engine}
 NS=lpafeng TAP=lpafe0 VM=10.99.0.2
 
 case "${1:-}" in

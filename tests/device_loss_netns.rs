@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use testkit::netns::{self, ip};
 use testkit::Prerequisite;
 
 static NETNS: Prerequisite = Prerequisite::new("netns", || {
@@ -37,20 +38,6 @@ const HOST: &str = "espgw-dl-host";
 const GW: &str = "espgw-dl-gw";
 const PEER: &str = "espgw-dl-peer";
 
-fn ip(args: &[&str]) {
-    let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
-    assert!(ok, "ip {}", args.join(" "));
-}
-
-fn remove_namespaces() {
-    for ns in [HOST, GW, PEER] {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
 /// Removes the namespaces and stops the gateway, also when the test fails.
 struct Lab {
     gateway: Option<Child>,
@@ -64,7 +51,7 @@ impl Drop for Lab {
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             let _ = child.wait();
         }
-        remove_namespaces();
+        netns::remove(&[HOST, GW, PEER]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -118,7 +105,7 @@ fn cpu_share(pid: u32, span: Duration) -> f64 {
 }
 
 fn a_device_down_is_waited_for_and_a_deleted_one_ends_the_run() {
-    remove_namespaces();
+    netns::remove(&[HOST, GW, PEER]);
     let dir = std::env::temp_dir().join(format!("espgw-dl-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).expect("a fresh work dir");
@@ -127,16 +114,9 @@ fn a_device_down_is_waited_for_and_a_deleted_one_ends_the_run() {
         gateway: None,
         dir: dir.clone(),
     };
-    for ns in [HOST, GW, PEER] {
-        ip(&["netns", "add", ns]);
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-    }
+    netns::create(&[HOST, GW, PEER]);
     for (left, left_ns, right, right_ns) in [("dl-h0", HOST, "dl-in", GW), ("dl-out", GW, "dl-p0", PEER)] {
-        ip(&[
-            "link", "add", left, "netns", left_ns, "type", "veth", "peer", "name", right, "netns", right_ns,
-        ]);
-        ip(&["-n", left_ns, "link", "set", left, "up"]);
-        ip(&["-n", right_ns, "link", "set", right, "up"]);
+        netns::veth(left, left_ns, right, right_ns);
     }
     ip(&["-n", HOST, "addr", "add", "192.168.1.10/24", "dev", "dl-h0"]);
     let config = dir.join("dl.toml");

@@ -14,11 +14,12 @@
 use std::fs::File;
 use std::net::UdpSocket;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use testkit::netns::{self, ip};
 use testkit::Prerequisite;
 
 static NETNS: Prerequisite = Prerequisite::new("netns", || {
@@ -45,20 +46,6 @@ const SECOND_RUN: usize = 1500;
 const AFTER_RELOAD: usize = 6000;
 const THIRD_RUN: usize = 1500;
 
-fn ip(args: &[&str]) {
-    let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
-    assert!(ok, "ip {}", args.join(" "));
-}
-
-fn remove_namespaces() {
-    for ns in [HOST, GW, PEER] {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
 fn enter(ns: &str) {
     let file = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
     // SAFETY: setns on a namespace file we opened; affects only this thread.
@@ -81,7 +68,7 @@ impl Drop for Lab {
             unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
             let _ = child.wait();
         }
-        remove_namespaces();
+        netns::remove(&[HOST, GW, PEER]);
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -229,7 +216,7 @@ fn wait_for(captured: &Captured, phase: u8, n: usize, what: &str, log: &std::pat
 }
 
 fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
-    remove_namespaces();
+    netns::remove(&[HOST, GW, PEER]);
     let dir = std::env::temp_dir().join(format!("espgw-lc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let stop = Arc::new(AtomicBool::new(false));
@@ -238,16 +225,9 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
         dir: dir.clone(),
         stop: Arc::clone(&stop),
     };
-    for ns in [HOST, GW, PEER] {
-        ip(&["netns", "add", ns]);
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-    }
+    netns::create(&[HOST, GW, PEER]);
     for (left, left_ns, right, right_ns) in [("lch0", HOST, "lcg-in", GW), ("lcg-out", GW, "lcp0", PEER)] {
-        ip(&[
-            "link", "add", left, "netns", left_ns, "type", "veth", "peer", "name", right, "netns", right_ns,
-        ]);
-        ip(&["-n", left_ns, "link", "set", left, "up"]);
-        ip(&["-n", right_ns, "link", "set", right, "up"]);
+        netns::veth(left, left_ns, right, right_ns);
     }
     ip(&["-n", HOST, "addr", "add", "192.168.1.10/24", "dev", "lch0"]);
     ip(&["-n", HOST, "route", "add", "default", "via", "192.168.1.1"]);

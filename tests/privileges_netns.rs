@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use testkit::netns::{self, ip};
 use testkit::Prerequisite;
 
 static NETNS: Prerequisite = Prerequisite::new("netns", || {
@@ -40,20 +41,6 @@ const HOST_B: &str = "espgw-pv-hostB";
 const NOBODY: u32 = 65534;
 const CAP_IPC_LOCK: u64 = 1 << 14;
 
-fn ip(args: &[&str]) {
-    let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
-    assert!(ok, "ip {}", args.join(" "));
-}
-
-fn remove_namespaces() {
-    for ns in [HOST_A, GW_A, GW_B, HOST_B] {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
 /// Removes the namespaces and stops the gateways, also when the test fails.
 struct Lab {
     gateways: Vec<Child>,
@@ -67,7 +54,7 @@ impl Drop for Lab {
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             let _ = child.wait();
         }
-        remove_namespaces();
+        netns::remove(&[HOST_A, GW_A, GW_B, HOST_B]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -214,7 +201,7 @@ fn espgw(args: &[&str]) -> std::process::Output {
 }
 
 fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
-    remove_namespaces();
+    netns::remove(&[HOST_A, GW_A, GW_B, HOST_B]);
     let dir = std::env::temp_dir().join(format!("espgw-pv-{}", std::process::id()));
     std::fs::create_dir(&dir).expect("a fresh work dir");
     // nobody reads its configuration at reload, through this directory.
@@ -223,20 +210,13 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
         gateways: Vec::new(),
         dir: dir.clone(),
     };
-    for ns in [HOST_A, GW_A, GW_B, HOST_B] {
-        ip(&["netns", "add", ns]);
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-    }
+    netns::create(&[HOST_A, GW_A, GW_B, HOST_B]);
     for (left, left_ns, right, right_ns) in [
         ("pvha0", HOST_A, "pva-in", GW_A),
         ("pva-out", GW_A, "pvb-out", GW_B),
         ("pvb-in", GW_B, "pvhb0", HOST_B),
     ] {
-        ip(&[
-            "link", "add", left, "netns", left_ns, "type", "veth", "peer", "name", right, "netns", right_ns,
-        ]);
-        ip(&["-n", left_ns, "link", "set", left, "up"]);
-        ip(&["-n", right_ns, "link", "set", right, "up"]);
+        netns::veth(left, left_ns, right, right_ns);
     }
     ip(&["-n", HOST_A, "addr", "add", "192.168.1.10/24", "dev", "pvha0"]);
     ip(&["-n", HOST_A, "route", "add", "default", "via", "192.168.1.1"]);

@@ -22,6 +22,7 @@
 //! `test result:` lines.
 
 pub mod memscan;
+pub mod netns;
 
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};

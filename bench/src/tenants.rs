@@ -695,6 +695,9 @@ const FLOODERS: usize = 4;
 const IDLE: usize = 64;
 /// How long the hostile load runs before a slice is measured.
 const HOSTILE_WARMUP: Duration = Duration::from_millis(50);
+/// How long every hostile thread may take to act once (attaching waits on
+/// the server's rationed control path, slow on a loaded host).
+const HOSTILE_START_WITHIN: Duration = Duration::from_secs(20);
 
 /// What the hostile tenant did during the hostile slices.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]
@@ -727,6 +730,10 @@ impl HostileCounts {
 /// The hostile tenant's threads, running until stopped.
 struct Hostility {
     stop: Arc<std::sync::atomic::AtomicBool>,
+    /// One bit per thread, set once it has done its hostile act at least
+    /// once: the hostile slices start only when every bit is set, so that
+    /// on a loaded host they never measure a tenant still attaching.
+    acted: Arc<std::sync::atomic::AtomicU32>,
     threads: Vec<std::thread::JoinHandle<HostileCounts>>,
 }
 
@@ -735,9 +742,10 @@ impl Hostility {
         use accel::shared::hostile::RawTenant;
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = Arc::new(AtomicBool::new(false));
+        let acted = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let mut threads = Vec::new();
         for k in 0..FLOODERS {
-            let (stop, socket) = (Arc::clone(&stop), socket.to_path_buf());
+            let (stop, socket, acted) = (Arc::clone(&stop), socket.to_path_buf(), Arc::clone(&acted));
             threads.push(std::thread::spawn(move || {
                 let mut c = HostileCounts::default();
                 // Half send garbage, half valid requests never read.
@@ -755,7 +763,10 @@ impl Hostility {
                     let _ = t.set_timeouts(Duration::from_millis(20));
                     while !stop.load(Ordering::Relaxed) {
                         match t.send_blocking(msg) {
-                            Ok(()) => c.flood_messages += 1,
+                            Ok(()) => {
+                                c.flood_messages += 1;
+                                acted.fetch_or(1 << k, Ordering::Relaxed);
+                            }
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                             // Evicted: connect again.
                             Err(_) => break,
@@ -767,7 +778,7 @@ impl Hostility {
             }));
         }
         {
-            let (stop, socket) = (Arc::clone(&stop), socket.to_path_buf());
+            let (stop, socket, acted) = (Arc::clone(&stop), socket.to_path_buf(), Arc::clone(&acted));
             threads.push(std::thread::spawn(move || {
                 let mut c = HostileCounts::default();
                 while !stop.load(Ordering::Relaxed) {
@@ -778,6 +789,7 @@ impl Hostility {
                                 c.resizes_allowed += 1;
                             }
                         }
+                        acted.fetch_or(1 << FLOODERS, Ordering::Relaxed);
                         // Make the server look at the region.
                         t.ring();
                     }
@@ -788,7 +800,7 @@ impl Hostility {
             }));
         }
         {
-            let (stop, socket) = (Arc::clone(&stop), socket.to_path_buf());
+            let (stop, socket, acted) = (Arc::clone(&stop), socket.to_path_buf(), Arc::clone(&acted));
             threads.push(std::thread::spawn(move || {
                 let mut c = HostileCounts::default();
                 let mut idle: Vec<RawTenant> = Vec::with_capacity(IDLE);
@@ -800,6 +812,7 @@ impl Hostility {
                         match RawTenant::connect(&socket) {
                             Ok(t) => {
                                 c.idle_connections += 1;
+                                acted.fetch_or(1 << (FLOODERS + 1), Ordering::Relaxed);
                                 idle.push(t);
                             }
                             Err(_) => break,
@@ -811,7 +824,26 @@ impl Hostility {
                 c
             }));
         }
-        Hostility { stop, threads }
+        Hostility { stop, acted, threads }
+    }
+
+    /// Waits until every hostile thread has acted at least once.
+    fn wait_until_acting(&self, within: Duration) -> anyhow::Result<()> {
+        let all = (1u32 << (FLOODERS + 2)) - 1;
+        let until = Instant::now() + within;
+        loop {
+            let acted = self.acted.load(std::sync::atomic::Ordering::Relaxed);
+            if acted == all {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                anyhow::bail!(
+                    "the hostile tenant's threads did not all get going within {within:?} \
+                     (acted: {acted:#b} of {all:#b}); the host is too busy for this comparison"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     fn stop(self) -> HostileCounts {
@@ -942,6 +974,10 @@ pub fn hostile(options: &Options) -> anyhow::Result<HostileReport> {
         alone.push(slice(&mut good));
         server_cpu_alone_ns += server.cpu_ns().saturating_sub(cpu);
         let h = Hostility::start(&socket);
+        if let Err(e) = h.wait_until_acting(HOSTILE_START_WITHIN) {
+            h.stop();
+            return Err(e);
+        }
         std::thread::sleep(HOSTILE_WARMUP);
         let (cpu, control) = (server.cpu_ns(), server.control_ns());
         hostile.push(slice(&mut good));

@@ -45,6 +45,8 @@ enum Report {
     Datagram(Vec<u8>),
     /// A lifetime event of the SA with this name.
     Event(String, SaEvent),
+    /// An outbound packet the policy of this name discarded.
+    Discarded(String, spd_sad::FlowKey),
 }
 
 /// A worker's command queue: commands with their sequence numbers.
@@ -112,7 +114,15 @@ struct Plane<'s> {
     /// The `xfrm` keying source: the socket's reader and the mirror its
     /// datagrams go through (between batches, never per packet).
     xfrm: Option<(XfrmSource, XfrmMirror)>,
+    /// Messages for the keying namespace's kernel, sent once a tick.
+    feedback: Vec<u8>,
+    last_usage_report: Duration,
 }
+
+/// How often the SAs' counters go to the keying namespace's kernel
+/// (`XFRM_MSG_NEWAE`): what the daemon's inactivity and dead-peer checks,
+/// and `swanctl --list-sas`, read.
+const USAGE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// With several workers, an inside socket of the fanout group and the
 /// program it holds: every packet an outbound policy protects goes to the
@@ -160,23 +170,63 @@ impl Plane<'_> {
         while let Some(event) = t.gateway.poll_event() {
             let (SaEvent::SoftExpired(id) | SaEvent::HardExpired(id)) = event;
             if let Some(name) = t.gateway.sad().get(id).map(|sa| sa.name().to_owned()) {
-                self.plane.handle_sa_event(now, &name, event);
+                self.sa_event(t.gateway, now, &name, event);
             }
         }
         for buf in t.received {
-            self.plane.handle_datagram(now, buf.data());
+            self.control_datagram(now, buf.data());
         }
         while let Ok(report) = links.reports.1.try_recv() {
             match report {
-                Report::Datagram(packet) => self.plane.handle_datagram(now, &packet),
-                Report::Event(name, event) => self.plane.handle_sa_event(now, &name, event),
+                Report::Datagram(packet) => self.control_datagram(now, &packet),
+                Report::Event(name, event) => self.sa_event(t.gateway, now, &name, event),
+                Report::Discarded(policy, flow) => self.discarded(now, &policy, &flow),
             }
+        }
+        let mut discards = Vec::new();
+        t.gateway
+            .take_outbound_discards(|policy, flow| discards.push((policy.to_owned(), *flow)));
+        for (policy, flow) in discards {
+            self.discarded(now, &policy, &flow);
         }
         if self.reload.swap(false, Ordering::Relaxed) {
             let _ = self.reload();
         }
         if let Some((source, mirror)) = &mut self.xfrm {
             source.drain(mirror, now);
+            if let Some(relay) = source.relay() {
+                relay.pass_from_daemon(|ports, to, payload| match t.send_datagram(ports, to, payload) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!(%to, "ike relay: a datagram of the daemon's not sent: {e}");
+                        false
+                    }
+                });
+            }
+            if now.saturating_sub(self.last_usage_report) >= USAGE_REPORT_INTERVAL {
+                self.last_usage_report = now;
+                let epoch = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let sad = t.gateway.sad();
+                let mut out = Vec::new();
+                mirror.report_usage(
+                    |name| {
+                        let id = sad.find(name)?;
+                        let sa = sad.get(id)?;
+                        let c = sa.counters();
+                        Some((c.bytes, c.packets, sa.idle(now)))
+                    },
+                    epoch,
+                    &mut out,
+                );
+                self.feedback.extend_from_slice(&out);
+            }
+            if !self.feedback.is_empty() {
+                let failed = source.send_feedback(&self.feedback);
+                mirror.note_feedback_failed(failed);
+                self.feedback.clear();
+            }
         }
         if now.saturating_sub(self.last_timeout) >= Duration::from_millis(5) {
             self.last_timeout = now;
@@ -184,6 +234,53 @@ impl Plane<'_> {
             self.plane.handle_timeout(now);
         }
         self.apply(t, links, workers);
+    }
+
+    /// A control datagram: the IKE relay's if it is on the daemon's ports
+    /// and no tunnel of the file claims it, else the control plane's.
+    fn control_datagram(&mut self, now: Duration, packet: &[u8]) {
+        if let Some(relay) = self.xfrm.as_mut().and_then(|(source, _)| source.relay()) {
+            if relay.takes(packet) && !self.plane.claims(packet) {
+                relay.pass_to_daemon(packet);
+                return;
+            }
+        }
+        self.plane.handle_datagram(now, packet);
+    }
+
+    /// An SA's lifetime event: a mirrored SA that passed a byte or packet
+    /// limit tells the kernel (time limits are the kernel's own); others
+    /// are the control plane's.
+    fn sa_event(&mut self, gateway: &Gateway, now: Duration, name: &str, event: SaEvent) {
+        if let Some((_, mirror)) = &mut self.xfrm {
+            let hard = matches!(event, SaEvent::HardExpired(_));
+            let by_volume = gateway
+                .sad()
+                .find(name)
+                .and_then(|id| gateway.sad().get(id))
+                .is_some_and(|sa| {
+                    let c = sa.counters();
+                    let limits = if hard {
+                        sa.params().lifetime.hard
+                    } else {
+                        sa.params().lifetime.soft
+                    };
+                    limits.bytes.is_some_and(|b| c.bytes >= b)
+                        || limits.packets.is_some_and(|p| c.packets >= p)
+                });
+            if by_volume && mirror.volume_expired(name, hard, &mut self.feedback) {
+                return;
+            }
+        }
+        self.plane.handle_sa_event(now, name, event);
+    }
+
+    /// An outbound packet a policy discarded: a trap of the keying
+    /// namespace's daemon asks it for an SA.
+    fn discarded(&mut self, now: Duration, policy: &str, flow: &spd_sad::FlowKey) {
+        if let Some((_, mirror)) = &mut self.xfrm {
+            mirror.trapped(now, policy, flow, &mut self.feedback);
+        }
     }
 
     /// Applies new commands here, sends them on to the other workers, and
@@ -334,6 +431,9 @@ fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
             links.report(Report::Event(name, event));
         }
     }
+    t.gateway.take_outbound_discards(|policy, flow| {
+        links.report(Report::Discarded(policy.to_owned(), *flow));
+    });
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -417,7 +517,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // dropped (which needs a single thread running).
     let xfrm = match &config.keying {
         ike_stub::Keying::Xfrm { netns } => {
-            let opened = XfrmSource::open(netns.as_deref()).with_context(|| {
+            // The relay's TUN goes into the keying namespace; without one
+            // the daemon shares espgw's namespace and its interfaces.
+            let relay = netns.is_some().then_some(config.outside.address);
+            let opened = XfrmSource::open(netns.as_deref(), relay).with_context(|| {
                 format!(
                     "the xfrm keying source (namespace {})",
                     netns.as_deref().unwrap_or("of espgw")
@@ -431,7 +534,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         ike_stub::Keying::Config => None,
     };
-    let dropped = privileges::drop_privileges(user.as_ref())?;
+    // Telling the keying namespace's kernel what espgw did (and dumping
+    // it again after an overrun) is a netlink request that needs
+    // CAP_NET_ADMIN at every send: the one privilege the xfrm source keeps.
+    let dropped = privileges::drop_privileges(user.as_ref(), xfrm.is_some())?;
     tracing::info!(
         uid = dropped.uid,
         capabilities = ?dropped.kept,
@@ -537,6 +643,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         state: state.clone(),
         state_flag: args.state_dir.clone(),
         xfrm,
+        feedback: Vec::new(),
+        last_usage_report: Duration::ZERO,
     });
     let writer = state.as_ref().map(|state| state.spawn_writer(Arc::clone(&stop)));
     tracing::info!(
@@ -628,15 +736,28 @@ pub fn run(args: &RunArgs) -> Result<()> {
                                 }
                                 let (total, mut run) = sum(&published);
                                 run.control_overflow += links.reports_dropped.load(Ordering::Relaxed);
+                                let relay = plane
+                                    .xfrm
+                                    .as_mut()
+                                    .and_then(|(source, _)| source.relay().map(|r| r.counters().clone()));
                                 let mirror = plane.xfrm.as_ref().map(|(_, m)| m);
-                                report::answer(
+                                let mut reply = report::answer(
                                     t.gateway,
                                     Some(&plane.plane),
                                     mirror,
                                     total,
                                     &run,
                                     &request.line,
-                                )
+                                );
+                                if let (Some(relay), Some(map)) = (relay, reply.as_object_mut()) {
+                                    if map.contains_key("xfrm") {
+                                        map.insert(
+                                            "ike_relay".into(),
+                                            serde_json::to_value(relay).unwrap_or_default(),
+                                        );
+                                    }
+                                }
+                                reply
                             };
                             let _ = request.reply.send(reply.to_string());
                         }

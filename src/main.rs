@@ -17,6 +17,7 @@ mod control;
 mod daemon;
 mod demo;
 mod engine_serve;
+mod ike_relay;
 mod lab;
 mod privileges;
 mod report;

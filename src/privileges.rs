@@ -17,7 +17,11 @@
 //!   their credentials, `SO_PEERCRED`);
 //! - key memory for SAs that reloads and rekeys install (`mlock`, see
 //!   `accel::key_memory`): `CAP_IPC_LOCK`, so that the lock does not
-//!   depend on RLIMIT_MEMLOCK. The one capability kept.
+//!   depend on RLIMIT_MEMLOCK. Always kept;
+//! - with the `xfrm` keying source, requests to the keying namespace's
+//!   kernel (its SAs' counters, volume expiries, on-demand requests, and
+//!   the dumps of a resync): `CAP_NET_ADMIN`, which netlink checks at
+//!   every send. Kept only then.
 //!
 //! Capabilities are per thread: this must run before any other thread
 //! exists (it checks), so that every thread started later inherits the
@@ -27,10 +31,13 @@ use std::ffi::CString;
 
 use anyhow::{bail, Context, Result};
 
-/// `CAP_IPC_LOCK` (linux/capability.h).
+/// `CAP_IPC_LOCK` and `CAP_NET_ADMIN` (linux/capability.h).
 const CAP_IPC_LOCK: u32 = 14;
+const CAP_NET_ADMIN: u32 = 12;
 /// The capabilities `run` keeps.
 pub const KEPT: &[u32] = &[CAP_IPC_LOCK];
+/// What the `xfrm` keying source keeps besides.
+pub const KEPT_FOR_XFRM: &[u32] = &[CAP_NET_ADMIN];
 
 /// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
@@ -172,13 +179,18 @@ fn threads() -> usize {
 /// with `user`, becomes that user (its primary group alone); keeps
 /// [`KEPT`] of what it holds; empties the bounding and ambient sets; sets
 /// no-new-privileges and makes the process non-dumpable.
-pub fn drop_privileges(user: Option<&User>) -> Result<Dropped> {
+pub fn drop_privileges(user: Option<&User>, xfrm_keying: bool) -> Result<Dropped> {
     let threads = threads();
     if threads != 1 {
         bail!("dropping privileges with {threads} threads running: the others would keep theirs");
     }
     let held = capget()?;
-    let keep = KEPT.iter().fold(0u32, |m, &c| m | 1 << c) & held.permitted;
+    let kept: Vec<u32> = KEPT
+        .iter()
+        .chain(if xfrm_keying { KEPT_FOR_XFRM } else { &[] })
+        .copied()
+        .collect();
+    let keep = kept.iter().fold(0u32, |m, &c| m | 1 << c) & held.permitted;
     // The bounding set limits what an execve could give; it needs
     // CAP_SETPCAP, so it goes first.
     let mut bounding_left = false;
@@ -237,11 +249,12 @@ pub fn drop_privileges(user: Option<&User>) -> Result<Dropped> {
     Ok(Dropped {
         // SAFETY: getuid has no preconditions.
         uid: unsafe { libc::getuid() },
-        kept: KEPT
+        kept: kept
             .iter()
             .filter(|&&c| keep & 1 << c != 0)
             .map(|&c| match c {
                 CAP_IPC_LOCK => "cap_ipc_lock",
+                CAP_NET_ADMIN => "cap_net_admin",
                 _ => "?",
             })
             .collect(),

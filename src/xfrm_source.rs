@@ -40,6 +40,8 @@ use netlink_packet_xfrm::{
 use netlink_sys::{protocols::NETLINK_XFRM, Socket};
 use zeroize::Zeroizing;
 
+use crate::ike_relay::IkeRelay;
+
 /// What the reading thread hands worker 0.
 pub enum Feed {
     /// A dump of this table starts (the next datagrams answer it).
@@ -63,17 +65,24 @@ const POLL: Duration = Duration::from_millis(200);
 /// How long a dump may take before it is given up.
 const DUMP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The running source: its feed, and the thread behind it.
+/// The running source: its feed, the thread behind it, the socket that
+/// talks back to the kernel, and the IKE relay.
 pub struct XfrmSource {
     feed: Receiver<Feed>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    requests: Socket,
+    relay: Option<IkeRelay>,
 }
 
 struct Sockets {
     events: Socket,
     dumps: Socket,
 }
+
+/// The largest datagram of feedback messages sent at once (the kernel
+/// takes up to its socket buffer; this stays well under).
+const FEEDBACK_DATAGRAM: usize = 32 * 1024;
 
 /// Enters `/run/netns/NAME` on this thread.
 fn enter_netns(name: &str) -> Result<()> {
@@ -301,19 +310,34 @@ impl Reader {
 pub struct OpenedXfrm {
     sockets: Sockets,
     first: Vec<Feed>,
+    requests: Socket,
+    relay: Option<IkeRelay>,
+}
+
+/// A non-blocking socket for the requests that tell the kernel what espgw
+/// did (see `ike_stub::xfrm::feedback`); the kernel answers only errors.
+fn open_requests() -> Result<Socket> {
+    let mut requests = Socket::new(NETLINK_XFRM).context("cannot open a NETLINK_XFRM socket")?;
+    requests.bind_auto().context("binding the XFRM request socket")?;
+    requests.set_non_blocking(true)?;
+    Ok(requests)
 }
 
 impl XfrmSource {
     /// Opens the sockets in namespace `netns` (`None`: this process's) on
-    /// a thread that is gone when this returns, and reads the dumps of
-    /// the SAD and SPD: all that needs privileges.
-    pub fn open(netns: Option<&str>) -> Result<OpenedXfrm> {
+    /// a thread that is gone when this returns, creates the IKE relay's
+    /// TUN there with `relay`'s address (the gateway's outside one), and
+    /// reads the dumps of the SAD and SPD: all that needs privileges.
+    pub fn open(netns: Option<&str>, relay: Option<std::net::Ipv4Addr>) -> Result<OpenedXfrm> {
         let netns = netns.map(str::to_owned);
-        let sockets = std::thread::Builder::new()
+        let (sockets, requests, relay) = std::thread::Builder::new()
             .name("xfrm-open".into())
-            .spawn(move || {
+            .spawn(move || -> Result<_> {
                 netns.as_deref().map_or(Ok(()), enter_netns)?;
-                open_sockets()
+                let relay = relay
+                    .map(|outside| IkeRelay::open(crate::ike_relay::DEFAULT_DEVICE, outside))
+                    .transpose()?;
+                Ok((open_sockets()?, open_requests()?, relay))
             })
             .context("starting the thread that enters the keying namespace")?
             .join()
@@ -326,7 +350,12 @@ impl XfrmSource {
                 true
             });
         }
-        Ok(OpenedXfrm { sockets, first })
+        Ok(OpenedXfrm {
+            sockets,
+            first,
+            requests,
+            relay,
+        })
     }
 }
 
@@ -354,6 +383,8 @@ impl OpenedXfrm {
             feed,
             stop,
             thread: Some(thread),
+            requests: self.requests,
+            relay: self.relay,
         })
     }
 }
@@ -390,6 +421,99 @@ impl XfrmSource {
             Err(_) => false,
         }
     }
+}
+
+impl XfrmSource {
+    /// The IKE relay, when the source has a keying namespace.
+    pub fn relay(&mut self) -> Option<&mut IkeRelay> {
+        self.relay.as_mut()
+    }
+
+    /// Sends `messages` (whole netlink messages, one after another) to the
+    /// kernel without waiting, and returns how many failed: the kernel
+    /// answers a request without `NLM_F_ACK` only when it fails, and
+    /// answers before `send` returns.
+    pub fn send_feedback(&self, messages: &[u8]) -> u64 {
+        let mut failed = 0;
+        let mut at = 0;
+        while at < messages.len() {
+            let end = datagram_end(messages, at, FEEDBACK_DATAGRAM);
+            if let Err(e) = self.requests.send(&messages[at..end], 0) {
+                tracing::warn!("xfrm: feedback to the kernel not sent: {e}");
+                failed += count_messages(&messages[at..end]);
+            }
+            at = end;
+        }
+        let mut buffer = Vec::with_capacity(8192);
+        loop {
+            buffer.clear();
+            match self.requests.recv(&mut buffer, 0) {
+                Ok(_) => failed += refusals(&buffer),
+                Err(_) => break,
+            }
+        }
+        failed
+    }
+}
+
+/// Where the datagram that starts at `at` ends: after as many whole
+/// messages as fit in `most` bytes (at least one).
+fn datagram_end(messages: &[u8], at: usize, most: usize) -> usize {
+    let mut end = at;
+    while let Ok(buffer) = NetlinkBuffer::new_checked(&messages[end..]) {
+        let length = (buffer.length() as usize).div_ceil(4) * 4;
+        if length == 0 || (end > at && end + length - at > most) {
+            break;
+        }
+        end = (end + length).min(messages.len());
+        if end >= messages.len() {
+            break;
+        }
+    }
+    if end == at {
+        messages.len()
+    } else {
+        end
+    }
+}
+
+fn count_messages(messages: &[u8]) -> u64 {
+    let mut n = 0;
+    let mut at = 0;
+    while at < messages.len() {
+        let end = datagram_end(messages, at, 0);
+        n += 1;
+        at = end;
+    }
+    n
+}
+
+/// The error answers in a datagram from the kernel (an error code other
+/// than 0).
+fn refusals(datagram: &[u8]) -> u64 {
+    let mut n = 0;
+    let mut at = 0;
+    while let Ok(buffer) = NetlinkBuffer::new_checked(&datagram[at..]) {
+        if buffer.message_type() == NLMSG_ERROR {
+            let code = buffer
+                .payload()
+                .get(..4)
+                .map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+            if code.is_some_and(|c| c != 0) {
+                tracing::debug!("xfrm: the kernel refused feedback: error {}", code.unwrap_or(0));
+                n += 1;
+            }
+        }
+        let length = (buffer.length() as usize).div_ceil(4) * 4;
+        if length == 0 {
+            break;
+        }
+        at += length;
+        if at >= datagram.len() {
+            break;
+        }
+    }
+    n
 }
 
 impl Drop for XfrmSource {
@@ -452,7 +576,7 @@ pub fn show(args: &ShowArgs) -> Result<()> {
     let netns = netns_of(&config, args.netns.as_deref());
     let durable = args.state_dir || config.state_dir.is_some();
     let mut mirror = XfrmMirror::new(mirror_settings(&config, durable));
-    let source = XfrmSource::open(netns.as_deref())?.start()?;
+    let source = XfrmSource::open(netns.as_deref(), None)?.start()?;
     let engine = accel::build_engine(&config.engine).context("building the crypto engine")?;
     let started = std::time::Instant::now();
     let mut gateway = config.build_gateway(

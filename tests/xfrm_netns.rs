@@ -30,6 +30,15 @@ static XFRM_NETLINK: Prerequisite = Prerequisite::new("xfrm-netlink", || {
     Ok(())
 });
 
+static RELAY: Prerequisite = Prerequisite::new("xfrm-relay", || {
+    XFRM_NETLINK.check()?;
+    testkit::root_and_tools("the IKE relay's peer and daemon", &[("python3", "python3")])?;
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Err("no /dev/net/tun (CONFIG_TUN): the IKE relay is a TUN device".into());
+    }
+    Ok(())
+});
+
 fn main() -> std::process::ExitCode {
     testkit::run([
         testkit::needs!(
@@ -37,6 +46,10 @@ fn main() -> std::process::ExitCode {
             policies_added_before_and_while_espgw_follows_are_mirrored
         ),
         testkit::needs!(&XFRM_NETLINK, espgw_run_keyed_by_xfrm_mirrors_and_reports),
+        testkit::needs!(
+            &RELAY,
+            the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa
+        ),
     ])
 }
 
@@ -384,5 +397,235 @@ address = "192.0.2.1/24"
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let last: Value = serde_json::from_slice(&std::fs::read(&stats).expect("the final stats")).unwrap();
     assert_eq!(last["xfrm"]["policies_mirrored"], 2, "{:#}", last["xfrm"]);
+    drop(lab);
+}
+
+/// A UDP socket on port 500 of `ns` that prints, as JSON, what it received
+/// and from where, after answering it (as a daemon does): `listen`; or
+/// one that sends an IKE-shaped datagram from port 500 and prints the
+/// answer's length: `ask`.
+const UDP_PEER: &str = r#"
+import json, socket, sys
+mode, addr = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.settimeout(20)
+if mode == "listen":
+    s.bind(("0.0.0.0", 500))
+    print("ready", flush=True)
+    data, peer = s.recvfrom(2048)
+    s.sendto(bytes(range(1, 9)) + bytes(32), peer)
+    print(json.dumps({"from": peer[0], "port": peer[1], "len": len(data)}), flush=True)
+else:
+    s.bind((addr, 500))
+    s.sendto(bytes(range(11, 19)) + bytes(36), ("192.0.2.1", 500))
+    data, peer = s.recvfrom(2048)
+    print(json.dumps({"from": peer[0], "port": peer[1], "len": len(data)}), flush=True)
+"#;
+
+/// The IKE relay and ACQUIRE on this host's kernel (which keeps XFRM
+/// policies without ESP): a peer on the outside sends an IKE-shaped
+/// datagram to the gateway's address; a UDP socket on port 500 in the
+/// keying namespace (where the daemon would be) receives it from the peer's
+/// own address and port and answers, and the answer reaches the peer. Then
+/// a host inside sends to a network whose outbound policy has no SA (a
+/// trap): espgw asks the kernel, which tells the keying namespace's
+/// listeners (`ip xfrm monitor acquire`), as it would tell the daemon.
+fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
+    const KEYING: &str = "espgw-relay-k";
+    const GW: &str = "espgw-relay-gw";
+    const PEER: &str = "espgw-relay-peer";
+    const LAN: &str = "espgw-relay-lan";
+    let namespaces = [KEYING, GW, PEER, LAN];
+    testkit::netns::create(&namespaces);
+    let dir = std::env::temp_dir().join(format!("espgw-xfrm-relay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut lab = Namespace {
+        dir: dir.clone(),
+        names: namespaces.to_vec(),
+        gateway: None,
+    };
+    testkit::netns::veth("out0", GW, "peer0", PEER);
+    testkit::netns::veth("in0", GW, "lan0", LAN);
+    for (ns, dev) in [(GW, "out0"), (GW, "in0"), (PEER, "peer0"), (LAN, "lan0")] {
+        ip(&["-n", ns, "link", "set", dev, "up"]);
+    }
+    ip(&["-n", PEER, "addr", "add", "192.0.2.2/24", "dev", "peer0"]);
+    ip(&["-n", LAN, "addr", "add", "10.1.0.2/16", "dev", "lan0"]);
+    ip(&["-n", LAN, "route", "add", "default", "via", "10.1.0.1"]);
+    // The daemon's trap: an outbound policy whose SA does not exist yet.
+    ip(&[
+        "-n",
+        KEYING,
+        "xfrm",
+        "policy",
+        "add",
+        "src",
+        "10.1.0.0/16",
+        "dst",
+        "10.2.0.0/16",
+        "dir",
+        "out",
+        "priority",
+        "100",
+        "tmpl",
+        "src",
+        "192.0.2.1",
+        "dst",
+        "192.0.2.2",
+        "proto",
+        "esp",
+        "reqid",
+        "5",
+        "mode",
+        "tunnel",
+    ]);
+    let config = dir.join("gw.toml");
+    std::fs::write(
+        &config,
+        r#"[gateway]
+name = "xfrm-relay"
+[[interface]]
+name = "inside"
+device = "in0"
+address = "10.1.0.1/16"
+[[interface]]
+name = "outside"
+device = "out0"
+address = "192.0.2.1/24"
+"#,
+    )
+    .unwrap();
+    let socket = dir.join("gw.sock");
+    lab.gateway = Some(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                GW,
+                env!("CARGO_BIN_EXE_espgw"),
+                "run",
+                "--config",
+            ])
+            .arg(&config)
+            .arg("--control")
+            .arg(&socket)
+            .args(["--workers", "1", "--keying", "xfrm", "--keying-netns", KEYING])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting espgw run"),
+    );
+    let query = || -> Option<Value> {
+        let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
+            .arg("stats")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--json")
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    };
+    let wait_for = |what: &str, ok: &dyn Fn(&Value) -> bool| -> Value {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Some(doc) = query().filter(|d| ok(d)) {
+                return doc;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("{what}: last stats {:#}", query().unwrap_or_default());
+    };
+    wait_for("the dumps", &|d| d["xfrm"]["dumps"] == 2);
+    // The relay's device, as the daemon sees it.
+    let shown = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().expect("ip");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let addresses = shown(&["-n", KEYING, "-4", "addr", "show", "dev", "espgw-ike"]);
+    assert!(addresses.contains("192.0.2.1/32"), "{addresses}");
+    let routes = shown(&["-n", KEYING, "route", "show", "default"]);
+    assert!(routes.contains("dev espgw-ike"), "{routes}");
+
+    let python = |ns: &str, mode: &str| {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "python3", "-c", UDP_PEER, mode, "192.0.2.2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3")
+    };
+    let mut daemon = python(KEYING, "listen");
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let stdout = daemon.stdout.as_mut().expect("the listener's output");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the listener starts");
+    }
+    assert_eq!(line.trim(), "ready");
+    let asked = python(PEER, "ask").wait_with_output().expect("the peer");
+    let heard = daemon.wait_with_output().expect("the listener");
+    let parse = |out: &std::process::Output| -> Value {
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {} {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let heard = parse(&heard);
+    assert_eq!(
+        (
+            heard["from"].as_str(),
+            heard["port"].as_u64(),
+            heard["len"].as_u64()
+        ),
+        (Some("192.0.2.2"), Some(500), Some(44)),
+        "the daemon's side sees the peer's own address and port"
+    );
+    let asked = parse(&asked);
+    assert_eq!(
+        (
+            asked["from"].as_str(),
+            asked["port"].as_u64(),
+            asked["len"].as_u64()
+        ),
+        (Some("192.0.2.1"), Some(500), Some(40)),
+        "the answer leaves from the gateway's address and the daemon's port"
+    );
+    let doc = wait_for("the relay's counters", &|d| d["ike_relay"]["from_daemon"] == 1);
+    assert_eq!(doc["ike_relay"]["to_daemon"], 1, "{:#}", doc["ike_relay"]);
+
+    // The trap: the kernel tells its listeners, as it would the daemon.
+    let monitor = Command::new("timeout")
+        .args(["15", "ip", "-n", KEYING, "xfrm", "monitor", "acquire"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ip xfrm monitor");
+    std::thread::sleep(Duration::from_millis(500));
+    let ping = Command::new("ip")
+        .args([
+            "netns", "exec", LAN, "ping", "-c", "3", "-i", "0.3", "-W", "1", "10.2.0.5",
+        ])
+        .output()
+        .expect("ping");
+    assert!(!ping.status.success(), "nothing answers behind a trap");
+    let doc = wait_for("an ACQUIRE", &|d| d["xfrm"]["acquire_sent"].as_u64() >= Some(1));
+    assert_eq!(doc["xfrm"]["feedback_failed"], 0, "{:#}", doc["xfrm"]);
+    let gateway = lab.gateway.take().expect("the gateway");
+    // SAFETY: kill(2) with the child's pid, which has not been reaped.
+    unsafe { libc::kill(gateway.id() as libc::pid_t, libc::SIGINT) };
+    let out = gateway.wait_with_output().expect("espgw run stops");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let acquires = monitor.wait_with_output().expect("the monitor");
+    let acquires = String::from_utf8_lossy(&acquires.stdout);
+    assert!(
+        acquires.contains("acquire") && acquires.contains("10.1.0.2") && acquires.contains("reqid 5"),
+        "the keying namespace's listeners hear the ACQUIRE: {acquires}"
+    );
     drop(lab);
 }

@@ -413,6 +413,11 @@ impl Config {
         for sa in self.sas.iter().filter(|s| s.keys == KeySource::File) {
             install_sa(gateway, sa, now)?;
         }
+        // The IKE daemon of the keying namespace may move to the NAT-T
+        // port before any SA of it exists there (the IKE relay's).
+        if matches!(self.keying, Keying::Xfrm { netns: Some(_) }) {
+            gateway.open_encapsulation_port(crate::xfrm::relay::RelayPorts::default().nat_t);
+        }
         // The exchange of a UDP-encapsulated tunnel runs on its port.
         for tunnel in self.tunnels.iter().filter(|t| t.secret.is_some()) {
             if let Some(encap) = tunnel.encap {

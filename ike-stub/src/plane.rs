@@ -1070,6 +1070,22 @@ impl ControlPlane {
     }
 
     /// A control datagram the gateway delivered: the whole IPv4 packet.
+    /// Whether `packet` (a control datagram, IPv4) is for one of this
+    /// plane's keyed tunnels: to its local address on its exchange port,
+    /// from its peer unless encapsulated (a NAT may move the peer). The
+    /// IKE relay takes the rest of what arrives on the daemon's ports.
+    pub fn claims(&self, packet: &[u8]) -> bool {
+        let Some(((src, _), (dst, dst_port), _)) = udp_endpoints(packet) else {
+            return false;
+        };
+        self.tunnels.iter().any(|t| {
+            t.secrets.is_some()
+                && IpAddr::V4(dst) == t.config.local
+                && dst_port == t.config.encap.map_or(CONTROL_PORT, |e| e.local_port)
+                && (t.config.encap.is_some() || IpAddr::V4(src) == t.config.remote)
+        })
+    }
+
     pub fn handle_datagram(&mut self, now: Duration, packet: &[u8]) {
         self.counters.received += 1;
         let Some(((src, src_port), (dst, dst_port), payload)) = udp_endpoints(packet) else {

@@ -1038,3 +1038,82 @@ fn damaged_datagrams_are_counted_never_panic() {
     }
     assert!(mirror.counters().malformed > 0);
 }
+
+/// Splits a datagram of netlink messages into (type, flags) pairs.
+fn message_types(datagram: &[u8]) -> Vec<(u16, u16)> {
+    let mut at = 0;
+    let mut found = Vec::new();
+    while at < datagram.len() {
+        let buffer = netlink_packet_core::NetlinkBuffer::new_checked(&datagram[at..]).expect("a message");
+        found.push((buffer.message_type(), buffer.flags()));
+        at += (buffer.length() as usize).div_ceil(4) * 4;
+    }
+    found
+}
+
+/// What the kernel is told back: a trap (a held outbound policy) asks for
+/// an SA once a second at most; an SA's use goes as NEWAE only when it
+/// changed; a volume expiry of a mirrored SA goes as EXPIRE, of another
+/// SA not at all.
+#[test]
+fn the_kernel_hears_of_traps_use_and_volume_expiries() {
+    use netlink_packet_xfrm::{XFRM_MSG_ACQUIRE, XFRM_MSG_EXPIRE, XFRM_MSG_NEWAE};
+    let mut mirror = XfrmMirror::new(settings(true));
+    let mut commands = Vec::new();
+    for p in policies(1) {
+        mirror.handle_datagram(Duration::from_secs(1), &frame(p, false));
+    }
+    mirror.take_commands(&mut commands);
+    let flow = spd_sad::FlowKey {
+        src: "10.1.0.5".parse().unwrap(),
+        dst: "10.2.0.9".parse().unwrap(),
+        protocol: 17,
+        ports: Some((40000, 53)),
+    };
+    let mut out = Vec::new();
+    assert!(mirror.trapped(Duration::from_secs(2), "xfrm-out-1", &flow, &mut out));
+    assert_eq!(
+        message_types(&out).iter().map(|m| m.0).collect::<Vec<_>>(),
+        [XFRM_MSG_ACQUIRE]
+    );
+    assert!(
+        !mirror.trapped(Duration::from_millis(2500), "xfrm-out-1", &flow, &mut out),
+        "within a second"
+    );
+    assert!(
+        !mirror.trapped(Duration::from_secs(4), "xfrm-in-8", &flow, &mut out),
+        "not outbound"
+    );
+    assert!(mirror.trapped(Duration::from_secs(4), "xfrm-out-1", &flow, &mut out));
+    assert_eq!(mirror.counters().acquire_sent, 2);
+
+    // The SAs arrive: the policy protects, and is no trap any more.
+    mirror.handle_datagram(Duration::from_secs(5), &frame(out_sa(0xc000_0001, 1), false));
+    mirror.handle_datagram(Duration::from_secs(5), &frame(in_sa(0xc000_0002, 1), false));
+    mirror.take_commands(&mut commands);
+    out.clear();
+    assert!(!mirror.trapped(Duration::from_secs(9), "xfrm-out-1", &flow, &mut out));
+
+    let used = |name: &str| {
+        name.starts_with("xfrm-r1-")
+            .then_some((1500, 3, Duration::from_secs(2)))
+    };
+    mirror.report_usage(used, 1_800_000_000, &mut out);
+    let sent = message_types(&out);
+    assert_eq!(sent.len(), 2, "both SAs");
+    assert!(sent
+        .iter()
+        .all(|&(kind, flags)| kind == XFRM_MSG_NEWAE && flags & 0x100 != 0));
+    out.clear();
+    mirror.report_usage(used, 1_800_000_001, &mut out);
+    assert!(out.is_empty(), "nothing changed, nothing said");
+    assert_eq!(mirror.counters().newae_sent, 2);
+
+    assert!(mirror.volume_expired("xfrm-r1-out-c0000001", false, &mut out));
+    assert!(!mirror.volume_expired("a-tunnel-of-the-file", true, &mut out));
+    assert_eq!(
+        message_types(&out).iter().map(|m| m.0).collect::<Vec<_>>(),
+        [XFRM_MSG_EXPIRE]
+    );
+    assert_eq!(mirror.counters().expire_sent, 1);
+}

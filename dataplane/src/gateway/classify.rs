@@ -137,7 +137,10 @@ impl Gateway {
                         self.stats.bypassed += 1;
                         Ok(Classified::Done(Ok(Next::Route)))
                     }
-                    Action::Discard => Err(no_policy_or_discard(decision)),
+                    Action::Discard => {
+                        self.note_outbound_discard(&decision, &flow);
+                        Err(no_policy_or_discard(decision))
+                    }
                 }
             }
             Port::Outside => {

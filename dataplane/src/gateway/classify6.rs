@@ -122,11 +122,14 @@ impl Gateway {
             (Action::Protect(sa), Port::Inside) => Classified::Encapsulate(sa),
             (Action::Protect(_), Port::Outside) => return Err(DropReason::PolicyMismatch),
             (Action::Bypass, _) => Classified::Done(Ok(Next::Route)),
-            (Action::Discard, _) => {
+            (Action::Discard, from) => {
+                if from == Port::Inside {
+                    self.note_outbound_discard(&decision, &flow);
+                }
                 return Err(match decision.policy {
                     Some(_) => DropReason::PolicyDiscard,
                     None => DropReason::NoPolicy,
-                })
+                });
             }
         };
         if let Err(reason) = decrement_hop_limit(buf) {

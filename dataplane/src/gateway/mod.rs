@@ -36,7 +36,9 @@ use std::time::Duration;
 use accel::{Engine, NextCompletion, RegisterError, SessionSpec, Style};
 use rand::rngs::StdRng;
 use smoltcp::wire::EthernetAddress;
-use spd_sad::{Mode, SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd, UdpEncap};
+use spd_sad::{
+    Mode, PolicyDirection, SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd, UdpEncap,
+};
 
 use crate::buffer::{PacketBuf, PacketPool};
 pub use crate::esp::SaCrypto;
@@ -218,6 +220,34 @@ pub struct Gateway {
     /// Our ports that UDP-encapsulated SAs receive on (usually just 4500).
     nat_ports: Vec<u16>,
     next_keepalive: Duration,
+    /// The last outbound packets a policy discarded (see
+    /// [`take_outbound_discards`](Self::take_outbound_discards)).
+    discards: DiscardLog,
+}
+
+/// The flows of the last few outbound packets a policy discarded, with the
+/// policy's number: what an on-demand keying source needs to ask its
+/// daemon for an SA (the kernel's ACQUIRE). Fixed size, written on the
+/// discard path only (a flow repeating the last one is not written again),
+/// read between batches; older entries are overwritten, which only delays
+/// a request while packets keep coming.
+#[derive(Debug, Clone, Copy, Default)]
+struct DiscardLog {
+    entries: [Option<(u64, spd_sad::FlowKey)>; DISCARD_LOG],
+    next: usize,
+}
+
+const DISCARD_LOG: usize = 8;
+
+impl DiscardLog {
+    fn note(&mut self, policy: u64, flow: spd_sad::FlowKey) {
+        let last = self.entries[(self.next + DISCARD_LOG - 1) % DISCARD_LOG];
+        if last == Some((policy, flow)) {
+            return;
+        }
+        self.entries[self.next] = Some((policy, flow));
+        self.next = (self.next + 1) % DISCARD_LOG;
+    }
 }
 
 /// Where a packet goes once the gateway is done with it.
@@ -307,6 +337,26 @@ impl Gateway {
             classified: Vec::with_capacity(128),
             nat_ports: Vec::new(),
             next_keepalive: Duration::ZERO,
+            discards: DiscardLog::default(),
+        }
+    }
+
+    /// Hands `f` the flows of the outbound packets policies discarded
+    /// since the last call (at most the last few), each with the
+    /// discarding policy's name, and forgets them.
+    pub fn take_outbound_discards(&mut self, mut f: impl FnMut(&str, &spd_sad::FlowKey)) {
+        let log = std::mem::take(&mut self.discards);
+        for (number, flow) in log.entries.iter().flatten() {
+            if let Some((_, policy)) = self.spd.numbered(PolicyDirection::Out).find(|(n, _)| n == number) {
+                f(&policy.name, flow);
+            }
+        }
+    }
+
+    /// Notes an outbound packet of `flow` that policy `decision` discarded.
+    pub(super) fn note_outbound_discard(&mut self, decision: &spd_sad::Decision, flow: &spd_sad::FlowKey) {
+        if let Some(number) = decision.policy {
+            self.discards.note(number, *flow);
         }
     }
 

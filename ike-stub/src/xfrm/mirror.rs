@@ -43,7 +43,7 @@ use zeroize::Zeroizing;
 use super::decode::{decode_datagram, Decoded};
 use super::policy::{self, PolicyKey, Template, TranslatedPolicy, Verdict};
 use super::sa::{self, Classified, SaKey, IPPROTO_ESP};
-use super::{Refusal, Refused};
+use super::{feedback, Refusal, Refused};
 use crate::config::{KeySource, PolicyAction, PolicyConfig, SaConfig};
 use crate::plane::SaCommand;
 
@@ -113,6 +113,15 @@ pub struct MirrorCounters {
     pub dump_errors: u64,
     /// Commands the gateway could not apply (the SA's traffic is dropped).
     pub apply_failed: u64,
+    /// What espgw told the kernel (see [`feedback`](super::feedback)):
+    /// counters (`XFRM_MSG_NEWAE`), volume expiries (`XFRM_MSG_EXPIRE`)
+    /// and on-demand requests (`XFRM_MSG_ACQUIRE`).
+    pub newae_sent: u64,
+    pub expire_sent: u64,
+    pub acquire_sent: u64,
+    /// Of those, the ones the kernel answered with an error (an SA gone
+    /// meanwhile, or the privilege to ask missing).
+    pub feedback_failed: u64,
 }
 
 /// The counters `espgw stats` prints, read back from its JSON.
@@ -196,9 +205,20 @@ struct MirroredSa {
     selectors: Vec<Selector>,
     /// The dump generation that last showed it.
     seen: u64,
+    /// The bytes and packets last told to the kernel.
+    reported: (u64, u64),
 }
 
 impl MirroredSa {
+    fn kernel(&self) -> feedback::KernelSa {
+        feedback::KernelSa {
+            daddr: self.daddr,
+            saddr: self.saddr,
+            spi: self.spi,
+            reqid: self.reqid,
+        }
+    }
+
     fn satisfies(&self, t: &Template) -> bool {
         t.mode == self.mode
             && (t.reqid == 0 || t.reqid == self.reqid)
@@ -216,6 +236,8 @@ struct MirroredPolicy {
     /// SPD's entry must be pointed again, whatever it says.
     repoint: bool,
     seen: u64,
+    /// When an ACQUIRE for it was last sent.
+    acquired: Option<Duration>,
 }
 
 /// A refused state, remembered so that a dump showing it again is not
@@ -693,6 +715,7 @@ impl XfrmMirror {
             held: None,
             selectors: Vec::new(),
             seen,
+            reported: (0, 0),
         };
         match translated.params.direction {
             SaDirection::Outbound => {
@@ -785,6 +808,7 @@ impl XfrmMirror {
                         in_spd: None,
                         repoint: false,
                         seen,
+                        acquired: None,
                     },
                 );
             }
@@ -979,3 +1003,117 @@ impl XfrmMirror {
         self.counters.sas_held = self.sas.values().filter(|s| s.state == SaState::Held).count() as u64;
     }
 }
+
+/// Feedback to the kernel (see [`feedback`]): the mirror knows the
+/// kernel's names for what it mirrored and decides what to say; the driver
+/// sends the bytes and reports back what failed.
+impl XfrmMirror {
+    /// Appends to `out` a NEWAE for every SA in the gateways whose use
+    /// changed since it was last told: `usage` gives an SA's bytes,
+    /// packets and time since its last packet (by name, from the gateway's
+    /// shared counters); `epoch_now` is the wall clock in seconds.
+    pub fn report_usage(
+        &mut self,
+        usage: impl Fn(&str) -> Option<(u64, u64, Duration)>,
+        epoch_now: u64,
+        out: &mut Vec<u8>,
+    ) {
+        let mut sequence = self.counters.newae_sent;
+        for sa in self.sas.values_mut().filter(|s| s.state == SaState::Installed) {
+            let Some((bytes, packets, idle)) = usage(&sa.name) else {
+                continue;
+            };
+            if (bytes, packets) == sa.reported {
+                continue;
+            }
+            sa.reported = (bytes, packets);
+            let use_time = if packets == 0 {
+                0
+            } else {
+                epoch_now.saturating_sub(idle.as_secs())
+            };
+            sequence += 1;
+            feedback::new_ae(
+                &sa.kernel(),
+                &feedback::Usage {
+                    bytes,
+                    packets,
+                    add_time: sa.age.0,
+                    use_time,
+                },
+                sequence as u32,
+                out,
+            );
+        }
+        self.counters.newae_sent = sequence;
+    }
+
+    /// SA `name` passed a byte or packet limit in the gateways: appends
+    /// the EXPIRE that makes the daemon rekey (soft) or delete (hard), if
+    /// it is a mirrored SA. Time limits are the kernel's own, which fires
+    /// them itself: the caller passes only volume expiries.
+    pub fn volume_expired(&mut self, name: &str, hard: bool, out: &mut Vec<u8>) -> bool {
+        let Some(sa) = self
+            .sas
+            .values()
+            .find(|s| s.name == name && s.state == SaState::Installed)
+        else {
+            return false;
+        };
+        self.counters.expire_sent += 1;
+        feedback::expire(&sa.kernel(), hard, self.counters.expire_sent as u32, out);
+        tracing::info!(
+            "xfrm: SA {name} passed its {} volume limit: told the kernel (EXPIRE)",
+            if hard { "hard" } else { "soft" }
+        );
+        true
+    }
+
+    /// A packet of `flow` met outbound policy `policy` (the gateway's
+    /// name) and was discarded: if it is a mirrored `protect` policy held
+    /// for want of an SA (the daemon's trap), appends the ACQUIRE that
+    /// asks the daemon for one, at most once per policy every
+    /// [`ACQUIRE_INTERVAL`].
+    pub fn trapped(
+        &mut self,
+        now: Duration,
+        policy: &str,
+        flow: &spd_sad::FlowKey,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(p) = self.policies.values_mut().find(|p| {
+            p.translated.direction == PolicyDirection::Out
+                && matches!(p.translated.verdict, Verdict::Protect(_))
+                && p.in_spd == Some(PolicyAction::Discard)
+                && p.translated.key.name() == policy
+        }) else {
+            return false;
+        };
+        if p.acquired
+            .is_some_and(|at| now.saturating_sub(at) < ACQUIRE_INTERVAL)
+        {
+            return false;
+        }
+        p.acquired = Some(now);
+        self.counters.acquire_sent += 1;
+        feedback::acquire(
+            &p.translated.kernel,
+            &p.translated.templates,
+            flow,
+            self.counters.acquire_sent as u32,
+            out,
+        );
+        tracing::info!(
+            "xfrm: a packet met {policy}, which has no SA yet: asked the daemon for one (ACQUIRE)"
+        );
+        true
+    }
+
+    /// The kernel refused `n` of the feedback messages.
+    pub fn note_feedback_failed(&mut self, n: u64) {
+        self.counters.feedback_failed += n;
+    }
+}
+
+/// How often a held policy's traffic may ask for an SA again.
+pub const ACQUIRE_INTERVAL: Duration = Duration::from_secs(1);

@@ -21,10 +21,13 @@
 //!   same reqid, policies held (discarding) until their SA arrives, inbound
 //!   SAs held until a policy gives them selectors, resynchronisation from
 //!   a fresh dump.
-//! - [`relay`]: which UDP datagrams from the outside are the IKE daemon's
-//!   (the relay that would carry them is a later step).
+//! - [`feedback`]: what espgw tells the kernel back for the daemon
+//!   (counters, volume expiries, on-demand requests), as messages.
+//! - [`relay`]: which UDP datagrams from the outside are the IKE daemon's,
+//!   and which of the daemon's may leave.
 
 pub mod decode;
+pub mod feedback;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod mirror;

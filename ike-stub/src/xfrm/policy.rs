@@ -82,6 +82,10 @@ pub struct TranslatedPolicy {
     /// Set when the policy could not be followed exactly: it discards
     /// (over `selector`, widened where needed) and this says why.
     pub refused: Option<Refused>,
+    /// The policy and its templates as the kernel reported them: an
+    /// ACQUIRE names them back (see `feedback::acquire`).
+    pub kernel: UserPolicyInfo,
+    pub templates: Vec<UserTemplate>,
 }
 
 /// espgw's direction for an XFRM one: `fwd` (forwarded traffic, what a
@@ -299,5 +303,7 @@ pub fn translate(info: &UserPolicyInfo, attrs: &[XfrmAttrs]) -> Result<Option<Tr
             verdict
         },
         refused,
+        kernel: *info,
+        templates: templates.to_vec(),
     }))
 }

@@ -1,11 +1,12 @@
 //! The IKE relay's classification: which UDP datagrams arriving on the
 //! outside interface belong to the IKE daemon of the keying namespace.
 //!
-//! Owns the decision alone, as a pure function of the destination port
-//! and the payload; moving datagrams between the outside interface and
-//! the keying namespace is the relay's driver, which is not built yet
-//! (see `docs/keying-with-strongswan.md`). Must not touch ESP: ESP in UDP
-//! on the NAT-T port is the gateway's, never the daemon's.
+//! Owns the decisions alone, as pure functions: which datagrams from the
+//! outside go to the daemon ([`classify`]), and which of the daemon's
+//! packets may leave by the outside interface ([`from_daemon`]). Moving
+//! them between the outside interface and the keying namespace is the
+//! relay's driver (`src/ike_relay.rs`). Must not touch ESP: ESP in UDP on
+//! the NAT-T port is the gateway's, never the daemon's.
 
 use dataplane::nat::{Payload, NON_ESP_MARKER};
 
@@ -71,6 +72,67 @@ pub fn classify(ports: RelayPorts, dst_port: u16, payload: &[u8]) -> Relay {
     Relay::NotIke
 }
 
+/// A datagram of the daemon's that may leave: its ports (ours, the
+/// peer's), the peer's address and the UDP payload, as sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outgoing<'a> {
+    pub ports: (u16, u16),
+    pub to: std::net::Ipv4Addr,
+    pub payload: &'a [u8],
+}
+
+/// Why a packet of the daemon's side was not sent out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Held {
+    /// Not an IPv4 packet this relay can read (IPv6, or a broken header).
+    NotIpv4,
+    /// A fragment: the daemon's messages must fit the link (strongSwan's
+    /// own IKE fragmentation does that).
+    Fragment,
+    /// Not UDP (the keying namespace's kernel may send ICMP or more).
+    NotUdp,
+    /// Not from the outside address: only the daemon's own IKE leaves.
+    NotFromOutside,
+    /// Not from the daemon's IKE or NAT-T port.
+    NotDaemonPort,
+}
+
+/// Whether `packet`, read from the keying namespace's side of the relay,
+/// is the daemon's IKE (from `outside`, from one of `ports`) and may be
+/// sent to its peer.
+pub fn from_daemon(
+    ports: RelayPorts,
+    outside: std::net::Ipv4Addr,
+    packet: &[u8],
+) -> Result<Outgoing<'_>, Held> {
+    use smoltcp::wire::{IpProtocol, Ipv4Packet, UdpPacket};
+    let ip = Ipv4Packet::new_checked(packet).map_err(|_| Held::NotIpv4)?;
+    if ip.version() != 4 {
+        return Err(Held::NotIpv4);
+    }
+    if ip.more_frags() || ip.frag_offset() != 0 {
+        return Err(Held::Fragment);
+    }
+    if ip.next_header() != IpProtocol::Udp {
+        return Err(Held::NotUdp);
+    }
+    if ip.src_addr() != outside {
+        return Err(Held::NotFromOutside);
+    }
+    let to = ip.dst_addr();
+    let udp = UdpPacket::new_checked(ip.payload()).map_err(|_| Held::NotUdp)?;
+    let from_port = udp.src_port();
+    if from_port != ports.ike && from_port != ports.nat_t {
+        return Err(Held::NotDaemonPort);
+    }
+    Ok(Outgoing {
+        ports: (from_port, udp.dst_port()),
+        to,
+        payload: udp.payload(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +181,56 @@ mod tests {
         assert_eq!(classify(p, 1500, &ike_header()), Relay::Ike);
         assert_eq!(classify(p, 14500, &[0xff]), Relay::Keepalive);
         assert_eq!(classify(RelayPorts::default(), 53, &[0xff]), Relay::NotIke);
+    }
+
+    /// An IPv4/UDP packet as the keying namespace's kernel writes it.
+    fn daemon_packet(src: [u8; 4], sport: u16, dport: u16, payload: &[u8], frag: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 28 + payload.len()];
+        p[0] = 0x45;
+        let total = p.len() as u16;
+        p[2..4].copy_from_slice(&total.to_be_bytes());
+        p[6..8].copy_from_slice(&frag.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&[192, 0, 2, 2]);
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        p[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        p[28..].copy_from_slice(payload);
+        p
+    }
+
+    #[test]
+    fn only_the_daemons_ike_from_the_outside_address_leaves() {
+        let ports = RelayPorts::default();
+        let outside = std::net::Ipv4Addr::new(192, 0, 2, 1);
+        let ike = ike_header();
+        let p = daemon_packet([192, 0, 2, 1], 500, 500, &ike, 0);
+        assert_eq!(
+            from_daemon(ports, outside, &p),
+            Ok(Outgoing {
+                ports: (500, 500),
+                to: std::net::Ipv4Addr::new(192, 0, 2, 2),
+                payload: &ike[..]
+            })
+        );
+        let p = daemon_packet([192, 0, 2, 1], 4500, 4500, &[0xff], 0);
+        assert_eq!(
+            from_daemon(ports, outside, &p).map(|o| o.payload),
+            Ok(&[0xff][..]),
+            "a keepalive"
+        );
+        let p = daemon_packet([192, 0, 2, 9], 500, 500, &ike, 0);
+        assert_eq!(from_daemon(ports, outside, &p), Err(Held::NotFromOutside));
+        let p = daemon_packet([192, 0, 2, 1], 53, 500, &ike, 0);
+        assert_eq!(from_daemon(ports, outside, &p), Err(Held::NotDaemonPort));
+        let p = daemon_packet([192, 0, 2, 1], 500, 500, &ike, 0x2000);
+        assert_eq!(from_daemon(ports, outside, &p), Err(Held::Fragment));
+        let mut icmp = daemon_packet([192, 0, 2, 1], 500, 500, &ike, 0);
+        icmp[9] = 1;
+        assert_eq!(from_daemon(ports, outside, &icmp), Err(Held::NotUdp));
+        assert_eq!(from_daemon(ports, outside, &[0x60; 40]), Err(Held::NotIpv4));
+        assert_eq!(from_daemon(ports, outside, &p[..10]), Err(Held::NotIpv4));
     }
 }

@@ -366,5 +366,9 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
         assert!(lost_at_sockets > 0 && received * 2 >= sent, "{context}");
         eprintln!("note: {received} of {sent} arrived; the kernel dropped {lost_at_sockets} frames at the gateways' sockets (a busy host)");
     }
-    assert!(a["encapsulated"].as_u64().unwrap_or(0) >= sent, "{context}");
+    // Every datagram gwA read was encapsulated; those the kernel dropped
+    // at its sockets (a busy host, counted) it never read.
+    let encapsulated = a["encapsulated"].as_u64().unwrap_or(0);
+    let lost_at_gw_a = a["kernel_drops"].as_u64().unwrap_or(0);
+    assert!(encapsulated + lost_at_gw_a >= sent, "{context}");
 }

@@ -231,7 +231,7 @@ fn demo_rekeys_and_reloads_without_losing_a_packet() {
 
 /// Floods of bad ESP into gwB, ten times the good traffic's rate, cost it
 /// nothing; every bad frame is counted. (At full speed, which depends on
-/// the build and the machine, README records what a release build does.)
+/// the build and the machine, docs/results.md records what a release build does.)
 fn a_flood_of_bad_esp_does_not_starve_good_traffic() {
     let _topology = TOPOLOGY.lock().unwrap_or_else(|e| e.into_inner());
     let report = espgw(&[

@@ -373,6 +373,13 @@ pub struct FinalStats {
     pub pool: PoolStats,
     pub control: Option<ControlStats>,
     pub offload: OffloadCounters,
+    /// The `xfrm` keying source's counters, when it ran.
+    pub xfrm: Option<XfrmFinal>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct XfrmFinal {
+    pub sas_installed: u64,
 }
 
 #[derive(Debug, Deserialize)]

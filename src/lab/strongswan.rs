@@ -247,6 +247,9 @@ include /etc/strongswan.d/*.conf
                 local_ts = {local_ts}
                 remote_ts = {remote_ts}
                 mode = tunnel
+                # As the demo's own tunnel: gwA's two workers may reorder a
+                # batch's worth of one SA's packets while its owner moves.
+                replay_window = 1024
                 esp_proposals = {esp}
                 start_action = {start}{rekey}
             }}

@@ -147,7 +147,23 @@ pub fn udp_streams(names: &Names, count: usize, size: usize, gap: Duration) -> R
         thread::spawn(move || -> Result<Stream> {
             enter(&ns)?;
             let socket = UdpSocket::bind(SocketAddrV4::new(addr, 7100))?;
-            socket.set_read_timeout(Some(Duration::from_millis(1500)))?;
+            // Room for the whole stream: a receiver that a busy host (or
+            // an emulated one) schedules late must not lose datagrams in
+            // its own socket, which the count would blame on the tunnel.
+            let room: libc::c_int = 8 << 20;
+            // SAFETY: an int option of the right size on a socket we own.
+            unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&socket),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    (&room as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            // Long enough for a pause under emulation (a rekey in a
+            // TCG VM) not to end the count early.
+            socket.set_read_timeout(Some(Duration::from_millis(3000)))?;
             let mut seen = vec![false; count];
             let mut stream = Stream::default();
             let mut buf = [0u8; 2048];

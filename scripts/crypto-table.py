@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarise the `crypto_libs` criterion run as the README's crypto table.
+"""Summarise the `crypto_libs` criterion run as the crypto table of docs/results.md ("Crypto crates").
 
 Usage:
     cargo bench -p accel --bench crypto_libs -- --warm-up-time 1 --measurement-time 2

@@ -19,7 +19,7 @@
 //! writes the first reservations of the SAs a reload installs before it
 //! hands them to the other workers.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,6 +34,7 @@ use ike_stub::{Config, ControlPlane, Datagram, WorkerCommand};
 use serde_json::{json, Value};
 use spd_sad::SaEvent;
 
+use crate::metrics::{self, MetricsServer, Observed, Published, Snapshot, TunnelTotals, WorkerCounters};
 use crate::state_dir::StateDir;
 use crate::xfrm_source::XfrmSource;
 use crate::{control, privileges, report, RunArgs};
@@ -117,6 +118,33 @@ struct Plane<'s> {
     /// Messages for the keying namespace's kernel, sent once a tick.
     feedback: Vec<u8>,
     last_usage_report: Duration,
+    /// With `--metrics`: tunnels' totals across rekeys and the snapshot
+    /// the metrics thread reads.
+    metrics: Option<PlaneMetrics>,
+}
+
+struct PlaneMetrics {
+    totals: TunnelTotals,
+    snapshot: Arc<Mutex<Arc<Snapshot>>>,
+    last: Option<Duration>,
+}
+
+/// How often worker 0 publishes the metrics' snapshot.
+const METRICS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The tunnel an SA counts for: the control plane's tunnel that uses it,
+/// the CHILD_SA (reqid) of the keying namespace's daemon, or the SA alone.
+fn tunnel_of(tunnels: &[ike_stub::TunnelStatus], sa: &str) -> String {
+    if let Some(t) = tunnels
+        .iter()
+        .find(|t| t.sa_out == sa || t.sa_in == sa || t.retiring.iter().any(|r| r == sa))
+    {
+        return t.name.clone();
+    }
+    if let Some(reqid) = sa.strip_prefix("xfrm-r").and_then(|rest| rest.split('-').next()) {
+        return format!("xfrm-reqid-{reqid}");
+    }
+    sa.to_owned()
 }
 
 /// How often the SAs' counters go to the keying namespace's kernel
@@ -234,6 +262,112 @@ impl Plane<'_> {
             self.plane.handle_timeout(now);
         }
         self.apply(t, links, workers);
+        self.publish_metrics(t.gateway, now);
+    }
+
+    /// Where the metrics thread reads the snapshot (an empty one without
+    /// `--metrics`).
+    fn metrics_snapshot(&self) -> Arc<Mutex<Arc<Snapshot>>> {
+        self.metrics.as_ref().map_or_else(
+            || Arc::new(Mutex::new(Arc::new(Snapshot::default()))),
+            |m| Arc::clone(&m.snapshot),
+        )
+    }
+
+    /// Once a second with `--metrics`: every SA's counters, folded into
+    /// its tunnel's, published for the metrics thread (`try_lock`: a
+    /// scrape in progress delays it to the next tick).
+    fn publish_metrics(&mut self, gateway: &Gateway, now: Duration) {
+        let Some(m) = &mut self.metrics else { return };
+        if m.last
+            .is_some_and(|last| now.saturating_sub(last) < METRICS_INTERVAL)
+        {
+            return;
+        }
+        let Ok(mut slot) = m.snapshot.try_lock() else {
+            return;
+        };
+        m.last = Some(now);
+        let status = self.plane.tunnels(now);
+        let sad = gateway.sad();
+        let sas: Vec<metrics::SaSample> = sad
+            .iter()
+            .map(|(_, sa)| metrics::SaSample {
+                name: sa.name().to_owned(),
+                tunnel: tunnel_of(&status, sa.name()),
+                spi: sa.spi(),
+                inbound: sa.params().direction == spd_sad::SaDirection::Inbound,
+                counters: sa.counters(),
+                idle_seconds: sa.idle(now).as_secs_f64(),
+            })
+            .collect();
+        let totals = m.totals.observe(sas.iter().map(|s| Observed {
+            name: &s.name,
+            tunnel: s.tunnel.clone(),
+            inbound: s.inbound,
+            counters: s.counters,
+        }));
+        let tunnels = totals
+            .into_iter()
+            .map(|(name, totals)| {
+                let plane = status.iter().find(|t| t.name == name);
+                let idle_seconds = sas
+                    .iter()
+                    .filter(|s| s.tunnel == name)
+                    .map(|s| s.idle_seconds)
+                    .reduce(f64::min);
+                metrics::TunnelSample {
+                    state: plane.map(|t| t.state),
+                    generation: plane.map_or(0, |t| t.generation),
+                    rekeys: plane.map_or(0, |t| t.rekeys),
+                    idle_seconds,
+                    totals,
+                    name,
+                }
+            })
+            .collect();
+        let (xfrm, ike_relay) = match &mut self.xfrm {
+            Some((source, mirror)) => {
+                let flat = serde_json::to_value(mirror.counters())
+                    .ok()
+                    .and_then(|v| v.as_object().cloned())
+                    .map(|o| {
+                        o.into_iter()
+                            .filter_map(|(k, v)| v.as_u64().map(|n| (k, n)))
+                            .collect::<BTreeMap<String, u64>>()
+                    });
+                let relay = source
+                    .relay()
+                    .map(|r| [r.counters().to_daemon, r.counters().from_daemon]);
+                (flat, relay)
+            }
+            None => (None, None),
+        };
+        *slot = Arc::new(Snapshot {
+            tunnels,
+            sas,
+            xfrm,
+            ike_relay,
+        });
+    }
+
+    /// An SA about to be removed: its last counts join its tunnel's.
+    fn retire_for_metrics(&mut self, gateway: &Gateway, now: Duration, command: &ike_stub::SaCommand) {
+        let Some(m) = &mut self.metrics else { return };
+        let name = match command {
+            ike_stub::SaCommand::RemoveSa(name) => name,
+            ike_stub::SaCommand::ReplaceSa { old, .. } => old,
+            _ => return,
+        };
+        let Some(sa) = gateway.sad().find(name).and_then(|id| gateway.sad().get(id)) else {
+            return;
+        };
+        m.totals.retire(Observed {
+            name,
+            tunnel: tunnel_of(&self.plane.tunnels(now), name),
+            inbound: sa.params().direction == spd_sad::SaDirection::Inbound,
+            counters: sa.counters(),
+        });
     }
 
     /// A control datagram: the IKE relay's if it is on the daemon's ports
@@ -310,6 +444,7 @@ impl Plane<'_> {
                     ledgered.push((**sa).clone());
                 }
             }
+            self.retire_for_metrics(t.gateway, t.now, &command);
             let fallback = command.clone();
             let copies = match command.apply_first(t.gateway, t.now, workers - 1) {
                 Ok(copies) => copies,
@@ -506,6 +641,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .unwrap_or_else(|| control::default_path(&config.name));
     let control = control::Listener::bind(&control_path, user.as_ref().map(|u| (u.uid, u.gid)))?;
     let _socket_file = control::SocketFile(control_path);
+    let metrics_server = args.metrics.as_deref().map(MetricsServer::bind).transpose()?;
+    let metrics_on = metrics_server.is_some();
     let mut stats_file = match &args.stats {
         Some(path) => {
             Some(std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?)
@@ -623,13 +760,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let requests = control.serve()?;
     // Each worker publishes its counters now and then (not per packet);
     // worker 0 answers the control socket from all of them.
-    let published: Arc<Mutex<Vec<(dataplane::Stats, RunSummary)>>> = Arc::new(Mutex::new(vec![
-        (
-            dataplane::Stats::default(),
-            RunSummary::default()
-        );
-        workers
-    ]));
+    let published: Arc<Published> = Arc::new(Mutex::new(vec![WorkerCounters::default(); workers]));
     let links = Links::new(workers);
     let mut plane = Some(Plane {
         plane: ControlPlane::new(config.clone()),
@@ -645,7 +776,16 @@ pub fn run(args: &RunArgs) -> Result<()> {
         xfrm,
         feedback: Vec::new(),
         last_usage_report: Duration::ZERO,
+        metrics: metrics_on.then(|| PlaneMetrics {
+            totals: TunnelTotals::default(),
+            snapshot: Arc::new(Mutex::new(Arc::new(Snapshot::default()))),
+            last: None,
+        }),
     });
+    let _metrics_thread = match (metrics_server, &plane) {
+        (Some(server), Some(p)) => Some(server.start(Arc::clone(&published), p.metrics_snapshot())?),
+        _ => None,
+    };
     let writer = state.as_ref().map(|state| state.spawn_writer(Arc::clone(&stop)));
     tracing::info!(
         name = %config.name,
@@ -678,6 +818,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             .map(|(index, (gateway, sockets))| {
                 let stop = Arc::clone(&stop);
                 let published = Arc::clone(&published);
+                let with_engine = metrics_on;
                 let requests = requests.clone();
                 let links = &links;
                 let mut plane = if index == 0 { plane.take() } else { None };
@@ -714,9 +855,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
                                 state.nudge();
                             }
                         }
+                        // `try_lock`: a scrape or a status request reading
+                        // them never makes a worker wait.
                         if ticks.is_multiple_of(64) {
-                            if let Ok(mut p) = published.lock() {
-                                p[index] = (*t.gateway.stats(), *t.summary);
+                            if let Ok(mut p) = published.try_lock() {
+                                p[index] = worker_counters(t, with_engine);
                             }
                         }
                         let Some(plane) = plane.as_mut() else {
@@ -732,7 +875,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                                 reply
                             } else {
                                 if let Ok(mut p) = published.lock() {
-                                    p[0] = (*t.gateway.stats(), *t.summary);
+                                    p[0] = worker_counters(t, with_engine);
                                 }
                                 let (total, mut run) = sum(&published);
                                 run.control_overflow += links.reports_dropped.load(Ordering::Relaxed);
@@ -958,16 +1101,30 @@ fn open_sockets(config: &Config, workers: usize, receive: Receive) -> Result<Vec
 }
 
 /// The counters every worker published, added up.
-fn sum(published: &Mutex<Vec<(dataplane::Stats, RunSummary)>>) -> (dataplane::Stats, RunSummary) {
+fn sum(published: &Published) -> (dataplane::Stats, RunSummary) {
     let mut total = dataplane::Stats::default();
     let mut run = RunSummary::default();
     if let Ok(p) = published.lock() {
-        for (stats, summary) in p.iter() {
-            total.add(stats);
-            run.add(summary);
+        for w in p.iter() {
+            total.add(&w.stats);
+            run.add(&w.run);
         }
     }
     (total, run)
+}
+
+/// What a worker publishes: its gateway's and its loop's counters, and
+/// its engine's when the metrics show them (reading those allocates).
+fn worker_counters(t: &Tick<'_>, with_engine: bool) -> WorkerCounters {
+    WorkerCounters {
+        stats: *t.gateway.stats(),
+        run: *t.summary,
+        engine: if with_engine {
+            (&t.gateway.engine_counters()).into()
+        } else {
+            Default::default()
+        },
+    }
 }
 
 /// Tells the service manager (`$NOTIFY_SOCKET`) where the gateway stands; a

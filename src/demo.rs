@@ -29,6 +29,7 @@ use crate::lab::gateways::start_lab;
 use crate::lab::topology::{GW_B_PUBLIC, NAT_PUBLIC};
 use crate::lab::traffic::{flood_check, hosts, ping, ping_once, udp_and_tcp, udp_streams};
 pub use crate::lab::DemoArgs;
+use crate::lab::DemoKeying;
 use crate::report;
 
 /// Makes gwA (process `pid`, reading `config`) reload while traffic flows:
@@ -259,6 +260,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let sa_list = crate::control::ask(&crate::control::default_path("demo-a"), "sa list")
         .map(|doc| crate::report::sa_table(&doc))
         .unwrap_or_else(|e| format!("control socket: {e}\n"));
+    // What the charons see of the traffic: espgw's counts, through their
+    // kernel (NEWAE once a second).
+    let strongswan = args.keying == DemoKeying::Strongswan;
+    let charon_sas = if strongswan {
+        thread::sleep(Duration::from_millis(1500));
+        crate::lab::strongswan::list_sas(&dir)
+    } else {
+        Vec::new()
+    };
     // Stop the gateways so they write their final counters.
     for mut child in std::mem::take(&mut lab.children) {
         // SAFETY: kill(2) on our own child.
@@ -293,6 +303,22 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         args.style,
         args.buffers
     );
+    if strongswan {
+        println!(
+            "  keys  strongSwan's charon in {} and {} (IKEv2, pre-shared key, IKE through espgw's relay), SAs mirrored from their XFRM tables; what charon counts is what espgw told its kernel:",
+            crate::lab::strongswan::KEYING[0],
+            crate::lab::strongswan::KEYING[1]
+        );
+        for (who, listed) in &charon_sas {
+            for line in listed
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.contains("INSTALLED") || l.contains(" bytes,"))
+            {
+                println!("        {who}: {line}");
+            }
+        }
+    }
     if let Some(answered) = first_contact {
         println!(
             "  first ping hostA → hostB, gwB's first packet from gwA: {} (see `nat` below for where gwB sent the reply)",
@@ -418,7 +444,11 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         }
     }
     if let (Some(every), Some(((ab, ba), _))) = (args.rekey_every, &streams) {
-        let rekeys = |s: &report::FinalStats| s.control.as_ref().map_or(0, |c| c.rekeys_completed);
+        // Keyed by charon, a CHILD_SA rekey is a new pair of SAs mirrored.
+        let rekeys = |s: &report::FinalStats| match (&s.xfrm, strongswan) {
+            (Some(x), true) => (x.sas_installed / 2).saturating_sub(1),
+            _ => s.control.as_ref().map_or(0, |c| c.rekeys_completed),
+        };
         // Packets the gateways lost: every drop but the fragmentation-needed
         // refusals, which answer TCP's path-MTU probing with ICMP by design.
         let lost = |s: &report::FinalStats| {

@@ -19,6 +19,7 @@ mod demo;
 mod engine_serve;
 mod ike_relay;
 mod lab;
+mod metrics;
 mod privileges;
 mod report;
 mod soak;
@@ -263,6 +264,10 @@ pub(crate) struct RunArgs {
     /// (overrides [keying] netns; default: espgw's own namespace).
     #[arg(long, value_name = "NAME")]
     keying_netns: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (off unless
+    /// given; a loopback address keeps them on this host).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
     #[command(flatten)]
     accel: AccelArgs,
 }

@@ -212,17 +212,11 @@ pub fn stats_json(gateway: &Gateway) -> Value {
                     "top": window.top(),
                     "received_in_window": window.received_in_window().count(),
                 },
-                "drops": {
-                    "auth_failed": c.auth_failed,
-                    "replay_duplicate": c.replay_duplicate,
-                    "replay_too_old": c.replay_too_old,
-                    "seq_zero": c.seq_zero,
-                    "policy_mismatch": c.policy_mismatch,
-                    "malformed": c.malformed,
-                    "sa_expired": c.expired,
-                    "seq_overflow": c.seq_overflow,
-                    "seq_not_reserved": c.seq_not_reserved,
-                }
+                "drops": c
+                    .drops()
+                    .iter()
+                    .map(|(reason, n)| ((*reason).to_owned(), Value::from(*n)))
+                    .collect::<serde_json::Map<String, Value>>(),
             })
         })
         .collect();
@@ -379,6 +373,13 @@ pub struct FinalStats {
     pub pool: PoolStats,
     pub control: Option<ControlStats>,
     pub offload: OffloadCounters,
+    /// The `xfrm` keying source's counters, when it ran.
+    pub xfrm: Option<XfrmFinal>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct XfrmFinal {
+    pub sas_installed: u64,
 }
 
 #[derive(Debug, Deserialize)]

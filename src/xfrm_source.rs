@@ -13,12 +13,17 @@
 //! and after an overrun (`ENOBUFS`). Subscribing before dumping means
 //! nothing is missed between the two: a notification older than the dump
 //! is applied after it, in order, and changes to the same result. A
-//! resync after an overrun asks for dumps again, which the kernel refuses
-//! once `CAP_NET_ADMIN` is gone (counted as `dump_errors`).
+//! resync after an overrun asks for dumps again (with the `CAP_NET_ADMIN`
+//! that `run` keeps for this source; a refusal counts as `dump_errors`).
+//! A third socket sends what the kernel is told back (counters, volume
+//! expiries, ACQUIRE), from worker 0 between batches, without waiting.
+//! The IKE relay's TUN is created by the same short-lived thread, in the
+//! keying namespace (`crate::ike_relay`).
 //!
 //! Datagrams go to worker 0 as they came, in memory wiped when dropped
 //! (they carry keys); the translation is `ike_stub::xfrm`'s, between
-//! batches. Must not interpret messages beyond finding where a dump ends.
+//! batches. Must not interpret messages beyond finding where a dump ends
+//! and which answers are errors.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -372,7 +372,7 @@ fn hmac_sha256(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    // The figures go to the README through scripts/crypto-table.py; no
+    // The figures go to docs/results.md through scripts/crypto-table.py; no
     // criterion charts (they would need a font when built beside `bench`).
     Criterion::default()
         .without_plots()

@@ -172,6 +172,22 @@ pub struct SaCounters {
 }
 
 impl SaCounters {
+    /// The drops, each under its reason's name (as `espgw stats` and the
+    /// metrics call them).
+    pub fn drops(&self) -> [(&'static str, u64); 9] {
+        [
+            ("auth_failed", self.auth_failed),
+            ("replay_duplicate", self.replay_duplicate),
+            ("replay_too_old", self.replay_too_old),
+            ("seq_zero", self.seq_zero),
+            ("policy_mismatch", self.policy_mismatch),
+            ("malformed", self.malformed),
+            ("sa_expired", self.expired),
+            ("seq_overflow", self.seq_overflow),
+            ("seq_not_reserved", self.seq_not_reserved),
+        ]
+    }
+
     /// Counts an anti-replay refusal under its kind.
     pub fn count_replay(&mut self, e: ReplayError) {
         match e {

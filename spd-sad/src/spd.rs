@@ -41,7 +41,7 @@
 //! 1,000 and 188 ns at 100,000 for a match near the end (4.4x the
 //! 10-policy cost), 126 ns for the default discard; a flow-cache hit is
 //! 9-12 ns at every size and a miss that refills its entry 151 ns at
-//! 100,000 (the run in the README, under load from other work).
+//! 100,000 (docs/results.md, "Scale", under load from other work).
 //! What grows is the number of shapes probed, bounded by the
 //! configuration's prefix-length mix, not by its size. An insert or delete
 //! touches one hash cell (plus O(log n) ordering bookkeeping), which a

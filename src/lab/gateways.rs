@@ -18,10 +18,11 @@ use std::time::Duration;
 use accel::{Algorithm, EngineKind};
 use anyhow::{bail, ensure, Context, Result};
 
+use super::strongswan::KEYING;
 use super::topology::{
     gateway_command, have_tool, is_root, Lab, Names, GW_A6, GW_B6, GW_B_PUBLIC, NAT_INSIDE, NAT_PUBLIC,
 };
-use super::DemoArgs;
+use super::{DemoArgs, DemoKeying};
 
 fn check_prerequisites(nat: bool) -> Result<()> {
     if !is_root() {
@@ -191,6 +192,20 @@ fn edited_demo_config(side: &str, args: &DemoArgs, shipped: &str) -> Result<Stri
         .parse::<toml_edit::DocumentMut>()
         .with_context(|| format!("configs/demo-{side}.toml is not TOML"))?;
     let mut config = Shipped { side, doc };
+    if args.keying == DemoKeying::Strongswan {
+        // The tunnel comes from charon through the keying namespace: the
+        // file keeps its interfaces and routes, and says where to look.
+        ensure!(
+            config.doc.remove("tunnel").is_some(),
+            "configs/demo-{side}.toml has no [[tunnel]] for --keying strongswan to replace"
+        );
+        let mut keying = toml_edit::Table::new();
+        keying["source"] = toml_edit::value("xfrm");
+        let ns = if side == "a" { KEYING[0] } else { KEYING[1] };
+        keying["netns"] = toml_edit::value(ns);
+        config.doc.insert("keying", toml_edit::Item::Table(keying));
+        return Ok(config.doc.to_string());
+    }
     let algorithm = args.algorithm;
     if algorithm != Algorithm::Aes128Gcm16 {
         // The keys come from the exchange: the proposal is all there is.
@@ -295,10 +310,22 @@ fn start_gateway(ns: &str, config: &Path, stats: &Path, log: &Path, args: &DemoA
 /// directory and where gwA and gwB write their final counters.
 pub fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, [PathBuf; 2])> {
     check_prerequisites(args.nat)?;
+    let strongswan = args.keying == DemoKeying::Strongswan;
+    if strongswan {
+        super::strongswan::check(args)?;
+    }
     let dir = demo_work_dir()?;
-    let mut lab = Lab::new(Names::demo(), (!args.keep).then(|| dir.clone()));
+    let mut names = Names::demo();
+    if strongswan {
+        names.keying = KEYING.map(String::from).to_vec();
+    }
+    let mut lab = Lab::new(names, (!args.keep).then(|| dir.clone()));
     eprintln!("building hostA — gwA — gwB — hostB ...");
     lab.build(args.nat, args.ipv6)?;
+    for ns in &lab.names.keying {
+        super::topology::ip(&["netns", "add", ns])?;
+        super::topology::in_ns(ns, &["ip", "link", "set", "lo", "up"])?;
+    }
     let (config_a, config_b) = (demo_config("a", args, &dir)?, demo_config("b", args, &dir)?);
     let (stats_a, stats_b) = (dir.join("gwA.json"), dir.join("gwB.json"));
     let (gw_a, gw_b) = (lab.names.gw_a.clone(), lab.names.gw_b.clone());
@@ -323,7 +350,14 @@ pub fn start_lab(args: &DemoArgs) -> Result<(Lab, PathBuf, [PathBuf; 2])> {
             bail!("gateway {name} exited ({status}):\n{log}");
         }
     }
-    wait_until_connected(&dir)?;
+    if strongswan {
+        eprintln!("starting charon in {} and {} ...", KEYING[0], KEYING[1]);
+        let daemons = super::strongswan::start(args, &dir)?;
+        lab.children.extend(daemons);
+        super::strongswan::wait_until_keyed(&dir)?;
+    } else {
+        wait_until_connected(&dir)?;
+    }
     Ok((lab, dir, [stats_a, stats_b]))
 }
 

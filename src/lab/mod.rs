@@ -22,6 +22,7 @@
 
 pub mod capture;
 pub mod gateways;
+pub mod strongswan;
 pub mod topology;
 pub mod traffic;
 
@@ -139,6 +140,23 @@ pub struct DemoArgs {
     /// packet-too-big errors.
     #[arg(long, conflicts_with_all = ["flood_check", "soak"])]
     pub(crate) ipv6: bool,
+    /// Where the gateways' keys come from: their own exchange, or an
+    /// unmodified strongSwan charon in a keying namespace per gateway
+    /// (`espgw-keyA`, `espgw-keyB`), IKEv2 with a pre-shared key through
+    /// espgw's IKE relay, its SAs mirrored from the kernel's XFRM tables.
+    /// strongSwan needs a kernel with ESP there (CONFIG_INET_ESP); without
+    /// one the demo stops before it changes anything.
+    #[arg(long, value_enum, default_value_t = DemoKeying::Exchange)]
+    pub(crate) keying: DemoKeying,
+}
+
+/// `espgw demo --keying`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoKeying {
+    /// The gateways' own exchange (a `secret` in their configuration).
+    Exchange,
+    /// strongSwan's charon in keying namespaces, mirrored through XFRM.
+    Strongswan,
 }
 
 /// "200kB", "1MB", "64KiB", "5000": a size in bytes.

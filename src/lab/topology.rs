@@ -48,6 +48,9 @@ pub struct Names {
     /// The NAT's namespace, for labs that may have one (made only when
     /// built with `nat`, but always removed: an earlier run's may be left).
     pub nat: Option<String>,
+    /// Keying namespaces (`--keying strongswan`), made by their user and
+    /// removed with the rest, with their `/etc/netns/NAME` files.
+    pub keying: Vec<String>,
 }
 
 impl Names {
@@ -59,6 +62,7 @@ impl Names {
             gw_b: format!("{prefix}-gwB"),
             host_b: format!("{prefix}-hostB"),
             nat: None,
+            keying: Vec::new(),
         }
     }
 
@@ -75,6 +79,7 @@ impl Names {
         [&self.host_a, &self.gw_a, &self.gw_b, &self.host_b]
             .into_iter()
             .chain(&self.nat)
+            .chain(&self.keying)
             .map(String::as_str)
     }
 }
@@ -142,13 +147,17 @@ impl Drop for Lab {
     }
 }
 
-/// Deletes the lab's namespaces (and with them their veth ends).
+/// Deletes the lab's namespaces (and with them their veth ends), and
+/// the keying namespaces' `/etc/netns` files.
 pub fn remove(names: &Names) {
     for ns in names.all() {
         let _ = Command::new("ip")
             .args(["netns", "del", ns])
             .stderr(Stdio::null())
             .status();
+    }
+    for ns in &names.keying {
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{ns}"));
     }
 }
 

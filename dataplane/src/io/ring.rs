@@ -7,7 +7,7 @@
 //!
 //! `TPACKET_V2` rather than V3: a V3 block is handed over only when full or
 //! when its timer (milliseconds) fires, and at an ordinary load that timer
-//! is what a packet waits for (see the README's I/O section); a V2 slot is
+//! is what a packet waits for (docs/results.md, "Packet I/O"); a V2 slot is
 //! the user's as soon as the frame is in it.
 //!
 //! A frame too large for a slot (a GSO super-packet) is still delivered

@@ -830,7 +830,7 @@ impl Engine for SharedEngine {
             // and a server than cores: VMs sharing a host) stalls the
             // very answer it waits for; yielding hands the core over when
             // someone else is runnable, and costs one system call when
-            // not (README, "One engine, many tenants", has the figures).
+            // not (docs/results.md, "The shared engine", has the figures).
             std::thread::yield_now();
         }
         let mut fds = [sys::pollfd(self.sock.as_raw_fd()), sys::pollfd(-1)];

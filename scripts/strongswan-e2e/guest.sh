@@ -339,15 +339,16 @@ EOF
 }
 
 # Both sides of the usual tunnel: key (espgw's, the initiator unless START
-# says otherwise) and far (the responder, which never rekeys on its own so
-# that every rekey is espgw's side's, and times nothing out).
+# says otherwise) and far (the responder, which never rekeys or checks for
+# dead peers on its own, so that every rekey and DPD is espgw's side's, and
+# times nothing out).
 tunnel_conf() {
 	if [ "$MODE" = transport ]; then lts="dynamic[icmp]" rts="dynamic[icmp]"; else lts=10.1.0.0/24 rts=10.2.0.0/24; fi
 	conn_conf key 10.0.0.1 10.0.0.2 "$lts" "$rts"
-	start=$START rekey=$REKEY life=$LIFE rand=$RAND rbytes=$RBYTES lbytes=$LBYTES ike_rekey=$IKE_REKEY
-	START=none REKEY=0 LIFE=0 RAND=0 RBYTES=0 LBYTES=0 IKE_REKEY=0
+	start=$START rekey=$REKEY life=$LIFE rand=$RAND rbytes=$RBYTES lbytes=$LBYTES ike_rekey=$IKE_REKEY dpd=$DPD
+	START=none REKEY=0 LIFE=0 RAND=0 RBYTES=0 LBYTES=0 IKE_REKEY=0 DPD=0
 	conn_conf far 10.0.0.2 10.0.0.1 "$rts" "$lts"
-	START=$start REKEY=$rekey LIFE=$life RAND=$rand RBYTES=$rbytes LBYTES=$lbytes IKE_REKEY=$ike_rekey
+	START=$start REKEY=$rekey LIFE=$life RAND=$rand RBYTES=$rbytes LBYTES=$lbytes IKE_REKEY=$ike_rekey DPD=$dpd
 }
 
 # Whatever the last case left: IKE SAs closed on both sides (espgw then
@@ -618,20 +619,24 @@ case_restart() {
 	START=start
 	tunnel_conf
 	why=$(up 40) || { fail "$why"; return; }
+	r=$(traffic) || { fail "before the restart: $r"; return; }
 	id0=$(ike_id key) c0=$(child_id key)
+	mark=$(gw_sas | grep ' direction=in ' | field sequence_ceiling)
 	gw_stop
 	t=$(now)
 	gw_start || { fail "espgw did not start again: $(tail -3 $D/espgw.log)"; return; }
 	wait_gw_sas 2 15 || { fail "restarted espgw holds $(gw_sas | grep -c direction=) SAs: $(tail -3 $D/espgw.log)"; return; }
 	back=$(since "$t")
-	# The inbound SA resumes its replay window above the ledger's mark (it
+	# The inbound SA resumes its replay window at the ledger's mark (it
 	# cannot know what the earlier run accepted), so the peer's packets up
-	# to that mark are refused as too old: a window's worth of pings first.
-	got=$(nsx lan ping -c 70 -i 0.05 -W 2 10.2.0.1 2>&1 | grep -o '[0-9]* packets received' | cut -d' ' -f1)
-	old=$(gwq stats | tr -d ' \n' | grep -o '"replay_too_old":[0-9]*' | head -1 | cut -d: -f2)
-	r=$(traffic) || { fail "after the restart (${got:-0} of 70 pings answered, ${old:-?} of the peer's packets refused as replay_too_old): $r"; return; }
+	# to that mark are refused as replays: the peer sends past it first.
+	nsx far $H/e2etool udp-send 10.1.0.10 7003 $((${mark:-64} + 20)) 300 64 10.2.0.1 >/dev/null 2>&1
+	drops=$(gwq stats | tr -d ' \n' | grep -o '"drops":{[^}]*}' | head -1)
+	old=$(echo "$drops" | grep -o '"replay_too_old":[0-9]*' | cut -d: -f2)
+	dup=$(echo "$drops" | grep -o '"replay_duplicate":[0-9]*' | cut -d: -f2)
+	r=$(traffic) || { fail "after the restart (inbound mark ${mark:-?}; ${old:-?} refused as too old, ${dup:-?} as duplicates): $r"; return; }
 	[ "$(ike_id key)" = "$id0" ] || { fail "the IKE SA changed (#$id0 -> #$(ike_id key)): it did not live through the restart"; return; }
-	pass "espgw restarted under IKE SA #$id0, CHILD_SA #$c0 (now #$(child_id key)): $(gw_sas | grep -c direction=) SAs back $back s after it was stopped; ${old:-?} of the peer's packets refused as replay_too_old before traffic resumed (${got:-0} of 70 pings answered), then $r"
+	pass "espgw restarted under IKE SA #$id0, CHILD_SA #$c0 (now #$(child_id key)): $(gw_sas | grep -c direction=) SAs back $back s after it was stopped; the peer's next $((${old:-0} + ${dup:-0})) packets refused as replays (${old:-?} too old, ${dup:-?} duplicates: the inbound SA resumes at the ledger's mark ${mark:-?}), then $r"
 }
 
 case_trap() {

@@ -28,7 +28,10 @@
 # its own (ESPGW_VM_DIR, default /var/cache/espgw-vm-libreswan), so that it
 # never swaps the image the other VM scripts use. Needs root. Ends with
 # "strongswan-e2e: N passed, M failed"; exits non-zero on any failure.
-# KEEP=1 keeps the VM running and the work directory.
+# KEEP=1 keeps the VM running and the work directory. E2E_IKE_PATH=veth
+# takes IKE past espgw's relay (a veth from far straight to ns key, by
+# policy routing on far) to tell a relay fault from a data-plane one; the
+# NAT case fails that way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)

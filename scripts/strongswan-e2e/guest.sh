@@ -214,8 +214,6 @@ gw_sas() {
 # field NAME: the value of NAME= in the lines on stdin.
 field() { grep -o " $1=[^ ]*" | cut -d= -f2; }
 
-# A number from espgw's JSON: json_num KEY < json (the first occurrence).
-json_num() { tr -d ' \n' | grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
 
 # ---- IKE daemons --------------------------------------------------------------
 

@@ -214,7 +214,6 @@ gw_sas() {
 # field NAME: the value of NAME= in the lines on stdin.
 field() { grep -o " $1=[^ ]*" | cut -d= -f2; }
 
-
 # ---- IKE daemons --------------------------------------------------------------
 
 # strongswan.conf for NS; ROUTES=no for espgw's side (routes there lead nowhere).

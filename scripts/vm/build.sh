@@ -37,7 +37,7 @@ done
 # Packages copied into the image whole (less documentation); the libraries
 # their programs load come from the dependency closure below, as needed.
 WHOLE="busybox-static iproute2 libstrongswan libstrongswan-standard-plugins libcharon-extra-plugins
-       strongswan-libcharon strongswan-charon strongswan-swanctl"
+       strongswan-libcharon strongswan-charon strongswan-swanctl nftables"
 # libatm1 is only recommended by iproute2, but tc's ATM module needs it.
 # Libraries nothing names as needed but something loads: glibc loads
 # libgcc_s for pthread_cancel (swanctl and charon abort without it), OpenSSL
@@ -53,7 +53,8 @@ xfrm_user esp4 esp6 af_key xfrm_interface ip_vti
 authenc authencesn gcm ghash-generic ghash-clmulni-intel aesni-intel ctr seqiv echainiv
 ccm cmac xcbc des_generic des3_ede-x86_64 sha1-ssse3 sha256-ssse3 sha512-ssse3
 chacha20poly1305 chacha-x86_64 poly1305-x86_64 chacha_generic poly1305_generic
-af_alg algif_aead algif_skcipher algif_hash algif_rng crypto_user drbg"
+af_alg algif_aead algif_skcipher algif_hash algif_rng crypto_user drbg
+nf_tables nft_chain_nat nft_masq bridge"
 
 say() { echo "vm-build: $*"; }
 die() { echo "vm-build: $*" >&2; exit 1; }

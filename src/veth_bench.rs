@@ -190,8 +190,13 @@ pub fn work_dir() -> Result<PathBuf> {
 fn gateway_config(side: &str, dir: &Path, carry: Carry) -> Result<PathBuf> {
     let text = gateway_config_builder(side == "a", carry).to_toml();
     let path = dir.join(format!("bench-{side}.toml"));
-    // The previous row's, in our own directory.
+    // The previous row's, in our own directory; and its sequence ledger:
+    // each row is a fresh pair of gateways. Kept, the ledger would have the
+    // receiver count everything up to its reserved mark as received, which
+    // may lie beyond where the sender resumes (its own reservation), and
+    // the row's first packets would be refused as replays.
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(dir.join(format!("bench-{side}.state")));
     // The file holds keys: owner-only from its creation.
     crate::lab::write_new(&path, &text)?;
     Ok(path)

@@ -91,6 +91,71 @@ impl Drop for Namespace {
     }
 }
 
+/// A gateway's file with the interfaces every test here uses, keyed only
+/// as the command line says.
+fn write_config(dir: &std::path::Path, name: &str) -> PathBuf {
+    let config = dir.join("gw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[gateway]
+name = "{name}"
+[[interface]]
+name = "inside"
+device = "in0"
+address = "10.1.0.1/16"
+[[interface]]
+name = "outside"
+device = "out0"
+address = "192.0.2.1/24"
+"#
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `espgw run --keying xfrm --keying-netns KEYING` in namespace `ns`, one
+/// worker, its control socket at `socket`, then `extra`.
+fn start_gateway(
+    ns: &str,
+    config: &std::path::Path,
+    socket: &std::path::Path,
+    keying: &str,
+    extra: &[&std::ffi::OsStr],
+) -> std::process::Child {
+    Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            env!("CARGO_BIN_EXE_espgw"),
+            "run",
+            "--config",
+        ])
+        .arg(config)
+        .arg("--control")
+        .arg(socket)
+        .args(extra)
+        .args(["--workers", "1", "--keying", "xfrm", "--keying-netns", keying])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting espgw run")
+}
+
+/// `espgw WHAT --socket SOCKET --json`, parsed; `None` until it answers.
+fn ask(socket: &std::path::Path, what: &[&str]) -> Option<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
+        .args(what)
+        .arg("--socket")
+        .arg(socket)
+        .arg("--json")
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
+}
+
 fn policy<'a>(doc: &'a Value, selector: &str) -> Option<&'a Value> {
     doc["policies"]
         .as_array()?
@@ -273,22 +338,7 @@ fn espgw_run_keyed_by_xfrm_mirrors_and_reports() {
         ip(&["-n", RUN_GW, "link", "set", peer, "up"]);
     }
     // The file says nothing of keying: the flags turn it on.
-    let config = dir.join("gw.toml");
-    std::fs::write(
-        &config,
-        r#"[gateway]
-name = "xfrm-run"
-[[interface]]
-name = "inside"
-device = "in0"
-address = "10.1.0.1/16"
-[[interface]]
-name = "outside"
-device = "out0"
-address = "192.0.2.1/24"
-"#,
-    )
-    .unwrap();
+    let config = write_config(&dir, "xfrm-run");
     ip(&[
         "-n",
         RUN_KEYING,
@@ -317,37 +367,14 @@ address = "192.0.2.1/24"
     ]);
     let socket = dir.join("gw.sock");
     let stats = dir.join("final.json");
-    lab.gateway = Some(
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                RUN_GW,
-                env!("CARGO_BIN_EXE_espgw"),
-                "run",
-                "--config",
-            ])
-            .arg(&config)
-            .arg("--control")
-            .arg(&socket)
-            .arg("--stats")
-            .arg(&stats)
-            .args(["--workers", "1", "--keying", "xfrm", "--keying-netns", RUN_KEYING])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting espgw run"),
-    );
-    let query = |what: &[&str]| -> Option<Value> {
-        let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-            .args(what)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--json")
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
-    };
+    lab.gateway = Some(start_gateway(
+        RUN_GW,
+        &config,
+        &socket,
+        RUN_KEYING,
+        &["--stats".as_ref(), stats.as_os_str()],
+    ));
+    let query = |what: &[&str]| ask(&socket, what);
     let started = std::time::Instant::now();
     let mut doc = None;
     while started.elapsed() < Duration::from_secs(30) {
@@ -480,52 +507,10 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
         "mode",
         "tunnel",
     ]);
-    let config = dir.join("gw.toml");
-    std::fs::write(
-        &config,
-        r#"[gateway]
-name = "xfrm-relay"
-[[interface]]
-name = "inside"
-device = "in0"
-address = "10.1.0.1/16"
-[[interface]]
-name = "outside"
-device = "out0"
-address = "192.0.2.1/24"
-"#,
-    )
-    .unwrap();
+    let config = write_config(&dir, "xfrm-relay");
     let socket = dir.join("gw.sock");
-    lab.gateway = Some(
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                GW,
-                env!("CARGO_BIN_EXE_espgw"),
-                "run",
-                "--config",
-            ])
-            .arg(&config)
-            .arg("--control")
-            .arg(&socket)
-            .args(["--workers", "1", "--keying", "xfrm", "--keying-netns", KEYING])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting espgw run"),
-    );
-    let query = || -> Option<Value> {
-        let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-            .arg("stats")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--json")
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
-    };
+    lab.gateway = Some(start_gateway(GW, &config, &socket, KEYING, &[]));
+    let query = || ask(&socket, &["stats"]);
     let wait_for = |what: &str, ok: &dyn Fn(&Value) -> bool| -> Value {
         let started = std::time::Instant::now();
         while started.elapsed() < Duration::from_secs(30) {

@@ -854,9 +854,11 @@ fn each_shape_maps_to_its_sa() {
     assert_eq!(gateway.sad().len(), 4);
 }
 
-/// A gateway whose outside has the addresses of [`US`] and [`US6`].
-fn gateway_with_v6() -> dataplane::Gateway {
-    let text = r#"
+/// A gateway of the inside 10.1.0.1/16 and the outside [`US`] (and
+/// `outside6`, if given), framing `link`, at time 1 s.
+fn gateway(outside6: Option<&str>, link: dataplane::LinkLayer) -> dataplane::Gateway {
+    let mut text = String::from(
+        r#"
 [[interface]]
 name = "inside"
 device = "in0"
@@ -865,18 +867,21 @@ address = "10.1.0.1/16"
 name = "outside"
 device = "out0"
 address = "192.0.2.1/24"
-address6 = "2001:db8::1/64"
-"#;
-    let config = ike_stub::Config::parse(Path::new("xfrm.toml"), text).unwrap();
+"#,
+    );
+    if let Some(address6) = outside6 {
+        text.push_str(&format!("address6 = \"{address6}\"\n"));
+    }
+    let config = ike_stub::Config::parse(Path::new("xfrm.toml"), &text).unwrap();
     let engine = accel::build_engine(&accel::EngineSpec::default()).unwrap();
     config
-        .build_gateway(
-            dataplane::LinkLayer::Ethernet,
-            engine,
-            accel::Style::Async,
-            Duration::from_secs(1),
-        )
+        .build_gateway(link, engine, accel::Style::Async, Duration::from_secs(1))
         .unwrap()
+}
+
+/// A gateway whose outside has the addresses of [`US`] and [`US6`].
+fn gateway_with_v6() -> dataplane::Gateway {
+    gateway(Some("2001:db8::1/64"), dataplane::LinkLayer::Ethernet)
 }
 
 #[test]
@@ -903,22 +908,8 @@ fn a_resync_dump_removes_what_is_gone_and_keeps_what_is_unchanged() {
 /// its SAD, and its policies point at them.
 #[test]
 fn commands_apply_to_a_gateway() {
-    let text = r#"
-[[interface]]
-name = "inside"
-device = "in0"
-address = "10.1.0.1/16"
-[[interface]]
-name = "outside"
-device = "out0"
-address = "192.0.2.1/24"
-"#;
-    let config = ike_stub::Config::parse(Path::new("xfrm.toml"), text).unwrap();
-    let engine = accel::build_engine(&accel::EngineSpec::default()).unwrap();
     let now = Duration::from_secs(1);
-    let mut gateway = config
-        .build_gateway(dataplane::LinkLayer::RawIp, engine, accel::Style::Async, now)
-        .unwrap();
+    let mut gateway = gateway(None, dataplane::LinkLayer::RawIp);
     let (_, commands) = run("built-rekey.nl", true);
     for c in &commands {
         c.apply(&mut gateway, now)

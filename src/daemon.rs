@@ -710,6 +710,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         tracing::info!(
             dir = %state.path().display(),
             sas = reserved,
+            previous_stop = if state.was_settled() { "clean: exact marks" } else { "not clean: reserved marks" },
             "sequence numbers of SAs with static keys resume from the state directory"
         );
     }
@@ -810,6 +811,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut final_plane = None;
     let (inside_device, outside_device) = (config.inside.device.as_str(), config.outside.device.as_str());
     let mut final_mirror = None;
+    let mut panicked = false;
     let results: Vec<std::io::Result<RunSummary>> = std::thread::scope(|scope| {
         let handles: Vec<_> = gateways
             .iter_mut()
@@ -925,7 +927,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     }
                     result
                 }
-                Err(_) => Err(std::io::Error::other("a worker panicked")),
+                Err(_) => {
+                    panicked = true;
+                    Err(std::io::Error::other("a worker panicked"))
+                }
             })
             .collect()
     });
@@ -933,6 +938,30 @@ pub fn run(args: &RunArgs) -> Result<()> {
         // `stop` is set once the workers are done.
         stop.store(true, Ordering::Relaxed);
         let _ = writer.join();
+    }
+    // Every worker has stopped: no copy of an SA can use another number,
+    // so the ledger may hold each SA's exact mark instead of its
+    // reservation's end, and a peer that goes on is not refused after the
+    // next start. Not after a panic, whose SA state is not to be trusted:
+    // the reservations stand then, as after a crash.
+    if let Some(state) = &state {
+        if panicked {
+            tracing::warn!("a worker panicked: the sequence ledger keeps its reservations, as after a crash");
+        } else {
+            for gateway in &mut gateways {
+                gateway.flush_sa_usage();
+            }
+            match state.settle() {
+                Ok(sas) => tracing::info!(
+                    dir = %state.path().display(),
+                    sas,
+                    "sequence ledger settled: the next start resumes where these SAs stopped"
+                ),
+                Err(e) => {
+                    tracing::warn!("{e:#}: the sequence ledger keeps its reservations, as after a crash")
+                }
+            }
+        }
     }
     let mut summary = RunSummary::default();
     for result in results {

@@ -566,6 +566,12 @@ fn pcap(args: &PcapArgs) -> Result<()> {
         }
     }
     .with_context(|| format!("{} -> {}", args.input.display(), args.output.display()))?;
+    if let Some(state) = &state {
+        // The capture is done: the next run resumes exactly where this one
+        // stopped.
+        gateway.flush_sa_usage();
+        state.settle()?;
+    }
     if let (Some(path), Some(verdicts)) = (&args.verdicts, verdicts.as_mut()) {
         verdicts
             .flush()

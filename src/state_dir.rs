@@ -91,6 +91,19 @@ struct Handle {
     direction: SaDirection,
 }
 
+impl Handle {
+    fn progress(&self) -> Option<Progress> {
+        let shared = self.shared.upgrade()?;
+        Some(Progress {
+            used: match self.direction {
+                SaDirection::Outbound => shared.reserved(),
+                SaDirection::Inbound => shared.inbound_seen(),
+            },
+            ceiling: shared.ceiling(),
+        })
+    }
+}
+
 struct Inner {
     ledger: Ledger,
     reservations: Reservations<Handle>,
@@ -108,6 +121,9 @@ pub struct StateDir {
     started: Instant,
     /// `espgw run`'s writer, for [`Self::nudge`].
     writer: OnceLock<std::thread::Thread>,
+    /// Whether the ledger read at the start had been settled by a clean
+    /// stop (for the start's log line).
+    settled_at_open: bool,
 }
 
 fn euid() -> u32 {
@@ -223,6 +239,7 @@ impl StateDir {
             Err(e) => return Err(e).with_context(|| format!("opening {}", file.display())),
         };
         let fresh = ledger.is_empty();
+        let settled_at_open = ledger.is_settled();
         let state = StateDir {
             path: path.to_path_buf(),
             dir,
@@ -234,6 +251,7 @@ impl StateDir {
             writing: Mutex::new(()),
             started: Instant::now(),
             writer: OnceLock::new(),
+            settled_at_open,
         };
         if fresh {
             let text = state.lock().ledger.encode();
@@ -363,16 +381,7 @@ impl StateDir {
         let (text, raises) = {
             let mut inner = self.lock();
             let Inner { ledger, reservations } = &mut *inner;
-            let raises = reservations.plan(ledger, now, |h: &Handle| {
-                let shared = h.shared.upgrade()?;
-                Some(Progress {
-                    used: match h.direction {
-                        SaDirection::Outbound => shared.reserved(),
-                        SaDirection::Inbound => shared.inbound_seen(),
-                    },
-                    ceiling: shared.ceiling(),
-                })
-            });
+            let raises = reservations.plan(ledger, now, Handle::progress);
             if raises.is_empty() {
                 return Ok(0);
             }
@@ -385,6 +394,30 @@ impl StateDir {
             }
         }
         Ok(raises.len())
+    }
+
+    /// On a clean stop: writes each SA's exact mark, so that the next start
+    /// resumes where this one stopped rather than at the end of a
+    /// reservation (a receiver restarted alone would refuse its peer's next
+    /// packets up to there). Call only once every worker has stopped and
+    /// flushed its SAs' usage ([`dataplane::Gateway::flush_sa_usage`]);
+    /// returns how many SAs were settled. On an error the reserved
+    /// ceilings stand, which is safe.
+    pub fn settle(&self) -> Result<usize> {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let (text, settled) = {
+            let mut inner = self.lock();
+            let Inner { ledger, reservations } = &mut *inner;
+            let settled = reservations.settle(ledger, Handle::progress);
+            (ledger.encode(), settled)
+        };
+        self.write(&text)?;
+        Ok(settled)
+    }
+
+    /// Whether the ledger was settled by a clean stop when it was read.
+    pub fn was_settled(&self) -> bool {
+        self.settled_at_open
     }
 
     /// Wakes the writer at once: a worker has packets waiting for a

@@ -5,7 +5,8 @@
 //! repeats; a reload that changes the tunnel but keeps its keys goes on
 //! above both, and not a packet is dropped for want of a reservation
 //! (`seq_not_reserved`); killed again after it, the gateway resumes above
-//! what the reloaded SA sent. The ESP is captured on the veth at the peer's end
+//! what the reloaded SA sent; stopped cleanly (SIGTERM) after that, it
+//! resumes right after the last number it sent. The ESP is captured on the veth at the peer's end
 //! (AF_PACKET);
 //! the peer is a plain namespace that answers ARP and drops the ESP.
 //! Without root or the namespace tools the test shows as ignored (testkit
@@ -45,6 +46,7 @@ const FIRST_RUN: usize = 6000;
 const SECOND_RUN: usize = 1500;
 const AFTER_RELOAD: usize = 6000;
 const THIRD_RUN: usize = 1500;
+const FOURTH_RUN: usize = 1500;
 
 fn enter(ns: &str) {
     let file = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
@@ -304,6 +306,24 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
     let log3 = dir.join("run3.log");
     lab.gateway = Some(start(&config, &state, &log3));
     wait_for(&captured, 4, THIRD_RUN, "the third run", &log3);
+    // Stopped cleanly this time (SIGTERM, as a service manager stops it):
+    // the ledger is settled, and the fourth run goes on right after the
+    // last number the third sent instead of after its reservation.
+    if let Some(mut child) = lab.gateway.take() {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().expect("espgw run exits");
+        assert!(
+            status.success(),
+            "espgw run stopped with {status}:\n{}",
+            std::fs::read_to_string(&log3).unwrap_or_default()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    phase.store(5, Ordering::Release);
+    let log4 = dir.join("run4.log");
+    lab.gateway = Some(start(&config, &state, &log4));
+    wait_for(&captured, 5, FOURTH_RUN, "the fourth run", &log4);
     stop.store(true, Ordering::Relaxed);
     let sent = sender.join().expect("the sender");
     capturer.join().expect("the capture");
@@ -316,7 +336,8 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
             .map(|(_, s)| *s)
             .collect()
     };
-    let (first, second, third, fourth) = (phase_of(1), phase_of(2), phase_of(3), phase_of(4));
+    let (first, second, third, fourth, fifth) =
+        (phase_of(1), phase_of(2), phase_of(3), phase_of(4), phase_of(5));
     let top = first.iter().copied().max().expect("the first run sent");
     let lowest = second.iter().copied().min().expect("the second run sent");
     let logs = format!(
@@ -330,6 +351,7 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
         std::fs::read_to_string(&log1).unwrap_or_default(),
         std::fs::read_to_string(&log2).unwrap_or_default(),
         std::fs::read_to_string(&log3).unwrap_or_default()
+            + &std::fs::read_to_string(&log4).unwrap_or_default()
     );
     assert!(
         top as usize >= FIRST_RUN,
@@ -377,14 +399,42 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
         stats["drops"]["seq_not_reserved"], 0,
         "a packet was dropped for want of a reservation: {stats:#}\n{logs}"
     );
+    // After the clean stop: above everything the third run sent, and
+    // right after it. A restart from reservations skips at least half of
+    // one (`ike_stub::ledger::OUT_FLOOR` / 2 = 2,048); the margin allows
+    // for the capture missing the third run's last packets.
+    let third_top = fourth.iter().copied().max().unwrap_or(0);
+    let fourth_low = fifth.iter().copied().min().expect("the fourth run sent");
+    assert!(
+        fourth_low > third_top,
+        "the fourth run sent {fourth_low}, which the third may have sent (it reached {third_top}): {logs}"
+    );
+    assert!(
+        fourth_low - third_top < 1024,
+        "after a clean stop the fourth run skipped from {third_top} to {fourth_low}: {logs}"
+    );
+    for (log, says) in [
+        (&log3, "sequence ledger settled"),
+        (&log4, "previous_stop=\"clean: exact marks\""),
+        (&log2, "previous_stop=\"not clean: reserved marks\""),
+    ] {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            text.contains(says),
+            "{} does not say `{says}`:\n{text}",
+            log.display()
+        );
+    }
     eprintln!(
         "first run: {} ESP packets, up to {top}; killed; second run: {} packets, from {lowest}; \
-         reloaded, {} more, up to {before}; killed; third run: {} packets, from {}",
+         reloaded, {} more, up to {before}; killed; third run: {} packets, from {}, up to {third_top}; \
+         stopped cleanly; fourth run: {} packets, from {fourth_low}",
         first.len(),
         second.len(),
         third.len(),
         fourth.len(),
-        fourth.iter().min().unwrap_or(&0)
+        fourth.iter().min().unwrap_or(&0),
+        fifth.len(),
     );
     drop(lab);
 }

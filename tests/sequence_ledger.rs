@@ -1,7 +1,8 @@
 //! Static keys across restarts, offline (`espgw pcap`): with a state
 //! directory no (SPI, sequence number) is sent twice under one key, and a
 //! restarted receiver refuses what it accepted before while taking what
-//! the restarted sender sends; without one, AEAD proposals with static
+//! the restarted sender sends, and after a clean stop a receiver restarted
+//! alone takes what its sender sends next; without one, AEAD proposals with static
 //! keys are refused, saying why and what to do.
 
 use std::collections::HashSet;
@@ -159,10 +160,14 @@ fn two_runs_of_one_config_never_send_a_sequence_number_twice() {
 /// The receiving side restarted (a second `pcap` run with its state
 /// directory) over what it accepted before followed by what the restarted
 /// sender sent: the old ESP is refused as a replay, the new is delivered,
-/// all of it, though it starts above the receiver's ceiling (it waits for
-/// the reservation, in line).
+/// all of it, though the sender's packets before it were lost on the way
+/// and it lies beyond the receiver's first reservation (it waits for the
+/// next, in line).
 #[test]
 fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
+    // The receiver is given the last 25 of them: more than its first
+    // reservation (`ike_stub::ledger::IN_FLOOR`, 64) beyond its mark.
+    const SENT: usize = 200;
     let dir = common::Scratch::new("espgw-ledger", "receiver");
     let (state_a, state_b) = (
         common::fresh_state_dir(&dir, "state-a"),
@@ -171,7 +176,7 @@ fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
     let (site_a, site_b) = (repo("configs/site-a.toml"), repo("configs/site-b.toml"));
     let (in1, in2) = (dir.join("in1.pcap"), dir.join("in2.pcap"));
     write_pcap(&in1, &plaintext(25, 1));
-    write_pcap(&in2, &plaintext(25, 101));
+    write_pcap(&in2, &plaintext(SENT, 101));
     let (esp1, esp2) = (dir.join("esp1.pcap"), dir.join("esp2.pcap"));
     ok(pcap(&site_a, "inside", Some(&state_a), &in1, &esp1, &[]));
     let s1 = dir.join("b1.json");
@@ -188,7 +193,7 @@ fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
     // the sender's new packets.
     ok(pcap(&site_a, "inside", Some(&state_a), &in2, &esp2, &[]));
     let mut replayed = read_pcap(&esp1);
-    replayed.extend(read_pcap(&esp2));
+    replayed.extend(read_pcap(&esp2).split_off(SENT - 25));
     let mixed = dir.join("mixed.pcap");
     write_pcap(&mixed, &replayed);
     let (s2, v2) = (dir.join("b2.json"), dir.join("b2.jsonl"));
@@ -227,7 +232,7 @@ fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
     assert_eq!(b2["drops"]["seq_not_reserved"], 0, "{b2:#}");
     assert!(
         b2["seq_awaited"].as_u64().unwrap() > 0,
-        "the sender resumed above the receiver's ceiling: {b2:#}"
+        "the sender's packets lay beyond the receiver's first reservation: {b2:#}"
     );
     // And once more, after another restart: all of it is old now.
     let s3 = dir.join("b3.json");
@@ -241,6 +246,69 @@ fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
     ));
     let b3 = stats(&s3);
     assert_eq!(b3["decapsulated"], 0, "{b3:#}");
+}
+
+/// The receiver alone restarted, its sender going on (a peer that did
+/// not restart, as an IKE daemon's peer does not when espgw restarts
+/// under it): after a clean stop the receiver resumes exactly where it
+/// stopped, so it takes every packet its sender sends next and still
+/// refuses the ones it took before. It used to resume at its
+/// reservation's end and refuse the sender's next packets up to there as
+/// replays.
+#[test]
+fn a_receiver_restarted_alone_after_a_clean_stop_takes_what_its_sender_sends_next() {
+    let dir = common::Scratch::new("espgw-ledger", "alone");
+    let (state_a, state_b) = (
+        common::fresh_state_dir(&dir, "state-a"),
+        common::fresh_state_dir(&dir, "state-b"),
+    );
+    let (site_a, site_b) = (repo("configs/site-a.toml"), repo("configs/site-b.toml"));
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &plaintext(50, 1));
+    let esp = dir.join("esp.pcap");
+    ok(pcap(&site_a, "inside", Some(&state_a), &input, &esp, &[]));
+    let frames = read_pcap(&esp);
+    assert_eq!(frames.len(), 50);
+    let (before, after) = frames.split_at(25);
+    let (esp1, esp2) = (dir.join("esp1.pcap"), dir.join("esp2.pcap"));
+    write_pcap(&esp1, before);
+    // The receiver's second run also meets a replay of what it took in
+    // its first.
+    let mut second: Vec<Vec<u8>> = before[20..].to_vec();
+    second.extend_from_slice(after);
+    write_pcap(&esp2, &second);
+    let (s1, s2) = (dir.join("b1.json"), dir.join("b2.json"));
+    ok(pcap(
+        &site_b,
+        "outside",
+        Some(&state_b),
+        &esp1,
+        &dir.join("out1.pcap"),
+        &["--stats", s1.to_str().unwrap()],
+    ));
+    assert_eq!(stats(&s1)["decapsulated"], 25);
+    let ledger = std::fs::read_to_string(state_b.join("ledger")).unwrap();
+    assert!(
+        ledger.contains("\nsettled\n"),
+        "a clean stop settles the ledger: {ledger}"
+    );
+    ok(pcap(
+        &site_b,
+        "outside",
+        Some(&state_b),
+        &esp2,
+        &dir.join("out2.pcap"),
+        &["--stats", s2.to_str().unwrap()],
+    ));
+    let b2 = stats(&s2);
+    assert_eq!(
+        b2["decapsulated"], 25,
+        "after a clean stop the receiver takes all its sender sends next: {b2:#}"
+    );
+    let drops = &b2["drops"];
+    let replays =
+        drops["replay_duplicate"].as_u64().unwrap_or(0) + drops["replay_too_old"].as_u64().unwrap_or(0);
+    assert_eq!(replays, 5, "only the 5 replayed packets are refused: {b2:#}");
 }
 
 /// Site A's config with devices that do not exist, so that a build that

@@ -11,6 +11,12 @@
 //! at the next start the SA resumes above it (outbound: the counter goes
 //! on after it; inbound: everything up to it counts as received).
 //!
+//! A ceiling is ahead of what the SA used, so a receiver restarted alone
+//! would refuse its peer's next packets up to it. A clean stop therefore
+//! *settles* the ledger: once no copy of any SA can use another number,
+//! each tracked SA's ceiling comes down to the exact number it reached,
+//! and the file says so. After a crash the reserved ceilings stand.
+//!
 //! Sans-IO: the fingerprints entries are keyed by, the file's text form
 //! (encoded and decoded here; the driver reads, writes and syncs it), and
 //! [`Reservations`], which says which SA's ceiling must go how far, from
@@ -135,7 +141,14 @@ struct Entry {
 pub struct Ledger {
     salt: Salt,
     entries: BTreeMap<Fingerprint, Entry>,
+    /// Whether the tracked SAs' ceilings are the exact numbers they reached
+    /// when their process stopped cleanly ([`Reservations::settle`]);
+    /// cleared by the first raise after it.
+    settled: bool,
 }
+
+/// The line that marks a settled ledger, just before its checksum.
+const SETTLED: &str = "settled";
 
 /// Whether `sa` needs an entry: keys from the file or from the kernel's
 /// XFRM SAD (which an IKE daemon keeps across espgw's restarts), and,
@@ -151,7 +164,15 @@ impl Ledger {
         Ledger {
             salt,
             entries: BTreeMap::new(),
+            settled: false,
         }
+    }
+
+    /// Whether the process that wrote the ledger stopped cleanly after
+    /// settling it: the SAs it tracked resume exactly where they stopped,
+    /// not at a reservation's end.
+    pub fn is_settled(&self) -> bool {
+        self.settled
     }
 
     /// The fingerprint of `sa`'s keying. The algorithm is left out on
@@ -192,6 +213,7 @@ impl Ledger {
         });
         let moved = to > entry.ceiling;
         entry.ceiling = entry.ceiling.max(to);
+        self.settled &= !moved;
         moved
     }
 
@@ -212,6 +234,10 @@ impl Ledger {
         for (fingerprint, entry) in &self.entries {
             let direction: &str = entry.direction.into();
             text.push_str(&format!("{direction} {fingerprint} {}\n", entry.ceiling));
+        }
+        if self.settled {
+            text.push_str(SETTLED);
+            text.push('\n');
         }
         let sum = Sha256::digest(text.as_bytes());
         text.push_str(&format!("sha256 {}\n", hex::encode(sum)));
@@ -254,7 +280,18 @@ impl Ledger {
             None => return Err(bad(2, "no salt")),
         };
         let mut ledger = Ledger::new(salt);
+        let mut settled = false;
         for (i, line) in lines {
+            if settled {
+                return Err(bad(
+                    i + 1,
+                    "a line after `settled`, which must be the last before the checksum",
+                ));
+            }
+            if line == SETTLED {
+                settled = true;
+                continue;
+            }
             let fields: Vec<&str> = line.split(' ').collect();
             let [direction, fingerprint, ceiling] = fields[..] else {
                 return Err(bad(i + 1, "expected a direction, a fingerprint and a ceiling"));
@@ -274,6 +311,7 @@ impl Ledger {
             }
             ledger.raise(fingerprint, direction, ceiling);
         }
+        ledger.settled = settled;
         Ok(ledger)
     }
 }
@@ -375,6 +413,9 @@ pub struct Reservations<H> {
 struct Tracked<H> {
     fingerprint: Fingerprint,
     direction: SaDirection,
+    /// The mark the SA resumed above: it never settles below it, whatever
+    /// its handle says before the SA's first flush.
+    start: u64,
     reservation: Reservation,
     handle: H,
 }
@@ -404,6 +445,7 @@ impl<H: Clone> Reservations<H> {
         self.tracked.push(Tracked {
             fingerprint,
             direction: sa.params.direction,
+            start: sa.ledger_mark.unwrap_or(0),
             reservation: Reservation::new(sa.params.direction, sa.params.esn),
             handle,
         });
@@ -451,6 +493,33 @@ impl<H: Clone> Reservations<H> {
             true
         });
         raises
+    }
+
+    /// Brings each tracked SA's ceiling in `ledger` down to the number it
+    /// reached, read through `progress` (`None`: the SA is gone, and its
+    /// reserved ceiling stands), and marks the ledger settled. Only for a
+    /// clean stop: call it once no copy of any tracked SA can use another
+    /// number (every worker has stopped and flushed its usage), and write
+    /// the ledger before exiting. Never below the mark an SA resumed
+    /// above, so an SA that was replaced by a reload (whose copies stayed
+    /// at or below that mark) is covered too.
+    pub fn settle(&mut self, ledger: &mut Ledger, progress: impl Fn(&H) -> Option<Progress>) -> usize {
+        let mut settled = 0;
+        for t in &self.tracked {
+            let Some(p) = progress(&t.handle) else {
+                continue;
+            };
+            let exact = p.used.max(t.start);
+            if let Some(entry) = ledger.entries.get_mut(&t.fingerprint) {
+                entry.ceiling = exact;
+            } else {
+                ledger.raise(t.fingerprint, t.direction, exact);
+            }
+            settled += 1;
+        }
+        self.tracked.clear();
+        ledger.settled = true;
+        settled
     }
 }
 
@@ -694,5 +763,87 @@ mod tests {
         );
         assert!(r.plan(&mut l, Duration::from_millis(8), read).is_empty());
         assert_eq!(l.ceiling(&l.fingerprint(&out)), mark);
+    }
+
+    /// A clean stop settles: each tracked SA's ceiling comes down to the
+    /// number it reached (never below the mark it resumed above), a gone
+    /// SA keeps its reservation, the file says so and reads back settled,
+    /// and the next raise (the next start's first reservation) unsettles.
+    #[test]
+    fn a_clean_stop_settles_ceilings_to_the_numbers_reached() {
+        use std::collections::HashMap;
+        let mut l = ledger();
+        let out = sa(SaDirection::Outbound, 0x1001, 1);
+        let inn = SaConfig {
+            ledger_mark: Some(500),
+            ..sa(SaDirection::Inbound, 0x1002, 2)
+        };
+        let gone = sa(SaDirection::Inbound, 0x1003, 3);
+        let mut state: HashMap<u32, Progress> = HashMap::new();
+        let mut r: Reservations<u32> = Reservations::default();
+        for (handle, sa) in [(1, &out), (2, &inn), (3, &gone)] {
+            r.track(&l, sa, handle);
+            state.insert(handle, Progress { used: 0, ceiling: 0 });
+        }
+        l.raise(l.fingerprint(&inn), SaDirection::Inbound, 500);
+        state.insert(
+            2,
+            Progress {
+                used: 500,
+                ceiling: 500,
+            },
+        );
+        r.plan(&mut l, Duration::ZERO, |h| state.get(h).copied());
+        assert!(!l.is_settled());
+        assert_eq!(l.ceiling(&l.fingerprint(&inn)), 500 + IN_FLOOR);
+        // The outbound SA sent 1,234; the inbound one has not flushed a
+        // number yet (its copies resumed above 500); the third is gone.
+        state.insert(
+            1,
+            Progress {
+                used: 1234,
+                ceiling: OUT_FLOOR,
+            },
+        );
+        state.insert(
+            2,
+            Progress {
+                used: 0,
+                ceiling: 500 + IN_FLOOR,
+            },
+        );
+        state.remove(&3);
+        assert_eq!(r.settle(&mut l, |h| state.get(h).copied()), 2);
+        assert!(l.is_settled() && r.is_empty());
+        assert_eq!(l.ceiling(&l.fingerprint(&out)), 1234);
+        assert_eq!(
+            l.ceiling(&l.fingerprint(&inn)),
+            500,
+            "never below its resume point"
+        );
+        assert_eq!(
+            l.ceiling(&l.fingerprint(&gone)),
+            IN_FLOOR,
+            "a gone SA's reservation stands"
+        );
+        let text = l.encode();
+        assert!(text.contains("\nsettled\nsha256 "), "{text}");
+        let back = Ledger::decode(&text).unwrap();
+        assert_eq!(back, l);
+        // The next start's first reservation unsettles it.
+        let mut next = back;
+        assert!(next.raise(next.fingerprint(&out), SaDirection::Outbound, 1234 + OUT_FLOOR));
+        assert!(!next.is_settled() && !next.encode().contains("settled"));
+        // `settled` anywhere but last is refused.
+        let body = format!(
+            "{MAGIC}\nsalt {}\nsettled\nout {} 5\n",
+            "07".repeat(SALT_LEN),
+            "ab".repeat(32)
+        );
+        let forged = format!("{body}sha256 {}\n", hex::encode(Sha256::digest(body.as_bytes())));
+        assert!(matches!(
+            Ledger::decode(&forged),
+            Err(LedgerError::Line { line: 4, .. })
+        ));
     }
 }

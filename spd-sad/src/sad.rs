@@ -1317,6 +1317,18 @@ impl<C> Sad<C> {
     }
 
     /// Every SA, to change (their crypto state; the indexes stay as they are).
+    /// Adds every SA's unflushed usage, and how far it got, to the state
+    /// its copies share: for a driver that has stopped this copy's worker
+    /// and reads the shared state last (a clean stop's exact sequence
+    /// marks).
+    pub fn flush_all_usage(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(sa) = slot.sa.as_mut() {
+                sa.flush_usage();
+            }
+        }
+    }
+
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (SaId, &mut SecurityAssociation<C>)> {
         self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
             let generation = s.generation;

@@ -384,6 +384,13 @@ impl Gateway {
         &mut self.sad
     }
 
+    /// Adds this worker's unflushed SA usage to the state the workers
+    /// share. For a driver whose workers have stopped: what the shared
+    /// state says then is final (see [`Sad::flush_all_usage`]).
+    pub fn flush_sa_usage(&mut self) {
+        self.sad.flush_all_usage();
+    }
+
     pub fn interface(&self, port: Port) -> &Interface {
         &self.interfaces[port.index()]
     }

@@ -424,6 +424,14 @@ impl Plane<'_> {
         self.plane.take_commands(&mut commands);
         let from_plane = commands.len();
         if let Some((_, mirror)) = &mut self.xfrm {
+            // The ledger forgets the keys a rekey replaced before the
+            // commands install anything (an SA of this batch may take a
+            // name that one had).
+            let mut superseded = Vec::new();
+            mirror.take_superseded(&mut superseded);
+            if let (Some(state), false) = (&self.state, superseded.is_empty()) {
+                state.forget(&superseded);
+            }
             mirror.take_commands(&mut commands);
         }
         let changed = !commands.is_empty();

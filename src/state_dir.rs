@@ -89,6 +89,8 @@ pub fn without_state_dir(config: &Config, command: &str) -> Result<Option<String
 struct Handle {
     shared: Weak<SaShared>,
     direction: SaDirection,
+    /// The SA's name in the gateways, for [`StateDir::forget`].
+    name: String,
 }
 
 impl Handle {
@@ -107,6 +109,9 @@ impl Handle {
 struct Inner {
     ledger: Ledger,
     reservations: Reservations<Handle>,
+    /// Entries were forgotten since the last write: the next round writes
+    /// even if it raises nothing.
+    forgotten: bool,
 }
 
 /// An open state directory, locked for this process.
@@ -247,6 +252,7 @@ impl StateDir {
             inner: Mutex::new(Inner {
                 ledger,
                 reservations: Reservations::default(),
+                forgotten: false,
             }),
             writing: Mutex::new(()),
             started: Instant::now(),
@@ -340,7 +346,9 @@ impl StateDir {
     /// so that it stays at or below the mark.
     pub fn prepare(&self, sas: &mut [SaConfig]) {
         let mut inner = self.lock();
-        let Inner { ledger, reservations } = &mut *inner;
+        let Inner {
+            ledger, reservations, ..
+        } = &mut *inner;
         for sa in sas.iter_mut().filter(|s| needs_entry(s)) {
             reservations.retire(ledger, sa);
             sa.ledger_mark = Some(ledger.ceiling(&ledger.fingerprint(sa)));
@@ -351,7 +359,9 @@ impl StateDir {
     /// [`Self::prepare`]) installed in `gateway`.
     pub fn attach(&self, gateway: &Gateway, sas: &[SaConfig]) {
         let mut inner = self.lock();
-        let Inner { ledger, reservations } = &mut *inner;
+        let Inner {
+            ledger, reservations, ..
+        } = &mut *inner;
         for sa in sas.iter().filter(|s| s.ledger_mark.is_some()) {
             let Some(installed) = gateway
                 .sad()
@@ -363,6 +373,7 @@ impl StateDir {
             let handle = Handle {
                 shared: Arc::downgrade(installed.shared()),
                 direction: sa.params.direction,
+                name: sa.params.name.clone(),
             };
             reservations.track(ledger, sa, handle);
         }
@@ -380,11 +391,16 @@ impl StateDir {
         let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let (text, raises) = {
             let mut inner = self.lock();
-            let Inner { ledger, reservations } = &mut *inner;
+            let Inner {
+                ledger,
+                reservations,
+                forgotten,
+            } = &mut *inner;
             let raises = reservations.plan(ledger, now, Handle::progress);
-            if raises.is_empty() {
+            if raises.is_empty() && !*forgotten {
                 return Ok(0);
             }
+            *forgotten = false;
             (ledger.encode(), raises)
         };
         self.write(&text)?;
@@ -407,12 +423,30 @@ impl StateDir {
         let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let (text, settled) = {
             let mut inner = self.lock();
-            let Inner { ledger, reservations } = &mut *inner;
+            let Inner {
+                ledger, reservations, ..
+            } = &mut *inner;
             let settled = reservations.settle(ledger, Handle::progress);
             (ledger.encode(), settled)
         };
         self.write(&text)?;
         Ok(settled)
+    }
+
+    /// Forgets the entries of the SAs named `names` (the mirror's SAs that
+    /// a rekey replaced and the daemon deleted: their keys never come
+    /// back), so that the ledger does not grow by every rekey. The file is
+    /// written at the writer's next round. Returns how many were tracked.
+    pub fn forget(&self, names: &[String]) -> usize {
+        let mut inner = self.lock();
+        let Inner {
+            ledger,
+            reservations,
+            forgotten,
+        } = &mut *inner;
+        let n = reservations.forget(ledger, |h: &Handle| names.contains(&h.name));
+        *forgotten |= n > 0;
+        n
     }
 
     /// Whether the ledger was settled by a clean stop when it was read.

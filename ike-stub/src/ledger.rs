@@ -217,6 +217,14 @@ impl Ledger {
         moved
     }
 
+    /// Forgets `fingerprint`'s entry: for a key that can never be used
+    /// again (an IKE daemon's SA replaced by its rekey and deleted), so
+    /// that the file does not grow by every rekey. Returns whether there
+    /// was one.
+    pub fn forget(&mut self, fingerprint: &Fingerprint) -> bool {
+        self.entries.remove(fingerprint).is_some()
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -458,6 +466,22 @@ impl<H: Clone> Reservations<H> {
     pub fn retire(&mut self, ledger: &Ledger, sa: &SaConfig) {
         let fingerprint = ledger.fingerprint(sa);
         self.tracked.retain(|t| t.fingerprint != fingerprint);
+    }
+
+    /// Stops keeping the ceilings of the SAs whose handles `which` picks,
+    /// and forgets their entries in `ledger`: only for keys that will
+    /// never be installed again. Returns how many were forgotten.
+    pub fn forget(&mut self, ledger: &mut Ledger, which: impl Fn(&H) -> bool) -> usize {
+        let before = self.tracked.len();
+        self.tracked.retain(|t| {
+            if which(&t.handle) {
+                ledger.forget(&t.fingerprint);
+                false
+            } else {
+                true
+            }
+        });
+        before - self.tracked.len()
     }
 
     pub fn len(&self) -> usize {
@@ -845,5 +869,27 @@ mod tests {
             Ledger::decode(&forged),
             Err(LedgerError::Line { line: 4, .. })
         ));
+    }
+
+    /// Forgetting: the picked SAs are tracked no more and their entries
+    /// leave the ledger (and the file); the others stay as they were.
+    #[test]
+    fn forgotten_keys_leave_the_ledger() {
+        let mut l = ledger();
+        let old = sa(SaDirection::Outbound, 0x1001, 1);
+        let new = sa(SaDirection::Outbound, 0x1002, 2);
+        let mut r: Reservations<u32> = Reservations::default();
+        r.track(&l, &old, 1);
+        r.track(&l, &new, 2);
+        let zero = Progress { used: 0, ceiling: 0 };
+        r.plan(&mut l, Duration::ZERO, |_| Some(zero));
+        assert_eq!(l.len(), 2);
+        assert_eq!(r.forget(&mut l, |h| *h == 1), 1);
+        assert_eq!((l.len(), r.len()), (1, 1));
+        assert_eq!(l.ceiling(&l.fingerprint(&old)), 0);
+        assert_eq!(l.ceiling(&l.fingerprint(&new)), OUT_FLOOR);
+        let text = l.encode();
+        assert!(!text.contains(&l.fingerprint(&old).to_string()), "{text}");
+        assert_eq!(r.forget(&mut l, |h| *h == 1), 0, "forgotten once");
     }
 }

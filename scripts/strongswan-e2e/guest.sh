@@ -532,10 +532,14 @@ case_counters() {
 
 # rekey_case KIND SECONDS AT_LEAST: a numbered UDP stream each way across
 # CHILD_SA rekeys, all started by espgw's side.
+# The sequence ledger's entries (one per key it keeps a mark for).
+ledger_entries() { grep -c -E '^(in|out) ' $D/state/ledger; }
+
 rekey_case() {
 	tunnel_conf
 	why=$(up 40) || { fail "$why"; return; }
 	id0=$(child_id key)
+	l0=$(ledger_entries)
 	r=$(stream "$2" 100 400)
 	ok=$?
 	id1=$(child_id key)
@@ -543,7 +547,11 @@ rekey_case() {
 	echo "$n" >$D/rekeys-$1
 	[ $ok = 0 ] || { fail "$r (with $n rekeys by $1)"; return; }
 	[ "$n" -ge "$3" ] || { fail "$n CHILD_SA rekeys by $1 in $2 s, not $3: $r"; return; }
-	pass "$n CHILD_SA rekeys by $1 in $2 s (CHILD_SA #$id0 -> #$id1); $r"
+	# Each rekey adds two keys and deletes two that a rekey replaced,
+	# whose entries go; the last rekey's old inbound SA may still live.
+	l1=$(ledger_entries)
+	[ $((l1 - l0)) -le 2 ] || { fail "the sequence ledger grew from $l0 to $l1 entries over $n rekeys: the keys they replaced were not forgotten"; return; }
+	pass "$n CHILD_SA rekeys by $1 in $2 s (CHILD_SA #$id0 -> #$id1); $r; sequence ledger $l0 -> $l1 entries ($(xfrm_stat sas_superseded) superseded SAs forgotten)"
 }
 case_rekey_time() {
 	conf_defaults

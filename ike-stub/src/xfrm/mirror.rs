@@ -86,6 +86,9 @@ pub struct MirrorCounters {
     /// SAs changed in place (`XFRM_MSG_UPDSA`), keeping their counters.
     pub sas_replaced: u64,
     pub sas_removed: u64,
+    /// Of those, the ones a rekey had replaced: their keys are gone for
+    /// good, and so are their sequence ledger entries.
+    pub sas_superseded: u64,
     /// Inbound SAs taken out because no policy names them any more.
     pub sas_retired: u64,
     pub sas_refused: u64,
@@ -257,6 +260,8 @@ pub struct XfrmMirror {
     refused_policies: BTreeMap<PolicyKey, (Refusal, u64)>,
     /// SAs to take out once the policies using them have moved.
     doomed: Vec<String>,
+    /// Removed SAs that a rekey had replaced: see [`Self::take_superseded`].
+    superseded: Vec<String>,
     commands: Vec<SaCommand>,
     counters: MirrorCounters,
     /// The dump in progress, with its generation.
@@ -281,6 +286,7 @@ impl XfrmMirror {
             policies: BTreeMap::new(),
             refused_policies: BTreeMap::new(),
             doomed: Vec::new(),
+            superseded: Vec::new(),
             commands: Vec::new(),
             counters: MirrorCounters::default(),
             dump: None,
@@ -747,9 +753,33 @@ impl XfrmMirror {
         if let Some(sa) = self.sas.remove(&key) {
             self.counters.sas_removed += 1;
             if sa.state == SaState::Installed {
+                // A rekey installs the new SA of a reqid and direction,
+                // with new keys, before the daemon deletes the old one.
+                let replaced = sa.reqid != 0
+                    && self.sas.values().any(|o| {
+                        o.reqid == sa.reqid
+                            && o.direction == sa.direction
+                            && o.state == SaState::Installed
+                            && o.shape.keys != sa.shape.keys
+                    });
+                if replaced {
+                    self.counters.sas_superseded += 1;
+                    self.superseded.push(sa.name.clone());
+                }
                 self.doomed.push(sa.name);
             }
         }
+    }
+
+    /// Moves to `into` the names of the SAs removed since the last call
+    /// that a rekey had replaced (another SA of their reqid and direction,
+    /// with other keys, was installed when the kernel deleted them): keys
+    /// an IKE daemon never installs again, whose sequence ledger entries
+    /// can go. An SA deleted with no successor (a teardown, or a manual
+    /// `ip xfrm state delete`, whose keys may be added again) is not
+    /// listed. Take them before applying the commands queued with them.
+    pub fn take_superseded(&mut self, into: &mut Vec<String>) {
+        into.append(&mut self.superseded);
     }
 
     fn handle_policy(&mut self, info: &netlink_packet_xfrm::UserPolicyInfo, attrs: &[XfrmAttrs]) {

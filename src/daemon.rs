@@ -496,7 +496,7 @@ impl Plane<'_> {
         let ready = links.applied_everywhere();
         while self.pending.front().is_some_and(|d| d.after_commands <= ready) {
             let Some(d) = self.pending.pop_front() else { break };
-            if let Err(e) = t.send_datagram(d.ports, d.to, &d.payload) {
+            if let Err(e) = t.send_datagram(d.ports, d.to.into(), &d.payload) {
                 tracing::warn!(to = %d.to, "control message not sent: {e}");
             }
         }
@@ -664,7 +664,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
         ike_stub::Keying::Xfrm { netns } => {
             // The relay's TUN goes into the keying namespace; without one
             // the daemon shares espgw's namespace and its interfaces.
-            let relay = netns.is_some().then_some(config.outside.address);
+            let relay = netns.is_some().then_some(ike_stub::xfrm::relay::Outside {
+                v4: config.outside.address,
+                v6: config.outside.address6.map(|(address, _)| address),
+            });
             let opened = XfrmSource::open(netns.as_deref(), relay).with_context(|| {
                 format!(
                     "the xfrm keying source (namespace {})",

@@ -13,27 +13,31 @@
 //! - From the outside: UDP to the IKE port and IKE behind the non-ESP
 //!   marker on the NAT-T port reach worker 0 as control datagrams (the
 //!   gateway's classification), and are written into the TUN as the IPv4
-//!   packets they came as, the peer's address and port intact (the daemon
-//!   needs them for NAT detection).
+//!   or IPv6 packets they came as, the peer's address and port intact (the
+//!   daemon needs them for NAT detection).
 //! - From the daemon: what the TUN gives is sent out of the outside
 //!   interface by the gateway (`Gateway::send_datagram`, the normal route
 //!   and ARP), if `ike_stub::xfrm::relay::from_daemon` lets it: UDP from
 //!   the outside address and the daemon's ports, not a fragment.
 //!
+//! Over IPv6 the same, when the outside interface has an `address6`: the
+//! TUN holds it as a /128 (without duplicate address detection, which
+//! would keep the daemon from binding it for a second or two) with the
+//! default IPv6 route.
+//!
 //! Owns the TUN and the relay's counters; the decisions are
 //! `ike_stub::xfrm::relay`'s. Must not touch ESP or the gateway's state.
-//! IKE over IPv6 is not relayed (the gateway's control path is IPv4).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{anyhow, bail, Context, Result};
 use dataplane::io::tun::Tun;
-use ike_stub::xfrm::relay::{self, Relay, RelayPorts};
+use ike_stub::xfrm::relay::{self, Outside, Relay, RelayPorts};
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST,
 };
 use netlink_packet_route::{
-    address::{AddressAttribute, AddressMessage},
+    address::{AddressAttribute, AddressFlags, AddressMessage},
     link::{LinkFlags, LinkMessage},
     route::{RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType},
     AddressFamily, RouteNetlinkMessage,
@@ -69,7 +73,7 @@ pub struct RelayCounters {
 pub struct IkeRelay {
     tun: Tun,
     device: String,
-    outside: Ipv4Addr,
+    outside: Outside,
     ports: RelayPorts,
     counters: RelayCounters,
     buffer: Vec<u8>,
@@ -81,10 +85,10 @@ const READ_PER_CALL: usize = 32;
 
 impl IkeRelay {
     /// Creates TUN `device` in the calling thread's network namespace, puts
-    /// `outside` on it and routes everything through it. Needs
-    /// `CAP_NET_ADMIN` there; run it from the thread that entered the
-    /// keying namespace.
-    pub fn open(device: &str, outside: Ipv4Addr) -> Result<IkeRelay> {
+    /// the `outside` addresses on it and routes everything through it.
+    /// Needs `CAP_NET_ADMIN` there; run it from the thread that entered
+    /// the keying namespace.
+    pub fn open(device: &str, outside: Outside) -> Result<IkeRelay> {
         let tun =
             Tun::open(device).with_context(|| format!("creating the IKE relay's TUN device `{device}`"))?;
         let name = std::ffi::CString::new(device).map_err(|_| anyhow!("a device name with a NUL byte"))?;
@@ -94,10 +98,24 @@ impl IkeRelay {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("finding `{device}`'s index"));
         }
-        configure(index, outside).with_context(|| {
-            format!("configuring the IKE relay's device `{device}` ({outside}/32, up, the default route)")
+        configure(index, outside.v4).with_context(|| {
+            format!(
+                "configuring the IKE relay's device `{device}` ({}/32, up, the default route)",
+                outside.v4
+            )
         })?;
-        tracing::info!("ike relay: `{device}` carries the daemon's IKE as {outside}");
+        if let Some(v6) = outside.v6 {
+            configure6(index, v6).with_context(|| {
+                format!("configuring the IKE relay's device `{device}` ({v6}/128, the default IPv6 route)")
+            })?;
+        }
+        match outside.v6 {
+            Some(v6) => tracing::info!(
+                "ike relay: `{device}` carries the daemon's IKE as {} and {v6}",
+                outside.v4
+            ),
+            None => tracing::info!("ike relay: `{device}` carries the daemon's IKE as {}", outside.v4),
+        }
         Ok(IkeRelay {
             tun,
             device: device.to_owned(),
@@ -112,22 +130,24 @@ impl IkeRelay {
         &self.counters
     }
 
-    /// Whether a control datagram (an IPv4 packet from the outside) is one
-    /// the relay takes: UDP to a daemon port of our outside address.
+    /// Whether a control datagram (an IPv4 or IPv6 packet from the
+    /// outside) is one the relay takes: UDP to a daemon port of an outside
+    /// address.
     pub fn takes(&self, packet: &[u8]) -> bool {
-        ike_stub::plane::udp_endpoints(packet).is_some_and(|(_, (dst, port), _)| {
-            dst == self.outside && (port == self.ports.ike || port == self.ports.nat_t)
+        relay::udp_endpoints(packet).is_ok_and(|udp| {
+            let (dst, port) = udp.to;
+            self.outside.is(dst) && (port == self.ports.ike || port == self.ports.nat_t)
         })
     }
 
     /// Writes a datagram from a peer into the keying namespace, as it came,
     /// if it is the daemon's.
     pub fn pass_to_daemon(&mut self, packet: &[u8]) {
-        let Some((_, (_, port), payload)) = ike_stub::plane::udp_endpoints(packet) else {
+        let Ok(udp) = relay::udp_endpoints(packet) else {
             self.counters.to_daemon_malformed += 1;
             return;
         };
-        match relay::classify(self.ports, port, payload) {
+        match relay::classify(self.ports, udp.to.1, udp.payload) {
             Relay::Ike | Relay::IkeNatT => match self.tun.send(with_checksums(packet, &mut self.buffer)) {
                 Ok(()) => self.counters.to_daemon += 1,
                 Err(e) => {
@@ -145,7 +165,7 @@ impl IkeRelay {
 
     /// Reads what the daemon sent and hands each datagram that may leave
     /// to `send` (ports, peer, payload), which reports whether it went.
-    pub fn pass_from_daemon(&mut self, mut send: impl FnMut((u16, u16), Ipv4Addr, &[u8]) -> bool) {
+    pub fn pass_from_daemon(&mut self, mut send: impl FnMut((u16, u16), IpAddr, &[u8]) -> bool) {
         for _ in 0..READ_PER_CALL {
             // SAFETY: a read into a buffer we own, of its length.
             let got = unsafe {
@@ -177,20 +197,32 @@ impl IkeRelay {
     }
 }
 
-/// `packet` copied into `buffer` with its IPv4 and UDP checksums filled
-/// in: a peer on a veth (or a NIC with checksum offload) hands its
+/// `packet` copied into `buffer` with its IPv4 and UDP checksums (IPv6:
+/// its UDP checksum) filled in: a peer on a veth (or a NIC with checksum offload) hands its
 /// datagrams over unfinished, and the keying namespace's kernel would drop
 /// them. The daemon authenticates what it reads; a datagram damaged on the
 /// wire fails there.
 fn with_checksums<'b>(packet: &[u8], buffer: &'b mut [u8]) -> &'b [u8] {
-    use smoltcp::wire::{IpAddress, Ipv4Packet, UdpPacket};
+    use smoltcp::wire::{IpAddress, Ipv4Packet, Ipv6Packet, UdpPacket};
     let len = packet.len().min(buffer.len());
     buffer[..len].copy_from_slice(&packet[..len]);
     if let Ok(mut ip) = Ipv4Packet::new_checked(&mut buffer[..len]) {
-        ip.fill_checksum();
-        let (src, dst) = (IpAddress::Ipv4(ip.src_addr()), IpAddress::Ipv4(ip.dst_addr()));
-        if let Ok(mut udp) = UdpPacket::new_checked(ip.payload_mut()) {
-            udp.fill_checksum(&src, &dst);
+        if ip.version() == 4 {
+            ip.fill_checksum();
+            let (src, dst) = (IpAddress::Ipv4(ip.src_addr()), IpAddress::Ipv4(ip.dst_addr()));
+            if let Ok(mut udp) = UdpPacket::new_checked(ip.payload_mut()) {
+                udp.fill_checksum(&src, &dst);
+            }
+            return &buffer[..len];
+        }
+    }
+    // IPv6 as the relay takes it: UDP straight after the fixed header.
+    if let Ok(mut ip) = Ipv6Packet::new_checked(&mut buffer[..len]) {
+        if ip.version() == 6 {
+            let (src, dst) = (IpAddress::Ipv6(ip.src_addr()), IpAddress::Ipv6(ip.dst_addr()));
+            if let Ok(mut udp) = UdpPacket::new_checked(ip.payload_mut()) {
+                udp.fill_checksum(&src, &dst);
+            }
         }
     }
     &buffer[..len]
@@ -261,5 +293,46 @@ fn configure(index: u32, outside: Ipv4Addr) -> Result<()> {
         3,
     )
     .context("adding the default route")?;
+    Ok(())
+}
+
+/// `outside`/128 on the device, without duplicate address detection (the
+/// daemon binds it at once; no other node is on this link), and the
+/// default IPv6 route through it.
+fn configure6(index: u32, outside: Ipv6Addr) -> Result<()> {
+    let mut socket = Socket::new(NETLINK_ROUTE).context("opening an rtnetlink socket")?;
+    socket.bind_auto().context("binding the rtnetlink socket")?;
+    socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
+
+    let mut address = AddressMessage::default();
+    address.header.family = AddressFamily::Inet6;
+    address.header.prefix_len = 128;
+    address.header.index = index;
+    address.attributes = vec![
+        AddressAttribute::Address(outside.into()),
+        AddressAttribute::Flags(AddressFlags::Nodad),
+    ];
+    request(
+        &socket,
+        RouteNetlinkMessage::NewAddress(address),
+        NLM_F_CREATE | NLM_F_REPLACE,
+        1,
+    )
+    .context("adding the IPv6 address")?;
+
+    let mut route = RouteMessage::default();
+    route.header.address_family = AddressFamily::Inet6;
+    route.header.table = RouteHeader::RT_TABLE_MAIN;
+    route.header.protocol = RouteProtocol::Static;
+    route.header.scope = RouteScope::Universe;
+    route.header.kind = RouteType::Unicast;
+    route.attributes = vec![RouteAttribute::Oif(index)];
+    request(
+        &socket,
+        RouteNetlinkMessage::NewRoute(route),
+        NLM_F_CREATE | NLM_F_REPLACE,
+        2,
+    )
+    .context("adding the default IPv6 route")?;
     Ok(())
 }

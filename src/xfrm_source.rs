@@ -331,9 +331,9 @@ fn open_requests() -> Result<Socket> {
 impl XfrmSource {
     /// Opens the sockets in namespace `netns` (`None`: this process's) on
     /// a thread that is gone when this returns, creates the IKE relay's
-    /// TUN there with `relay`'s address (the gateway's outside one), and
+    /// TUN there with `relay`'s addresses (the gateway's outside ones), and
     /// reads the dumps of the SAD and SPD: all that needs privileges.
-    pub fn open(netns: Option<&str>, relay: Option<std::net::Ipv4Addr>) -> Result<OpenedXfrm> {
+    pub fn open(netns: Option<&str>, relay: Option<ike_stub::xfrm::relay::Outside>) -> Result<OpenedXfrm> {
         let netns = netns.map(str::to_owned);
         let (sockets, requests, relay) = std::thread::Builder::new()
             .name("xfrm-open".into())

@@ -205,3 +205,118 @@ fn transit_ipv6_needs_a_policy_and_ipv6_needs_an_address6() {
     let out = gw.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
     assert_eq!(out[0].1, Verdict::Drop(DropReason::Unsupported));
 }
+
+/// IKE over IPv6 to the outside interface's `address6` goes to the
+/// control plane (for the IKE relay) as the bare IPv6 packet, on the IKE
+/// port and behind the non-ESP marker on an encapsulation port; a NAT
+/// keepalive there is consumed; ESP in UDP over IPv6, which RFC 3948 does
+/// not define, is refused; and the control plane's answer leaves as IPv6
+/// from that address with its UDP checksum.
+#[test]
+fn ike_over_ipv6_reaches_the_control_plane_and_its_answers_leave() {
+    const OUT: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 1);
+    const PEER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 2);
+    let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
+    let outside = interface(&mut built, "outside");
+    outside.mac = Some(GW_MAC);
+    outside.address6 = Some("2001:db8:2::1/64".into());
+    let config = Config::parse(Path::new("a.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
+    // As `espgw run` has it: unknown neighbours are solicited.
+    setup.resolve_neighbors = true;
+    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
+    config.install(&mut gw, Duration::ZERO).unwrap();
+    gw.open_encapsulation_port(4500);
+    let mut pool = PacketPool::new(8);
+    let udp = |dst_port: u16, payload: &[u8]| -> Vec<u8> {
+        let mut scratch = PacketPool::new(1);
+        let mut buf = scratch.alloc().expect("a buffer");
+        assert!(dataplane::icmp6::udp_datagram(
+            &mut buf,
+            (PEER, 500),
+            (OUT, dst_port),
+            payload
+        ));
+        let packet = buf.data().to_vec();
+        scratch.free(buf);
+        let mut bytes = vec![0u8; 14];
+        let mut f = EthernetFrame::new_unchecked(&mut bytes[..]);
+        f.set_dst_addr(GW_MAC);
+        f.set_src_addr(HOST_MAC);
+        f.set_ethertype(EthernetProtocol::Ipv6);
+        bytes.extend_from_slice(&packet);
+        bytes
+    };
+    let ike = [[1u8, 2, 3, 4, 5, 6, 7, 8].as_slice(), &[0u8; 20]].concat();
+    let mut marked = vec![0u8; 4];
+    marked.extend_from_slice(&ike);
+    let from_outside = |gw: &mut Gateway, pool: &mut PacketPool, bytes: &[u8]| {
+        let mut buf = pool.alloc().expect("buffer");
+        assert!(buf.fill(bytes));
+        let mut outputs = gw.handle_frame(Duration::ZERO, Port::Outside, buf, pool);
+        assert_eq!(outputs.len(), 1);
+        let (buf, verdict) = outputs.remove(0);
+        let data = buf.data().to_vec();
+        pool.free(buf);
+        (verdict, data)
+    };
+    for (port, payload) in [(500, &ike), (4500, &marked)] {
+        let frame = udp(port, payload);
+        let (verdict, packet) = from_outside(&mut gw, &mut pool, &frame);
+        assert_eq!(verdict, Verdict::Control, "port {port}");
+        assert_eq!(packet, frame[14..], "the bare IPv6 packet, port {port}");
+    }
+    assert_eq!(gw.stats().control_received, 2);
+    let (verdict, _) = from_outside(&mut gw, &mut pool, &udp(4500, &[0xff]));
+    assert_eq!(verdict, Verdict::Consumed, "a keepalive");
+    let esp = [0xc0, 0, 0, 1, 0, 0, 0, 1, 0xaa, 0xbb, 0xcc, 0xdd];
+    let (verdict, _) = from_outside(&mut gw, &mut pool, &udp(4500, &esp));
+    assert_eq!(
+        verdict,
+        Verdict::Drop(DropReason::Unsupported),
+        "ESP in UDP over IPv6"
+    );
+    let (verdict, _) = from_outside(&mut gw, &mut pool, &udp(53, &ike));
+    assert_eq!(
+        verdict,
+        Verdict::Drop(DropReason::NoPolicy),
+        "another port is plaintext for the SPD"
+    );
+
+    // The answer: the peer is on the outside link, resolved by neighbour
+    // discovery first (the solicitation goes out, the datagram waits).
+    let mut out = Vec::new();
+    gw.send_datagram(Duration::ZERO, (500, 500), PEER.into(), &ike, &mut out, &mut pool)
+        .expect("a route to the peer");
+    let solicitation = out.iter().find(|(_, v)| *v == Verdict::Forward(Port::Outside));
+    assert!(solicitation.is_some(), "a neighbour solicitation for the peer");
+    for (buf, _) in out.drain(..) {
+        pool.free(buf);
+    }
+    let advert = Icmpv6Repr::Ndisc(NdiscRepr::NeighborAdvert {
+        flags: NdiscNeighborFlags::SOLICITED | NdiscNeighborFlags::OVERRIDE,
+        target_addr: PEER,
+        lladdr: Some(RawHardwareAddress::from_bytes(HOST_MAC.as_bytes())),
+    });
+    let mut buf = pool.alloc().unwrap();
+    assert!(buf.fill(&frame(GW_MAC, PEER, OUT, 255, &advert)));
+    let outputs = gw.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    let mut sent = None;
+    for (buf, verdict) in outputs {
+        if verdict == Verdict::Forward(Port::Outside) {
+            sent = Some(buf.data().to_vec());
+        }
+        pool.free(buf);
+    }
+    let sent = sent.expect("the datagram, once the peer is known");
+    let f = EthernetFrame::new_checked(&sent[..]).unwrap();
+    assert_eq!(f.dst_addr(), HOST_MAC);
+    let ip = Ipv6Packet::new_checked(f.payload()).unwrap();
+    assert_eq!((ip.src_addr(), ip.dst_addr()), (OUT, PEER));
+    let udp = smoltcp::wire::UdpPacket::new_checked(ip.payload()).unwrap();
+    assert!(udp.verify_checksum(&OUT.into(), &PEER.into()), "UDP checksum");
+    assert_eq!(
+        (udp.src_port(), udp.dst_port(), udp.payload()),
+        (500, 500, &ike[..])
+    );
+}

@@ -333,7 +333,7 @@ impl Net {
                 let mut out = Vec::new();
                 self.sites[s]
                     .gw
-                    .send_datagram(now, d.ports, d.to, &d.payload, &mut out, &mut self.pool)
+                    .send_datagram(now, d.ports, d.to.into(), &d.payload, &mut out, &mut self.pool)
                     .expect("route to the peer");
                 self.route(s, &mut out);
             }

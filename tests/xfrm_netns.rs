@@ -433,19 +433,20 @@ fn espgw_run_keyed_by_xfrm_mirrors_and_reports() {
 /// answer's length: `ask`.
 const UDP_PEER: &str = r#"
 import json, socket, sys
-mode, addr = sys.argv[1], sys.argv[2]
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+mode, addr, gateway = sys.argv[1], sys.argv[2], sys.argv[3]
+v6 = ":" in addr
+s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.settimeout(20)
 if mode == "listen":
-    s.bind(("0.0.0.0", 500))
+    s.bind(("::" if v6 else "0.0.0.0", 500))
     print("ready", flush=True)
     data, peer = s.recvfrom(2048)
     s.sendto(bytes(range(1, 9)) + bytes(32), peer)
     print(json.dumps({"from": peer[0], "port": peer[1], "len": len(data)}), flush=True)
 else:
     s.bind((addr, 500))
-    s.sendto(bytes(range(11, 19)) + bytes(36), ("192.0.2.1", 500))
+    s.sendto(bytes(range(11, 19)) + bytes(36), (gateway, 500))
     data, peer = s.recvfrom(2048)
     print(json.dumps({"from": peer[0], "port": peer[1], "len": len(data)}), flush=True)
 "#;
@@ -454,7 +455,8 @@ else:
 /// policies without ESP): a peer on the outside sends an IKE-shaped
 /// datagram to the gateway's address; a UDP socket on port 500 in the
 /// keying namespace (where the daemon would be) receives it from the peer's
-/// own address and port and answers, and the answer reaches the peer. Then
+/// own address and port and answers, and the answer reaches the peer; the
+/// same over IPv6, to the outside interface's `address6`. Then
 /// a host inside sends to a network whose outbound policy has no SA (a
 /// trap): espgw asks the kernel, which tells the keying namespace's
 /// listeners (`ip xfrm monitor acquire`), as it would tell the daemon.
@@ -478,6 +480,16 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
         ip(&["-n", ns, "link", "set", dev, "up"]);
     }
     ip(&["-n", PEER, "addr", "add", "192.0.2.2/24", "dev", "peer0"]);
+    ip(&[
+        "-n",
+        PEER,
+        "addr",
+        "add",
+        "2001:db8:2::2/64",
+        "dev",
+        "peer0",
+        "nodad",
+    ]);
     ip(&["-n", LAN, "addr", "add", "10.1.0.2/16", "dev", "lan0"]);
     ip(&["-n", LAN, "route", "add", "default", "via", "10.1.0.1"]);
     // The daemon's trap: an outbound policy whose SA does not exist yet.
@@ -508,6 +520,10 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
         "tunnel",
     ]);
     let config = write_config(&dir, "xfrm-relay");
+    // The outside interface is the file's last table.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("address6 = \"2001:db8:2::1/64\"\n");
+    std::fs::write(&config, text).unwrap();
     let socket = dir.join("gw.sock");
     lab.gateway = Some(start_gateway(GW, &config, &socket, KEYING, &[]));
     let query = || ask(&socket, &["stats"]);
@@ -527,62 +543,73 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
         let out = Command::new("ip").args(args).output().expect("ip");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let addresses = shown(&["-n", KEYING, "-4", "addr", "show", "dev", "espgw-ike"]);
-    assert!(addresses.contains("192.0.2.1/32"), "{addresses}");
-    let routes = shown(&["-n", KEYING, "route", "show", "default"]);
-    assert!(routes.contains("dev espgw-ike"), "{routes}");
+    let addresses = shown(&["-n", KEYING, "addr", "show", "dev", "espgw-ike"]);
+    assert!(
+        addresses.contains("192.0.2.1/32") && addresses.contains("2001:db8:2::1/128"),
+        "{addresses}"
+    );
+    for family in ["-4", "-6"] {
+        let routes = shown(&["-n", KEYING, family, "route", "show", "default"]);
+        assert!(routes.contains("dev espgw-ike"), "{family}: {routes}");
+    }
 
-    let python = |ns: &str, mode: &str| {
+    let python = |ns: &str, mode: &str, peer: &str, gateway: &str| {
         Command::new("ip")
-            .args(["netns", "exec", ns, "python3", "-c", UDP_PEER, mode, "192.0.2.2"])
+            .args([
+                "netns", "exec", ns, "python3", "-c", UDP_PEER, mode, peer, gateway,
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("python3")
     };
-    let mut daemon = python(KEYING, "listen");
-    let mut line = String::new();
-    {
-        use std::io::BufRead;
-        let stdout = daemon.stdout.as_mut().expect("the listener's output");
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the listener starts");
+    for (peer, gateway) in [("192.0.2.2", "192.0.2.1"), ("2001:db8:2::2", "2001:db8:2::1")] {
+        let mut daemon = python(KEYING, "listen", peer, gateway);
+        let mut line = String::new();
+        {
+            use std::io::BufRead;
+            let stdout = daemon.stdout.as_mut().expect("the listener's output");
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .expect("the listener starts");
+        }
+        assert_eq!(line.trim(), "ready");
+        let asked = python(PEER, "ask", peer, gateway)
+            .wait_with_output()
+            .expect("the peer");
+        let heard = daemon.wait_with_output().expect("the listener");
+        let parse = |out: &std::process::Output| -> Value {
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "{peer}: {e}: {} {}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+        };
+        let heard = parse(&heard);
+        assert_eq!(
+            (
+                heard["from"].as_str(),
+                heard["port"].as_u64(),
+                heard["len"].as_u64()
+            ),
+            (Some(peer), Some(500), Some(44)),
+            "the daemon's side sees the peer's own address and port"
+        );
+        let asked = parse(&asked);
+        assert_eq!(
+            (
+                asked["from"].as_str(),
+                asked["port"].as_u64(),
+                asked["len"].as_u64()
+            ),
+            (Some(gateway), Some(500), Some(40)),
+            "the answer leaves from the gateway's address and the daemon's port"
+        );
     }
-    assert_eq!(line.trim(), "ready");
-    let asked = python(PEER, "ask").wait_with_output().expect("the peer");
-    let heard = daemon.wait_with_output().expect("the listener");
-    let parse = |out: &std::process::Output| -> Value {
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{e}: {} {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-    };
-    let heard = parse(&heard);
-    assert_eq!(
-        (
-            heard["from"].as_str(),
-            heard["port"].as_u64(),
-            heard["len"].as_u64()
-        ),
-        (Some("192.0.2.2"), Some(500), Some(44)),
-        "the daemon's side sees the peer's own address and port"
-    );
-    let asked = parse(&asked);
-    assert_eq!(
-        (
-            asked["from"].as_str(),
-            asked["port"].as_u64(),
-            asked["len"].as_u64()
-        ),
-        (Some("192.0.2.1"), Some(500), Some(40)),
-        "the answer leaves from the gateway's address and the daemon's port"
-    );
-    let doc = wait_for("the relay's counters", &|d| d["ike_relay"]["from_daemon"] == 1);
-    assert_eq!(doc["ike_relay"]["to_daemon"], 1, "{:#}", doc["ike_relay"]);
+    let doc = wait_for("the relay's counters", &|d| d["ike_relay"]["from_daemon"] == 2);
+    assert_eq!(doc["ike_relay"]["to_daemon"], 2, "{:#}", doc["ike_relay"]);
 
     // The trap: the kernel tells its listeners, as it would the daemon.
     let monitor = Command::new("timeout")

@@ -14,7 +14,7 @@
 use std::net::Ipv6Addr;
 
 use smoltcp::wire::{
-    EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, IpProtocol, Ipv6Packet,
+    EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, IpAddress, IpProtocol, Ipv6Packet,
     NdiscNeighborFlags, NdiscRepr, RawHardwareAddress,
 };
 
@@ -69,6 +69,42 @@ pub struct Ndp {
     /// The source link-layer address option of a solicitation, the target
     /// link-layer address option of an advertisement.
     pub link_addr: Option<EthernetAddress>,
+}
+
+/// Writes an IPv6 packet carrying a UDP datagram into the empty `buf`
+/// (hop limit 64, the UDP checksum filled, as RFC 8200 §8.1 requires).
+/// False when the payload does not fit.
+pub fn udp_datagram(
+    buf: &mut PacketBuf,
+    (from, src_port): (Ipv6Addr, u16),
+    (to, dst_port): (Ipv6Addr, u16),
+    payload: &[u8],
+) -> bool {
+    const UDP: usize = 8;
+    let Ok(udp_len) = u16::try_from(UDP + payload.len()) else {
+        return false;
+    };
+    let Some(data) = buf.append(HEADER_LEN + usize::from(udp_len)) else {
+        return false;
+    };
+    data[HEADER_LEN + UDP..].copy_from_slice(payload);
+    {
+        let mut udp = smoltcp::wire::UdpPacket::new_unchecked(&mut data[HEADER_LEN..]);
+        udp.set_src_port(src_port);
+        udp.set_dst_port(dst_port);
+        udp.set_len(udp_len);
+        udp.fill_checksum(&IpAddress::Ipv6(from), &IpAddress::Ipv6(to));
+    }
+    let mut ip = Ipv6Packet::new_unchecked(&mut data[..]);
+    ip.set_version(6);
+    ip.set_traffic_class(0);
+    ip.set_flow_label(0);
+    ip.set_payload_len(udp_len);
+    ip.set_next_header(IpProtocol::Udp);
+    ip.set_hop_limit(64);
+    ip.set_src_addr(from);
+    ip.set_dst_addr(to);
+    true
 }
 
 /// The solicited-node multicast address of `addr` (RFC 4291 §2.7.1):

@@ -6,6 +6,9 @@
 //! and the link-local scope (RFC 4291 §2.5.6) checked first, and ESP over
 //! IPv6 to our outside address (tunnels with IPv6 ends) sent on to
 //! decapsulation, through reassembly when the peer fragmented it. The
+//! IKE to our outside address (the control port, and behind the non-ESP
+//! marker on an encapsulation port) goes to the control plane as a bare
+//! IPv6 packet. The
 //! extension headers are obeyed as RFC 8200 §4 has a node do it
 //! (`wire::ipv6::obey`): as the destination for packets to us and ESP we
 //! terminate, as a router (hop-by-hop options only) for transit. Must
@@ -194,6 +197,43 @@ impl Gateway {
         Ok(classified)
     }
 
+    /// A whole UDP datagram to our outside address at `offset` (behind
+    /// `l2` bytes of link header): the control plane's, or a keepalive,
+    /// if its port says so; `None` when it is neither. What goes to the
+    /// control plane goes as the bare IPv6 packet.
+    fn ipv6_control(
+        &mut self,
+        buf: &mut PacketBuf,
+        l2: usize,
+        offset: usize,
+        ports: Option<(u16, u16)>,
+    ) -> Option<Result<Classified, DropReason>> {
+        let control = self.setup.control_port?;
+        let (_, port) = ports?;
+        if port != control && !self.nat_ports.contains(&port) {
+            return None;
+        }
+        let payload = buf
+            .data()
+            .get(l2 + offset + crate::nat::UDP_HEADER_LEN..)
+            .unwrap_or_default();
+        if port != control {
+            match crate::nat::Payload::of(payload) {
+                crate::nat::Payload::Ike => {}
+                // RFC 3948 §2.3: the receiver ignores keepalives.
+                crate::nat::Payload::Keepalive => {
+                    self.stats.nat_keepalives_received += 1;
+                    return Some(Ok(Classified::Done(Ok(Next::Consume))));
+                }
+                crate::nat::Payload::Esp => return Some(Err(DropReason::Unsupported)),
+                crate::nat::Payload::Malformed => return Some(Err(DropReason::Malformed)),
+            }
+        }
+        buf.trim_front(l2);
+        self.stats.control_received += 1;
+        Some(Ok(Classified::Done(Ok(Next::Control))))
+    }
+
     fn ipv6_for_us_unaccounted(
         &mut self,
         from: Port,
@@ -221,6 +261,15 @@ impl Gateway {
                 Some(_) => Classified::Fragment,
                 None => Classified::Decapsulate,
             });
+        }
+        // IKE to our outside address, as for IPv4 (`is_control`, and
+        // behind the non-ESP marker on an encapsulation port): for the
+        // control plane, exempt from the SPD (RFC 4301 §5.1 lets IKE
+        // bypass). There is no ESP in UDP over IPv6 (RFC 3948 is IPv4's).
+        if from == Port::Outside && dst == our && upper.protocol == proto::UDP && upper.fragment.is_none() {
+            if let Some(classified) = self.ipv6_control(buf, l2, upper.offset, upper.ports) {
+                return classified;
+            }
         }
         // RFC 4301 §5.2, as for IPv4: plaintext to our address from the
         // outside must be let in by a bypass policy (a clear echo request

@@ -164,8 +164,9 @@ pub enum InstallSaError {
 /// Why the gateway could not send a control datagram.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DatagramError {
+    /// No route to the address, or (IPv6) no `address6` on the way.
     #[error("no route to {0}")]
-    NoRoute(Ipv4Addr),
+    NoRoute(IpAddr),
     #[error("no free packet buffer")]
     NoBuffer,
     #[error("a {0}-byte datagram does not fit a packet buffer")]
@@ -810,8 +811,8 @@ impl Gateway {
         out.push((buf, verdict));
     }
 
-    /// Sends a UDP datagram from our address on the way to `to` (the
-    /// control plane's messages). It takes the normal route, ARP included,
+    /// Sends a UDP datagram from our address on the way to `to`, IPv4 or
+    /// IPv6 (the control plane's messages, the IKE relay's). It takes the normal route, ARP included,
     /// and no policy applies: the key exchange is exempt from the SPD, as
     /// Linux exempts an IKE daemon's sockets from xfrm policies (RFC 4301
     /// §5.1 lets IKE bypass). Outputs go to `out`.
@@ -819,23 +820,40 @@ impl Gateway {
         &mut self,
         now: Duration,
         ports: (u16, u16),
-        to: Ipv4Addr,
+        to: IpAddr,
         payload: &[u8],
         out: &mut Vec<Output>,
         pool: &mut PacketPool,
     ) -> Result<(), DatagramError> {
-        let Some(hop) = self.routes.lookup(to) else {
-            return Err(DatagramError::NoRoute(to));
-        };
-        let from = self.interfaces[hop.port.index()].address;
         let mut buf = pool.alloc().ok_or(DatagramError::NoBuffer)?;
-        if !icmp::udp_datagram(
-            &mut buf,
-            (from, ports.0),
-            (to, ports.1),
-            self.next_ip_id.take(),
-            payload,
-        ) {
+        let written = match to {
+            IpAddr::V4(to) => {
+                let Some(hop) = self.routes.lookup(to) else {
+                    pool.free(buf);
+                    return Err(DatagramError::NoRoute(to.into()));
+                };
+                let from = self.interfaces[hop.port.index()].address;
+                icmp::udp_datagram(
+                    &mut buf,
+                    (from, ports.0),
+                    (to, ports.1),
+                    self.next_ip_id.take(),
+                    payload,
+                )
+            }
+            IpAddr::V6(to) => {
+                let from = self
+                    .routes
+                    .lookup6(to)
+                    .and_then(|hop| self.interfaces[hop.port.index()].address6);
+                let Some((from, _)) = from else {
+                    pool.free(buf);
+                    return Err(DatagramError::NoRoute(to.into()));
+                };
+                crate::icmp6::udp_datagram(&mut buf, (from, ports.0), (to, ports.1), payload)
+            }
+        };
+        if !written {
             pool.free(buf);
             return Err(DatagramError::TooLarge(payload.len()));
         }

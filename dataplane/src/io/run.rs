@@ -226,7 +226,7 @@ impl Tick<'_> {
     pub fn send_datagram(
         &mut self,
         ports: (u16, u16),
-        to: std::net::Ipv4Addr,
+        to: std::net::IpAddr,
         payload: &[u8],
     ) -> Result<(), DatagramError> {
         self.gateway

@@ -8,6 +8,8 @@
 //! relay's driver (`src/ike_relay.rs`). Must not touch ESP: ESP in UDP on
 //! the NAT-T port is the gateway's, never the daemon's.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use dataplane::nat::{Payload, NON_ESP_MARKER};
 
 /// The length of an IKE header (RFC 7296 §3.1): nothing shorter is IKE.
@@ -72,12 +74,30 @@ pub fn classify(ports: RelayPorts, dst_port: u16, payload: &[u8]) -> Relay {
     Relay::NotIke
 }
 
+/// The relay's outside addresses: the gateway's IPv4 one, and its IPv6
+/// one when the outside interface has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outside {
+    pub v4: Ipv4Addr,
+    pub v6: Option<Ipv6Addr>,
+}
+
+impl Outside {
+    /// Whether `addr` is one of them.
+    pub fn is(&self, addr: IpAddr) -> bool {
+        match addr {
+            IpAddr::V4(a) => a == self.v4,
+            IpAddr::V6(a) => self.v6 == Some(a),
+        }
+    }
+}
+
 /// A datagram of the daemon's that may leave: its ports (ours, the
 /// peer's), the peer's address and the UDP payload, as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outgoing<'a> {
     pub ports: (u16, u16),
-    pub to: std::net::Ipv4Addr,
+    pub to: IpAddr,
     pub payload: &'a [u8],
 }
 
@@ -85,8 +105,9 @@ pub struct Outgoing<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum Held {
-    /// Not an IPv4 packet this relay can read (IPv6, or a broken header).
-    NotIpv4,
+    /// Not an IPv4 or IPv6 packet this relay can read (a broken header, or
+    /// IPv6 with extension headers, which IKE never needs).
+    NotIp,
     /// A fragment: the daemon's messages must fit the link (strongSwan's
     /// own IKE fragmentation does that).
     Fragment,
@@ -98,38 +119,71 @@ pub enum Held {
     NotDaemonPort,
 }
 
+/// An IPv4 or IPv6 packet's UDP datagram: (source, port), (destination,
+/// port) and payload. `Err(NotUdp)` for another protocol, `Fragment` for
+/// an IPv4 fragment, `NotIp` for anything unreadable, and for IPv6 with
+/// extension headers (a fragment header among them).
+pub fn udp_endpoints(packet: &[u8]) -> Result<UdpEndpoints<'_>, Held> {
+    use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket};
+    let (src, dst, udp) = match packet.first().map(|b| b >> 4) {
+        Some(4) => {
+            let ip = Ipv4Packet::new_checked(packet).map_err(|_| Held::NotIp)?;
+            if ip.more_frags() || ip.frag_offset() != 0 {
+                return Err(Held::Fragment);
+            }
+            if ip.next_header() != IpProtocol::Udp {
+                return Err(Held::NotUdp);
+            }
+            (IpAddr::V4(ip.src_addr()), IpAddr::V4(ip.dst_addr()), ip.payload())
+        }
+        Some(6) => {
+            let ip = Ipv6Packet::new_checked(packet).map_err(|_| Held::NotIp)?;
+            match ip.next_header() {
+                IpProtocol::Udp => {}
+                IpProtocol::HopByHop
+                | IpProtocol::Ipv6Route
+                | IpProtocol::Ipv6Frag
+                | IpProtocol::Ipv6Opts => return Err(Held::NotIp),
+                _ => return Err(Held::NotUdp),
+            }
+            let (src, dst) = (ip.src_addr(), ip.dst_addr());
+            let payload = &packet[40..40 + usize::from(ip.payload_len())];
+            (IpAddr::V6(src), IpAddr::V6(dst), payload)
+        }
+        _ => return Err(Held::NotIp),
+    };
+    let udp = UdpPacket::new_checked(udp).map_err(|_| Held::NotUdp)?;
+    Ok(UdpEndpoints {
+        from: (src, udp.src_port()),
+        to: (dst, udp.dst_port()),
+        payload: udp.payload(),
+    })
+}
+
+/// What [`udp_endpoints`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpEndpoints<'a> {
+    pub from: (IpAddr, u16),
+    pub to: (IpAddr, u16),
+    pub payload: &'a [u8],
+}
+
 /// Whether `packet`, read from the keying namespace's side of the relay,
-/// is the daemon's IKE (from `outside`, from one of `ports`) and may be
-/// sent to its peer.
-pub fn from_daemon(
-    ports: RelayPorts,
-    outside: std::net::Ipv4Addr,
-    packet: &[u8],
-) -> Result<Outgoing<'_>, Held> {
-    use smoltcp::wire::{IpProtocol, Ipv4Packet, UdpPacket};
-    let ip = Ipv4Packet::new_checked(packet).map_err(|_| Held::NotIpv4)?;
-    if ip.version() != 4 {
-        return Err(Held::NotIpv4);
-    }
-    if ip.more_frags() || ip.frag_offset() != 0 {
-        return Err(Held::Fragment);
-    }
-    if ip.next_header() != IpProtocol::Udp {
-        return Err(Held::NotUdp);
-    }
-    if ip.src_addr() != outside {
+/// is the daemon's IKE (from an `outside` address, from one of `ports`)
+/// and may be sent to its peer.
+pub fn from_daemon(ports: RelayPorts, outside: Outside, packet: &[u8]) -> Result<Outgoing<'_>, Held> {
+    let udp = udp_endpoints(packet)?;
+    if !outside.is(udp.from.0) {
         return Err(Held::NotFromOutside);
     }
-    let to = ip.dst_addr();
-    let udp = UdpPacket::new_checked(ip.payload()).map_err(|_| Held::NotUdp)?;
-    let from_port = udp.src_port();
+    let from_port = udp.from.1;
     if from_port != ports.ike && from_port != ports.nat_t {
         return Err(Held::NotDaemonPort);
     }
     Ok(Outgoing {
-        ports: (from_port, udp.dst_port()),
-        to,
-        payload: udp.payload(),
+        ports: (from_port, udp.to.1),
+        to: udp.to.0,
+        payload: udp.payload,
     })
 }
 
@@ -201,17 +255,24 @@ mod tests {
         p
     }
 
+    fn outside() -> Outside {
+        Outside {
+            v4: Ipv4Addr::new(192, 0, 2, 1),
+            v6: Some("2001:db8::1".parse().unwrap()),
+        }
+    }
+
     #[test]
     fn only_the_daemons_ike_from_the_outside_address_leaves() {
         let ports = RelayPorts::default();
-        let outside = std::net::Ipv4Addr::new(192, 0, 2, 1);
+        let outside = outside();
         let ike = ike_header();
         let p = daemon_packet([192, 0, 2, 1], 500, 500, &ike, 0);
         assert_eq!(
             from_daemon(ports, outside, &p),
             Ok(Outgoing {
                 ports: (500, 500),
-                to: std::net::Ipv4Addr::new(192, 0, 2, 2),
+                to: Ipv4Addr::new(192, 0, 2, 2).into(),
                 payload: &ike[..]
             })
         );
@@ -230,7 +291,66 @@ mod tests {
         let mut icmp = daemon_packet([192, 0, 2, 1], 500, 500, &ike, 0);
         icmp[9] = 1;
         assert_eq!(from_daemon(ports, outside, &icmp), Err(Held::NotUdp));
-        assert_eq!(from_daemon(ports, outside, &[0x60; 40]), Err(Held::NotIpv4));
-        assert_eq!(from_daemon(ports, outside, &p[..10]), Err(Held::NotIpv4));
+        assert_eq!(
+            from_daemon(ports, outside, &[0x60; 40]),
+            Err(Held::NotIp),
+            "IPv6 whose payload runs past it"
+        );
+        assert_eq!(from_daemon(ports, outside, &p[..10]), Err(Held::NotIp));
+        assert_eq!(from_daemon(ports, outside, &[0x50; 40]), Err(Held::NotIp));
+    }
+
+    /// An IPv6/UDP packet from `src` to 2001:db8::2, with `next` as the
+    /// fixed header's next header.
+    fn daemon_packet6(src: &str, sport: u16, next: u8, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; 48 + payload.len()];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        p[6] = next;
+        p[7] = 64;
+        p[8..24].copy_from_slice(&src.parse::<Ipv6Addr>().unwrap().octets());
+        p[24..40].copy_from_slice(&"2001:db8::2".parse::<Ipv6Addr>().unwrap().octets());
+        p[40..42].copy_from_slice(&sport.to_be_bytes());
+        p[42..44].copy_from_slice(&500u16.to_be_bytes());
+        p[44..46].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        p[48..].copy_from_slice(payload);
+        p
+    }
+
+    /// Over IPv6 the same: the daemon's IKE from the outside IPv6
+    /// address leaves; another source, port, protocol or a packet with
+    /// extension headers does not; nothing leaves over IPv6 from a
+    /// gateway without an outside IPv6 address.
+    #[test]
+    fn over_ipv6_only_the_daemons_ike_from_the_outside_address_leaves() {
+        let ports = RelayPorts::default();
+        let ike = ike_header();
+        let p = daemon_packet6("2001:db8::1", 500, 17, &ike);
+        assert_eq!(
+            from_daemon(ports, outside(), &p),
+            Ok(Outgoing {
+                ports: (500, 500),
+                to: "2001:db8::2".parse::<Ipv6Addr>().unwrap().into(),
+                payload: &ike[..]
+            })
+        );
+        let v4_only = Outside {
+            v6: None,
+            ..outside()
+        };
+        assert_eq!(from_daemon(ports, v4_only, &p), Err(Held::NotFromOutside));
+        let p = daemon_packet6("2001:db8::9", 500, 17, &ike);
+        assert_eq!(from_daemon(ports, outside(), &p), Err(Held::NotFromOutside));
+        let p = daemon_packet6("2001:db8::1", 53, 17, &ike);
+        assert_eq!(from_daemon(ports, outside(), &p), Err(Held::NotDaemonPort));
+        let p = daemon_packet6("2001:db8::1", 500, 58, &ike);
+        assert_eq!(from_daemon(ports, outside(), &p), Err(Held::NotUdp));
+        let p = daemon_packet6("2001:db8::1", 500, 44, &ike);
+        assert_eq!(
+            from_daemon(ports, outside(), &p),
+            Err(Held::NotIp),
+            "a fragment header"
+        );
+        assert_eq!(from_daemon(ports, outside(), &p[..39]), Err(Held::NotIp));
     }
 }

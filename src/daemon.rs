@@ -112,6 +112,10 @@ struct Plane<'s> {
     /// directory `--state-dir` named (a reload must not move it).
     state: Option<Arc<StateDir>>,
     state_flag: Option<std::path::PathBuf>,
+    /// The keying source the gateway started with, and the flags that
+    /// chose it (a reload must not change it).
+    keying: ike_stub::Keying,
+    keying_flags: crate::KeyingFlags,
     /// The `xfrm` keying source: the socket's reader and the mirror its
     /// datagrams go through (between batches, never per packet).
     xfrm: Option<(XfrmSource, XfrmMirror)>,
@@ -520,6 +524,11 @@ impl Plane<'_> {
                         state_dir.map_or("none".into(), |p| p.display().to_string()),
                     ));
                 }
+                let keying = self
+                    .keying_flags
+                    .apply(&config.keying)
+                    .map_err(|e| format!("{e:#}"))?;
+                keying_unchanged(&self.keying, &keying)?;
                 let mut warnings = config.warnings();
                 if self.state.is_none() {
                     warnings.extend(
@@ -550,6 +559,26 @@ impl Plane<'_> {
             }
         }
     }
+}
+
+/// Refuses a reload that would change the keying source: its sockets, the
+/// relay's device and the mirror were set up at start, with privileges a
+/// reload no longer has.
+fn keying_unchanged(running: &ike_stub::Keying, wanted: &ike_stub::Keying) -> Result<(), String> {
+    use ike_stub::Keying;
+    let describe = |k: &Keying| match k {
+        Keying::Config => "the file".to_owned(),
+        Keying::Xfrm { netns: None } => "xfrm (espgw's own namespace)".to_owned(),
+        Keying::Xfrm { netns: Some(ns) } => format!("xfrm (namespace {ns})"),
+    };
+    if running == wanted {
+        return Ok(());
+    }
+    Err(format!(
+        "the keying source would change from {} to {}, which needs a restart",
+        describe(running),
+        describe(wanted)
+    ))
 }
 
 /// A worker other than 0: applies commands, reports datagrams and events.
@@ -785,6 +814,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         steering,
         state: state.clone(),
         state_flag: args.state_dir.clone(),
+        keying: config.keying.clone(),
+        keying_flags: args.keying_flags(),
         xfrm,
         feedback: Vec::new(),
         last_usage_report: Duration::ZERO,
@@ -1172,5 +1203,46 @@ fn worker_counters(t: &Tick<'_>, with_engine: bool) -> WorkerCounters {
 fn notify_service_manager(states: &[sd_notify::NotifyState<'_>]) {
     if let Err(error) = sd_notify::notify(false, states) {
         tracing::warn!(%error, "could not notify the service manager");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ike_stub::Keying;
+
+    /// A reload reads the file again and applies the start's flags to it:
+    /// the keying source it gives must be the one running, or the reload
+    /// is refused, saying from what to what.
+    #[test]
+    fn a_reload_may_not_change_the_keying_source() {
+        let xfrm = |ns: Option<&str>| Keying::Xfrm {
+            netns: ns.map(str::to_owned),
+        };
+        assert_eq!(keying_unchanged(&xfrm(Some("key")), &xfrm(Some("key"))), Ok(()));
+        assert_eq!(
+            keying_unchanged(&Keying::Config, &xfrm(Some("key"))),
+            Err(
+                "the keying source would change from the file to xfrm (namespace key), which needs a restart"
+                    .into()
+            )
+        );
+        assert_eq!(
+            keying_unchanged(&xfrm(Some("a")), &xfrm(None)),
+            Err("the keying source would change from xfrm (namespace a) to xfrm (espgw's own namespace), which needs a restart".into())
+        );
+        // The flags win over the file, at a reload as at the start: a file
+        // that moved to another namespace changes nothing under
+        // `--keying xfrm --keying-netns a`, and without flags it does.
+        let flags = crate::KeyingFlags {
+            keying: Some(crate::KeyingArg::Xfrm),
+            netns: Some("a".into()),
+        };
+        let running = flags.apply(&xfrm(Some("a"))).unwrap();
+        let reread = flags.apply(&xfrm(Some("b"))).unwrap();
+        assert_eq!(keying_unchanged(&running, &reread), Ok(()));
+        let none = crate::KeyingFlags::default();
+        assert!(keying_unchanged(&running, &none.apply(&xfrm(Some("b"))).unwrap()).is_err());
+        assert!(keying_unchanged(&running, &none.apply(&Keying::Config).unwrap()).is_err());
     }
 }

@@ -282,8 +282,30 @@ impl RunArgs {
     /// The keying source: the file's, as `--keying` and `--keying-netns`
     /// change it.
     pub(crate) fn keying(&self, file: &ike_stub::Keying) -> Result<ike_stub::Keying> {
+        self.keying_flags().apply(file)
+    }
+
+    pub(crate) fn keying_flags(&self) -> KeyingFlags {
+        KeyingFlags {
+            keying: self.keying,
+            netns: self.keying_netns.clone(),
+        }
+    }
+}
+
+/// `--keying` and `--keying-netns`, kept for a reload to apply to the
+/// file it reads.
+#[derive(Clone, Default)]
+pub(crate) struct KeyingFlags {
+    keying: Option<KeyingArg>,
+    netns: Option<String>,
+}
+
+impl KeyingFlags {
+    /// The keying source: `file`'s, as the flags change it.
+    pub(crate) fn apply(&self, file: &ike_stub::Keying) -> Result<ike_stub::Keying> {
         use ike_stub::Keying;
-        if let Some(name) = &self.keying_netns {
+        if let Some(name) = &self.netns {
             if !Keying::valid_netns(name) {
                 anyhow::bail!("--keying-netns `{name}` is not a namespace name (/run/netns/NAME; no `/`)");
             }
@@ -292,7 +314,7 @@ impl RunArgs {
             Keying::Xfrm { netns } => netns.clone(),
             Keying::Config => None,
         };
-        Ok(match (self.keying, &self.keying_netns) {
+        Ok(match (self.keying, &self.netns) {
             (Some(KeyingArg::Config), Some(_)) => {
                 anyhow::bail!("--keying-netns names the namespace to mirror: it needs --keying xfrm")
             }

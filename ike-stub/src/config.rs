@@ -190,8 +190,8 @@ impl Default for RekeySettings {
 }
 
 /// Where SAs come from besides the file's `[[sa]]` and `[[tunnel]]`
-/// (`[keying]`, or `espgw run --keying`). Read at start: a reload keeps
-/// the source the gateway started with.
+/// (`[keying]`, or `espgw run --keying`). Read at start: `espgw run`
+/// refuses a reload that would change it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Keying {
     /// The file alone (and the rekey exchange of tunnels with a secret).

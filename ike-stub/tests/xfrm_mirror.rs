@@ -86,7 +86,7 @@ fn run(name: &str, durable: bool) -> (XfrmMirror, Vec<SaCommand>) {
     run_with(name, settings(durable))
 }
 
-/// The strongSwan lab's initiator, whose captures these are.
+/// The strongSwan and libreswan labs' initiator, whose captures these are.
 const LAB_A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
 fn run_with(name: &str, settings: MirrorSettings) -> (XfrmMirror, Vec<SaCommand>) {
@@ -713,6 +713,137 @@ fn strongswan_chacha20_poly1305_is_mirrored() {
             "policy xfrm-out-81 out protect xfrm-r1-out-c0fb4b43",
         ]
     );
+}
+
+/// libreswan's tunnel, rekey and teardown, captured from pluto in a VM
+/// (see the fixture's comment).
+#[test]
+fn libreswan_tunnel_rekey_and_teardown_are_mirrored() {
+    let (mirror, commands) = lab("captured-libreswan-gcm.nl");
+    assert_eq!(
+        rendered(&commands),
+        [
+            // pluto's IPv6 neighbour-discovery bypass policies (ICMPv6
+            // types 136 and 135, priority 1): espgw's selectors cannot
+            // name an ICMP type, so each is refused and discards all of
+            // ICMPv6 in its direction instead.
+            "policy xfrm-in-8 in discard",
+            "policy xfrm-fwd-10 in discard",
+            "policy xfrm-out-17 out discard",
+            "policy xfrm-in-24 in discard",
+            "policy xfrm-fwd-34 in discard",
+            "policy xfrm-out-41 out discard",
+            // NEWSA out; UPDSA in on its allocated SPI, held until the
+            // inbound policy gives it selectors; UPDPOLICY in, fwd, out.
+            "install xfrm-r16393-out-c03cbddd aes128gcm16 selectors=0",
+            "install xfrm-r16393-in-28e2e66f aes128gcm16 selectors=1",
+            "policy xfrm-in-176 in protect xfrm-r16393-in-28e2e66f",
+            "policy xfrm-fwd-186 in protect xfrm-r16393-in-28e2e66f",
+            "policy xfrm-out-193 out protect xfrm-r16393-out-c03cbddd",
+            // The rekey: the new outbound SA first (same reqid: it takes
+            // the outbound policy at once), then the new inbound one; the
+            // UPDPOLICY out that follows changes nothing; the old SAs go
+            // by DELSA.
+            "install xfrm-r16393-out-3fa50a7d aes128gcm16 selectors=0",
+            "point xfrm-out-193 protect xfrm-r16393-out-3fa50a7d",
+            "install xfrm-r16393-in-3b97c59e aes128gcm16 selectors=1",
+            "point xfrm-in-176 protect xfrm-r16393-in-3b97c59e",
+            "point xfrm-fwd-186 protect xfrm-r16393-in-3b97c59e",
+            "remove xfrm-r16393-out-c03cbddd",
+            "remove xfrm-r16393-in-28e2e66f",
+            // whack --terminate: the outbound policy becomes a trap (its
+            // template names no reqid and no SA: held, discarding), the
+            // inbound policies go and with them the inbound SA's
+            // selectors, then the outbound SA (the inbound SA's DELSA
+            // finds it gone).
+            "point xfrm-out-193 discard",
+            "unpolicy xfrm-in-176",
+            "unpolicy xfrm-fwd-186",
+            "remove xfrm-r16393-in-3b97c59e",
+            "remove xfrm-r16393-out-3fa50a7d",
+            // whack --delete: the trap goes.
+            "unpolicy xfrm-out-193",
+        ]
+    );
+    let c = mirror.counters();
+    assert_eq!(
+        (
+            c.sas_mirrored,
+            c.policies_mirrored,
+            c.policies_held,
+            c.policies_held_total,
+            c.dumps
+        ),
+        (0, 6, 0, 1, 2)
+    );
+    assert_eq!((c.policies_refused, c.refused.get("selector")), (6, Some(&6)));
+    assert_eq!((c.larval, c.soft_expired, c.hard_expired), (0, 0, 0));
+    let policies = mirror.policies();
+    let nd = policies.iter().find(|p| p.name == "xfrm-out-41").unwrap();
+    assert_eq!(
+        (nd.priority, nd.selector.as_str(), nd.action.as_str()),
+        (1, "::/0 -> ::/0 proto 58 ports any -> any", "discard")
+    );
+    assert_eq!(nd.refused.as_deref(), Some("selector: ICMP type 135 code 0"));
+    let first = match &commands[6] {
+        SaCommand::InstallSa(sa) => sa,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (first.params.local, first.params.remote),
+        (LAB_A, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)))
+    );
+    assert_eq!(first.keys, ike_stub::KeySource::Xfrm { reqid: 16393 });
+    // ESN and a window of 128 (XFRMA_REPLAY_ESN_VAL); no time limits in
+    // the kernel (pluto rekeys by its own timers), byte and packet limits
+    // of 2^63.
+    assert!(first.params.esn);
+    assert_eq!(first.params.replay_window, 128);
+    assert_eq!(
+        (
+            first.params.lifetime.soft.seconds,
+            first.params.lifetime.hard.seconds
+        ),
+        (None, None)
+    );
+    assert_eq!(first.params.lifetime.hard.bytes, Some(1 << 63));
+    assert_eq!(first.params.lifetime.hard.packets, Some(1 << 63));
+}
+
+#[test]
+fn libreswan_cbc_without_esn_and_its_dump_are_mirrored() {
+    let (mirror, commands) = lab("captured-libreswan-cbc.nl");
+    assert_eq!(
+        rendered(&commands),
+        [
+            "policy xfrm-in-200 in discard",
+            "policy xfrm-fwd-210 in discard",
+            "policy xfrm-out-217 out discard",
+            "policy xfrm-in-224 in discard",
+            "policy xfrm-fwd-234 in discard",
+            "policy xfrm-out-241 out discard",
+            "install xfrm-r16393-out-adfdde32 aes256-sha256 selectors=0",
+            "install xfrm-r16393-in-98dd3806 aes256-sha256 selectors=1",
+            "policy xfrm-in-376 in protect xfrm-r16393-in-98dd3806",
+            "policy xfrm-fwd-386 in protect xfrm-r16393-in-98dd3806",
+            "policy xfrm-out-393 out protect xfrm-r16393-out-adfdde32",
+            // The dump afterwards shows the same: nothing changes.
+        ]
+    );
+    let c = mirror.counters();
+    // pluto's per-socket bypass policies (its IKE sockets, IPv4 and
+    // IPv6) are in the policy dump; espgw has no sockets of the daemon's
+    // to exempt.
+    assert_eq!((c.ignored, c.policies_refused, c.dumps), (16, 6, 2));
+    for c in &commands[6..8] {
+        let SaCommand::InstallSa(sa) = c else {
+            unreachable!()
+        };
+        // No ESN, but still a window of 128 (XFRMA_REPLAY_ESN_VAL).
+        assert!(!sa.params.esn);
+        assert_eq!(sa.params.replay_window, 128);
+        assert_eq!((sa.enc_key.len(), sa.auth_key.len()), (32, 32));
+    }
 }
 
 /// The damaged-datagram test covers the captured fixtures too.

@@ -713,8 +713,21 @@ pub fn run(args: &RunArgs) -> Result<()> {
     };
     // Telling the keying namespace's kernel what espgw did (and dumping
     // it again after an overrun) is a netlink request that needs
-    // CAP_NET_ADMIN at every send: the one privilege the xfrm source keeps.
-    let dropped = privileges::drop_privileges(user.as_ref(), xfrm.is_some())?;
+    // CAP_NET_ADMIN at every send: a broker process of its own keeps that
+    // privilege and takes those requests alone, so that this one, which
+    // parses the network's packets, keeps none that reaches the SAD.
+    let xfrm = match xfrm {
+        Some(opened) => {
+            let (opened, broker) = opened.with_broker(user.as_ref())?;
+            tracing::info!(
+                pid = broker,
+                "xfrm: the broker holds CAP_NET_ADMIN for feedback and dumps; this process gives it up"
+            );
+            Some(opened)
+        }
+        None => None,
+    };
+    let dropped = privileges::drop_privileges(user.as_ref())?;
     tracing::info!(
         uid = dropped.uid,
         capabilities = ?dropped.kept,

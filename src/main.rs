@@ -25,6 +25,7 @@ mod report;
 mod soak;
 mod state_dir;
 mod veth_bench;
+mod xfrm_broker;
 mod xfrm_source;
 
 /// mimalloc rather than the system allocator: it takes memory from the
@@ -143,6 +144,10 @@ enum XfrmCommand {
     /// configuration and print what it holds, what was refused and why,
     /// and the mirror's counters (JSON).
     Show(xfrm_source::ShowArgs),
+    /// The privileged broker `espgw run` starts for the `xfrm` source
+    /// (not for use by hand).
+    #[command(hide = true)]
+    Broker(xfrm_broker::BrokerArgs),
 }
 
 /// Writes `espgw.8` and `espgw-COMMAND.8` for each command into `dir`;
@@ -484,6 +489,7 @@ fn main() -> ExitCode {
         }
         Command::Xfrm { command } => match command {
             XfrmCommand::Show(args) => xfrm_source::show(&args),
+            XfrmCommand::Broker(args) => xfrm_broker::serve(&args),
         },
         Command::Stats(query) => show(&query, "stats", report::stats_table),
         Command::Sa { command } => match command {

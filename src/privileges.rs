@@ -21,7 +21,8 @@
 //! - with the `xfrm` keying source, requests to the keying namespace's
 //!   kernel (its SAs' counters, volume expiries, on-demand requests, and
 //!   the dumps of a resync): `CAP_NET_ADMIN`, which netlink checks at
-//!   every send. Kept only then.
+//!   every send. Not kept here: a broker process of its own holds it
+//!   alone, and sends only those requests (`crate::xfrm_broker`).
 //!
 //! Capabilities are per thread: this must run before any other thread
 //! exists (it checks), so that every thread started later inherits the
@@ -36,8 +37,9 @@ const CAP_IPC_LOCK: u32 = 14;
 const CAP_NET_ADMIN: u32 = 12;
 /// The capabilities `run` keeps.
 pub const KEPT: &[u32] = &[CAP_IPC_LOCK];
-/// What the `xfrm` keying source keeps besides.
-pub const KEPT_FOR_XFRM: &[u32] = &[CAP_NET_ADMIN];
+/// What the `xfrm` keying source's broker keeps (`crate::xfrm_broker`),
+/// and nothing else.
+pub const KEPT_BY_BROKER: &[u32] = &[CAP_NET_ADMIN];
 
 /// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
@@ -179,17 +181,18 @@ fn threads() -> usize {
 /// with `user`, becomes that user (its primary group alone); keeps
 /// [`KEPT`] of what it holds; empties the bounding and ambient sets; sets
 /// no-new-privileges and makes the process non-dumpable.
-pub fn drop_privileges(user: Option<&User>, xfrm_keying: bool) -> Result<Dropped> {
+pub fn drop_privileges(user: Option<&User>) -> Result<Dropped> {
+    drop_to(user, KEPT)
+}
+
+/// [`drop_privileges`], keeping `kept` (of what the process holds)
+/// instead: the broker's way to keep `CAP_NET_ADMIN` alone.
+pub fn drop_to(user: Option<&User>, kept: &[u32]) -> Result<Dropped> {
     let threads = threads();
     if threads != 1 {
         bail!("dropping privileges with {threads} threads running: the others would keep theirs");
     }
     let held = capget()?;
-    let kept: Vec<u32> = KEPT
-        .iter()
-        .chain(if xfrm_keying { KEPT_FOR_XFRM } else { &[] })
-        .copied()
-        .collect();
     let keep = kept.iter().fold(0u32, |m, &c| m | 1 << c) & held.permitted;
     // The bounding set limits what an execve could give; it needs
     // CAP_SETPCAP, so it goes first.

@@ -3,22 +3,23 @@
 //!
 //! The sockets are opened by a short-lived thread that enters the keying
 //! namespace (`setns` changes the namespace of the calling thread only; a
-//! socket stays in the namespace it was made in), and the first dumps are
-//! read, before `espgw run` drops its privileges: both need
-//! `CAP_NET_ADMIN` there, and privileges are dropped while a single
-//! thread runs. The reading thread starts after that and only reads. One
-//! socket follows the multicast groups
-//! `XFRMNLGRP_SA`, `XFRMNLGRP_POLICY` and `XFRMNLGRP_EXPIRE`; the other
-//! asks for the dumps (`XFRM_MSG_GETSA`, `XFRM_MSG_GETPOLICY`) at start
-//! and after an overrun (`ENOBUFS`). Subscribing before dumping means
-//! nothing is missed between the two: a notification older than the dump
-//! is applied after it, in order, and changes to the same result. A
-//! resync after an overrun asks for dumps again (with the `CAP_NET_ADMIN`
-//! that `run` keeps for this source; a refusal counts as `dump_errors`).
-//! A third socket sends what the kernel is told back (counters, volume
-//! expiries, ACQUIRE), from worker 0 between batches, without waiting.
-//! The IKE relay's TUN is created by the same short-lived thread, in the
-//! keying namespace (`crate::ike_relay`).
+//! socket stays in the namespace it was made in), before `espgw run`
+//! drops its privileges: that needs `CAP_NET_ADMIN` there, and privileges
+//! are dropped while a single thread runs. One socket follows the
+//! multicast groups `XFRMNLGRP_SA`, `XFRMNLGRP_POLICY` and
+//! `XFRMNLGRP_EXPIRE`; another asks for the dumps (`XFRM_MSG_GETSA`,
+//! `XFRM_MSG_GETPOLICY`) when the reading thread starts and after an
+//! overrun (`ENOBUFS`). Subscribing before dumping means nothing is missed
+//! between the two: a notification older than the dump is applied after
+//! it, in order, and changes to the same result. A third socket sends
+//! what the kernel is told back (counters, volume expiries, ACQUIRE),
+//! from worker 0 between batches, without waiting. The kernel checks
+//! `CAP_NET_ADMIN` at every request, so `espgw run` hands the dump and
+//! request sockets to its privileged broker (`crate::xfrm_broker`) and
+//! asks through it; `espgw xfrm show`, root throughout, asks directly. A
+//! refused dump counts as `dump_errors`. The IKE relay's TUN is created
+//! by the same short-lived thread, in the keying namespace
+//! (`crate::ike_relay`).
 //!
 //! Datagrams go to worker 0 as they came, in memory wiped when dropped
 //! (they carry keys); the translation is `ike_stub::xfrm`'s, between
@@ -46,6 +47,7 @@ use netlink_sys::{protocols::NETLINK_XFRM, Socket};
 use zeroize::Zeroizing;
 
 use crate::ike_relay::IkeRelay;
+use crate::xfrm_broker::{Broker, DumpLink, FeedbackLink};
 
 /// What the reading thread hands worker 0.
 pub enum Feed {
@@ -68,7 +70,7 @@ const SOCKET_BUFFER: libc::c_int = 8 * 1024 * 1024;
 /// How often the reading thread looks at its stop flag.
 const POLL: Duration = Duration::from_millis(200);
 /// How long a dump may take before it is given up.
-const DUMP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DUMP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The running source: its feed, the thread behind it, the socket that
 /// talks back to the kernel, and the IKE relay.
@@ -76,13 +78,28 @@ pub struct XfrmSource {
     feed: Receiver<Feed>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    requests: Socket,
+    /// Feedback to the kernel: sent directly, or (`espgw run`) through the
+    /// privileged broker.
+    requests: Requests,
     relay: Option<IkeRelay>,
 }
 
 struct Sockets {
     events: Socket,
-    dumps: Socket,
+    dumps: Dumps,
+}
+
+/// Where dump requests go: straight to the kernel (`espgw xfrm show`,
+/// root throughout), or through the broker (`espgw run`, which keeps no
+/// privilege to ask the kernel itself).
+enum Dumps {
+    Kernel(Socket),
+    Broker(DumpLink),
+}
+
+enum Requests {
+    Kernel(Socket),
+    Broker(FeedbackLink),
 }
 
 /// The largest datagram of feedback messages sent at once (the kernel
@@ -154,7 +171,10 @@ fn open_sockets() -> Result<Sockets> {
     let mut dumps = Socket::new(NETLINK_XFRM).context("cannot open a NETLINK_XFRM socket")?;
     dumps.bind_auto().context("binding the XFRM dump socket")?;
     set_timeout(&dumps, DUMP_TIMEOUT)?;
-    Ok(Sockets { events, dumps })
+    Ok(Sockets {
+        events,
+        dumps: Dumps::Kernel(dumps),
+    })
 }
 
 /// A dump request for `kind`.
@@ -175,7 +195,7 @@ fn dump_request(kind: DumpKind, sequence: u32) -> Vec<u8> {
 }
 
 /// Whether `datagram` ends a dump (holds `NLMSG_DONE` or an error).
-fn ends_dump(datagram: &[u8]) -> bool {
+pub(crate) fn ends_dump(datagram: &[u8]) -> bool {
     let mut at = 0;
     while let Ok(buffer) = NetlinkBuffer::new_checked(&datagram[at..]) {
         if matches!(buffer.message_type(), NLMSG_DONE | NLMSG_ERROR) {
@@ -235,38 +255,65 @@ fn hand(feed: &Sender<Feed>, stop: &AtomicBool, mut item: Feed) -> bool {
     }
 }
 
-/// Asks for a dump of `kind` and hands `sink` its start and every reply
-/// up to its end; false if `sink` refused one (stopped).
-fn dump(
-    sockets: &Sockets,
-    buffer: &mut Zeroizing<Vec<u8>>,
+/// Asks the kernel for a dump of `kind` on `socket` and hands `forward`
+/// every datagram of the answer up to its end; false if the dump could
+/// not be asked for or stopped, or `forward` refused a datagram. The
+/// buffer is wiped (dumps carry keys).
+pub(crate) fn dump_through(
+    socket: &Socket,
     kind: DumpKind,
     sequence: u32,
-    mut sink: impl FnMut(Feed) -> bool,
+    mut forward: impl FnMut(&[u8]) -> bool,
 ) -> bool {
-    if !sink(Feed::Dump(kind)) {
+    if let Err(e) = socket.send(&dump_request(kind, sequence), 0) {
+        tracing::error!("xfrm: cannot ask for the {kind:?} dump: {e}");
         return false;
     }
-    if let Err(e) = sockets.dumps.send(&dump_request(kind, sequence), 0) {
-        tracing::error!("xfrm: cannot ask for the {kind:?} dump: {e}");
-        return sink(Feed::DumpAbandoned);
-    }
+    let mut buffer = Zeroizing::new(Vec::with_capacity(RECEIVE_BUFFER));
     loop {
-        let datagram = match receive(&sockets.dumps, buffer) {
+        let datagram = match receive(socket, &mut buffer) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!("xfrm: the {kind:?} dump stopped: {e}");
-                return sink(Feed::DumpAbandoned);
+                return false;
             }
         };
-        let last = ends_dump(&datagram);
-        if !sink(Feed::Datagram(datagram)) {
+        if !forward(&datagram) {
             return false;
         }
-        if last {
+        if ends_dump(&datagram) {
             return true;
         }
     }
+}
+
+/// Asks for a dump of `kind` and hands `sink` its start and every reply
+/// up to its end; false if `sink` refused one (stopped).
+fn dump(dumps: &Dumps, kind: DumpKind, sequence: u32, mut sink: impl FnMut(Feed) -> bool) -> bool {
+    if !sink(Feed::Dump(kind)) {
+        return false;
+    }
+    let mut stopped = false;
+    let done = match dumps {
+        Dumps::Kernel(socket) => dump_through(socket, kind, sequence, |datagram| {
+            stopped = !sink(Feed::Datagram(Zeroizing::new(datagram.to_vec())));
+            !stopped
+        }),
+        Dumps::Broker(link) => match link.dump(kind, sequence, |datagram| {
+            stopped = !sink(Feed::Datagram(datagram));
+            !stopped
+        }) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!("xfrm: the {kind:?} dump through the broker stopped: {e}");
+                false
+            }
+        },
+    };
+    if stopped {
+        return false;
+    }
+    done || sink(Feed::DumpAbandoned)
 }
 
 impl Reader {
@@ -277,12 +324,17 @@ impl Reader {
     fn dump(&mut self, kind: DumpKind) -> bool {
         self.sequence = self.sequence.wrapping_add(1);
         let (feed, stop) = (&self.feed, &self.stop);
-        dump(&self.sockets, &mut self.buffer, kind, self.sequence, |item| {
+        dump(&self.sockets.dumps, kind, self.sequence, |item| {
             hand(feed, stop, item)
         })
     }
 
     fn run(mut self) {
+        // The first dumps: the notification socket joined its groups
+        // before, so nothing between the two is missed.
+        if !(self.dump(DumpKind::Sa) && self.dump(DumpKind::Policy)) {
+            return;
+        }
         while !self.stop.load(Ordering::Relaxed) {
             match receive(&self.sockets.events, &mut self.buffer) {
                 Ok(datagram) => {
@@ -310,12 +362,11 @@ impl Reader {
     }
 }
 
-/// The sockets, open in the keying namespace, and the first dumps' replies:
-/// what needs privileges, done; [`OpenedXfrm::start`] follows from there.
+/// The sockets, open in the keying namespace: what needs privileges,
+/// done; [`OpenedXfrm::start`] follows from there.
 pub struct OpenedXfrm {
     sockets: Sockets,
-    first: Vec<Feed>,
-    requests: Socket,
+    requests: Requests,
     relay: Option<IkeRelay>,
 }
 
@@ -331,8 +382,9 @@ fn open_requests() -> Result<Socket> {
 impl XfrmSource {
     /// Opens the sockets in namespace `netns` (`None`: this process's) on
     /// a thread that is gone when this returns, creates the IKE relay's
-    /// TUN there with `relay`'s addresses (the gateway's outside ones), and
-    /// reads the dumps of the SAD and SPD: all that needs privileges.
+    /// TUN there with `relay`'s addresses (the gateway's outside ones): all
+    /// that needs privileges besides the requests, which
+    /// [`OpenedXfrm::with_broker`] hands on.
     pub fn open(netns: Option<&str>, relay: Option<ike_stub::xfrm::relay::Outside>) -> Result<OpenedXfrm> {
         let netns = netns.map(str::to_owned);
         let (sockets, requests, relay) = std::thread::Builder::new()
@@ -347,38 +399,51 @@ impl XfrmSource {
             .context("starting the thread that enters the keying namespace")?
             .join()
             .map_err(|_| anyhow!("the thread entering the keying namespace panicked"))??;
-        let mut first = Vec::new();
-        let mut buffer = Zeroizing::new(Vec::with_capacity(RECEIVE_BUFFER));
-        for (sequence, kind) in [(1, DumpKind::Sa), (2, DumpKind::Policy)] {
-            dump(&sockets, &mut buffer, kind, sequence, |item| {
-                first.push(item);
-                true
-            });
-        }
         Ok(OpenedXfrm {
             sockets,
-            first,
-            requests,
+            requests: Requests::Kernel(requests),
             relay,
         })
     }
 }
 
 impl OpenedXfrm {
+    /// Hands the sockets that ask the kernel for something (feedback and
+    /// dumps) to the privileged broker (`crate::xfrm_broker`), which is
+    /// to become `user`; from then on this process needs no privilege
+    /// for the `xfrm` source. Returns the broker's process id. Call it as
+    /// root, while one thread runs, before dropping privileges.
+    pub fn with_broker(self, user: Option<&crate::privileges::User>) -> Result<(OpenedXfrm, u32)> {
+        let (Requests::Kernel(requests), Dumps::Kernel(dumps)) = (self.requests, self.sockets.dumps) else {
+            anyhow::bail!("the xfrm source already has a broker");
+        };
+        let broker = Broker::spawn(requests, dumps, user)?;
+        let pid = broker.pid();
+        let (feedback, dump_link) = broker.split();
+        Ok((
+            OpenedXfrm {
+                sockets: Sockets {
+                    events: self.sockets.events,
+                    dumps: Dumps::Broker(dump_link),
+                },
+                requests: Requests::Broker(feedback),
+                relay: self.relay,
+            },
+            pid,
+        ))
+    }
+
     /// Starts the reading thread: the first dumps, then every
     /// notification, go to the returned source's feed.
     pub fn start(self) -> Result<XfrmSource> {
-        let (feed_tx, feed) = bounded(4096.max(self.first.len() + 1));
-        for item in self.first {
-            let _ = feed_tx.try_send(item);
-        }
+        let (feed_tx, feed) = bounded(4096);
         let stop = Arc::new(AtomicBool::new(false));
         let reader = Reader {
             sockets: self.sockets,
             feed: feed_tx,
             stop: stop.clone(),
             buffer: Zeroizing::new(Vec::with_capacity(RECEIVE_BUFFER)),
-            sequence: 2,
+            sequence: 0,
         };
         let thread = std::thread::Builder::new()
             .name("xfrm".into())
@@ -438,24 +503,37 @@ impl XfrmSource {
     /// kernel without waiting, and returns how many failed: the kernel
     /// answers a request without `NLM_F_ACK` only when it fails, and
     /// answers before `send` returns.
+    /// Through the broker, the failures of a datagram are counted when
+    /// its answer has come back, at this call or a later one.
     pub fn send_feedback(&self, messages: &[u8]) -> u64 {
         let mut failed = 0;
         let mut at = 0;
         while at < messages.len() {
             let end = datagram_end(messages, at, FEEDBACK_DATAGRAM);
-            if let Err(e) = self.requests.send(&messages[at..end], 0) {
-                tracing::warn!("xfrm: feedback to the kernel not sent: {e}");
+            let sent = match &self.requests {
+                Requests::Kernel(socket) => socket
+                    .send(&messages[at..end], 0)
+                    .map_err(|e| tracing::warn!("xfrm: feedback to the kernel not sent: {e}"))
+                    .is_ok(),
+                Requests::Broker(link) => link.send(&messages[at..end]),
+            };
+            if !sent {
                 failed += count_messages(&messages[at..end]);
             }
             at = end;
         }
-        let mut buffer = Vec::with_capacity(8192);
-        loop {
-            buffer.clear();
-            match self.requests.recv(&mut buffer, 0) {
-                Ok(_) => failed += refusals(&buffer),
-                Err(_) => break,
+        match &self.requests {
+            Requests::Kernel(socket) => {
+                let mut buffer = Vec::with_capacity(8192);
+                loop {
+                    buffer.clear();
+                    match socket.recv(&mut buffer, 0) {
+                        Ok(_) => failed += refusals(&buffer),
+                        Err(_) => break,
+                    }
+                }
             }
+            Requests::Broker(link) => failed += link.failures(),
         }
         failed
     }
@@ -495,7 +573,7 @@ fn count_messages(messages: &[u8]) -> u64 {
 
 /// The error answers in a datagram from the kernel (an error code other
 /// than 0).
-fn refusals(datagram: &[u8]) -> u64 {
+pub(crate) fn refusals(datagram: &[u8]) -> u64 {
     let mut n = 0;
     let mut at = 0;
     while let Ok(buffer) = NetlinkBuffer::new_checked(&datagram[at..]) {

@@ -459,7 +459,9 @@ else:
 /// same over IPv6, to the outside interface's `address6`. Then
 /// a host inside sends to a network whose outbound policy has no SA (a
 /// trap): espgw asks the kernel, which tells the keying namespace's
-/// listeners (`ip xfrm monitor acquire`), as it would tell the daemon.
+/// listeners (`ip xfrm monitor acquire`), as it would tell the daemon,
+/// by way of the broker, the only process of espgw's that keeps
+/// `CAP_NET_ADMIN`.
 fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
     const KEYING: &str = "espgw-relay-k";
     const GW: &str = "espgw-relay-gw";
@@ -538,6 +540,40 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
         panic!("{what}: last stats {:#}", query().unwrap_or_default());
     };
     wait_for("the dumps", &|d| d["xfrm"]["dumps"] == 2);
+    // Privileges: the forwarding process (every thread) has no
+    // CAP_NET_ADMIN; its one child, the broker, has that alone.
+    let pid = lab.gateway.as_ref().expect("the gateway").id();
+    let status = |path: String, field: &str| -> u64 {
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:\t")))
+            .unwrap_or_else(|| panic!("{path}: no {field}"));
+        u64::from_str_radix(line.trim(), 16).unwrap_or_else(|_| line.trim().parse().unwrap_or(u64::MAX))
+    };
+    const CAP_NET_ADMIN: u64 = 1 << 12;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        for set in ["CapEff", "CapPrm"] {
+            let caps = status(format!("{}/status", task.display()), set);
+            assert_eq!(caps & CAP_NET_ADMIN, 0, "{} {set} {caps:#x}", task.display());
+        }
+    }
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let brokers: Vec<&str> = children.split_whitespace().collect();
+    assert_eq!(brokers.len(), 1, "one child, the broker: {children:?}");
+    let broker = format!("/proc/{}/status", brokers[0]);
+    for (field, want) in [
+        ("CapEff", CAP_NET_ADMIN),
+        ("CapPrm", CAP_NET_ADMIN),
+        ("CapBnd", 0),
+        ("CapAmb", 0),
+        ("NoNewPrivs", 1),
+    ] {
+        assert_eq!(status(broker.clone(), field), want, "the broker's {field}");
+    }
+    let cmdline = std::fs::read_to_string(format!("/proc/{}/cmdline", brokers[0])).unwrap();
+    assert!(cmdline.contains("broker"), "{cmdline:?}");
     // The relay's device, as the daemon sees it.
     let shown = |args: &[&str]| {
         let out = Command::new("ip").args(args).output().expect("ip");

@@ -175,6 +175,50 @@ pub fn acquire(
     append(message, NLM_F_REQUEST, sequence, out);
 }
 
+/// Why the broker refused a datagram of feedback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotFeedback {
+    #[error("not whole netlink messages (a length that runs past the datagram or is too short)")]
+    Malformed,
+    #[error("message type {0}: only XFRM_MSG_NEWAE, XFRM_MSG_EXPIRE and XFRM_MSG_ACQUIRE are feedback")]
+    Type(u16),
+    #[error("a message that is not a request, or asks for a dump")]
+    Flags,
+    #[error("an empty datagram")]
+    Empty,
+}
+
+/// Whether `datagram` holds only what this module builds: whole netlink
+/// requests of the three feedback types (counters, expiries, on-demand
+/// requests), none a dump. The privileged broker sends nothing else to
+/// the kernel for the forwarding process, so that a compromised one
+/// cannot add, change or delete SAs or policies. Returns how many
+/// messages it holds.
+pub fn check_feedback(datagram: &[u8]) -> Result<u64, NotFeedback> {
+    use netlink_packet_core::{NetlinkBuffer, NLM_F_DUMP};
+    use netlink_packet_xfrm::constants::{XFRM_MSG_ACQUIRE, XFRM_MSG_EXPIRE, XFRM_MSG_NEWAE};
+    let (mut at, mut count) = (0, 0);
+    while at < datagram.len() {
+        let buffer = NetlinkBuffer::new_checked(&datagram[at..]).map_err(|_| NotFeedback::Malformed)?;
+        let length = buffer.length() as usize;
+        let kind = buffer.message_type();
+        if ![XFRM_MSG_NEWAE, XFRM_MSG_EXPIRE, XFRM_MSG_ACQUIRE].contains(&kind) {
+            return Err(NotFeedback::Type(kind));
+        }
+        let flags = buffer.flags();
+        if flags & NLM_F_REQUEST == 0 || flags & NLM_F_DUMP == NLM_F_DUMP {
+            return Err(NotFeedback::Flags);
+        }
+        count += 1;
+        // Messages are 4-byte aligned; the last may end unpadded.
+        at = (at + length.div_ceil(4) * 4).min(datagram.len());
+    }
+    if count == 0 {
+        return Err(NotFeedback::Empty);
+    }
+    Ok(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,5 +347,60 @@ mod tests {
             "10.1.0.5".parse::<std::net::Ipv4Addr>().unwrap()
         );
         assert_eq!(m.nlas, vec![XfrmAttrs::Template(vec![template])]);
+    }
+
+    /// The broker's check: what this module builds passes, alone and
+    /// packed; anything else the kernel would act on is refused, as are
+    /// dumps, replies and broken lengths.
+    #[test]
+    fn only_feedback_passes_the_brokers_check() {
+        use netlink_packet_xfrm::constants::{
+            XFRM_MSG_DELSA, XFRM_MSG_FLUSHSA, XFRM_MSG_GETSA, XFRM_MSG_NEWPOLICY, XFRM_MSG_NEWSA,
+            XFRM_MSG_UPDSA,
+        };
+        let mut out = Vec::new();
+        new_ae(&sa(), &Usage::default(), 1, &mut out);
+        expire(&sa(), true, 2, &mut out);
+        assert_eq!(check_feedback(&out), Ok(2));
+        let mut one = Vec::new();
+        expire(&sa(), false, 3, &mut one);
+        assert_eq!(check_feedback(&one), Ok(1));
+        let forged = |kind: u16, flags: u16| {
+            let mut m = one.clone();
+            m[4..6].copy_from_slice(&kind.to_ne_bytes());
+            m[6..8].copy_from_slice(&flags.to_ne_bytes());
+            m
+        };
+        for kind in [
+            XFRM_MSG_NEWSA,
+            XFRM_MSG_UPDSA,
+            XFRM_MSG_DELSA,
+            XFRM_MSG_FLUSHSA,
+            XFRM_MSG_NEWPOLICY,
+            XFRM_MSG_GETSA,
+        ] {
+            assert_eq!(
+                check_feedback(&forged(kind, NLM_F_REQUEST)),
+                Err(NotFeedback::Type(kind))
+            );
+            // Hidden behind a good one, too.
+            let mut packed = out.clone();
+            packed.extend(forged(kind, NLM_F_REQUEST));
+            assert_eq!(check_feedback(&packed), Err(NotFeedback::Type(kind)));
+        }
+        assert_eq!(
+            check_feedback(&forged(XFRM_MSG_EXPIRE, NLM_F_REQUEST | 0x300)),
+            Err(NotFeedback::Flags),
+            "a dump"
+        );
+        assert_eq!(
+            check_feedback(&forged(XFRM_MSG_EXPIRE, 0)),
+            Err(NotFeedback::Flags)
+        );
+        assert_eq!(check_feedback(&one[..10]), Err(NotFeedback::Malformed));
+        let mut long = one.clone();
+        long[0..4].copy_from_slice(&(one.len() as u32 + 64).to_ne_bytes());
+        assert_eq!(check_feedback(&long), Err(NotFeedback::Malformed));
+        assert_eq!(check_feedback(&[]), Err(NotFeedback::Empty));
     }
 }

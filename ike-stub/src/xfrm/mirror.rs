@@ -795,11 +795,13 @@ impl XfrmMirror {
                 return;
             }
             Err(refused) => {
-                self.forget_policy(key);
+                // A dump showing it again is not another refusal.
                 let again = self
                     .refused_policies
-                    .insert(key, (refused.reason, seen))
-                    .is_some_and(|(r, _)| r == refused.reason);
+                    .get(&key)
+                    .is_some_and(|(r, _)| *r == refused.reason);
+                self.forget_policy(key);
+                self.refused_policies.insert(key, (refused.reason, seen));
                 if !again {
                     self.count_policy_refusal(key, &refused, "nothing is installed for it");
                 }

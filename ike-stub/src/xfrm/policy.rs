@@ -2,10 +2,13 @@
 //! policy.
 //!
 //! Owns the mapping of directions, selectors, priorities, actions and
-//! templates, and what is refused: a refused policy still becomes a
-//! *discard* over its selector (widened where espgw cannot express a part
-//! of it), so that its traffic is dropped rather than sent in the clear
-//! or handed to another policy. Must not resolve templates to SAs
+//! templates, and what is refused: a refused `protect` or `block` policy
+//! still becomes a *discard* over its selector (widened where espgw
+//! cannot express a part of it), so that its traffic is dropped rather
+//! than sent in the clear or handed to another policy; a refused bypass
+//! is not installed, so that its traffic meets the policies below it
+//! (which may protect it, never let more of it out in the clear). Must
+//! not resolve templates to SAs
 //! ([`super::mirror`] does).
 
 use std::net::IpAddr;
@@ -291,6 +294,22 @@ pub fn translate(info: &UserPolicyInfo, attrs: &[XfrmAttrs]) -> Result<Option<Tr
             Verdict::Discard
         }
     };
+    // A bypass espgw cannot hold exactly is not installed at all: its
+    // traffic then meets the policies below it, which protect or discard
+    // it at worst (never a leak), whereas a discard in its place would
+    // drop what they protect (libreswan's neighbour-discovery bypasses
+    // of ICMPv6 types 135 and 136 would discard all ICMPv6, ping and
+    // Packet Too Big through every IPv6 tunnel included). A wider bypass
+    // would let traffic out in the clear, so it is never one.
+    if let (Some(refused), Verdict::Bypass) = (&refused, verdict) {
+        return Err(Refused::new(
+            refused.reason,
+            format!(
+                "{} on a bypass policy, which is not installed: its traffic meets the policies below it",
+                refused.detail
+            ),
+        ));
+    }
     Ok(Some(TranslatedPolicy {
         key,
         direction,

@@ -3,7 +3,8 @@
 //! or 0660 with a group) with per-tenant shared-memory rings or the socket
 //! transport. The server itself lives in `accel::shared::server`; this
 //! file parses flags, drops privileges, keeps the process out of core
-//! dumps and handles signals.
+//! dumps, handles signals and, with `--metrics`, serves the server's
+//! counters for Prometheus (`crate::metrics::render_engine_server`).
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -73,6 +74,11 @@ pub struct ServeArgs {
     /// the kernel's record of the peer); the socket gets this group, 0660.
     #[arg(long)]
     group: Option<String>,
+    /// Serve the server's counters (tenants, requests by outcome,
+    /// refusals by rule, the back end's time) for Prometheus at
+    /// http://ADDR:PORT/metrics (bound before privileges are dropped).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
 }
 
 pub fn run(command: &EngineCommand) -> Result<()> {
@@ -118,8 +124,28 @@ pub fn run(command: &EngineCommand) -> Result<()> {
         socket_group: group.or(user.as_ref().map(|u| u.gid)),
     };
     let mut server = Server::bind(config)?;
+    let metrics = args
+        .metrics
+        .as_deref()
+        .map(crate::metrics::MetricsServer::bind)
+        .transpose()?;
     if let Some(user) = &user {
         drop_privileges(user)?;
+    }
+    if let Some(metrics) = metrics {
+        let address = metrics.local_addr();
+        let published = server.published();
+        metrics.serve(move || {
+            crate::metrics::render_engine_server(
+                &published.stats(),
+                published.busy_ns(),
+                published.cpu_ns(),
+                published.control_ns(),
+            )
+        })?;
+        if let Some(address) = address {
+            eprintln!("espgw engine serve: Prometheus metrics at http://{address}/metrics");
+        }
     }
     keep_out_of_core_dumps()?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -219,12 +219,24 @@ impl MetricsServer {
         Ok(MetricsServer { listener })
     }
 
-    /// Serves scrapes on a thread of its own until the process ends.
+    /// Serves scrapes on a thread of its own until the process ends:
+    /// `espgw run`'s, from the workers' counters and worker 0's latest
+    /// snapshot.
     pub fn start(
         self,
         workers: Arc<Published>,
         snapshot: Arc<Mutex<Arc<Snapshot>>>,
     ) -> Result<JoinHandle<()>> {
+        self.serve(move || {
+            let counters = workers.lock().map(|w| w.clone()).unwrap_or_default();
+            let latest = snapshot.lock().map(|s| Arc::clone(&s)).unwrap_or_default();
+            render(&counters, &latest)
+        })
+    }
+
+    /// Serves scrapes on a thread of its own until the process ends, each
+    /// page from `page`.
+    pub fn serve(self, page: impl Fn() -> Vec<u8> + Send + 'static) -> Result<JoinHandle<()>> {
         let server = tiny_http::Server::from_listener(self.listener, None)
             .map_err(|e| anyhow::anyhow!("starting the metrics server: {e}"))?;
         std::thread::Builder::new()
@@ -236,21 +248,135 @@ impl MetricsServer {
                     } else if request.url() != "/metrics" {
                         tiny_http::Response::from_string("espgw serves /metrics\n").with_status_code(404)
                     } else {
-                        let counters = workers.lock().map(|w| w.clone()).unwrap_or_default();
-                        let latest = snapshot.lock().map(|s| Arc::clone(&s)).unwrap_or_default();
-                        let body = render(&counters, &latest);
                         let content_type = tiny_http::Header::from_bytes(
                             &b"Content-Type"[..],
                             &b"text/plain; version=0.0.4; charset=utf-8"[..],
                         )
                         .unwrap_or_else(|()| unreachable!("a constant header"));
-                        tiny_http::Response::from_data(body).with_header(content_type)
+                        tiny_http::Response::from_data(page()).with_header(content_type)
                     };
                     let _ = request.respond(response);
                 }
             })
             .context("starting the metrics thread")
     }
+
+    /// The address it listens on (with `:0`, the port the kernel chose).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+}
+
+/// The shared engine server's counters (`espgw engine serve --metrics`):
+/// its tenants (attached now and since start, reclaimed, evicted), their
+/// requests by outcome and refusals by rule, the sessions it wiped, the
+/// connections and peers it turned away, and its back end's time. Per
+/// tenant would be a label set without bound (tenants come and go); these
+/// are the server's totals over all of them.
+pub fn render_engine_server(
+    s: &accel::shared::StatsReply,
+    busy_ns: u64,
+    cpu_ns: u64,
+    control_ns: u64,
+) -> Vec<u8> {
+    let registry = Registry::new();
+    let p = "espgw_engine_server_";
+    let gauge = |name: &str, help: &str, value: u64| {
+        gauges(&registry, &format!("{p}{name}"), help, &[])
+            .with_label_values(&[] as &[&str])
+            .set(value as i64);
+    };
+    let counter = |name: &str, help: &str, value: u64| {
+        counters(&registry, &format!("{p}{name}_total"), help, &[])
+            .with_label_values(&[] as &[&str])
+            .inc_by(value);
+    };
+    gauge("tenants", "Tenants attached now.", s.tenants);
+    counter(
+        "tenants_attached",
+        "Tenants that attached since the start.",
+        s.attached,
+    );
+    counter(
+        "tenants_reclaimed",
+        "Tenants whose sessions and rings were reclaimed (gone, hung or evicted).",
+        s.reclaimed,
+    );
+    counter(
+        "tenants_evicted",
+        "Tenants let go for breaking the protocol: hung, a ring no honest tenant writes, repeated garbage.",
+        s.evicted,
+    );
+    let requests = counters(
+        &registry,
+        &format!("{p}requests_total"),
+        "Tenants' requests by outcome: executed, discarded (the tenant was gone when it completed), quota_full.",
+        &["outcome"],
+    );
+    for (outcome, n) in [
+        ("executed", s.executed),
+        ("discarded", s.discarded),
+        ("quota_full", s.quota_full),
+    ] {
+        requests.with_label_values(&[outcome]).inc_by(n);
+    }
+    let refused = counters(
+        &registry,
+        &format!("{p}requests_refused_total"),
+        "Requests refused, never executed, by the rule they broke.",
+        &["rule"],
+    );
+    for (rule, n) in [
+        ("foreign_session", s.foreign_session),
+        ("stale_session", s.stale_session),
+        ("bad_region", s.bad_region),
+        ("malformed", s.malformed),
+    ] {
+        refused.with_label_values(&[rule]).inc_by(n);
+    }
+    counter(
+        "sessions_wiped",
+        "Sessions whose keys were wiped.",
+        s.sessions_wiped,
+    );
+    counter(
+        "connections_closed_idle",
+        "Connections closed without attaching (past the attach deadline, or the oldest waiting).",
+        s.idle_closed,
+    );
+    counter(
+        "peers_refused",
+        "Connections turned away by their peer's credentials.",
+        s.refused_peers,
+    );
+    counter(
+        "registrations_over_budget",
+        "Session registrations refused for the file descriptors they would cost.",
+        s.over_budget,
+    );
+    let seconds = |name: &str, help: &str, ns: u64| {
+        let vec = prometheus::CounterVec::new(Opts::new(format!("{p}{name}_seconds_total"), help), &[])
+            .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        register(&registry, vec)
+            .with_label_values(&[] as &[&str])
+            .inc_by(ns as f64 / 1e9);
+    };
+    seconds(
+        "busy",
+        "Time the back end spent in passes that moved work.",
+        busy_ns,
+    );
+    seconds("cpu", "The back end's CPU time, its polling included.", cpu_ns);
+    seconds(
+        "control",
+        "Time the back end spent on the control path.",
+        control_ns,
+    );
+    let mut out = Vec::new();
+    if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut out) {
+        tracing::error!("metrics: {e}");
+    }
+    out
 }
 
 /// Adds a family to `registry`, which never refuses one of ours (distinct
@@ -613,6 +739,37 @@ mod tests {
             "espgw_ike_relay_datagrams_total{direction=\"from_daemon\"} 5",
             "# TYPE espgw_drops_total counter",
             "espgw_workers 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
+        }
+        for line in text.lines().filter(|l| l.starts_with("# TYPE")) {
+            let mut parts = line.split_whitespace().skip(2);
+            let (name, kind) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            assert_eq!(kind == "counter", name.ends_with("_total"), "{line}");
+        }
+    }
+
+    /// The engine server's page: its totals under their names, counters
+    /// in `_total` and nothing else, seconds from nanoseconds.
+    #[test]
+    fn the_engine_servers_page_names_its_totals() {
+        let stats = accel::shared::StatsReply {
+            tenants: 2,
+            attached: 5,
+            executed: 1000,
+            quota_full: 3,
+            malformed: 1,
+            ..Default::default()
+        };
+        let text = String::from_utf8(render_engine_server(&stats, 1_500_000_000, 2_000_000_000, 0)).unwrap();
+        for line in [
+            "espgw_engine_server_tenants 2",
+            "espgw_engine_server_tenants_attached_total 5",
+            "espgw_engine_server_requests_total{outcome=\"executed\"} 1000",
+            "espgw_engine_server_requests_total{outcome=\"quota_full\"} 3",
+            "espgw_engine_server_requests_refused_total{rule=\"malformed\"} 1",
+            "espgw_engine_server_busy_seconds_total 1.5",
+            "espgw_engine_server_cpu_seconds_total 2",
         ] {
             assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
         }

@@ -1,7 +1,8 @@
 //! `espgw engine serve` as its own process, and `espgw pcap` through it
 //! with `engine = "shared"` over both transports: the same verdicts and
-//! bytes as in-process, an owner-only socket, and config errors that name
-//! the spot and the fix.
+//! bytes as in-process, an owner-only socket, the server's counters in
+//! `espgw engine stats` and for Prometheus alike, and config errors that
+//! name the spot and the fix.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -39,11 +40,20 @@ impl Drop for Serve {
 }
 
 fn serve(socket: &Path, engine: &str) -> Serve {
-    let child = espgw()
+    serve_with(socket, engine, &[], None)
+}
+
+/// `espgw engine serve` with `extra` flags, its standard error to `log`.
+fn serve_with(socket: &Path, engine: &str, extra: &[&str], log: Option<&Path>) -> Serve {
+    let mut command = espgw();
+    command
         .args(["engine", "serve", "--engine", engine, "--socket"])
         .arg(socket)
-        .spawn()
-        .unwrap();
+        .args(extra);
+    if let Some(log) = log {
+        command.stderr(std::fs::File::create(log).unwrap());
+    }
+    let child = command.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !socket.exists() {
         assert!(
@@ -116,11 +126,35 @@ fn pcap(config: &Path, from: &str, input: &Path, output: &Path) {
     );
 }
 
+/// The server's /metrics, at the address its log names.
+fn scrape(log: &Path) -> String {
+    use std::io::{Read, Write};
+    let text = std::fs::read_to_string(log).unwrap();
+    let address = text
+        .lines()
+        .find_map(|l| l.split("Prometheus metrics at http://").nth(1))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics address in the server's log:\n{text}"));
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("{response}"));
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    body.to_owned()
+}
+
 #[test]
 fn pcap_through_the_server_delivers_what_was_sent_over_both_transports() {
     let dir = temp_dir("pcap");
     let socket = dir.join("engine.sock");
-    let _server = serve(&socket, "soft");
+    let log = dir.join("serve.log");
+    let _server = serve_with(&socket, "soft", &["--metrics", "127.0.0.1:0"], Some(&log));
     let mode = std::fs::metadata(&socket).unwrap();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
@@ -180,6 +214,31 @@ fn pcap_through_the_server_delivers_what_was_sent_over_both_transports() {
     assert!(stats["executed"].as_u64().unwrap() >= 8, "{stats}");
     assert_eq!(stats["foreign_session"], 0);
     assert_eq!(stats["bad_region"], 0);
+    // The same for Prometheus, from the server's /metrics.
+    let page = scrape(&log);
+    for (metric, want) in [
+        ("espgw_engine_server_tenants", &stats["tenants"]),
+        ("espgw_engine_server_tenants_attached_total", &stats["attached"]),
+        ("espgw_engine_server_tenants_reclaimed_total", &stats["reclaimed"]),
+        (
+            "espgw_engine_server_requests_total{outcome=\"executed\"}",
+            &stats["executed"],
+        ),
+        (
+            "espgw_engine_server_requests_refused_total{rule=\"foreign_session\"}",
+            &stats["foreign_session"],
+        ),
+    ] {
+        let value = page
+            .lines()
+            .find_map(|l| l.strip_prefix(metric).and_then(|v| v.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("no {metric} in\n{page}"));
+        assert_eq!(value.parse::<u64>().ok(), want.as_u64(), "{metric}\n{page}");
+    }
+    assert!(
+        page.contains("# TYPE espgw_engine_server_cpu_seconds_total counter"),
+        "{page}"
+    );
     // A second server on the same socket is refused, naming the path.
     let second = espgw()
         .args(["engine", "serve", "--socket"])

@@ -144,10 +144,6 @@ enum XfrmCommand {
     /// configuration and print what it holds, what was refused and why,
     /// and the mirror's counters (JSON).
     Show(xfrm_source::ShowArgs),
-    /// The privileged broker `espgw run` starts for the `xfrm` source
-    /// (not for use by hand).
-    #[command(hide = true)]
-    Broker(xfrm_broker::BrokerArgs),
 }
 
 /// Writes `espgw.8` and `espgw-COMMAND.8` for each command into `dir`;
@@ -489,7 +485,6 @@ fn main() -> ExitCode {
         }
         Command::Xfrm { command } => match command {
             XfrmCommand::Show(args) => xfrm_source::show(&args),
-            XfrmCommand::Broker(args) => xfrm_broker::serve(&args),
         },
         Command::Stats(query) => show(&query, "stats", report::stats_table),
         Command::Sa { command } => match command {

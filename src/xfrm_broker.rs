@@ -6,10 +6,14 @@
 //! The kernel checks `CAP_NET_ADMIN` at every XFRM netlink request, and
 //! `run` makes two kinds after its start: feedback (the SAs' counters,
 //! volume expiries, on-demand requests: `ike_stub::xfrm::feedback`) and
-//! the dumps of a resync after a notification overrun. `run` starts the
-//! broker (`espgw xfrm broker`, hidden) before it drops its privileges,
-//! handing it the two netlink sockets those requests go out on and one
-//! end of two socket pairs; it keeps no netlink socket that can send.
+//! the dumps of a resync after a notification overrun. `run` forks the
+//! broker (a process named `espgw-broker`) before it drops its
+//! privileges, while it runs one thread, handing it the two netlink
+//! sockets those requests go out on and one end of two socket pairs; the
+//! broker closes every other descriptor it inherited, and `run` keeps no
+//! netlink socket that can send. (A fork rather than an exec: the binary
+//! may run through its dynamic loader, where `/proc/self/exe` is the
+//! loader.)
 //!
 //! - Feedback link: each message is a datagram of netlink messages that
 //!   `ike_stub::xfrm::feedback::check_feedback` must pass (only
@@ -29,8 +33,6 @@
 
 use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -40,7 +42,7 @@ use zeroize::Zeroizing;
 
 use crate::privileges::{self, User};
 
-/// Where the broker finds what `run` hands it.
+/// Where the broker keeps what `run` hands it.
 const FD_REQUESTS: RawFd = 3;
 const FD_DUMPS: RawFd = 4;
 const FD_FEEDBACK_LINK: RawFd = 5;
@@ -134,60 +136,51 @@ fn set_receive_timeout(fd: &OwnedFd, timeout: Duration) -> std::io::Result<()> {
 
 /// `run`'s side of the broker: its process and the two links.
 pub struct Broker {
-    child: Child,
+    pid: libc::pid_t,
     feedback: OwnedFd,
     dumps: OwnedFd,
 }
 
 impl Broker {
-    /// Starts `espgw xfrm broker` with `requests` and `dumps` (netlink
-    /// sockets of the keying namespace) as its own, to become `user`
-    /// (uid and gid) if given. Call it as root, before privileges are
-    /// dropped, while one thread runs.
+    /// Forks the broker with `requests` and `dumps` (netlink sockets of
+    /// the keying namespace) as its own, to become `user` (uid and gid)
+    /// if given. Call it as root, before privileges are dropped, while one
+    /// thread runs (it checks).
     pub fn spawn(requests: Socket, dumps: Socket, user: Option<&User>) -> Result<Broker> {
+        let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
+        if threads != 1 {
+            bail!("starting the xfrm broker with {threads} threads running: a fork keeps only one");
+        }
         let (feedback, feedback_child) = seqpacket_pair()?;
         let (dump_link, dump_child) = seqpacket_pair()?;
-        let handed: [(RawFd, RawFd); 4] = [
-            (requests.as_raw_fd(), FD_REQUESTS),
-            (dumps.as_raw_fd(), FD_DUMPS),
-            (feedback_child.as_raw_fd(), FD_FEEDBACK_LINK),
-            (dump_child.as_raw_fd(), FD_DUMP_LINK),
-        ];
-        let mut command = Command::new("/proc/self/exe");
-        command.args(["xfrm", "broker"]);
-        if let Some(user) = user {
-            command.args(["--uid", &user.uid.to_string(), "--gid", &user.gid.to_string()]);
+        let user = user.cloned();
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: fork in a process with one thread (checked above): the
+        // child may do anything the parent could.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error()).context("forking the xfrm broker");
         }
-        command.stdin(Stdio::null()).stdout(Stdio::null());
-        // SAFETY: between fork and exec only async-signal-safe calls:
-        // fcntl, dup2, close and prctl on descriptors and flags.
-        unsafe {
-            command.pre_exec(move || {
-                // Out of the way first, so that no dup2 below overwrites a
-                // descriptor still to be moved.
-                let mut high = [0; 4];
-                for (i, (from, _)) in handed.iter().enumerate() {
-                    high[i] = libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 64);
-                    if high[i] < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
+        if pid == 0 {
+            drop((feedback, dump_link));
+            let handed = [
+                (requests.as_raw_fd(), FD_REQUESTS),
+                (dumps.as_raw_fd(), FD_DUMPS),
+                (feedback_child.as_raw_fd(), FD_FEEDBACK_LINK),
+                (dump_child.as_raw_fd(), FD_DUMP_LINK),
+            ];
+            let code = match become_broker(parent, handed).and_then(|()| serve(user.as_ref())) {
+                Ok(()) => 0,
+                Err(e) => {
+                    tracing::error!("xfrm broker: {e:#}");
+                    1
                 }
-                for (i, (_, to)) in handed.iter().enumerate() {
-                    // dup2 leaves the new descriptor without FD_CLOEXEC.
-                    if libc::dup2(high[i], *to) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    libc::close(high[i]);
-                }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            };
+            // SAFETY: leaves at once, running none of the parent's
+            // destructors or exit handlers twice.
+            unsafe { libc::_exit(code) };
         }
-        let child = command
-            .spawn()
-            .context("starting the xfrm broker (espgw xfrm broker)")?;
         // Its ends live in the broker now; closing ours lets either side
         // see the other go.
         drop((requests, dumps, feedback_child, dump_child));
@@ -196,7 +189,7 @@ impl Broker {
             crate::xfrm_source::DUMP_TIMEOUT + Duration::from_secs(1),
         )?;
         Ok(Broker {
-            child,
+            pid,
             feedback,
             dumps: dump_link,
         })
@@ -205,7 +198,7 @@ impl Broker {
     /// The broker's process id (for the log line that says who holds
     /// `CAP_NET_ADMIN`).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.pid as u32
     }
 
     /// Splits the broker into its feedback side (worker 0's) and its dump
@@ -214,7 +207,7 @@ impl Broker {
         (
             FeedbackLink {
                 link: self.feedback,
-                child: Some(self.child),
+                pid: self.pid,
             },
             DumpLink { link: self.dumps },
         )
@@ -225,7 +218,7 @@ impl Broker {
 /// waiting, and collects its answers.
 pub struct FeedbackLink {
     link: OwnedFd,
-    child: Option<Child>,
+    pid: libc::pid_t,
 }
 
 impl FeedbackLink {
@@ -257,9 +250,10 @@ impl FeedbackLink {
 
 impl Drop for FeedbackLink {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        // SAFETY: signals and reaps our own child, by its pid.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
         }
     }
 }
@@ -312,41 +306,77 @@ impl DumpLink {
     }
 }
 
-/// `espgw xfrm broker`'s arguments: who to become.
-#[derive(clap::Args)]
-pub struct BrokerArgs {
-    #[arg(long, requires = "gid")]
-    uid: Option<libc::uid_t>,
-    #[arg(long, requires = "uid")]
-    gid: Option<libc::gid_t>,
+/// In the forked child: puts the four descriptors it keeps at 3 to 6,
+/// closes every other one it inherited (the gateway's packet sockets,
+/// TUN, control socket, state directory), names itself, and dies with
+/// its parent.
+fn become_broker(parent: libc::pid_t, handed: [(RawFd, RawFd); 4]) -> Result<()> {
+    // Out of the way first, so that no dup2 below overwrites a
+    // descriptor still to be moved.
+    let mut high = [0; 4];
+    for (i, (from, _)) in handed.iter().enumerate() {
+        // SAFETY: fcntl on a descriptor this process holds.
+        high[i] = unsafe { libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 64) };
+        if high[i] < 0 {
+            return Err(std::io::Error::last_os_error()).context("moving the broker's descriptors");
+        }
+    }
+    for (i, (_, to)) in handed.iter().enumerate() {
+        // SAFETY: dup2 onto a fixed number this process owns from now.
+        if unsafe { libc::dup2(high[i], *to) } < 0 {
+            return Err(std::io::Error::last_os_error()).context("placing the broker's descriptors");
+        }
+    }
+    // Everything else goes (the moved copies at 64 and up included).
+    let kept = FD_DUMP_LINK + 1;
+    // SAFETY: close_range closes descriptors only.
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, kept as libc::c_uint, libc::c_uint::MAX, 0) };
+    if closed != 0 {
+        // Before Linux 5.9: one by one.
+        let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
+            .context("listing the broker's descriptors")?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|&fd| fd >= kept)
+            .collect();
+        for fd in open {
+            // SAFETY: closes a descriptor this process holds.
+            unsafe { libc::close(fd) };
+        }
+    }
+    // SAFETY: prctl with integer and string arguments.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"espgw-broker".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error()).context("PR_SET_PDEATHSIG");
+        }
+        // The parent may have gone before the line above.
+        if libc::getppid() != parent {
+            bail!("espgw run ended before its broker started");
+        }
+    }
+    Ok(())
 }
 
-/// The broker's process: gives up all but `CAP_NET_ADMIN`, then serves
-/// both links until `run` closes them.
-pub fn serve(args: &BrokerArgs) -> Result<()> {
-    // The descriptors `Broker::spawn` put in place; nothing else may
-    // call this (it is hidden, and checks they are what it expects).
-    let take = |fd: RawFd, what: &str| -> Result<OwnedFd> {
-        // SAFETY: fcntl F_GETFD only reads the descriptor's flags.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            bail!("no descriptor {fd} ({what}): `espgw xfrm broker` is started by `espgw run`, not by hand");
-        }
-        // SAFETY: the descriptor is open and this process owns it from now.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+/// The broker's loop: gives up all but `CAP_NET_ADMIN` (and root, for
+/// `user`), then serves both links until `run` closes them.
+fn serve(user: Option<&User>) -> Result<()> {
+    // SAFETY: `become_broker` put these four in place; this process owns
+    // them from now.
+    let (requests, dumps, feedback, dump_link) = unsafe {
+        (
+            Socket::from_raw_fd(FD_REQUESTS),
+            Socket::from_raw_fd(FD_DUMPS),
+            OwnedFd::from_raw_fd(FD_FEEDBACK_LINK),
+            OwnedFd::from_raw_fd(FD_DUMP_LINK),
+        )
     };
-    let requests = take(FD_REQUESTS, "the XFRM request socket")?;
-    let dumps = take(FD_DUMPS, "the XFRM dump socket")?;
-    let feedback = take(FD_FEEDBACK_LINK, "the feedback link")?;
-    let dump_link = take(FD_DUMP_LINK, "the dump link")?;
-    for fd in [&requests, &dumps, &feedback, &dump_link] {
-        // SAFETY: F_SETFD on a descriptor we own.
-        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
-    let user = args.uid.zip(args.gid).map(|(uid, gid)| User { uid, gid });
-    privileges::drop_to(user.as_ref(), privileges::KEPT_BY_BROKER)?;
-    // SAFETY: both are netlink sockets of `Broker::spawn`'s, now ours.
-    let requests = unsafe { Socket::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(requests)) };
-    let dumps = unsafe { Socket::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(dumps)) };
+    privileges::drop_to(user, privileges::KEPT_BY_BROKER)?;
     let mut refused_logged = false;
     let mut buffer = Zeroizing::new(Vec::new());
     loop {

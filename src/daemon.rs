@@ -50,8 +50,12 @@ enum Report {
     Discarded(String, spd_sad::FlowKey),
 }
 
-/// A worker's command queue: commands with their sequence numbers.
-type CommandQueue = (Sender<(u64, WorkerCommand)>, Receiver<(u64, WorkerCommand)>);
+/// A command for another worker: its sequence number, the command, and
+/// whether worker 0's gateway refused it already (and logged that).
+type Queued = (u64, WorkerCommand, bool);
+
+/// A worker's command queue.
+type CommandQueue = (Sender<Queued>, Receiver<Queued>);
 
 /// How the workers reach each other.
 struct Links {
@@ -458,19 +462,28 @@ impl Plane<'_> {
             }
             self.retire_for_metrics(t.gateway, t.now, &command);
             let fallback = command.clone();
-            let copies = match command.apply_first(t.gateway, t.now, workers - 1) {
-                Ok(copies) => copies,
+            // What goes, as it was before the command removes it.
+            let removed = match &command {
+                ike_stub::SaCommand::RemoveSa(name) => installed_sa(t.gateway, name),
+                _ => None,
+            };
+            let (copies, refused) = match command.apply_first(t.gateway, t.now, workers - 1) {
+                Ok(copies) => {
+                    log_sa_change(self.plane.config(), &fallback, removed);
+                    (copies, false)
+                }
                 Err(e) => {
                     match &mut self.xfrm {
-                        Some((_, mirror)) if index >= from_plane => mirror.note_apply_failed(&e),
-                        _ => tracing::error!("control plane: {e}"),
+                        Some((_, mirror)) if index >= from_plane => mirror.note_apply_failed(&fallback, &e),
+                        _ => fallback.log_refused(&e),
                     }
-                    (1..workers)
+                    let copies = (1..workers)
                         .map(|_| WorkerCommand::Apply(fallback.clone()))
-                        .collect()
+                        .collect();
+                    (copies, true)
                 }
             };
-            sent.push((self.issued, copies));
+            sent.push((self.issued, copies, refused));
         }
         // Their first reservation is durable before any worker has them:
         // a write here, on a reload, rather than drops there.
@@ -480,9 +493,9 @@ impl Plane<'_> {
                 tracing::error!("{e:#}");
             }
         }
-        for (issued, copies) in sent {
+        for (issued, copies, refused) in sent {
             for (copy, (tx, _)) in copies.into_iter().zip(&links.commands[1..]) {
-                let _ = tx.send((issued, copy));
+                let _ = tx.send((issued, copy, refused));
             }
         }
         if changed {
@@ -541,9 +554,13 @@ impl Plane<'_> {
                 }
                 Ok(report)
             });
+        let reloads = self.plane.counters().reloads;
         match result {
             Ok(report) => {
                 tracing::info!(
+                    event = "reload",
+                    config = %self.config_path.display(),
+                    reloads,
                     added = ?report.added,
                     removed = ?report.removed,
                     changed = ?report.changed,
@@ -554,7 +571,14 @@ impl Plane<'_> {
                 json!({ "reloaded": true, "report": report })
             }
             Err(e) => {
-                tracing::error!("reload refused, the running configuration stays: {e}");
+                // Trouble the gateway runs on through: its running
+                // configuration stays, so a warning rather than an error.
+                tracing::warn!(
+                    event = "reload_refused",
+                    config = %self.config_path.display(),
+                    reason = %e,
+                    "reload refused, the running configuration stays: {e}"
+                );
                 json!({ "error": format!("reload refused, the running configuration stays: {e}") })
             }
         }
@@ -585,9 +609,17 @@ fn keying_unchanged(running: &ike_stub::Keying, wanted: &ike_stub::Keying) -> Re
 fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
     let (_, commands) = &links.commands[index];
     let mut applied = None;
-    while let Ok((seq, command)) = commands.try_recv() {
+    while let Ok((seq, command, refused_first)) = commands.try_recv() {
         if let Err(e) = command.apply(t.gateway, t.now) {
-            tracing::error!(worker = index, "control plane command: {e}");
+            if refused_first {
+                // Worker 0 refused it too, and logged that.
+                tracing::debug!(worker = index, "control plane command: {e}");
+            } else {
+                tracing::error!(
+                    worker = index,
+                    "control plane command refused by this worker alone: {e}"
+                );
+            }
         }
         applied = Some(seq);
     }
@@ -756,6 +788,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     config
         .install(&mut first, Duration::ZERO)
         .with_context(|| format!("cannot install {}", args.config.display()))?;
+    for (_, sa) in first.sad().iter() {
+        log_sa_installed(&config, sa.name(), sa.spi(), sa.params().direction, None, None);
+    }
     if let Some(state) = &state {
         // The first reservations are durable before any worker starts.
         state.attach(&first, &config.sas);
@@ -1027,9 +1062,30 @@ pub fn run(args: &RunArgs) -> Result<()> {
         total.add(gateway.stats());
     }
     notify_service_manager(&[sd_notify::NotifyState::Stopping]);
+    if let Some(plane) = &final_plane {
+        for t in plane
+            .tunnels(Duration::ZERO)
+            .iter()
+            .filter(|t| !t.sa_out.is_empty())
+        {
+            tracing::info!(
+                event = "tunnel_down",
+                tunnel = %t.name,
+                generation = t.generation,
+                reason = "espgw stopped",
+                "tunnel down: espgw stopped"
+            );
+        }
+    }
+    // The last line, in the log's format like every other (a JSON log
+    // stays JSON to its end).
     tracing::info!(
+        name = %config.name,
+        workers,
         frames_in = summary.frames_in,
         frames_out = summary.frames_out,
+        send_errors = summary.send_errors,
+        kernel_drops = summary.kernel_drops,
         "stopped"
     );
     if let (Some(path), Some(file)) = (&args.stats, stats_file.as_mut()) {
@@ -1049,11 +1105,114 @@ pub fn run(args: &RunArgs) -> Result<()> {
         std::io::Write::write_all(file, (serde_json::to_string_pretty(&json)? + "\n").as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    eprintln!(
-        "{} stopped: {} workers, {} frames in, {} out, {} send errors, {} dropped by the kernel before espgw read them",
-        config.name, workers, summary.frames_in, summary.frames_out, summary.send_errors, summary.kernel_drops
-    );
     Ok(())
+}
+
+/// An SA of a gateway as its log lines name it.
+struct SaSummary {
+    name: String,
+    spi: u32,
+    direction: spd_sad::SaDirection,
+}
+
+/// SA `name` of `gateway`, if it is there.
+fn installed_sa(gateway: &Gateway, name: &str) -> Option<SaSummary> {
+    let sa = gateway.sad().get(gateway.sad().find(name)?)?;
+    Some(SaSummary {
+        name: name.to_owned(),
+        spi: sa.spi(),
+        direction: sa.params().direction,
+    })
+}
+
+/// What an SA's log lines say it belongs to: the tunnel of `config`
+/// whose name it bears (`{tunnel}-out`, `{tunnel}-in.{generation}`), its
+/// generation, and the reqid of an SA of the `xfrm` keying source
+/// (`xfrm-r{reqid}-...`).
+fn sa_owner(config: &Config, name: &str) -> (Option<String>, Option<u32>, Option<u32>) {
+    let generation = ike_stub::plane::sa_generation(name);
+    let base = match generation {
+        Some(_) => name.rsplit_once('.').map_or(name, |(base, _)| base),
+        None => name,
+    };
+    let tunnel = base
+        .strip_suffix("-out")
+        .or_else(|| base.strip_suffix("-in"))
+        .filter(|t| generation.is_some() || config.tunnel(t).is_some())
+        .map(str::to_owned);
+    let reqid = name
+        .strip_prefix("xfrm-r")
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|r| r.parse().ok());
+    (tunnel, generation, reqid)
+}
+
+/// The one line of an SA installed in the gateways (`replaces`: the SA
+/// it took the sequence counter and replay window of). Never its keys.
+fn log_sa_installed(
+    config: &Config,
+    name: &str,
+    spi: u32,
+    direction: spd_sad::SaDirection,
+    reqid: Option<u32>,
+    replaces: Option<&str>,
+) {
+    let (tunnel, generation, named_reqid) = sa_owner(config, name);
+    tracing::info!(
+        event = "sa_installed",
+        sa = name,
+        spi = %format_args!("{spi:#010x}"),
+        direction = %direction,
+        tunnel,
+        generation,
+        reqid = reqid.or(named_reqid),
+        replaces,
+        "SA installed"
+    );
+}
+
+/// The one line of a command that installed or removed an SA, applied by
+/// worker 0 (the others apply the same; their copies share its state).
+fn log_sa_change(config: &Config, command: &ike_stub::SaCommand, removed: Option<SaSummary>) {
+    let reqid_of = |sa: &ike_stub::SaConfig| match sa.keys {
+        ike_stub::KeySource::Xfrm { reqid } => Some(reqid),
+        _ => None,
+    };
+    match command {
+        ike_stub::SaCommand::InstallSa(sa) => log_sa_installed(
+            config,
+            &sa.params.name,
+            sa.params.spi,
+            sa.params.direction,
+            reqid_of(sa),
+            None,
+        ),
+        ike_stub::SaCommand::ReplaceSa { old, new } => log_sa_installed(
+            config,
+            &new.params.name,
+            new.params.spi,
+            new.params.direction,
+            reqid_of(new),
+            Some(old),
+        ),
+        ike_stub::SaCommand::RemoveSa(_) => {
+            // A removal of an SA that is not there (one a gateway refused)
+            // removes nothing.
+            let Some(sa) = removed else { return };
+            let (tunnel, generation, reqid) = sa_owner(config, &sa.name);
+            tracing::info!(
+                event = "sa_removed",
+                sa = %sa.name,
+                spi = %format_args!("{:#010x}", sa.spi),
+                direction = %sa.direction,
+                tunnel,
+                generation,
+                reqid,
+                "SA removed"
+            );
+        }
+        _ => {}
+    }
 }
 
 /// The largest MTU a pool buffer carries (an Ethernet frame of

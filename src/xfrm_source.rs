@@ -683,7 +683,7 @@ pub fn show(args: &ShowArgs) -> Result<()> {
         mirror.take_commands(&mut commands);
         for command in commands.drain(..) {
             if let Err(e) = command.apply(&mut gateway, elapsed) {
-                mirror.note_apply_failed(&e);
+                mirror.note_apply_failed(&command, &e);
             }
         }
     }

@@ -100,6 +100,38 @@ pub enum ApplyError {
 }
 
 impl SaCommand {
+    /// The one line of a gateway refusing this command: what it would
+    /// have installed or changed stays out, and the policies naming a
+    /// missing SA discard. Never the SA's keys.
+    pub fn log_refused(&self, error: &dyn std::fmt::Display) {
+        let (mut sa, mut policy, mut port, mut spi, mut reqid) = (None, None, None, None, None);
+        match self {
+            SaCommand::InstallSa(new) | SaCommand::ReplaceSa { new, .. } => {
+                sa = Some(new.params.name.as_str());
+                spi = Some(format!("{:#010x}", new.params.spi));
+                if let KeySource::Xfrm { reqid: r } = new.keys {
+                    reqid = Some(r);
+                }
+            }
+            SaCommand::RemoveSa(name) | SaCommand::SetSelectors { sa: name, .. } => sa = Some(name.as_str()),
+            SaCommand::InsertPolicy(p) => policy = Some(p.name.as_str()),
+            SaCommand::RemovePolicy(name)
+            | SaCommand::Repoint { policy: name, .. }
+            | SaCommand::SetPolicyAction { policy: name, .. } => policy = Some(name.as_str()),
+            SaCommand::OpenEncapsulationPort(p) => port = Some(*p),
+        }
+        tracing::error!(
+            event = "install_refused",
+            sa,
+            spi,
+            reqid,
+            policy,
+            port,
+            reason = %error,
+            "the gateway refused a change, its traffic is dropped: {error}"
+        );
+    }
+
     /// Applies the command to one gateway at time `now`.
     pub fn apply(&self, gateway: &mut Gateway, now: Duration) -> Result<(), ApplyError> {
         match self {
@@ -649,6 +681,12 @@ pub struct ControlPlane {
     tunnels: Vec<Tunnel>,
     /// Inbound SPIs in use or reserved, by SA name.
     inbound_spis: HashMap<String, u32>,
+    /// The SPI of every SA this plane installed (or found in the file), by
+    /// name, for its log lines; gone once the SA is removed.
+    sa_spis: HashMap<String, u32>,
+    /// SA lifetime events already logged, by SA name and whether hard:
+    /// every worker's copy of an SA reports its own.
+    expiries_logged: HashSet<(String, bool)>,
     reserved: HashSet<u32>,
     commands: Vec<SaCommand>,
     commands_issued: u64,
@@ -665,6 +703,8 @@ impl ControlPlane {
         let mut plane = ControlPlane {
             tunnels: config.tunnels.iter().cloned().map(Tunnel::new).collect(),
             inbound_spis: HashMap::new(),
+            sa_spis: HashMap::new(),
+            expiries_logged: HashSet::new(),
             reserved: HashSet::new(),
             commands: Vec::new(),
             commands_issued: 0,
@@ -677,9 +717,10 @@ impl ControlPlane {
             if sa.params.direction == SaDirection::Inbound {
                 plane.inbound_spis.insert(sa.params.name.clone(), sa.params.spi);
             }
+            plane.sa_spis.insert(sa.params.name.clone(), sa.params.spi);
         }
         for t in plane.tunnels.iter().filter(|t| t.secrets.is_none()) {
-            tracing::info!(tunnel = %t.config.name, "no `secret`: this tunnel keeps its configured keys and stops at their hard lifetime");
+            plane.log_static_tunnel_up(t);
         }
         plane
     }
@@ -741,18 +782,108 @@ impl ControlPlane {
 
     fn command(&mut self, command: SaCommand) {
         match &command {
-            SaCommand::InstallSa(sa) if sa.params.direction == SaDirection::Inbound => {
-                self.reserved.remove(&sa.params.spi);
-                self.inbound_spis.insert(sa.params.name.clone(), sa.params.spi);
+            SaCommand::InstallSa(sa) => {
+                if sa.params.direction == SaDirection::Inbound {
+                    self.reserved.remove(&sa.params.spi);
+                    self.inbound_spis.insert(sa.params.name.clone(), sa.params.spi);
+                }
+                self.sa_spis.insert(sa.params.name.clone(), sa.params.spi);
+                self.forget_expiries(&sa.params.name);
+            }
+            SaCommand::ReplaceSa { old, new } => {
+                self.sa_spis.remove(old);
+                self.forget_expiries(old);
+                self.sa_spis.insert(new.params.name.clone(), new.params.spi);
+                self.forget_expiries(&new.params.name);
             }
             SaCommand::RemoveSa(name) => {
                 self.inbound_spis.remove(name);
+                self.sa_spis.remove(name);
+                self.forget_expiries(name);
                 self.counters.sas_deleted += 1;
             }
             _ => {}
         }
         self.commands.push(command);
         self.commands_issued += 1;
+    }
+
+    fn forget_expiries(&mut self, name: &str) {
+        for hard in [false, true] {
+            self.expiries_logged.remove(&(name.to_owned(), hard));
+        }
+    }
+
+    /// The SPI of SA `name`, as its log lines write it.
+    fn spi_of(&self, name: &str) -> Option<String> {
+        self.sa_spis.get(name).map(|spi| format!("{spi:#010x}"))
+    }
+
+    /// The one line of a tunnel with static keys coming up (at start, or
+    /// added by a reload): its SAs are those of the file.
+    fn log_static_tunnel_up(&self, t: &Tunnel) {
+        tracing::info!(
+            event = "tunnel_up",
+            tunnel = %t.config.name,
+            keys = "static",
+            spi_out = self.spi_of(&t.sa(SaDirection::Outbound, 0)),
+            spi_in = self.spi_of(&t.sa(SaDirection::Inbound, 0)),
+            "tunnel up with the keys of the file; no `secret`, so no rekey: it stops at their hard lifetime"
+        );
+    }
+
+    /// The one line of a tunnel on new SAs: up (`rekey` false) or rekeyed.
+    fn log_tunnel_switched(&self, index: usize, role: &'static str, rekey: bool) {
+        let t = &self.tunnels[index];
+        let generation = t.current.unwrap_or(0);
+        let spi_out = self.spi_of(&t.sa(SaDirection::Outbound, generation));
+        let spi_in = self.spi_of(&t.sa(SaDirection::Inbound, generation));
+        if rekey {
+            tracing::info!(event = "rekey", tunnel = %t.config.name, generation, role, rekeys = t.rekeys, spi_out, spi_in, "rekeyed: both ends send on the new SAs");
+        } else {
+            tracing::info!(event = "tunnel_up", tunnel = %t.config.name, generation, role, peer = %t.config.remote, spi_out, spi_in, "tunnel up: both ends send on the new SAs");
+        }
+    }
+
+    /// The one line of an SA lifetime event, once per SA and limit
+    /// however many workers' copies report it: at `warn` when it is
+    /// trouble (`trouble`: what follows from it, its `reason`), else at
+    /// `info` saying what happens `then`.
+    fn log_expiry(
+        &mut self,
+        name: &str,
+        tunnel: Option<&str>,
+        hard: bool,
+        trouble: Option<&str>,
+        then: &str,
+    ) {
+        if !self.expiries_logged.insert((name.to_owned(), hard)) {
+            return;
+        }
+        let limit = if hard { "hard" } else { "soft" };
+        let generation = sa_generation(name);
+        let spi = self.spi_of(name);
+        match trouble {
+            Some(reason) => tracing::warn!(
+                event = "sa_expired",
+                sa = name,
+                spi,
+                tunnel,
+                generation,
+                limit,
+                reason,
+                "{limit} lifetime reached: {reason}"
+            ),
+            None => tracing::info!(
+                event = "sa_expired",
+                sa = name,
+                spi,
+                tunnel,
+                generation,
+                limit,
+                "{limit} lifetime reached: {then}"
+            ),
+        }
     }
 
     /// Removes the SA pair of `generation` of tunnel `index`.
@@ -791,7 +922,7 @@ impl ControlPlane {
                 Phase::Responded { generation, .. }
                     if used(&tunnel.sa(SaDirection::Inbound, *generation)) =>
                 {
-                    tracing::info!(tunnel = %tunnel.config.name, "the peer sends on the SAs of the rekey we answered: it switched");
+                    tracing::debug!(tunnel = %tunnel.config.name, "the peer sends on the SAs of the rekey we answered: it switched");
                     self.switch_responder(now, index);
                 }
                 _ => {}
@@ -908,20 +1039,41 @@ impl ControlPlane {
     }
 
     /// An SA lifetime event from the gateway about the SA called `name`.
+    /// Every worker's copy of an SA reports its own: the first is acted on
+    /// and logged, the others are counted.
     pub fn handle_sa_event(&mut self, now: Duration, name: &str, event: SaEvent) {
+        let hard = matches!(event, SaEvent::HardExpired(_));
         let Some(index) = self.tunnel_of_sa(name) else {
-            match event {
-                SaEvent::SoftExpired(_) => self.counters.soft_expired += 1,
-                SaEvent::HardExpired(_) => {
-                    self.counters.hard_expired += 1;
-                    tracing::warn!(
-                        sa = name,
-                        "hard lifetime reached: its packets now drop as sa_expired"
+            if hard {
+                self.counters.hard_expired += 1;
+            } else {
+                self.counters.soft_expired += 1;
+            }
+            // An SA of the file's [[sa]] tables; not one removed already
+            // (a late copy's report), nor one of the `xfrm` keying source
+            // (its kernel expires it, and the mirror logs that).
+            if self.sa_spis.contains_key(name) {
+                if hard {
+                    self.log_expiry(
+                        name,
+                        None,
+                        true,
+                        Some("an SA with static keys is not rekeyed: its packets drop as sa_expired"),
+                        "",
+                    );
+                } else {
+                    self.log_expiry(
+                        name,
+                        None,
+                        false,
+                        Some("an SA with static keys is not rekeyed: it stops at its hard lifetime"),
+                        "",
                     );
                 }
             }
             return;
         };
+        let tunnel_name = self.tunnels[index].config.name.clone();
         let tunnel = &mut self.tunnels[index];
         match event {
             SaEvent::SoftExpired(_) => {
@@ -934,13 +1086,35 @@ impl ControlPlane {
                     || tunnel.current(SaDirection::Inbound).as_deref() == Some(name);
                 if !current {
                     // Being replaced, or not yet switched to: see rekey_if_pending.
+                    self.log_expiry(
+                        name,
+                        Some(&tunnel_name),
+                        false,
+                        None,
+                        "not in use, or the next rekey replaces it",
+                    );
                 } else if tunnel.secrets.is_none() {
                     if tunnel.note.is_none() {
                         tunnel.note = Some("soft lifetime reached; no `secret`, so no rekey".into());
-                        tracing::warn!(tunnel = %tunnel.config.name, sa = name, "soft lifetime reached, but the tunnel has no `secret` to rekey with; it stops at the hard lifetime");
                     }
+                    self.log_expiry(
+                        name,
+                        Some(&tunnel_name),
+                        false,
+                        Some("the tunnel has no `secret` to rekey with; it stops at the hard lifetime"),
+                        "",
+                    );
                 } else if matches!(tunnel.phase, Phase::Idle) && tunnel.retry_at.is_none() {
+                    self.log_expiry(name, Some(&tunnel_name), false, None, "rekeying");
                     self.start_rekey(now, index);
+                } else {
+                    self.log_expiry(
+                        name,
+                        Some(&tunnel_name),
+                        false,
+                        None,
+                        "rekeying once the exchange under way is over",
+                    );
                 }
             }
             SaEvent::HardExpired(_) => {
@@ -952,17 +1126,38 @@ impl ControlPlane {
                 {
                     let (old, _) = tunnel.retiring.remove(at);
                     tunnel.soft_seen.remove(&old);
+                    self.log_expiry(
+                        name,
+                        Some(&tunnel_name),
+                        true,
+                        None,
+                        "a replaced SA kept for the peer is removed",
+                    );
                     self.command(SaCommand::RemoveSa(old));
-                } else if tunnel.retiring.iter().all(|(n, _)| n != name)
-                    && !tunnel.note.as_deref().is_some_and(|n| n.contains(name))
-                {
-                    // Every worker's copy reports it; say it once.
-                    let expired = format!("{name} reached its hard lifetime; its packets drop as sa_expired");
-                    tunnel.note = Some(match tunnel.note.take() {
-                        Some(earlier) => format!("{earlier}; then {expired}"),
-                        None => expired,
-                    });
-                    tracing::warn!(tunnel = %tunnel.config.name, sa = name, "hard lifetime reached without a rekey: packets drop as sa_expired");
+                } else if tunnel.retiring.iter().any(|(n, _)| n == name) {
+                    self.log_expiry(
+                        name,
+                        Some(&tunnel_name),
+                        true,
+                        None,
+                        "a replaced SA, removed at the end of its grace period",
+                    );
+                } else {
+                    if !tunnel.note.as_deref().is_some_and(|n| n.contains(name)) {
+                        let expired =
+                            format!("{name} reached its hard lifetime; its packets drop as sa_expired");
+                        tunnel.note = Some(match tunnel.note.take() {
+                            Some(earlier) => format!("{earlier}; then {expired}"),
+                            None => expired,
+                        });
+                    }
+                    self.log_expiry(
+                        name,
+                        Some(&tunnel_name),
+                        true,
+                        Some("reached without a rekey: its packets drop as sa_expired"),
+                        "",
+                    );
                 }
             }
         }
@@ -1020,7 +1215,7 @@ impl ControlPlane {
             next_send: now + settings.retransmit,
         };
         tunnel.retry_at = None;
-        tracing::info!(tunnel = %tunnel.config.name, peer = %tunnel.config.remote, "connecting: INIT exchange started");
+        tracing::debug!(tunnel = %tunnel.config.name, peer = %tunnel.config.remote, "connecting: INIT exchange started");
         self.counters.connects_started += 1;
         self.send(index, wire);
     }
@@ -1064,7 +1259,7 @@ impl ControlPlane {
             next_send: now + settings.retransmit,
         };
         tunnel.retry_at = None;
-        tracing::info!(tunnel = %tunnel.config.name, child, "rekey started");
+        tracing::debug!(tunnel = %tunnel.config.name, child, "rekey started");
         self.counters.rekeys_started += 1;
         self.send(index, wire);
     }
@@ -1261,7 +1456,7 @@ impl ControlPlane {
             reply_to: from,
             expires_at: now + budget,
         });
-        tracing::info!(tunnel = %tunnel.config.name, generation, "INIT answered; new SAs installed, waiting for the peer to confirm");
+        tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered; new SAs installed, waiting for the peer to confirm");
         let inbound = self.sa_config(
             index,
             SaDirection::Inbound,
@@ -1392,7 +1587,7 @@ impl ControlPlane {
                 .push((tunnel.sa(SaDirection::Outbound, old), Some(now + grace)));
         }
         let repoints = tunnel.repoints();
-        tracing::info!(tunnel = %tunnel.config.name, generation, "INIT answered by the peer; sending on the new SAs");
+        tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered by the peer; sending on the new SAs");
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
         for repoint in repoints {
@@ -1536,11 +1731,11 @@ impl ControlPlane {
         tunnel.retry_at = None;
         tunnel.note = None;
         let repoints = tunnel.repoints();
-        tracing::info!(tunnel = %tunnel.config.name, generation = half.generation, "connected (responder): sending on the new SAs");
         self.counters.connects_completed += 1;
         for repoint in repoints {
             self.command(repoint);
         }
+        self.log_tunnel_switched(index, "responder", false);
         self.send(index, answer);
     }
 
@@ -1655,7 +1850,7 @@ impl ControlPlane {
             child: message.child,
             expires_at: now + budget,
         };
-        tracing::info!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
+        tracing::debug!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
         let inbound = self.sa_config(index, SaDirection::Inbound, generation, spi, keys.first_to_second);
         let outbound = self.sa_config(
             index,
@@ -1730,11 +1925,11 @@ impl ControlPlane {
         tunnel.last_rekey = Some(now);
         tunnel.note = None;
         let repoints = tunnel.repoints();
-        tracing::info!(tunnel = %tunnel.config.name, generation, "rekey complete (responder)");
         self.counters.rekeys_completed += 1;
         for repoint in repoints {
             self.command(repoint);
         }
+        self.log_tunnel_switched(index, "responder", true);
         self.rekey_if_pending(now, index);
     }
 
@@ -1861,16 +2056,14 @@ impl ControlPlane {
         }
         tunnel.phase = Phase::Idle;
         tunnel.note = None;
-        let generation = tunnel.current.unwrap_or(0);
         if connect {
-            tracing::info!(tunnel = %tunnel.config.name, generation, "connected (initiator)");
             self.counters.connects_completed += 1;
         } else {
             tunnel.rekeys += 1;
             tunnel.last_rekey = Some(now);
-            tracing::info!(tunnel = %tunnel.config.name, generation, "rekey complete (initiator)");
             self.counters.rekeys_completed += 1;
         }
+        self.log_tunnel_switched(index, "initiator", !connect);
         self.rekey_if_pending(now, index);
     }
 
@@ -2271,6 +2464,14 @@ impl ControlPlane {
                 continue;
             };
             let tunnel = self.tunnels.remove(index);
+            if let Some(generation) = tunnel.current {
+                let reason = if report.changed.contains(name) {
+                    "changed by a reload: it starts again with its new settings"
+                } else {
+                    "removed by a reload"
+                };
+                tracing::info!(event = "tunnel_down", tunnel = %name, generation, reason, "tunnel down: {reason}");
+            }
             for direction in [PolicyDirection::Out, PolicyDirection::In] {
                 self.command(SaCommand::RemovePolicy(tunnel.config.policy_name(direction)));
             }
@@ -2344,6 +2545,11 @@ impl ControlPlane {
                 None => Tunnel::new(t.clone()),
             })
             .collect();
+        for t in self.tunnels.iter().filter(|t| t.secrets.is_none()) {
+            if starting.iter().any(|s| s.name == t.config.name) {
+                self.log_static_tunnel_up(t);
+            }
+        }
         self.counters.reloads += 1;
         Ok(report)
     }
@@ -2376,13 +2582,20 @@ impl ControlPlane {
         self.take_commands(&mut commands);
         for command in &commands {
             if let Err(e) = command.apply(gateway, now) {
-                tracing::error!("control plane: {e}");
+                command.log_refused(&e);
             }
         }
         let mut datagrams = Vec::new();
         self.take_datagrams(&mut datagrams);
         datagrams
     }
+}
+
+/// The generation an SA of a tunnel keyed by exchange has in its name
+/// (`{tunnel}-out.{generation}`), if it has one.
+pub fn sa_generation(name: &str) -> Option<u32> {
+    let (_, generation) = name.rsplit_once('.')?;
+    generation.parse().ok()
 }
 
 /// Whether a peer may ask us to send with `spi`: 1 to 255 are reserved

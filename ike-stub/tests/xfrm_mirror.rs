@@ -1225,6 +1225,12 @@ fn the_kernel_hears_of_traps_use_and_volume_expiries() {
         [XFRM_MSG_EXPIRE]
     );
     assert_eq!(mirror.counters().expire_sent, 1);
+    // Another worker's copy of the SA passing the same limit: handled,
+    // and the kernel is not told again.
+    out.clear();
+    assert!(mirror.volume_expired("xfrm-r1-out-c0000001", false, &mut out));
+    assert!(out.is_empty(), "one EXPIRE per SA and limit");
+    assert_eq!(mirror.counters().expire_sent, 1);
 }
 
 /// Refused policies by what they were meant to do: a bypass espgw cannot

@@ -210,6 +210,8 @@ struct MirroredSa {
     seen: u64,
     /// The bytes and packets last told to the kernel.
     reported: (u64, u64),
+    /// Whether the kernel was told of its soft and hard volume limits.
+    expire_told: [bool; 2],
 }
 
 impl MirroredSa {
@@ -386,9 +388,9 @@ impl XfrmMirror {
 
     /// A command of this mirror's that a gateway refused: its SA is not
     /// there, and the policies naming it discard (`resolve_action`).
-    pub fn note_apply_failed(&mut self, error: &dyn std::fmt::Display) {
+    pub fn note_apply_failed(&mut self, command: &SaCommand, error: &dyn std::fmt::Display) {
         self.counters.apply_failed += 1;
-        tracing::error!("xfrm: a gateway refused a mirrored change, its traffic is dropped: {error}");
+        command.log_refused(error);
     }
 
     /// Reads one datagram from the socket (any number of messages).
@@ -459,17 +461,35 @@ impl XfrmMirror {
                 }
             }
             XfrmMessage::Expire(m) => {
-                if m.expire.hard == 0 {
-                    self.counters.soft_expired += 1;
-                } else {
+                let hard = m.expire.hard != 0;
+                if hard {
                     self.counters.hard_expired += 1;
-                    let state = &m.expire.state;
-                    if let Some(daddr) = sa::address(state.family, &state.id.daddr) {
-                        self.forget_state(SaKey {
-                            daddr,
-                            spi: state.id.spi,
-                        });
-                    }
+                } else {
+                    self.counters.soft_expired += 1;
+                }
+                let state = &m.expire.state;
+                let key = sa::address(state.family, &state.id.daddr).map(|daddr| SaKey {
+                    daddr,
+                    spi: state.id.spi,
+                });
+                if state.id.proto == IPPROTO_ESP {
+                    // The kernel's word, for a limit of time it counted or
+                    // one of volume espgw told it of (`volume_expired`):
+                    // the one line of the event.
+                    let name = key.and_then(|k| self.sas.get(&k)).map(|s| s.name.clone());
+                    let limit = if hard { "hard" } else { "soft" };
+                    tracing::info!(
+                        event = "sa_expired",
+                        sa = name,
+                        spi = %format_args!("{:#010x}", state.id.spi),
+                        reqid = state.reqid,
+                        limit,
+                        "{limit} lifetime reached (the keying namespace's kernel): its daemon {}",
+                        if hard { "deletes it" } else { "rekeys it" }
+                    );
+                }
+                if let (true, Some(key)) = (hard, key) {
+                    self.forget_state(key);
                 }
             }
             XfrmMessage::FlushSa(m) => {
@@ -553,6 +573,11 @@ impl XfrmMirror {
             self.counters.sas_refused += 1;
             *self.counters.refused.entry(refused.reason.name()).or_default() += 1;
             tracing::warn!(
+                event = "sa_refused",
+                spi = %format_args!("{:#010x}", key.spi),
+                dst = %key.daddr,
+                reqid,
+                reason = refused.reason.name(),
                 "xfrm: SA {key} (reqid {reqid}) refused, the traffic of its policies is dropped: {refused}"
             );
         }
@@ -673,6 +698,8 @@ impl XfrmMirror {
             };
             old.reqid = translated.reqid;
             old.mode = translated.params.mode;
+            // The gateways' SA is a new one, with limits of its own.
+            old.expire_told = [false; 2];
             old.saddr = translated.saddr;
             match old.state {
                 SaState::Installed => {
@@ -722,6 +749,7 @@ impl XfrmMirror {
             selectors: Vec::new(),
             seen,
             reported: (0, 0),
+            expire_told: [false; 2],
         };
         match translated.params.direction {
             SaDirection::Outbound => {
@@ -850,7 +878,13 @@ impl XfrmMirror {
     fn count_policy_refusal(&mut self, key: PolicyKey, refused: &Refused, what: &str) {
         self.counters.policies_refused += 1;
         *self.counters.refused.entry(refused.reason.name()).or_default() += 1;
-        tracing::warn!("xfrm: policy {} refused, {what}: {refused}", key.name());
+        tracing::warn!(
+            event = "policy_refused",
+            policy = %key.name(),
+            reason = refused.reason.name(),
+            "xfrm: policy {} refused, {what}: {refused}",
+            key.name()
+        );
     }
 
     fn forget_policy(&mut self, key: PolicyKey) {
@@ -948,7 +982,9 @@ impl XfrmMirror {
                     sa.state = SaState::Retired;
                     sa.selectors.clear();
                     self.counters.sas_retired += 1;
-                    tracing::info!(
+                    // Its removal is the event (`sa_removed`, logged where
+                    // the command is applied).
+                    tracing::debug!(
                         "xfrm: inbound SA {} is named by no policy any more and is taken out",
                         sa.name
                     );
@@ -1083,18 +1119,26 @@ impl XfrmMirror {
     /// SA `name` passed a byte or packet limit in the gateways: appends
     /// the EXPIRE that makes the daemon rekey (soft) or delete (hard), if
     /// it is a mirrored SA. Time limits are the kernel's own, which fires
-    /// them itself: the caller passes only volume expiries.
+    /// them itself: the caller passes only volume expiries. Every worker's
+    /// copy of the SA reports its own: the kernel is told once per limit
+    /// (its EXPIRE notification back is what the log shows).
     pub fn volume_expired(&mut self, name: &str, hard: bool, out: &mut Vec<u8>) -> bool {
         let Some(sa) = self
             .sas
-            .values()
+            .values_mut()
             .find(|s| s.name == name && s.state == SaState::Installed)
         else {
             return false;
         };
+        let told = &mut sa.expire_told[usize::from(hard)];
+        if *told {
+            return true;
+        }
+        *told = true;
+        let kernel = sa.kernel();
         self.counters.expire_sent += 1;
-        feedback::expire(&sa.kernel(), hard, self.counters.expire_sent as u32, out);
-        tracing::info!(
+        feedback::expire(&kernel, hard, self.counters.expire_sent as u32, out);
+        tracing::debug!(
             "xfrm: SA {name} passed its {} volume limit: told the kernel (EXPIRE)",
             if hard { "hard" } else { "soft" }
         );
@@ -1135,7 +1179,9 @@ impl XfrmMirror {
             self.counters.acquire_sent as u32,
             out,
         );
-        tracing::info!(
+        // At most once a second per policy, under traffic: counted
+        // (`acquire_sent`), not an event of the log.
+        tracing::debug!(
             "xfrm: a packet met {policy}, which has no SA yet: asked the daemon for one (ACQUIRE)"
         );
         true

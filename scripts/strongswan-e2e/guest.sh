@@ -5,12 +5,15 @@
 # of that shape; details go to /tmp/e2e.
 #
 #  ns lan 10.1.0.10 ── in0 [ns gw: espgw] out0 ── bridge (ns sw) ── far0 10.0.0.2  ns far: charon,
-#                     10.1.0.1          10.0.0.1        │                 LANs 10.2.0.1, 10.4.0.1
+#                     10.1.0.1          10.0.0.1        │                2001:db8:10::2
+#                                 2001:db8:10::1        │                          LANs 10.2.0.1, 10.4.0.1
 #                                                       └─ nat0 10.0.0.3 ns nat (masquerade)
 #                                                           └ 172.16.0.1 ── 172.16.0.2 ns fnat: charon,
 #                                                                                   LAN 10.3.0.1
 #  ns key: espgw's keying namespace. espgw itself gives it a TUN with
-#  10.0.0.1/32 (the IKE relay); charon (or pluto) there keys espgw.
+#  10.0.0.1/32 and 2001:db8:10::1/128 (the IKE relay); charon (or pluto)
+#  there keys espgw. IPv6 is on in ns far and ns key only (espgw's IPv6 is
+#  its own, not ns gw's kernel's).
 #
 # E2E_IKE_PATH=veth (debugging the harness without the relay): far's IKE
 # (UDP from ports 500 and 4500) goes by policy routing over a veth straight to ns key,
@@ -24,6 +27,9 @@ H=/mnt/host
 D=/tmp/e2e
 SOCK=$D/gw.sock
 PSK="e2e-psk-not-a-secret-0123456789"
+# espgw's outside address6 and far's, on the bridge's segment.
+GW6=2001:db8:10::1
+FAR6=2001:db8:10::2
 IKE_PROP=aes128gcm16-prfsha256-ecp256
 : "${E2E_IKE_PATH:=relay}"
 mkdir -p $D
@@ -55,7 +61,7 @@ topo() {
 	for ns in lan gw sw far nat fnat key; do
 		ip netns add $ns
 		ip -n $ns link set lo up
-		ip netns exec $ns sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+		case $ns in far | key) ;; *) ip netns exec $ns sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 ;; esac
 	done
 	ip -n sw link add br0 type bridge
 	ip -n sw link set br0 up
@@ -76,6 +82,7 @@ topo() {
 	ip -n lan addr add 10.1.0.10/24 dev lan0
 	ip -n lan route add default via 10.1.0.1
 	ip -n far addr add 10.0.0.2/24 dev far0
+	ip -n far addr add $FAR6/64 dev far0 nodad
 	ip -n far link add farlan type dummy
 	ip -n far link set farlan up
 	ip -n far addr add 10.2.0.1/24 dev farlan
@@ -91,9 +98,13 @@ topo() {
 	if [ "$E2E_IKE_PATH" = veth ]; then
 		veth far fk0 key kf0
 		ip -n key addr add 10.0.0.1/24 dev kf0
-		ip -n far rule add ipproto udp sport 500 lookup 100 priority 100
-		ip -n far rule add ipproto udp sport 4500 lookup 100 priority 101
+		ip -n key addr add $GW6/64 dev kf0 nodad
+		for f in -4 -6; do
+			ip $f -n far rule add ipproto udp sport 500 lookup 100 priority 100
+			ip $f -n far rule add ipproto udp sport 4500 lookup 100 priority 101
+		done
 		ip -n far route add 10.0.0.1/32 dev fk0 table 100
+		ip -n far route add $GW6/128 dev fk0 table 100
 	fi
 	if nat_rules; then log "nat: masquerade from 172.16.0.0/24 out of nat0"; else log "nat: nft failed"; fi
 	mkdir -p $D/far $D/key $D/fnat
@@ -138,6 +149,7 @@ address = "10.1.0.1/24"
 name = "outside"
 device = "out0"
 address = "10.0.0.1/24"
+address6 = "$GW6/64"
 
 [[route]]
 destination = "10.2.0.0/24"
@@ -280,9 +292,10 @@ charon_stop() {
 #   RBYTES LBYTES            rekey_bytes, life_bytes (rand_bytes 0)
 #   IKE_REKEY DPD            the IKE SA's rekey_time, dpd_delay
 #   EXTRA                    more children (text)
+#   GW_IKE FAR_IKE           the IKE SA's ends: espgw's outside address, far's
 conf_defaults() {
 	ESP=aes128gcm16 MODE=tunnel START=none REKEY=0 LIFE=0 RAND=0 RBYTES=0 LBYTES=0
-	IKE_REKEY=0 DPD=0 EXTRA='' REMOTE='' LOCAL_ID='' REMOTE_ID=''
+	IKE_REKEY=0 DPD=0 EXTRA='' REMOTE='' LOCAL_ID='' REMOTE_ID='' GW_IKE=10.0.0.1 FAR_IKE=10.0.0.2
 }
 # conn_conf NS LOCAL REMOTE LTS RTS
 conn_conf() {
@@ -341,10 +354,10 @@ EOF
 # times nothing out).
 tunnel_conf() {
 	if [ "$MODE" = transport ]; then lts="dynamic[icmp]" rts="dynamic[icmp]"; else lts=10.1.0.0/24 rts=10.2.0.0/24; fi
-	conn_conf key 10.0.0.1 10.0.0.2 "$lts" "$rts"
+	conn_conf key $GW_IKE $FAR_IKE "$lts" "$rts"
 	start=$START rekey=$REKEY life=$LIFE rand=$RAND rbytes=$RBYTES lbytes=$LBYTES ike_rekey=$IKE_REKEY dpd=$DPD
 	START=none REKEY=0 LIFE=0 RAND=0 RBYTES=0 LBYTES=0 IKE_REKEY=0 DPD=0
-	conn_conf far 10.0.0.2 10.0.0.1 "$rts" "$lts"
+	conn_conf far $FAR_IKE $GW_IKE "$rts" "$lts"
 	START=$start REKEY=$rekey LIFE=$life RAND=$rand RBYTES=$rbytes LBYTES=$lbytes IKE_REKEY=$ike_rekey DPD=$dpd
 }
 
@@ -457,6 +470,8 @@ ike_id() {
 }
 # A counter of espgw's xfrm section (the first of that name).
 xfrm_stat() { gwq stats | tr -d ' \n' | grep -o '"xfrm":{.*' | grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
+# A counter of espgw's IKE relay (to_daemon, from_daemon, ...).
+relay_stat() { gwq stats | tr -d ' \n' | grep -o '"ike_relay":{.*' | grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
 
 # ---- cases --------------------------------------------------------------------
 
@@ -725,6 +740,38 @@ case_nat() {
 		return
 	fi
 	pass "far peer behind a masquerading NAT: $natr, $encap SAs in UDP 4500; $r"
+}
+
+# IKE over IPv6 through the relay: the IKE SA between espgw's outside
+# address6 and far's, its CHILD_SA the usual IPv4 networks in IPv6 (ESP
+# over IPv6, tunnel mode), which far's kernel and espgw each carry.
+case_ipv6() {
+	conf_defaults
+	START=start GW_IKE=$GW6 FAR_IKE=$FAR6
+	tunnel_conf
+	to0=$(relay_stat to_daemon) from0=$(relay_stat from_daemon)
+	why=$(up 40) || { fail "$why"; return; }
+	to1=$(relay_stat to_daemon) from1=$(relay_stat from_daemon)
+	ends=$(nsx key swanctl --list-sas --raw 2>/dev/null | grep -o 'e2e {[^}]*' | grep -o -E ' (local|remote)-(host|port)=[^ ]*' | tr -d '\n')
+	case "$ends " in *" local-host=$GW6 "*" remote-host=$FAR6 "*) ;; *)
+		fail "the IKE SA in ns key is not between $GW6 and $FAR6:${ends:- none}"
+		return
+		;;
+	esac
+	if [ "$E2E_IKE_PATH" = relay ] && { [ "${to1:-0}" -le "${to0:-0}" ] || [ "${from1:-0}" -le "${from0:-0}" ]; }; then
+		fail "IKE over IPv6 did not go through the relay: ike_relay to_daemon ${to0:-?} -> ${to1:-?}, from_daemon ${from0:-?} -> ${from1:-?}"
+		return
+	fi
+	r=$(traffic) || { fail "$r"; return; }
+	sas=$(gw_sas)
+	echo "$sas" >$D/sas-$CASE.txt
+	n=$(echo "$sas" | grep -c direction=)
+	n6=$(echo "$sas" | grep -c " local=$GW6 .* remote=$FAR6 ")
+	[ "$n6" = "$n" ] || { fail "of espgw's $n SAs, $n6 are between $GW6 and $FAR6: $(echo "$sas" | grep -o -E ' (direction|local|remote)=[^ ]*' | tr -d '\n')"; return; }
+	pkts=$(echo "$sas" | field packets | awk '{s += $1} END {print s + 0}')
+	[ "$pkts" -gt 0 ] || { fail "espgw's SAs counted no packets: the traffic did not go through espgw"; return; }
+	lp=$(echo "$ends" | grep -o 'local-port=[0-9]*' | cut -d= -f2) rp=$(echo "$ends" | grep -o 'remote-port=[0-9]*' | cut -d= -f2)
+	pass "IKE SA ${GW6}[$lp] <-> ${FAR6}[$rp] in ns key (ike_relay to_daemon ${to0:-?} -> $to1, from_daemon ${from0:-?} -> $from1); $r; espgw's $n SAs $(echo "$sas" | field mode | sort -u) mode, outer $GW6 <-> $FAR6, carried $pkts packets"
 }
 
 case_libreswan() {

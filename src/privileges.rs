@@ -177,6 +177,25 @@ fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count())
 }
 
+/// Waits (up to a second) until this process runs one thread, and says
+/// how many run if it does not. A thread that was just joined may still
+/// be listed in `/proc/self/task` for a moment: joining waits for the
+/// thread to finish, not for the kernel to release it (on a slow or
+/// emulated machine, milliseconds).
+pub fn single_threaded() -> Result<(), usize> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        let n = threads();
+        if n == 1 {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(n);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Gives up what `run` no longer needs (see the module documentation):
 /// with `user`, becomes that user (its primary group alone); keeps
 /// [`KEPT`] of what it holds; empties the bounding and ambient sets; sets
@@ -188,8 +207,7 @@ pub fn drop_privileges(user: Option<&User>) -> Result<Dropped> {
 /// [`drop_privileges`], keeping `kept` (of what the process holds)
 /// instead: the broker's way to keep `CAP_NET_ADMIN` alone.
 pub fn drop_to(user: Option<&User>, kept: &[u32]) -> Result<Dropped> {
-    let threads = threads();
-    if threads != 1 {
+    if let Err(threads) = single_threaded() {
         bail!("dropping privileges with {threads} threads running: the others would keep theirs");
     }
     let held = capget()?;

@@ -147,8 +147,7 @@ impl Broker {
     /// if given. Call it as root, before privileges are dropped, while one
     /// thread runs (it checks).
     pub fn spawn(requests: Socket, dumps: Socket, user: Option<&User>) -> Result<Broker> {
-        let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
-        if threads != 1 {
+        if let Err(threads) = privileges::single_threaded() {
             bail!("starting the xfrm broker with {threads} threads running: a fork keeps only one");
         }
         let (feedback, feedback_child) = seqpacket_pair()?;

@@ -361,13 +361,17 @@ pub fn wait_until_keyed(dir: &Path) -> Result<()> {
                 break;
             }
             if Instant::now() >= deadline {
-                let log = std::fs::read_to_string(dir.join(format!("charon-{}.log", side.label)))
-                    .unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                bail!(
-                    "{name} mirrors {mirrored} SAs after 30 s; charon {}'s log ends:\n{}",
-                    side.label,
+                let tail = |file: String, lines: usize| {
+                    let log = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(lines).collect();
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                };
+                let gateway = if side.label == "A" { "gwA" } else { "gwB" };
+                bail!(
+                    "{name} mirrors {mirrored} SAs after 30 s; {gateway}'s log ends:\n{}\ncharon {}'s log ends:\n{}",
+                    tail(format!("{gateway}.log"), 12),
+                    side.label,
+                    tail(format!("charon-{}.log", side.label), 30)
                 );
             }
             std::thread::sleep(Duration::from_millis(100));

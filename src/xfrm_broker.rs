@@ -23,8 +23,9 @@
 //!   included.
 //! - Dump link: a request is a kind (1: SAs, 2: policies) and a sequence
 //!   number; the broker builds the dump request itself and hands back the
-//!   kernel's datagrams as they came, then a one-byte end marker if the
-//!   dump was given up.
+//!   kernel's datagrams as they came, then a marker with the sequence
+//!   number if the dump was given up. `run` skips what carries another
+//!   sequence number (the rest of a dump it stopped waiting for).
 //!
 //! The broker drops everything but `CAP_NET_ADMIN` (and root, with
 //! `--user`), exits when `run` goes (its links close, and the kernel kills
@@ -51,8 +52,8 @@ const FD_DUMP_LINK: RawFd = 6;
 /// The largest message on a link: a dump datagram (the kernel fills up to
 /// 32 KiB) or a feedback datagram (`FEEDBACK_DATAGRAM`).
 const LINK_MESSAGE: usize = 64 * 1024;
-/// What ends a dump the broker gave up (a netlink datagram is never one
-/// byte long).
+/// What says the broker gave a dump up: this byte and the dump's
+/// sequence number (a netlink datagram is never five bytes long).
 const DUMP_ABANDONED: u8 = 0;
 
 /// A `SOCK_SEQPACKET` socket pair: message boundaries kept, and a closed
@@ -289,8 +290,18 @@ impl DumpLink {
                     "the xfrm broker is gone",
                 ));
             }
-            if buffer[..] == [DUMP_ABANDONED] {
-                return Err(std::io::Error::other("the xfrm broker gave the dump up"));
+            // What an earlier dump, given up here on a timeout, left on
+            // the link is told apart by its sequence number and skipped.
+            if buffer.len() == 5 && buffer[0] == DUMP_ABANDONED {
+                if buffer[1..] == sequence.to_ne_bytes() {
+                    return Err(std::io::Error::other("the xfrm broker gave the dump up"));
+                }
+                continue;
+            }
+            let of = buffer.get(8..12).and_then(|b| <[u8; 4]>::try_from(b).ok());
+            if of != Some(sequence.to_ne_bytes()) {
+                zeroize::Zeroize::zeroize(&mut buffer[..]);
+                continue;
             }
             let datagram = Zeroizing::new(buffer.to_vec());
             zeroize::Zeroize::zeroize(&mut buffer[..]);
@@ -436,14 +447,15 @@ fn serve(user: Option<&User>) -> Result<()> {
             };
             let Some((kind, sequence)) = request else {
                 tracing::error!("xfrm broker: refused a malformed dump request");
-                send(&dump_link, &[DUMP_ABANDONED], 0).context("xfrm broker: the dump link")?;
                 continue;
             };
             let relayed = crate::xfrm_source::dump_through(&dumps, kind, sequence, |datagram| {
                 send(&dump_link, datagram, 0).is_ok()
             });
             if !relayed {
-                send(&dump_link, &[DUMP_ABANDONED], 0).context("xfrm broker: the dump link")?;
+                let mut abandoned = [DUMP_ABANDONED; 5];
+                abandoned[1..].copy_from_slice(&sequence.to_ne_bytes());
+                send(&dump_link, &abandoned, 0).context("xfrm broker: the dump link")?;
             }
         }
     }

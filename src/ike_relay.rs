@@ -28,7 +28,7 @@
 //! Owns the TUN and the relay's counters; the decisions are
 //! `ike_stub::xfrm::relay`'s. Must not touch ESP or the gateway's state.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, Context, Result};
 use dataplane::io::tun::Tun;
@@ -98,17 +98,9 @@ impl IkeRelay {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("finding `{device}`'s index"));
         }
-        configure(index, outside.v4).with_context(|| {
-            format!(
-                "configuring the IKE relay's device `{device}` ({}/32, up, the default route)",
-                outside.v4
-            )
+        configure(index, outside).with_context(|| {
+            format!("configuring the IKE relay's device `{device}` (up, the outside addresses, the default routes)")
         })?;
-        if let Some(v6) = outside.v6 {
-            configure6(index, v6).with_context(|| {
-                format!("configuring the IKE relay's device `{device}` ({v6}/128, the default IPv6 route)")
-            })?;
-        }
         match outside.v6 {
             Some(v6) => tracing::info!(
                 "ike relay: `{device}` carries the daemon's IKE as {} and {v6}",
@@ -251,8 +243,11 @@ fn request(socket: &Socket, message: RouteNetlinkMessage, flags: u16, sequence: 
     }
 }
 
-/// The device up, `outside`/32 on it, and the default route through it.
-fn configure(index: u32, outside: Ipv4Addr) -> Result<()> {
+/// The device up, the outside addresses on it (IPv4 as a /32; IPv6 as a
+/// /128 without duplicate address detection: the daemon binds it at once,
+/// and no other node is on this link), and the default route of each
+/// family through it.
+fn configure(index: u32, outside: Outside) -> Result<()> {
     let mut socket = Socket::new(NETLINK_ROUTE).context("opening an rtnetlink socket")?;
     socket.bind_auto().context("binding the rtnetlink socket")?;
     socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
@@ -263,76 +258,57 @@ fn configure(index: u32, outside: Ipv4Addr) -> Result<()> {
     link.header.change_mask = LinkFlags::Up;
     request(&socket, RouteNetlinkMessage::SetLink(link), 0, 1).context("bringing it up")?;
 
-    let mut address = AddressMessage::default();
-    address.header.family = AddressFamily::Inet;
-    address.header.prefix_len = 32;
-    address.header.index = index;
-    address.attributes = vec![
-        AddressAttribute::Local(outside.into()),
-        AddressAttribute::Address(outside.into()),
-    ];
-    request(
-        &socket,
-        RouteNetlinkMessage::NewAddress(address),
-        NLM_F_CREATE | NLM_F_REPLACE,
-        2,
-    )
-    .context("adding the address")?;
+    let v4 = (
+        AddressFamily::Inet,
+        32,
+        vec![
+            AddressAttribute::Local(outside.v4.into()),
+            AddressAttribute::Address(outside.v4.into()),
+        ],
+        RouteScope::Link,
+    );
+    let v6 = outside.v6.map(|v6| {
+        (
+            AddressFamily::Inet6,
+            128,
+            vec![
+                AddressAttribute::Address(v6.into()),
+                AddressAttribute::Flags(AddressFlags::Nodad),
+            ],
+            RouteScope::Universe,
+        )
+    });
+    let mut sequence = 1;
+    for (family, prefix_len, attributes, scope) in std::iter::once(v4).chain(v6) {
+        let mut address = AddressMessage::default();
+        address.header.family = family;
+        address.header.prefix_len = prefix_len;
+        address.header.index = index;
+        address.attributes = attributes;
+        sequence += 1;
+        request(
+            &socket,
+            RouteNetlinkMessage::NewAddress(address),
+            NLM_F_CREATE | NLM_F_REPLACE,
+            sequence,
+        )
+        .with_context(|| format!("adding the {family:?} address"))?;
 
-    let mut route = RouteMessage::default();
-    route.header.address_family = AddressFamily::Inet;
-    route.header.table = RouteHeader::RT_TABLE_MAIN;
-    route.header.protocol = RouteProtocol::Static;
-    route.header.scope = RouteScope::Link;
-    route.header.kind = RouteType::Unicast;
-    route.attributes = vec![RouteAttribute::Oif(index)];
-    request(
-        &socket,
-        RouteNetlinkMessage::NewRoute(route),
-        NLM_F_CREATE | NLM_F_REPLACE,
-        3,
-    )
-    .context("adding the default route")?;
-    Ok(())
-}
-
-/// `outside`/128 on the device, without duplicate address detection (the
-/// daemon binds it at once; no other node is on this link), and the
-/// default IPv6 route through it.
-fn configure6(index: u32, outside: Ipv6Addr) -> Result<()> {
-    let mut socket = Socket::new(NETLINK_ROUTE).context("opening an rtnetlink socket")?;
-    socket.bind_auto().context("binding the rtnetlink socket")?;
-    socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
-
-    let mut address = AddressMessage::default();
-    address.header.family = AddressFamily::Inet6;
-    address.header.prefix_len = 128;
-    address.header.index = index;
-    address.attributes = vec![
-        AddressAttribute::Address(outside.into()),
-        AddressAttribute::Flags(AddressFlags::Nodad),
-    ];
-    request(
-        &socket,
-        RouteNetlinkMessage::NewAddress(address),
-        NLM_F_CREATE | NLM_F_REPLACE,
-        1,
-    )
-    .context("adding the IPv6 address")?;
-
-    let mut route = RouteMessage::default();
-    route.header.address_family = AddressFamily::Inet6;
-    route.header.table = RouteHeader::RT_TABLE_MAIN;
-    route.header.protocol = RouteProtocol::Static;
-    route.header.scope = RouteScope::Universe;
-    route.header.kind = RouteType::Unicast;
-    route.attributes = vec![RouteAttribute::Oif(index)];
-    request(
-        &socket,
-        RouteNetlinkMessage::NewRoute(route),
-        NLM_F_CREATE | NLM_F_REPLACE,
-        2,
-    )
-    .context("adding the default IPv6 route")?;
+        let mut route = RouteMessage::default();
+        route.header.address_family = family;
+        route.header.table = RouteHeader::RT_TABLE_MAIN;
+        route.header.protocol = RouteProtocol::Static;
+        route.header.scope = scope;
+        route.header.kind = RouteType::Unicast;
+        route.attributes = vec![RouteAttribute::Oif(index)];
+        sequence += 1;
+        request(
+            &socket,
+            RouteNetlinkMessage::NewRoute(route),
+            NLM_F_CREATE | NLM_F_REPLACE,
+            sequence,
+        )
+        .with_context(|| format!("adding the {family:?} default route"))?;
+    }
     Ok(())
 }

@@ -114,27 +114,6 @@ fn receive(fd: &OwnedFd, buffer: &mut Vec<u8>, flags: libc::c_int) -> std::io::R
     Ok(got > 0)
 }
 
-fn set_receive_timeout(fd: &OwnedFd, timeout: Duration) -> std::io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
-    };
-    // SAFETY: a timeval of the right size for SO_RCVTIMEO.
-    if unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    } != 0
-    {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// `run`'s side of the broker: its process and the two links.
 pub struct Broker {
     pid: libc::pid_t,
@@ -184,7 +163,7 @@ impl Broker {
         // Its ends live in the broker now; closing ours lets either side
         // see the other go.
         drop((requests, dumps, feedback_child, dump_child));
-        set_receive_timeout(
+        crate::xfrm_source::set_timeout(
             &dump_link,
             crate::xfrm_source::DUMP_TIMEOUT + Duration::from_secs(1),
         )?;

@@ -121,7 +121,8 @@ fn enter_netns(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn set_timeout(socket: &Socket, timeout: Duration) -> std::io::Result<()> {
+/// `SO_RCVTIMEO` on `socket` (a netlink socket here, the broker's links).
+pub(crate) fn set_timeout(socket: &impl AsRawFd, timeout: Duration) -> std::io::Result<()> {
     let tv = libc::timeval {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),

@@ -16,11 +16,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
-use testkit::netns::{self, ip};
+use testkit::netns::{self, wait_for, Lab};
 use testkit::Prerequisite;
 
 static NETNS: Prerequisite = Prerequisite::new("netns", || {
@@ -54,40 +54,8 @@ const STATIC_KEYS: [&str; 4] = [
     "7a9c1e3b5d7f092b4d6f8a1c3e5b7d9f0a2c4e6b",
 ];
 
-/// The namespaces and the gateways go when the test ends, passed or not.
-struct Lab {
-    dir: PathBuf,
-    children: Vec<Child>,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        netns::remove(&[HOST_A, GW_A, GW_B, HOST_B]);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// Runs `argv` in namespace `ns` and returns its standard output.
-fn in_ns(ns: &str, argv: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(argv)
-        .output()
-        .expect("ip netns exec");
-    assert!(
-        out.status.success(),
-        "{argv:?} in {ns}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `espgw SUBCOMMAND --socket SOCKET --json`'s answer.
@@ -100,17 +68,6 @@ fn ask(subcommand: &str, socket: &Path) -> Option<Value> {
         .output()
         .ok()?;
     serde_json::from_slice(&out.stdout).ok()
-}
-
-fn wait_for<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// The shipped demo configuration of `side`: its tunnel `a-b` rekeying
@@ -209,20 +166,9 @@ fn is_hex_spi(value: &Value) -> bool {
 }
 
 fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
-    netns::create(&[HOST_A, GW_A, GW_B, HOST_B]);
     let dir = std::env::temp_dir().join(format!("espgw-events-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Lab {
-        dir: dir.clone(),
-        children: Vec::new(),
-    };
-    netns::veth("ha0", HOST_A, "a-in", GW_A);
-    netns::veth("a-out", GW_A, "b-out", GW_B);
-    netns::veth("b-in", GW_B, "hb0", HOST_B);
-    ip(&["-n", HOST_A, "addr", "add", "192.168.1.10/24", "dev", "ha0"]);
-    ip(&["-n", HOST_A, "route", "add", "default", "via", "192.168.1.1"]);
-    ip(&["-n", HOST_B, "addr", "add", "192.168.2.20/24", "dev", "hb0"]);
-    ip(&["-n", HOST_B, "route", "add", "default", "via", "192.168.2.1"]);
+    let mut lab = Lab::new(&[HOST_A, GW_A, GW_B, HOST_B], dir.clone());
+    netns::demo_topology([HOST_A, GW_A, GW_B, HOST_B]);
 
     let sides = ["a", "b"];
     let sockets = [dir.join("a.sock"), dir.join("b.sock")];
@@ -273,7 +219,7 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
         "    if i % 50 == 49: time.sleep(0.05)",
     ]
     .join("\n");
-    in_ns(HOST_A, &["python3", "-c", &sender]);
+    netns::output(HOST_A, &["python3", "-c", &sender]);
     // The last rekey's switch confirmed, the replaced SAs' grace over.
     std::thread::sleep(Duration::from_secs(4));
 

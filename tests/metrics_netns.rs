@@ -11,11 +11,11 @@
 //! `prometheus`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
-use testkit::netns::{self, ip};
+use testkit::netns::{self, wait_for, Lab};
 use testkit::Prerequisite;
 
 static PROMETHEUS: Prerequisite = Prerequisite::new("prometheus", || {
@@ -44,46 +44,13 @@ const HOST_B: &str = "espgw-mx-hostB";
 const METRICS: &str = "127.0.0.1:9464";
 const PROMETHEUS_API: &str = "127.0.0.1:9090";
 
-/// The namespaces, the gateways and Prometheus go when the test ends,
-/// passed or not.
-struct Lab {
-    dir: PathBuf,
-    children: Vec<Child>,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        netns::remove(&[HOST_A, GW_A, GW_B, HOST_B]);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// Runs `argv` in namespace `ns` and returns its standard output.
-fn in_ns(ns: &str, argv: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(argv)
-        .output()
-        .expect("ip netns exec");
-    assert!(
-        out.status.success(),
-        "{argv:?} in {ns}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// An HTTP GET in namespace `ns`, by python3's standard library.
 fn get(ns: &str, url: &str) -> String {
-    in_ns(
+    netns::output(
         ns,
         &[
             "python3",
@@ -121,17 +88,6 @@ fn stats(socket: &Path) -> Option<Value> {
     serde_json::from_slice(&out.stdout).ok()
 }
 
-fn wait_for<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 /// The shipped demo configuration of `side`, rekeying every 100 kB.
 fn config(dir: &Path, side: &str) -> PathBuf {
     let mut text = std::fs::read_to_string(repo(&format!("configs/demo-{side}.toml"))).unwrap();
@@ -144,33 +100,9 @@ fn config(dir: &Path, side: &str) -> PathBuf {
 }
 
 fn a_prometheus_scrape_matches_the_gateways_counts_across_rekeys() {
-    netns::create(&[HOST_A, GW_A, GW_B, HOST_B]);
     let dir = std::env::temp_dir().join(format!("espgw-metrics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Lab {
-        dir: dir.clone(),
-        children: Vec::new(),
-    };
-    for ns in [HOST_A, GW_A, GW_B, HOST_B] {
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-    }
-    netns::veth("ha0", HOST_A, "a-in", GW_A);
-    netns::veth("a-out", GW_A, "b-out", GW_B);
-    netns::veth("b-in", GW_B, "hb0", HOST_B);
-    for (ns, dev) in [
-        (HOST_A, "ha0"),
-        (GW_A, "a-in"),
-        (GW_A, "a-out"),
-        (GW_B, "b-out"),
-        (GW_B, "b-in"),
-        (HOST_B, "hb0"),
-    ] {
-        ip(&["-n", ns, "link", "set", dev, "up"]);
-    }
-    ip(&["-n", HOST_A, "addr", "add", "192.168.1.10/24", "dev", "ha0"]);
-    ip(&["-n", HOST_A, "route", "add", "default", "via", "192.168.1.1"]);
-    ip(&["-n", HOST_B, "addr", "add", "192.168.2.20/24", "dev", "hb0"]);
-    ip(&["-n", HOST_B, "route", "add", "default", "via", "192.168.2.1"]);
+    let mut lab = Lab::new(&[HOST_A, GW_A, GW_B, HOST_B], dir.clone());
+    netns::demo_topology([HOST_A, GW_A, GW_B, HOST_B]);
 
     let sockets = [dir.join("a.sock"), dir.join("b.sock")];
     for (ns, side, socket) in [(GW_A, "a", &sockets[0]), (GW_B, "b", &sockets[1])] {
@@ -240,7 +172,7 @@ fn a_prometheus_scrape_matches_the_gateways_counts_across_rekeys() {
         "    if i % 50 == 49: time.sleep(0.1)",
     ]
     .join("\n");
-    in_ns(HOST_A, &["python3", "-c", &sender]);
+    netns::output(HOST_A, &["python3", "-c", &sender]);
     // The last packets counted, then two scrapes at least.
     std::thread::sleep(Duration::from_secs(4));
 

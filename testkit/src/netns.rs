@@ -39,3 +39,79 @@ pub fn veth(left: &str, left_ns: &str, right: &str, right_ns: &str) {
     ip(&["-n", left_ns, "link", "set", left, "up"]);
     ip(&["-n", right_ns, "link", "set", right, "up"]);
 }
+
+/// Runs `argv` in namespace `ns` and returns its standard output, failing
+/// the test if it fails.
+pub fn output(ns: &str, argv: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(argv)
+        .output()
+        .expect("ip netns exec");
+    assert!(
+        out.status.success(),
+        "{argv:?} in {ns}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The topology the shipped `configs/demo-*.toml` expect, in namespaces
+/// `[host_a, gw_a, gw_b, host_b]` (made afresh): hostA 192.168.1.10 on
+/// `ha0` — `a-in` gwA `a-out` — `b-out` gwB `b-in` — `hb0` hostB
+/// 192.168.2.20, each host routing through its gateway.
+pub fn demo_topology([host_a, gw_a, gw_b, host_b]: [&str; 4]) {
+    create(&[host_a, gw_a, gw_b, host_b]);
+    veth("ha0", host_a, "a-in", gw_a);
+    veth("a-out", gw_a, "b-out", gw_b);
+    veth("b-in", gw_b, "hb0", host_b);
+    ip(&["-n", host_a, "addr", "add", "192.168.1.10/24", "dev", "ha0"]);
+    ip(&["-n", host_a, "route", "add", "default", "via", "192.168.1.1"]);
+    ip(&["-n", host_b, "addr", "add", "192.168.2.20/24", "dev", "hb0"]);
+    ip(&["-n", host_b, "route", "add", "default", "via", "192.168.2.1"]);
+}
+
+/// What a namespace test leaves behind, gone when the test ends, passed or
+/// not: its processes (killed), its namespaces and its directory.
+pub struct Lab {
+    namespaces: Vec<String>,
+    dir: std::path::PathBuf,
+    pub children: Vec<std::process::Child>,
+}
+
+impl Lab {
+    /// Takes charge of `namespaces` and of `dir`, which it creates.
+    pub fn new(namespaces: &[&str], dir: std::path::PathBuf) -> Lab {
+        std::fs::create_dir_all(&dir).expect("the test's directory");
+        Lab {
+            namespaces: namespaces.iter().map(|&n| n.to_owned()).collect(),
+            dir,
+            children: Vec::new(),
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let names: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
+        remove(&names);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Calls `check` every 250 ms until it gives something, failing the test
+/// after `within`.
+pub fn wait_for<T>(what: &str, within: std::time::Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}

@@ -117,6 +117,21 @@ fn stats(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// Site B's run over `esp` from the outside with `state`, its output and
+/// counters under `dir` named `run`; returns the counters.
+fn receive(site_b: &Path, state: &Path, esp: &Path, dir: &Path, run: &str) -> serde_json::Value {
+    let counters = dir.join(format!("{run}.json"));
+    ok(pcap(
+        site_b,
+        "outside",
+        Some(state),
+        esp,
+        &dir.join(format!("{run}.pcap")),
+        &["--stats", counters.to_str().unwrap()],
+    ));
+    stats(&counters)
+}
+
 /// Two runs of one config over different plaintexts, one state directory:
 /// no (SPI, sequence number), and so no (key, nonce) of an AEAD, twice.
 /// Without the ledger both runs sent 1, 2, 3, ... under the same key, and
@@ -179,16 +194,8 @@ fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
     write_pcap(&in2, &plaintext(SENT, 101));
     let (esp1, esp2) = (dir.join("esp1.pcap"), dir.join("esp2.pcap"));
     ok(pcap(&site_a, "inside", Some(&state_a), &in1, &esp1, &[]));
-    let s1 = dir.join("b1.json");
-    ok(pcap(
-        &site_b,
-        "outside",
-        Some(&state_b),
-        &esp1,
-        &dir.join("out1.pcap"),
-        &["--stats", s1.to_str().unwrap()],
-    ));
-    assert_eq!(stats(&s1)["decapsulated"], 25);
+    let b1 = receive(&site_b, &state_b, &esp1, &dir, "b1");
+    assert_eq!(b1["decapsulated"], 25);
     // Both ends restart; the attacker replays the first capture ahead of
     // the sender's new packets.
     ok(pcap(&site_a, "inside", Some(&state_a), &in2, &esp2, &[]));
@@ -235,16 +242,7 @@ fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
         "the sender's packets lay beyond the receiver's first reservation: {b2:#}"
     );
     // And once more, after another restart: all of it is old now.
-    let s3 = dir.join("b3.json");
-    ok(pcap(
-        &site_b,
-        "outside",
-        Some(&state_b),
-        &mixed,
-        &dir.join("out3.pcap"),
-        &["--stats", s3.to_str().unwrap()],
-    ));
-    let b3 = stats(&s3);
+    let b3 = receive(&site_b, &state_b, &mixed, &dir, "b3");
     assert_eq!(b3["decapsulated"], 0, "{b3:#}");
 }
 
@@ -277,30 +275,14 @@ fn a_receiver_restarted_alone_after_a_clean_stop_takes_what_its_sender_sends_nex
     let mut second: Vec<Vec<u8>> = before[20..].to_vec();
     second.extend_from_slice(after);
     write_pcap(&esp2, &second);
-    let (s1, s2) = (dir.join("b1.json"), dir.join("b2.json"));
-    ok(pcap(
-        &site_b,
-        "outside",
-        Some(&state_b),
-        &esp1,
-        &dir.join("out1.pcap"),
-        &["--stats", s1.to_str().unwrap()],
-    ));
-    assert_eq!(stats(&s1)["decapsulated"], 25);
+    let b1 = receive(&site_b, &state_b, &esp1, &dir, "b1");
+    assert_eq!(b1["decapsulated"], 25);
     let ledger = std::fs::read_to_string(state_b.join("ledger")).unwrap();
     assert!(
         ledger.contains("\nsettled\n"),
         "a clean stop settles the ledger: {ledger}"
     );
-    ok(pcap(
-        &site_b,
-        "outside",
-        Some(&state_b),
-        &esp2,
-        &dir.join("out2.pcap"),
-        &["--stats", s2.to_str().unwrap()],
-    ));
-    let b2 = stats(&s2);
+    let b2 = receive(&site_b, &state_b, &esp2, &dir, "b2");
     assert_eq!(
         b2["decapsulated"], 25,
         "after a clean stop the receiver takes all its sender sends next: {b2:#}"

@@ -45,14 +45,6 @@ impl Gateway {
         Ok(Next::Control)
     }
 
-    /// Whether `addr` is one of the gateway's own addresses.
-    pub(super) fn is_local(&self, addr: IpAddr) -> bool {
-        self.interfaces.iter().any(|i| match addr {
-            IpAddr::V4(v4) => i.address == v4,
-            IpAddr::V6(v6) => i.address6.is_some_and(|(a, _)| a == v6),
-        })
-    }
-
     /// Starts loading the flow-cache sets of a batch from the inside
     /// before its frames are classified one by one (see
     /// [`spd_sad::Spd::prefetch`]). Reads headers only; a frame too short
@@ -78,7 +70,7 @@ impl Gateway {
             Ok(c) => c,
             // RFC 1812 §5.3.1: tell the source its packet died here.
             Err(DropReason::TtlExpired) => {
-                let from_addr = self.interfaces[from.index()].address;
+                let from_addr = self.egress.interface(from).address;
                 let error = (icmp::kind::TIME_EXCEEDED, 0, 0);
                 Classified::Done(self.icmp_error(buf, error, from_addr, DropReason::TtlExpired))
             }
@@ -213,7 +205,7 @@ impl Gateway {
         }
         let frame = EthernetFrame::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
         let dst = frame.dst_addr();
-        if self.setup.only_own_mac && dst.is_unicast() && dst != self.interfaces[from.index()].mac {
+        if self.setup.only_own_mac && dst.is_unicast() && dst != self.egress.interface(from).mac {
             return Err(DropReason::OtherHost);
         }
         match frame.ethertype() {

@@ -24,7 +24,7 @@ use super::classify::Classified;
 use super::{Gateway, LinkLayer, Next};
 use crate::buffer::PacketBuf;
 use crate::icmp6::{self, kind, NdpKind};
-use crate::neighbor::{Learnt, Sighting};
+use crate::neighbor::Sighting;
 use crate::route::Port;
 use crate::stats::DropReason;
 use crate::wire::ipv6;
@@ -45,7 +45,7 @@ impl Gateway {
         } else {
             0
         };
-        let Some((our, _)) = self.interfaces[from.index()].address6 else {
+        let Some((our, _)) = self.egress.interface(from).address6 else {
             return Err(DropReason::Unsupported);
         };
         let (dst, total) = {
@@ -242,7 +242,7 @@ impl Gateway {
         our: Ipv6Addr,
     ) -> Result<Classified, DropReason> {
         let link = l2 > 0;
-        let our_mac = self.interfaces[from.index()].mac;
+        let our_mac = self.egress.interface(from).mac;
         let (dst, src, icmp_type, icmp_at, upper) = {
             let packet = &buf.data()[l2..];
             let ip = ipv6::view(packet)?;
@@ -305,7 +305,7 @@ impl Gateway {
                 if let Some(mac) = ndp.link_addr.filter(|_| !ndp.source.is_unspecified()) {
                     self.learn_neighbor6(from, ndp.source, mac, false, true);
                 }
-                if !self.setup.answer_arp {
+                if !self.egress.answers_neighbors() {
                     return consumed;
                 }
                 if !icmp6::neighbor_advert_in_place(buf, &ndp, our_mac, link) {
@@ -372,18 +372,7 @@ impl Gateway {
             is_reply,
             for_us,
         };
-        match self.neighbors.learn(from, seen, self.last_now) {
-            Learnt::Updated | Learnt::Created => {
-                if self.is_waited_for(sender.into()) {
-                    let mut out = std::mem::take(&mut self.released);
-                    self.release(sender.into(), mac, &mut out);
-                    self.released = out;
-                }
-            }
-            Learnt::TableFull => self.stats.neighbor_table_full += 1,
-            Learnt::Unsolicited => self.stats.arp_unsolicited += 1,
-            Learnt::OffLink | Learnt::Ignored => {}
-        }
+        self.egress.learn6(from, seen, self.last_now, &mut self.stats);
     }
 
     /// A reply written in place of the frame, sent back where it came from.

@@ -229,7 +229,7 @@ impl Gateway {
                 &mut buf,
                 (local, local_port),
                 (peer.address, peer.port),
-                self.next_ip_id.take(),
+                self.egress.next_ip_id(),
                 &[nat::KEEPALIVE],
             ) {
                 self.pool.free(buf);

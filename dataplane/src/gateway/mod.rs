@@ -23,11 +23,12 @@
 
 mod classify;
 mod classify6;
+mod egress;
 mod encap;
-mod forward;
 mod ipid;
 mod jobs;
 mod origin;
+mod protect;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -43,13 +44,16 @@ use spd_sad::{
 use crate::buffer::{PacketBuf, PacketPool};
 pub use crate::esp::SaCrypto;
 use crate::icmp;
+use crate::icmp6;
 use crate::nat;
-use crate::neighbor::{NeighborLimits, Neighbors, Waiting};
+use crate::neighbor::{NeighborLimits, Neighbors};
 use crate::reassembly::{GivenUp, Reassembler, Sources};
 use crate::route::{Interface, Port, Route, Route6, RoutingTable};
 use crate::stats::{DropReason, Stats};
+use crate::wire::ipv4;
 use classify::Classified;
-pub use jobs::{AWAIT_LIMIT, BACKLOG_LIMIT, HOLD_LIMIT, JOB_TIMEOUT};
+pub use jobs::{BACKLOG_LIMIT, JOB_TIMEOUT};
+pub use protect::{AWAIT_LIMIT, HOLD_LIMIT};
 
 /// What the frames of a driver look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,18 +181,11 @@ pub enum DatagramError {
 pub struct Gateway {
     /// What it was built from, for forks.
     setup: GatewaySetup,
-    interfaces: [Interface; 2],
-    routes: RoutingTable,
-    neighbors: Neighbors,
-    resolve_neighbors: bool,
+    /// The ports, routes and neighbours: what leaves and how.
+    egress: egress::Egress,
     /// The driver's pool, lent for the duration of a call, for frames the
     /// gateway originates (ARP requests, fragments).
     pool: PacketPool,
-    /// Scratch for packets released or expired from the neighbour queue.
-    waiting: Vec<Waiting>,
-    /// Packets an NDP advertisement released during classification, for
-    /// the batch's output.
-    released: Vec<Output>,
     reassembler: Reassembler,
     /// Whose fragments are reassembled: the remote ends of our SAs.
     fragment_sources: Sources,
@@ -198,17 +195,15 @@ pub struct Gateway {
     icmp_limiter: icmp::RateLimiter,
     /// Scratch for buffers the reassembler gives up.
     spent: Vec<GivenUp>,
-    link: LinkLayer,
     outer_ttl: u8,
-    style: Style,
     spd: Spd,
     sad: Sad<SaCrypto>,
-    engine: Box<dyn Engine>,
-    jobs: jobs::Jobs,
-    /// Each SA's outer next hop, by SA slot (see `forward::CachedHop`).
-    hops: Vec<Option<forward::CachedHop>>,
+    /// The engine and the packets it has.
+    jobs: jobs::JobMachine,
+    /// Inbound packets held for their ESN inference or waiting for their
+    /// SA's durable ceiling.
+    inbound: protect::InboundLine,
     rng: StdRng,
-    next_ip_id: ipid::IpIds,
     stats: Stats,
     last_now: Duration,
     /// UDP-encapsulated peers, shared with the forks, and the epoch this
@@ -269,68 +264,20 @@ pub(super) enum Next {
 
 impl Gateway {
     pub fn new(setup: GatewaySetup, engine: Box<dyn Engine>) -> Self {
-        let mut routes = RoutingTable::new();
-        for iface in [&setup.inside, &setup.outside] {
-            routes.add(Route {
-                destination: iface.network,
-                via: None,
-                port: iface.port,
-            });
-        }
-        for route in &setup.routes {
-            routes.add(*route);
-        }
-        let mut neighbors = Neighbors::new(setup.neighbor_limits);
-        for (addr, mac) in &setup.neighbors {
-            neighbors.insert_static(*addr, *mac);
-        }
-        for iface in [&setup.inside, &setup.outside] {
-            neighbors.add_on_link(iface.port, iface.network, Some(iface.address.into()));
-            if let Some((address6, network6)) = iface.address6 {
-                neighbors.add_on_link(iface.port, network6, Some(address6.into()));
-                // Neighbours solicit and answer from link-local addresses
-                // too (RFC 4861 §7.2.2).
-                neighbors.add_on_link(iface.port, LINK_LOCAL, None);
-                routes.add6(Route6 {
-                    destination: network6,
-                    via: None,
-                    port: iface.port,
-                });
-            }
-        }
-        for route in &setup.routes6 {
-            routes.add6(*route);
-            if route.via.is_none() {
-                neighbors.add_on_link(route.port, route.destination, None);
-            }
-        }
-        for route in setup.routes.iter().filter(|r| r.via.is_none()) {
-            neighbors.add_on_link(route.port, route.destination, None);
-        }
         Gateway {
-            setup: setup.clone(),
-            interfaces: [setup.inside, setup.outside],
-            routes,
-            neighbors,
-            resolve_neighbors: setup.resolve_neighbors,
+            egress: egress::Egress::new(&setup),
             pool: PacketPool::default(),
-            waiting: Vec::with_capacity(64),
-            released: Vec::new(),
             reassembler: Reassembler::default(),
             fragment_sources: Sources::default(),
             sa_changes: 0,
             icmp_limiter: icmp::RateLimiter::new(setup.icmp_limits),
             spent: Vec::with_capacity(8),
-            link: setup.link,
             outer_ttl: setup.outer_ttl,
-            style: setup.style,
             spd: Spd::new(),
             sad: Sad::new(),
-            jobs: jobs::Jobs::new(setup.style == Style::Async && engine.runs_inline()),
-            engine,
-            hops: Vec::new(),
+            jobs: jobs::JobMachine::new(engine, setup.style),
+            inbound: protect::InboundLine::default(),
             rng: rand::make_rng(),
-            next_ip_id: ipid::IpIds::new(0, 1),
             stats: Stats::default(),
             last_now: Duration::ZERO,
             peers: nat::Peers::default(),
@@ -339,6 +286,7 @@ impl Gateway {
             nat_ports: Vec::new(),
             next_keepalive: Duration::ZERO,
             discards: DiscardLog::default(),
+            setup,
         }
     }
 
@@ -393,46 +341,53 @@ impl Gateway {
     }
 
     pub fn interface(&self, port: Port) -> &Interface {
-        &self.interfaces[port.index()]
+        self.egress.interface(port)
     }
 
     pub fn routes(&self) -> &RoutingTable {
-        &self.routes
+        self.egress.routes()
+    }
+
+    /// The neighbour table (for reports and tests).
+    pub fn neighbors(&self) -> &Neighbors {
+        self.egress.neighbors()
     }
 
     pub fn link(&self) -> LinkLayer {
-        self.link
+        self.egress.link()
     }
 
     /// The framing of one port.
     fn link_of(&self, port: Port) -> LinkLayer {
-        match port {
-            Port::Inside => self.setup.inside_link.unwrap_or(self.link),
-            Port::Outside => self.link,
-        }
+        self.egress.link_of(port)
+    }
+
+    /// Whether `addr` is one of the gateway's own addresses.
+    fn is_local(&self, addr: IpAddr) -> bool {
+        self.egress.is_local(addr)
     }
 
     pub fn style(&self) -> Style {
-        self.style
+        self.jobs.style()
     }
 
     pub fn engine_kind(&self) -> accel::EngineKind {
-        self.engine.kind()
+        self.jobs.engine_kind()
     }
 
     pub fn engine_counters(&self) -> accel::EngineCounters {
-        self.engine.counters()
+        self.jobs.engine_counters()
     }
 
     /// The engine, for drivers: they wait on it ([`Engine::wait`]) when
     /// its completions come from a real device. The core never does.
     pub fn engine_mut(&mut self) -> &mut dyn Engine {
-        self.engine.as_mut()
+        self.jobs.engine_mut()
     }
 
     /// When the engine's next completion can be collected.
     pub fn next_completion(&self) -> NextCompletion {
-        self.engine.next_completion()
+        self.jobs.next_completion()
     }
 
     /// A copy for another worker thread, on its own engine: same routes,
@@ -459,7 +414,7 @@ impl Gateway {
         for id in ids {
             if let Some(sa) = copy.sad.get_mut(id) {
                 let crypto = sa.crypto_mut();
-                crypto.handle = copy.engine.register(&crypto.keys)?;
+                crypto.handle = copy.jobs.register(&crypto.keys)?;
             }
         }
         Ok(copy)
@@ -472,7 +427,7 @@ impl Gateway {
     /// workers' fragments for one tunnel share an ID.
     pub fn place(&mut self, worker: usize, workers: usize) {
         self.sad.place(worker, workers);
-        self.next_ip_id = ipid::IpIds::new(worker, workers);
+        self.egress.place(worker, workers);
     }
 
     /// Makes CBC IVs a deterministic function of `seed`. Only for tests and
@@ -492,7 +447,7 @@ impl Gateway {
     /// Packets taken in and not yet returned to the driver: with the
     /// engine, waiting for it, or held for their ESN inference.
     pub fn in_flight(&self) -> usize {
-        self.jobs.live()
+        self.jobs.live() + self.inbound.live()
     }
 
     /// Our ports that UDP-encapsulated SAs receive on (for the outside
@@ -582,7 +537,7 @@ impl Gateway {
         peer: Option<(Arc<nat::Peer>, Option<nat::PeerAddr>)>,
         now: Duration,
     ) -> Result<SaId, InstallSaError> {
-        let handle = self.engine.register(&keys)?;
+        let handle = self.jobs.register(&keys)?;
         self.sa_changes += 1;
         let (peer, seen_peer) = match peer {
             Some((peer, seen)) => (Some(peer), seen),
@@ -597,7 +552,7 @@ impl Gateway {
             seen_peer,
         };
         self.sad.insert(params, crypto, now).map_err(|e| {
-            self.engine.release(handle);
+            self.jobs.release(handle);
             InstallSaError::from(e)
         })
     }
@@ -605,11 +560,11 @@ impl Gateway {
     /// Installs a copy of another worker's SA (see [`Sad::adopt`]): its
     /// keys are registered with this gateway's engine.
     pub fn adopt_sa(&mut self, mut sa: SecurityAssociation<SaCrypto>) -> Result<SaId, InstallSaError> {
-        let handle = self.engine.register(&sa.crypto().keys)?;
+        let handle = self.jobs.register(&sa.crypto().keys)?;
         self.sa_changes += 1;
         sa.crypto_mut().handle = handle;
         self.sad.adopt(sa).map_err(|e| {
-            self.engine.release(handle);
+            self.jobs.release(handle);
             InstallSaError::from(e)
         })
     }
@@ -620,7 +575,7 @@ impl Gateway {
     pub fn remove_sa(&mut self, id: SaId) -> Option<SecurityAssociation<SaCrypto>> {
         let sa = self.sad.remove(id)?;
         self.sa_changes += 1;
-        self.engine.release(sa.crypto().handle);
+        self.jobs.release(sa.crypto().handle);
         Some(sa)
     }
 
@@ -652,19 +607,8 @@ impl Gateway {
             self.spent = spent;
             self.give_up_spent(out);
         }
-        if self.neighbors.pending() > 0 {
-            let mut expired = std::mem::take(&mut self.waiting);
-            let mut retry = Vec::new();
-            self.neighbors.expire(now, &mut expired, &mut retry);
-            for w in expired.drain(..) {
-                self.stats.drops.count(DropReason::NeighborUnreachable);
-                out.push((w.buf, Verdict::Drop(DropReason::NeighborUnreachable)));
-            }
-            self.waiting = expired;
-            for (hop, port) in retry {
-                self.send_neighbor_request(hop, port, out);
-            }
-        }
+        let mut sink = Sink::new(out, &mut self.stats);
+        self.egress.handle_timeout(now, &mut self.pool, &mut sink);
     }
 
     /// Next SA lifetime event for the control plane.
@@ -715,7 +659,10 @@ impl Gateway {
             for (buf, class) in classified.drain(..) {
                 match class {
                     Classified::Done(result) => gw.emit(buf, result, out),
-                    Classified::Arp(arp) => gw.handle_arp(now, from, buf, arp, out),
+                    Classified::Arp(arp) => {
+                        gw.egress
+                            .handle_arp(now, from, buf, arp, &mut Sink::new(out, &mut gw.stats))
+                    }
                     Classified::Fragment => gw.reassemble(now, buf, out),
                     Classified::Encapsulate(sa) => gw.start_encapsulation(now, sa, buf, out),
                     Classified::Decapsulate => gw.start_decapsulation(now, buf, out),
@@ -724,7 +671,7 @@ impl Gateway {
             gw.classified = classified;
             // Packets that waited for a neighbour an advertisement in this
             // batch resolved.
-            out.append(&mut gw.released);
+            gw.egress.take_released(out);
             gw.pump(now, out);
         });
     }
@@ -759,7 +706,7 @@ impl Gateway {
     pub fn timer_deadline(&self) -> Option<Duration> {
         [
             self.reassembler.next_deadline(),
-            self.neighbors.next_deadline(),
+            self.egress.deadline(),
             self.keepalive_deadline(),
         ]
         .into_iter()
@@ -779,13 +726,7 @@ impl Gateway {
             gw.reassembler.drain(&mut spent);
             gw.spent = spent;
             gw.give_up_spent(out);
-            let mut parked = std::mem::take(&mut gw.waiting);
-            gw.neighbors.drain(&mut parked);
-            for w in parked.drain(..) {
-                gw.stats.drops.count(DropReason::NeighborUnreachable);
-                out.push((w.buf, Verdict::Drop(DropReason::NeighborUnreachable)));
-            }
-            gw.waiting = parked;
+            gw.egress.shutdown(&mut Sink::new(out, &mut gw.stats));
         });
     }
 
@@ -826,32 +767,22 @@ impl Gateway {
         pool: &mut PacketPool,
     ) -> Result<(), DatagramError> {
         let mut buf = pool.alloc().ok_or(DatagramError::NoBuffer)?;
-        let written = match to {
-            IpAddr::V4(to) => {
-                let Some(hop) = self.routes.lookup(to) else {
-                    pool.free(buf);
-                    return Err(DatagramError::NoRoute(to.into()));
-                };
-                let from = self.interfaces[hop.port.index()].address;
-                icmp::udp_datagram(
-                    &mut buf,
-                    (from, ports.0),
-                    (to, ports.1),
-                    self.next_ip_id.take(),
-                    payload,
-                )
-            }
-            IpAddr::V6(to) => {
-                let from = self
-                    .routes
-                    .lookup6(to)
-                    .and_then(|hop| self.interfaces[hop.port.index()].address6);
-                let Some((from, _)) = from else {
-                    pool.free(buf);
-                    return Err(DatagramError::NoRoute(to.into()));
-                };
+        let Some(from) = self.egress.source_toward(to) else {
+            pool.free(buf);
+            return Err(DatagramError::NoRoute(to));
+        };
+        let written = match (from, to) {
+            (IpAddr::V4(from), IpAddr::V4(to)) => icmp::udp_datagram(
+                &mut buf,
+                (from, ports.0),
+                (to, ports.1),
+                self.egress.next_ip_id(),
+                payload,
+            ),
+            (IpAddr::V6(from), IpAddr::V6(to)) => {
                 crate::icmp6::udp_datagram(&mut buf, (from, ports.0), (to, ports.1), payload)
             }
+            _ => false,
         };
         if !written {
             pool.free(buf);
@@ -864,5 +795,74 @@ impl Gateway {
             gw.emit(buf, Ok(Next::Route), out);
         });
         Ok(())
+    }
+
+    /// Routes a packet (`Ok(None)`: parked for its next hop, fragmented and
+    /// sent, or too big and answered with an ICMP error).
+    fn route(&mut self, buf: &mut PacketBuf, out: &mut Vec<Output>) -> Result<Option<Port>, DropReason> {
+        let mut sink = Sink::new(out, &mut self.stats);
+        let mtu = match self.egress.route(buf, self.last_now, &mut self.pool, &mut sink)? {
+            egress::Routed::Send(port) => return Ok(Some(port)),
+            egress::Routed::Taken => return Ok(None),
+            egress::Routed::TooBig(mtu) => u32::from(mtu),
+        };
+        // The error (RFC 1812 §5.2.7.1 / RFC 1191 fragmentation needed,
+        // RFC 8200 §5 packet too big) goes back to the source through the
+        // outbound SPD: a packet that came through a tunnel hears back
+        // through it.
+        if crate::wire::is_ipv6(buf.data()) {
+            self.icmp6_error(buf, (icmp6::kind::PACKET_TOO_BIG, 0, mtu), DropReason::FragNeeded)?;
+        } else {
+            let from = self.address_toward(ipv4::view(buf.data())?.src_addr());
+            let error = (icmp::kind::DEST_UNREACHABLE, icmp::kind::FRAG_NEEDED, mtu);
+            self.icmp_error(buf, error, from, DropReason::FragNeeded)?;
+        }
+        let error = std::mem::replace(buf, PacketBuf::empty());
+        self.originate(error, out);
+        Ok(None)
+    }
+
+    /// Sends an encapsulated packet of `sa`: by its cached hop, or routed.
+    fn emit_protected(&mut self, sa: SaId, buf: PacketBuf, out: &mut Vec<Output>) {
+        let mut sink = Sink::new(out, &mut self.stats);
+        if let Some(buf) = self.egress.send_protected(sa, buf, self.last_now, &mut sink) {
+            self.emit(buf, Ok(Next::Route), out);
+        }
+    }
+}
+
+/// Where stages put the frames they are done with: each is counted as it
+/// goes (transmitted or dropped, under its reason), so that every output
+/// is counted once, here.
+pub(super) struct Sink<'a> {
+    out: &'a mut Vec<Output>,
+    stats: &'a mut Stats,
+}
+
+impl<'a> Sink<'a> {
+    pub(super) fn new(out: &'a mut Vec<Output>, stats: &'a mut Stats) -> Self {
+        Sink { out, stats }
+    }
+
+    /// Transmit on `port`.
+    pub(super) fn send(&mut self, buf: PacketBuf, port: Port) {
+        self.stats.tx_packets += 1;
+        self.out.push((buf, Verdict::Forward(port)));
+    }
+
+    /// Dropped for `reason`.
+    pub(super) fn drop(&mut self, buf: PacketBuf, reason: DropReason) {
+        self.stats.drops.count(reason);
+        self.out.push((buf, Verdict::Drop(reason)));
+    }
+
+    /// Consumed by the gateway (already counted where it was delivered).
+    pub(super) fn consumed(&mut self, buf: PacketBuf) {
+        self.out.push((buf, Verdict::Consumed));
+    }
+
+    /// The other counters.
+    pub(super) fn stats(&mut self) -> &mut Stats {
+        self.stats
     }
 }

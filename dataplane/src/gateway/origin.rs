@@ -17,15 +17,20 @@
 //! Also answers echo requests that arrive through an SA for one of our
 //! addresses (the reply then takes the SPD, and so the SA back).
 //!
+//! The ICMP and ICMPv6 errors themselves are decided here too: whether
+//! RFC 1812 §4.3.2.7 and RFC 4443 §2.4 allow one, the token buckets (RFC
+//! 1812 §4.3.2.8, RFC 4443 §2.4 (f)) and the address they come from.
+//!
 //! Owns those decisions; must not write the packets (`icmp`, `icmp6`) or
-//! route them (`forward`).
+//! route them (`egress`).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use spd_sad::{proto, Action, PolicyDirection, SaId};
 
 use super::{Gateway, Next};
 use crate::buffer::PacketBuf;
+use crate::fate::{self, Fate};
 use crate::route::Port;
 use crate::stats::DropReason;
 use crate::wire::{flow_key_any, ipv4, ipv6};
@@ -68,10 +73,7 @@ impl Gateway {
         leaves_by: Option<Port>,
     ) -> Result<Option<SaId>, DropReason> {
         let flow = flow_key_any(packet)?;
-        let port = leaves_by.or_else(|| match flow.dst {
-            IpAddr::V4(dst) => self.routes.lookup(dst).map(|hop| hop.port),
-            IpAddr::V6(dst) => self.routes.lookup6(dst).map(|hop| hop.port),
-        });
+        let port = leaves_by.or_else(|| self.egress.port_toward(flow.dst));
         if port == Some(Port::Inside) {
             return Ok(None);
         }
@@ -117,6 +119,98 @@ impl Gateway {
         }
         answered
     }
+
+    /// Turns the packet in `buf`, which dies here for `reason`, into an
+    /// ICMP error back to its source, from our address `from`, if RFC 1812
+    /// §4.3.2.7 allows one and both token buckets have a token (RFC 1812
+    /// §4.3.2.8; otherwise counted as `icmp_rate_limited`). The packet is
+    /// counted under `reason` either way; `Ok` means the error is to be
+    /// sent (it takes the outbound SPD: `Next::Local`), `Err` that the
+    /// packet is simply dropped.
+    pub(super) fn icmp_error(
+        &mut self,
+        buf: &mut PacketBuf,
+        (icmp_type, code, rest): (u8, u8, u32),
+        from: Ipv4Addr,
+        reason: DropReason,
+    ) -> Result<Next, DropReason> {
+        let to = icmp::may_answer_with_error(buf.data())
+            .then(|| ipv4::view(buf.data()).map(|ip| ip.src_addr()).ok())
+            .flatten();
+        self.error_reply(buf, to.map(IpAddr::V4), reason, |buf| {
+            icmp::error_in_place(buf, icmp_type, code, rest, from)
+        })
+    }
+
+    /// [`icmp_error`](Self::icmp_error) for an IPv6 packet: an ICMPv6 error
+    /// (RFC 4443) from our IPv6 address on the interface toward its source.
+    pub(super) fn icmp6_error(
+        &mut self,
+        buf: &mut PacketBuf,
+        (icmp_type, code, rest): (u8, u8, u32),
+        reason: DropReason,
+    ) -> Result<Next, DropReason> {
+        // RFC 4443 §2.4 (e.3): packet too big, and a parameter problem
+        // about an option whose bits ask for one even then (the caller
+        // asks for code 2 to a group only then), may answer a packet to a
+        // multicast group.
+        let to_group_too = icmp_type == icmp6::kind::PACKET_TOO_BIG
+            || (icmp_type == icmp6::kind::PARAM_PROBLEM && code == 2);
+        let to = icmp6::may_answer_with_error(buf.data(), to_group_too)
+            .then(|| ipv6::view(buf.data()).map(|ip| ip.src_addr()).ok())
+            .flatten();
+        let from = to.and_then(|to| self.address6_toward(to));
+        let (Some(to), Some(from)) = (to, from) else {
+            return Err(reason);
+        };
+        self.error_reply(buf, Some(IpAddr::V6(to)), reason, |buf| {
+            icmp6::error_in_place(buf, icmp_type, code, rest, from)
+        })
+    }
+
+    /// The source of an ICMP error to `to` (see `Egress::address_toward`).
+    pub(super) fn address_toward(&mut self, to: Ipv4Addr) -> Ipv4Addr {
+        let spd = &mut self.spd;
+        self.egress
+            .address_toward(to, |src, dst| tunnels_from(spd, src, dst, proto::ICMP))
+    }
+
+    /// The source of an ICMPv6 error to `to` (see `Egress::address6_toward`).
+    pub(super) fn address6_toward(&mut self, to: Ipv6Addr) -> Option<Ipv6Addr> {
+        let spd = &mut self.spd;
+        self.egress
+            .address6_toward(to, |src, dst| tunnels_from(spd, src, dst, ICMPV6))
+    }
+
+    /// What both families' errors share: the token buckets, the rewrite
+    /// (`write`, `false` when the packet cannot be quoted) and the counts.
+    fn error_reply(
+        &mut self,
+        buf: &mut PacketBuf,
+        to: Option<IpAddr>,
+        reason: DropReason,
+        write: impl FnOnce(&mut PacketBuf) -> bool,
+    ) -> Result<Next, DropReason> {
+        let Some(to) = to else {
+            return Err(reason);
+        };
+        // Never to ourselves: an error about our own packet (too large for
+        // a link) just drops it.
+        if self.is_local(to) {
+            return Err(reason);
+        }
+        if !self.icmp_limiter.allow(to, self.last_now) {
+            self.stats.icmp_rate_limited += 1;
+            return Err(reason);
+        }
+        if !write(buf) {
+            return Err(reason);
+        }
+        self.stats.drops.count(reason);
+        self.stats.generated += 1;
+        fate::mark_replaced(buf, Fate::Dropped(reason));
+        Ok(Next::Local)
+    }
 }
 
 /// Clears DF on an IPv4 packet (its header checksum redone); IPv6 has none.
@@ -130,4 +224,19 @@ fn clear_dont_fragment(buf: &mut PacketBuf) {
             ip.fill_checksum();
         }
     }
+}
+
+/// Whether an outbound `protect` policy covers ICMP (`protocol`) from
+/// `src` to `dst`.
+fn tunnels_from(spd: &mut spd_sad::Spd, src: IpAddr, dst: IpAddr, protocol: u8) -> bool {
+    let flow = spd_sad::FlowKey {
+        src,
+        dst,
+        protocol,
+        ports: None,
+    };
+    matches!(
+        spd.lookup_cached(PolicyDirection::Out, &flow).action,
+        Action::Protect(_)
+    )
 }

@@ -1,0 +1,656 @@
+//! Egress: the gateway's two ports and what leaves by them. Routes of
+//! both families, the MTU and IPv4 fragmentation (RFC 791; IPv6 is never
+//! fragmented in transit, RFC 8200 §5: too big is reported back for an
+//! error), Ethernet framing, next hops resolved by ARP (RFC 826) or
+//! neighbour solicitation (RFC 4861) and the packets parked meanwhile,
+//! answers to ARP, the next hop each SA's outer packets take, and the
+//! outer IPv4 identifications.
+//!
+//! Owns the interfaces, the routing table, the neighbour table and its
+//! queue, the cached hops and the IP IDs; counts what it transmits or
+//! drops through the [`Sink`] it is handed. Must not classify, look at
+//! policies or SAs (it keys hops by SA id only), or write ICMP errors: a
+//! packet too big for its link is handed back as [`Routed::TooBig`].
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use smoltcp::wire::{ArpOperation, EthernetAddress, EthernetFrame, EthernetProtocol};
+use spd_sad::SaId;
+
+use super::ipid::IpIds;
+use super::{GatewaySetup, LinkLayer, Sink, LINK_LOCAL};
+use crate::buffer::{PacketBuf, PacketPool};
+use crate::fate::{self, Fate};
+use crate::icmp;
+use crate::icmp6;
+use crate::neighbor::{Learnt, Neighbors, Queued, Sighting, Waiting};
+use crate::route::{Interface, NextHop, Port, Route, Route6, RoutingTable};
+use crate::stats::DropReason;
+use crate::wire::{ipv4, ipv6};
+
+/// Where an SA's outer packets go, resolved once and reused while nothing
+/// it came from has changed, so that the route and neighbour lookups are
+/// not per packet: Linux keeps the route in the xfrm bundle, VPP stacks a
+/// tunnel on its adjacency. Routes and interfaces do not change during a
+/// gateway's life; the neighbour table's version and the entry's expiry
+/// say when to look again.
+#[derive(Debug, Clone, Copy)]
+struct CachedHop {
+    sa: SaId,
+    dst: Ipv4Addr,
+    port: Port,
+    mac: EthernetAddress,
+    mtu: u16,
+    neighbors: u64,
+    until: Duration,
+}
+
+/// What became of a routed packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Routed {
+    /// Framed for its next hop (or bare, on a raw-IP port): transmit it on
+    /// this port.
+    Send(Port),
+    /// Parked for its next hop, or split into fragments already sent: the
+    /// buffer is empty.
+    Taken,
+    /// It does not fit the next link's MTU and may not be fragmented (DF
+    /// set, or IPv6): an ICMP error quoting this MTU is due.
+    TooBig(u16),
+}
+
+/// The ports, routes and neighbours.
+pub(super) struct Egress {
+    interfaces: [Interface; 2],
+    link: LinkLayer,
+    /// The inside port's framing when it differs from `link`.
+    inside_link: Option<LinkLayer>,
+    routes: RoutingTable,
+    neighbors: Neighbors,
+    /// Resolve next hops (off for captures: the zero MAC instead).
+    resolve_neighbors: bool,
+    /// Answer ARP and neighbour solicitations for our addresses.
+    answer_arp: bool,
+    /// Scratch for packets released or expired from the neighbour queue.
+    waiting: Vec<Waiting>,
+    /// Packets an NDP advertisement released during classification, for
+    /// the batch's output.
+    released: Vec<super::Output>,
+    /// Each SA's outer next hop, by SA slot.
+    hops: Vec<Option<CachedHop>>,
+    ip_ids: IpIds,
+}
+
+impl Egress {
+    pub(super) fn new(setup: &GatewaySetup) -> Egress {
+        let mut routes = RoutingTable::new();
+        for iface in [&setup.inside, &setup.outside] {
+            routes.add(Route {
+                destination: iface.network,
+                via: None,
+                port: iface.port,
+            });
+        }
+        for route in &setup.routes {
+            routes.add(*route);
+        }
+        let mut neighbors = Neighbors::new(setup.neighbor_limits);
+        for (addr, mac) in &setup.neighbors {
+            neighbors.insert_static(*addr, *mac);
+        }
+        for iface in [&setup.inside, &setup.outside] {
+            neighbors.add_on_link(iface.port, iface.network, Some(iface.address.into()));
+            if let Some((address6, network6)) = iface.address6 {
+                neighbors.add_on_link(iface.port, network6, Some(address6.into()));
+                // Neighbours solicit and answer from link-local addresses
+                // too (RFC 4861 §7.2.2).
+                neighbors.add_on_link(iface.port, LINK_LOCAL, None);
+                routes.add6(Route6 {
+                    destination: network6,
+                    via: None,
+                    port: iface.port,
+                });
+            }
+        }
+        for route in &setup.routes6 {
+            routes.add6(*route);
+            if route.via.is_none() {
+                neighbors.add_on_link(route.port, route.destination, None);
+            }
+        }
+        for route in setup.routes.iter().filter(|r| r.via.is_none()) {
+            neighbors.add_on_link(route.port, route.destination, None);
+        }
+        Egress {
+            interfaces: [setup.inside.clone(), setup.outside.clone()],
+            link: setup.link,
+            inside_link: setup.inside_link,
+            routes,
+            neighbors,
+            resolve_neighbors: setup.resolve_neighbors,
+            answer_arp: setup.answer_arp,
+            waiting: Vec::with_capacity(64),
+            released: Vec::new(),
+            hops: Vec::new(),
+            ip_ids: IpIds::new(0, 1),
+        }
+    }
+
+    pub(super) fn interface(&self, port: Port) -> &Interface {
+        &self.interfaces[port.index()]
+    }
+
+    pub(super) fn routes(&self) -> &RoutingTable {
+        &self.routes
+    }
+
+    pub(super) fn neighbors(&self) -> &Neighbors {
+        &self.neighbors
+    }
+
+    /// The framing of the outside port (and of the inside one unless it
+    /// has its own).
+    pub(super) fn link(&self) -> LinkLayer {
+        self.link
+    }
+
+    /// The framing of one port.
+    pub(super) fn link_of(&self, port: Port) -> LinkLayer {
+        match port {
+            Port::Inside => self.inside_link.unwrap_or(self.link),
+            Port::Outside => self.link,
+        }
+    }
+
+    /// Whether this gateway answers ARP and neighbour solicitations.
+    pub(super) fn answers_neighbors(&self) -> bool {
+        self.answer_arp
+    }
+
+    /// Whether `addr` is one of the gateway's own addresses.
+    pub(super) fn is_local(&self, addr: IpAddr) -> bool {
+        self.interfaces.iter().any(|i| match addr {
+            IpAddr::V4(v4) => i.address == v4,
+            IpAddr::V6(v6) => i.address6.is_some_and(|(a, _)| a == v6),
+        })
+    }
+
+    /// The next outer IPv4 identification.
+    pub(super) fn next_ip_id(&mut self) -> u16 {
+        self.ip_ids.take()
+    }
+
+    /// IDs from worker `worker`'s residue class of `workers`.
+    pub(super) fn place(&mut self, worker: usize, workers: usize) {
+        self.ip_ids = IpIds::new(worker, workers);
+    }
+
+    /// Our address (IPv4 or IPv6) on the interface a packet to `to` leaves
+    /// by: what the control plane's datagrams are sent from.
+    pub(super) fn source_toward(&self, to: IpAddr) -> Option<IpAddr> {
+        match to {
+            IpAddr::V4(to) => {
+                let hop = self.routes.lookup(to)?;
+                Some(self.interfaces[hop.port.index()].address.into())
+            }
+            IpAddr::V6(to) => {
+                let hop = self.routes.lookup6(to)?;
+                self.interfaces[hop.port.index()].address6.map(|(a, _)| a.into())
+            }
+        }
+    }
+
+    /// The port a packet to `dst` leaves by, if any route has it.
+    pub(super) fn port_toward(&self, dst: IpAddr) -> Option<Port> {
+        match dst {
+            IpAddr::V4(dst) => self.routes.lookup(dst).map(|hop| hop.port),
+            IpAddr::V6(dst) => self.routes.lookup6(dst).map(|hop| hop.port),
+        }
+    }
+
+    /// Sends an encapsulated packet of `sa` by the SA's cached next hop
+    /// when it still holds and the packet fits its MTU (`None`: sent).
+    /// Otherwise the packet comes back for the normal route, and the hop
+    /// is remembered for the next one.
+    pub(super) fn send_protected(
+        &mut self,
+        sa: SaId,
+        mut buf: PacketBuf,
+        now: Duration,
+        sink: &mut Sink<'_>,
+    ) -> Option<PacketBuf> {
+        // IPv6 outer headers take the normal route each time (no cached
+        // hop: the cache is keyed by IPv4 next hops).
+        if crate::wire::is_ipv6(buf.data()) {
+            return Some(buf);
+        }
+        let Ok(dst) = ipv4::view(buf.data()).map(|ip| ip.dst_addr()) else {
+            return Some(buf);
+        };
+        match self.hops.get(sa.slot()).copied().flatten() {
+            Some(hop)
+                if hop.sa == sa
+                    && hop.dst == dst
+                    && hop.neighbors == self.neighbors.version()
+                    && now < hop.until
+                    && buf.len() <= usize::from(hop.mtu) =>
+            {
+                if self.frame(&mut buf, hop.mac, hop.port).is_ok() {
+                    sink.send(buf, hop.port);
+                    return None;
+                }
+            }
+            _ => self.remember_hop(sa, dst, now),
+        }
+        Some(buf)
+    }
+
+    fn remember_hop(&mut self, sa: SaId, dst: Ipv4Addr, now: Duration) {
+        let Some(hop) = self.routes.lookup(dst) else {
+            return;
+        };
+        if self.link_of(hop.port) != LinkLayer::Ethernet {
+            return;
+        }
+        let Some((mac, until)) = self.neighbors.entry(hop.port, hop.address, now) else {
+            return;
+        };
+        let slot = sa.slot();
+        if self.hops.len() <= slot {
+            // Once per new SA slot, not per packet.
+            self.hops.resize(slot + 1, None);
+        }
+        self.hops[slot] = Some(CachedHop {
+            sa,
+            dst,
+            port: hop.port,
+            mac,
+            mtu: self.interfaces[hop.port.index()].mtu,
+            neighbors: self.neighbors.version(),
+            until,
+        });
+    }
+
+    /// Routes a packet: next hop, MTU, link-layer header.
+    pub(super) fn route(
+        &mut self,
+        buf: &mut PacketBuf,
+        now: Duration,
+        pool: &mut PacketPool,
+        sink: &mut Sink<'_>,
+    ) -> Result<Routed, DropReason> {
+        if crate::wire::is_ipv6(buf.data()) {
+            return self.route6(buf, now, pool, sink);
+        }
+        let ip = ipv4::view(buf.data())?;
+        let (dst, dont_frag) = (ip.dst_addr(), ip.dont_frag());
+        let hop = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
+        let mtu = self.interfaces[hop.port.index()].mtu;
+        if buf.len() > usize::from(mtu) {
+            if dont_frag {
+                // RFC 1812 §5.2.7.1 / RFC 1191: fragmentation needed.
+                return Ok(Routed::TooBig(mtu));
+            }
+            return self
+                .fragment(buf, usize::from(mtu), hop, now, pool, sink)
+                .map(|()| Routed::Taken);
+        }
+        if self.link_of(hop.port) == LinkLayer::RawIp {
+            return Ok(Routed::Send(hop.port));
+        }
+        self.send_to_neighbor(buf, hop.port, hop.address.into(), now, pool, sink)
+    }
+
+    /// Routes an IPv6 packet (RFC 8200 §5: never fragmented here).
+    fn route6(
+        &mut self,
+        buf: &mut PacketBuf,
+        now: Duration,
+        pool: &mut PacketPool,
+        sink: &mut Sink<'_>,
+    ) -> Result<Routed, DropReason> {
+        let dst = ipv6::view(buf.data())?.dst_addr();
+        let hop = self.routes.lookup6(dst).ok_or(DropReason::NoRoute)?;
+        let mtu = self.interfaces[hop.port.index()].mtu;
+        if buf.len() > usize::from(mtu) {
+            return Ok(Routed::TooBig(mtu));
+        }
+        if self.link_of(hop.port) == LinkLayer::RawIp {
+            return Ok(Routed::Send(hop.port));
+        }
+        self.send_to_neighbor(buf, hop.port, hop.address.into(), now, pool, sink)
+    }
+
+    /// Frames a routed packet for `next_hop` on `port` (an Ethernet port),
+    /// or parks it while the next hop resolves.
+    fn send_to_neighbor(
+        &mut self,
+        buf: &mut PacketBuf,
+        port: Port,
+        next_hop: IpAddr,
+        now: Duration,
+        pool: &mut PacketPool,
+        sink: &mut Sink<'_>,
+    ) -> Result<Routed, DropReason> {
+        let mac = match self.neighbors.lookup(port, next_hop, now) {
+            Some(mac) => mac,
+            // Offline there is no ARP: an unknown neighbour gets the zero MAC.
+            None if !self.resolve_neighbors => EthernetAddress([0; 6]),
+            None => {
+                let parked = std::mem::replace(buf, PacketBuf::empty());
+                match self.neighbors.park(next_hop, port, parked, now) {
+                    Queued::Parked { request } => {
+                        if request {
+                            self.send_neighbor_request(next_hop, port, pool, sink);
+                        }
+                        return Ok(Routed::Taken);
+                    }
+                    Queued::Full(back) => {
+                        *buf = back;
+                        return Err(DropReason::NeighborQueueFull);
+                    }
+                }
+            }
+        };
+        self.frame(buf, mac, port)?;
+        Ok(Routed::Send(port))
+    }
+
+    /// Splits an IPv4 packet larger than `mtu` into fragments (RFC 791),
+    /// each routed to `hop`; the first stays in `buf`, the others come from
+    /// the driver's pool.
+    fn fragment(
+        &mut self,
+        buf: &mut PacketBuf,
+        mtu: usize,
+        hop: NextHop,
+        now: Duration,
+        pool: &mut PacketPool,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), DropReason> {
+        let (header_len, base_offset, more_after) = {
+            let ip = ipv4::view(buf.data())?;
+            (
+                usize::from(ip.header_len()),
+                usize::from(ip.frag_offset()),
+                ip.more_frags(),
+            )
+        };
+        let chunk = mtu.saturating_sub(header_len) / 8 * 8;
+        let payload_len = buf.len() - header_len;
+        if chunk == 0 {
+            return Err(DropReason::FragNeeded);
+        }
+        let pieces = payload_len.div_ceil(chunk);
+        let mut extra = Vec::with_capacity(pieces.saturating_sub(1));
+        for i in 1..pieces {
+            let Some(mut piece) = pool.alloc() else {
+                for b in extra {
+                    pool.free(b);
+                }
+                return Err(DropReason::NoBufferSpace);
+            };
+            // A fragment is the frame's as much as the first one is.
+            piece.set_tag(buf.tag());
+            piece.set_note(buf.note());
+            let start = header_len + i * chunk;
+            let end = (start + chunk).min(buf.len());
+            let data = buf.data();
+            let ok = piece.append(header_len + end - start).map(|room| {
+                room[..header_len].copy_from_slice(&data[..header_len]);
+                room[header_len..].copy_from_slice(&data[start..end]);
+            });
+            if ok.is_none() {
+                pool.free(piece);
+                return Err(DropReason::NoBufferSpace);
+            }
+            let total = piece.len() as u16;
+            // The header is the datagram's, its total length still the
+            // whole datagram's: rewritten here.
+            let Ok(mut ip) = ipv4::header_mut(piece.data_mut()) else {
+                pool.free(piece);
+                return Err(DropReason::Malformed);
+            };
+            ip.set_total_len(total);
+            ip.set_frag_offset((base_offset + i * chunk) as u16);
+            ip.set_more_frags(i + 1 < pieces || more_after);
+            ip.fill_checksum();
+            extra.push(piece);
+        }
+        buf.truncate(header_len + chunk);
+        let total = buf.len() as u16;
+        let mut ip = ipv4::header_mut(buf.data_mut())?;
+        ip.set_total_len(total);
+        ip.set_more_frags(true);
+        ip.fill_checksum();
+        // Every fragment goes the same way; the first one below, the rest now.
+        let link = self.link_of(hop.port);
+        let mac = match link {
+            LinkLayer::RawIp => None,
+            LinkLayer::Ethernet => match self.neighbors.lookup(hop.port, hop.address, now) {
+                Some(mac) => Some(mac),
+                None if !self.resolve_neighbors => Some(EthernetAddress([0; 6])),
+                None => None,
+            },
+        };
+        let first = std::mem::replace(buf, PacketBuf::empty());
+        for (i, piece) in std::iter::once(first).chain(extra).enumerate() {
+            // The original packet became the first fragment: not generated.
+            if i > 0 {
+                sink.stats().generated += 1;
+            }
+            let mut piece = piece;
+            match (link, mac) {
+                (LinkLayer::RawIp, _) => sink.send(piece, hop.port),
+                (LinkLayer::Ethernet, Some(mac)) => match self.frame(&mut piece, mac, hop.port) {
+                    Ok(()) => sink.send(piece, hop.port),
+                    Err(reason) => sink.drop(piece, reason),
+                },
+                (LinkLayer::Ethernet, None) => match self.neighbors.park(hop.address, hop.port, piece, now) {
+                    Queued::Parked { request } => {
+                        if request {
+                            self.send_neighbor_request(hop.address.into(), hop.port, pool, sink);
+                        }
+                    }
+                    Queued::Full(back) => sink.drop(back, DropReason::NeighborQueueFull),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    fn frame(&self, buf: &mut PacketBuf, dst_mac: EthernetAddress, port: Port) -> Result<(), DropReason> {
+        let src_mac = self.interfaces[port.index()].mac;
+        let ethertype = match crate::wire::is_ipv6(buf.data()) {
+            true => EthernetProtocol::Ipv6,
+            false => EthernetProtocol::Ipv4,
+        };
+        let header = buf
+            .prepend(EthernetFrame::<&[u8]>::header_len())
+            .ok_or(DropReason::NoBufferSpace)?;
+        icmp::write_ethernet(header, dst_mac, src_mac, ethertype);
+        Ok(())
+    }
+
+    /// Asks for the link-layer address of `target` on `port`: ARP for
+    /// IPv4, a neighbour solicitation from our IPv6 address there for
+    /// IPv6 (none without one: the packets waiting for it time out).
+    fn send_neighbor_request(
+        &mut self,
+        target: IpAddr,
+        port: Port,
+        pool: &mut PacketPool,
+        sink: &mut Sink<'_>,
+    ) {
+        let iface = &self.interfaces[port.index()];
+        let Some(mut buf) = pool.alloc() else {
+            // No buffer now; the request is repeated from handle_timeout.
+            return;
+        };
+        let written = match target {
+            IpAddr::V4(target) => icmp::arp_request(&mut buf, (iface.mac, iface.address), target),
+            IpAddr::V6(target) => match iface.address6 {
+                Some((our, _)) => icmp6::neighbor_solicit(&mut buf, (iface.mac, our), target),
+                None => false,
+            },
+        };
+        if written {
+            sink.stats().generated += 1;
+            sink.send(buf, port);
+        } else {
+            pool.free(buf);
+        }
+    }
+
+    /// ARP (Ethernet only): answer requests for our addresses, learn
+    /// senders as `Neighbors::learn_from` allows, release packets that
+    /// waited for them. A request for our address from an off-link sender
+    /// is answered but not learnt: a Linux peer asks from whichever of its
+    /// addresses the packet it is sending has (`arp_announce = 0`), and
+    /// would otherwise never reach us. Any other ARP from off-link senders
+    /// is dropped unanswered.
+    pub(super) fn handle_arp(
+        &mut self,
+        now: Duration,
+        from: Port,
+        mut buf: PacketBuf,
+        arp: icmp::Arp,
+        sink: &mut Sink<'_>,
+    ) {
+        let iface = &self.interfaces[from.index()];
+        let (our_mac, our_ip) = (iface.mac, iface.address);
+        let for_us = arp.target_ip == our_ip;
+        match self.neighbors.learn_from(from, &arp, for_us, now) {
+            Learnt::Updated | Learnt::Created => self.release(arp.sender_ip.into(), arp.sender_mac, sink),
+            Learnt::OffLink if !(for_us && arp.operation == ArpOperation::Request) => {
+                return sink.drop(buf, DropReason::ArpOffLink);
+            }
+            Learnt::OffLink => {}
+            Learnt::TableFull => sink.stats().neighbor_table_full += 1,
+            Learnt::Unsolicited => sink.stats().arp_unsolicited += 1,
+            Learnt::Ignored => {}
+        }
+        sink.stats().local_delivered += 1;
+        if for_us
+            && self.answer_arp
+            && arp.operation == ArpOperation::Request
+            && icmp::arp_reply_in_place(&mut buf, &arp, our_mac)
+        {
+            sink.stats().generated += 1;
+            fate::mark_replaced(&mut buf, Fate::Consumed);
+            sink.send(buf, from);
+        } else {
+            sink.consumed(buf);
+        }
+    }
+
+    /// Applies the neighbour table's rules to what an NDP message said of
+    /// `sender`. What waited for it is released into the batch's output
+    /// (see [`take_released`](Self::take_released)).
+    pub(super) fn learn6(&mut self, from: Port, seen: Sighting, now: Duration, stats: &mut crate::Stats) {
+        let (sender, mac) = (seen.sender, seen.mac);
+        match self.neighbors.learn(from, seen, now) {
+            Learnt::Updated | Learnt::Created => {
+                let mut released = std::mem::take(&mut self.released);
+                self.release(sender, mac, &mut Sink::new(&mut released, stats));
+                self.released = released;
+            }
+            Learnt::TableFull => stats.neighbor_table_full += 1,
+            Learnt::Unsolicited => stats.arp_unsolicited += 1,
+            Learnt::OffLink | Learnt::Ignored => {}
+        }
+    }
+
+    /// Packets an NDP advertisement released during classification.
+    pub(super) fn take_released(&mut self, out: &mut Vec<super::Output>) {
+        out.append(&mut self.released);
+    }
+
+    /// Sends what waited for `address`, now at `mac`.
+    fn release(&mut self, address: IpAddr, mac: EthernetAddress, sink: &mut Sink<'_>) {
+        if self.neighbors.pending() == 0 || !self.neighbors.is_pending(address) {
+            return;
+        }
+        let mut ready = std::mem::take(&mut self.waiting);
+        self.neighbors.release(address, &mut ready);
+        for mut w in ready.drain(..) {
+            match self.frame(&mut w.buf, mac, w.port) {
+                Ok(()) => sink.send(w.buf, w.port),
+                Err(reason) => sink.drop(w.buf, reason),
+            }
+        }
+        self.waiting = ready;
+    }
+
+    /// When a parked packet times out or a request is due again.
+    pub(super) fn deadline(&self) -> Option<Duration> {
+        self.neighbors.next_deadline()
+    }
+
+    /// Drops packets whose next hop never answered, and repeats due
+    /// requests.
+    pub(super) fn handle_timeout(&mut self, now: Duration, pool: &mut PacketPool, sink: &mut Sink<'_>) {
+        if self.neighbors.pending() == 0 {
+            return;
+        }
+        let mut expired = std::mem::take(&mut self.waiting);
+        let mut retry = Vec::new();
+        self.neighbors.expire(now, &mut expired, &mut retry);
+        for w in expired.drain(..) {
+            sink.drop(w.buf, DropReason::NeighborUnreachable);
+        }
+        self.waiting = expired;
+        for (hop, port) in retry {
+            self.send_neighbor_request(hop, port, pool, sink);
+        }
+    }
+
+    /// Stops: every parked packet is dropped.
+    pub(super) fn shutdown(&mut self, sink: &mut Sink<'_>) {
+        let mut parked = std::mem::take(&mut self.waiting);
+        self.neighbors.drain(&mut parked);
+        for w in parked.drain(..) {
+            sink.drop(w.buf, DropReason::NeighborUnreachable);
+        }
+        self.waiting = parked;
+    }
+
+    /// The source of an ICMP error to `to`: our inside address when
+    /// `tunnelled(inside, to)` says an outbound `protect` policy covers it
+    /// (the error then goes through that tunnel, as a strongSwan host's
+    /// does with the inside `src` it gives its tunnel routes), else our
+    /// address on the interface that `to` is routed out of (the inside
+    /// one without a route).
+    pub(super) fn address_toward(
+        &self,
+        to: Ipv4Addr,
+        tunnelled: impl FnOnce(IpAddr, IpAddr) -> bool,
+    ) -> Ipv4Addr {
+        let inside = self.interfaces[Port::Inside.index()].address;
+        let port = self.routes.lookup(to).map_or(Port::Inside, |hop| hop.port);
+        if port == Port::Inside || tunnelled(inside.into(), to.into()) {
+            return inside;
+        }
+        self.interfaces[port.index()].address
+    }
+
+    /// [`address_toward`](Self::address_toward) for IPv6: our IPv6 address
+    /// on the interface that `to` is routed out of, the inside one for a
+    /// destination behind a tunnel (no IPv6 route, or a `protect` policy
+    /// from it to `to`).
+    pub(super) fn address6_toward(
+        &self,
+        to: Ipv6Addr,
+        tunnelled: impl FnOnce(IpAddr, IpAddr) -> bool,
+    ) -> Option<Ipv6Addr> {
+        let inside = self.interfaces[Port::Inside.index()].address6.map(|(a, _)| a);
+        let port = self.routes.lookup6(to).map_or(Port::Inside, |hop| hop.port);
+        if let Some(inside) = inside {
+            if port == Port::Inside || tunnelled(inside.into(), to.into()) {
+                return Some(inside);
+            }
+        }
+        self.interfaces[port.index()].address6.map(|(a, _)| a)
+    }
+}

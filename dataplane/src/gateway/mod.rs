@@ -12,48 +12,57 @@
 //! The core reads no clock, never sleeps or waits, and does no I/O of its
 //! own: time is the `now` the driver passes in, and [`Gateway::poll_timeout`]
 //! says when it wants to be called again. Waiting for an engine is the
-//! driver's business (`crate::drive`).
+//! driver's business (the `drivers` crate's `drive`).
 //!
-//! Files: `classify` (what a frame is; `classify6` for IPv6 frames:
-//! neighbour discovery, echo, transit), `jobs` (the engine job machine),
-//! `forward` (routes, fragments, ARP, framing), `encap` (RFC 3948 UDP
-//! encapsulation: keepalives, IKE on 4500, peers that move), `origin` (the
-//! gateway's own packets through the outbound SPD); this one holds the
-//! state and the entry points.
+//! The front and its stages. [`Gateway`] is the front: the only type with
+//! the entry points, and the one that moves a packet from stage to stage;
+//! each stage owns its state behind its type's API, and hands the packet
+//! back to the front when it is done with it:
+//!
+//! - `ingress`: what a received frame is (IPv4, IPv6 in `ingress::v6`, UDP
+//!   to the encapsulation ports), against the SPD and the SAD it is lent;
+//! - `outbound`: ESP out, the MTU rules and *prepare*;
+//! - `jobs`: the engine job machine, from launch to completion;
+//! - `inbound`: ESP in, *prepare*, the packets held or waiting, *finish*;
+//! - `egress`: the ports, routes, neighbours, fragmentation and framing;
+//! - `local`: the gateway's own traffic (reassembly, ICMP error limits,
+//!   keepalives, the outbound SPD for its own packets);
+//! - `encap`: the UDP-encapsulated peers and their moves.
+//!
+//! The front owns the SPD and the SAD (lent to the stages that read them),
+//! the counters (stages count through the [`Sink`] or what they are lent),
+//! and the driver's pool while a call lasts.
 
-mod classify;
-mod classify6;
 mod egress;
 mod encap;
+mod inbound;
+mod ingress;
 mod ipid;
 mod jobs;
-mod origin;
-mod protect;
+mod local;
+mod outbound;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accel::{Engine, NextCompletion, RegisterError, SessionSpec, Style};
-use rand::rngs::StdRng;
+use accel::{Direction, Engine, NextCompletion, RegisterError, SessionSpec, Style};
 use smoltcp::wire::EthernetAddress;
-use spd_sad::{
-    Mode, PolicyDirection, SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd, UdpEncap,
-};
+use spd_sad::{Mode, SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd, UdpEncap};
 
 use crate::buffer::{PacketBuf, PacketPool};
+use crate::esp::Pending;
 pub use crate::esp::SaCrypto;
 use crate::icmp;
 use crate::icmp6;
 use crate::nat;
 use crate::neighbor::{NeighborLimits, Neighbors};
-use crate::reassembly::{GivenUp, Reassembler, Sources};
 use crate::route::{Interface, Port, Route, Route6, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use crate::wire::ipv4;
-use classify::Classified;
+pub use inbound::{AWAIT_LIMIT, HOLD_LIMIT};
+use ingress::Classified;
 pub use jobs::{BACKLOG_LIMIT, JOB_TIMEOUT};
-pub use protect::{AWAIT_LIMIT, HOLD_LIMIT};
 
 /// What the frames of a driver look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,69 +190,39 @@ pub enum DatagramError {
 pub struct Gateway {
     /// What it was built from, for forks.
     setup: GatewaySetup,
+    /// What a received frame is.
+    ingress: ingress::Ingress,
     /// The ports, routes and neighbours: what leaves and how.
     egress: egress::Egress,
     /// The driver's pool, lent for the duration of a call, for frames the
     /// gateway originates (ARP requests, fragments).
     pool: PacketPool,
-    reassembler: Reassembler,
-    /// Whose fragments are reassembled: the remote ends of our SAs.
-    fragment_sources: Sources,
+    /// Reassembly, ICMP error limits, keepalives: the gateway's own
+    /// traffic.
+    local: local::Local,
     /// Bumped whenever an SA is installed, adopted or removed (with the
-    /// SAD's size and the peers' epoch, what `fragment_sources` follows).
+    /// SAD's size and the peers' epoch, what reassembly's sources follow).
     sa_changes: u64,
-    icmp_limiter: icmp::RateLimiter,
-    /// Scratch for buffers the reassembler gives up.
-    spent: Vec<GivenUp>,
     outer_ttl: u8,
     spd: Spd,
     sad: Sad<SaCrypto>,
     /// The engine and the packets it has.
     jobs: jobs::JobMachine,
-    /// Inbound packets held for their ESN inference or waiting for their
+    /// ESP in: packets held for their ESN inference or waiting for their
     /// SA's durable ceiling.
-    inbound: protect::InboundLine,
-    rng: StdRng,
+    inbound: inbound::EspIn,
+    /// ESP out: the IV generator.
+    outbound: outbound::EspOut,
+    /// Jobs the machine handed back, reused between steps.
+    finished: Vec<jobs::Finished>,
     stats: Stats,
     last_now: Duration,
-    /// UDP-encapsulated peers, shared with the forks, and the epoch this
-    /// gateway's SAs last followed.
-    peers: nat::Peers,
-    peers_seen: u64,
+    /// UDP-encapsulated peers, shared with the forks, and how far this
+    /// gateway's SAs followed them.
+    nat: encap::NatPeers,
     /// Scratch for `handle_batch`'s two passes (kept, so not allocated
     /// per batch).
     classified: Vec<(PacketBuf, Classified)>,
-    /// Our ports that UDP-encapsulated SAs receive on (usually just 4500).
-    nat_ports: Vec<u16>,
-    next_keepalive: Duration,
-    /// The last outbound packets a policy discarded (see
-    /// [`take_outbound_discards`](Self::take_outbound_discards)).
-    discards: DiscardLog,
-}
-
-/// The flows of the last few outbound packets a policy discarded, with the
-/// policy's number: what an on-demand keying source needs to ask its
-/// daemon for an SA (the kernel's ACQUIRE). Fixed size, written on the
-/// discard path only (a flow repeating the last one is not written again),
-/// read between batches; older entries are overwritten, which only delays
-/// a request while packets keep coming.
-#[derive(Debug, Clone, Copy, Default)]
-struct DiscardLog {
-    entries: [Option<(u64, spd_sad::FlowKey)>; DISCARD_LOG],
-    next: usize,
-}
-
-const DISCARD_LOG: usize = 8;
-
-impl DiscardLog {
-    fn note(&mut self, policy: u64, flow: spd_sad::FlowKey) {
-        let last = self.entries[(self.next + DISCARD_LOG - 1) % DISCARD_LOG];
-        if last == Some((policy, flow)) {
-            return;
-        }
-        self.entries[self.next] = Some((policy, flow));
-        self.next = (self.next + 1) % DISCARD_LOG;
-    }
 }
 
 /// Where a packet goes once the gateway is done with it.
@@ -258,34 +237,66 @@ pub(super) enum Next {
     /// A reply the gateway wrote, framed already: transmit it on this port.
     Reply(Port),
     /// A packet the gateway wrote (an echo reply, an ICMP or ICMPv6
-    /// error), bare IP: it takes the outbound SPD (`origin`).
+    /// error), bare IP: it takes the outbound SPD.
     Local,
+    /// The packet dies here, and an ICMP or ICMPv6 error about it is due
+    /// (if the rules and rate limits allow one): written in its place by
+    /// the front, which then sends it as `Local`.
+    Error(IcmpError),
+}
+
+/// An ICMP or ICMPv6 error a stage asks for in place of a packet that
+/// dies, for `reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct IcmpError {
+    /// Type, code and the rest of the header (an MTU, a pointer).
+    message: (u8, u8, u32),
+    /// The source of an ICMP (IPv4) error; `None`: ICMPv6, from our
+    /// address toward the packet's source.
+    from: Option<Ipv4Addr>,
+    reason: DropReason,
+}
+
+impl IcmpError {
+    pub(super) fn v4(message: (u8, u8, u32), from: Ipv4Addr, reason: DropReason) -> IcmpError {
+        IcmpError {
+            message,
+            from: Some(from),
+            reason,
+        }
+    }
+
+    pub(super) fn v6(message: (u8, u8, u32), reason: DropReason) -> IcmpError {
+        IcmpError {
+            message,
+            from: None,
+            reason,
+        }
+    }
 }
 
 impl Gateway {
     pub fn new(setup: GatewaySetup, engine: Box<dyn Engine>) -> Self {
         Gateway {
+            ingress: ingress::Ingress::new(setup.control_port, setup.only_own_mac),
             egress: egress::Egress::new(&setup),
             pool: PacketPool::default(),
-            reassembler: Reassembler::default(),
-            fragment_sources: Sources::default(),
+            local: local::Local::new(
+                setup.icmp_limits,
+                setup.nat_keepalive.filter(|_| setup.answer_arp),
+            ),
             sa_changes: 0,
-            icmp_limiter: icmp::RateLimiter::new(setup.icmp_limits),
-            spent: Vec::with_capacity(8),
             outer_ttl: setup.outer_ttl,
             spd: Spd::new(),
             sad: Sad::new(),
             jobs: jobs::JobMachine::new(engine, setup.style),
-            inbound: protect::InboundLine::default(),
-            rng: rand::make_rng(),
+            inbound: inbound::EspIn::default(),
+            outbound: outbound::EspOut::new(),
+            finished: Vec::with_capacity(256),
             stats: Stats::default(),
             last_now: Duration::ZERO,
-            peers: nat::Peers::default(),
-            peers_seen: 0,
+            nat: encap::NatPeers::new(setup.outer_ttl),
             classified: Vec::with_capacity(128),
-            nat_ports: Vec::new(),
-            next_keepalive: Duration::ZERO,
-            discards: DiscardLog::default(),
             setup,
         }
     }
@@ -293,20 +304,8 @@ impl Gateway {
     /// Hands `f` the flows of the outbound packets policies discarded
     /// since the last call (at most the last few), each with the
     /// discarding policy's name, and forgets them.
-    pub fn take_outbound_discards(&mut self, mut f: impl FnMut(&str, &spd_sad::FlowKey)) {
-        let log = std::mem::take(&mut self.discards);
-        for (number, flow) in log.entries.iter().flatten() {
-            if let Some((_, policy)) = self.spd.numbered(PolicyDirection::Out).find(|(n, _)| n == number) {
-                f(&policy.name, flow);
-            }
-        }
-    }
-
-    /// Notes an outbound packet of `flow` that policy `decision` discarded.
-    pub(super) fn note_outbound_discard(&mut self, decision: &spd_sad::Decision, flow: &spd_sad::FlowKey) {
-        if let Some(number) = decision.policy {
-            self.discards.note(number, *flow);
-        }
+    pub fn take_outbound_discards(&mut self, f: impl FnMut(&str, &spd_sad::FlowKey)) {
+        self.ingress.take_outbound_discards(&self.spd, f);
     }
 
     pub fn stats(&self) -> &Stats {
@@ -357,11 +356,6 @@ impl Gateway {
         self.egress.link()
     }
 
-    /// The framing of one port.
-    fn link_of(&self, port: Port) -> LinkLayer {
-        self.egress.link_of(port)
-    }
-
     /// Whether `addr` is one of the gateway's own addresses.
     fn is_local(&self, addr: IpAddr) -> bool {
         self.egress.is_local(addr)
@@ -405,9 +399,8 @@ impl Gateway {
             ..self.setup.clone()
         };
         let mut copy = Gateway::new(setup, engine);
-        copy.peers = self.peers.clone();
-        copy.peers_seen = self.peers_seen;
-        copy.nat_ports = self.nat_ports.clone();
+        copy.nat = self.nat.fork();
+        copy.ingress = self.ingress.fork();
         copy.spd = self.spd.clone();
         copy.sad = self.sad.fork();
         let ids: Vec<SaId> = copy.sad.iter().map(|(id, _)| id).collect();
@@ -434,8 +427,7 @@ impl Gateway {
     /// reproducible captures: IVs must otherwise be unpredictable, which is
     /// what the default OS-seeded generator gives.
     pub fn set_iv_seed(&mut self, seed: u64) {
-        use rand::SeedableRng;
-        self.rng = StdRng::seed_from_u64(seed);
+        self.outbound.set_iv_seed(seed);
     }
 
     /// The latest time the gateway was given (for ages and lifetimes in
@@ -453,16 +445,14 @@ impl Gateway {
     /// Our ports that UDP-encapsulated SAs receive on (for the outside
     /// steering program).
     pub fn nat_ports(&self) -> &[u16] {
-        &self.nat_ports
+        self.ingress.nat_ports()
     }
 
     /// Takes ESP in UDP, keepalives and IKE behind the non-ESP marker on
     /// `port` before any SA receives there: a tunnel keyed by an exchange
     /// over its encapsulation port has none until the exchange is done.
     pub fn open_encapsulation_port(&mut self, port: u16) {
-        if !self.nat_ports.contains(&port) {
-            self.nat_ports.push(port);
-        }
+        self.ingress.open_encapsulation_port(port);
     }
 
     /// Where the UDP-encapsulated peer configured as `remote` (with
@@ -474,7 +464,7 @@ impl Gateway {
         remote: Ipv4Addr,
         encap: UdpEncap,
     ) -> Option<nat::PeerAddr> {
-        self.peers.current(local, remote, encap)
+        self.nat.current(local, remote, encap)
     }
 
     /// Installs an SA: its keys are registered with the engine, which
@@ -511,7 +501,7 @@ impl Gateway {
         };
         let peer = params
             .encap
-            .map(|encap| self.peers.cell(local, configured_remote, encap));
+            .map(|encap| self.nat.cell(local, configured_remote, encap));
         // A rekeyed SA of a peer that moved starts where the peer is now.
         let seen_peer = peer.as_ref().map(|p| p.current());
         let encap = params.encap.map(|encap| UdpEncap {
@@ -520,9 +510,7 @@ impl Gateway {
         });
         let remote = seen_peer.map_or(configured_remote, |p| p.address);
         if let Some(encap) = params.encap {
-            if !self.nat_ports.contains(&encap.local_port) {
-                self.nat_ports.push(encap.local_port);
-            }
+            self.ingress.open_encapsulation_port(encap.local_port);
         }
         let outer = crate::esp::OuterHeader::with_encap(local, remote, self.outer_ttl, encap);
         self.register_and_insert(params, keys, outer, peer.map(|p| (p, seen_peer)), now)
@@ -596,17 +584,13 @@ impl Gateway {
 
     fn timeout(&mut self, now: Duration, out: &mut Vec<Output>) {
         self.last_now = self.last_now.max(now);
-        self.follow_peers();
+        self.nat.follow(&mut self.sad);
         self.send_keepalives(now, out);
         self.sad.handle_timeout(now);
         self.pump(now, out);
         self.expire_jobs(now, out);
-        if self.reassembler.in_progress() > 0 {
-            let mut spent = std::mem::take(&mut self.spent);
-            self.reassembler.expire(now, &mut spent);
-            self.spent = spent;
-            self.give_up_spent(out);
-        }
+        self.local
+            .handle_timeout(now, &mut Sink::new(out, &mut self.stats));
         let mut sink = Sink::new(out, &mut self.stats);
         self.egress.handle_timeout(now, &mut self.pool, &mut sink);
     }
@@ -641,8 +625,11 @@ impl Gateway {
     ) {
         self.lend(pool, |gw| {
             gw.last_now = gw.last_now.max(now);
-            gw.follow_peers();
-            gw.prefetch_policies(from, bufs);
+            gw.nat.follow(&mut gw.sad);
+            {
+                let (ingress, lent) = gw.ingress();
+                ingress.prefetch_policies(&lent, from, bufs);
+            }
             // Two passes: every frame is classified first and the SAs it
             // names start loading into the cache, then each goes on in
             // arrival order. With many tunnels the SA state is then there
@@ -650,7 +637,12 @@ impl Gateway {
             let mut classified = std::mem::take(&mut gw.classified);
             for mut buf in bufs.drain(..) {
                 gw.stats.rx_packets += 1;
-                let class = gw.classify(from, &mut buf);
+                let (ingress, mut lent) = gw.ingress();
+                let class = match ingress.classify(&mut lent, from, &mut buf) {
+                    // Written now, in arrival order, for the rate limits.
+                    Classified::Done(Ok(Next::Error(error))) => Classified::Done(gw.refuse(&mut buf, error)),
+                    class => class,
+                };
                 if let Classified::Encapsulate(sa) = class {
                     gw.sad.prefetch(sa);
                 }
@@ -692,10 +684,14 @@ impl Gateway {
     /// [`next_completion`](Self::next_completion)).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Duration> {
-        [self.jobs_deadline(), self.timer_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.jobs.deadline(self.last_now),
+            self.inbound.deadline(),
+            self.timer_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The next of the deadlines only [`handle_timeout`](Self::handle_timeout)
@@ -705,9 +701,8 @@ impl Gateway {
     #[must_use]
     pub fn timer_deadline(&self) -> Option<Duration> {
         [
-            self.reassembler.next_deadline(),
+            self.local.deadline(self.ingress.receives_encapsulated()),
             self.egress.deadline(),
-            self.keepalive_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -722,17 +717,20 @@ impl Gateway {
         self.lend(pool, |gw| {
             gw.pump(now, out);
             gw.expire_jobs(now + JOB_TIMEOUT * 2, out);
-            let mut spent = std::mem::take(&mut gw.spent);
-            gw.reassembler.drain(&mut spent);
-            gw.spent = spent;
-            gw.give_up_spent(out);
+            gw.local.shutdown(&mut Sink::new(out, &mut gw.stats));
             gw.egress.shutdown(&mut Sink::new(out, &mut gw.stats));
         });
     }
 
     fn emit(&mut self, mut buf: PacketBuf, result: Result<Next, DropReason>, out: &mut Vec<Output>) {
+        let result = match result {
+            Ok(Next::Error(error)) => self.refuse(&mut buf, error),
+            result => result,
+        };
         let verdict = match result {
             Ok(Next::Local) => return self.originate(buf, out),
+            // `refuse` never asks for another error.
+            Ok(Next::Error(error)) => Verdict::Drop(error.reason),
             Ok(Next::Consume) => Verdict::Consumed,
             Ok(Next::Control) => Verdict::Control,
             Ok(Next::Reply(port)) => Verdict::Forward(port),
@@ -827,6 +825,399 @@ impl Gateway {
         let mut sink = Sink::new(out, &mut self.stats);
         if let Some(buf) = self.egress.send_protected(sa, buf, self.last_now, &mut sink) {
             self.emit(buf, Ok(Next::Route), out);
+        }
+    }
+
+    /// The classification stage, with what it is lent.
+    fn ingress(&mut self) -> (&mut ingress::Ingress, ingress::Lent<'_>) {
+        let lent = ingress::Lent {
+            spd: &mut self.spd,
+            sad: &self.sad,
+            egress: &mut self.egress,
+            stats: &mut self.stats,
+            now: self.last_now,
+        };
+        (&mut self.ingress, lent)
+    }
+
+    /// Writes the ICMP or ICMPv6 error a stage asked for in place of the
+    /// packet in `buf`: `Ok(Next::Local)` to send it, or the packet's drop.
+    fn refuse(&mut self, buf: &mut PacketBuf, error: IcmpError) -> Result<Next, DropReason> {
+        match error.from {
+            Some(from) => self.icmp_error(buf, error.message, from, error.reason),
+            None => self.icmp6_error(buf, error.message, error.reason),
+        }
+    }
+
+    /// A datagram the reassembler completed: ESP goes on to decapsulation;
+    /// UDP is classified again now that it is whole.
+    fn reassembled(&mut self, now: Duration, mut datagram: PacketBuf, out: &mut Vec<Output>) {
+        let (ingress, mut lent) = self.ingress();
+        match ingress.classify_reassembled(&mut lent, &mut datagram) {
+            Classified::Decapsulate => self.start_decapsulation(now, datagram, out),
+            Classified::Done(result) => self.emit(datagram, result, out),
+            // Nothing else comes of a reassembled datagram.
+            _ => self.emit(datagram, Err(DropReason::Malformed), out),
+        }
+    }
+
+    /// Collects a fragment; a completed datagram goes on to
+    /// decapsulation (`reassembled`).
+    fn reassemble(&mut self, now: Duration, buf: PacketBuf, out: &mut Vec<Output>) {
+        let stamp = (self.sa_changes, self.sad.len(), self.nat.epoch());
+        let mut sink = Sink::new(out, &mut self.stats);
+        if let Some(datagram) = self
+            .local
+            .reassemble(now, buf, &mut self.pool, (&self.sad, stamp), &mut sink)
+        {
+            self.reassembled(now, datagram, out);
+        }
+    }
+
+    /// NAT keepalives, when due: routed, no policy applies.
+    fn send_keepalives(&mut self, now: Duration, out: &mut Vec<Output>) {
+        if !self.ingress.receives_encapsulated() {
+            return;
+        }
+        let mut sent = Vec::new();
+        self.local.keepalives(
+            now,
+            &self.sad,
+            &mut self.egress,
+            &mut self.pool,
+            &mut self.stats,
+            &mut sent,
+        );
+        for buf in sent {
+            self.emit(buf, Ok(Next::Route), out);
+        }
+    }
+
+    /// Sends a packet the gateway wrote into `buf` (bare IPv4 or IPv6) as
+    /// the outbound SPD says.
+    fn originate(&mut self, mut buf: PacketBuf, out: &mut Vec<Output>) {
+        match local::local_policy(&mut self.spd, &self.egress, buf.data(), None) {
+            Ok(Some(sa)) => {
+                local::clear_dont_fragment(&mut buf);
+                let now = self.last_now;
+                self.start_encapsulation(now, sa, buf, out);
+            }
+            Ok(None) => self.emit(buf, Ok(Next::Route), out),
+            Err(reason) => self.emit(buf, Err(reason), out),
+        }
+    }
+
+    /// Turns the packet in `buf`, which dies here for `reason`, into an
+    /// ICMP error back to its source, from our address `from`, if RFC 1812
+    /// §4.3.2.7 allows one and both token buckets have a token (RFC 1812
+    /// §4.3.2.8; otherwise counted as `icmp_rate_limited`). The packet is
+    /// counted under `reason` either way; `Ok` means the error is to be
+    /// sent (it takes the outbound SPD: `Next::Local`), `Err` that the
+    /// packet is simply dropped.
+    fn icmp_error(
+        &mut self,
+        buf: &mut PacketBuf,
+        (icmp_type, code, rest): (u8, u8, u32),
+        from: Ipv4Addr,
+        reason: DropReason,
+    ) -> Result<Next, DropReason> {
+        let to = icmp::may_answer_with_error(buf.data())
+            .then(|| ipv4::view(buf.data()).map(|ip| ip.src_addr()).ok())
+            .flatten();
+        self.error_reply(buf, to.map(IpAddr::V4), reason, |buf| {
+            icmp::error_in_place(buf, icmp_type, code, rest, from)
+        })
+    }
+
+    /// [`icmp_error`](Self::icmp_error) for an IPv6 packet: an ICMPv6 error
+    /// (RFC 4443) from our IPv6 address on the interface toward its source.
+    fn icmp6_error(
+        &mut self,
+        buf: &mut PacketBuf,
+        (icmp_type, code, rest): (u8, u8, u32),
+        reason: DropReason,
+    ) -> Result<Next, DropReason> {
+        // RFC 4443 §2.4 (e.3): packet too big, and a parameter problem
+        // about an option whose bits ask for one even then (the caller
+        // asks for code 2 to a group only then), may answer a packet to a
+        // multicast group.
+        let to_group_too = icmp_type == icmp6::kind::PACKET_TOO_BIG
+            || (icmp_type == icmp6::kind::PARAM_PROBLEM && code == 2);
+        let to = icmp6::may_answer_with_error(buf.data(), to_group_too)
+            .then(|| crate::wire::ipv6::view(buf.data()).map(|ip| ip.src_addr()).ok())
+            .flatten();
+        let spd = &mut self.spd;
+        let from = to.and_then(|to| {
+            self.egress
+                .address6_toward(to, |src, dst| local::tunnels_from(spd, src, dst, local::ICMPV6))
+        });
+        let (Some(to), Some(from)) = (to, from) else {
+            return Err(reason);
+        };
+        self.error_reply(buf, Some(IpAddr::V6(to)), reason, |buf| {
+            icmp6::error_in_place(buf, icmp_type, code, rest, from)
+        })
+    }
+
+    /// The source of an ICMP error to `to` (see `Egress::address_toward`).
+    fn address_toward(&mut self, to: Ipv4Addr) -> Ipv4Addr {
+        let spd = &mut self.spd;
+        self.egress.address_toward(to, |src, dst| {
+            local::tunnels_from(spd, src, dst, spd_sad::proto::ICMP)
+        })
+    }
+
+    /// What both families' errors share: the token buckets, the rewrite
+    /// (`write`, `false` when the packet cannot be quoted) and the counts.
+    fn error_reply(
+        &mut self,
+        buf: &mut PacketBuf,
+        to: Option<IpAddr>,
+        reason: DropReason,
+        write: impl FnOnce(&mut PacketBuf) -> bool,
+    ) -> Result<Next, DropReason> {
+        let Some(to) = to else {
+            return Err(reason);
+        };
+        // Never to ourselves: an error about our own packet (too large for
+        // a link) just drops it.
+        if self.is_local(to) || !self.local.allow_error(to, self.last_now, &mut self.stats) || !write(buf) {
+            return Err(reason);
+        }
+        self.stats.drops.count(reason);
+        self.stats.generated += 1;
+        crate::fate::mark_replaced(buf, crate::fate::Fate::Dropped(reason));
+        Ok(Next::Local)
+    }
+
+    /// A packet for `sa_id`: prepared and launched, or its result emitted.
+    fn start_encapsulation(&mut self, now: Duration, sa_id: SaId, mut buf: PacketBuf, out: &mut Vec<Output>) {
+        let path = outbound::Path {
+            ip_id: self.egress.next_ip_id(),
+            mtu: usize::from(self.egress.interface(Port::Outside).mtu),
+            inside: self.egress.interface(Port::Inside).address,
+        };
+        match self.outbound.prepare(&mut self.sad, sa_id, &mut buf, path, now) {
+            Ok(prepared) => self.launch(
+                now,
+                prepared.pending,
+                Direction::Encrypt,
+                prepared.session,
+                buf,
+                out,
+            ),
+            Err(result) => self.emit(buf, result, out),
+        }
+    }
+
+    /// Inbound ESP addressed to us: prepared and launched, held while its
+    /// ESN inference depends on packets in flight, or dropped.
+    fn start_decapsulation(&mut self, now: Duration, buf: PacketBuf, out: &mut Vec<Output>) {
+        if let Some((sa, buf)) = self.prepare_inbound(now, buf, true, out) {
+            match self.inbound.hold(sa, buf, now) {
+                Ok(()) => self.stats.esn_held += 1,
+                Err(buf) => self.emit(buf, Err(DropReason::EngineBusy), out),
+            }
+        }
+    }
+
+    /// Prepares an inbound packet and launches it; one to be held comes
+    /// back, with its SA.
+    fn prepare_inbound(
+        &mut self,
+        now: Duration,
+        mut buf: PacketBuf,
+        behind_held: bool,
+        out: &mut Vec<Output>,
+    ) -> Option<(SaId, PacketBuf)> {
+        match self.inbound.prepare(&mut self.sad, &mut buf, now, behind_held) {
+            inbound::Prepared::Ready(pending, session) => {
+                self.launch(now, pending, Direction::Decrypt, session, buf, out)
+            }
+            inbound::Prepared::Hold(sa) => return Some((sa, buf)),
+            inbound::Prepared::Drop(reason) => self.emit(buf, Err(reason), out),
+        }
+        None
+    }
+
+    /// An inbound packet's trip ended: once none of its SA's packets is in
+    /// flight, the packets held behind them go on, in arrival order.
+    fn inbound_done(&mut self, now: Duration, sa_id: SaId, out: &mut Vec<Output>) {
+        let idle = self
+            .sad
+            .get_mut(sa_id)
+            .is_some_and(|sa| sa.note_inbound_finished());
+        if !idle {
+            return;
+        }
+        while let Some((i, mut held)) = self.inbound.unhold(sa_id) {
+            let buf = std::mem::replace(&mut held.buf, PacketBuf::empty());
+            if let Some((_, buf)) = self.prepare_inbound(now, buf, false, out) {
+                // Still undecided behind the packet just released: back to
+                // its place, first in line for this SA.
+                self.inbound.rehold(i, held, buf);
+                break;
+            }
+        }
+    }
+
+    /// Queues a prepared packet for the engine; `pump` hands it over.
+    fn launch(
+        &mut self,
+        now: Duration,
+        pending: Pending,
+        direction: Direction,
+        session: (accel::SessionHandle, accel::Algorithm),
+        buf: PacketBuf,
+        out: &mut Vec<Output>,
+    ) {
+        let sa = pending.sa;
+        if let Err(buf) = self.jobs.launch(now, pending, direction, session, buf) {
+            if direction == Direction::Decrypt {
+                self.inbound_done(now, sa, out);
+            }
+            self.emit(buf, Err(DropReason::EngineBusy), out);
+        }
+    }
+
+    /// Hands queued jobs to the engine and finishes what it completed, until
+    /// neither moves. Never waits.
+    fn pump(&mut self, now: Duration, out: &mut Vec<Output>) {
+        if self.inbound.any_waiting() {
+            self.release_awaiting(now, out);
+        }
+        let mut finished = std::mem::take(&mut self.finished);
+        self.jobs.run_inline(&mut finished);
+        self.finish_all(now, &mut finished, out);
+        loop {
+            let (submitted, completed) = self.jobs.step(now, &mut finished);
+            self.finish_all(now, &mut finished, out);
+            if submitted == 0 && completed == 0 {
+                break;
+            }
+        }
+        self.finished = finished;
+    }
+
+    /// Finishes, in order, the jobs the machine handed back.
+    fn finish_all(&mut self, now: Duration, finished: &mut Vec<jobs::Finished>, out: &mut Vec<Output>) {
+        for job in finished.drain(..) {
+            self.complete(now, job, out);
+        }
+    }
+
+    /// A job came back from the engine.
+    fn complete(&mut self, now: Duration, job: jobs::Finished, out: &mut Vec<Output>) {
+        let jobs::Finished {
+            outcome,
+            direction,
+            pending,
+            buf,
+        } = job;
+        match (outcome, direction) {
+            (jobs::Outcome::Unknown, _) => self.emit(buf, Err(DropReason::EngineError), out),
+            (jobs::Outcome::Abandoned, _) => {
+                if direction == Direction::Decrypt {
+                    self.inbound_done(now, pending.sa, out);
+                }
+                self.emit(buf, Err(DropReason::EngineTimeout), out);
+            }
+            (jobs::Outcome::Completed, Direction::Encrypt) => {
+                match crate::esp::encapsulate_finish(pending.desc.status) {
+                    Ok(()) => {
+                        self.stats.encapsulated += 1;
+                        self.emit_protected(pending.sa, buf, out);
+                    }
+                    Err(reason) => self.emit(buf, Err(reason), out),
+                }
+            }
+            (jobs::Outcome::Completed, Direction::Decrypt) => {
+                self.finish_inbound(now, buf, pending, true, out)
+            }
+        }
+    }
+
+    /// Finishes an inbound packet whose engine pass is over. One beyond
+    /// its SA's durable ceiling waits for it to be raised (when `may_wait`
+    /// and there is room), still in flight for its SA.
+    fn finish_inbound(
+        &mut self,
+        now: Duration,
+        mut buf: PacketBuf,
+        pending: Pending,
+        may_wait: bool,
+        out: &mut Vec<Output>,
+    ) {
+        // The ceiling may have been raised since the waiting packets were
+        // last looked at: they go first, and while any of this SA's still
+        // wait this one waits behind them, whatever its number, or it
+        // could carry the window so far past them that they would be
+        // refused as too old.
+        if may_wait && self.inbound.any_waiting() {
+            self.release_awaiting(now, out);
+            if self.inbound.waits(pending.sa) {
+                return self.wait_for_ceiling(buf, pending, now, out);
+            }
+        }
+        let mut lent = inbound::Lent {
+            sad: &mut self.sad,
+            nat: &mut self.nat,
+            egress: &self.egress,
+            stats: &mut self.stats,
+        };
+        let result = self.inbound.finish(&mut lent, &mut buf, &pending, now);
+        if result == Err(DropReason::SeqNotReserved) {
+            if may_wait {
+                return self.wait_for_ceiling(buf, pending, now, out);
+            }
+            if let Some(sa) = self.sad.get_mut(pending.sa) {
+                sa.counters_mut().seq_not_reserved += 1;
+            }
+        }
+        self.inbound_done(now, pending.sa, out);
+        self.emit(buf, result, out);
+    }
+
+    /// Puts an authentic inbound packet in line for its SA's ceiling
+    /// (still in flight for its SA), or drops it if the line is full.
+    fn wait_for_ceiling(&mut self, buf: PacketBuf, pending: Pending, now: Duration, out: &mut Vec<Output>) {
+        let Err(buf) = self.inbound.queue_for_ceiling(buf, pending, now) else {
+            self.stats.seq_awaited += 1;
+            return;
+        };
+        if let Some(sa) = self.sad.get_mut(pending.sa) {
+            sa.counters_mut().seq_not_reserved += 1;
+        }
+        self.inbound_done(now, pending.sa, out);
+        self.emit(buf, Err(DropReason::SeqNotReserved), out);
+    }
+
+    /// Finishes the waiting packets whose SA's ceiling has come up to them
+    /// (the ceiling may rise while the line is looked at).
+    fn release_awaiting(&mut self, now: Duration, out: &mut Vec<Output>) {
+        let mut pass = inbound::ReleasePass::default();
+        while let Some(waiting) = self.inbound.next_released(&mut pass, &mut self.sad) {
+            self.finish_inbound(now, waiting.buf, waiting.pending, false, out);
+        }
+    }
+
+    /// Gives up on jobs the engine has held past [`JOB_TIMEOUT`] (they come
+    /// back through `reclaim`, or later, as `engine_timeout`) and on packets
+    /// held or waiting that long.
+    fn expire_jobs(&mut self, now: Duration, out: &mut Vec<Output>) {
+        let mut finished = std::mem::take(&mut self.finished);
+        self.jobs.expire(now, &mut finished);
+        self.finish_all(now, &mut finished, out);
+        self.finished = finished;
+        while let Some(buf) = self.inbound.expired_held(now) {
+            self.emit(buf, Err(DropReason::EngineTimeout), out);
+        }
+        while let Some(waiting) = self.inbound.expired_waiting(now) {
+            if let Some(sa) = self.sad.get_mut(waiting.pending.sa) {
+                sa.counters_mut().seq_not_reserved += 1;
+            }
+            self.inbound_done(now, waiting.pending.sa, out);
+            self.emit(waiting.buf, Err(DropReason::SeqNotReserved), out);
         }
     }
 }

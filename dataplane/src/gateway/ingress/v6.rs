@@ -17,11 +17,11 @@
 
 use std::net::Ipv6Addr;
 
-use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, IpProtocol};
+use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol};
 use spd_sad::{proto, Action, PolicyDirection};
 
-use super::classify::Classified;
-use super::{Gateway, LinkLayer, Next};
+use super::super::{IcmpError, LinkLayer, Next};
+use super::{Classified, Ingress, Lent};
 use crate::buffer::PacketBuf;
 use crate::icmp6::{self, kind, NdpKind};
 use crate::neighbor::Sighting;
@@ -32,20 +32,21 @@ use crate::wire::ipv6;
 /// ff02::1, the all-nodes group (RFC 4291 §2.7.1).
 const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 
-impl Gateway {
+impl Ingress {
     /// An IPv6 frame (behind its Ethernet header on an Ethernet port).
     pub(super) fn classify_ipv6(
         &mut self,
+        lent: &mut Lent<'_>,
         from: Port,
         buf: &mut PacketBuf,
     ) -> Result<Classified, DropReason> {
-        let link = self.link_of(from) == LinkLayer::Ethernet;
+        let link = lent.egress.link_of(from) == LinkLayer::Ethernet;
         let l2 = if link {
             EthernetFrame::<&[u8]>::header_len()
         } else {
             0
         };
-        let Some((our, _)) = self.egress.interface(from).address6 else {
+        let Some((our, _)) = lent.egress.interface(from).address6 else {
             return Err(DropReason::Unsupported);
         };
         let (dst, total) = {
@@ -55,27 +56,32 @@ impl Gateway {
         // Link padding after the datagram is no part of it.
         buf.truncate(l2 + total);
         if dst == our || dst == icmp6::solicited_node(our) || dst == ALL_NODES {
-            return self.ipv6_for_us(from, buf, l2, our);
+            return self.ipv6_for_us(lent, from, buf, l2, our);
         }
         if dst.is_multicast() {
             // Other groups (MLD, routers') are not ours to join or forward.
             return Err(DropReason::Unsupported);
         }
-        if self.is_local(dst.into()) {
-            if let Some(result) = self.refuse_extension_headers(buf, l2, ipv6::Role::Destination) {
+        if lent.egress.is_local(dst.into()) {
+            if let Some(result) = refuse_extension_headers(buf, l2, ipv6::Role::Destination) {
                 return Ok(Classified::Done(result));
             }
-            self.stats.local_delivered += 1;
+            lent.stats.local_delivered += 1;
             return Ok(Classified::Done(Ok(Next::Consume)));
         }
         buf.trim_front(l2);
-        self.ipv6_transit(from, buf)
+        self.ipv6_transit(lent, from, buf)
     }
 
     /// A bare IPv6 packet passing through: the policy decides (RFC 4301
     /// §5.1 outbound, §5.2 plaintext inbound), after the scope and hop
     /// limit checks every router makes.
-    fn ipv6_transit(&mut self, from: Port, buf: &mut PacketBuf) -> Result<Classified, DropReason> {
+    fn ipv6_transit(
+        &mut self,
+        lent: &mut Lent<'_>,
+        from: Port,
+        buf: &mut PacketBuf,
+    ) -> Result<Classified, DropReason> {
         let flow = crate::wire::flow_key6(buf.data())?;
         let (std::net::IpAddr::V6(src), std::net::IpAddr::V6(dst)) = (flow.src, flow.dst) else {
             return Err(DropReason::Malformed);
@@ -88,21 +94,19 @@ impl Gateway {
         // our inbound SAs is ours whatever its destination (as for IPv4,
         // `is_esp_for_us`).
         if from == Port::Outside && flow.protocol == proto::ESP {
-            match self.is_ipv6_esp_for_us(buf) {
+            match self.is_ipv6_esp_for_us(lent, buf) {
                 // We terminate its ESP: its headers are ours to process
                 // as the destination.
                 Some(true) => {
-                    return Ok(
-                        match self.refuse_extension_headers(buf, 0, ipv6::Role::Destination) {
-                            Some(result) => Classified::Done(result),
-                            None => Classified::Decapsulate,
-                        },
-                    )
+                    return Ok(match refuse_extension_headers(buf, 0, ipv6::Role::Destination) {
+                        Some(result) => Classified::Done(result),
+                        None => Classified::Decapsulate,
+                    })
                 }
                 // Transport-mode ESP a peer fragmented: reassembled when
                 // an IPv6 transport SA could take it.
-                None if self.receives_ipv6_transport() => {
-                    if let Some(result) = self.refuse_extension_headers(buf, 0, ipv6::Role::Router) {
+                None if self.receives_ipv6_transport(lent) => {
+                    if let Some(result) = refuse_extension_headers(buf, 0, ipv6::Role::Router) {
                         return Ok(Classified::Done(result));
                     }
                     return Ok(Classified::Fragment);
@@ -113,14 +117,14 @@ impl Gateway {
         }
         // A router processes the hop-by-hop options (RFC 8200 §4.3); the
         // rest are for the destination.
-        if let Some(result) = self.refuse_extension_headers(buf, 0, ipv6::Role::Router) {
+        if let Some(result) = refuse_extension_headers(buf, 0, ipv6::Role::Router) {
             return Ok(Classified::Done(result));
         }
         let direction = match from {
             Port::Inside => PolicyDirection::Out,
             Port::Outside => PolicyDirection::In,
         };
-        let decision = self.spd.lookup_cached(direction, &flow);
+        let decision = lent.spd.lookup_cached(direction, &flow);
         let next = match (decision.action, from) {
             (Action::Protect(sa), Port::Inside) => Classified::Encapsulate(sa),
             (Action::Protect(_), Port::Outside) => return Err(DropReason::PolicyMismatch),
@@ -138,18 +142,18 @@ impl Gateway {
         if let Err(reason) = decrement_hop_limit(buf) {
             // RFC 4443 §3.3: hop limit exceeded in transit.
             let error = (kind::TIME_EXCEEDED, 0, 0);
-            return Ok(Classified::Done(self.icmp6_error(buf, error, reason)));
+            return Ok(Classified::Done(Ok(Next::Error(IcmpError::v6(error, reason)))));
         }
         if matches!(next, Classified::Done(_)) {
-            self.stats.bypassed += 1;
+            lent.stats.bypassed += 1;
         }
         Ok(next)
     }
 
     /// Whether an inbound transport-mode SA has IPv6 ends (asked for
     /// fragments only).
-    fn receives_ipv6_transport(&self) -> bool {
-        self.sad.iter().any(|(_, sa)| {
+    fn receives_ipv6_transport(&self, lent: &Lent<'_>) -> bool {
+        lent.sad.iter().any(|(_, sa)| {
             let p = sa.params();
             p.direction == spd_sad::SaDirection::Inbound
                 && p.mode == spd_sad::Mode::Transport
@@ -160,7 +164,7 @@ impl Gateway {
     /// Whether an IPv6 ESP packet carries the SPI of one of our inbound
     /// SAs for its destination; `None` for a fragment, whose SPI only the
     /// first fragment has.
-    fn is_ipv6_esp_for_us(&self, buf: &PacketBuf) -> Option<bool> {
+    fn is_ipv6_esp_for_us(&self, lent: &Lent<'_>, buf: &PacketBuf) -> Option<bool> {
         let data = buf.data();
         let (Ok(upper), Ok(ip)) = (ipv6::upper_layer(data), ipv6::view(data)) else {
             return Some(false);
@@ -170,7 +174,7 @@ impl Gateway {
         }
         Some(
             match crate::wire::EspPacket::new_checked(data.get(upper.offset..).unwrap_or_default()) {
-                Ok(esp) => self.sad.lookup_inbound(esp.spi(), ip.dst_addr().into()).is_some(),
+                Ok(esp) => lent.sad.lookup_inbound(esp.spi(), ip.dst_addr().into()).is_some(),
                 Err(_) => false,
             },
         )
@@ -181,18 +185,19 @@ impl Gateway {
     /// ESP, which decapsulation accounts for).
     fn ipv6_for_us(
         &mut self,
+        lent: &mut Lent<'_>,
         from: Port,
         buf: &mut PacketBuf,
         l2: usize,
         our: Ipv6Addr,
     ) -> Result<Classified, DropReason> {
         // Ours to process as the destination, ESP's outer headers too.
-        if let Some(result) = self.refuse_extension_headers(buf, l2, ipv6::Role::Destination) {
+        if let Some(result) = refuse_extension_headers(buf, l2, ipv6::Role::Destination) {
             return Ok(Classified::Done(result));
         }
-        let classified = self.ipv6_for_us_unaccounted(from, buf, l2, our)?;
+        let classified = self.ipv6_for_us_unaccounted(lent, from, buf, l2, our)?;
         if matches!(classified, Classified::Done(Ok(_))) {
-            self.stats.local_delivered += 1;
+            lent.stats.local_delivered += 1;
         }
         Ok(classified)
     }
@@ -203,12 +208,13 @@ impl Gateway {
     /// control plane goes as the bare IPv6 packet.
     fn ipv6_control(
         &mut self,
+        lent: &mut Lent<'_>,
         buf: &mut PacketBuf,
         l2: usize,
         offset: usize,
         ports: Option<(u16, u16)>,
     ) -> Option<Result<Classified, DropReason>> {
-        let control = self.setup.control_port?;
+        let control = self.control_port?;
         let (_, port) = ports?;
         if port != control && !self.nat_ports.contains(&port) {
             return None;
@@ -222,7 +228,7 @@ impl Gateway {
                 crate::nat::Payload::Ike => {}
                 // RFC 3948 §2.3: the receiver ignores keepalives.
                 crate::nat::Payload::Keepalive => {
-                    self.stats.nat_keepalives_received += 1;
+                    lent.stats.nat_keepalives_received += 1;
                     return Some(Ok(Classified::Done(Ok(Next::Consume))));
                 }
                 crate::nat::Payload::Esp => return Some(Err(DropReason::Unsupported)),
@@ -230,19 +236,20 @@ impl Gateway {
             }
         }
         buf.trim_front(l2);
-        self.stats.control_received += 1;
+        lent.stats.control_received += 1;
         Some(Ok(Classified::Done(Ok(Next::Control))))
     }
 
     fn ipv6_for_us_unaccounted(
         &mut self,
+        lent: &mut Lent<'_>,
         from: Port,
         buf: &mut PacketBuf,
         l2: usize,
         our: Ipv6Addr,
     ) -> Result<Classified, DropReason> {
         let link = l2 > 0;
-        let our_mac = self.egress.interface(from).mac;
+        let our_mac = lent.egress.interface(from).mac;
         let (dst, src, icmp_type, icmp_at, upper) = {
             let packet = &buf.data()[l2..];
             let ip = ipv6::view(packet)?;
@@ -267,7 +274,7 @@ impl Gateway {
         // control plane, exempt from the SPD (RFC 4301 §5.1 lets IKE
         // bypass). There is no ESP in UDP over IPv6 (RFC 3948 is IPv4's).
         if from == Port::Outside && dst == our && upper.protocol == proto::UDP && upper.fragment.is_none() {
-            if let Some(classified) = self.ipv6_control(buf, l2, upper.offset, upper.ports) {
+            if let Some(classified) = self.ipv6_control(lent, buf, l2, upper.offset, upper.ports) {
                 return classified;
             }
         }
@@ -283,7 +290,7 @@ impl Gateway {
                 protocol: upper.protocol,
                 ports: upper.ports,
             };
-            let decision = self.spd.lookup_cached(PolicyDirection::In, &flow);
+            let decision = lent.spd.lookup_cached(PolicyDirection::In, &flow);
             match decision.action {
                 Action::Protect(_) => return Err(DropReason::PolicyMismatch),
                 Action::Discard if decision.policy.is_some() => return Err(DropReason::PolicyDiscard),
@@ -303,15 +310,15 @@ impl Gateway {
                 // RFC 4861 §7.2.3: the solicitor's link-layer option makes
                 // (or refreshes) its entry; a DAD probe has none.
                 if let Some(mac) = ndp.link_addr.filter(|_| !ndp.source.is_unspecified()) {
-                    self.learn_neighbor6(from, ndp.source, mac, false, true);
+                    self.learn_neighbor6(lent, from, ndp.source, mac, false, true);
                 }
-                if !self.egress.answers_neighbors() {
+                if !lent.egress.answers_neighbors() {
                     return consumed;
                 }
                 if !icmp6::neighbor_advert_in_place(buf, &ndp, our_mac, link) {
                     return Err(DropReason::NoBufferSpace);
                 }
-                Ok(self.reply(from, buf))
+                Ok(self.reply(lent, from, buf))
             }
             Some(kind::NEIGHBOR_ADVERT) => {
                 let ndp = icmp6::parse_ndp(&buf.data()[l2..]).ok_or(DropReason::Malformed)?;
@@ -322,7 +329,7 @@ impl Gateway {
                 // 4861 §7.2.4); the frame's source is then the sender's.
                 let frame_source = link.then(|| EthernetFrame::new_unchecked(buf.data()).src_addr());
                 if let Some(mac) = ndp.link_addr.or(frame_source) {
-                    self.learn_neighbor6(from, ndp.target, mac, true, solicited && dst == our);
+                    self.learn_neighbor6(lent, from, ndp.target, mac, true, solicited && dst == our);
                 }
                 consumed
             }
@@ -330,7 +337,7 @@ impl Gateway {
             // fixed header (what the rewrite handles); a group's echo is
             // not answered (RFC 4443 §4.2 lets a node stay silent).
             Some(kind::ECHO_REQUEST) if dst == our && icmp_at == ipv6::HEADER_LEN => {
-                if !icmpv6_checksum_ok(&buf.data()[l2 + icmp_at..], src, dst) {
+                if !super::super::local::icmpv6_checksum_ok(&buf.data()[l2 + icmp_at..], src, dst) {
                     return Err(DropReason::Malformed);
                 }
                 let frame_source = link.then(|| EthernetFrame::new_unchecked(buf.data()).src_addr());
@@ -338,19 +345,21 @@ impl Gateway {
                 if !icmp6::echo_reply_in_place(buf) {
                     return Err(DropReason::Malformed);
                 }
-                // The reply takes the outbound SPD (`origin`): protected by
+                // The reply takes the outbound SPD (`local::local_policy`): protected by
                 // the SA a policy names, or back where the request came
                 // from in the clear.
-                if let Some(sa) = self.local_policy(buf.data(), Some(from))? {
-                    self.stats.local_delivered += 1;
-                    self.stats.generated += 1;
+                if let Some(sa) =
+                    super::super::local::local_policy(lent.spd, lent.egress, buf.data(), Some(from))?
+                {
+                    lent.stats.local_delivered += 1;
+                    lent.stats.generated += 1;
                     crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
                     return Ok(Classified::Encapsulate(sa));
                 }
                 if let Some(peer) = frame_source {
                     frame(buf, peer, our_mac)?;
                 }
-                Ok(self.reply(from, buf))
+                Ok(self.reply(lent, from, buf))
             }
             _ => consumed,
         }
@@ -360,6 +369,7 @@ impl Gateway {
     /// `sender`, and sends what waited for it.
     fn learn_neighbor6(
         &mut self,
+        lent: &mut Lent<'_>,
         from: Port,
         sender: Ipv6Addr,
         mac: EthernetAddress,
@@ -372,40 +382,37 @@ impl Gateway {
             is_reply,
             for_us,
         };
-        self.egress.learn6(from, seen, self.last_now, &mut self.stats);
+        lent.egress.learn6(from, seen, lent.now, lent.stats);
     }
 
     /// A reply written in place of the frame, sent back where it came from.
-    fn reply(&mut self, from: Port, buf: &mut PacketBuf) -> Classified {
-        self.stats.generated += 1;
+    fn reply(&mut self, lent: &mut Lent<'_>, from: Port, buf: &mut PacketBuf) -> Classified {
+        lent.stats.generated += 1;
         crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
         Classified::Done(Ok(Next::Reply(from)))
     }
 }
 
-impl Gateway {
-    /// RFC 8200 §4.2 and §4.4 on the IPv6 packet `l2` bytes into `buf`,
-    /// for a node in `role`: `None` to go on; otherwise what becomes of
-    /// the packet: the ICMPv6 parameter problem the rules ask for, written
-    /// in its place (bare IPv6, through the outbound SPD and the error
-    /// rate limits), or its drop.
-    pub(super) fn refuse_extension_headers(
-        &mut self,
-        buf: &mut PacketBuf,
-        l2: usize,
-        role: ipv6::Role,
-    ) -> Option<Result<Next, DropReason>> {
-        let refusal = match ipv6::obey(buf.data().get(l2..).unwrap_or_default(), role) {
-            Ok(()) => return None,
-            Err(refusal) => refusal,
-        };
-        let Some((code, pointer)) = refusal.problem else {
-            return Some(Err(refusal.reason));
-        };
-        buf.trim_front(l2);
-        let error = (kind::PARAM_PROBLEM, code, pointer);
-        Some(self.icmp6_error(buf, error, refusal.reason))
-    }
+/// RFC 8200 §4.2 and §4.4 on the IPv6 packet `l2` bytes into `buf`,
+/// for a node in `role`: `None` to go on; otherwise what becomes of
+/// the packet: the ICMPv6 parameter problem the rules ask for, written
+/// in its place (bare IPv6, through the outbound SPD and the error
+/// rate limits), or its drop.
+pub(in crate::gateway) fn refuse_extension_headers(
+    buf: &mut PacketBuf,
+    l2: usize,
+    role: ipv6::Role,
+) -> Option<Result<Next, DropReason>> {
+    let refusal = match ipv6::obey(buf.data().get(l2..).unwrap_or_default(), role) {
+        Ok(()) => return None,
+        Err(refusal) => refusal,
+    };
+    let Some((code, pointer)) = refusal.problem else {
+        return Some(Err(refusal.reason));
+    };
+    buf.trim_front(l2);
+    let error = (kind::PARAM_PROBLEM, code, pointer);
+    Some(Ok(Next::Error(IcmpError::v6(error, refusal.reason))))
 }
 
 /// fe80::/10.
@@ -415,17 +422,13 @@ fn is_link_local(addr: Ipv6Addr) -> bool {
 
 /// RFC 8200 §3: a forwarding node decrements the hop limit and discards
 /// the packet when it reaches zero. No checksum covers it.
-pub(super) fn decrement_hop_limit(buf: &mut PacketBuf) -> Result<(), DropReason> {
+pub(in crate::gateway) fn decrement_hop_limit(buf: &mut PacketBuf) -> Result<(), DropReason> {
     let hop_limit = buf.data_mut().get_mut(7).ok_or(DropReason::Malformed)?;
     if *hop_limit <= 1 {
         return Err(DropReason::TtlExpired);
     }
     *hop_limit -= 1;
     Ok(())
-}
-
-pub(super) fn icmpv6_checksum_ok(icmp: &[u8], src: Ipv6Addr, dst: Ipv6Addr) -> bool {
-    Icmpv6Packet::new_checked(icmp).is_ok_and(|p| cfg!(fuzzing) || p.verify_checksum(&src, &dst))
 }
 
 /// Puts an Ethernet header for IPv6 in front of the packet in `buf`.

@@ -1,19 +1,33 @@
-//! Classification: what a received frame is and where it must go, from
-//! its link-layer header, its IPv4 header, the SPD and the SAD. Owns the
-//! checks that run before any crypto (IPv4 validity, TTL, local delivery,
-//! ESP for us, control traffic, the RFC 4301 §5.2 plaintext rule); must not
-//! touch the engine or transmit anything.
+//! Ingress: what a received frame is and where it must go, from its
+//! link-layer header, its IP header, the SPD and the SAD. IPv4 is here,
+//! IPv6 in `v6`, and UDP to our encapsulation ports (RFC 3948: ESP
+//! in UDP, IKE behind the non-ESP marker, keepalives) below. Runs the
+//! checks that come before any crypto (IPv4 validity, TTL, local delivery,
+//! ESP for us, control traffic, the RFC 4301 §5.2 plaintext rule).
+//!
+//! Owns the control port, the encapsulation ports and the log of
+//! outbound packets a policy discarded; reads the SPD, the SAD and the
+//! ports it is lent ([`Lent`]), and teaches the neighbour table what NDP
+//! says. Must not touch the engine, route, or transmit anything: an ICMP
+//! error it wants sent is a [`Next::Error`] for the front.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, Ipv4Packet};
-use spd_sad::{proto, Action, PolicyDirection, SaId};
+use spd_sad::{proto, Action, FlowKey, PolicyDirection, SaId, Sad, Spd};
 
-use super::{Gateway, LinkLayer, Next};
+mod v6;
+
+pub(super) use v6::{decrement_hop_limit, refuse_extension_headers};
+
+use super::egress::Egress;
+use super::{IcmpError, LinkLayer, Next, SaCrypto};
 use crate::buffer::PacketBuf;
 use crate::icmp;
+use crate::nat;
 use crate::route::Port;
-use crate::stats::DropReason;
+use crate::stats::{DropReason, Stats};
 use crate::wire::{flow_key, ipv4, EspPacket};
 
 /// What classification decided for one frame.
@@ -27,21 +41,156 @@ pub(super) enum Classified {
     Decapsulate,
 }
 
-impl Gateway {
-    pub(super) fn is_control(&self, flow: &spd_sad::FlowKey, is_fragment: bool) -> bool {
-        let Some(port) = self.setup.control_port else {
+/// What classification reads, and counts, of the gateway's other state,
+/// lent for one call.
+pub(super) struct Lent<'a> {
+    pub(super) spd: &'a mut Spd,
+    pub(super) sad: &'a Sad<SaCrypto>,
+    pub(super) egress: &'a mut Egress,
+    pub(super) stats: &'a mut Stats,
+    pub(super) now: Duration,
+}
+
+/// The classification stage.
+pub(super) struct Ingress {
+    /// UDP port of the control plane's exchange on our addresses, if any.
+    control_port: Option<u16>,
+    /// Drop unicast frames for other MAC addresses.
+    only_own_mac: bool,
+    /// Our ports that UDP-encapsulated SAs receive on (usually just 4500).
+    nat_ports: Vec<u16>,
+    /// The last outbound packets a policy discarded.
+    discards: DiscardLog,
+}
+
+/// The flows of the last few outbound packets a policy discarded, with the
+/// policy's number: what an on-demand keying source needs to ask its
+/// daemon for an SA (the kernel's ACQUIRE). Fixed size, written on the
+/// discard path only (a flow repeating the last one is not written again),
+/// read between batches; older entries are overwritten, which only delays
+/// a request while packets keep coming.
+#[derive(Debug, Clone, Copy, Default)]
+struct DiscardLog {
+    entries: [Option<(u64, FlowKey)>; DISCARD_LOG],
+    next: usize,
+}
+
+const DISCARD_LOG: usize = 8;
+
+impl DiscardLog {
+    fn note(&mut self, policy: u64, flow: FlowKey) {
+        let last = self.entries[(self.next + DISCARD_LOG - 1) % DISCARD_LOG];
+        if last == Some((policy, flow)) {
+            return;
+        }
+        self.entries[self.next] = Some((policy, flow));
+        self.next = (self.next + 1) % DISCARD_LOG;
+    }
+}
+
+impl Ingress {
+    pub(super) fn new(control_port: Option<u16>, only_own_mac: bool) -> Ingress {
+        Ingress {
+            control_port,
+            only_own_mac,
+            nat_ports: Vec::new(),
+            discards: DiscardLog::default(),
+        }
+    }
+
+    /// A copy for another worker: the same ports, an empty discard log.
+    pub(super) fn fork(&self) -> Ingress {
+        Ingress {
+            nat_ports: self.nat_ports.clone(),
+            discards: DiscardLog::default(),
+            ..*self
+        }
+    }
+
+    /// Our ports that UDP-encapsulated SAs receive on.
+    pub(super) fn nat_ports(&self) -> &[u16] {
+        &self.nat_ports
+    }
+
+    /// Takes ESP in UDP, keepalives and IKE behind the non-ESP marker on
+    /// `port` from now on.
+    pub(super) fn open_encapsulation_port(&mut self, port: u16) {
+        if !self.nat_ports.contains(&port) {
+            self.nat_ports.push(port);
+        }
+    }
+
+    /// Hands `f` the flows of the outbound packets policies discarded
+    /// since the last call (at most the last few), each with the
+    /// discarding policy's name, and forgets them.
+    pub(super) fn take_outbound_discards(&mut self, spd: &Spd, mut f: impl FnMut(&str, &FlowKey)) {
+        let log = std::mem::take(&mut self.discards);
+        for (number, flow) in log.entries.iter().flatten() {
+            if let Some((_, policy)) = spd.numbered(PolicyDirection::Out).find(|(n, _)| n == number) {
+                f(&policy.name, flow);
+            }
+        }
+    }
+
+    /// Notes an outbound packet of `flow` that policy `decision` discarded.
+    fn note_outbound_discard(&mut self, decision: &spd_sad::Decision, flow: &FlowKey) {
+        if let Some(number) = decision.policy {
+            self.discards.note(number, *flow);
+        }
+    }
+
+    /// A datagram the reassembler completed: ESP goes on to decapsulation;
+    /// UDP is classified again now that its header and payload are whole.
+    pub(super) fn classify_reassembled(
+        &mut self,
+        lent: &mut Lent<'_>,
+        datagram: &mut PacketBuf,
+    ) -> Classified {
+        // IPv6: only ESP is reassembled (no UDP encapsulation over IPv6),
+        // whose headers are ours to process now that they are whole.
+        if crate::wire::is_ipv6(datagram.data()) {
+            let role = crate::wire::ipv6::Role::Destination;
+            return match v6::refuse_extension_headers(datagram, 0, role) {
+                Some(result) => Classified::Done(result),
+                None => Classified::Decapsulate,
+            };
+        }
+        let flow = match ipv4::view(datagram.data()) {
+            Ok(ip) => flow_key(&ip),
+            Err(reason) => return Classified::Done(Err(reason)),
+        };
+        if flow.protocol != proto::UDP {
+            return Classified::Decapsulate;
+        }
+        match self.classify_encapsulated(lent, datagram, &flow, false) {
+            Some(Ok(Classified::Decapsulate)) => Classified::Decapsulate,
+            Some(Ok(Classified::Done(result))) => Classified::Done(result),
+            Some(Ok(_)) => Classified::Done(Err(DropReason::Malformed)),
+            Some(Err(reason)) => Classified::Done(Err(reason)),
+            None if self.is_control(lent, &flow, false) => Classified::Done(self.deliver_to_control(lent)),
+            None => {
+                lent.stats.local_delivered += 1;
+                Classified::Done(Ok(Next::Consume))
+            }
+        }
+    }
+}
+
+impl Ingress {
+    pub(super) fn is_control(&self, lent: &Lent<'_>, flow: &spd_sad::FlowKey, is_fragment: bool) -> bool {
+        let Some(port) = self.control_port else {
             return false;
         };
         flow.protocol == proto::UDP
             && !is_fragment
             && flow.ports.is_some_and(|(_, dst)| dst == port)
-            && self.is_local(flow.dst)
+            && lent.egress.is_local(flow.dst)
     }
 
     /// A datagram for the control plane, counted as delivered here.
-    pub(super) fn deliver_to_control(&mut self) -> Result<Next, DropReason> {
-        self.stats.local_delivered += 1;
-        self.stats.control_received += 1;
+    pub(super) fn deliver_to_control(&mut self, lent: &mut Lent<'_>) -> Result<Next, DropReason> {
+        lent.stats.local_delivered += 1;
+        lent.stats.control_received += 1;
         Ok(Next::Control)
     }
 
@@ -49,37 +198,46 @@ impl Gateway {
     /// before its frames are classified one by one (see
     /// [`spd_sad::Spd::prefetch`]). Reads headers only; a frame too short
     /// to parse is left to `classify` to judge.
-    pub(super) fn prefetch_policies(&self, from: Port, bufs: &[PacketBuf]) {
+    pub(super) fn prefetch_policies(&self, lent: &Lent<'_>, from: Port, bufs: &[PacketBuf]) {
         if from != Port::Inside {
             return;
         }
-        let offset = match self.link_of(from) {
+        let offset = match lent.egress.link_of(from) {
             LinkLayer::RawIp => 0,
             LinkLayer::Ethernet => EthernetFrame::<&[u8]>::header_len(),
         };
         for buf in bufs {
             if let Some(Ok(ip)) = buf.data().get(offset..).map(Ipv4Packet::new_checked) {
-                self.spd.prefetch(PolicyDirection::Out, &flow_key(&ip));
+                lent.spd.prefetch(PolicyDirection::Out, &flow_key(&ip));
             }
         }
     }
 
-    pub(super) fn classify(&mut self, from: Port, buf: &mut PacketBuf) -> Classified {
+    pub(super) fn classify(&mut self, lent: &mut Lent<'_>, from: Port, buf: &mut PacketBuf) -> Classified {
         let checksum_verified = crate::fate::take_checksum_verified(buf);
-        match self.classify_inner(from, buf, checksum_verified) {
+        match self.classify_inner(lent, from, buf, checksum_verified) {
             Ok(c) => c,
             // RFC 1812 §5.3.1: tell the source its packet died here.
             Err(DropReason::TtlExpired) => {
-                let from_addr = self.egress.interface(from).address;
+                let from_addr = lent.egress.interface(from).address;
                 let error = (icmp::kind::TIME_EXCEEDED, 0, 0);
-                Classified::Done(self.icmp_error(buf, error, from_addr, DropReason::TtlExpired))
+                Classified::Done(Ok(Next::Error(IcmpError::v4(
+                    error,
+                    from_addr,
+                    DropReason::TtlExpired,
+                ))))
             }
             Err(reason) => Classified::Done(Err(reason)),
         }
     }
 
     /// An ICMP echo request to one of our addresses becomes its reply.
-    pub(super) fn answer_echo(&mut self, buf: &mut PacketBuf, flow: &spd_sad::FlowKey) -> Option<Classified> {
+    pub(super) fn answer_echo(
+        &mut self,
+        lent: &mut Lent<'_>,
+        buf: &mut PacketBuf,
+        flow: &spd_sad::FlowKey,
+    ) -> Option<Classified> {
         if flow.protocol != proto::ICMP {
             return None;
         }
@@ -87,8 +245,8 @@ impl Gateway {
         if buf.data().get(header_len) != Some(&icmp::kind::ECHO_REQUEST) || !icmp::echo_reply_in_place(buf) {
             return None;
         }
-        self.stats.local_delivered += 1;
-        self.stats.generated += 1;
+        lent.stats.local_delivered += 1;
+        lent.stats.generated += 1;
         crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
         // Through the outbound SPD, like every packet of ours.
         Some(Classified::Done(Ok(Next::Local)))
@@ -96,14 +254,15 @@ impl Gateway {
 
     pub(super) fn classify_inner(
         &mut self,
+        lent: &mut Lent<'_>,
         from: Port,
         buf: &mut PacketBuf,
         checksum_verified: bool,
     ) -> Result<Classified, DropReason> {
-        match self.strip_link_header(from, buf)? {
+        match self.strip_link_header(lent, from, buf)? {
             Link::Ipv4 => {}
             Link::Arp(arp) => return Ok(Classified::Arp(arp)),
-            Link::Ipv6 => return self.classify_ipv6(from, buf),
+            Link::Ipv6 => return self.classify_ipv6(lent, from, buf),
         }
         check_ipv4(buf)?;
         let ip = ipv4::view(buf.data())?;
@@ -111,14 +270,14 @@ impl Gateway {
         let is_fragment = ip.more_frags() || ip.frag_offset() != 0;
         match from {
             Port::Inside => {
-                if self.is_local(flow.dst) {
-                    if let Some(reply) = self.answer_echo(buf, &flow) {
+                if lent.egress.is_local(flow.dst) {
+                    if let Some(reply) = self.answer_echo(lent, buf, &flow) {
                         return Ok(reply);
                     }
-                    self.stats.local_delivered += 1;
+                    lent.stats.local_delivered += 1;
                     return Ok(Classified::Done(Ok(Next::Consume)));
                 }
-                let decision = self.spd.lookup_cached(PolicyDirection::Out, &flow);
+                let decision = lent.spd.lookup_cached(PolicyDirection::Out, &flow);
                 match decision.action {
                     Action::Protect(sa) => {
                         decrement_ttl(buf)?;
@@ -126,7 +285,7 @@ impl Gateway {
                     }
                     Action::Bypass => {
                         decrement_ttl(buf)?;
-                        self.stats.bypassed += 1;
+                        lent.stats.bypassed += 1;
                         Ok(Classified::Done(Ok(Next::Route)))
                     }
                     Action::Discard => {
@@ -136,41 +295,45 @@ impl Gateway {
                 }
             }
             Port::Outside => {
-                if flow.protocol == proto::ESP && is_fragment && self.is_local(flow.dst) {
+                if flow.protocol == proto::ESP && is_fragment && lent.egress.is_local(flow.dst) {
                     return Ok(Classified::Fragment);
                 }
                 // RFC 3948: UDP to us may be ESP; its port is in the first
                 // fragment only, so every UDP fragment to us is reassembled.
-                if flow.protocol == proto::UDP && self.receives_encapsulated() && self.is_local(flow.dst) {
+                if flow.protocol == proto::UDP
+                    && self.receives_encapsulated()
+                    && lent.egress.is_local(flow.dst)
+                {
                     if is_fragment {
                         return Ok(Classified::Fragment);
                     }
-                    if let Some(classified) = self.classify_encapsulated(buf, &flow, checksum_verified) {
+                    if let Some(classified) = self.classify_encapsulated(lent, buf, &flow, checksum_verified)
+                    {
                         return classified;
                     }
                 }
-                if flow.protocol == proto::ESP && self.is_esp_for_us(buf, flow.dst) {
+                if flow.protocol == proto::ESP && self.is_esp_for_us(lent, buf, flow.dst) {
                     return Ok(Classified::Decapsulate);
                 }
-                if self.is_control(&flow, is_fragment) {
-                    return Ok(Classified::Done(self.deliver_to_control()));
+                if self.is_control(lent, &flow, is_fragment) {
+                    return Ok(Classified::Done(self.deliver_to_control(lent)));
                 }
                 // RFC 4301 §5.2: plaintext must be allowed by a bypass policy.
-                let decision = self.spd.lookup_cached(PolicyDirection::In, &flow);
+                let decision = lent.spd.lookup_cached(PolicyDirection::In, &flow);
                 match decision.action {
                     Action::Protect(_) => return Err(DropReason::PolicyMismatch),
                     Action::Discard => return Err(no_policy_or_discard(decision)),
                     Action::Bypass => {}
                 }
-                if self.is_local(flow.dst) {
-                    if let Some(reply) = self.answer_echo(buf, &flow) {
+                if lent.egress.is_local(flow.dst) {
+                    if let Some(reply) = self.answer_echo(lent, buf, &flow) {
                         return Ok(reply);
                     }
-                    self.stats.local_delivered += 1;
+                    lent.stats.local_delivered += 1;
                     return Ok(Classified::Done(Ok(Next::Consume)));
                 }
                 decrement_ttl(buf)?;
-                self.stats.bypassed += 1;
+                lent.stats.bypassed += 1;
                 Ok(Classified::Done(Ok(Next::Route)))
             }
         }
@@ -179,8 +342,8 @@ impl Gateway {
     /// ESP that this gateway terminates: addressed to it (an unknown SPI is
     /// then its error to count), or carrying the SPI of one of its inbound
     /// SAs. Other ESP is transit traffic for the SPD.
-    pub(super) fn is_esp_for_us(&self, buf: &PacketBuf, dst: IpAddr) -> bool {
-        if self.is_local(dst) {
+    pub(super) fn is_esp_for_us(&self, lent: &Lent<'_>, buf: &PacketBuf, dst: IpAddr) -> bool {
+        if lent.egress.is_local(dst) {
             return true;
         }
         let data = buf.data();
@@ -188,7 +351,7 @@ impl Gateway {
             return false;
         };
         match EspPacket::new_checked(data.get(header_len..).unwrap_or_default()) {
-            Ok(esp) => self.sad.lookup_inbound(esp.spi(), dst).is_some(),
+            Ok(esp) => lent.sad.lookup_inbound(esp.spi(), dst).is_some(),
             Err(_) => false,
         }
     }
@@ -196,8 +359,13 @@ impl Gateway {
     /// Removes the Ethernet header of an IPv4 frame; ARP frames come back
     /// parsed instead, IPv6 ones with their Ethernet header kept (their
     /// replies go back to the frame's source).
-    pub(super) fn strip_link_header(&self, from: Port, buf: &mut PacketBuf) -> Result<Link, DropReason> {
-        if self.link_of(from) == LinkLayer::RawIp {
+    pub(super) fn strip_link_header(
+        &self,
+        lent: &Lent<'_>,
+        from: Port,
+        buf: &mut PacketBuf,
+    ) -> Result<Link, DropReason> {
+        if lent.egress.link_of(from) == LinkLayer::RawIp {
             return Ok(match buf.data().first() {
                 Some(b) if b >> 4 == 6 => Link::Ipv6,
                 _ => Link::Ipv4,
@@ -205,7 +373,7 @@ impl Gateway {
         }
         let frame = EthernetFrame::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
         let dst = frame.dst_addr();
-        if self.setup.only_own_mac && dst.is_unicast() && dst != self.egress.interface(from).mac {
+        if self.only_own_mac && dst.is_unicast() && dst != lent.egress.interface(from).mac {
             return Err(DropReason::OtherHost);
         }
         match frame.ethertype() {
@@ -220,6 +388,65 @@ impl Gateway {
         }
         buf.trim_front(EthernetFrame::<&[u8]>::header_len());
         Ok(Link::Ipv4)
+    }
+    /// Whether UDP to our address may be ESP in UDP: some SA receives on
+    /// an encapsulation port.
+    pub(super) fn receives_encapsulated(&self) -> bool {
+        !self.nat_ports.is_empty()
+    }
+
+    /// A whole UDP datagram to one of our addresses: ESP in UDP, IKE behind
+    /// the non-ESP marker, or a keepalive when it is for an encapsulation
+    /// port; `None` when it is not.
+    /// `checksum_verified`: the driver noted that the kernel verified the
+    /// UDP checksum; otherwise a non-zero one is verified here (RFC 1122
+    /// §4.1.3.4; zero is none, which RFC 3948 §2.1 allows over IPv4).
+    pub(super) fn classify_encapsulated(
+        &mut self,
+        lent: &mut Lent<'_>,
+        buf: &PacketBuf,
+        flow: &FlowKey,
+        checksum_verified: bool,
+    ) -> Option<Result<Classified, DropReason>> {
+        let (_, port) = flow.ports?;
+        if !self.nat_ports.contains(&port) {
+            return None;
+        }
+        let data = buf.data();
+        let header_len = match ipv4::header_len(data) {
+            Ok(len) => len,
+            Err(reason) => return Some(Err(reason)),
+        };
+        let udp = data.get(header_len..).unwrap_or_default();
+        // The UDP length must say what the IPv4 length says (the buffer
+        // ends where the datagram does): ESP's length is taken from it.
+        let payload = match udp.get(4..6) {
+            Some(&[hi, lo]) if usize::from(u16::from_be_bytes([hi, lo])) == udp.len() => {
+                udp.get(nat::UDP_HEADER_LEN..)
+            }
+            _ => None,
+        };
+        let Some(payload) = payload else {
+            return Some(Err(DropReason::Malformed));
+        };
+        if !checksum_verified && !nat::udp_checksum_ok(&data[..header_len], udp) {
+            return Some(Err(DropReason::UdpChecksum));
+        }
+        Some(match nat::Payload::of(payload) {
+            nat::Payload::Esp => Ok(Classified::Decapsulate),
+            // RFC 3948 §2.3: the receiver ignores keepalives.
+            nat::Payload::Keepalive => {
+                lent.stats.local_delivered += 1;
+                lent.stats.nat_keepalives_received += 1;
+                Ok(Classified::Done(Ok(Next::Consume)))
+            }
+            nat::Payload::Ike if self.control_port.is_none() => {
+                lent.stats.local_delivered += 1;
+                Ok(Classified::Done(Ok(Next::Consume)))
+            }
+            nat::Payload::Ike => Ok(Classified::Done(self.deliver_to_control(lent))),
+            nat::Payload::Malformed => Err(DropReason::Malformed),
+        })
     }
 }
 

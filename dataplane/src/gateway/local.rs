@@ -1,0 +1,355 @@
+//! Local traffic: what the gateway itself receives, answers and sends
+//! apart from forwarding. Reassembly of fragmented ESP (and, with UDP
+//! encapsulation, of any UDP) addressed to it, from the remote ends of its
+//! SAs only; the ICMP and ICMPv6 errors' token buckets (RFC 1812
+//! §4.3.2.8, RFC 4443 §2.4 (f)); echo requests that arrive through an SA;
+//! NAT keepalives (RFC 3948 §2.3); and the outbound SPD's word on the
+//! gateway's own packets.
+//!
+//! The gateway's own packets (echo replies, ICMP errors) that would leave
+//! by the outside, or have no route (a network behind a tunnel), are
+//! outbound traffic like any other (RFC 4301 §4.4.1, §5.1): each is looked
+//! up in the outbound SPD and protected by the SA a `protect` policy names,
+//! sent in the clear by a `bypass` policy, or dropped by a `discard` one
+//! (`policy_discard`) or for want of any (`no_policy`, the SPD's default).
+//! One for the inside network, the protected side, crosses no IPsec
+//! boundary and goes, as traffic forwarded from the outside to the inside
+//! never meets the outbound SPD. Exempt, as Linux exempts an IKE daemon's
+//! sockets and its neighbour discovery from the xfrm policy: ARP and IPv6
+//! neighbour discovery, the control plane's datagrams and NAT keepalives.
+//!
+//! Owns the reassembler, the sources it admits, the error rate limiter and
+//! the keepalive timer. Must not route or frame (that is `egress`), nor
+//! touch the engine; reads the SAD and the SPD it is lent, never changes
+//! an SA.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use spd_sad::{proto, Action, PolicyDirection, SaDirection, SaId, Sad, Spd};
+
+use super::egress::Egress;
+use super::{SaCrypto, Sink};
+use crate::buffer::{PacketBuf, PacketPool};
+use crate::fate::{self, Fate};
+use crate::icmp;
+use crate::icmp6;
+use crate::nat::{self, PeerAddr};
+use crate::reassembly::{GivenUp, Reassembled, Reassembler, ReassemblyError, Sources};
+use crate::route::Port;
+use crate::stats::{DropReason, Stats};
+use crate::wire::{flow_key_any, ipv4, ipv6};
+
+/// IP protocol number of ICMPv6.
+pub(super) const ICMPV6: u8 = 58;
+
+/// The gateway's own traffic.
+pub(super) struct Local {
+    icmp_limiter: icmp::RateLimiter,
+    reassembler: Reassembler,
+    /// Whose fragments are reassembled: the remote ends of our SAs.
+    fragment_sources: Sources,
+    /// Scratch for buffers the reassembler gives up.
+    spent: Vec<GivenUp>,
+    /// How often keepalives go out, when this gateway sends them.
+    keepalive_every: Option<Duration>,
+    next_keepalive: Duration,
+}
+
+impl Local {
+    /// `keepalive_every`: the NAT keepalive interval, `None` when this
+    /// gateway sends none (none configured, or not the worker that does).
+    pub(super) fn new(icmp_limits: icmp::IcmpLimits, keepalive_every: Option<Duration>) -> Local {
+        Local {
+            icmp_limiter: icmp::RateLimiter::new(icmp_limits),
+            reassembler: Reassembler::default(),
+            fragment_sources: Sources::default(),
+            spent: Vec::with_capacity(8),
+            keepalive_every,
+            next_keepalive: Duration::ZERO,
+        }
+    }
+
+    /// Whether an ICMP error to `to` may go now (both token buckets have a
+    /// token); counted as `icmp_rate_limited` when not.
+    pub(super) fn allow_error(&mut self, to: IpAddr, now: Duration, stats: &mut Stats) -> bool {
+        if self.icmp_limiter.allow(to, now) {
+            return true;
+        }
+        stats.icmp_rate_limited += 1;
+        false
+    }
+
+    /// Collects a fragment; the completed datagram comes back. Only the
+    /// remote ends of our SAs may start one (`stamp` says when the SAs or
+    /// their peers changed): nobody else's fragments take a slot.
+    pub(super) fn reassemble(
+        &mut self,
+        now: Duration,
+        buf: PacketBuf,
+        pool: &mut PacketPool,
+        (sad, stamp): (&Sad<SaCrypto>, (u64, usize, u64)),
+        sink: &mut Sink<'_>,
+    ) -> Option<PacketBuf> {
+        let src = if crate::wire::is_ipv6(buf.data()) {
+            ipv6::view(buf.data()).map(|ip| IpAddr::from(ip.src_addr()))
+        } else {
+            ipv4::view(buf.data()).map(|ip| IpAddr::from(ip.src_addr()))
+        };
+        match src {
+            Ok(src) if self.takes_fragments_from(src, sad, stamp) => {}
+            Ok(_) => {
+                sink.drop(buf, DropReason::FragmentNotFromPeer);
+                return None;
+            }
+            Err(reason) => {
+                sink.drop(buf, reason);
+                return None;
+            }
+        }
+        let result = self.reassembler.insert(buf, now, pool, &mut self.spent);
+        self.give_up_spent(sink);
+        match result {
+            Reassembled::Held(fragment) => {
+                sink.stats().fragments_absorbed += 1;
+                sink.consumed(fragment);
+                None
+            }
+            Reassembled::Complete { datagram, spent } => {
+                sink.stats().fragments_absorbed += 1;
+                sink.consumed(spent);
+                // The datagram's buffer came from the pool: a new frame.
+                sink.stats().generated += 1;
+                Some(datagram)
+            }
+            Reassembled::Dropped(fragment, _) => {
+                sink.drop(fragment, DropReason::ReassemblyFailed);
+                None
+            }
+        }
+    }
+
+    /// Whether `src` is the remote end of one of our SAs (or, for a
+    /// transport-mode inbound SA, a source its selectors admit): the set
+    /// is rebuilt only after SAs came or went or a peer moved.
+    fn takes_fragments_from(&mut self, src: IpAddr, sad: &Sad<SaCrypto>, stamp: (u64, usize, u64)) -> bool {
+        if !self.fragment_sources.is_current(stamp) {
+            let addresses = sad.iter().flat_map(|(_, sa)| {
+                let moved = sa.crypto().peer.as_ref().map(|p| IpAddr::V4(p.current().address));
+                let seen = sa.crypto().seen_peer.map(|p| IpAddr::V4(p.address));
+                [Some(sa.params().remote), moved, seen].into_iter().flatten()
+            });
+            let prefixes = sad
+                .iter()
+                .filter(|(_, sa)| {
+                    let p = sa.params();
+                    p.mode == spd_sad::Mode::Transport && p.direction == SaDirection::Inbound
+                })
+                .flat_map(|(_, sa)| sa.params().selectors.iter().map(|s| s.src));
+            self.fragment_sources.rebuild(stamp, addresses, prefixes);
+        }
+        self.fragment_sources.admits(src)
+    }
+
+    /// Hands back datagram buffers the reassembler gave up on.
+    fn give_up_spent(&mut self, sink: &mut Sink<'_>) {
+        while let Some((buf, why)) = self.spent.pop() {
+            let reason = match why {
+                ReassemblyError::TimedOut => DropReason::ReassemblyTimeout,
+                ReassemblyError::Evicted => DropReason::ReassemblyEvicted,
+                ReassemblyError::SourceLimit => DropReason::ReassemblySourceLimit,
+                ReassemblyError::Overlap
+                | ReassemblyError::TooLarge
+                | ReassemblyError::Full
+                | ReassemblyError::NoBuffer
+                | ReassemblyError::Malformed => DropReason::ReassemblyFailed,
+            };
+            sink.stats().generated += 1;
+            sink.drop(buf, reason);
+        }
+    }
+
+    /// Gives up on datagrams whose fragments stopped coming.
+    pub(super) fn handle_timeout(&mut self, now: Duration, sink: &mut Sink<'_>) {
+        if self.reassembler.in_progress() > 0 {
+            self.reassembler.expire(now, &mut self.spent);
+            self.give_up_spent(sink);
+        }
+    }
+
+    /// Stops: every datagram in progress is dropped.
+    pub(super) fn shutdown(&mut self, sink: &mut Sink<'_>) {
+        self.reassembler.drain(&mut self.spent);
+        self.give_up_spent(sink);
+    }
+
+    /// The next reassembly timeout, or keepalive when `encapsulating` (some
+    /// SA receives on an encapsulation port).
+    pub(super) fn deadline(&self, encapsulating: bool) -> Option<Duration> {
+        let keepalive = (self.keepalive_every.is_some() && encapsulating).then_some(self.next_keepalive);
+        self.reassembler
+            .next_deadline()
+            .into_iter()
+            .chain(keepalive)
+            .min()
+    }
+
+    /// RFC 3948 §2.3: one 0xFF byte to each UDP-encapsulated peer, every
+    /// interval, so that the NAT in between keeps the mapping. The
+    /// datagrams, bare IPv4, go to `sent`, to be routed (no policy applies
+    /// to them). Called only while some SA receives on an encapsulation
+    /// port.
+    pub(super) fn keepalives(
+        &mut self,
+        now: Duration,
+        sad: &Sad<SaCrypto>,
+        egress: &mut Egress,
+        pool: &mut PacketPool,
+        stats: &mut Stats,
+        sent: &mut Vec<PacketBuf>,
+    ) {
+        let Some(interval) = self.keepalive_every else {
+            return;
+        };
+        if now < self.next_keepalive {
+            return;
+        }
+        self.next_keepalive = now + interval;
+        let mut ends: Vec<(std::net::Ipv4Addr, u16, PeerAddr)> = Vec::new();
+        for (_, sa) in sad.iter() {
+            let p = sa.params();
+            let (Some(encap), SaDirection::Outbound) = (p.encap, p.direction) else {
+                continue;
+            };
+            let Some(peer) = sa.crypto().seen_peer else {
+                continue;
+            };
+            let IpAddr::V4(local) = p.local else {
+                continue;
+            };
+            let end = (local, encap.local_port, peer);
+            if !ends.contains(&end) {
+                ends.push(end);
+            }
+        }
+        for (local, local_port, peer) in ends {
+            let Some(mut buf) = pool.alloc() else {
+                // The next interval tries again; the mapping usually lasts longer.
+                return;
+            };
+            if !icmp::udp_datagram(
+                &mut buf,
+                (local, local_port),
+                (peer.address, peer.port),
+                egress.next_ip_id(),
+                &[nat::KEEPALIVE],
+            ) {
+                pool.free(buf);
+                continue;
+            }
+            stats.generated += 1;
+            stats.nat_keepalives_sent += 1;
+            sent.push(buf);
+        }
+    }
+}
+
+/// The outbound SPD's word on a packet the gateway wrote: `Some(sa)` to
+/// protect it, `None` to send it in the clear, or why it is dropped.
+/// `leaves_by` is the port it would leave by in the clear, when the caller
+/// knows (a reply sent back where its request came from); otherwise the
+/// route to its destination says. A packet for the inside network crosses
+/// no IPsec boundary (RFC 4301 §5.1 is about protected-to-unprotected
+/// traffic), as the gateway's forwarding from the outside to the inside
+/// never consults the outbound SPD: it goes, whatever a policy whose
+/// selectors also cover it says (a tunnel to 0.0.0.0/0 must not swallow
+/// the replies to the hosts).
+pub(super) fn local_policy(
+    spd: &mut Spd,
+    egress: &Egress,
+    packet: &[u8],
+    leaves_by: Option<Port>,
+) -> Result<Option<SaId>, DropReason> {
+    let flow = flow_key_any(packet)?;
+    let port = leaves_by.or_else(|| egress.port_toward(flow.dst));
+    if port == Some(Port::Inside) {
+        return Ok(None);
+    }
+    let decision = spd.lookup_cached(PolicyDirection::Out, &flow);
+    match decision.action {
+        Action::Protect(sa) => Ok(Some(sa)),
+        Action::Bypass => Ok(None),
+        Action::Discard if decision.policy.is_some() => Err(DropReason::PolicyDiscard),
+        Action::Discard => Err(DropReason::NoPolicy),
+    }
+}
+
+/// Whether an outbound `protect` policy covers ICMP (`protocol`) from
+/// `src` to `dst`: an error to `dst` then comes from `src`, through the
+/// tunnel.
+pub(super) fn tunnels_from(spd: &mut Spd, src: IpAddr, dst: IpAddr, protocol: u8) -> bool {
+    let flow = spd_sad::FlowKey {
+        src,
+        dst,
+        protocol,
+        ports: None,
+    };
+    matches!(
+        spd.lookup_cached(PolicyDirection::Out, &flow).action,
+        Action::Protect(_)
+    )
+}
+
+/// A packet that arrived through an SA for one of our addresses: an echo
+/// request becomes its reply, in place (`true`); anything else is left as
+/// it is.
+pub(super) fn answer_echo_after_decapsulation(buf: &mut PacketBuf, protocol: u8) -> bool {
+    let answered = if crate::wire::is_ipv6(buf.data()) {
+        if protocol != ICMPV6 {
+            return false;
+        }
+        let (src, dst, at) = {
+            let data = buf.data();
+            let (Ok(ip), Ok(upper)) = (ipv6::view(data), ipv6::upper_layer(data)) else {
+                return false;
+            };
+            (ip.src_addr(), ip.dst_addr(), upper.offset)
+        };
+        // What the rewrite handles: the ICMPv6 header right after the
+        // fixed header, as for echo in the clear.
+        at == ipv6::HEADER_LEN
+            && buf.data().get(at) == Some(&icmp6::kind::ECHO_REQUEST)
+            && icmpv6_checksum_ok(&buf.data()[at..], src, dst)
+            && icmp6::echo_reply_in_place(buf)
+    } else {
+        protocol == proto::ICMP
+            && ipv4::header_len(buf.data())
+                .is_ok_and(|at| buf.data().get(at) == Some(&icmp::kind::ECHO_REQUEST))
+            && icmp::echo_reply_in_place(buf)
+    };
+    if answered {
+        fate::mark_replaced(buf, Fate::Consumed);
+    }
+    answered
+}
+
+/// Whether an ICMPv6 message's checksum is right (always, when fuzzing).
+pub(super) fn icmpv6_checksum_ok(icmp: &[u8], src: std::net::Ipv6Addr, dst: std::net::Ipv6Addr) -> bool {
+    smoltcp::wire::Icmpv6Packet::new_checked(icmp)
+        .is_ok_and(|p| cfg!(fuzzing) || p.verify_checksum(&src, &dst))
+}
+
+/// Clears DF on an IPv4 packet (its header checksum redone); IPv6 has none.
+/// Our own packet, protected: one too large for the tunnel is fragmented
+/// after encapsulation, never answered with an error to ourselves.
+pub(super) fn clear_dont_fragment(buf: &mut PacketBuf) {
+    if crate::wire::is_ipv6(buf.data()) {
+        return;
+    }
+    if let Ok(mut ip) = ipv4::view_mut(buf.data_mut()) {
+        if ip.dont_frag() {
+            ip.set_dont_frag(false);
+            ip.fill_checksum();
+        }
+    }
+}

@@ -19,7 +19,8 @@ use smoltcp::wire::{ArpOperation, EthernetAddress, EthernetFrame, EthernetProtoc
 use spd_sad::SaId;
 
 use super::ipid::IpIds;
-use super::{GatewaySetup, LinkLayer, Sink, LINK_LOCAL};
+use super::output::{Output, Sink};
+use super::setup::{GatewaySetup, LinkLayer, LINK_LOCAL};
 use crate::buffer::{PacketBuf, PacketPool};
 use crate::fate::{self, Fate};
 use crate::icmp;
@@ -76,7 +77,7 @@ pub(super) struct Egress {
     waiting: Vec<Waiting>,
     /// Packets an NDP advertisement released during classification, for
     /// the batch's output.
-    released: Vec<super::Output>,
+    released: Vec<Output>,
     /// Each SA's outer next hop, by SA slot.
     hops: Vec<Option<CachedHop>>,
     ip_ids: IpIds,
@@ -563,7 +564,7 @@ impl Egress {
     }
 
     /// Packets an NDP advertisement released during classification.
-    pub(super) fn take_released(&mut self, out: &mut Vec<super::Output>) {
+    pub(super) fn take_released(&mut self, out: &mut Vec<Output>) {
         out.append(&mut self.released);
     }
 

@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use spd_sad::{SaDirection, SaId, Sad, UdpEncap};
 
-use super::SaCrypto;
 use crate::buffer::PacketBuf;
 use crate::esp::OuterHeader;
+use crate::esp::SaCrypto;
 use crate::nat::{self, PeerAddr};
 use crate::stats::Stats;
 use crate::wire::ipv4;

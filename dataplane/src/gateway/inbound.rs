@@ -29,8 +29,10 @@ use spd_sad::{SaId, Sad};
 
 use super::egress::Egress;
 use super::encap::{self, NatPeers};
-use super::{local, IcmpError, Next, SaCrypto};
+use super::local;
+use super::output::{IcmpError, Next};
 use crate::buffer::PacketBuf;
+use crate::esp::SaCrypto;
 use crate::esp::{self, Decapsulated, Inbound, Pending};
 use crate::route::Port;
 use crate::stats::{DropReason, Stats};

@@ -29,8 +29,9 @@ use std::time::Duration;
 use spd_sad::{proto, Action, PolicyDirection, SaDirection, SaId, Sad, Spd};
 
 use super::egress::Egress;
-use super::{SaCrypto, Sink};
+use super::output::Sink;
 use crate::buffer::{PacketBuf, PacketPool};
+use crate::esp::SaCrypto;
 use crate::fate::{self, Fate};
 use crate::icmp;
 use crate::icmp6;

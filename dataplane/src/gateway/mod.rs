@@ -41,13 +41,14 @@ mod ipid;
 mod jobs;
 mod local;
 mod outbound;
+mod output;
+mod setup;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use accel::{Direction, Engine, NextCompletion, RegisterError, SessionSpec, Style};
-use smoltcp::wire::EthernetAddress;
 use spd_sad::{Mode, SaEvent, SaId, SaParams, Sad, SadError, SecurityAssociation, Spd, UdpEncap};
 
 use crate::buffer::{PacketBuf, PacketPool};
@@ -56,93 +57,16 @@ pub use crate::esp::SaCrypto;
 use crate::icmp;
 use crate::icmp6;
 use crate::nat;
-use crate::neighbor::{NeighborLimits, Neighbors};
-use crate::route::{Interface, Port, Route, Route6, RoutingTable};
+use crate::neighbor::Neighbors;
+use crate::route::{Interface, Port, RoutingTable};
 use crate::stats::{DropReason, Stats};
 use crate::wire::ipv4;
 pub use inbound::{AWAIT_LIMIT, HOLD_LIMIT};
 use ingress::Classified;
 pub use jobs::{BACKLOG_LIMIT, JOB_TIMEOUT};
-
-/// What the frames of a driver look like.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkLayer {
-    Ethernet,
-    /// Bare IPv4 packets (TUN devices, raw-IP captures).
-    RawIp,
-}
-
-/// The fate of one frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Transmit the (rewritten) buffer on this port.
-    Forward(Port),
-    /// Consumed by the gateway (addressed to it, or an ESP dummy packet).
-    Consumed,
-    /// A datagram for the control plane (UDP to [`GatewaySetup::control_port`]
-    /// on one of our addresses): the buffer holds the IPv4 packet. The
-    /// driver hands it over, then frees it; drivers without a control
-    /// plane just free it.
-    Control,
-    Drop(DropReason),
-}
-
-/// fe80::/10 (RFC 4291 §2.5.6).
-const LINK_LOCAL: spd_sad::Ipv6Prefix =
-    match spd_sad::Ipv6Prefix::new(std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10) {
-        Some(p) => p,
-        None => panic!("fe80::/10 is a prefix"),
-    };
-
-/// The UDP port of the control plane's exchange: IKE's (RFC 7296 §2).
-pub const CONTROL_PORT: u16 = 500;
-
-/// Everything the gateway is built from, apart from SAs and policies.
-#[derive(Debug, Clone)]
-pub struct GatewaySetup {
-    pub inside: Interface,
-    pub outside: Interface,
-    pub routes: Vec<Route>,
-    /// IPv6 routes besides the connected networks of `address6`.
-    pub routes6: Vec<Route6>,
-    /// Static neighbours of either family.
-    pub neighbors: Vec<(IpAddr, EthernetAddress)>,
-    pub link: LinkLayer,
-    /// TTL of the outer header of tunnel-mode packets.
-    pub outer_ttl: u8,
-    /// How often to send NAT keepalives (RFC 3948 §2.3) to each
-    /// UDP-encapsulated peer; `None`: never. Only the gateway that answers
-    /// ARP (worker 0) sends them.
-    pub nat_keepalive: Option<Duration>,
-    /// How packets' crypto is handed to the engine.
-    pub style: Style,
-    /// Resolve next hops by ARP. Off for offline work (captures), where a
-    /// next hop without a static entry gets the zero MAC.
-    pub resolve_neighbors: bool,
-    /// Answer ARP requests for our addresses. With several workers, every
-    /// worker learns from ARP but only one answers.
-    pub answer_arp: bool,
-    /// The inside port's framing when it differs from `link` (a TUN device
-    /// carries bare IPv4 while the outside is Ethernet).
-    pub inside_link: Option<LinkLayer>,
-    /// UDP port on which datagrams to our outside address go to the
-    /// control plane (as [`Verdict::Control`]), ahead of the SPD: key
-    /// exchange traffic is always let through (RFC 4301 §5.1, IKE bypass).
-    /// `None`: such datagrams are ordinary local traffic.
-    pub control_port: Option<u16>,
-    /// Drop unicast frames for other MAC addresses (`other_host`). On for
-    /// live interfaces, whose sockets are promiscuous because the gateway's
-    /// MAC need not be the device's; off for captures, which hold what the
-    /// user wants processed.
-    pub only_own_mac: bool,
-    /// Bounds of the neighbour table (ARP floods).
-    pub neighbor_limits: NeighborLimits,
-    /// Token buckets for the ICMP errors the gateway sends.
-    pub icmp_limits: icmp::IcmpLimits,
-}
-
-/// A frame handed back to the driver.
-pub type Output = (PacketBuf, Verdict);
+use output::{IcmpError, Next, Sink};
+pub use output::{Output, Verdict};
+pub use setup::{GatewaySetup, LinkLayer, CONTROL_PORT};
 
 /// Why an SA could not be installed.
 #[derive(Debug, thiserror::Error)]
@@ -223,56 +147,6 @@ pub struct Gateway {
     /// Scratch for `handle_batch`'s two passes (kept, so not allocated
     /// per batch).
     classified: Vec<(PacketBuf, Classified)>,
-}
-
-/// Where a packet goes once the gateway is done with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Next {
-    /// Look up the route and transmit.
-    Route,
-    /// Addressed to the gateway: consumed.
-    Consume,
-    /// For the control plane.
-    Control,
-    /// A reply the gateway wrote, framed already: transmit it on this port.
-    Reply(Port),
-    /// A packet the gateway wrote (an echo reply, an ICMP or ICMPv6
-    /// error), bare IP: it takes the outbound SPD.
-    Local,
-    /// The packet dies here, and an ICMP or ICMPv6 error about it is due
-    /// (if the rules and rate limits allow one): written in its place by
-    /// the front, which then sends it as `Local`.
-    Error(IcmpError),
-}
-
-/// An ICMP or ICMPv6 error a stage asks for in place of a packet that
-/// dies, for `reason`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct IcmpError {
-    /// Type, code and the rest of the header (an MTU, a pointer).
-    message: (u8, u8, u32),
-    /// The source of an ICMP (IPv4) error; `None`: ICMPv6, from our
-    /// address toward the packet's source.
-    from: Option<Ipv4Addr>,
-    reason: DropReason,
-}
-
-impl IcmpError {
-    pub(super) fn v4(message: (u8, u8, u32), from: Ipv4Addr, reason: DropReason) -> IcmpError {
-        IcmpError {
-            message,
-            from: Some(from),
-            reason,
-        }
-    }
-
-    pub(super) fn v6(message: (u8, u8, u32), reason: DropReason) -> IcmpError {
-        IcmpError {
-            message,
-            from: None,
-            reason,
-        }
-    }
 }
 
 impl Gateway {
@@ -1219,41 +1093,5 @@ impl Gateway {
             self.inbound_done(now, waiting.pending.sa, out);
             self.emit(waiting.buf, Err(DropReason::SeqNotReserved), out);
         }
-    }
-}
-
-/// Where stages put the frames they are done with: each is counted as it
-/// goes (transmitted or dropped, under its reason), so that every output
-/// is counted once, here.
-pub(super) struct Sink<'a> {
-    out: &'a mut Vec<Output>,
-    stats: &'a mut Stats,
-}
-
-impl<'a> Sink<'a> {
-    pub(super) fn new(out: &'a mut Vec<Output>, stats: &'a mut Stats) -> Self {
-        Sink { out, stats }
-    }
-
-    /// Transmit on `port`.
-    pub(super) fn send(&mut self, buf: PacketBuf, port: Port) {
-        self.stats.tx_packets += 1;
-        self.out.push((buf, Verdict::Forward(port)));
-    }
-
-    /// Dropped for `reason`.
-    pub(super) fn drop(&mut self, buf: PacketBuf, reason: DropReason) {
-        self.stats.drops.count(reason);
-        self.out.push((buf, Verdict::Drop(reason)));
-    }
-
-    /// Consumed by the gateway (already counted where it was delivered).
-    pub(super) fn consumed(&mut self, buf: PacketBuf) {
-        self.out.push((buf, Verdict::Consumed));
-    }
-
-    /// The other counters.
-    pub(super) fn stats(&mut self) -> &mut Stats {
-        self.stats
     }
 }

@@ -17,8 +17,9 @@ use accel::{Algorithm, SessionHandle};
 use rand::rngs::StdRng;
 use spd_sad::{SaId, Sad};
 
-use super::{IcmpError, Next, SaCrypto};
+use super::output::{IcmpError, Next};
 use crate::buffer::PacketBuf;
+use crate::esp::SaCrypto;
 use crate::esp::{self, OutboundContext, Pending};
 use crate::stats::DropReason;
 use crate::wire::ipv4;

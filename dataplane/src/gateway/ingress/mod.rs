@@ -22,8 +22,10 @@ mod v6;
 pub(super) use v6::{decrement_hop_limit, refuse_extension_headers};
 
 use super::egress::Egress;
-use super::{IcmpError, LinkLayer, Next, SaCrypto};
+use super::output::{IcmpError, Next};
+use super::setup::LinkLayer;
 use crate::buffer::PacketBuf;
+use crate::esp::SaCrypto;
 use crate::icmp;
 use crate::nat;
 use crate::route::Port;

@@ -20,7 +20,8 @@ use std::net::Ipv6Addr;
 use smoltcp::wire::{EthernetAddress, EthernetFrame, EthernetProtocol, IpProtocol};
 use spd_sad::{proto, Action, PolicyDirection};
 
-use super::super::{IcmpError, LinkLayer, Next};
+use super::super::output::{IcmpError, Next};
+use super::super::setup::LinkLayer;
 use super::{Classified, Ingress, Lent};
 use crate::buffer::PacketBuf;
 use crate::icmp6::{self, kind, NdpKind};

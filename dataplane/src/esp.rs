@@ -51,6 +51,229 @@ pub struct SaCrypto {
     /// cell is read only when something moved).
     pub(crate) peer: Option<Arc<crate::nat::Peer>>,
     pub(crate) seen_peer: Option<crate::nat::PeerAddr>,
+    /// How this SA's packets are laid out, chosen at install.
+    pub(crate) plan: EspPlan,
+}
+
+/// How an SA's packets are wrapped and unwrapped, chosen once when the SA
+/// is installed (as DPDK's `rte_ipsec_session_prepare` picks an SA's
+/// prepare and process functions from its type), so that the per-packet
+/// path calls these instead of branching on the SA's mode, its ends'
+/// family and its cipher.
+#[derive(Clone, Copy)]
+pub struct EspPlan {
+    /// Where the protected part starts, the next header ESP names, and the
+    /// bytes in front of ESP, from the packet's own fields.
+    layout: fn(&Inner, &OuterHeader) -> Result<Layout, DropReason>,
+    /// Makes room for ESP's header and IV in front of the protected part.
+    make_room: fn(&mut PacketBuf, &Layout, usize) -> bool,
+    /// Writes the bytes in front of ESP (the outer header, or the
+    /// transport-mode packet's own, updated).
+    wrap: fn(&mut [u8], &Wrap<'_>) -> Result<(), DropReason>,
+    /// Puts the inner packet back together once ESP is read.
+    unwrap: fn(&mut PacketBuf, &Unwrap) -> Result<(), UnwrapError>,
+    iv: IvSource,
+}
+
+impl EspPlan {
+    /// The plan of an SA in `mode` with `outer` (whose family, in
+    /// transport mode, is the packets' own) and `algorithm`.
+    pub fn new(mode: Mode, outer: &OuterHeader, algorithm: Algorithm) -> EspPlan {
+        let iv = match algorithm.cipher() {
+            // RFC 4106 §3.1, RFC 7634 §2: the IV must not repeat under one
+            // key; the 64-bit sequence number never does.
+            CipherKind::AesGcm | CipherKind::ChaCha20Poly1305 => IvSource::Sequence,
+            // RFC 3602 §3 / RFC 2451: CBC IVs must be unpredictable.
+            CipherKind::AesCbc | CipherKind::TripleDesCbc => IvSource::Random,
+            CipherKind::Null => IvSource::None,
+        };
+        match (mode, outer.is_ipv6()) {
+            (Mode::Tunnel, _) => EspPlan {
+                layout: tunnel_layout,
+                make_room: tunnel_room,
+                wrap: tunnel_wrap,
+                unwrap: tunnel_unwrap,
+                iv,
+            },
+            (Mode::Transport, false) => EspPlan {
+                layout: transport_layout::<4>,
+                make_room: transport_room,
+                wrap: transport4_wrap,
+                unwrap: transport4_unwrap,
+                iv,
+            },
+            (Mode::Transport, true) => EspPlan {
+                layout: transport_layout::<6>,
+                make_room: transport_room,
+                wrap: transport6_wrap,
+                unwrap: transport6_unwrap,
+                iv,
+            },
+        }
+    }
+}
+
+/// Where an SA's IVs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IvSource {
+    /// The 64-bit sequence number (counter-mode AEADs).
+    Sequence,
+    /// The random generator (CBC).
+    Random,
+    /// None (null encryption).
+    None,
+}
+
+/// How one outbound packet is laid out.
+struct Layout {
+    /// Offset of the protected part: 0 in tunnel mode, the header's length
+    /// in transport mode.
+    protected_start: usize,
+    next_header: u8,
+    /// Bytes in front of ESP once protected.
+    outer_len: usize,
+}
+
+/// What writing the bytes in front of ESP reads.
+struct Wrap<'a> {
+    outer: &'a OuterHeader,
+    inner: &'a Inner,
+    total_len: u16,
+    ip_id: u16,
+}
+
+/// What putting the inner packet back together reads.
+struct Unwrap {
+    esp_offset: usize,
+    /// ESP's header and IV.
+    esp_overhead: usize,
+    /// Bytes of protected payload (without padding and trailer).
+    payload_len: usize,
+    next_header: u8,
+}
+
+/// Why an inner packet could not be put back together.
+enum UnwrapError {
+    /// Counted against the SA as malformed.
+    Malformed,
+    /// Another reason (an ECN combination RFC 6040 drops).
+    Drop(DropReason),
+}
+
+/// Tunnel mode: the whole packet is protected, behind the outer header.
+fn tunnel_layout(inner: &Inner, outer: &OuterHeader) -> Result<Layout, DropReason> {
+    let next_header = if inner.family == 4 {
+        NEXT_HEADER_IPV4
+    } else {
+        NEXT_HEADER_IPV6
+    };
+    Ok(Layout {
+        protected_start: 0,
+        next_header,
+        outer_len: outer.header_len(),
+    })
+}
+
+/// Transport mode keeps the packet's own header, whose family must be the
+/// SA's ends' (`FAMILY`; the SPD's selectors see to it).
+fn transport_layout<const FAMILY: u8>(inner: &Inner, _: &OuterHeader) -> Result<Layout, DropReason> {
+    if inner.family != FAMILY {
+        return Err(DropReason::PolicyMismatch);
+    }
+    // RFC 4301 §4.1: transport mode carries whole packets only.
+    if inner.is_fragment {
+        return Err(DropReason::Unsupported);
+    }
+    // Next header 59 marks a dummy packet, which the peer must discard
+    // (RFC 4303 §2.6): such a payload cannot be carried in transport mode.
+    if inner.protocol == NEXT_HEADER_NONE {
+        return Err(DropReason::Unsupported);
+    }
+    Ok(Layout {
+        protected_start: inner.header_len,
+        next_header: inner.protocol,
+        outer_len: inner.header_len,
+    })
+}
+
+fn tunnel_room(buf: &mut PacketBuf, layout: &Layout, esp_overhead: usize) -> bool {
+    buf.prepend(layout.outer_len + esp_overhead).is_some()
+}
+
+fn transport_room(buf: &mut PacketBuf, layout: &Layout, esp_overhead: usize) -> bool {
+    buf.open_gap_after(layout.outer_len, esp_overhead)
+}
+
+/// RFC 4301 §5.1.2.1: DSCP copied; ECN copied (RFC 6040 normal mode); RFC
+/// 4301 §8.1: DF copied from the inner header.
+fn tunnel_wrap(header: &mut [u8], w: &Wrap<'_>) -> Result<(), DropReason> {
+    w.outer
+        .write(header, w.inner.tos, w.total_len, w.ip_id, w.inner.dont_fragment);
+    Ok(())
+}
+
+fn transport4_wrap(header: &mut [u8], w: &Wrap<'_>) -> Result<(), DropReason> {
+    let mut ip = ipv4::header_mut(header)?;
+    ip.set_next_header(IpProtocol::from(proto::ESP));
+    ip.set_total_len(w.total_len);
+    ip.fill_checksum();
+    Ok(())
+}
+
+/// RFC 4303 §3.1.1: ESP after the headers routers read, named by the byte
+/// that named what it now protects.
+fn transport6_wrap(header: &mut [u8], w: &Wrap<'_>) -> Result<(), DropReason> {
+    header[w.inner.next_header_at] = proto::ESP;
+    let payload_len = w.total_len - IPV6_HEADER_LEN as u16;
+    header[4..6].copy_from_slice(&payload_len.to_be_bytes());
+    Ok(())
+}
+
+fn tunnel_unwrap(buf: &mut PacketBuf, u: &Unwrap) -> Result<(), UnwrapError> {
+    let outer_ecn = ecn_of(buf.data());
+    buf.trim_front(u.esp_offset + u.esp_overhead);
+    buf.truncate(u.payload_len);
+    // RFC 4303 §2.7: tunnel-mode TFC padding may follow the inner packet;
+    // its own total length says where it ends.
+    let inner_len = match u.next_header {
+        NEXT_HEADER_IPV4 => match Ipv4Packet::new_checked(buf.data()) {
+            Ok(inner) if inner.version() == 4 && inner.verify_checksum() => usize::from(inner.total_len()),
+            _ => return Err(UnwrapError::Malformed),
+        },
+        NEXT_HEADER_IPV6 => match crate::wire::ipv6::view(buf.data()) {
+            Ok(inner) => inner.total_len(),
+            Err(_) => return Err(UnwrapError::Malformed),
+        },
+        _ => return Err(UnwrapError::Malformed),
+    };
+    buf.truncate(inner_len);
+    combine_ecn(buf.data_mut(), outer_ecn).map_err(UnwrapError::Drop)
+}
+
+fn transport6_unwrap(buf: &mut PacketBuf, u: &Unwrap) -> Result<(), UnwrapError> {
+    // The byte that names ESP names what ESP protected again.
+    let named_esp = match crate::wire::ipv6::upper_layer(buf.data()) {
+        Ok(upper) if upper.protocol == proto::ESP && upper.offset == u.esp_offset => upper.next_header_at,
+        _ => return Err(UnwrapError::Malformed),
+    };
+    buf.truncate(u.esp_offset + u.esp_overhead + u.payload_len);
+    buf.close_gap_after(u.esp_offset, u.esp_overhead);
+    let payload_len = (buf.len() - IPV6_HEADER_LEN) as u16;
+    let data = buf.data_mut();
+    data[named_esp] = u.next_header;
+    data[4..6].copy_from_slice(&payload_len.to_be_bytes());
+    Ok(())
+}
+
+fn transport4_unwrap(buf: &mut PacketBuf, u: &Unwrap) -> Result<(), UnwrapError> {
+    buf.truncate(u.esp_offset + u.esp_overhead + u.payload_len);
+    buf.close_gap_after(u.esp_offset, u.esp_overhead);
+    let total_len = buf.len() as u16;
+    let mut ip = ipv4::header_mut(buf.data_mut()).map_err(|_| UnwrapError::Malformed)?;
+    ip.set_next_header(IpProtocol::from(u.next_header));
+    ip.set_total_len(total_len);
+    ip.fill_checksum();
+    Ok(())
 }
 
 /// A tunnel SA's outer headers (IPv4, and UDP for RFC 3948; or IPv6),
@@ -261,34 +484,16 @@ pub fn encapsulate_prepare<R: Rng>(
         sa.counters_mut().expired += 1;
         return Err(DropReason::SaExpired);
     }
-    let alg = sa.crypto().algorithm;
+    let (alg, plan) = (sa.crypto().algorithm, sa.crypto().plan);
     let params = sa.params();
-    let (mode, spi, esn) = (params.mode, params.spi, params.esn);
-    let inner = Inner::read(buf.data(), mode == Mode::Transport)?;
-    let (protected_start, next_header) = match (mode, inner.family) {
-        (Mode::Tunnel, 4) => (0, NEXT_HEADER_IPV4),
-        (Mode::Tunnel, _) => (0, NEXT_HEADER_IPV6),
-        // Transport mode keeps the packet's own header, whose family must
-        // be the SA's ends' (the SPD's selectors see to it).
-        (Mode::Transport, family) if (family == 6) != sa.crypto().outer.is_ipv6() => {
-            return Err(DropReason::PolicyMismatch)
-        }
-        // RFC 4301 §4.1: transport mode carries whole packets only.
-        (Mode::Transport, _) if inner.is_fragment => return Err(DropReason::Unsupported),
-        // Next header 59 marks a dummy packet, which the peer must discard
-        // (RFC 4303 §2.6): such a payload cannot be carried in transport mode.
-        (Mode::Transport, _) if inner.protocol == NEXT_HEADER_NONE => return Err(DropReason::Unsupported),
-        (Mode::Transport, _) => (inner.header_len, inner.protocol),
-    };
-    let (header_len, inner_tos, inner_df) = (inner.header_len, inner.tos, inner.dont_fragment);
-    let payload_len = buf.len() - protected_start;
+    let (spi, esn) = (params.spi, params.esn);
+    let inner = Inner::read(buf.data(), params.mode == Mode::Transport)?;
+    let layout = (plan.layout)(&inner, &sa.crypto().outer)?;
+    let payload_len = buf.len() - layout.protected_start;
     let pad_len = EspTrailer::pad_len_for(payload_len, alg.pad_align());
     let cipher_len = payload_len + pad_len + esp::TRAILER_LEN;
     let esp_overhead = esp::HEADER_LEN + alg.iv_len();
-    let outer_len = match mode {
-        Mode::Tunnel => sa.crypto().outer.header_len(),
-        Mode::Transport => header_len,
-    };
+    let outer_len = layout.outer_len;
     if buf.tailroom() < pad_len + esp::TRAILER_LEN + alg.icv_len()
         || buf.headroom() < esp_overhead + outer_len
         || outer_len + esp_overhead + cipher_len + alg.icv_len() > usize::from(u16::MAX)
@@ -322,13 +527,9 @@ pub fn encapsulate_prepare<R: Rng>(
     let trailer = buf
         .append(pad_len + esp::TRAILER_LEN + alg.icv_len())
         .ok_or(DropReason::NoBufferSpace)?;
-    EspTrailer::emit(&mut trailer[..pad_len + esp::TRAILER_LEN], next_header);
+    EspTrailer::emit(&mut trailer[..pad_len + esp::TRAILER_LEN], layout.next_header);
 
-    let room = match mode {
-        Mode::Tunnel => buf.prepend(outer_len + esp_overhead).is_some(),
-        Mode::Transport => buf.open_gap_after(header_len, esp_overhead),
-    };
-    if !room {
+    if !(plan.make_room)(buf, &layout, esp_overhead) {
         return Err(DropReason::NoBufferSpace);
     }
     let esp_offset = pending.esp_offset;
@@ -340,32 +541,18 @@ pub fn encapsulate_prepare<R: Rng>(
     esp_packet.set_spi(spi);
     esp_packet.set_sequence_number(seq as u32);
     let iv = &mut rest[esp::HEADER_LEN..esp_overhead];
-    match alg.cipher() {
-        // RFC 4106 §3.1, RFC 7634 §2: the IV must not repeat under one key;
-        // the 64-bit sequence number never does.
-        CipherKind::AesGcm | CipherKind::ChaCha20Poly1305 => iv.copy_from_slice(&seq.to_be_bytes()),
-        // RFC 3602 §3 / RFC 2451: CBC IVs must be unpredictable.
-        CipherKind::AesCbc | CipherKind::TripleDesCbc => ctx.rng.fill_bytes(iv),
-        CipherKind::Null => {}
+    match plan.iv {
+        IvSource::Sequence => iv.copy_from_slice(&seq.to_be_bytes()),
+        IvSource::Random => ctx.rng.fill_bytes(iv),
+        IvSource::None => {}
     }
-    match mode {
-        // RFC 4301 §5.1.2.1: DSCP copied; ECN copied (RFC 6040 normal
-        // mode); RFC 4301 §8.1: DF copied from the inner header.
-        Mode::Tunnel => outer.write(header, inner_tos, total_len, ctx.ip_id, inner_df),
-        Mode::Transport if inner.family == 6 => {
-            // RFC 4303 §3.1.1: ESP after the headers routers read, named
-            // by the byte that named what it now protects.
-            header[inner.next_header_at] = proto::ESP;
-            let payload_len = total_len - IPV6_HEADER_LEN as u16;
-            header[4..6].copy_from_slice(&payload_len.to_be_bytes());
-        }
-        Mode::Transport => {
-            let mut ip = ipv4::header_mut(header)?;
-            ip.set_next_header(IpProtocol::from(proto::ESP));
-            ip.set_total_len(total_len);
-            ip.fill_checksum();
-        }
-    }
+    let wrap = Wrap {
+        outer,
+        inner: &inner,
+        total_len,
+        ip_id: ctx.ip_id,
+    };
+    (plan.wrap)(header, &wrap)?;
     Ok(pending)
 }
 
@@ -615,7 +802,6 @@ pub fn decapsulate_finish(
     }
     // RFC 4303 §3.4.3: the window moves only for authenticated packets.
     sa.accept_sequence(pending.seq);
-    let mode = sa.params().mode;
     let cipher = pending.desc.cipher.range();
     let esp_offset = pending.esp_offset;
     let plain = &buf.data()[esp_offset + cipher.start..esp_offset + cipher.end];
@@ -633,54 +819,16 @@ pub fn decapsulate_finish(
         sa.counters_mut().malformed += 1;
         DropReason::Malformed
     };
-    let esp_overhead = cipher.start;
-    match mode {
-        Mode::Tunnel => {
-            let outer_ecn = ecn_of(buf.data());
-            buf.trim_front(esp_offset + esp_overhead);
-            buf.truncate(payload_len);
-            // RFC 4303 §2.7: tunnel-mode TFC padding may follow the inner
-            // packet; its own total length says where it ends.
-            let inner_len = match trailer.next_header {
-                NEXT_HEADER_IPV4 => match Ipv4Packet::new_checked(buf.data()) {
-                    Ok(inner) if inner.version() == 4 && inner.verify_checksum() => {
-                        usize::from(inner.total_len())
-                    }
-                    _ => return Err(malformed(sa)),
-                },
-                NEXT_HEADER_IPV6 => match crate::wire::ipv6::view(buf.data()) {
-                    Ok(inner) => inner.total_len(),
-                    Err(_) => return Err(malformed(sa)),
-                },
-                _ => return Err(malformed(sa)),
-            };
-            buf.truncate(inner_len);
-            combine_ecn(buf.data_mut(), outer_ecn)?;
-        }
-        Mode::Transport if crate::wire::is_ipv6(buf.data()) => {
-            // The byte that names ESP names what ESP protected again.
-            let named_esp = match crate::wire::ipv6::upper_layer(buf.data()) {
-                Ok(upper) if upper.protocol == proto::ESP && upper.offset == esp_offset => {
-                    upper.next_header_at
-                }
-                _ => return Err(malformed(sa)),
-            };
-            buf.truncate(esp_offset + esp_overhead + payload_len);
-            buf.close_gap_after(esp_offset, esp_overhead);
-            let payload_len = (buf.len() - IPV6_HEADER_LEN) as u16;
-            let data = buf.data_mut();
-            data[named_esp] = trailer.next_header;
-            data[4..6].copy_from_slice(&payload_len.to_be_bytes());
-        }
-        Mode::Transport => {
-            buf.truncate(esp_offset + esp_overhead + payload_len);
-            buf.close_gap_after(esp_offset, esp_overhead);
-            let total_len = buf.len() as u16;
-            let mut ip = ipv4::header_mut(buf.data_mut()).map_err(|_| malformed(sa))?;
-            ip.set_next_header(IpProtocol::from(trailer.next_header));
-            ip.set_total_len(total_len);
-            ip.fill_checksum();
-        }
+    let unwrap = Unwrap {
+        esp_offset: pending.esp_offset,
+        esp_overhead: cipher.start,
+        payload_len,
+        next_header: trailer.next_header,
+    };
+    match (sa.crypto().plan.unwrap)(buf, &unwrap) {
+        Ok(()) => {}
+        Err(UnwrapError::Malformed) => return Err(malformed(sa)),
+        Err(UnwrapError::Drop(reason)) => return Err(reason),
     }
     let protected_len = buf.len();
     sad.account(pending.sa, protected_len, now);

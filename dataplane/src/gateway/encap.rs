@@ -7,19 +7,17 @@
 //!
 //! Owns the peer cells and the epoch this gateway's SAs last followed;
 //! rewrites only the outer headers of the SAs it is lent. Must not touch
-//! the engine, the SPD or packets other than reading an arrival's address.
+//! the engine, the SPD or packets.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use spd_sad::{SaDirection, SaId, Sad, UdpEncap};
 
-use crate::buffer::PacketBuf;
 use crate::esp::OuterHeader;
 use crate::esp::SaCrypto;
 use crate::nat::{self, PeerAddr};
 use crate::stats::Stats;
-use crate::wire::ipv4;
 
 /// The UDP-encapsulated peers and how far this gateway has followed them.
 pub(super) struct NatPeers {
@@ -129,19 +127,4 @@ impl NatPeers {
             }
         }
     }
-}
-
-/// Where a UDP-encapsulated packet came from, read before decapsulation
-/// strips the outer headers; `None` for ESP not in UDP.
-pub(super) fn arrival(buf: &PacketBuf, esp_offset: usize) -> Option<PeerAddr> {
-    let data = buf.data();
-    let ip = ipv4::view(data).ok()?;
-    let header_len = usize::from(ip.header_len());
-    if esp_offset == header_len {
-        return None;
-    }
-    Some(PeerAddr {
-        address: ip.src_addr(),
-        port: nat::source_port(data.get(header_len..)?)?,
-    })
 }

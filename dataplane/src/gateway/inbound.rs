@@ -28,15 +28,15 @@ use accel::{Algorithm, SessionHandle};
 use spd_sad::{SaId, Sad};
 
 use super::egress::Egress;
-use super::encap::{self, NatPeers};
 use super::local;
 use super::output::{IcmpError, Next};
 use crate::buffer::PacketBuf;
 use crate::esp::SaCrypto;
 use crate::esp::{self, Decapsulated, Inbound, Pending};
+use crate::nat::{self, PeerAddr};
 use crate::route::Port;
 use crate::stats::{DropReason, Stats};
-use crate::wire::flow_key_any;
+use crate::wire::{flow_key_any, ipv4};
 use crate::{icmp, icmp6};
 
 /// Inbound packets that may be held for their ESN inference at once;
@@ -79,7 +79,6 @@ pub(super) enum Prepared {
 /// What finishing reads and counts of the gateway's other state.
 pub(super) struct Lent<'a> {
     pub(super) sad: &'a mut Sad<SaCrypto>,
-    pub(super) nat: &'a mut NatPeers,
     pub(super) egress: &'a Egress,
     pub(super) stats: &'a mut Stats,
 }
@@ -229,7 +228,8 @@ impl EspIn {
     }
 
     /// Finishes a packet the engine is done with: the checks, and where it
-    /// goes. A decapsulated packet whose TTL or hop limit runs out here
+    /// goes; with where an authentic UDP-encapsulated packet came from (for
+    /// the front to follow a peer that moved). A decapsulated packet whose TTL or hop limit runs out here
     /// asks for a time exceeded (RFC 1812 §5.3.1, RFC 4443 §3.3): its
     /// source is behind the peer, so the error takes the outbound policy
     /// like every packet of ours (through the tunnel, as Linux's output
@@ -240,8 +240,10 @@ impl EspIn {
         buf: &mut PacketBuf,
         pending: &Pending,
         now: Duration,
-    ) -> Result<Next, DropReason> {
-        match finish_decapsulation(lent, buf, pending, now) {
+    ) -> (Result<Next, DropReason>, Option<PeerAddr>) {
+        let arrival = arrival(buf, pending.esp_offset);
+        let mut authentic = false;
+        let result = match finish_decapsulation(lent, buf, pending, now, &mut authentic) {
             Err(DropReason::TtlExpired) => {
                 let reason = DropReason::TtlExpired;
                 let error = if crate::wire::is_ipv6(buf.data()) {
@@ -253,7 +255,8 @@ impl EspIn {
                 Ok(Next::Error(error))
             }
             result => result,
-        }
+        };
+        (result, arrival.filter(|_| authentic))
     }
 }
 
@@ -262,13 +265,10 @@ fn finish_decapsulation(
     buf: &mut PacketBuf,
     pending: &Pending,
     now: Duration,
+    authentic: &mut bool,
 ) -> Result<Next, DropReason> {
-    let arrival = encap::arrival(buf, pending.esp_offset);
     let decapsulated = esp::decapsulate_finish(lent.sad, buf, pending, now)?;
-    if let Some(from) = arrival {
-        lent.nat
-            .learn(lent.sad, pending.sa, pending.seq, from, lent.stats);
-    }
+    *authentic = true;
     match decapsulated {
         Decapsulated::Dummy => {
             lent.stats.dummy_packets += 1;
@@ -313,4 +313,19 @@ fn finish_decapsulation(
         super::ingress::decrement_ttl(buf)?;
     }
     Ok(Next::Route)
+}
+
+/// Where a UDP-encapsulated packet came from, read before decapsulation
+/// strips the outer headers; `None` for ESP not in UDP.
+fn arrival(buf: &PacketBuf, esp_offset: usize) -> Option<PeerAddr> {
+    let data = buf.data();
+    let ip = ipv4::view(data).ok()?;
+    let header_len = usize::from(ip.header_len());
+    if esp_offset == header_len {
+        return None;
+    }
+    Some(PeerAddr {
+        address: ip.src_addr(),
+        port: nat::source_port(data.get(header_len..)?)?,
+    })
 }

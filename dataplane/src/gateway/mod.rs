@@ -406,6 +406,7 @@ impl Gateway {
             None => (None, None),
         };
         let crypto = SaCrypto {
+            plan: crate::esp::EspPlan::new(params.mode, &outer, keys.algorithm),
             handle,
             algorithm: keys.algorithm,
             outer,
@@ -1035,11 +1036,14 @@ impl Gateway {
         }
         let mut lent = inbound::Lent {
             sad: &mut self.sad,
-            nat: &mut self.nat,
             egress: &self.egress,
             stats: &mut self.stats,
         };
-        let result = self.inbound.finish(&mut lent, &mut buf, &pending, now);
+        let (result, arrival) = self.inbound.finish(&mut lent, &mut buf, &pending, now);
+        if let Some(from) = arrival {
+            self.nat
+                .learn(&mut self.sad, pending.sa, pending.seq, from, &mut self.stats);
+        }
         if result == Err(DropReason::SeqNotReserved) {
             if may_wait {
                 return self.wait_for_ceiling(buf, pending, now, out);

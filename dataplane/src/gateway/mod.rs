@@ -71,29 +71,40 @@ pub use setup::{GatewaySetup, LinkLayer, CONTROL_PORT};
 /// Why an SA could not be installed.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallSaError {
+    /// The SAD refused it (a duplicate name or SPI, bad parameters).
     #[error(transparent)]
     Sad(#[from] SadError),
+    /// The engine refused its keys.
     #[error(transparent)]
     Engine(#[from] RegisterError),
     #[error(
         "SA `{0}`: UDP encapsulation needs tunnel mode (transport mode behind a NAT needs the peers' \
          original addresses to fix inner checksums, RFC 3948 §3.1.2)"
     )]
+    /// Transport mode with UDP encapsulation (the SA's name).
     TransportOverUdp(String),
     #[error(
         "SA `{name}`: outer addresses {local} -> {remote} are IPv6, which this gateway carries \
          without UDP encapsulation only so far (no NAT-T over IPv6); leave out `encap`, or give \
          IPv4 ends"
     )]
+    /// IPv6 ends with UDP encapsulation, which this gateway does not do.
     Ipv6Outer {
+        /// The SA's name.
         name: String,
+        /// Our end.
         local: std::net::IpAddr,
+        /// The peer's end.
         remote: std::net::IpAddr,
     },
     #[error("SA `{name}`: its ends {local} and {remote} are of different address families")]
+    /// One end IPv4, the other IPv6.
     MixedFamilies {
+        /// The SA's name.
         name: String,
+        /// Our end.
         local: std::net::IpAddr,
+        /// The peer's end.
         remote: std::net::IpAddr,
     },
 }
@@ -104,9 +115,11 @@ pub enum DatagramError {
     /// No route to the address, or (IPv6) no `address6` on the way.
     #[error("no route to {0}")]
     NoRoute(IpAddr),
+    /// The driver's pool is empty.
     #[error("no free packet buffer")]
     NoBuffer,
     #[error("a {0}-byte datagram does not fit a packet buffer")]
+    /// The payload (this many bytes) does not fit a packet buffer.
     TooLarge(usize),
 }
 
@@ -150,6 +163,8 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// A gateway built from `setup`, handing its crypto to `engine`, with
+    /// no SAs and no policies yet.
     pub fn new(setup: GatewaySetup, engine: Box<dyn Engine>) -> Self {
         Gateway {
             ingress: ingress::Ingress::new(setup.control_port, setup.only_own_mac),
@@ -182,18 +197,22 @@ impl Gateway {
         self.ingress.take_outbound_discards(&self.spd, f);
     }
 
+    /// The gateway's counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
 
+    /// The security policy database.
     pub fn spd(&self) -> &Spd {
         &self.spd
     }
 
+    /// The security policy database, to add, remove or repoint policies.
     pub fn spd_mut(&mut self) -> &mut Spd {
         &mut self.spd
     }
 
+    /// The security association database.
     pub fn sad(&self) -> &Sad<SaCrypto> {
         &self.sad
     }
@@ -213,10 +232,12 @@ impl Gateway {
         self.sad.flush_all_usage();
     }
 
+    /// The interface of `port`.
     pub fn interface(&self, port: Port) -> &Interface {
         self.egress.interface(port)
     }
 
+    /// The routes of both families.
     pub fn routes(&self) -> &RoutingTable {
         self.egress.routes()
     }
@@ -226,6 +247,8 @@ impl Gateway {
         self.egress.neighbors()
     }
 
+    /// The framing of the outside port (and of the inside one unless the
+    /// setup gave it its own).
     pub fn link(&self) -> LinkLayer {
         self.egress.link()
     }
@@ -235,14 +258,17 @@ impl Gateway {
         self.egress.is_local(addr)
     }
 
+    /// How packets' crypto is handed to the engine.
     pub fn style(&self) -> Style {
         self.jobs.style()
     }
 
+    /// Which engine this gateway hands its crypto to.
     pub fn engine_kind(&self) -> accel::EngineKind {
         self.jobs.engine_kind()
     }
 
+    /// The engine's own counters.
     pub fn engine_counters(&self) -> accel::EngineCounters {
         self.jobs.engine_counters()
     }

@@ -21,6 +21,7 @@ pub enum Verdict {
     /// driver hands it over, then frees it; drivers without a control
     /// plane just free it.
     Control,
+    /// Dropped, for this reason (counted under it).
     Drop(DropReason),
 }
 

@@ -15,6 +15,7 @@ use crate::route::{Interface, Route, Route6};
 /// What the frames of a driver look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkLayer {
+    /// Ethernet frames (AF_PACKET devices, Ethernet captures).
     Ethernet,
     /// Bare IPv4 packets (TUN devices, raw-IP captures).
     RawIp,
@@ -33,13 +34,18 @@ pub const CONTROL_PORT: u16 = 500;
 /// Everything the gateway is built from, apart from SAs and policies.
 #[derive(Debug, Clone)]
 pub struct GatewaySetup {
+    /// The protected side.
     pub inside: Interface,
+    /// The side the peers are on.
     pub outside: Interface,
+    /// IPv4 routes besides the connected networks.
     pub routes: Vec<Route>,
     /// IPv6 routes besides the connected networks of `address6`.
     pub routes6: Vec<Route6>,
     /// Static neighbours of either family.
     pub neighbors: Vec<(IpAddr, EthernetAddress)>,
+    /// The framing of the outside port, and of the inside one unless
+    /// `inside_link` says otherwise.
     pub link: LinkLayer,
     /// TTL of the outer header of tunnel-mode packets.
     pub outer_ttl: u8,

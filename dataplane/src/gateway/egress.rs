@@ -297,9 +297,6 @@ impl Egress {
                 .fragment(buf, usize::from(mtu), hop, now, pool, sink)
                 .map(|()| Routed::Taken);
         }
-        if self.link_of(hop.port) == LinkLayer::RawIp {
-            return Ok(Routed::Send(hop.port));
-        }
         self.send_to_neighbor(buf, hop.port, hop.address.into(), now, pool, sink)
     }
 
@@ -317,14 +314,11 @@ impl Egress {
         if buf.len() > usize::from(mtu) {
             return Ok(Routed::TooBig(mtu));
         }
-        if self.link_of(hop.port) == LinkLayer::RawIp {
-            return Ok(Routed::Send(hop.port));
-        }
         self.send_to_neighbor(buf, hop.port, hop.address.into(), now, pool, sink)
     }
 
-    /// Frames a routed packet for `next_hop` on `port` (an Ethernet port),
-    /// or parks it while the next hop resolves.
+    /// Frames a routed packet for `next_hop` on `port`, or parks it while
+    /// the next hop resolves; on a raw-IP port it goes as it is.
     fn send_to_neighbor(
         &mut self,
         buf: &mut PacketBuf,
@@ -334,6 +328,9 @@ impl Egress {
         pool: &mut PacketPool,
         sink: &mut Sink<'_>,
     ) -> Result<Routed, DropReason> {
+        if self.link_of(port) == LinkLayer::RawIp {
+            return Ok(Routed::Send(port));
+        }
         let mac = match self.neighbors.lookup(port, next_hop, now) {
             Some(mac) => mac,
             // Offline there is no ARP: an unknown neighbour gets the zero MAC.

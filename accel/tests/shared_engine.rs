@@ -750,7 +750,11 @@ fn a_timeout_is_confirmed_by_the_drivers_waits_not_by_the_poll_path() {
             t.reclaim(later, &mut out);
             std::thread::sleep(deadline / 4);
         }
-        assert!(out.is_empty(), "{transport}: {:?}", out.iter().map(|j| j.desc.status).collect::<Vec<_>>());
+        assert!(
+            out.is_empty(),
+            "{transport}: {:?}",
+            out.iter().map(|j| j.desc.status).collect::<Vec<_>>()
+        );
         assert!(!t.unavailable(), "{transport}");
         // The driver waits: once it has waited out the grace, they do.
         let waiting = Instant::now();
@@ -758,8 +762,16 @@ fn a_timeout_is_confirmed_by_the_drivers_waits_not_by_the_poll_path() {
             t.wait(Duration::from_millis(5));
             t.poll_burst(later, &mut out);
         }
-        assert!(waiting.elapsed() >= deadline / 4, "{transport}: {:?}", waiting.elapsed());
-        assert_eq!(users(&out), (0..6).collect::<Vec<u64>>(), "{transport}: in submission order");
+        assert!(
+            waiting.elapsed() >= deadline / 4,
+            "{transport}: {:?}",
+            waiting.elapsed()
+        );
+        assert_eq!(
+            users(&out),
+            (0..6).collect::<Vec<u64>>(),
+            "{transport}: in submission order"
+        );
         assert!(out
             .iter()
             .all(|j| j.desc.status == Status::Error(DescriptorError::Timeout)));

@@ -58,12 +58,21 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why a tenant could not attach.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
+    /// The control socket could not be connected to (or set up).
     #[error("cannot reach the engine server at {path}: {source} (is `espgw engine serve --socket {path}` running?)")]
-    Connect { path: String, source: io::Error },
+    Connect {
+        /// The socket's path.
+        path: String,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The server answered with a refusal, whose reason this is.
     #[error("the engine server refused to attach: {0}")]
     Refused(String),
+    /// The server's answer was not the protocol's, or the exchange failed.
     #[error("the engine server's answer was not understood: {0}")]
     Protocol(String),
+    /// The region (or its doorbells) could not be mapped or taken.
     #[error("cannot map the shared region: {0}")]
     Map(io::Error),
     /// The server's region could be resized under this tenant (a third
@@ -74,7 +83,10 @@ pub enum AttachError {
          need {:#x}); refusing to map it",
         super::sys::REGION_SEALS
     )]
-    Unsealed { seals: i32 },
+    Unsealed {
+        /// The seals the region carries (`F_GET_SEALS`).
+        seals: i32,
+    },
 }
 
 struct ShmTenant {
@@ -423,6 +435,7 @@ impl SharedEngine {
         self.tenant
     }
 
+    /// How this tenant's descriptors and data travel.
     pub fn transport(&self) -> Transport {
         self.transport
     }
@@ -964,7 +977,16 @@ mod tests {
         let alg = Algorithm::Aes128Gcm16;
         let desc = Descriptor::esp(Direction::Encrypt, alg, 16, None);
         let buf = PacketBuf::with_len(desc.icv.end());
-        Job::new(SessionHandle { index: 0, generation: 0 }, desc, buf, 0, user)
+        Job::new(
+            SessionHandle {
+                index: 0,
+                generation: 0,
+            },
+            desc,
+            buf,
+            0,
+            user,
+        )
     }
 
     /// Four jobs in slots, submitted at 0, 10, 20 and 30 ms on the caller's

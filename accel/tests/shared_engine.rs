@@ -200,8 +200,10 @@ fn a_released_or_forged_handle_is_refused_and_counted() {
         let alg = Algorithm::Aes128Sha1;
         let h = t.register(&spec(alg, 1)).expect("registers");
         t.release(h);
-        // Releases have no reply: wait until the server has done it (the
-        // previous round's tenant took its other session with it).
+        // The release is answered at once, but the keys are wiped only
+        // once the session's earlier requests are with the engine: wait
+        // until the server has done it (the previous round's tenant took
+        // its other session with it).
         eventually(&server, "released", |s| s.sessions_wiped > 2 * k as u64);
         // The slot is reused by the next registration: the old generation
         // must still be refused, never reach the new keys.
@@ -560,8 +562,8 @@ fn a_flooding_tenant_does_not_starve_a_light_one() {
     });
 }
 
-/// A release costs the tenant no round trip, and jobs it submitted before
-/// releasing still run with the session's keys.
+/// A release does not wait for the session's jobs: jobs the tenant
+/// submitted before releasing still run with the session's keys.
 #[test]
 fn jobs_submitted_before_a_release_still_run() {
     let server = server();

@@ -49,20 +49,28 @@ pub enum Algorithm {
 /// The confidentiality half of a transform.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CipherKind {
+    /// AES in Galois/Counter Mode, an AEAD (RFC 4106).
     AesGcm,
+    /// ChaCha20 with Poly1305, an AEAD (RFC 7634).
     ChaCha20Poly1305,
+    /// AES in CBC mode (RFC 3602), with a separate integrity algorithm.
     AesCbc,
+    /// Triple DES (EDE) in CBC mode (RFC 2451), with a separate integrity algorithm.
     TripleDesCbc,
+    /// No encryption (RFC 2410): the payload travels in the clear.
     Null,
 }
 
 /// The integrity half of a transform (AEADs carry their own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntegrityKind {
+    /// HMAC-SHA1 truncated to a 12-byte ICV (RFC 2404).
     HmacSha1_96,
+    /// HMAC-SHA-256 truncated to a 16-byte ICV (RFC 4868).
     HmacSha256_128,
     /// Integrity comes from the AEAD cipher.
     Aead,
+    /// No integrity: no ICV at all (the `null` transform only).
     None,
 }
 
@@ -70,6 +78,7 @@ pub enum IntegrityKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown ESP proposal `{keyword}`; expected one of: {}", Algorithm::KEYWORDS.join(", "))]
 pub struct UnknownAlgorithm {
+    /// The keyword as given.
     pub keyword: String,
 }
 
@@ -95,6 +104,7 @@ impl Algorithm {
         self.into()
     }
 
+    /// The cipher this transform encrypts with.
     #[inline]
     pub fn cipher(self) -> CipherKind {
         match self {
@@ -106,6 +116,7 @@ impl Algorithm {
         }
     }
 
+    /// How this transform protects integrity: an HMAC, the AEAD itself, or not at all.
     #[inline]
     pub fn integrity(self) -> IntegrityKind {
         match self {
@@ -120,6 +131,7 @@ impl Algorithm {
         }
     }
 
+    /// Whether the cipher authenticates too (GCM, ChaCha20-Poly1305): one pass, no separate HMAC key.
     #[inline]
     pub fn is_aead(self) -> bool {
         self.integrity() == IntegrityKind::Aead

@@ -121,6 +121,7 @@ impl PacketBuf {
         self.tag
     }
 
+    /// Sets the driver's number of the received frame ([`tag`](Self::tag)).
     #[inline]
     pub fn set_tag(&mut self, tag: u32) {
         self.tag = tag;
@@ -133,6 +134,7 @@ impl PacketBuf {
         self.note
     }
 
+    /// Sets the gateway's note ([`note`](Self::note)).
     #[inline]
     pub fn set_note(&mut self, note: u16) {
         self.note = note;
@@ -150,31 +152,37 @@ impl PacketBuf {
         true
     }
 
+    /// The data window: the packet's bytes, from its current start to its end.
     #[inline]
     pub fn data(&self) -> &[u8] {
         &self.storage[self.start as usize..self.end as usize]
     }
 
+    /// The data window, writable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
         &mut self.storage[self.start as usize..self.end as usize]
     }
 
+    /// Bytes of data in the window.
     #[inline]
     pub fn len(&self) -> usize {
         (self.end - self.start) as usize
     }
 
+    /// Whether the window holds no data.
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
+    /// Bytes free in front of the data, for [`prepend`](Self::prepend).
     #[inline]
     pub fn headroom(&self) -> usize {
         self.start as usize
     }
 
+    /// Bytes free behind the data, for [`append`](Self::append).
     #[inline]
     pub fn tailroom(&self) -> usize {
         self.storage.len() - self.end as usize
@@ -254,6 +262,7 @@ pub struct PacketPool {
 }
 
 impl PacketPool {
+    /// A pool of `capacity` buffers of [`BUFFER_SIZE`] bytes each, all allocated now.
     pub fn new(capacity: usize) -> Self {
         PacketPool {
             free: (0..capacity).map(|_| PacketBuf::new()).collect(),
@@ -268,6 +277,7 @@ impl PacketPool {
         Some(buf)
     }
 
+    /// Gives a buffer back. It must be one of this pool's, returned once.
     pub fn free(&mut self, buf: PacketBuf) {
         debug_assert!(
             self.free.len() < self.capacity,
@@ -276,14 +286,17 @@ impl PacketPool {
         self.free.push(buf);
     }
 
+    /// How many buffers the pool owns, free or not.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
+    /// Buffers free now.
     pub fn available(&self) -> usize {
         self.free.len()
     }
 
+    /// Buffers handed out and not yet given back.
     pub fn in_use(&self) -> usize {
         self.capacity - self.free.len()
     }

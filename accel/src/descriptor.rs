@@ -11,11 +11,14 @@ use std::ops::Range;
 /// A byte range of the packet buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Region {
+    /// Offset of the first byte, from where the descriptor's regions start.
     pub offset: u32,
+    /// Length in bytes.
     pub len: u32,
 }
 
 impl Region {
+    /// The region `offset..offset + len`; both must fit in `u32` (a buffer is far smaller).
     pub fn new(offset: usize, len: usize) -> Self {
         Region {
             offset: offset as u32,
@@ -23,11 +26,13 @@ impl Region {
         }
     }
 
+    /// The region as a range of indices.
     #[inline]
     pub fn range(self) -> Range<usize> {
         self.offset as usize..self.end()
     }
 
+    /// One past the region's last byte.
     #[inline]
     pub fn end(self) -> usize {
         self.offset as usize + self.len as usize
@@ -38,7 +43,9 @@ impl Region {
 /// verified then decrypted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
+    /// Outbound: encrypt, then compute the ICV.
     Encrypt,
+    /// Inbound: verify the ICV, then decrypt.
     Decrypt,
 }
 
@@ -59,6 +66,7 @@ pub enum DescriptorKind {
 pub enum Status {
     /// Not yet processed.
     Pending,
+    /// Processed: encrypted with its ICV written, or verified and decrypted.
     Done,
     /// The ICV did not verify; the payload was left undecrypted.
     AuthFailed,
@@ -106,17 +114,22 @@ pub enum DescriptorError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(16))]
 pub struct Descriptor {
+    /// Which passes the engine runs.
     pub kind: DescriptorKind,
+    /// Encrypt (outbound) or decrypt (inbound).
     pub direction: Direction,
     /// SPI and sequence number: authenticated, not encrypted.
     pub auth_only: Region,
     /// High 32 bits of an extended sequence number; authenticated but never
     /// transmitted (RFC 4303 §2.2.1, RFC 4106 §5).
     pub esn_high: Option<u32>,
+    /// The IV as it travels in the packet (for GCM and ChaCha20 the 8-byte explicit part).
     pub iv: Region,
     /// Payload, padding, pad length and next header.
     pub cipher: Region,
+    /// The ICV: written when encrypting, checked when decrypting.
     pub icv: Region,
+    /// `Pending` when submitted; what the engine wrote back once complete.
     pub status: Status,
 }
 

@@ -15,8 +15,11 @@ use crate::session::{Session, SessionHandle};
 
 /// One unit of work for an engine.
 pub struct Job {
+    /// The session whose keys the job runs with, as the engine issued it.
     pub session: SessionHandle,
+    /// What to do, over which regions; its `status` is the engine's answer.
     pub desc: Descriptor,
+    /// The packet, owned by the engine while the job is in flight.
     pub buf: PacketBuf,
     /// Where the descriptor's regions start in `buf.data()` (the ESP header).
     pub offset: usize,
@@ -38,6 +41,7 @@ impl fmt::Debug for Job {
 }
 
 impl Job {
+    /// A job over `buf` whose descriptor's regions start at `offset` of its data, with the submitter's cookie `user`.
     #[inline]
     pub fn new(session: SessionHandle, desc: Descriptor, buf: PacketBuf, offset: usize, user: u64) -> Job {
         Job {

@@ -13,6 +13,8 @@
 //! every job submitted to an engine comes back exactly once, through `poll`
 //! or `reclaim`, with its buffer.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod algorithm;
 pub mod buffer;
 pub mod descriptor;

@@ -35,15 +35,21 @@ pub enum SessionError {
     /// The encryption key has the wrong length for the algorithm.
     #[error("{algorithm} needs a {expected}-byte encryption key{salt_note}, got {got} bytes", salt_note = if algorithm.is_aead() { " (AES key followed by the 4-byte salt)" } else { "" })]
     EncKeyLength {
+        /// The transform the key is for.
         algorithm: Algorithm,
+        /// Bytes it takes (salt included).
         expected: usize,
+        /// Bytes given.
         got: usize,
     },
     /// The integrity key has the wrong length for the algorithm.
     #[error("{algorithm} needs a {expected}-byte integrity key, got {got} bytes")]
     AuthKeyLength {
+        /// The transform the key is for.
         algorithm: Algorithm,
+        /// Bytes it takes.
         expected: usize,
+        /// Bytes given.
         got: usize,
     },
     /// A 3DES key whose three parts are not independent degenerates to
@@ -52,7 +58,10 @@ pub enum SessionError {
     DegenerateTripleDesKey,
     /// The crypto library refused the key.
     #[error("the crypto library rejected the {algorithm} key")]
-    Rejected { algorithm: Algorithm },
+    Rejected {
+        /// The transform the key is for.
+        algorithm: Algorithm,
+    },
 }
 
 /// What an engine is asked to register for one SA: the algorithm, whether
@@ -60,9 +69,13 @@ pub enum SessionError {
 /// by it), and the raw keys, in key memory, wiped when the spec is dropped.
 #[derive(Clone)]
 pub struct SessionSpec {
+    /// The SA's transform.
     pub algorithm: Algorithm,
+    /// Whether the SA uses extended (64-bit) sequence numbers.
     pub esn: bool,
+    /// The encryption key material (with the salt for GCM and ChaCha20-Poly1305).
     pub enc_key: SecretBytes,
+    /// The HMAC key; empty for AEADs and `null`.
     pub auth_key: SecretBytes,
 }
 
@@ -120,7 +133,9 @@ fn check_key_lengths(algorithm: Algorithm, enc_key: &[u8], auth_key: &[u8]) -> R
 /// engine that issued it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionHandle {
+    /// The slot in the issuing engine's table.
     pub index: u32,
+    /// The slot's generation when issued: a handle from before a release names an older one and is refused.
     pub generation: u32,
 }
 
@@ -159,6 +174,7 @@ impl<T> Default for SessionTable<T> {
 }
 
 impl<T> SessionTable<T> {
+    /// Stores `value` and returns its handle: a free slot with its generation bumped (never 0), or a new one.
     pub fn insert(&mut self, value: T) -> SessionHandle {
         self.live += 1;
         match self.free.pop() {
@@ -191,12 +207,14 @@ impl<T> SessionTable<T> {
         }
     }
 
+    /// The session `handle` names, unless it was released (its generation moved on) or never issued.
     #[inline]
     pub fn get(&self, handle: SessionHandle) -> Option<&T> {
         let slot = self.slots.get(handle.index as usize)?;
         (slot.generation == handle.generation).then_some(slot.value.as_ref()?)
     }
 
+    /// As [`get`](Self::get), writable.
     #[inline]
     pub fn get_mut(&mut self, handle: SessionHandle) -> Option<&mut T> {
         let slot = self.slots.get_mut(handle.index as usize)?;
@@ -224,6 +242,7 @@ impl<T> SessionTable<T> {
         self.live
     }
 
+    /// Whether no session is live.
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }
@@ -400,6 +419,7 @@ impl Session {
         Session::new(spec.algorithm, &spec.enc_key, &spec.auth_key)
     }
 
+    /// The transform the keys were expanded for.
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }

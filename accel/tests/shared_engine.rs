@@ -200,8 +200,10 @@ fn a_released_or_forged_handle_is_refused_and_counted() {
         let alg = Algorithm::Aes128Sha1;
         let h = t.register(&spec(alg, 1)).expect("registers");
         t.release(h);
-        // Releases have no reply: wait until the server has done it (the
-        // previous round's tenant took its other session with it).
+        // The release is answered at once, but the keys are wiped only
+        // once the session's earlier requests are with the engine: wait
+        // until the server has done it (the previous round's tenant took
+        // its other session with it).
         eventually(&server, "released", |s| s.sessions_wiped > 2 * k as u64);
         // The slot is reused by the next registration: the old generation
         // must still be refused, never reach the new keys.
@@ -560,8 +562,8 @@ fn a_flooding_tenant_does_not_starve_a_light_one() {
     });
 }
 
-/// A release costs the tenant no round trip, and jobs it submitted before
-/// releasing still run with the session's keys.
+/// A release does not wait for the session's jobs: jobs the tenant
+/// submitted before releasing still run with the session's keys.
 #[test]
 fn jobs_submitted_before_a_release_still_run() {
     let server = server();
@@ -643,9 +645,10 @@ fn a_refusal_does_not_overtake_the_tenants_earlier_jobs() {
     }
 }
 
-/// The deadline holds on the wall clock too: a caller's clock that jumps
-/// (an offline capture's timestamps across a gap) times out nothing of a
-/// server that is answering, and the engine stays available.
+/// A timeout needs real time too, as the driver's waits see it: a
+/// caller's clock that jumps (an offline capture's timestamps across a
+/// gap) times out nothing of a server that is answering, and the engine
+/// stays available.
 #[test]
 fn a_jumping_caller_clock_times_out_nothing_of_a_live_server() {
     let server = server();
@@ -676,6 +679,111 @@ fn a_jumping_caller_clock_times_out_nothing_of_a_live_server() {
         assert!(!t.unavailable(), "{transport}");
         assert_eq!(t.counters().timed_out, 0, "{transport}");
     }
+}
+
+/// An engine that takes every job and never gives one back: a server
+/// stuck on its engine, still connected.
+#[derive(Default)]
+struct BlackHole {
+    sessions: SoftEngine,
+    held: Vec<Job>,
+}
+
+impl Engine for BlackHole {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Soft
+    }
+    fn register(&mut self, spec: &SessionSpec) -> Result<SessionHandle, accel::RegisterError> {
+        self.sessions.register(spec)
+    }
+    fn release(&mut self, handle: SessionHandle) {
+        self.sessions.release(handle)
+    }
+    fn submit_burst(&mut self, _now: Duration, jobs: &mut VecDeque<Job>) -> usize {
+        let n = jobs.len();
+        self.held.extend(jobs.drain(..));
+        n
+    }
+    fn poll_burst(&mut self, _now: Duration, _out: &mut Vec<Job>) -> usize {
+        0
+    }
+    fn next_completion(&self) -> NextCompletion {
+        NextCompletion::External
+    }
+    fn in_flight(&self) -> usize {
+        self.held.len()
+    }
+    fn counters(&self) -> accel::EngineCounters {
+        accel::EngineCounters::default()
+    }
+}
+
+/// The tenant's poll path reads no clock: behind a server that never
+/// answers, jobs overdue on the caller's clock are only suspect however
+/// much real time passes between polls, and time out (in submission
+/// order, the engine then unavailable) once the driver has waited out a
+/// quarter of the deadline in `wait`, the one call that reads the clock.
+#[test]
+fn a_timeout_is_confirmed_by_the_drivers_waits_not_by_the_poll_path() {
+    let deadline = Duration::from_millis(200);
+    let server = accel::shared::spawn_with_engine(
+        ServerConfig::new(socket_path(), EngineSpec::default()),
+        Box::new(BlackHole::default()),
+    )
+    .expect("server starts");
+    for transport in Transport::ALL {
+        let mut t = SharedEngine::attach(&SharedSpec {
+            socket: server.socket.clone(),
+            transport,
+            entries: 16,
+            slot_size: 2048,
+            deadline,
+        })
+        .expect("tenant attaches");
+        let alg = Algorithm::Aes128Gcm16;
+        let h = t.register(&spec(alg, 3)).expect("registers");
+        let mut queue: VecDeque<Job> = (0..6).map(|i| job(h, alg, 64, i)).collect();
+        assert_eq!(t.submit_burst(Duration::ZERO, &mut queue), 6);
+        let later = Duration::from_secs(10);
+        let mut out = Vec::new();
+        // Real time well past the grace, but no wait: nothing times out.
+        for _ in 0..4 {
+            t.poll_burst(later, &mut out);
+            t.reclaim(later, &mut out);
+            std::thread::sleep(deadline / 4);
+        }
+        assert!(
+            out.is_empty(),
+            "{transport}: {:?}",
+            out.iter().map(|j| j.desc.status).collect::<Vec<_>>()
+        );
+        assert!(!t.unavailable(), "{transport}");
+        // The driver waits: once it has waited out the grace, they do.
+        let waiting = Instant::now();
+        while out.len() < 6 && waiting.elapsed() < Duration::from_secs(5) {
+            t.wait(Duration::from_millis(5));
+            t.poll_burst(later, &mut out);
+        }
+        assert!(
+            waiting.elapsed() >= deadline / 4,
+            "{transport}: {:?}",
+            waiting.elapsed()
+        );
+        assert_eq!(
+            users(&out),
+            (0..6).collect::<Vec<u64>>(),
+            "{transport}: in submission order"
+        );
+        assert!(out
+            .iter()
+            .all(|j| j.desc.status == Status::Error(DescriptorError::Timeout)));
+        assert!(t.unavailable(), "{transport}");
+        assert_eq!(t.counters().timed_out, 6, "{transport}");
+    }
+}
+
+fn users(jobs: &[Job]) -> Vec<u64> {
+    jobs.iter().map(|j| j.user).collect()
 }
 
 // ---------------------------------------------------------------------------

@@ -21,6 +21,8 @@
 //! `--list`, `--include-ignored`) and print the same `test NAME ... ok` and
 //! `test result:` lines.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod memscan;
 pub mod netns;
 
@@ -70,6 +72,7 @@ impl Prerequisite {
         }
     }
 
+    /// What `ESPGW_SKIPS` and the `ignored (needs NAME: ...)` line call it.
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -171,6 +174,7 @@ impl Env {
 /// What becomes of a test that needs a prerequisite.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// The prerequisite is present: the test runs.
     Run,
     /// Shown as `ignored (reason)`.
     Ignore(String),
@@ -272,16 +276,31 @@ pub enum SkipsError {
     #[error(
         "{SKIPS_VAR} line {line}: `{text}` is not `NAME: why` (NAME in lowercase letters, digits and `-`)"
     )]
-    Malformed { line: usize, text: String },
+    Malformed {
+        /// The line's number, from 1.
+        line: usize,
+        /// The line as written.
+        text: String,
+    },
     /// A skip without its reason.
     #[error(
         "{SKIPS_VAR} line {line}: the skip of `{name}` gives no reason; \
          write `{name}: why it cannot run here and where it does run`"
     )]
-    NoReason { line: usize, name: String },
+    NoReason {
+        /// The line's number, from 1.
+        line: usize,
+        /// The prerequisite it names.
+        name: String,
+    },
     /// The same skip twice.
     #[error("{SKIPS_VAR} line {line}: `{name}` is named twice; keep one line with one reason")]
-    Duplicate { line: usize, name: String },
+    Duplicate {
+        /// The number of the second line naming it, from 1.
+        line: usize,
+        /// The prerequisite named twice.
+        name: String,
+    },
 }
 
 #[cfg(test)]

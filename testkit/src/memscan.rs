@@ -56,10 +56,12 @@ impl Needle {
         }
     }
 
+    /// Bytes of the secret.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether the secret has no bytes (a scan for it finds nothing).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -76,6 +78,7 @@ impl Needle {
 /// One copy found.
 #[derive(Debug, Clone)]
 pub struct Hit {
+    /// Where the copy starts in this process's memory.
     pub address: usize,
     /// The mapping's address range and name (or what it is: a marked
     /// thread stack, an anonymous mapping).
@@ -94,8 +97,11 @@ impl std::fmt::Display for Hit {
 /// What a scan found, and what it read.
 #[derive(Debug, Default)]
 pub struct Scan {
+    /// Every copy found.
     pub hits: Vec<Hit>,
+    /// Bytes of memory read.
     pub bytes: usize,
+    /// How long the scan took.
     pub time: Duration,
 }
 

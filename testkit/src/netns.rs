@@ -76,6 +76,7 @@ pub fn demo_topology([host_a, gw_a, gw_b, host_b]: [&str; 4]) {
 pub struct Lab {
     namespaces: Vec<String>,
     dir: std::path::PathBuf,
+    /// Processes the test started in its namespaces: killed and reaped when the lab is dropped.
     pub children: Vec<std::process::Child>,
 }
 

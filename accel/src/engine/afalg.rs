@@ -83,12 +83,20 @@ pub enum AfalgError {
     #[error(
         "this kernel has no AF_ALG sockets ({0}); it needs CONFIG_CRYPTO_USER_API_AEAD (and CONFIG_CRYPTO_USER_API_SKCIPHER, CONFIG_CRYPTO_USER_API_HASH for the dual-pass and sync styles)"
     )]
+    /// No AF_ALG sockets at all; the kernel's error.
     NoAfAlg(String),
     #[error(
         "the kernel has AF_ALG but no `{template}` AEAD ({reason}); it needs CONFIG_CRYPTO_USER_API_AEAD and the template's modules"
     )]
-    NoTemplate { template: String, reason: String },
+    /// AF_ALG, but not this AEAD template.
+    NoTemplate {
+        /// The kernel's name for the transform (`rfc4106(gcm(aes))`, ...).
+        template: String,
+        /// The kernel's error.
+        reason: String,
+    },
     #[error("io_uring is unavailable ({0}); use the synchronous AF_ALG I/O (`afalg_io = \"sync\"`)")]
+    /// io_uring is missing or refused; the kernel's error.
     NoIoUring(String),
 }
 
@@ -817,6 +825,7 @@ impl AfalgEngine {
         })
     }
 
+    /// How this engine talks to the kernel.
     pub fn io(&self) -> AfalgIo {
         self.io
     }

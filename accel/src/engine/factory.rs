@@ -8,7 +8,9 @@ use crate::job::BufferPolicy;
 /// Everything needed to build an engine.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineSpec {
+    /// Which engine to build.
     pub kind: EngineKind,
+    /// How jobs' buffers reach the engine (the `sec` engine's too).
     pub buffers: BufferPolicy,
     /// Settings of the `sec` engine (its buffer policy is `buffers`); with
     /// `sec.threads` the threaded variant is built instead of the model.

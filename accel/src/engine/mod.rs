@@ -80,10 +80,12 @@ pub struct BusBytes {
 }
 
 impl BusBytes {
+    /// Every byte moved, of all kinds.
     pub fn total(&self) -> u64 {
         self.descriptors + self.context + self.data_in + self.data_out
     }
 
+    /// Adds `other`'s bytes, kind by kind.
     pub fn add(&mut self, other: &BusBytes) {
         self.descriptors += other.descriptors;
         self.context += other.context;
@@ -95,7 +97,9 @@ impl BusBytes {
 /// What an engine has done so far.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct EngineCounters {
+    /// Jobs taken by `submit_burst` or run by `run_inline`.
     pub submitted: u64,
+    /// Jobs given back, through `poll_burst`, `reclaim` or `run_inline`.
     pub completed: u64,
     /// Submissions refused because the ring was full.
     pub ring_full: u64,
@@ -115,6 +119,7 @@ pub struct EngineCounters {
     pub eu_busy_ns: Vec<(String, u64)>,
     /// Deepest the fetch FIFO got, over all channels.
     pub fifo_high_water: usize,
+    /// Bytes moved across the (modelled) bus, by kind.
     pub bus: BusBytes,
     /// Bounce buffers allocated (per-request buffer policy).
     pub bounce_buffers: u64,
@@ -134,6 +139,7 @@ pub struct EngineCounters {
     /// MMIO writes, interrupts, completion cache misses), in ns: the sum of
     /// `modelled_host`.
     pub modelled_host_ns: u64,
+    /// The parts of `modelled_host_ns`, by cause.
     pub modelled_host: HostCharges,
     /// Host wall time a model spent running the real crypto for its jobs,
     /// in ns: measured, never part of any modelled time, so a caller that
@@ -154,6 +160,7 @@ pub struct HostCharges {
 }
 
 impl HostCharges {
+    /// Every modelled host cost, in ns.
     pub fn total(&self) -> u64 {
         self.doorbell_ns + self.interrupt_ns + self.completion_ns
     }
@@ -186,7 +193,12 @@ pub enum RegisterError {
     Full(usize),
     /// The engine (or the kernel behind it) refused the session.
     #[error("the {engine} engine could not register the session: {reason}")]
-    Refused { engine: EngineKind, reason: String },
+    Refused {
+        /// The engine that refused.
+        engine: EngineKind,
+        /// Its reason, as it gave it.
+        reason: String,
+    },
 }
 
 /// Executes jobs.
@@ -210,7 +222,12 @@ pub enum RegisterError {
 ///   bounce buffers, which is that policy's point), locks or clones an
 ///   `Arc`.
 /// - Only [`wait`](Engine::wait) may block, and only drivers call it.
+/// - The `now` given is the engine's only time for what it decides: nothing
+///   the core calls reads a clock to decide anything (the `sec` model
+///   times its emulation for a counter, which decides nothing). Real time
+///   an engine needs comes through `wait`.
 pub trait Engine: Send {
+    /// Which engine this is (fixed for its life).
     fn kind(&self) -> EngineKind;
 
     /// Registers an SA's keys; called at SA install, off the fast path.
@@ -250,6 +267,7 @@ pub trait Engine: Send {
     /// Jobs submitted and not yet returned.
     fn in_flight(&self) -> usize;
 
+    /// A copy of what the engine has done so far (not per packet: it allocates).
     fn counters(&self) -> EngineCounters;
 
     /// After a timeout: gives back jobs whose completions the engine lost
@@ -261,7 +279,9 @@ pub trait Engine: Send {
 
     /// Blocks until a completion may be ready, at most `timeout`: the
     /// driver's interrupt wait. Engines without a device to wait for
-    /// return at once. The gateway core never calls it.
+    /// return at once. The gateway core never calls it, so it is where an
+    /// engine may read the wall clock (the shared engine records the real
+    /// time that passed, to confirm its timeouts).
     fn wait(&mut self, _timeout: Duration) {}
 }
 

@@ -31,6 +31,7 @@ impl Default for SoftEngine {
 }
 
 impl SoftEngine {
+    /// An engine with no sessions, copying through bounce buffers if `buffers` says so.
     pub fn new(buffers: BufferPolicy) -> Self {
         SoftEngine {
             buffers,

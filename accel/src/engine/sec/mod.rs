@@ -44,6 +44,7 @@ pub const DESCRIPTOR_BYTES: u64 = 64;
 #[serde(rename_all = "kebab-case")]
 #[strum_discriminants(
     name(CompletionKind),
+    doc = "A completion mode without its parameters: what the config's `[accel] completion` names.",
     derive(strum::EnumString, strum::VariantNames, strum::IntoStaticStr),
     strum(serialize_all = "kebab-case")
 )]
@@ -58,10 +59,16 @@ pub enum Completion {
     /// One interrupt after `count` completions, or `timeout` after the first
     /// completion not yet signalled, whichever comes first; jobs become
     /// visible when it fires.
-    Coalesced { count: usize, timeout: Duration },
+    Coalesced {
+        /// Completions that raise the interrupt.
+        count: usize,
+        /// Longest a completion waits to be signalled, in modelled time.
+        timeout: Duration,
+    },
 }
 
 impl Completion {
+    /// The config name of the mode (`interrupt`, `polling`, `coalesced`), without its parameters.
     pub fn name(&self) -> &'static str {
         CompletionKind::from(self).into()
     }
@@ -113,8 +120,11 @@ pub struct SecConfig {
     /// Descriptors a channel's fetch FIFO holds (SEC 2.x: 24). Defaults to
     /// the profile's.
     pub fifo_depth: usize,
+    /// How completions are signalled to the host.
     pub completion: Completion,
+    /// How jobs' buffers reach the device.
     pub buffers: BufferPolicy,
+    /// Faults to inject (tests and soaks); none by default.
     pub faults: FaultPlan,
     /// Use [`ThreadedSecEngine`] (busy-polling channel threads, host speed,
     /// needs a spare core per channel) instead of the model.

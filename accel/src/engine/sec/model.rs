@@ -186,6 +186,7 @@ pub struct SecEngine {
 }
 
 impl SecEngine {
+    /// A model of the part `config` describes, idle at modelled time 0.
     pub fn new(config: SecConfig) -> SecEngine {
         let channels = config.channels.max(1);
         let depth = config.fifo_depth.max(1);
@@ -222,6 +223,7 @@ impl SecEngine {
         }
     }
 
+    /// The configuration the engine was built with.
     pub fn config(&self) -> &SecConfig {
         &self.config
     }

@@ -166,10 +166,12 @@ impl EuKind {
     pub const ALL: [EuKind; <EuKind as strum::VariantArray>::VARIANTS.len()] =
         crate::variant_array(<EuKind as strum::VariantArray>::VARIANTS);
 
+    /// The kind's place in [`ALL`](Self::ALL) and [`DeviceProfile::units`].
     pub fn index(self) -> usize {
         self as usize
     }
 
+    /// The counters' name of the kind (`aesu`, `mdeu-sha1`, ...).
     pub fn name(self) -> &'static str {
         self.into()
     }
@@ -205,6 +207,7 @@ pub struct DeviceProfile {
     pub channels: usize,
     /// Descriptors a channel's fetch FIFO holds: the `SecConfig` default.
     pub fifo_depth: usize,
+    /// Host costs the part's driver incurs that this machine cannot show.
     pub host: HostCosts,
 }
 
@@ -217,6 +220,7 @@ impl DeviceProfile {
     /// Every profile `by_name` knows, for the command line.
     pub const NAMES: [&'static str; 3] = ["none", "sec2-266mhz", "qat-class"];
 
+    /// The profile named `name`, one of [`NAMES`](Self::NAMES).
     pub fn by_name(name: &str) -> Result<DeviceProfile, UnknownProfile> {
         DeviceProfile::all()
             .into_iter()
@@ -337,6 +341,7 @@ impl DeviceProfile {
         }
     }
 
+    /// The speed and count of the units of `kind`.
     pub fn unit(&self, kind: EuKind) -> EuRate {
         self.units[kind.index()]
     }

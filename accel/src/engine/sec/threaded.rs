@@ -89,12 +89,15 @@ impl std::fmt::Debug for ThreadedSecEngine {
 #[derive(Debug, thiserror::Error)]
 #[error("could not start sec channel worker {channel}: {source}")]
 pub struct SpawnError {
+    /// The channel whose worker thread did not start.
     pub channel: usize,
+    /// Why the thread could not be spawned.
     #[source]
     pub source: std::io::Error,
 }
 
 impl ThreadedSecEngine {
+    /// Starts one busy-polling worker thread per channel of `config`.
     pub fn new(config: SecConfig) -> Result<ThreadedSecEngine, SpawnError> {
         let channels = config.channels.max(1);
         let depth = config.fifo_depth.max(1);
@@ -141,6 +144,7 @@ impl ThreadedSecEngine {
         Ok(engine)
     }
 
+    /// The configuration the engine was built with.
     pub fn config(&self) -> &SecConfig {
         &self.config
     }

@@ -73,6 +73,7 @@ impl RawTenant {
         Ok(t)
     }
 
+    /// The control socket, for raw sends the protocol would not make.
     pub fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
     }

@@ -6,7 +6,7 @@
 //!
 //! - [`wire`]: the protocol (control messages, ring entries, region layout),
 //!   sans-IO and total over hostile input;
-//! - [`rings`]: a tenant's shared region through raw pointers and atomics;
+//! - `rings`: a tenant's shared region through raw pointers and atomics;
 //! - [`server`]: the back end, which owns the engine and every key;
 //! - [`tenant`]: [`SharedEngine`], the [`Engine`](crate::Engine) a gateway
 //!   uses to reach it (`engine = "shared"` in `[accel]`);
@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 #[doc(hidden)]
 pub mod hostile;
-pub mod rings;
+pub(crate) mod rings;
 pub mod server;
 mod sys;
 pub mod tenant;
@@ -38,6 +38,7 @@ pub use wire::{StatsReply, Transport, UnknownTransport};
 pub struct SharedSpec {
     /// The server's control socket.
     pub socket: PathBuf,
+    /// How descriptors and data travel: shared-memory rings or the socket.
     pub transport: Transport,
     /// Ring entries (rounded up to a power of two): the most requests this
     /// tenant has in flight.

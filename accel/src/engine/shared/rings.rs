@@ -11,7 +11,7 @@ use super::wire::{layout, COMPLETION_LEN, REQUEST_LEN};
 
 /// The region of one tenant; see [`layout`].
 #[derive(Debug)]
-pub struct Rings {
+pub(crate) struct Rings {
     map: Mapping,
     entries: u32,
     slot_size: u32,
@@ -23,7 +23,7 @@ pub struct Rings {
 impl Rings {
     /// Wraps a mapping of at least `layout::offsets(entries, slot_size).3`
     /// bytes; `None` if it is shorter or `entries` is not a power of two.
-    pub fn new(map: Mapping, entries: u32, slot_size: u32) -> Option<Rings> {
+    pub(crate) fn new(map: Mapping, entries: u32, slot_size: u32) -> Option<Rings> {
         if !entries.is_power_of_two() {
             return None;
         }
@@ -41,16 +41,13 @@ impl Rings {
         })
     }
 
-    pub fn entries(&self) -> u32 {
+    /// Entries in each ring (a power of two).
+    pub(crate) fn entries(&self) -> u32 {
         self.entries
     }
 
-    pub fn slot_size(&self) -> u32 {
-        self.slot_size
-    }
-
     /// Bytes of the data area.
-    pub fn data_len(&self) -> usize {
+    pub(crate) fn data_len(&self) -> usize {
         self.entries as usize * self.slot_size as usize
     }
 
@@ -63,49 +60,56 @@ impl Rings {
         unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU32>() }
     }
 
-    pub fn load(&self, at: usize) -> u32 {
+    /// Reads the header word at `at` (a [`layout`] offset), acquiring what
+    /// the other side published before it.
+    pub(crate) fn load(&self, at: usize) -> u32 {
         self.atomic(at).load(Ordering::Acquire)
     }
 
-    pub fn store(&self, at: usize, value: u32) {
+    /// Writes the header word at `at`, releasing what this side wrote before.
+    pub(crate) fn store(&self, at: usize, value: u32) {
         self.atomic(at).store(value, Ordering::Release);
     }
 
     /// Publishes a flag and then reads a ring index, with a full fence
     /// between (the sleeping-flag handshake: either the other side sees
     /// the flag and rings, or this side sees its index move).
-    pub fn flag_then_load(&self, flag: usize, value: u32, at: usize) -> u32 {
+    pub(crate) fn flag_then_load(&self, flag: usize, value: u32, at: usize) -> u32 {
         self.atomic(flag).store(value, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         self.atomic(at).load(Ordering::SeqCst)
     }
 
     /// Publishes an index and then reads the other side's sleeping flag.
-    pub fn store_then_flag(&self, at: usize, value: u32, flag: usize) -> bool {
+    pub(crate) fn store_then_flag(&self, at: usize, value: u32, flag: usize) -> bool {
         self.atomic(at).store(value, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         self.atomic(flag).load(Ordering::SeqCst) != 0
     }
 
-    pub fn read_request(&self, index: u32, out: &mut [u8; REQUEST_LEN]) {
+    /// Copies out request entry `index` (free-running; taken modulo the ring).
+    pub(crate) fn read_request(&self, index: u32, out: &mut [u8; REQUEST_LEN]) {
         let at = self.req + (index & (self.entries - 1)) as usize * REQUEST_LEN;
         // SAFETY: `at..at + 64` lies in the request ring inside the mapping.
         unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(at), out.as_mut_ptr(), REQUEST_LEN) };
     }
 
-    pub fn write_request(&self, index: u32, entry: &[u8; REQUEST_LEN]) {
+    /// Copies in request entry `index` (free-running; taken modulo the ring).
+    pub(crate) fn write_request(&self, index: u32, entry: &[u8; REQUEST_LEN]) {
         let at = self.req + (index & (self.entries - 1)) as usize * REQUEST_LEN;
         // SAFETY: as in `read_request`.
         unsafe { std::ptr::copy_nonoverlapping(entry.as_ptr(), self.map.as_ptr().add(at), REQUEST_LEN) };
     }
 
-    pub fn read_completion(&self, index: u32, out: &mut [u8; COMPLETION_LEN]) {
+    /// Copies out completion entry `index` (free-running; taken modulo the ring).
+    pub(crate) fn read_completion(&self, index: u32, out: &mut [u8; COMPLETION_LEN]) {
         let at = self.comp + (index & (self.entries - 1)) as usize * COMPLETION_LEN;
         // SAFETY: `at..at + 16` lies in the completion ring.
         unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(at), out.as_mut_ptr(), COMPLETION_LEN) };
     }
 
-    pub fn write_completion(&self, index: u32, entry: &[u8; COMPLETION_LEN]) {
+    /// Copies in completion entry `index` (free-running; taken modulo the ring).
+    pub(crate) fn write_completion(&self, index: u32, entry: &[u8; COMPLETION_LEN]) {
         let at = self.comp + (index & (self.entries - 1)) as usize * COMPLETION_LEN;
         // SAFETY: as in `read_completion`.
         unsafe { std::ptr::copy_nonoverlapping(entry.as_ptr(), self.map.as_ptr().add(at), COMPLETION_LEN) };
@@ -113,13 +117,13 @@ impl Rings {
 
     /// Whether `offset..offset + len` lies inside the data area (in u64, so
     /// that no hostile pair wraps round).
-    pub fn data_fits(&self, offset: u32, len: u32) -> bool {
+    pub(crate) fn data_fits(&self, offset: u32, len: u32) -> bool {
         offset as u64 + len as u64 <= self.data_len() as u64
     }
 
     /// Copies `dst.len()` bytes from the data area at `offset`. The caller
     /// has checked [`data_fits`](Self::data_fits).
-    pub fn read_data(&self, offset: u32, dst: &mut [u8]) {
+    pub(crate) fn read_data(&self, offset: u32, dst: &mut [u8]) {
         assert!(self.data_fits(offset, dst.len() as u32) && dst.len() <= u32::MAX as usize);
         // SAFETY: the range lies in the data area (checked just above).
         unsafe {
@@ -132,7 +136,7 @@ impl Rings {
     }
 
     /// Copies `src` into the data area at `offset`.
-    pub fn write_data(&self, offset: u32, src: &[u8]) {
+    pub(crate) fn write_data(&self, offset: u32, src: &[u8]) {
         assert!(self.data_fits(offset, src.len() as u32) && src.len() <= u32::MAX as usize);
         // SAFETY: as in `read_data`.
         unsafe {

@@ -27,7 +27,7 @@
 //! [`TICK_INTERVAL`] and after each sleep) through one epoll set, one
 //! message per tenant per turn, within a budget of the server's time
 //! ([`CONTROL_SHARE`] of it while tenants have work, all of it once they
-//! have had none for [`IDLE_AFTER`]); a tenant that sends messages outside the protocol, or a
+//! have had none for `IDLE_AFTER`); a tenant that sends messages outside the protocol, or a
 //! request before reading the answer to its last ([`MAX_STRIKES`] of
 //! either), is evicted; a connection that has not attached within
 //! `attach_within` is closed, and at most `max_unattached` wait at once
@@ -102,14 +102,18 @@ pub struct Access {
 /// [`Server::bind`] derives from the process's descriptor limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FdLimits {
+    /// Descriptors one tenant's sessions may hold.
     pub per_tenant: Option<usize>,
+    /// Descriptors all tenants' sessions together may hold.
     pub total: Option<usize>,
 }
 
 /// The budget in force, and the check a registration passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FdBudget {
+    /// Descriptors one tenant's sessions may hold.
     pub per_tenant: usize,
+    /// Descriptors all tenants' sessions together may hold.
     pub total: usize,
 }
 
@@ -120,12 +124,28 @@ pub enum BudgetError {
         "the session needs {cost} file descriptors in the engine server; this tenant's sessions hold \
          {held} of the {limit} one tenant may (release some, or raise --fds-per-tenant)"
     )]
-    Tenant { cost: usize, held: usize, limit: usize },
+    /// Over the tenant's share ([`FdBudget::per_tenant`]).
+    Tenant {
+        /// Descriptors the session would hold.
+        cost: usize,
+        /// Descriptors the tenant's sessions hold already.
+        held: usize,
+        /// The tenant's share.
+        limit: usize,
+    },
     #[error(
         "the session needs {cost} file descriptors in the engine server; all tenants' sessions hold \
          {held} of the {limit} the server has for them (its descriptor limit)"
     )]
-    Total { cost: usize, held: usize, limit: usize },
+    /// Over what the server has for all tenants ([`FdBudget::total`]).
+    Total {
+        /// Descriptors the session would hold.
+        cost: usize,
+        /// Descriptors all tenants' sessions hold already.
+        held: usize,
+        /// The total for all tenants.
+        limit: usize,
+    },
 }
 
 impl FdBudget {
@@ -166,9 +186,11 @@ pub fn session_fds(kind: EngineKind, spec: &SessionSpec) -> usize {
 /// How a server is set up.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// The control socket's path: tenants connect here.
     pub socket: PathBuf,
     /// The engine behind the server: soft, sec (or afalg); never shared.
     pub engine: EngineSpec,
+    /// Tenants attached at once at most; one more is refused.
     pub max_tenants: usize,
     /// Requests one tenant may have in flight (also bounded by its ring).
     pub quota: usize,
@@ -193,6 +215,7 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// The defaults, serving `engine` on `socket`.
     pub fn new(socket: PathBuf, engine: EngineSpec) -> ServerConfig {
         ServerConfig {
             socket,
@@ -214,20 +237,43 @@ impl ServerConfig {
 /// Why a server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The control socket could not be bound or listened on.
     #[error("cannot listen on {path}: {source}")]
-    Listen { path: PathBuf, source: io::Error },
+    Listen {
+        /// The socket's path.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// Something other than a socket is at the path; it is left alone.
     #[error("{path} exists and is not a socket; remove it or choose another path")]
-    NotASocket { path: PathBuf },
+    NotASocket {
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// A live server answers on the path; it is left alone.
     #[error("another server answers on {path}; stop it or choose another path")]
-    InUse { path: PathBuf },
+    InUse {
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// The engine behind the server would be a shared engine.
     #[error("the shared engine cannot serve itself: choose soft, sec or afalg behind the server")]
     Nested,
+    /// The engine behind the server could not be built.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// Waiting for work failed (or the server thread panicked).
     #[error("the server's poll failed: {0}")]
     Poll(io::Error),
+    /// A descriptor the server needs (epoll set, eventfd, ...) could not be made.
     #[error("cannot set up the server's {what}: {source}")]
-    Setup { what: &'static str, source: io::Error },
+    Setup {
+        /// What was being set up.
+        what: &'static str,
+        /// What the system said.
+        source: io::Error,
+    },
 }
 
 /// Who owns a server-side session.
@@ -407,6 +453,7 @@ pub struct Published {
 }
 
 impl Published {
+    /// The counters as of the server's last publish.
     pub fn stats(&self) -> StatsReply {
         match self.stats.lock() {
             Ok(s) => *s,
@@ -519,7 +566,7 @@ pub struct Server {
 /// runs this often while the server is busy, and after every sleep.
 pub const TICK_INTERVAL: Duration = Duration::from_micros(200);
 /// The share of the server's time the control path may take while tenants
-/// have work (1/20: 5 %); idle time ([`IDLE_AFTER`]) is all its to use.
+/// have work (1/20: 5 %); idle time (`IDLE_AFTER`) is all its to use.
 pub const CONTROL_SHARE: u32 = 50;
 /// The most control work saved up, in nanoseconds: the longest the data
 /// path can wait behind the control path at once.
@@ -653,10 +700,12 @@ impl Server {
         self.budget
     }
 
+    /// The counters the server publishes as it runs, to read from another thread.
     pub fn published(&self) -> Arc<Published> {
         Arc::clone(&self.published)
     }
 
+    /// The counters as the server keeps them (its own thread's view).
     pub fn stats(&self) -> StatsReply {
         self.stats
     }
@@ -1124,7 +1173,7 @@ impl Server {
     }
 
     /// Adds to the control path's credit the time since the last credit:
-    /// all of it once no tenant has had work for [`IDLE_AFTER`], else
+    /// all of it once no tenant has had work for `IDLE_AFTER`, else
     /// `1/CONTROL_SHARE` of it.
     fn credit(&mut self, now: Instant) {
         let elapsed = now
@@ -1957,14 +2006,17 @@ pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     published: Arc<Published>,
     thread: Option<JoinHandle<Result<(), ServeError>>>,
+    /// The control socket tenants connect to.
     pub socket: PathBuf,
 }
 
 impl ServerHandle {
+    /// The counters as of the server's last publish.
     pub fn stats(&self) -> StatsReply {
         self.published.stats()
     }
 
+    /// Nanoseconds the server spent in passes that moved work.
     pub fn busy_ns(&self) -> u64 {
         self.published.busy_ns()
     }
@@ -1974,6 +2026,7 @@ impl ServerHandle {
         self.published.control_ns()
     }
 
+    /// The server thread's CPU time so far, in ns (as of its last publish).
     pub fn cpu_ns(&self) -> u64 {
         self.published.cpu_ns()
     }

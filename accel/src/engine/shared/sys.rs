@@ -56,7 +56,7 @@ fn seqpacket() -> io::Result<OwnedFd> {
 /// one step. Nothing is changed by path afterwards (a chmod or chown of
 /// the path could reach another file put there meanwhile), and there is
 /// no moment at which another user could connect.
-pub fn listen(path: &Path, group: Option<libc::gid_t>) -> io::Result<OwnedFd> {
+pub(crate) fn listen(path: &Path, group: Option<libc::gid_t>) -> io::Result<OwnedFd> {
     let fd = seqpacket()?;
     let (addr, len) = sockaddr(path)?;
     let mask = if group.is_some() { 0o117 } else { 0o177 };
@@ -97,7 +97,7 @@ pub fn listen(path: &Path, group: Option<libc::gid_t>) -> io::Result<OwnedFd> {
 }
 
 /// Accepts one connection without blocking; `None` if none is waiting.
-pub fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+pub(crate) fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
     // SAFETY: null address arguments are allowed by accept4(2).
     let fd = unsafe {
         libc::accept4(
@@ -119,7 +119,7 @@ pub fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
 }
 
 /// Connects to the server's socket (blocking).
-pub fn connect(path: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn connect(path: &Path) -> io::Result<OwnedFd> {
     let fd = seqpacket()?;
     let (addr, len) = sockaddr(path)?;
     // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
@@ -129,7 +129,7 @@ pub fn connect(path: &Path) -> io::Result<OwnedFd> {
 
 /// Bounds how long a blocking send or receive on `fd` may wait, so that a
 /// hung peer turns into an error instead of a hang.
-pub fn set_timeouts(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
+pub(crate) fn set_timeouts(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
     let tv = libc::timeval {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_usec: timeout.subsec_micros() as libc::suseconds_t,
@@ -149,7 +149,7 @@ pub fn set_timeouts(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
     Ok(())
 }
 
-pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor we hold.
     let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
     // SAFETY: as above.
@@ -159,7 +159,7 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
 
 /// The peer's credentials when it connected (`SO_PEERCRED`: process,
 /// user and group IDs, as the kernel recorded them, not as the peer says).
-pub fn peer_cred(fd: &OwnedFd) -> io::Result<libc::ucred> {
+pub(crate) fn peer_cred(fd: &OwnedFd) -> io::Result<libc::ucred> {
     // SAFETY: ucred is plain data.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -178,7 +178,7 @@ pub fn peer_cred(fd: &OwnedFd) -> io::Result<libc::ucred> {
 
 /// Whether the peer was in group `gid` (primary or supplementary) when it
 /// connected (`SO_PEERGROUPS`, recorded by the kernel like `SO_PEERCRED`).
-pub fn peer_in_group(fd: &OwnedFd, gid: libc::gid_t) -> io::Result<bool> {
+pub(crate) fn peer_in_group(fd: &OwnedFd, gid: libc::gid_t) -> io::Result<bool> {
     // NGROUPS_MAX is 65536; a peer with more groups than this first
     // look holds is asked again with room for all of them.
     let mut groups: Vec<libc::gid_t> = vec![0; 64];
@@ -210,7 +210,7 @@ pub fn peer_in_group(fd: &OwnedFd, gid: libc::gid_t) -> io::Result<bool> {
 /// Bytes this side sent on `fd` that the peer has not read yet (`SIOCOUTQ`):
 /// on a Unix socket a message stays charged to its sender until the
 /// receiver has taken it, so zero means every reply was read.
-pub fn unread_by_peer(fd: &OwnedFd) -> io::Result<usize> {
+pub(crate) fn unread_by_peer(fd: &OwnedFd) -> io::Result<usize> {
     let mut n: libc::c_int = 0;
     // SAFETY: SIOCOUTQ writes one int into `n`.
     check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut n) })?;
@@ -219,7 +219,7 @@ pub fn unread_by_peer(fd: &OwnedFd) -> io::Result<usize> {
 
 /// Sends one message, with `fds` attached if any. `nonblocking` makes a
 /// full socket an `Ok(false)` instead of a wait.
-pub fn send(fd: RawFd, bytes: &[u8], fds: &[RawFd], nonblocking: bool) -> io::Result<bool> {
+pub(crate) fn send(fd: RawFd, bytes: &[u8], fds: &[RawFd], nonblocking: bool) -> io::Result<bool> {
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
@@ -265,7 +265,7 @@ pub fn send(fd: RawFd, bytes: &[u8], fds: &[RawFd], nonblocking: bool) -> io::Re
 
 /// What [`recv`] got.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Received {
+pub(crate) enum Received {
     /// A message of this many bytes (truncated messages are reported as
     /// errors, never half-read).
     Message(usize),
@@ -277,7 +277,12 @@ pub enum Received {
 
 /// Receives one message into `buf`, and any descriptors passed with it
 /// into `fds` (as owned descriptors; surplus ones are closed).
-pub fn recv(fd: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, nonblocking: bool) -> io::Result<Received> {
+pub(crate) fn recv(
+    fd: RawFd,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+    nonblocking: bool,
+) -> io::Result<Received> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -333,23 +338,23 @@ pub fn recv(fd: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>, nonblocking: bool
 
 /// A counter the other side can wait on (eventfd(2)): the doorbell.
 #[derive(Debug)]
-pub struct EventFd(OwnedFd);
+pub(crate) struct EventFd(OwnedFd);
 
 impl EventFd {
-    pub fn new() -> io::Result<EventFd> {
+    pub(crate) fn new() -> io::Result<EventFd> {
         // SAFETY: plain system call; the descriptor is owned from here on.
         let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         // SAFETY: just returned by eventfd(2).
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
-    pub fn from_fd(fd: OwnedFd) -> io::Result<EventFd> {
+    pub(crate) fn from_fd(fd: OwnedFd) -> io::Result<EventFd> {
         set_nonblocking(fd.as_raw_fd())?;
         Ok(EventFd(fd))
     }
 
     /// Rings: adds one to the counter, waking a waiter.
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         let one: u64 = 1;
         // A full counter (2^64 - 2 rings unread) or a closed peer is not
         // worth reporting: the waiter is awake either way.
@@ -358,20 +363,20 @@ impl EventFd {
     }
 
     /// Clears the counter without blocking.
-    pub fn drain(&self) {
+    pub(crate) fn drain(&self) {
         let mut value: u64 = 0;
         // SAFETY: reads eight bytes into a live u64.
         let _ = unsafe { libc::read(self.0.as_raw_fd(), (&raw mut value).cast(), 8) };
     }
 
-    pub fn raw(&self) -> RawFd {
+    pub(crate) fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
 }
 
 /// Waits until any of `fds` is readable (or hung up), at most `timeout`.
 /// Returns the `revents` in `fds`.
-pub fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -388,7 +393,7 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-pub fn pollfd(fd: RawFd) -> libc::pollfd {
+pub(crate) fn pollfd(fd: RawFd) -> libc::pollfd {
     libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -400,18 +405,18 @@ pub fn pollfd(fd: RawFd) -> libc::pollfd {
 /// create it maps it: neither side can shrink it (a page the other maps
 /// would then fault with SIGBUS on access) or grow it (memory charged to
 /// whoever touches it), and nobody can remove the seals or add others.
-pub const REGION_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+pub(crate) const REGION_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// The seals on `fd` (`F_GET_SEALS`; a file that cannot be sealed has
 /// `F_SEAL_SEAL` only).
-pub fn seals(fd: &OwnedFd) -> io::Result<libc::c_int> {
+pub(crate) fn seals(fd: &OwnedFd) -> io::Result<libc::c_int> {
     // SAFETY: fcntl on a descriptor we hold.
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })
 }
 
 /// A shared mapping of a memfd: the tenant's rings and data area.
 #[derive(Debug)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -423,7 +428,7 @@ unsafe impl Send for Mapping {}
 impl Mapping {
     /// Creates a memfd of `len` bytes, seals it with [`REGION_SEALS`]
     /// before anyone else can hold it, and maps it.
-    pub fn create(name: &str, len: usize) -> io::Result<(OwnedFd, Mapping)> {
+    pub(crate) fn create(name: &str, len: usize) -> io::Result<(OwnedFd, Mapping)> {
         let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: plain system call with a valid C string.
         let fd = check(unsafe {
@@ -441,7 +446,7 @@ impl Mapping {
 
     /// Maps `len` bytes of `fd` shared, after checking the file is that
     /// long (a short file would fault on access, not fail here).
-    pub fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+    pub(crate) fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
         // SAFETY: stat is plain data, filled by fstat.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `st` is live.
@@ -470,16 +475,12 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 
@@ -497,10 +498,10 @@ impl Drop for Mapping {
 /// An epoll set (level-triggered): the server's control sockets and its
 /// listener, looked at once per tick without a system call per socket.
 #[derive(Debug)]
-pub struct Epoll(OwnedFd);
+pub(crate) struct Epoll(OwnedFd);
 
 impl Epoll {
-    pub fn new() -> io::Result<Epoll> {
+    pub(crate) fn new() -> io::Result<Epoll> {
         // SAFETY: plain system call; the descriptor is owned from here on.
         let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: just returned by epoll_create1(2).
@@ -508,7 +509,7 @@ impl Epoll {
     }
 
     /// Watches `fd` for input (and hang-up), reporting `data`.
-    pub fn add(&self, fd: RawFd, data: u64) -> io::Result<()> {
+    pub(crate) fn add(&self, fd: RawFd, data: u64) -> io::Result<()> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: data,
@@ -518,14 +519,14 @@ impl Epoll {
     }
 
     /// Stops watching `fd` (closing it does as much).
-    pub fn remove(&self, fd: RawFd) {
+    pub(crate) fn remove(&self, fd: RawFd) {
         // SAFETY: a null event is allowed for EPOLL_CTL_DEL.
         unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
     }
 
     /// The ready entries, without waiting; `events` is filled up to its
     /// capacity (the rest are reported next time: level-triggered).
-    pub fn ready(&self, events: &mut Vec<libc::epoll_event>) {
+    pub(crate) fn ready(&self, events: &mut Vec<libc::epoll_event>) {
         events.clear();
         let room = events.capacity().min(i32::MAX as usize);
         // SAFETY: the kernel writes at most `room` events into the spare
@@ -537,7 +538,7 @@ impl Epoll {
         }
     }
 
-    pub fn raw(&self) -> RawFd {
+    pub(crate) fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
 }
@@ -547,7 +548,7 @@ impl Epoll {
 /// where the limit allows (`mlock`; an unlocked buffer still works), and
 /// wiped before it is unmapped.
 #[derive(Debug)]
-pub struct SecretBuf {
+pub(crate) struct SecretBuf {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -556,7 +557,7 @@ pub struct SecretBuf {
 unsafe impl Send for SecretBuf {}
 
 impl SecretBuf {
-    pub fn new(len: usize) -> io::Result<SecretBuf> {
+    pub(crate) fn new(len: usize) -> io::Result<SecretBuf> {
         // SAFETY: an anonymous private mapping at an address the kernel picks.
         let ptr = unsafe {
             libc::mmap(
@@ -582,7 +583,7 @@ impl SecretBuf {
     }
 
     /// A buffer of no bytes (nothing mapped), to hold a place.
-    pub fn empty() -> SecretBuf {
+    pub(crate) fn empty() -> SecretBuf {
         SecretBuf {
             ptr: NonNull::dangling(),
             len: 0,

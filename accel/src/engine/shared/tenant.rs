@@ -12,18 +12,25 @@
 //!
 //! A server that stops serving while still connected (stopped, or its
 //! thread stuck) is timed out on the caller's clock, the `now` given to
-//! `submit_burst` and `poll_burst`, then confirmed on the wall clock
-//! (read only once the caller's clock says a deadline passed), so that a
-//! clock that jumps (an offline capture's timestamps across a gap) cannot
-//! time out a server answering in real time, while a caller whose clock
-//! stands still (tests, `Duration::ZERO`) sees no timeout at all: a job
-//! older than [`SharedSpec::deadline`] on the caller's clock and still
-//! unanswered a quarter of the deadline later on the wall's comes back with
-//! `Timeout`, and the engine is unavailable, refusing new jobs at once
-//! with `Unavailable` so that a gateway drops and counts them instead of
-//! stalling, until the server answers again. The slot of a timed-out job
-//! is not reused until the server's late completion for it arrives: the
-//! server may still write into it.
+//! `submit_burst`, `poll_burst` and `reclaim`, and nothing on that path
+//! reads a clock (it is the sans-IO core's fast path). The caller's clock
+//! may jump (an offline capture's timestamps across a gap) while the
+//! server has had no real time to answer, so a job past its deadline on
+//! that clock is only suspect; the timeout is confirmed by real time the
+//! driver has let pass in [`Engine::wait`], the driver's blocking call,
+//! which reads the wall clock and records what it saw. A job older than
+//! [`SharedSpec::deadline`] on the caller's clock, and still unanswered
+//! once the driver has waited a quarter of the deadline since it was
+//! first found overdue, comes back with `Timeout`. A caller whose clock
+//! stands still (tests, `Duration::ZERO`) sees no timeout at all, nor does
+//! a driver that never waits (it is never idle, or it replays a capture
+//! without waiting between frames): its jobs are given up by the gateway's
+//! own timeout, and by this engine at its next wait. After a timeout the
+//! engine is unavailable, refusing new jobs at once with `Unavailable` so
+//! that a gateway drops and counts them instead of stalling, until the
+//! server answers again. The slot of a timed-out job is not reused until
+//! the server's late completion for it arrives: the server may still
+//! write into it.
 
 use std::collections::VecDeque;
 use std::io;
@@ -51,12 +58,21 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why a tenant could not attach.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
+    /// The control socket could not be connected to (or set up).
     #[error("cannot reach the engine server at {path}: {source} (is `espgw engine serve --socket {path}` running?)")]
-    Connect { path: String, source: io::Error },
+    Connect {
+        /// The socket's path.
+        path: String,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The server answered with a refusal, whose reason this is.
     #[error("the engine server refused to attach: {0}")]
     Refused(String),
+    /// The server's answer was not the protocol's, or the exchange failed.
     #[error("the engine server's answer was not understood: {0}")]
     Protocol(String),
+    /// The region (or its doorbells) could not be mapped or taken.
     #[error("cannot map the shared region: {0}")]
     Map(io::Error),
     /// The server's region could be resized under this tenant (a third
@@ -67,7 +83,10 @@ pub enum AttachError {
          need {:#x}); refusing to map it",
         super::sys::REGION_SEALS
     )]
-    Unsealed { seals: i32 },
+    Unsealed {
+        /// The seals the region carries (`F_GET_SEALS`).
+        seals: i32,
+    },
 }
 
 struct ShmTenant {
@@ -85,13 +104,12 @@ struct Slots {
     /// When each slot's job was submitted (the caller's `now`), and its
     /// place in submission order.
     since: Vec<Duration>,
-    /// When (on the wall clock) the caller's clock first said a job was
-    /// past its deadline, while one still is: a job times out only after
-    /// a further grace of wall time without an answer, so that a caller's
-    /// clock that jumps (a capture's timestamps across a gap) cannot time
-    /// out a server that is answering in real time. Read only when the
-    /// caller's clock says a deadline passed, never per burst.
-    suspect: Option<Instant>,
+    /// Whether a job is overdue on the caller's clock, and since when the
+    /// driver has seen real time pass while one is.
+    suspect: Suspicion,
+    /// The latest wall-clock instant the driver reported (the end of its
+    /// last [`Engine::wait`]); `None` before its first wait.
+    observed: Option<Instant>,
     seq: Vec<u64>,
     next_seq: u64,
     /// Slots whose jobs were given back on timeout, their completions
@@ -104,6 +122,19 @@ struct Slots {
     next_expiry: Duration,
     /// Scratch for the slots expiring in one look, sized once.
     expiring: Vec<u32>,
+}
+
+/// How far a timeout has got towards confirmation: overdue on the
+/// caller's clock, then waited out on the driver's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suspicion {
+    /// No job is overdue on the caller's clock.
+    Clear,
+    /// One is, and the driver has not waited since.
+    Raised,
+    /// One has been overdue since at least this instant, the start of the
+    /// driver's first wait after it was found overdue.
+    Since(Instant),
 }
 
 /// What a completion from the server names.
@@ -122,7 +153,8 @@ impl Slots {
         Slots {
             jobs: (0..n).map(|_| None).collect(),
             since: vec![Duration::ZERO; n],
-            suspect: None,
+            suspect: Suspicion::Clear,
+            observed: None,
             seq: vec![0; n],
             next_seq: 0,
             late: vec![false; n],
@@ -177,7 +209,9 @@ impl Slots {
     }
 
     /// Gives back, in submission order and with `Timeout`, every job held
-    /// `deadline` or longer by `now`; their slots stay late.
+    /// `deadline` or longer by `now`, once the driver's waits confirm it
+    /// (see [`confirmed`](Self::confirmed)); their slots stay late. Reads
+    /// no clock: `now` and what the driver reported are its only time.
     fn expire(&mut self, now: Duration, out: &mut Vec<Job>) -> usize {
         if now < self.next_expiry {
             return 0;
@@ -196,20 +230,20 @@ impl Slots {
             }
         }
         if self.expiring.is_empty() {
-            self.suspect = None;
+            self.suspect = Suspicion::Clear;
             self.next_expiry = next;
             return 0;
         }
-        let wall_now = Instant::now();
-        let grace = self.deadline / 4;
-        let waited = wall_now.saturating_duration_since(*self.suspect.get_or_insert(wall_now));
-        if waited < grace {
-            // Look again once the grace would be over on the caller's clock.
-            self.next_expiry = now.saturating_add(grace - waited);
+        if !self.confirmed() {
+            if self.suspect == Suspicion::Clear {
+                self.suspect = Suspicion::Raised;
+            }
+            // `next_expiry` stays passed: look again at every poll, only
+            // while a job is overdue, so that answers clear the suspicion.
             self.expiring.clear();
             return 0;
         }
-        self.suspect = None;
+        self.suspect = Suspicion::Clear;
         self.next_expiry = next;
         let seq = &self.seq;
         self.expiring.sort_unstable_by_key(|&i| seq[i as usize]);
@@ -222,6 +256,24 @@ impl Slots {
             }
         }
         self.expiring.len()
+    }
+
+    /// Whether the driver has waited, since a job was first found overdue,
+    /// for the grace: a quarter of the deadline of real time.
+    fn confirmed(&self) -> bool {
+        match (self.suspect, self.observed) {
+            (Suspicion::Since(from), Some(seen)) => seen.saturating_duration_since(from) >= self.deadline / 4,
+            _ => false,
+        }
+    }
+
+    /// The driver reports the wall clock (from [`Engine::wait`]): the first
+    /// report after a job was found overdue starts the grace.
+    fn observe(&mut self, wall: Instant) {
+        if self.suspect == Suspicion::Raised {
+            self.suspect = Suspicion::Since(wall);
+        }
+        self.observed = Some(wall);
     }
 
     /// The server is gone: every job comes back with `Fault` and every
@@ -243,7 +295,7 @@ impl Slots {
         }
         self.late_count = 0;
         self.next_expiry = Duration::MAX;
-        self.suspect = None;
+        self.suspect = Suspicion::Clear;
         n
     }
 
@@ -383,6 +435,7 @@ impl SharedEngine {
         self.tenant
     }
 
+    /// How this tenant's descriptors and data travel.
     pub fn transport(&self) -> Transport {
         self.transport
     }
@@ -811,13 +864,27 @@ impl Engine for SharedEngine {
         n
     }
 
+    /// Also the only place this engine reads the wall clock: what it sees
+    /// at the start and the end confirms timeouts (see the module
+    /// documentation).
     fn wait(&mut self, timeout: Duration) {
+        let started = Instant::now();
+        self.slots.observe(started);
         if !self.done.is_empty() || self.in_flight() == 0 {
             return;
         }
+        self.block(started, timeout);
+        self.slots.observe(Instant::now());
+    }
+}
+
+impl SharedEngine {
+    /// The blocking part of [`Engine::wait`], from `started` (its clock
+    /// reading) for at most `timeout`.
+    fn block(&mut self, started: Instant, timeout: Duration) {
         // A short spin first: the server usually answers within
         // microseconds, sooner than a sleep and a wake-up would.
-        let spin_until = Instant::now() + Duration::from_micros(20).min(timeout);
+        let spin_until = started + Duration::from_micros(20).min(timeout);
         while Instant::now() < spin_until {
             // The clock costs more than a look at the ring: look often.
             for _ in 0..32 {
@@ -893,5 +960,136 @@ pub fn query_stats(path: &Path) -> Result<StatsReply, AttachError> {
             Err(e) => Err(AttachError::Protocol(e.to_string())),
         },
         _ => Err(AttachError::Protocol("the server closed the connection".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::PacketBuf;
+    use crate::descriptor::{Descriptor, Direction};
+    use crate::Algorithm;
+
+    const DEADLINE: Duration = Duration::from_millis(400);
+    const GRACE: Duration = Duration::from_millis(100);
+
+    fn job(user: u64) -> Job {
+        let alg = Algorithm::Aes128Gcm16;
+        let desc = Descriptor::esp(Direction::Encrypt, alg, 16, None);
+        let buf = PacketBuf::with_len(desc.icv.end());
+        Job::new(
+            SessionHandle {
+                index: 0,
+                generation: 0,
+            },
+            desc,
+            buf,
+            0,
+            user,
+        )
+    }
+
+    /// Four jobs in slots, submitted at 0, 10, 20 and 30 ms on the caller's
+    /// clock.
+    fn slots() -> Slots {
+        let mut slots = Slots::new(8, DEADLINE);
+        for user in 0..4 {
+            let slot = slots.free.pop().expect("a free slot");
+            slots.occupy(slot, job(user), Duration::from_millis(10 * user));
+        }
+        slots
+    }
+
+    fn users(jobs: &[Job]) -> Vec<u64> {
+        jobs.iter().map(|j| j.user).collect()
+    }
+
+    /// The poll path reads no clock: however far the caller's clock jumps
+    /// and however much real time passes, nothing times out until the
+    /// driver has reported, through its waits, a grace of real time since
+    /// a job was found overdue. (Were the wall clock read here, the sleep
+    /// would confirm the timeout.)
+    #[test]
+    fn overdue_jobs_wait_for_the_drivers_clock_not_the_wall() {
+        let mut slots = slots();
+        let mut out = Vec::new();
+        assert_eq!(slots.expire(Duration::from_secs(3600), &mut out), 0);
+        std::thread::sleep(GRACE * 2);
+        assert_eq!(slots.expire(Duration::from_secs(7200), &mut out), 0);
+        assert!(out.is_empty());
+        assert_eq!(slots.in_use(), 4);
+    }
+
+    /// Once the driver's reports span the grace, jobs time out exactly as
+    /// the caller's clock says: those whose deadline `now` has reached, in
+    /// submission order, and not one nanosecond before.
+    #[test]
+    fn confirmed_jobs_time_out_exactly_on_the_callers_clock() {
+        let mut slots = slots();
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        // Overdue: the first two (submitted at 0 and 10 ms).
+        let now = DEADLINE + Duration::from_millis(10);
+        assert_eq!(slots.expire(now, &mut out), 0, "suspect only");
+        slots.observe(t0);
+        slots.observe(t0 + GRACE - Duration::from_nanos(1));
+        assert_eq!(slots.expire(now, &mut out), 0, "the grace is not over");
+        slots.observe(t0 + GRACE);
+        // Confirmed, but the caller's clock went no further: a nanosecond
+        // short of the third job's deadline.
+        let now = DEADLINE + Duration::from_millis(20) - Duration::from_nanos(1);
+        assert_eq!(slots.expire(now, &mut out), 2);
+        assert_eq!(users(&out), [0, 1]);
+        assert!(out
+            .iter()
+            .all(|j| j.desc.status == Status::Error(DescriptorError::Timeout)));
+        // The next ones need their own confirmation.
+        out.clear();
+        let now = DEADLINE + Duration::from_millis(30);
+        assert_eq!(slots.expire(now, &mut out), 0);
+        slots.observe(t0 + GRACE * 2);
+        slots.observe(t0 + GRACE * 3);
+        assert_eq!(slots.expire(now, &mut out), 2);
+        assert_eq!(users(&out), [2, 3]);
+        assert_eq!(slots.in_use(), 0);
+    }
+
+    /// The driver waiting does not stand in for the caller's clock: jobs
+    /// not yet overdue on it never time out, however long the waits.
+    #[test]
+    fn waits_alone_time_nothing_out() {
+        let mut slots = slots();
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        for k in 0..10 {
+            slots.observe(t0 + DEADLINE * k);
+            assert_eq!(slots.expire(DEADLINE - Duration::from_nanos(1), &mut out), 0);
+        }
+        assert_eq!(slots.in_use(), 4);
+    }
+
+    /// An answer that arrives during the grace clears the suspicion: a job
+    /// found overdue later gets its own grace, not what is left of an
+    /// earlier one's.
+    #[test]
+    fn an_answer_in_the_grace_clears_the_suspicion() {
+        let mut slots = Slots::new(8, DEADLINE);
+        let first = slots.free.pop().expect("free");
+        slots.occupy(first, job(0), Duration::ZERO);
+        let second = slots.free.pop().expect("free");
+        slots.occupy(second, job(1), DEADLINE);
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        assert_eq!(slots.expire(DEADLINE, &mut out), 0);
+        slots.observe(t0);
+        assert!(matches!(slots.answered(first), Answered::Job(_)));
+        assert_eq!(slots.expire(DEADLINE, &mut out), 0);
+        slots.observe(t0 + GRACE * 10);
+        // The second is overdue now: suspect afresh, not confirmed.
+        assert_eq!(slots.expire(DEADLINE * 2, &mut out), 0);
+        slots.observe(t0 + GRACE * 11);
+        slots.observe(t0 + GRACE * 12);
+        assert_eq!(slots.expire(DEADLINE * 2, &mut out), 1);
+        assert_eq!(users(&out), [1]);
     }
 }

@@ -80,11 +80,25 @@ crate::unknown_name!(
 pub enum WireError {
     /// Empty, or shorter than its operation needs.
     #[error("message is {got} bytes; operation {op:#04x} needs {need}")]
-    Short { op: u8, got: usize, need: usize },
+    Short {
+        /// The operation code (0 for an empty message).
+        op: u8,
+        /// Bytes received.
+        got: usize,
+        /// Bytes the operation needs at least.
+        need: usize,
+    },
     /// Longer than its operation allows (trailing bytes are refused, not
     /// ignored, so that two parsers cannot disagree about a message).
     #[error("message is {got} bytes; operation {op:#04x} takes {want}")]
-    Long { op: u8, got: usize, want: usize },
+    Long {
+        /// The operation code.
+        op: u8,
+        /// Bytes received.
+        got: usize,
+        /// Bytes the operation takes.
+        want: usize,
+    },
     /// The operation code is not one of the protocol's.
     #[error("unknown operation {0:#04x}")]
     UnknownOp(u8),
@@ -104,17 +118,29 @@ pub enum WireError {
 
 /// Operation codes: requests from tenants, replies from the server.
 pub mod op {
+    /// Tenant: attach (Attach).
     pub const ATTACH: u8 = 0x01;
+    /// Tenant: register a session's keys (Register).
     pub const REGISTER: u8 = 0x02;
+    /// Tenant: forget a session (Release).
     pub const RELEASE: u8 = 0x03;
+    /// Tenant, socket transport: a burst of requests (Submit).
     pub const SUBMIT: u8 = 0x04;
+    /// Anyone: ask for the server's counters (Stats).
     pub const STATS: u8 = 0x05;
+    /// Tenant: leaving; the server reclaims the rest (Detach).
     pub const DETACH: u8 = 0x06;
+    /// Server: attached, with the tenant's ID and region (Attached).
     pub const ATTACHED: u8 = 0x81;
+    /// Server: the session's handle (Registered).
     pub const REGISTERED: u8 = 0x82;
+    /// Server: the session is closed to new requests (Released).
     pub const RELEASED: u8 = 0x83;
+    /// Server, socket transport: a burst of completions (Completions).
     pub const COMPLETIONS: u8 = 0x84;
+    /// Server: its counters (Stats).
     pub const STATS_REPLY: u8 = 0x85;
+    /// Server: a refusal with a code and a reason; unasked, it lets the tenant go (Refused).
     pub const REFUSED: u8 = 0xff;
 }
 
@@ -157,16 +183,24 @@ pub enum Request<'a> {
     /// Asks for a tenant ID and, for `shm`, a region of `entries` ring
     /// entries (a power of two) with a data slot of `slot_size` bytes each.
     Attach {
+        /// The protocol version the tenant speaks: [`VERSION`].
         version: u16,
+        /// How its descriptors and data will travel.
         transport: Transport,
+        /// Ring entries asked for.
         entries: u32,
+        /// Bytes of one data slot asked for.
         slot_size: u32,
     },
     /// An SA's keys, which cross once and stay in the server.
     Register {
+        /// The SA's transform.
         algorithm: Algorithm,
+        /// Whether it uses extended sequence numbers.
         esn: bool,
+        /// The encryption key material, borrowed from the message.
         enc_key: &'a [u8],
+        /// The HMAC key, borrowed from the message.
         auth_key: &'a [u8],
     },
     /// Forgets a session. `mark` is the tenant's request-ring head when it
@@ -175,16 +209,22 @@ pub enum Request<'a> {
     /// engine wipes the keys once the earlier requests are with it), or
     /// Refused for a handle that is not the tenant's.
     Release {
+        /// The session, as the server issued it.
         handle: SessionHandle,
+        /// The tenant's request-ring head when it released (shm; 0 on a socket).
         mark: u32,
     },
     /// Socket transport: `count` request entries, each followed by its
     /// `data_len` bytes, in `body`.
     Submit {
+        /// Entries in `body`.
         count: u16,
+        /// The entries and their data, borrowed from the message.
         body: &'a [u8],
     },
+    /// Asks for the server's counters (attached or not: an operator's query).
     Stats,
+    /// The tenant leaves; the server reclaims its sessions and region.
     Detach,
 }
 
@@ -315,6 +355,7 @@ pub fn start_burst(out: &mut Vec<u8>, code: u8) {
     out.extend_from_slice(&[code, 0, 0, 0]);
 }
 
+/// Patches the entry count of a burst started with [`start_burst`].
 pub fn set_count(out: &mut [u8], count: u16) {
     out[2..4].copy_from_slice(&count.to_le_bytes());
 }
@@ -322,24 +363,38 @@ pub fn set_count(out: &mut [u8], count: u16) {
 /// A reply from the server.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reply<'a> {
+    /// The tenant is attached; for `shm` the region's descriptors come
+    /// with this message.
     Attached {
+        /// The transport granted (the one asked for).
         transport: Transport,
+        /// The ID the server gave the tenant.
         tenant: u32,
+        /// Ring entries granted.
         entries: u32,
+        /// Bytes of one data slot granted.
         slot_size: u32,
+        /// Bytes of the shared region to map (shm; 0 on a socket).
         region_len: u64,
     },
+    /// The session's handle, to name it in requests.
     Registered(SessionHandle),
     /// The session is closed to new requests (its earlier ones still run).
     Released,
     /// Socket transport: `count` completion entries each followed by its data.
     Completions {
+        /// Entries in `body`.
         count: u16,
+        /// The entries and their data, borrowed from the message.
         body: &'a [u8],
     },
+    /// The server's counters.
     Stats(StatsReply),
+    /// A request refused, or (unasked) the tenant let go.
     Refused {
+        /// Why, as a [`refusal`](super::server::refusal) code.
         code: u8,
+        /// Why, for people: at most [`MAX_REASON`] bytes of UTF-8.
         reason: &'a str,
     },
 }
@@ -347,16 +402,27 @@ pub enum Reply<'a> {
 /// The server's counters, as a tenant or an operator can ask for them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StatsReply {
+    /// Tenants attached now.
     pub tenants: u64,
+    /// Attaches accepted since the server started.
     pub attached: u64,
+    /// Tenants reclaimed: detached, died or evicted.
     pub reclaimed: u64,
+    /// Requests the engine executed.
     pub executed: u64,
+    /// Requests (and releases) refused for naming another tenant's session.
     pub foreign_session: u64,
+    /// Requests (and releases) refused for naming a released or never issued session.
     pub stale_session: u64,
+    /// Requests refused for regions outside the tenant's data area or its slot.
     pub bad_region: u64,
+    /// Messages and entries that did not parse, or came on the wrong path.
     pub malformed: u64,
+    /// Requests refused past the tenant's in-flight quota.
     pub quota_full: u64,
+    /// Completions of reclaimed tenants, dropped as they came.
     pub discarded: u64,
+    /// Sessions released with the engine, their keys wiped.
     pub sessions_wiped: u64,
     /// Tenants let go: hung, a ring no honest tenant writes, or
     /// [`MAX_STRIKES`](super::server::MAX_STRIKES) messages outside the
@@ -422,6 +488,7 @@ impl StatsReply {
 }
 
 impl<'a> Reply<'a> {
+    /// Parses one reply, as strictly as [`Request::parse`]; the reason of a Refused is borrowed from `msg`.
     pub fn parse(msg: &'a [u8]) -> Result<Reply<'a>, WireError> {
         let Some(&code) = msg.first() else {
             return Err(WireError::Short {
@@ -531,11 +598,13 @@ impl<'a> Reply<'a> {
 pub struct RequestEntry {
     /// The tenant's cookie, returned in the completion.
     pub user: u32,
+    /// The session, by the handle the server issued this tenant.
     pub session: SessionHandle,
     /// Regions relative to the start of the request's data.
     pub desc: Descriptor,
     /// Shm: where the data lies in the tenant's data area. Socket: 0.
     pub data_offset: u32,
+    /// Bytes of the request's data: its regions must fit in them.
     pub data_len: u32,
 }
 
@@ -548,6 +617,7 @@ fn kind_code(kind: DescriptorKind) -> u8 {
 }
 
 impl RequestEntry {
+    /// Writes the entry's [`REQUEST_LEN`] bytes at the start of `out` (which must hold them).
     pub fn encode(&self, out: &mut [u8]) {
         let d = &self.desc;
         out[0..4].copy_from_slice(&self.user.to_le_bytes());
@@ -633,13 +703,16 @@ impl RequestEntry {
 /// One completion: the cookie, the status, the bytes that come back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompletionEntry {
+    /// The cookie of the request this completes.
     pub user: u32,
+    /// What the engine wrote back.
     pub status: Status,
     /// Bytes of result data (0 when the status is an error).
     pub data_len: u32,
 }
 
 impl CompletionEntry {
+    /// Writes the entry's [`COMPLETION_LEN`] bytes at the start of `out` (which must hold them).
     pub fn encode(&self, out: &mut [u8]) {
         out[0..4].copy_from_slice(&self.user.to_le_bytes());
         let (code, err) = status_code(self.status);
@@ -650,6 +723,7 @@ impl CompletionEntry {
         out[12..16].fill(0);
     }
 
+    /// Decodes an entry the server wrote; a status outside the protocol's is refused.
     pub fn decode(b: &[u8]) -> Result<CompletionEntry, WireError> {
         if b.len() < COMPLETION_LEN {
             return Err(WireError::Truncated);
@@ -711,6 +785,7 @@ pub struct BurstIter<'a, E> {
 }
 
 impl<'a> BurstIter<'a, RequestEntry> {
+    /// The request entries of a Submit body.
     pub fn requests(count: u16, body: &'a [u8]) -> Self {
         BurstIter {
             body,
@@ -723,6 +798,7 @@ impl<'a> BurstIter<'a, RequestEntry> {
 }
 
 impl<'a> BurstIter<'a, CompletionEntry> {
+    /// The completion entries of a Completions body.
     pub fn completions(count: u16, body: &'a [u8]) -> Self {
         BurstIter {
             body,
@@ -781,7 +857,9 @@ pub mod layout {
     pub const SERVER_SLEEPING: usize = 320;
     /// Written by the tenant: 1 while it waits (ring its doorbell).
     pub const TENANT_SLEEPING: usize = 384;
+    /// Bytes of the header (the ring indices and flags) before the request ring.
     pub const HEADER: usize = 512;
+    /// The data area starts on a page boundary.
     pub const PAGE: usize = 4096;
 
     /// (request ring, completion ring, data area, total) offsets for

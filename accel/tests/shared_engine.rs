@@ -725,6 +725,22 @@ impl Engine for BlackHole {
 /// quarter of the deadline in `wait`, the one call that reads the clock.
 #[test]
 fn a_timeout_is_confirmed_by_the_drivers_waits_not_by_the_poll_path() {
+    timeouts_confirmed_by(|t| t.wait(Duration::from_millis(5)));
+}
+
+/// A live driver whose traffic never lets it wait reports its clock once
+/// a turn instead (`observe_clock`): that confirms the timeouts as well.
+#[test]
+fn a_busy_drivers_clock_confirms_timeouts_without_a_wait() {
+    timeouts_confirmed_by(|t| {
+        std::thread::sleep(Duration::from_millis(5));
+        t.observe_clock(Instant::now());
+    });
+}
+
+/// Jobs behind a server that never answers time out once `confirm`, the
+/// driver's part, has let a quarter of the deadline of real time pass.
+fn timeouts_confirmed_by(confirm: impl Fn(&mut SharedEngine)) {
     let deadline = Duration::from_millis(200);
     let server = accel::shared::spawn_with_engine(
         ServerConfig::new(socket_path(), EngineSpec::default()),
@@ -758,10 +774,10 @@ fn a_timeout_is_confirmed_by_the_drivers_waits_not_by_the_poll_path() {
             out.iter().map(|j| j.desc.status).collect::<Vec<_>>()
         );
         assert!(!t.unavailable(), "{transport}");
-        // The driver waits: once it has waited out the grace, they do.
+        // The driver's clock: once the grace is over on it, they do.
         let waiting = Instant::now();
         while out.len() < 6 && waiting.elapsed() < Duration::from_secs(5) {
-            t.wait(Duration::from_millis(5));
+            confirm(&mut t);
             t.poll_burst(later, &mut out);
         }
         assert!(

@@ -283,6 +283,12 @@ pub trait Engine: Send {
     /// engine may read the wall clock (the shared engine records the real
     /// time that passed, to confirm its timeouts).
     fn wait(&mut self, _timeout: Duration) {}
+
+    /// The driver's wall clock, read once per turn of a live driver that
+    /// may not [`wait`](Self::wait) for a while (its traffic never stops):
+    /// like a wait's readings, it lets an engine confirm that real time has
+    /// passed. The gateway core never calls it.
+    fn observe_clock(&mut self, _wall: std::time::Instant) {}
 }
 
 #[cfg(test)]

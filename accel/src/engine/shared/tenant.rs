@@ -867,6 +867,10 @@ impl Engine for SharedEngine {
     /// Also the only place this engine reads the wall clock: what it sees
     /// at the start and the end confirms timeouts (see the module
     /// documentation).
+    fn observe_clock(&mut self, wall: Instant) {
+        self.slots.observe(wall);
+    }
+
     fn wait(&mut self, timeout: Duration) {
         let started = Instant::now();
         self.slots.observe(started);

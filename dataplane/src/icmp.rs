@@ -5,6 +5,11 @@
 //! that caused them. ICMP errors pass a token bucket first
 //! ([`RateLimiter`]), so that a flood cannot turn the gateway into a
 //! reflector (RFC 1812 §4.3.2.8).
+//!
+//! Owns no state but the rate limiter's buckets, and reads no clock (the
+//! caller's `now`). Must not decide whether an address is ours, route, or
+//! keep the neighbour table (`neighbor`'s): the gateway decides, and sends
+//! what these write.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -19,14 +24,19 @@ use smoltcp::wire::{
 use crate::buffer::PacketBuf;
 use crate::wire::ipv4;
 
-/// ICMP types espgw sends or must not answer.
-pub mod kind {
-    pub const ECHO_REPLY: u8 = 0;
-    pub const DEST_UNREACHABLE: u8 = 3;
-    pub const ECHO_REQUEST: u8 = 8;
-    pub const TIME_EXCEEDED: u8 = 11;
+/// ICMP types espgw sends or must not answer (RFC 792).
+pub(crate) mod kind {
+    /// Echo reply: the answer to a ping of the gateway's own address.
+    pub(crate) const ECHO_REPLY: u8 = 0;
+    /// Destination unreachable; espgw sends it only with [`FRAG_NEEDED`].
+    pub(crate) const DEST_UNREACHABLE: u8 = 3;
+    /// Echo request: answered when addressed to the gateway.
+    pub(crate) const ECHO_REQUEST: u8 = 8;
+    /// Time exceeded (code 0: TTL exceeded in transit), for a packet the
+    /// gateway would forward with its TTL run out.
+    pub(crate) const TIME_EXCEEDED: u8 = 11;
     /// Code of destination-unreachable: fragmentation needed and DF set.
-    pub const FRAG_NEEDED: u8 = 4;
+    pub(crate) const FRAG_NEEDED: u8 = 4;
 }
 
 /// Bytes of an ARP packet for Ethernet/IPv4.
@@ -34,15 +44,20 @@ const ARP_LEN: usize = 28;
 
 /// A checked ARP request or reply for IPv4 over Ethernet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arp {
-    pub operation: ArpOperation,
-    pub sender_mac: EthernetAddress,
-    pub sender_ip: Ipv4Addr,
-    pub target_ip: Ipv4Addr,
+pub(crate) struct Arp {
+    /// Request or reply (any other operation code passes through here as
+    /// smoltcp's `Unknown`: the caller decides).
+    pub(crate) operation: ArpOperation,
+    /// The sender's hardware address: what the neighbour table learns.
+    pub(crate) sender_mac: EthernetAddress,
+    /// The sender's protocol address; 0.0.0.0 in an ARP probe (RFC 5227).
+    pub(crate) sender_ip: Ipv4Addr,
+    /// The address asked about (request) or answered to (reply).
+    pub(crate) target_ip: Ipv4Addr,
 }
 
 /// Parses the ARP packet after the Ethernet header.
-pub fn parse_arp(payload: &[u8]) -> Option<Arp> {
+pub(crate) fn parse_arp(payload: &[u8]) -> Option<Arp> {
     let p = ArpPacket::new_checked(payload).ok()?;
     if p.hardware_type() != ArpHardware::Ethernet
         || p.protocol_type() != EthernetProtocol::Ipv4
@@ -92,7 +107,7 @@ pub(crate) fn write_ethernet(
 }
 
 /// Rewrites the request in `buf` (a whole Ethernet frame) into our reply.
-pub fn arp_reply_in_place(buf: &mut PacketBuf, request: &Arp, our_mac: EthernetAddress) -> bool {
+pub(crate) fn arp_reply_in_place(buf: &mut PacketBuf, request: &Arp, our_mac: EthernetAddress) -> bool {
     if !buf.truncate(14 + ARP_LEN) {
         return false;
     }
@@ -113,7 +128,7 @@ pub fn arp_reply_in_place(buf: &mut PacketBuf, request: &Arp, our_mac: EthernetA
 }
 
 /// Fills `buf` with a broadcast request for `target`.
-pub fn arp_request(buf: &mut PacketBuf, our: (EthernetAddress, Ipv4Addr), target: Ipv4Addr) -> bool {
+pub(crate) fn arp_request(buf: &mut PacketBuf, our: (EthernetAddress, Ipv4Addr), target: Ipv4Addr) -> bool {
     buf.reset();
     let Some(frame) = buf.append(14 + ARP_LEN) else {
         return false;
@@ -162,7 +177,7 @@ pub fn echo_reply_in_place(buf: &mut PacketBuf) -> bool {
 
 /// Writes an IPv4/UDP datagram carrying `payload` into the empty `buf`;
 /// false if it does not fit.
-pub fn udp_datagram(
+pub(crate) fn udp_datagram(
     buf: &mut PacketBuf,
     (from, src_port): (Ipv4Addr, u16),
     (to, dst_port): (Ipv4Addr, u16),
@@ -210,7 +225,7 @@ fn checksum(data: &[u8]) -> u16 {
 /// Whether an ICMP error may be sent about this IPv4 packet (RFC 1812
 /// §4.3.2.7): not about ICMP errors, non-first fragments, or packets from
 /// unspecified, broadcast or multicast sources.
-pub fn may_answer_with_error(packet: &[u8]) -> bool {
+pub(crate) fn may_answer_with_error(packet: &[u8]) -> bool {
     let Ok(ip) = Ipv4Packet::new_checked(packet) else {
         return false;
     };
@@ -232,7 +247,13 @@ pub fn may_answer_with_error(packet: &[u8]) -> bool {
 /// `from` back to its source: the original header and 8 bytes of its
 /// payload follow the ICMP header (RFC 792). `rest` is the second word
 /// (the next-hop MTU for fragmentation-needed, RFC 1191).
-pub fn error_in_place(buf: &mut PacketBuf, icmp_type: u8, code: u8, rest: u32, from: Ipv4Addr) -> bool {
+pub(crate) fn error_in_place(
+    buf: &mut PacketBuf,
+    icmp_type: u8,
+    code: u8,
+    rest: u32,
+    from: Ipv4Addr,
+) -> bool {
     let (quoted, to) = {
         let data = buf.data();
         let Ok(ip) = ipv4::view(data) else {
@@ -347,6 +368,8 @@ impl Default for RateLimiter {
 }
 
 impl RateLimiter {
+    /// Both buckets start full. A zero rate or burst counts as one; a zero
+    /// `per_source_interval` turns the per-source buckets off.
     pub fn new(limits: IcmpLimits) -> Self {
         let cost = 1_000_000_000 / u64::from(limits.per_second.max(1));
         let capacity = cost * u64::from(limits.burst.max(1));
@@ -363,6 +386,7 @@ impl RateLimiter {
         }
     }
 
+    /// The limits it was made with.
     pub fn limits(&self) -> IcmpLimits {
         self.limits
     }

@@ -25,16 +25,25 @@ use crate::wire::ipv6::{self, HEADER_LEN};
 /// ICMPv6 types espgw sends, answers or must not answer (RFC 4443 §2.1,
 /// RFC 4861 §4).
 pub mod kind {
+    /// Destination unreachable (RFC 4443 §3.1).
     pub const DEST_UNREACHABLE: u8 = 1;
+    /// Packet too big (RFC 4443 §3.2): its word is the next-hop MTU.
     pub const PACKET_TOO_BIG: u8 = 2;
+    /// Time exceeded (RFC 4443 §3.3), code 0: hop limit run out.
     pub const TIME_EXCEEDED: u8 = 3;
+    /// Parameter problem (RFC 4443 §3.4): its word points at the
+    /// offending byte (see `wire::ipv6::Refusal`).
     pub const PARAM_PROBLEM: u8 = 4;
+    /// Echo request (RFC 4443 §4.1): answered when addressed to us.
     pub const ECHO_REQUEST: u8 = 128;
+    /// Echo reply (RFC 4443 §4.2).
     pub const ECHO_REPLY: u8 = 129;
     /// Router solicitation: the first of the neighbour discovery types
     /// (133 to 137, RFC 4861 §4).
     pub const ROUTER_SOLICIT: u8 = 133;
+    /// Neighbour solicitation (RFC 4861 §4.3).
     pub const NEIGHBOR_SOLICIT: u8 = 135;
+    /// Neighbour advertisement (RFC 4861 §4.4).
     pub const NEIGHBOR_ADVERT: u8 = 136;
     /// Never answered with an error (RFC 4443 §2.4 (e.2)).
     pub const REDIRECT: u8 = 137;
@@ -55,16 +64,27 @@ const ERROR_HEADER_LEN: usize = 8;
 /// What a checked neighbour discovery message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NdpKind {
+    /// A neighbour solicitation (RFC 4861 §4.3): who has `target`?
     Solicit,
-    Advert { solicited: bool, override_: bool },
+    /// A neighbour advertisement (RFC 4861 §4.4), with its flags.
+    Advert {
+        /// S: an answer to a solicitation (never set when sent to a
+        /// multicast group; `parse_ndp` refuses that).
+        solicited: bool,
+        /// O: the link-layer address should replace a cached one.
+        override_: bool,
+    },
 }
 
 /// A checked neighbour solicitation or advertisement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ndp {
+    /// Solicitation or advertisement.
     pub kind: NdpKind,
     /// The IPv6 source: unspecified for duplicate address detection.
     pub source: Ipv6Addr,
+    /// The address asked about (solicitation) or announced
+    /// (advertisement); never multicast.
     pub target: Ipv6Addr,
     /// The source link-layer address option of a solicitation, the target
     /// link-layer address option of an advertisement.

@@ -2,7 +2,7 @@
 //! (RFC 826) or IPv6 neighbour discovery (RFC 4861) with expiry, and the
 //! bounded queue of packets waiting for a next hop to resolve. Both
 //! families share the table, the bounds and the queue; what turns a frame
-//! into a [`Sighting`] is the caller's.
+//! into a `Sighting` is the caller's.
 //!
 //! Learning is what an ARP flood attacks, so it follows the kernel's
 //! defaults rather than RFC 826's letter: a sender is learnt only if it is
@@ -16,6 +16,11 @@
 //! [`SWEEP_INTERVAL`], so a flood cannot make every frame walk it); a reply
 //! to our own request then displaces the entry closest to expiry, since a
 //! packet is waiting for it, while anything else is refused and counted.
+//!
+//! Builds and sends nothing: whether a request should go out is in what it
+//! returns (`Queued`, `Neighbors::expire`'s retry list), and the
+//! caller writes it (`icmp`, `icmp6`). Reads no clock: every time is the
+//! caller's `now`.
 
 use std::collections::VecDeque;
 
@@ -68,9 +73,9 @@ impl Default for NeighborLimits {
     }
 }
 
-/// What an ARP packet did to the table.
+/// What an ARP or NDP packet did to the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Learnt {
+pub(crate) enum Learnt {
     /// The sender's entry was refreshed (or is static).
     Updated,
     /// A new entry was made.
@@ -89,27 +94,34 @@ pub enum Learnt {
 
 /// What a neighbour's ARP or NDP packet says of it, for [`Neighbors::learn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sighting {
-    /// The address it claims, and its link-layer address.
-    pub sender: IpAddr,
-    pub mac: EthernetAddress,
+pub(crate) struct Sighting {
+    /// The address it claims.
+    pub(crate) sender: IpAddr,
+    /// Its link-layer address, what the entry will map `sender` to.
+    pub(crate) mac: EthernetAddress,
     /// An answer (ARP reply, NDP advertisement) rather than a question.
-    pub is_reply: bool,
+    pub(crate) is_reply: bool,
     /// Sent to us: asking for our address, or answering at our unicast
     /// address (ARP), or solicited (NDP's S flag).
-    pub for_us: bool,
+    pub(crate) for_us: bool,
 }
 
-/// A packet parked until its next hop answers ARP.
-pub struct Waiting {
-    pub next_hop: IpAddr,
-    pub port: Port,
-    pub buf: PacketBuf,
-    pub since: Duration,
+/// A packet parked until its next hop answers ARP or neighbour
+/// solicitation.
+pub(crate) struct Waiting {
+    /// The address being resolved: the route's `via`, or the destination.
+    pub(crate) next_hop: IpAddr,
+    /// The side the packet leaves on once resolved.
+    pub(crate) port: Port,
+    /// The routed packet, not yet framed.
+    pub(crate) buf: PacketBuf,
+    /// When it was parked (the caller's clock); it waits at most
+    /// [`RESOLVE_TIMEOUT`] from then.
+    pub(crate) since: Duration,
 }
 
 /// What happened to a packet offered to the queue.
-pub enum Queued {
+pub(crate) enum Queued {
     /// Parked; `request` says whether an ARP request should go out now.
     Parked { request: bool },
     /// The queue (or this next hop's share of it) is full: the packet is returned.
@@ -127,6 +139,9 @@ struct Table {
     last_sweep: Option<Duration>,
 }
 
+/// The neighbour table of both ports: static entries, learnt entries
+/// with their expiry, and the queue of packets waiting for resolution.
+/// Times are the caller's `now`; the table never reads a clock.
 #[derive(Default)]
 pub struct Neighbors {
     static_entries: HashMap<IpAddr, EthernetAddress>,
@@ -140,7 +155,8 @@ pub struct Neighbors {
 }
 
 impl Neighbors {
-    pub fn new(limits: NeighborLimits) -> Self {
+    /// An empty table with the given bounds.
+    pub(crate) fn new(limits: NeighborLimits) -> Self {
         Neighbors {
             limits,
             ..Neighbors::default()
@@ -149,7 +165,7 @@ impl Neighbors {
 
     /// Hosts of `network` may be learnt on `port`; `own` is our address
     /// there.
-    pub fn add_on_link(&mut self, port: Port, network: impl Into<IpPrefix>, own: Option<IpAddr>) {
+    pub(crate) fn add_on_link(&mut self, port: Port, network: impl Into<IpPrefix>, own: Option<IpAddr>) {
         let network = network.into();
         let table = &mut self.tables[port.index()];
         if !table.on_link.contains(&network) {
@@ -160,7 +176,10 @@ impl Neighbors {
         }
     }
 
-    pub fn insert_static(&mut self, address: impl Into<IpAddr>, mac: EthernetAddress) {
+    /// A configured entry: on either port, never expires, never displaced,
+    /// and not counted against [`NeighborLimits::max_learnt`]; it wins
+    /// over what ARP or NDP later say of `address`.
+    pub(crate) fn insert_static(&mut self, address: impl Into<IpAddr>, mac: EthernetAddress) {
         self.version += 1;
         self.static_entries.insert(address.into(), mac);
     }
@@ -209,7 +228,7 @@ impl Neighbors {
     /// Applies the learning rules (see the module's doc) to an ARP packet
     /// that arrived on `port`; `for_us` says whether it targets our
     /// address there.
-    pub fn learn_from(&mut self, port: Port, arp: &Arp, for_us: bool, now: Duration) -> Learnt {
+    pub(crate) fn learn_from(&mut self, port: Port, arp: &Arp, for_us: bool, now: Duration) -> Learnt {
         self.learn(
             port,
             Sighting {
@@ -225,7 +244,7 @@ impl Neighbors {
     /// The learning rules for what a neighbour said of itself: ARP's
     /// sender, or an NDP solicitation's source link-layer address and an
     /// advertisement's target link-layer address (RFC 4861 §7.2.3, §7.2.5).
-    pub fn learn(&mut self, port: Port, seen: Sighting, now: Duration) -> Learnt {
+    pub(crate) fn learn(&mut self, port: Port, seen: Sighting, now: Duration) -> Learnt {
         let sender = seen.sender;
         let requested = self.requested(sender);
         let max = self.limits.max_learnt;
@@ -281,7 +300,13 @@ impl Neighbors {
     }
 
     /// Parks a packet for `next_hop`.
-    pub fn park(&mut self, next_hop: impl Into<IpAddr>, port: Port, buf: PacketBuf, now: Duration) -> Queued {
+    pub(crate) fn park(
+        &mut self,
+        next_hop: impl Into<IpAddr>,
+        port: Port,
+        buf: PacketBuf,
+        now: Duration,
+    ) -> Queued {
         let next_hop = next_hop.into();
         let for_hop = self.pending.iter().filter(|w| w.next_hop == next_hop).count();
         if self.pending.len() >= PENDING_MAX || for_hop >= PENDING_PER_HOP {
@@ -309,7 +334,7 @@ impl Neighbors {
     }
 
     /// Takes the packets waiting for `address` (now resolved), oldest first.
-    pub fn release(&mut self, address: IpAddr, out: &mut Vec<Waiting>) {
+    pub(crate) fn release(&mut self, address: IpAddr, out: &mut Vec<Waiting>) {
         let mut kept = VecDeque::with_capacity(self.pending.len());
         for waiting in self.pending.drain(..) {
             if waiting.next_hop == address {
@@ -324,7 +349,12 @@ impl Neighbors {
 
     /// Takes packets that waited longer than [`RESOLVE_TIMEOUT`], and lists
     /// next hops whose ARP request is due again.
-    pub fn expire(&mut self, now: Duration, expired: &mut Vec<Waiting>, retry: &mut Vec<(IpAddr, Port)>) {
+    pub(crate) fn expire(
+        &mut self,
+        now: Duration,
+        expired: &mut Vec<Waiting>,
+        retry: &mut Vec<(IpAddr, Port)>,
+    ) {
         while self
             .pending
             .front()
@@ -365,17 +395,19 @@ impl Neighbors {
         }))
     }
 
+    /// Whether a packet is parked for the next hop `address`.
     pub fn is_pending(&self, address: impl Into<IpAddr>) -> bool {
         let address = address.into();
         self.pending.iter().any(|w| w.next_hop == address)
     }
 
+    /// Packets parked, over all next hops (at most [`PENDING_MAX`]).
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
 
     /// Takes every parked packet (shutdown).
-    pub fn drain(&mut self, out: &mut Vec<Waiting>) {
+    pub(crate) fn drain(&mut self, out: &mut Vec<Waiting>) {
         out.extend(self.pending.drain(..));
     }
 }

@@ -12,7 +12,12 @@
 //! source (spoofed or not) that floods first fragments only ever pushes
 //! out its own, and no more than a quarter of the table is anyone's. The
 //! gateway hands in fragments only from the remote ends of its SAs
-//! ([`Sources`]): others never take a slot.
+//! (`Sources`): others never take a slot.
+//!
+//! Owns the datagrams in progress and their buffers; reads no clock (the
+//! caller's `now`). Must not judge what it reassembles beyond the fragment
+//! headers: the finished datagram goes back through the gateway's checks
+//! and decapsulation like any other.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -116,21 +121,40 @@ pub enum Reassembled {
     /// can go back.
     Held(PacketBuf),
     /// The whole datagram, and the last fragment's buffer to give back.
-    Complete { datagram: PacketBuf, spent: PacketBuf },
+    Complete {
+        /// The reassembled packet: the first fragment's header (IPv6:
+        /// without the fragment header) with its length rewritten (IPv4:
+        /// and its fragment fields and checksum): not a fragment any more.
+        datagram: PacketBuf,
+        /// The buffer of the fragment that completed it.
+        spent: PacketBuf,
+    },
     /// Refused; the fragment's buffer comes back with the reason.
     Dropped(PacketBuf, ReassemblyError),
 }
 
+/// Why a fragment, or the datagram it belonged to, was given up. Every
+/// error but `Malformed` and `NoBuffer` drops the whole datagram in
+/// progress, not just the fragment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ReassemblyError {
+    /// A fragment covers bytes another already brought, a second last
+    /// fragment came, or the last one ends before data already received
+    /// (RFC 5722).
     #[error("fragments overlap")]
     Overlap,
+    /// The datagram would not fit [`MAX_DATAGRAM`], or the fragment ends
+    /// past the length the last fragment gave.
     #[error("reassembled datagram would be too large")]
     TooLarge,
+    /// The datagram already has [`MAX_FRAGMENTS`] fragments.
     #[error("too many fragments in one datagram")]
     Full,
+    /// The pool had no buffer to assemble a new datagram in.
     #[error("no buffer for reassembly")]
     NoBuffer,
+    /// Not a fragment that parses: a bad IP header, or a length that is
+    /// zero or, except in the last fragment, not a multiple of 8.
     #[error("malformed fragment")]
     Malformed,
     /// Given up for a newer datagram: the table was full.
@@ -149,6 +173,8 @@ pub enum ReassemblyError {
 /// A datagram's assembly buffer given back, and why it was given up.
 pub type GivenUp = (PacketBuf, ReassemblyError);
 
+/// The datagrams in progress (at most [`MAX_DATAGRAMS`]); times are the
+/// caller's `now`, the reassembler reads no clock.
 #[derive(Default)]
 pub struct Reassembler {
     datagrams: Vec<Datagram>,
@@ -161,7 +187,7 @@ pub struct Reassembler {
 /// Built from the SAD when it changed (the caller's `stamp` says so), so
 /// that a fragment costs one hash lookup, not a walk over the SAs.
 #[derive(Debug, Default)]
-pub struct Sources {
+pub(crate) struct Sources {
     addresses: FxHashSet<IpAddr>,
     prefixes: Vec<IpPrefix>,
     stamp: Option<(u64, usize, u64)>,
@@ -169,12 +195,12 @@ pub struct Sources {
 
 impl Sources {
     /// Whether the set was built from what `stamp` names.
-    pub fn is_current(&self, stamp: (u64, usize, u64)) -> bool {
+    pub(crate) fn is_current(&self, stamp: (u64, usize, u64)) -> bool {
         self.stamp == Some(stamp)
     }
 
     /// Builds the set afresh (reusing its memory).
-    pub fn rebuild(
+    pub(crate) fn rebuild(
         &mut self,
         stamp: (u64, usize, u64),
         addresses: impl IntoIterator<Item = IpAddr>,
@@ -189,12 +215,13 @@ impl Sources {
     }
 
     /// Whether fragments from `src` are taken.
-    pub fn admits(&self, src: IpAddr) -> bool {
+    pub(crate) fn admits(&self, src: IpAddr) -> bool {
         self.addresses.contains(&src) || self.prefixes.iter().any(|p| p.contains(src))
     }
 }
 
 impl Reassembler {
+    /// Datagrams in progress.
     pub fn in_progress(&self) -> usize {
         self.datagrams.len()
     }
@@ -223,7 +250,8 @@ impl Reassembler {
         }
     }
 
-    /// Adds the fragment in `frag` (an IPv4 packet with MF or an offset).
+    /// Adds the fragment in `frag` (an IPv4 packet with MF or an offset,
+    /// or an IPv6 one with a fragment header right after the fixed one).
     /// A datagram dropped along the way hands its assembly buffer to
     /// `spent`, with the reason.
     pub fn insert(

@@ -1,5 +1,8 @@
 //! Interfaces and routes (longest-prefix match, one table per address
-//! family).
+//! family): the gateway's two ports, what each interface is, and where a
+//! destination's packets go next. Owns the configured table only; must not
+//! resolve link-layer addresses (`neighbor`'s) or learn routes at run
+//! time: the table is what the configuration gave.
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -22,6 +25,8 @@ pub enum Port {
 }
 
 impl Port {
+    /// A dense index, 0 for inside and 1 for outside, for the per-port
+    /// arrays (`[T; 2]`) the gateway and its drivers keep.
     pub fn index(self) -> usize {
         match self {
             Port::Inside => 0,
@@ -29,6 +34,8 @@ impl Port {
         }
     }
 
+    /// The published name: `inside` or `outside`, as in the configuration
+    /// and the JSON reports.
     pub fn name(self) -> &'static str {
         self.into()
     }
@@ -58,14 +65,24 @@ pub enum InterfaceKind {
 /// A gateway interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interface {
+    /// Which side of the gateway it is.
     pub port: Port,
+    /// Ethernet or TUN: whether frames carry a link-layer header.
     pub kind: InterfaceKind,
     /// The operating-system device (`eth0`, `veth-a`).
     pub device: String,
+    /// The gateway's own IPv4 address on the interface: what its ARP
+    /// replies answer for and its own ICMP messages come from.
     pub address: Ipv4Addr,
     /// The connected network.
     pub network: Ipv4Prefix,
+    /// The interface's link-layer address, the source of every frame
+    /// sent on it (unused on a TUN device).
     pub mac: EthernetAddress,
+    /// The largest IP packet the link carries, in bytes (without the
+    /// Ethernet header). A larger IPv4 packet is fragmented, or with DF
+    /// answered with fragmentation-needed (RFC 1191); a larger IPv6 one
+    /// with packet-too-big (RFC 8200 §5).
     pub mtu: u16,
     /// The interface's IPv6 address and its on-link prefix, if it has
     /// one: the gateway answers neighbour solicitations (RFC 4861) and
@@ -76,8 +93,11 @@ pub struct Interface {
 
 /// What a route's destination is: a prefix of one address family.
 pub trait Destination: Copy + fmt::Debug + PartialEq + Eq {
+    /// An address of the family.
     type Addr: Copy + fmt::Debug + PartialEq + Eq;
+    /// Bits of the prefix, 0 (default route) to 32 or 128.
     fn prefix_len(self) -> u8;
+    /// Whether `addr` lies in the prefix.
     fn contains(self, addr: Self::Addr) -> bool;
 }
 
@@ -104,8 +124,12 @@ impl Destination for Ipv6Prefix {
 /// A configured route; `via` is `None` for a directly connected network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route<P: Destination = Ipv4Prefix> {
+    /// The prefix the route covers.
     pub destination: P,
+    /// The gateway (router) to send through; `None`: the destination
+    /// itself is the next hop, on-link.
     pub via: Option<P::Addr>,
+    /// The side the packets leave on.
     pub port: Port,
 }
 
@@ -115,13 +139,16 @@ pub type Route6 = Route<Ipv6Prefix>;
 /// Where a packet goes next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NextHop<A = Ipv4Addr> {
+    /// The side the packet leaves on.
     pub port: Port,
+    /// The address whose link-layer address the frame goes to: the
+    /// route's `via`, or the packet's destination for a connected network.
     pub address: A,
 }
 
 /// One family's routes, ordered longest prefix first.
 #[derive(Debug, Clone)]
-pub struct Routes<P: Destination> {
+pub(crate) struct Routes<P: Destination> {
     routes: Vec<Route<P>>,
 }
 
@@ -132,14 +159,17 @@ impl<P: Destination> Default for Routes<P> {
 }
 
 impl<P: Destination> Routes<P> {
-    pub fn add(&mut self, route: Route<P>) {
+    /// Inserts `route` after every route at least as long, so that among
+    /// equal prefixes the first added wins.
+    pub(crate) fn add(&mut self, route: Route<P>) {
         let at = self
             .routes
             .partition_point(|r| r.destination.prefix_len() >= route.destination.prefix_len());
         self.routes.insert(at, route);
     }
 
-    pub fn lookup(&self, dst: P::Addr) -> Option<NextHop<P::Addr>> {
+    /// The longest-prefix match for `dst`, if any route covers it.
+    pub(crate) fn lookup(&self, dst: P::Addr) -> Option<NextHop<P::Addr>> {
         self.routes
             .iter()
             .find(|r| r.destination.contains(dst))
@@ -149,7 +179,8 @@ impl<P: Destination> Routes<P> {
             })
     }
 
-    pub fn routes(&self) -> &[Route<P>] {
+    /// The routes, longest prefix first.
+    pub(crate) fn routes(&self) -> &[Route<P>] {
         &self.routes
     }
 }
@@ -162,30 +193,38 @@ pub struct RoutingTable {
 }
 
 impl RoutingTable {
-    pub fn new() -> Self {
+    /// An empty table: every lookup fails until routes are added.
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    pub fn add(&mut self, route: Route) {
+    /// Adds an IPv4 route (see [`Routes::add`] for ties).
+    pub(crate) fn add(&mut self, route: Route) {
         self.v4.add(route);
     }
 
-    pub fn add6(&mut self, route: Route6) {
+    /// Adds an IPv6 route.
+    pub(crate) fn add6(&mut self, route: Route6) {
         self.v6.add(route);
     }
 
+    /// Where a packet for `dst` goes next: the longest matching IPv4
+    /// prefix; `None` when no route covers it.
     pub fn lookup(&self, dst: Ipv4Addr) -> Option<NextHop> {
         self.v4.lookup(dst)
     }
 
+    /// [`lookup`](Self::lookup) for IPv6.
     pub fn lookup6(&self, dst: Ipv6Addr) -> Option<NextHop<Ipv6Addr>> {
         self.v6.lookup(dst)
     }
 
+    /// The IPv4 routes, longest prefix first.
     pub fn routes(&self) -> &[Route] {
         self.v4.routes()
     }
 
+    /// The IPv6 routes, longest prefix first.
     pub fn routes6(&self) -> &[Route6] {
         self.v6.routes()
     }

@@ -39,6 +39,9 @@ pub struct EspPacket<T: AsRef<[u8]>> {
 pub struct Truncated;
 
 impl<T: AsRef<[u8]>> EspPacket<T> {
+    /// A view without a length check: the accessors panic on a buffer
+    /// shorter than [`HEADER_LEN`]. For headers being written, whose room
+    /// the caller made.
     pub fn new_unchecked(buffer: T) -> Self {
         EspPacket { buffer }
     }
@@ -51,6 +54,8 @@ impl<T: AsRef<[u8]>> EspPacket<T> {
         Ok(EspPacket { buffer })
     }
 
+    /// The Security Parameters Index (RFC 4303 §2.1): with the
+    /// destination, names the inbound SA.
     pub fn spi(&self) -> u32 {
         let b = &self.buffer.as_ref()[field::SPI];
         u32::from_be_bytes([b[0], b[1], b[2], b[3]])
@@ -67,16 +72,20 @@ impl<T: AsRef<[u8]>> EspPacket<T> {
         &self.buffer.as_ref()[field::PAYLOAD]
     }
 
+    /// The buffer back.
     pub fn into_inner(self) -> T {
         self.buffer
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EspPacket<T> {
+    /// Writes the SPI, in network byte order.
     pub fn set_spi(&mut self, spi: u32) {
         self.buffer.as_mut()[field::SPI].copy_from_slice(&spi.to_be_bytes());
     }
 
+    /// Writes the low 32 bits of the sequence number (RFC 4303 §2.2; with
+    /// ESN the high half is never sent: it enters only the ICV, §2.2.1).
     pub fn set_sequence_number(&mut self, seq: u32) {
         self.buffer.as_mut()[field::SEQUENCE].copy_from_slice(&seq.to_be_bytes());
     }
@@ -85,18 +94,24 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EspPacket<T> {
 /// The decrypted end of an ESP payload: padding, pad length, next header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EspTrailer {
+    /// Bytes of padding in front of the trailer (RFC 4303 §2.5).
     pub pad_len: u8,
+    /// The protocol of the payload (RFC 4303 §2.6): 4 (IPv4) or 41 (IPv6)
+    /// in tunnel mode, the upper layer in transport mode, 59 for a dummy
+    /// packet to discard.
     pub next_header: u8,
 }
 
 /// What is wrong with a decrypted trailer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TrailerError {
+    /// The pad length claims more bytes than lie before the trailer.
     #[error("pad length exceeds the payload")]
     PadTooLong,
     /// RFC 4303 §2.4: padding bytes are 1, 2, 3, … unless the algorithm says otherwise.
     #[error("padding bytes are not 1, 2, 3, ...")]
     BadPadding,
+    /// Fewer than [`TRAILER_LEN`] bytes of plaintext.
     #[error("payload too short for the ESP trailer")]
     Truncated,
 }

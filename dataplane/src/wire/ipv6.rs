@@ -59,6 +59,8 @@ pub struct Fragment {
     pub offset: u16,
     /// The M flag: more fragments follow.
     pub more: bool,
+    /// The Identification that, with source and destination, names the
+    /// datagram the fragment belongs to.
     pub ident: u32,
 }
 
@@ -100,7 +102,7 @@ pub struct Upper {
 /// Walks the extension headers of the IPv6 datagram `packet` (starting at
 /// its fixed header) to the upper-layer header. Hop-by-hop options must
 /// come first (RFC 8200 §4.3); a header that runs past the payload length,
-/// a second fragment header, or more than [`MAX_EXTENSION_HEADERS`]
+/// a second fragment header, or more than `MAX_EXTENSION_HEADERS` (8)
 /// headers make the datagram `Malformed`. A non-first fragment ends the
 /// walk at its fragment header: what follows is data, not headers.
 pub fn upper_layer(packet: &[u8]) -> Result<Upper, DropReason> {
@@ -197,7 +199,10 @@ pub fn upper_layer(packet: &[u8]) -> Result<Upper, DropReason> {
 /// (§4.6) too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// Forwarding the packet: hop-by-hop options only.
     Router,
+    /// Its destination, or the end of the ESP it carries: hop-by-hop
+    /// options, routing header and destination options.
     Destination,
 }
 

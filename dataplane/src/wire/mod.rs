@@ -1,6 +1,12 @@
-//! Zero-copy views over packet bytes. Ethernet and IPv4 come from
-//! `smoltcp::wire`; ESP, which smoltcp does not have, lives here in the
-//! same manner; so does the flow-key extraction the SPD needs.
+//! Zero-copy views over packet bytes. Ethernet, IPv4 and IPv6 come from
+//! `smoltcp::wire`; here are the checked ways to take them (`ipv4`,
+//! `ipv6`, which also walks IPv6 extension headers), ESP, which smoltcp
+//! does not have, in the same manner (`esp`), the virtio-net header of
+//! AF_PACKET (`vnet`), and the flow-key extraction the SPD needs (`flow`).
+//!
+//! Parses and views only: owns no state and allocates nothing. Must not
+//! decide what becomes of a packet (the gateway's) or build whole packets
+//! (`icmp`, `icmp6` and `esp` at the crate root do).
 
 pub mod esp;
 pub mod flow;

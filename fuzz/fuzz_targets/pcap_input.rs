@@ -5,7 +5,7 @@
 //! frame per frame read.
 #![no_main]
 
-use dataplane::io::pcap::{self, PcapDriverError};
+use drivers::pcap::{self, PcapDriverError};
 use dataplane::Port;
 use libfuzzer_sys::fuzz_target;
 

@@ -12,7 +12,7 @@
 //! The core reads no clock, never sleeps or waits, and does no I/O of its
 //! own: time is the `now` the driver passes in, and [`Gateway::poll_timeout`]
 //! says when it wants to be called again. Waiting for an engine is the
-//! driver's business (`crate::drive`).
+//! driver's business (`drivers::drive`).
 //!
 //! Files: `classify` (what a frame is; `classify6` for IPv6 frames:
 //! neighbour discovery, echo, transit), `jobs` (the engine job machine),

@@ -1,7 +1,9 @@
 //! Zero-copy views over packet bytes. Ethernet and IPv4 come from
 //! `smoltcp::wire`; ESP, which smoltcp does not have, lives here in the
-//! same manner; so does the flow-key extraction the SPD needs.
+//! same manner; so does the flow-key extraction the SPD needs, and the
+//! Internet checksum (`checksum`) the core and the drivers both compute.
 
+pub mod checksum;
 pub mod esp;
 pub mod flow;
 pub mod ipv4;

@@ -31,7 +31,13 @@ fuzz_target!(|frame: &[u8]| {
     let mut received = Vec::new();
     for (buf, verdict) in sent {
         if verdict == Verdict::Forward(Port::Outside) && a.stats().encapsulated == 1 {
-            received.extend(drivers::drive::handle_frame(&mut b, Duration::ZERO, Port::Outside, buf, &mut pool));
+            received.extend(drivers::drive::handle_frame(
+                &mut b,
+                Duration::ZERO,
+                Port::Outside,
+                buf,
+                &mut pool,
+            ));
         } else {
             pool.free(buf);
         }

@@ -18,10 +18,10 @@
 #![no_main]
 
 use dataplane::buffer::MAX_FRAME;
-use drivers::coalesce::{plan, Plan};
 use dataplane::wire::checksum::{fold, ones_sum};
-use drivers::offload::{prepare, OffloadCounters};
 use dataplane::PacketPool;
+use drivers::coalesce::{plan, Plan};
+use drivers::offload::{prepare, OffloadCounters};
 use libfuzzer_sys::fuzz_target;
 
 fn fix(f: &mut [u8]) {

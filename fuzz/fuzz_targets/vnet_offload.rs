@@ -17,8 +17,8 @@
 
 use dataplane::buffer::MAX_FRAME;
 use dataplane::wire::checksum::{fold, ones_sum};
-use drivers::offload::{prepare, OffloadCounters};
 use dataplane::PacketPool;
+use drivers::offload::{prepare, OffloadCounters};
 use libfuzzer_sys::fuzz_target;
 
 /// The IP header's length, the datagram's length (from its header) and

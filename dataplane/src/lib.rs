@@ -4,9 +4,10 @@
 //! decapsulation (split into prepare/finish around the `accel` boundary),
 //! the sans-IO [`Gateway`] that classifies, protects, verifies and routes a
 //! batch of frames. Must not do cryptography itself (that is `accel`'s),
-//! parse configuration (that is `ike-stub`'s), do I/O, read the clock,
-//! sleep or wait: the drivers (the `drivers` crate) move frames in and
-//! out, pass `now` in and decide how to wait (`drivers::drive`).
+//! parse configuration (that is `ike-stub`'s), open devices, sockets or
+//! files, read the clock, sleep or wait: the drivers (the `drivers` crate)
+//! move frames in and out, pass `now` in and decide how to wait
+//! (`drivers::drive`).
 //!
 //! Invariants: every received frame gets exactly one verdict and is counted
 //! once (`Stats::balanced`); malformed input is a counted drop, never a

@@ -104,7 +104,7 @@ fn run_batches(gw: &mut Gateway, pool: &mut PacketPool, frame: &[u8]) -> usize {
         }
         gw.handle_batch(Duration::ZERO, Port::Inside, &mut bufs, &mut out, pool);
         if gw.in_flight() > 0 {
-            gw.flush(Duration::ZERO, &mut out, pool);
+            drivers::drive::flush(gw, Duration::ZERO, &mut out, pool);
         }
         for (buf, verdict) in out.drain(..) {
             forwarded += usize::from(verdict == Verdict::Forward(Port::Outside));

@@ -11,7 +11,7 @@
 //!
 //! With several workers, the inside fanout group is steered so that each
 //! outbound SA's packets reach the one worker that owns it (see
-//! `dataplane::io::steer`); worker 0 reinstalls the program whenever the
+//! `drivers::steer`); worker 0 reinstalls the program whenever the
 //! commands it applies may have changed the policies.
 //!
 //! With a state directory, a thread of its own keeps the durable ceilings
@@ -26,10 +26,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use dataplane::io::afpacket::{AfPacket, Receive};
-use dataplane::io::run::{Device, RunSummary, Sockets, Tick};
-use dataplane::io::tun::Tun;
 use dataplane::{Gateway, Port};
+use drivers::afpacket::{AfPacket, Receive};
+use drivers::run::{Device, RunSummary, Sockets, Tick};
+use drivers::tun::Tun;
 use ike_stub::{Config, ControlPlane, Datagram, WorkerCommand};
 use serde_json::{json, Value};
 use spd_sad::SaEvent;
@@ -164,14 +164,14 @@ const USAGE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// program it holds: every packet an outbound policy protects goes to the
 /// worker owning its SA; and an outside socket with its program: every ESP
 /// packet goes to the worker owning its inbound SA (see
-/// `dataplane::io::steer`).
+/// `drivers::steer`).
 struct Steering<'s> {
     /// `None` with a TUN inside, which is not a fanout group.
     socket: Option<&'s AfPacket>,
     workers: usize,
-    program: Vec<dataplane::io::steer::Insn>,
+    program: Vec<drivers::steer::Insn>,
     outside: &'s AfPacket,
-    outside_program: Vec<dataplane::io::steer::Insn>,
+    outside_program: Vec<drivers::steer::Insn>,
 }
 
 impl Steering<'_> {
@@ -180,7 +180,7 @@ impl Steering<'_> {
     /// reload may add policies.
     fn update(&mut self, gateway: &Gateway) -> Result<()> {
         if let Some(socket) = self.socket {
-            let program = dataplane::io::steer::inside_program(gateway.spd(), gateway.sad(), self.workers)?;
+            let program = drivers::steer::inside_program(gateway.spd(), gateway.sad(), self.workers)?;
             if program != self.program {
                 socket
                     .set_steering(&program)
@@ -189,7 +189,7 @@ impl Steering<'_> {
             }
         }
         // A reload may add an encapsulation port.
-        let outside = dataplane::io::steer::outside_program(gateway.nat_ports())?;
+        let outside = drivers::steer::outside_program(gateway.nat_ports())?;
         if outside != self.outside_program {
             self.outside
                 .set_steering(&outside)
@@ -696,7 +696,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 .any(|i| i.address6.is_some());
     let workers = if tun_inside || ipv6_tunnels { 1 } else { workers };
     let sockets = open_sockets(&config, workers, args.receive.into())?;
-    let moderation = dataplane::io::run::Moderation {
+    let moderation = drivers::run::Moderation {
         max: Duration::from_micros(args.rx_coalesce_us),
     };
     // After the sockets: a TUN inside exists only once it is opened.
@@ -885,8 +885,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         engine = %spec.kind,
         style = %style,
         workers,
-        receive = dataplane::io::afpacket::Receive::from(args.receive).name(),
-        udp_gso = dataplane::io::afpacket::udp_gso_supported(),
+        receive = drivers::afpacket::Receive::from(args.receive).name(),
+        udp_gso = drivers::afpacket::udp_gso_supported(),
         rx_coalesce_us = moderation.max.as_micros(),
         tunnels = config.tunnels.len(),
         "forwarding"
@@ -997,7 +997,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                             let _ = request.reply.send(reply.to_string());
                         }
                     };
-                    let result = dataplane::io::run::run(gateway, sockets, &stop, moderation, &mut tick);
+                    let result = drivers::run::run(gateway, sockets, &stop, moderation, &mut tick);
                     if result.is_err() {
                         // The others stop too: the gateway is one process,
                         // and its service manager restarts it whole.
@@ -1232,7 +1232,7 @@ fn device_defaults(config: &mut Config) -> Result<Vec<String>> {
             Port::Inside => &mut config.inside,
             Port::Outside => &mut config.outside,
         };
-        let link = dataplane::io::device::link(&iface.device)
+        let link = drivers::device::link(&iface.device)
             .with_context(|| format!("interface `{port}` (device `{}`)", iface.device))?;
         let tun = iface.kind == dataplane::InterfaceKind::Tun;
         let mac_from = match (tun, set.mac, link.mac) {

@@ -31,7 +31,7 @@
 use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, Context, Result};
-use dataplane::io::tun::Tun;
+use drivers::tun::Tun;
 use ike_stub::xfrm::relay::{self, Outside, Relay, RelayPorts};
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST,

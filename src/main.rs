@@ -342,11 +342,11 @@ pub(crate) enum ReceiveArg {
     Recvmmsg,
 }
 
-impl From<ReceiveArg> for dataplane::io::afpacket::Receive {
+impl From<ReceiveArg> for drivers::afpacket::Receive {
     fn from(arg: ReceiveArg) -> Self {
         match arg {
-            ReceiveArg::Ring => dataplane::io::afpacket::Receive::Ring,
-            ReceiveArg::Recvmmsg => dataplane::io::afpacket::Receive::Batch,
+            ReceiveArg::Ring => drivers::afpacket::Receive::Ring,
+            ReceiveArg::Recvmmsg => drivers::afpacket::Receive::Batch,
         }
     }
 }
@@ -543,8 +543,8 @@ fn pcap(args: &PcapArgs) -> Result<()> {
         state.prepare(&mut config.sas);
     }
     let input = File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
-    let (reader, link) = dataplane::io::pcap::open(BufReader::new(input))
-        .with_context(|| format!("{}", args.input.display()))?;
+    let (reader, link) =
+        drivers::pcap::open(BufReader::new(input)).with_context(|| format!("{}", args.input.display()))?;
     let (spec, style) = args.accel.apply(&config);
     let engine = accel::build_engine(&spec)?;
     let mut gateway: Gateway = config
@@ -570,7 +570,7 @@ fn pcap(args: &PcapArgs) -> Result<()> {
     let run = match (&state, verdicts.as_mut()) {
         // Offline, one thread: reservations are written in line, between
         // frames, on the capture's clock.
-        (Some(state), verdicts) => dataplane::io::pcap::run_with(
+        (Some(state), verdicts) => drivers::pcap::run_with(
             &mut gateway,
             from,
             reader,
@@ -583,9 +583,9 @@ fn pcap(args: &PcapArgs) -> Result<()> {
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))
             },
         ),
-        (None, None) => dataplane::io::pcap::run(&mut gateway, from, reader, &mut output),
+        (None, None) => drivers::pcap::run(&mut gateway, from, reader, &mut output),
         (None, Some(verdicts)) => {
-            dataplane::io::pcap::run_with_verdicts(&mut gateway, from, reader, &mut output, verdicts)
+            drivers::pcap::run_with_verdicts(&mut gateway, from, reader, &mut output, verdicts)
         }
     }
     .with_context(|| format!("{} -> {}", args.input.display(), args.output.display()))?;

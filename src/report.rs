@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use dataplane::io::offload::{OffloadCounters, OffloadDrop};
-use dataplane::io::pcap::PcapRun;
 use dataplane::Gateway;
+use drivers::offload::{OffloadCounters, OffloadDrop};
+use drivers::pcap::PcapRun;
 use ike_stub::xfrm::XfrmMirror;
 use ike_stub::{Config, ControlPlane, ControlRequest, KeySource, PolicyAction};
 use serde::Deserialize;
@@ -280,7 +280,7 @@ pub fn answer(
     plane: Option<&ControlPlane>,
     mirror: Option<&XfrmMirror>,
     total: dataplane::Stats,
-    run: &dataplane::io::run::RunSummary,
+    run: &drivers::run::RunSummary,
     request: &str,
 ) -> Value {
     let mut doc = stats_json(gateway);
@@ -661,7 +661,7 @@ pub(crate) mod tests {
     /// whose summed counters are `total`.
     pub(crate) fn answer_for(
         total: impl FnOnce(&mut dataplane::Stats),
-        run: &dataplane::io::run::RunSummary,
+        run: &drivers::run::RunSummary,
     ) -> (Value, dataplane::Stats) {
         let config = Config::load(std::path::Path::new("configs/demo-a.toml")).unwrap();
         let engine = accel::build_engine(&config.engine).unwrap();
@@ -680,7 +680,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_stats_table_shows_the_typed_counters() {
-        let run = dataplane::io::run::RunSummary {
+        let run = drivers::run::RunSummary {
             kernel_drops: 4,
             ..Default::default()
         };
@@ -715,7 +715,7 @@ pub(crate) mod tests {
     fn the_stats_table_shows_the_xfrm_mirror() {
         use ike_stub::xfrm::fixtures::{parse_fixture, Step};
         use ike_stub::xfrm::{MirrorSettings, XfrmMirror};
-        let run = dataplane::io::run::RunSummary::default();
+        let run = drivers::run::RunSummary::default();
         let (mut doc, _) = answer_for(|_| {}, &run);
         let mut mirror = XfrmMirror::new(MirrorSettings {
             local_addresses: vec!["192.0.2.1".parse().unwrap()],

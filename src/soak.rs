@@ -266,7 +266,7 @@ mod tests {
     /// and the run's keys beside them.
     #[test]
     fn a_gateways_final_document_parses() {
-        let run = dataplane::io::run::RunSummary {
+        let run = drivers::run::RunSummary {
             kernel_drops: 2,
             pool_capacity: 4096,
             ..Default::default()

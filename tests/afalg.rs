@@ -34,7 +34,7 @@ fn through(gw: &mut Gateway, from: Port, frames: &[Vec<u8>]) -> Vec<(Verdict, Ve
         .collect();
     let mut out: Vec<Output> = Vec::new();
     gw.handle_batch(Duration::ZERO, from, &mut bufs, &mut out, &mut pool);
-    gw.flush(Duration::ZERO, &mut out, &mut pool);
+    drivers::drive::flush(gw, Duration::ZERO, &mut out, &mut pool);
     let results = out.iter().map(|(b, v)| (*v, b.data().to_vec())).collect();
     for (buf, _) in out {
         pool.free(buf);

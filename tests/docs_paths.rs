@@ -13,6 +13,7 @@ use std::path::{Component, Path, PathBuf};
 const TOP_DIRS: &[&str] = &[
     "src/",
     "dataplane/",
+    "drivers/",
     "accel/",
     "spd-sad/",
     "ike-stub/",
@@ -232,7 +233,7 @@ fn the_docs_point_nowhere_outside_the_repository() {
 #[test]
 fn what_counts_as_a_repository_path() {
     let named: Vec<_> = "`src/daemon.rs`, `sudo scripts/soak.sh [SECONDS]`, \
-         `dataplane/src/io/`, `src/daemon.rs:471` and `scripts/vm/README.md`; not `/etc/espgw/site-a.toml`, \
+         `dataplane/src/wire/`, `src/daemon.rs:471` and `scripts/vm/README.md`; not `/etc/espgw/site-a.toml`, \
          `https://example.org/src/x`, `fuzz/seeds/<target>/`, `configs/NAME.toml`, \
          `docs/*.md`, `gateway/mod.rs`, `spd_sad::inbound_owner` or `espgw run`"
         .split('`')
@@ -245,7 +246,7 @@ fn what_counts_as_a_repository_path() {
         [
             "src/daemon.rs",
             "scripts/soak.sh",
-            "dataplane/src/io/",
+            "dataplane/src/wire/",
             "src/daemon.rs",
             "scripts/vm/README.md"
         ]

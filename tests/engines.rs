@@ -35,11 +35,11 @@ fn through(gw: &mut Gateway, from: Port, frames: &[Vec<u8>]) -> Vec<(Verdict, Ve
         gw.handle_batch(Duration::ZERO, from, &mut bufs, &mut out, &mut pool);
         collect(&mut out, &mut pool);
         if pool.available() < 32 {
-            gw.flush(Duration::ZERO, &mut out, &mut pool);
+            drivers::drive::flush(gw, Duration::ZERO, &mut out, &mut pool);
             collect(&mut out, &mut pool);
         }
     }
-    gw.flush(Duration::ZERO, &mut out, &mut pool);
+    drivers::drive::flush(gw, Duration::ZERO, &mut out, &mut pool);
     collect(&mut out, &mut pool);
     assert_eq!(pool.in_use(), 0, "every buffer comes back to the pool");
     assert_eq!(gw.in_flight(), 0);
@@ -324,7 +324,7 @@ fn stopping_with_descriptors_in_flight_returns_every_buffer() {
     pair.a
         .handle_batch(Duration::ZERO, Port::Inside, &mut bufs, &mut out, &mut pool);
     assert!(pair.a.in_flight() > 0, "work is still with the engine");
-    dataplane::drive::shutdown(&mut pair.a, Duration::ZERO, &mut out, &mut pool);
+    drivers::drive::shutdown(&mut pair.a, Duration::ZERO, &mut out, &mut pool);
     assert_eq!(pair.a.in_flight(), 0);
     assert_eq!(out.len(), 48, "every packet got its verdict");
     assert!(
@@ -372,7 +372,7 @@ fn the_inline_engine_finishes_an_outbound_burst_within_the_call() {
         pair.a
             .handle_batch(Duration::ZERO, Port::Inside, &mut bufs, &mut out, &mut pool);
         assert_eq!(out.len() == 32 && pair.a.in_flight() == 0, within_call, "{what}");
-        pair.a.flush(Duration::ZERO, &mut out, &mut pool);
+        drivers::drive::flush(&mut pair.a, Duration::ZERO, &mut out, &mut pool);
         assert_eq!(out.len(), 32, "{what}");
         assert!(
             out.iter().all(|(_, v)| *v == Verdict::Forward(Port::Outside)),

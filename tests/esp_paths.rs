@@ -767,7 +767,7 @@ fn reloads_keep_inbound_sas_selected() {
 /// (`DATA_VALID`) are not dropped whatever their field held.
 #[test]
 fn esp_in_udp_checksums_are_verified_unless_none_or_the_kernel_did() {
-    use dataplane::io::offload;
+    use dataplane::wire::checksum;
     use dataplane::wire::vnet::{Gso, VnetRepr};
     use smoltcp::wire::{IpAddress, UdpPacket};
 
@@ -818,8 +818,8 @@ fn esp_in_udp_checksums_are_verified_unless_none_or_the_kernel_did() {
     // NEEDS_CSUM: the field holds the pseudo-header sum, the rest is the
     // driver's to add (RFC 1071 from csum_start).
     let mut partial = esp_in_udp(&mut pair);
-    let sum = offload::pseudo_header_sum(&partial[..20], 17, partial.len() - 20);
-    partial[26..28].copy_from_slice(&(!offload::fold(sum)).to_be_bytes());
+    let sum = checksum::pseudo_header_sum(&partial[..20], 17, partial.len() - 20);
+    partial[26..28].copy_from_slice(&(!checksum::fold(sum)).to_be_bytes());
     let needs = VnetRepr {
         partial_csum: Some((14 + 20, 6)),
         ..complete
@@ -831,8 +831,8 @@ fn esp_in_udp_checksums_are_verified_unless_none_or_the_kernel_did() {
     // Without either flag, that field is a wrong checksum.
     let partial = {
         let mut p = esp_in_udp(&mut pair);
-        let sum = offload::pseudo_header_sum(&p[..20], 17, p.len() - 20);
-        p[26..28].copy_from_slice(&(!offload::fold(sum)).to_be_bytes());
+        let sum = checksum::pseudo_header_sum(&p[..20], 17, p.len() - 20);
+        p[26..28].copy_from_slice(&(!checksum::fold(sum)).to_be_bytes());
         p
     };
     assert_eq!(
@@ -857,8 +857,8 @@ fn esp_in_udp(pair: &mut Pair) -> Vec<u8> {
 /// Ethernet frame behind a virtio-net header saying `repr`, made whole by
 /// the driver's offload step first.
 fn through_driver(pair: &mut Pair, packet: &[u8], repr: dataplane::wire::vnet::VnetRepr) -> Verdict {
-    use dataplane::io::offload::{self, OffloadCounters};
     use dataplane::wire::vnet::{VnetHeader, HEADER_LEN};
+    use drivers::offload::{self, OffloadCounters};
     let mut header = [0u8; HEADER_LEN];
     repr.emit(&mut VnetHeader::new_unchecked(&mut header[..]));
     let mut frame = vec![0u8; 14];
@@ -872,7 +872,7 @@ fn through_driver(pair: &mut Pair, packet: &[u8], repr: dataplane::wire::vnet::V
     let mut buf = ready.pop().expect("the frame, made whole");
     // The gateway's port is raw IP here.
     buf.trim_front(14);
-    let outputs = pair.b.handle_frame(pair.now, Port::Outside, buf, &mut pair.pool);
+    let outputs = drivers::drive::handle_frame(&mut pair.b, pair.now, Port::Outside, buf, &mut pair.pool);
     let verdict = outputs[0].1;
     for (buf, _) in outputs {
         pair.pool.free(buf);

@@ -89,7 +89,7 @@ fn feed(
             })
             .collect();
         gw.handle_batch(now, from, &mut bufs, &mut out, pool);
-        gw.flush(now, &mut out, pool);
+        drivers::drive::flush(gw, now, &mut out, pool);
         for (buf, verdict) in out.drain(..) {
             seen.push((verdict, buf.data().to_vec()));
             pool.free(buf);

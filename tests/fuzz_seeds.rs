@@ -205,7 +205,7 @@ fn through(gw: &mut dataplane::Gateway, from: Port, frame: &[u8], port: Port) ->
     let mut buf = pool.alloc().expect("buffer");
     assert!(buf.fill(frame));
     let mut sent = Vec::new();
-    for (buf, verdict) in gw.handle_frame(Duration::ZERO, from, buf, &mut pool) {
+    for (buf, verdict) in drivers::drive::handle_frame(gw, Duration::ZERO, from, buf, &mut pool) {
         if verdict == Verdict::Forward(port) {
             sent.push(buf.data().to_vec());
         }
@@ -487,7 +487,7 @@ fn vnet_offload_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
 /// verifies (smoltcp's check, over IPv4 or IPv6).
 fn check_vnet_offload_seed(name: &str, bytes: &[u8]) {
     use dataplane::buffer::MAX_FRAME;
-    use dataplane::io::offload::{prepare, OffloadCounters};
+    use drivers::offload::{prepare, OffloadCounters};
     use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet};
     use smoltcp::wire::{TcpPacket, UdpPacket};
     let mut pool = PacketPool::new(1 + usize::from(bytes[0] % 128));
@@ -1328,7 +1328,7 @@ fn outcome(
     let mut buf = pool.alloc().expect("buffer");
     assert!(buf.fill(frame));
     let mut out = Vec::new();
-    for (buf, verdict) in gw.handle_frame(Duration::ZERO, from, buf, pool) {
+    for (buf, verdict) in drivers::drive::handle_frame(gw, Duration::ZERO, from, buf, pool) {
         out.push((verdict, buf.data().to_vec()));
         pool.free(buf);
     }

@@ -79,7 +79,7 @@ fn echo(dst: Ipv6Addr) -> Vec<u8> {
 fn send(gw: &mut Gateway, pool: &mut PacketPool, bytes: &[u8]) -> (Verdict, Vec<u8>) {
     let mut buf = pool.alloc().expect("buffer");
     assert!(buf.fill(bytes));
-    let mut outputs = gw.handle_frame(Duration::ZERO, Port::Inside, buf, pool);
+    let mut outputs = drivers::drive::handle_frame(gw, Duration::ZERO, Port::Inside, buf, pool);
     assert_eq!(outputs.len(), 1);
     let (buf, verdict) = outputs.remove(0);
     let bytes = buf.data().to_vec();
@@ -202,7 +202,7 @@ fn transit_ipv6_needs_a_policy_and_ipv6_needs_an_address6() {
     // The outside interface has no IPv6 address: nothing is answered there.
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&solicit(GW)));
-    let out = gw.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    let out = drivers::drive::handle_frame(&mut gw, Duration::ZERO, Port::Outside, buf, &mut pool);
     assert_eq!(out[0].1, Verdict::Drop(DropReason::Unsupported));
 }
 
@@ -253,7 +253,7 @@ fn ike_over_ipv6_reaches_the_control_plane_and_its_answers_leave() {
     let from_outside = |gw: &mut Gateway, pool: &mut PacketPool, bytes: &[u8]| {
         let mut buf = pool.alloc().expect("buffer");
         assert!(buf.fill(bytes));
-        let mut outputs = gw.handle_frame(Duration::ZERO, Port::Outside, buf, pool);
+        let mut outputs = drivers::drive::handle_frame(gw, Duration::ZERO, Port::Outside, buf, pool);
         assert_eq!(outputs.len(), 1);
         let (buf, verdict) = outputs.remove(0);
         let data = buf.data().to_vec();
@@ -300,7 +300,7 @@ fn ike_over_ipv6_reaches_the_control_plane_and_its_answers_leave() {
     });
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&frame(GW_MAC, PEER, OUT, 255, &advert)));
-    let outputs = gw.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    let outputs = drivers::drive::handle_frame(&mut gw, Duration::ZERO, Port::Outside, buf, &mut pool);
     let mut sent = None;
     for (buf, verdict) in outputs {
         if verdict == Verdict::Forward(Port::Outside) {

@@ -311,7 +311,7 @@ fn too_big_for_the_tunnel_is_a_packet_too_big_with_its_mtu() {
     let mut narrow = gateway(Algorithm::Aes128Gcm16, true, 1300, false);
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&udp6_frame(HOST_A, HOST_B, 64, 0, 1280 - 48)));
-    let outputs = narrow.handle_frame(Duration::ZERO, Port::Inside, buf, &mut pool);
+    let outputs = drivers::drive::handle_frame(&mut narrow, Duration::ZERO, Port::Inside, buf, &mut pool);
     assert_eq!(outputs.len(), 2, "two fragments");
     for (buf, verdict) in outputs {
         assert_eq!(verdict, Verdict::Forward(Port::Outside));
@@ -330,7 +330,7 @@ fn next_hops_resolve_by_neighbour_discovery() {
     // B does not know HOST_B: the packet waits, a solicitation goes out.
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&esp));
-    let mut outputs = b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    let mut outputs = drivers::drive::handle_frame(&mut b, Duration::ZERO, Port::Outside, buf, &mut pool);
     assert_eq!(outputs.len(), 1, "only the solicitation: the packet is parked");
     let (ns, verdict) = outputs.remove(0);
     assert_eq!(verdict, Verdict::Forward(Port::Inside));
@@ -364,7 +364,8 @@ fn next_hops_resolve_by_neighbour_discovery() {
     frame.extend_from_slice(&packet);
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&frame));
-    let outputs = b.handle_frame(Duration::from_millis(5), Port::Inside, buf, &mut pool);
+    let outputs =
+        drivers::drive::handle_frame(&mut b, Duration::from_millis(5), Port::Inside, buf, &mut pool);
     let forwarded: Vec<_> = outputs
         .into_iter()
         .filter_map(|(buf, verdict)| {
@@ -395,7 +396,7 @@ fn a_neighbour_that_never_answers_times_out() {
     let esp = esp_for_host_b(&mut a, &mut pool);
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&esp));
-    for (buf, _) in b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool) {
+    for (buf, _) in drivers::drive::handle_frame(&mut b, Duration::ZERO, Port::Outside, buf, &mut pool) {
         pool.free(buf);
     }
     let mut out = Vec::new();
@@ -708,7 +709,7 @@ fn esp_over_ipv6_that_the_peer_fragmented_is_reassembled() {
     assert_eq!(verdict, Verdict::Consumed, "held");
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&first));
-    let outputs = b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    let outputs = drivers::drive::handle_frame(&mut b, Duration::ZERO, Port::Outside, buf, &mut pool);
     let forwarded: Vec<Vec<u8>> = outputs
         .into_iter()
         .filter_map(|(buf, verdict)| {
@@ -731,7 +732,7 @@ fn esp_over_ipv6_that_the_peer_fragmented_is_reassembled() {
     );
     let mut buf = pool.alloc().unwrap();
     assert!(buf.fill(&overlapping));
-    let outputs = b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    let outputs = drivers::drive::handle_frame(&mut b, Duration::ZERO, Port::Outside, buf, &mut pool);
     // The overlapping fragment, and the datagram it belonged to.
     assert!(!outputs.is_empty());
     for (buf, verdict) in outputs {

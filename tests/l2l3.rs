@@ -68,7 +68,7 @@ fn send(
 ) -> Vec<(Verdict, Vec<u8>)> {
     let mut buf = pool.alloc().expect("buffer");
     assert!(buf.fill(frame));
-    let outputs = gw.handle_frame(now, from, buf, pool);
+    let outputs = drivers::drive::handle_frame(gw, now, from, buf, pool);
     collect(outputs, pool)
 }
 

@@ -38,7 +38,7 @@ fn feed(gw: &mut Gateway, pool: &mut PacketPool, from: Port, frames: &[Vec<u8>])
     }
     let mut out = Vec::new();
     gw.handle_batch(Duration::ZERO, from, &mut bufs, &mut out, pool);
-    gw.flush(Duration::ZERO, &mut out, pool);
+    drivers::drive::flush(gw, Duration::ZERO, &mut out, pool);
     out
 }
 

@@ -89,7 +89,7 @@ impl Rig {
         pool: &mut PacketPool,
     ) {
         gw.handle_batch(*rig_now, from, bufs, out, pool);
-        dataplane::drive::settle(gw, rig_now, out, pool);
+        drivers::drive::settle(gw, rig_now, out, pool);
         *rig_now += Duration::from_micros(1);
     }
 

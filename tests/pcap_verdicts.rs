@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use accel::{Algorithm, BufferPolicy, EngineKind, Style};
 use common::*;
-use dataplane::io::pcap;
 use dataplane::{DropReason, Gateway, PacketPool, Port, Verdict};
+use drivers::pcap;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 use serde_json::Value;
@@ -39,7 +39,7 @@ fn capture() -> (Vec<Vec<u8>>, Vec<Expect>) {
     let mut encapsulate = |a: &mut Gateway, inner: &[u8]| -> Vec<Vec<u8>> {
         let mut buf = pool.alloc().unwrap();
         assert!(buf.fill(inner));
-        let outputs = a.handle_frame(Duration::ZERO, Port::Inside, buf, &mut pool);
+        let outputs = drivers::drive::handle_frame(a, Duration::ZERO, Port::Inside, buf, &mut pool);
         outputs
             .into_iter()
             .map(|(buf, verdict)| {

@@ -285,7 +285,7 @@ impl Net {
         let now = self.now;
         let gw = &mut self.sites[to].gw;
         gw.handle_batch(now, port, &mut vec![buf], &mut out, &mut self.pool);
-        gw.flush(now, &mut out, &mut self.pool);
+        drivers::drive::flush(gw, now, &mut out, &mut self.pool);
         self.route(to, &mut out);
     }
 

@@ -6,8 +6,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dataplane::io::tun::Tun;
 use dataplane::PacketPool;
+use drivers::tun::Tun;
 use testkit::Prerequisite;
 
 const NS: &str = "espgw-tuntest";

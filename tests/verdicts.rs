@@ -216,11 +216,11 @@ fn receive(receiver: &mut Gateway, case: &Case) -> Vec<Option<Outcome>> {
         receiver.poll(now, &mut out, &mut pool);
         collect(&mut out, &mut pool);
         if receiver.in_flight() > 96 {
-            dataplane::drive::settle(receiver, &mut now, &mut out, &mut pool);
+            drivers::drive::settle(receiver, &mut now, &mut out, &mut pool);
             collect(&mut out, &mut pool);
         }
     }
-    dataplane::drive::settle(receiver, &mut now, &mut out, &mut pool);
+    drivers::drive::settle(receiver, &mut now, &mut out, &mut pool);
     collect(&mut out, &mut pool);
     assert_eq!(pool.in_use(), 0, "{}: every buffer comes back", case.name);
     assert!(receiver.stats().balanced(), "{}", case.name);

@@ -7,7 +7,7 @@
 //!   `PACKET_VNET_HDR` and each frame made complete as the gateway gets it);
 //! - `recvmmsg_plain`: the same socket without virtio-net headers;
 //! - `ring`: espgw's default, the same socket with a `TPACKET_V2` ring
-//!   (`dataplane::io::ring`), frames too large for a slot read from the
+//!   (`drivers::ring`), frames too large for a slot read from the
 //!   queue, each frame made complete as the gateway gets it;
 //! - `pnet`: the `pnet_datalink` channel (one frame per call);
 //! - `io_uring`: 64 `recvmsg` requests kept queued on an io_uring;
@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use dataplane::buffer::MAX_FRAME;
-use dataplane::io::afpacket::{AfPacket, Receive, RxScratch, Sent};
-use dataplane::io::offload::OffloadCounters;
 use dataplane::PacketPool;
+use drivers::afpacket::{AfPacket, Receive, RxScratch, Sent};
+use drivers::offload::OffloadCounters;
 
 const NS: &str = "espgw-iobench";
 

@@ -279,7 +279,7 @@ impl Batch {
                 &mut self.pool,
             );
             if gateway.in_flight() > 0 {
-                gateway.flush(Duration::ZERO, &mut self.out, &mut self.pool);
+                drivers::drive::flush(gateway, Duration::ZERO, &mut self.out, &mut self.pool);
             }
         });
         let mut wrong = None;
@@ -388,7 +388,7 @@ pub fn esp_frames(a: &mut Gateway, frame: &[u8]) -> anyhow::Result<Vec<Vec<u8>>>
         bail!("no buffer");
     };
     buf.fill(frame);
-    let outputs = a.handle_frame(Duration::ZERO, Port::Inside, buf, &mut pool);
+    let outputs = drivers::drive::handle_frame(a, Duration::ZERO, Port::Inside, buf, &mut pool);
     if outputs.is_empty() {
         bail!("the engine did not return the frame");
     }

@@ -320,7 +320,7 @@ impl Traffic {
         let start = Instant::now();
         gw.handle_batch(now, Port::Inside, &mut self.bufs, &mut self.out, &mut self.pool);
         if gw.in_flight() > 0 {
-            gw.flush(now, &mut self.out, &mut self.pool);
+            drivers::drive::flush(gw, now, &mut self.out, &mut self.pool);
         }
         let took = start.elapsed();
         let mut ok = 0;

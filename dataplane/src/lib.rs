@@ -3,22 +3,21 @@
 //! Owns packet buffers and their pool, wire views, ESP encapsulation and
 //! decapsulation (split into prepare/finish around the `accel` boundary),
 //! the sans-IO [`Gateway`] that classifies, protects, verifies and routes a
-//! batch of frames, and the I/O drivers that move frames in and out (pcap
-//! files today). Must not do cryptography itself (that is `accel`'s), parse
-//! configuration (that is `ike-stub`'s) or read the clock, sleep or wait in
-//! the core: drivers pass `now` in and decide how to wait (`drive`).
+//! batch of frames. Must not do cryptography itself (that is `accel`'s),
+//! parse configuration (that is `ike-stub`'s), open devices, sockets or
+//! files, read the clock, sleep or wait: the drivers (the `drivers` crate)
+//! move frames in and out, pass `now` in and decide how to wait
+//! (`drivers::drive`).
 //!
 //! Invariants: every received frame gets exactly one verdict and is counted
 //! once (`Stats::balanced`); malformed input is a counted drop, never a
 //! panic; nothing on the per-packet path allocates or logs.
 
-pub mod drive;
 pub mod esp;
 pub mod fate;
 pub mod gateway;
 pub mod icmp;
 pub mod icmp6;
-pub mod io;
 pub mod nat;
 pub mod neighbor;
 pub mod reassembly;

@@ -58,11 +58,12 @@ impl Payload {
 /// computed none, which RFC 3948 §2.1 lets an ESP-in-UDP sender over IPv4
 /// do (Linux's xfrm does): it passes. Any other must be right. (Over
 /// IPv6, where RFC 6935 and 6936 allow a zero checksum only for tunnels
-/// set up for it, espgw carries no ESP in UDP.) The sum is the driver's
-/// word-at-a-time RFC 1071 one. Fuzzing builds accept every checksum, as
-/// smoltcp does, so that the fuzzer gets past it.
+/// set up for it, espgw carries no ESP in UDP.) The sum is the
+/// word-at-a-time RFC 1071 one the drivers use too (`wire::checksum`).
+/// Fuzzing builds accept every checksum, as smoltcp does, so that the
+/// fuzzer gets past it.
 pub fn udp_checksum_ok(ip_header: &[u8], udp: &[u8]) -> bool {
-    use crate::io::offload::{fold, ones_sum, pseudo_header_sum};
+    use crate::wire::checksum::{fold, ones_sum, pseudo_header_sum};
     if cfg!(fuzzing) {
         return true;
     }

@@ -97,7 +97,7 @@ pub enum DropReason {
     EncapMismatch,
     /// Inbound ESP that reached a worker other than its SA's owner, which
     /// holds the SA's one replay window (the outside steering sends each
-    /// SPI to its owner; see `io::steer`).
+    /// SPI to its owner; see `drivers::steer`).
     NotOwner,
     /// Congestion experienced marked on the outer header of a tunnelled
     /// packet whose inner header is not ECN-capable: RFC 6040 §4.2 has the

@@ -1,37 +1,14 @@
 //! The gateway core is sans-IO (docs/ARCHITECTURE.md): it takes `now` from its caller
 //! and never reads a clock, sleeps, parks, blocks on a lock or waits on the
-//! engine. Waiting lives in the drivers (`drive.rs`, `io/`). This reads the
-//! core's sources and refuses any of those calls.
+//! engine. Waiting lives in the drivers (the `drivers` crate). This reads
+//! the core's sources and refuses any of those calls.
 
-use std::path::Path;
+mod sources;
 
-/// Files of the core: everything under `src/` but the drivers.
+/// Files of the core: everything under `src/` (the drivers are a crate of
+/// their own).
 fn core_sources() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    let mut dirs = vec![root.clone()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).expect("src is readable") {
-            let path = entry.expect("directory entry").path();
-            let relative = path
-                .strip_prefix(&root)
-                .expect("under src")
-                .to_string_lossy()
-                .into_owned();
-            if relative == "io" || relative == "drive.rs" {
-                continue;
-            }
-            if path.is_dir() {
-                dirs.push(path);
-            } else if relative.ends_with(".rs") {
-                files.push((
-                    relative,
-                    std::fs::read_to_string(&path).expect("source is readable"),
-                ));
-            }
-        }
-    }
-    files
+    sources::sources().into_iter().collect()
 }
 
 #[test]

@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
         pool.free(buf);
         return;
     }
-    let outputs = gateway.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool);
+    let outputs = drivers::drive::handle_frame(&mut gateway, Duration::ZERO, Port::Outside, buf, &mut pool);
     assert!(!outputs.is_empty(), "the frame came back");
     if std::env::var_os("FUZZ_DEBUG").is_some() {
         let verdicts: Vec<_> = outputs.iter().map(|(_, v)| v).collect();

@@ -68,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         }
         let now = Duration::from_millis(i as u64);
-        for (buf, _) in gateway.handle_frame(now, port, buf, &mut pool) {
+        for (buf, _) in drivers::drive::handle_frame(&mut gateway, now, port, buf, &mut pool) {
             pool.free(buf);
         }
         gateway.handle_timeout(now, &mut outputs, &mut pool);

@@ -27,11 +27,17 @@ fuzz_target!(|frame: &[u8]| {
         pool.free(buf);
         return;
     }
-    let sent = a.handle_frame(Duration::ZERO, Port::Inside, buf, &mut pool);
+    let sent = drivers::drive::handle_frame(&mut a, Duration::ZERO, Port::Inside, buf, &mut pool);
     let mut received = Vec::new();
     for (buf, verdict) in sent {
         if verdict == Verdict::Forward(Port::Outside) && a.stats().encapsulated == 1 {
-            received.extend(b.handle_frame(Duration::ZERO, Port::Outside, buf, &mut pool));
+            received.extend(drivers::drive::handle_frame(
+                &mut b,
+                Duration::ZERO,
+                Port::Outside,
+                buf,
+                &mut pool,
+            ));
         } else {
             pool.free(buf);
         }

@@ -5,8 +5,8 @@
 //! frame per frame read.
 #![no_main]
 
-use dataplane::io::pcap::{self, PcapDriverError};
 use dataplane::Port;
+use drivers::pcap::{self, PcapDriverError};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "common.rs"]

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use accel::{EngineKind, EngineSpec, Style};
-use dataplane::io::pcap::{self, PcapDriverError};
 use dataplane::{DropReason, Port};
+use drivers::pcap::{self, PcapDriverError};
 use ike_stub::Config;
 use libfuzzer_sys::fuzz_target;
 

@@ -1,4 +1,4 @@
-//! Transmit-side coalescing (`dataplane::io::coalesce`): a batch of frames
+//! Transmit-side coalescing (`drivers::coalesce`): a batch of frames
 //! planned into messages, runs of TCP segments or UDP datagrams merged
 //! into GSO super-packets.
 //!
@@ -18,9 +18,10 @@
 #![no_main]
 
 use dataplane::buffer::MAX_FRAME;
-use dataplane::io::coalesce::{plan, Plan};
-use dataplane::io::offload::{fold, ones_sum, prepare, OffloadCounters};
+use dataplane::wire::checksum::{fold, ones_sum};
 use dataplane::PacketPool;
+use drivers::coalesce::{plan, Plan};
+use drivers::offload::{prepare, OffloadCounters};
 use libfuzzer_sys::fuzz_target;
 
 fn fix(f: &mut [u8]) {

@@ -44,7 +44,8 @@ fuzz_target!(|data: &[u8]| {
         if let Some(mut buf) = pool.alloc() {
             if buf.fill(frame) {
                 let now = Duration::from_millis(i * 7);
-                for (buf, _) in gateway.handle_frame(now, Port::Outside, buf, &mut pool) {
+                let replies = drivers::drive::handle_frame(&mut gateway, now, Port::Outside, buf, &mut pool);
+                for (buf, _) in replies {
                     pool.free(buf);
                 }
                 gateway.handle_timeout(now, &mut outputs, &mut pool);

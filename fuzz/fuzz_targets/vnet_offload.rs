@@ -1,4 +1,4 @@
-//! The AF_PACKET driver's offload handling (`dataplane::io::offload`): a
+//! The AF_PACKET driver's offload handling (`drivers::offload`): a
 //! virtio-net header and the frame after it, as `PACKET_VNET_HDR` hands
 //! them over, made into complete packets.
 //!
@@ -16,8 +16,9 @@
 #![no_main]
 
 use dataplane::buffer::MAX_FRAME;
-use dataplane::io::offload::{fold, ones_sum, prepare, OffloadCounters};
+use dataplane::wire::checksum::{fold, ones_sum};
 use dataplane::PacketPool;
+use drivers::offload::{prepare, OffloadCounters};
 use libfuzzer_sys::fuzz_target;
 
 /// The IP header's length, the datagram's length (from its header) and

@@ -132,10 +132,10 @@ pub fn capture(
 ) -> thread::JoinHandle<Result<()>> {
     thread::spawn(move || {
         enter(&ns)?;
-        let socket = dataplane::io::afpacket::AfPacket::open_capture(dev)?;
+        let socket = drivers::afpacket::AfPacket::open_capture(dev)?;
         let mut pool = dataplane::PacketPool::new(64);
         let mut bufs = Vec::new();
-        let mut scratch = dataplane::io::afpacket::RxScratch::new();
+        let mut scratch = drivers::afpacket::RxScratch::new();
         while !stop.load(Ordering::Relaxed) {
             if socket.recv_batch(&mut pool, &mut bufs, 64, &mut scratch)? == 0 {
                 thread::sleep(Duration::from_millis(2));

@@ -56,12 +56,12 @@ fn flood(
         // To gwB's MAC, which is its device's own (the demo configs set none).
         let mac = |ns: &str, dev: &str| -> Result<[u8; 6]> {
             enter(ns)?;
-            let link = dataplane::io::device::link(dev)?;
+            let link = drivers::device::link(dev)?;
             Ok(link.mac.map_or([0x02, 0, 0, 0, 0, 0x02], |m| m.0))
         };
         let to = mac(&gw_b, "b-out")?;
         let from = mac(&gw_a, "a-out")?;
-        let socket = dataplane::io::afpacket::AfPacket::open("a-out")?;
+        let socket = drivers::afpacket::AfPacket::open("a-out")?;
         let mut frame = vec![0u8; 14 + 20 + 8 + 16 + 100];
         frame[..6].copy_from_slice(&to);
         frame[6..12].copy_from_slice(&from);

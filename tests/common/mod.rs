@@ -176,7 +176,7 @@ pub fn run(
 ) -> (Verdict, Vec<u8>) {
     let mut buf: PacketBuf = pool.alloc().expect("pool has a buffer");
     assert!(buf.fill(frame));
-    let mut outputs = gw.handle_frame(now, from, buf, pool);
+    let mut outputs = drivers::drive::handle_frame(gw, now, from, buf, pool);
     assert_eq!(outputs.len(), 1, "one frame in, one frame out");
     let (buf, verdict) = outputs.pop().expect("the engine returns every buffer");
     let out = buf.data().to_vec();

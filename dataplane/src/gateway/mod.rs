@@ -612,7 +612,7 @@ impl Gateway {
 
     /// Stops: every packet still parked for ARP or held in reassembly is
     /// handed back, dropped. Jobs with the engine are the driver's to wait
-    /// for first (`drive::flush`); those left are reclaimed as
+    /// for first (`drivers::drive::flush`); those left are reclaimed as
     /// `engine_timeout`.
     pub fn shutdown(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
         self.lend(pool, |gw| {

@@ -2,12 +2,15 @@
 //! `smoltcp::wire`; here are the checked ways to take them (`ipv4`,
 //! `ipv6`, which also walks IPv6 extension headers), ESP, which smoltcp
 //! does not have, in the same manner (`esp`), the virtio-net header of
-//! AF_PACKET (`vnet`), and the flow-key extraction the SPD needs (`flow`).
+//! AF_PACKET (`vnet`), the flow-key extraction the SPD needs (`flow`), and
+//! the Internet checksum the core and the drivers both compute
+//! (`checksum`).
 //!
 //! Parses and views only: owns no state and allocates nothing. Must not
 //! decide what becomes of a packet (the gateway's) or build whole packets
 //! (`icmp`, `icmp6` and `esp` at the crate root do).
 
+pub mod checksum;
 pub mod esp;
 pub mod flow;
 pub mod ipv4;

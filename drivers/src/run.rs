@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use accel::NextCompletion;
 
-use crate::buffer::{PacketBuf, PacketPool};
-use crate::gateway::{DatagramError, Gateway, Output, Verdict};
-use crate::io::afpacket::{AfPacket, LinkState, RxScratch, Sent, MAX_BATCH};
-use crate::io::coalesce::Plan;
-use crate::io::offload::OffloadCounters;
-use crate::io::tun::Tun;
+use crate::afpacket::{AfPacket, LinkState, RxScratch, Sent, MAX_BATCH};
+use crate::coalesce::Plan;
+use crate::offload::OffloadCounters;
+use crate::tun::Tun;
+use dataplane::buffer::{PacketBuf, PacketPool};
+use dataplane::gateway::{DatagramError, Gateway, Output, Verdict};
 
 /// A device frames come from and go to.
 pub enum Device {
@@ -23,7 +23,7 @@ impl Device {
     fn recv_batch(
         &self,
         pool: &mut PacketPool,
-        bufs: &mut Vec<crate::buffer::PacketBuf>,
+        bufs: &mut Vec<dataplane::buffer::PacketBuf>,
         max: usize,
         scratch: &mut RxScratch,
     ) -> std::io::Result<usize> {
@@ -41,7 +41,7 @@ impl Device {
 
     /// Sends `frames`; on a packet socket with virtio-net headers,
     /// consecutive TCP segments of a flow as one super-packet
-    /// ([`crate::io::coalesce`]).
+    /// ([`crate::coalesce`]).
     fn send_batch(&self, frames: &mut [&mut [u8]], plan: &mut Plan, offload: &mut OffloadCounters) -> Sent {
         match self {
             Device::Packet(s) => {
@@ -78,7 +78,7 @@ impl Device {
         }
     }
 }
-use crate::route::Port;
+use dataplane::route::Port;
 
 /// Frames taken from one interface per turn.
 pub const BATCH: usize = 64;
@@ -374,7 +374,11 @@ pub fn run(
         .collect();
     let mut moderator = Moderator::new(moderation);
     while !stop.load(Ordering::Relaxed) {
-        let now = start.elapsed();
+        let wall = Instant::now();
+        let now = wall.saturating_duration_since(start);
+        // An engine that confirms its timeouts in real time hears the
+        // clock once a turn, also when traffic never lets this loop wait.
+        gateway.engine_mut().observe_clock(wall);
         let mut idle = true;
         // Packets handed to the gateway this turn (segments, not frames:
         // one super-packet is a full turn's work).

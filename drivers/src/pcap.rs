@@ -3,7 +3,7 @@
 //! output capture of the same link type, in the order the gateway transmits
 //! it, stamped with the capture time at which it left. Optionally it also
 //! writes one JSON line per input frame saying what became of it (see
-//! `crate::fate`), and calls the caller back before each frame (espgw's
+//! `dataplane::fate`), and calls the caller back before each frame (espgw's
 //! sequence ledger makes its reservations durable there).
 
 use std::io::{Read, Write};
@@ -12,11 +12,11 @@ use std::time::Duration;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 
-use crate::buffer::{PacketPool, MAX_FRAME};
-use crate::fate::{FrameLog, FrameLogError};
-use crate::gateway::{Gateway, LinkLayer, Output, Verdict};
-use crate::route::Port;
-use crate::stats::DropReason;
+use crate::frame_log::{FrameLog, FrameLogError};
+use dataplane::buffer::{PacketPool, MAX_FRAME};
+use dataplane::gateway::{Gateway, LinkLayer, Output, Verdict};
+use dataplane::route::Port;
+use dataplane::stats::DropReason;
 
 /// Buffers per batch of frames; the pool holds several batches so an
 /// asynchronous engine can keep many packets in flight.
@@ -88,7 +88,7 @@ pub fn run<R: Read, W: Write>(
 /// [`run`], and one JSON line per input frame to `verdicts`, in frame
 /// order: its index, port, fate (`forwarded`, `consumed`, `dropped`), drop
 /// reason, SA, SPI and sequence number where known, and how many frames
-/// left because of it ([`crate::fate::FrameVerdict`]). Every frame gets
+/// left because of it ([`crate::frame_log::FrameVerdict`]). Every frame gets
 /// exactly one line; over a run, the drop reasons of the lines (with their
 /// `more_drops`) add up to the drop counters.
 pub fn run_with_verdicts<R: Read, W: Write>(

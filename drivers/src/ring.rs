@@ -13,7 +13,7 @@
 //! A frame too large for a slot (a GSO super-packet) is still delivered
 //! whole: `PACKET_COPY_THRESH` makes the kernel queue it on the socket as
 //! well and mark its slot `TP_STATUS_COPY`, and the driver reads it from
-//! there (see [`crate::io::afpacket`]).
+//! there (see [`crate::afpacket`]).
 //!
 //! This module owns the mapping and the slot protocol, nothing else.
 
@@ -65,7 +65,7 @@ unsafe impl Sync for RxRing {}
 
 /// A `SOL_PACKET` option on the ring's socket.
 fn set<T>(fd: &OwnedFd, name: libc::c_int, value: &T) -> io::Result<()> {
-    crate::io::afpacket::set_option(fd, libc::SOL_PACKET, name, value)
+    crate::sockopt::set_option(fd, libc::SOL_PACKET, name, value)
 }
 
 impl RxRing {
@@ -142,7 +142,7 @@ impl RxRing {
         let len = word(4) as usize;
         let snaplen = word(8) as usize;
         let mac = usize::from(u16::from_ne_bytes([bytes[12], bytes[13]]));
-        let header_len = crate::wire::vnet::HEADER_LEN;
+        let header_len = dataplane::wire::vnet::HEADER_LEN;
         let copied = status & libc::TP_STATUS_COPY != 0;
         if mac < header_len || mac + snaplen > SLOT_SIZE {
             // Not what the kernel writes; treat as a frame cut short.

@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::buffer::{PacketBuf, PacketPool, MAX_FRAME};
+use dataplane::buffer::{PacketBuf, PacketPool, MAX_FRAME};
 
 /// Why a TUN device could not be opened.
 #[derive(Debug, thiserror::Error)]

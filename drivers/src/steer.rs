@@ -18,7 +18,7 @@
 //! first fragment has the SPI.
 //!
 //! Pure: the programs are built from the SPD and SAD; the driver installs
-//! them ([`AfPacket::set_steering`](crate::io::afpacket::AfPacket::set_steering)).
+//! them ([`AfPacket::set_steering`](crate::afpacket::AfPacket::set_steering)).
 
 use spd_sad::{
     owner_worker, proto, Action, IpPrefix, PolicyDirection, PortRange, ProtocolSelector, Sad, Spd,

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use accel::NextCompletion;
 
-use crate::buffer::{PacketBuf, PacketPool};
-use crate::gateway::{Gateway, Output, JOB_TIMEOUT};
-use crate::route::Port;
+use dataplane::buffer::{PacketBuf, PacketPool};
+use dataplane::gateway::{Gateway, Output, JOB_TIMEOUT};
+use dataplane::route::Port;
 
 /// How long one blocking wait on a real device may last.
 const DEVICE_WAIT: Duration = Duration::from_millis(1);
@@ -92,23 +92,4 @@ pub fn shutdown(gateway: &mut Gateway, now: Duration, out: &mut Vec<Output>, poo
     let mut now = now;
     settle(gateway, &mut now, out, pool);
     gateway.shutdown(now, out, pool);
-}
-
-impl Gateway {
-    /// [`handle_frame`] as a method, for the many callers that handle one
-    /// frame at a time.
-    pub fn handle_frame(
-        &mut self,
-        now: Duration,
-        from: Port,
-        buf: PacketBuf,
-        pool: &mut PacketPool,
-    ) -> Vec<Output> {
-        handle_frame(self, now, from, buf, pool)
-    }
-
-    /// [`flush`] as a method.
-    pub fn flush(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
-        flush(self, now, out, pool)
-    }
 }

@@ -30,10 +30,10 @@
 //! §2.1) has nothing to launder.
 //!
 //! Pure: it plans and rewrites headers in byte slices, the driver
-//! ([`crate::io::afpacket`]) builds the scatter lists. No allocation.
+//! ([`crate::afpacket`]) builds the scatter lists. No allocation.
 
-use crate::io::offload::{fold, ones_sum, pseudo_header_sum};
-use crate::wire::vnet::{Gso, VnetHeader, VnetRepr, HEADER_LEN};
+use dataplane::wire::checksum::{fold, ones_sum, pseudo_header_sum};
+use dataplane::wire::vnet::{Gso, VnetHeader, VnetRepr, HEADER_LEN};
 
 const ETHERNET_LEN: usize = 14;
 const IPV4_LEN: usize = 20;
@@ -367,8 +367,8 @@ fn rewrite_first(frame: &mut [u8], first: &Segment, total: usize, psh: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::offload;
-    use crate::wire::vnet::{VnetRepr, HEADER_LEN};
+    use crate::offload;
+    use dataplane::wire::vnet::{VnetRepr, HEADER_LEN};
 
     const MSS: usize = 1448;
 
@@ -442,10 +442,10 @@ mod tests {
         if m.count == 1 {
             return vec![bytes];
         }
-        let mut pool = crate::buffer::PacketPool::new(128);
+        let mut pool = dataplane::buffer::PacketPool::new(128);
         let mut buf = pool.alloc().expect("a buffer");
         buf.reset();
-        let head = bytes.len().min(crate::buffer::MAX_FRAME);
+        let head = bytes.len().min(dataplane::buffer::MAX_FRAME);
         buf.append(head).expect("room").copy_from_slice(&bytes[..head]);
         let mut out = Vec::new();
         let mut counters = offload::OffloadCounters::default();

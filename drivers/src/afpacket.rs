@@ -1,14 +1,14 @@
 //! AF_PACKET driver: raw Ethernet frames from and to a Linux interface,
-//! received from a `TPACKET_V2` ring ([`crate::io::ring`]) or in batches
+//! received from a `TPACKET_V2` ring ([`crate::ring`]) or in batches
 //! with `recvmmsg` straight into pool buffers (at their headroom), and sent
 //! in batches with `sendmmsg`, runs of TCP segments as one super-packet
-//! ([`crate::io::coalesce`]).
+//! ([`crate::coalesce`]).
 //!
 //! Forwarding sockets read with `PACKET_VNET_HDR`: every frame comes with
 //! a virtio-net header saying whether its L4 checksum is still partial and
 //! whether it is a GSO super-packet (up to 64 KiB, the part beyond a pool
 //! buffer lands in [`RxScratch`]). [`RxScratch::prepare`] makes complete
-//! packets of it ([`crate::io::offload`]) before the gateway sees them, so
+//! packets of it ([`crate::offload`]) before the gateway sees them, so
 //! espgw works with the kernel's default offloads on veth, tap and virtio.
 //! Such a socket also expects a header before every frame it sends; espgw
 //! writes one that asks nothing of the kernel.
@@ -17,11 +17,12 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::buffer::{PacketBuf, PacketPool, MAX_FRAME};
-use crate::io::coalesce::{self, Plan};
-use crate::io::offload::{self, OffloadCounters};
-use crate::io::ring::RxRing;
-use crate::wire::vnet::HEADER_LEN;
+use crate::coalesce::{self, Plan};
+use crate::offload::{self, OffloadCounters};
+use crate::ring::RxRing;
+use crate::sockopt::set_option;
+use dataplane::buffer::{PacketBuf, PacketPool, MAX_FRAME};
+use dataplane::wire::vnet::HEADER_LEN;
 
 /// Why an interface could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +104,7 @@ fn kernel_at_least(release: &str, min: (u32, u32)) -> bool {
 pub enum Receive {
     /// `recvmmsg` batches from the socket's queue.
     Batch,
-    /// A `TPACKET_V2` ring shared with the kernel ([`crate::io::ring`]).
+    /// A `TPACKET_V2` ring shared with the kernel ([`crate::ring`]).
     #[default]
     Ring,
 }
@@ -113,7 +114,7 @@ impl Receive {
     fn ring_slots(self) -> Option<usize> {
         match self {
             Receive::Batch => None,
-            Receive::Ring => Some(crate::io::ring::SLOTS),
+            Receive::Ring => Some(crate::ring::SLOTS),
         }
     }
 
@@ -274,7 +275,7 @@ impl AfPacket {
     /// outside: the kernel reassembles fragments before the program runs
     /// (`PACKET_FANOUT_FLAG_DEFRAG`), so that a datagram's SPI, which only
     /// its first fragment has, decides where all of it goes
-    /// ([`crate::io::steer::outside_program`]).
+    /// ([`crate::steer::outside_program`]).
     pub fn open_worker_outside(
         device: &str,
         group: u16,
@@ -292,7 +293,7 @@ impl AfPacket {
 
     /// Installs (or replaces) the steering program of this socket's
     /// fanout group (see [`open_worker_steered`](Self::open_worker_steered)).
-    pub fn set_steering(&self, program: &[crate::io::steer::Insn]) -> io::Result<()> {
+    pub fn set_steering(&self, program: &[crate::steer::Insn]) -> io::Result<()> {
         let filter: Vec<libc::sock_filter> = program
             .iter()
             .map(|i| libc::sock_filter {
@@ -320,7 +321,7 @@ impl AfPacket {
             ETH_P_ARP,
             None,
             false,
-            Some(crate::io::ring::SIDE_SLOTS),
+            Some(crate::ring::SIDE_SLOTS),
         )
     }
 
@@ -917,28 +918,6 @@ impl AfPacket {
         }
         outcome
     }
-}
-
-pub(crate) fn set_option<T>(
-    fd: &OwnedFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &T,
-) -> io::Result<()> {
-    // SAFETY: value points at a live T of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as u32,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -77,7 +77,7 @@ impl Totals {
         self.bytes[d] += c.bytes;
         self.packets[d] += c.packets;
         for (reason, n) in c.drops() {
-            *self.drops.entry(reason).or_default() += n;
+            *self.drops.entry(reason.name()).or_default() += n;
         }
     }
 }
@@ -606,7 +606,7 @@ pub fn render(workers: &[WorkerCounters], snapshot: &Snapshot) -> Vec<u8> {
             .inc_by(sa.counters.packets);
         for (reason, n) in sa.counters.drops() {
             s_drops
-                .with_label_values(&[sa.name.as_str(), spi.as_str(), reason])
+                .with_label_values(&[sa.name.as_str(), spi.as_str(), reason.name()])
                 .inc_by(n);
         }
         s_idle
@@ -648,11 +648,9 @@ mod tests {
     use super::*;
 
     fn counts(packets: u64, bytes: u64) -> SaCounters {
-        SaCounters {
-            packets,
-            bytes,
-            ..SaCounters::default()
-        }
+        let mut c = SaCounters::default();
+        (c.packets, c.bytes) = (packets, bytes);
+        c
     }
 
     fn observed<'a>(name: &'a str, tunnel: &str, c: SaCounters) -> Observed<'a> {
@@ -697,12 +695,9 @@ mod tests {
 
     #[test]
     fn the_exposition_has_the_families_and_no_secret() {
-        let sample = SaCounters {
-            packets: 7,
-            bytes: 700,
-            auth_failed: 2,
-            ..SaCounters::default()
-        };
+        let mut sample = counts(7, 700);
+        sample.count(spd_sad::DropReason::AuthFailed);
+        sample.count(spd_sad::DropReason::AuthFailed);
         let snapshot = Snapshot {
             tunnels: vec![TunnelSample {
                 name: "site-b".into(),

@@ -214,8 +214,7 @@ pub fn stats_json(gateway: &Gateway) -> Value {
                 },
                 "drops": c
                     .drops()
-                    .iter()
-                    .map(|(reason, n)| ((*reason).to_owned(), Value::from(*n)))
+                    .map(|(reason, n)| (reason.name().to_owned(), Value::from(n)))
                     .collect::<serde_json::Map<String, Value>>(),
             })
         })

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::drop::DropReason;
 use crate::replay::{ReplayError, ReplayWindow};
 use crate::selector::{FlowKey, Selector};
 
@@ -151,55 +152,83 @@ pub enum SaEvent {
     HardExpired(SaId),
 }
 
-/// Per-SA counters.
+/// The drop reasons an SA's own packets can meet, in the order `espgw
+/// stats`, `espgw sa list` and the per-SA metrics list them, each shown
+/// even while it is 0. Only these are counted per SA: the others are
+/// decided before a packet has an SA, or have nothing to do with one.
+pub const SA_DROP_REASONS: [DropReason; 9] = [
+    DropReason::AuthFailed,
+    DropReason::ReplayDuplicate,
+    DropReason::ReplayTooOld,
+    DropReason::SeqZero,
+    DropReason::PolicyMismatch,
+    DropReason::Malformed,
+    DropReason::SaExpired,
+    DropReason::SeqOverflow,
+    DropReason::SeqNotReserved,
+];
+
+/// Where each reason's count sits in [`SaCounters`]: its position in
+/// [`SA_DROP_REASONS`], or [`NOT_PER_SA`] for the others. Only those nine
+/// take room, as every SA (and every worker's copy of it) has counters.
+const SA_SLOTS: [u8; DropReason::COUNT] = {
+    let mut slots = [NOT_PER_SA; DropReason::COUNT];
+    let mut i = 0;
+    while i < SA_DROP_REASONS.len() {
+        slots[SA_DROP_REASONS[i].index()] = i as u8;
+        i += 1;
+    }
+    slots
+};
+
+/// The slot of a reason no SA counts.
+const NOT_PER_SA: u8 = u8::MAX;
+
+/// Per-SA counters: its traffic, and its drops under the same
+/// [`DropReason`]s as the gateway's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SaCounters {
+    /// Packets protected (outbound) or verified (inbound).
     pub packets: u64,
     /// Bytes of protected (inner) data.
     pub bytes: u64,
-    pub auth_failed: u64,
-    /// Anti-replay refusals, by kind (RFC 4303 §3.4.3).
-    pub replay_duplicate: u64,
-    pub replay_too_old: u64,
-    pub seq_zero: u64,
-    pub policy_mismatch: u64,
-    pub malformed: u64,
-    pub expired: u64,
-    pub seq_overflow: u64,
-    /// Numbers beyond the SA's durable ceiling, not sent or not accepted
-    /// (see [`SecurityAssociation::resume_above`]).
-    pub seq_not_reserved: u64,
+    /// By the reason's position in [`SA_DROP_REASONS`].
+    drops: [u64; SA_DROP_REASONS.len()],
 }
 
 impl SaCounters {
-    /// The drops, each under its reason's name (as `espgw stats` and the
-    /// metrics call them).
-    pub fn drops(&self) -> [(&'static str, u64); 9] {
-        [
-            ("auth_failed", self.auth_failed),
-            ("replay_duplicate", self.replay_duplicate),
-            ("replay_too_old", self.replay_too_old),
-            ("seq_zero", self.seq_zero),
-            ("policy_mismatch", self.policy_mismatch),
-            ("malformed", self.malformed),
-            ("sa_expired", self.expired),
-            ("seq_overflow", self.seq_overflow),
-            ("seq_not_reserved", self.seq_not_reserved),
-        ]
+    /// Counts one packet dropped for `reason`, which must be one of
+    /// [`SA_DROP_REASONS`]: another is a bug (caught in debug builds) and
+    /// is not counted, as it would never be reported.
+    pub fn count(&mut self, reason: DropReason) {
+        match SA_SLOTS[reason.index()] {
+            NOT_PER_SA => debug_assert!(false, "{reason} is not counted per SA"),
+            slot => self.drops[usize::from(slot)] += 1,
+        }
     }
 
-    /// Counts an anti-replay refusal under its kind.
-    pub fn count_replay(&mut self, e: ReplayError) {
-        match e {
-            ReplayError::Duplicate(_) => self.replay_duplicate += 1,
-            ReplayError::TooOld(_) => self.replay_too_old += 1,
-            ReplayError::Invalid => self.seq_zero += 1,
+    /// Packets dropped for `reason` (0 for a reason not counted per SA).
+    pub fn get(&self, reason: DropReason) -> u64 {
+        match SA_SLOTS[reason.index()] {
+            NOT_PER_SA => 0,
+            slot => self.drops[usize::from(slot)],
         }
+    }
+
+    /// The drops by reason, every one of [`SA_DROP_REASONS`] (zero or
+    /// not), in that order.
+    pub fn drops(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        SA_DROP_REASONS.iter().copied().zip(self.drops.iter().copied())
+    }
+
+    /// Counts an anti-replay refusal under its kind (RFC 4303 §3.4.3).
+    pub fn count_replay(&mut self, e: ReplayError) {
+        self.count(e.into());
     }
 
     /// Every anti-replay refusal.
     pub fn replay(&self) -> u64 {
-        self.replay_duplicate + self.replay_too_old + self.seq_zero
+        self.drops().filter(|(r, _)| r.is_replay()).map(|(_, n)| n).sum()
     }
 }
 
@@ -813,7 +842,7 @@ impl<C> SecurityAssociation<C> {
                     return Ok(last + 1);
                 }
                 Err(last) if last >= limit => {
-                    self.counters.seq_overflow += 1;
+                    self.counters.count(DropReason::SeqOverflow);
                     return Err(SequenceError::Exhausted);
                 }
                 Err(last) => {
@@ -821,7 +850,7 @@ impl<C> SecurityAssociation<C> {
                     let ceiling = self.shared.ceiling();
                     if ceiling <= self.ceiling || ceiling <= last {
                         self.ceiling = ceiling;
-                        self.counters.seq_not_reserved += 1;
+                        self.counters.count(DropReason::SeqNotReserved);
                         return Err(SequenceError::NotReserved);
                     }
                     self.ceiling = ceiling;
@@ -1708,7 +1737,7 @@ mod tests {
         let sa = sad.get_mut(id).unwrap();
         assert_eq!(sa.ceiling(), Some(100));
         assert_eq!(sa.next_sequence(), Err(SequenceError::NotReserved));
-        assert_eq!(sa.counters().seq_not_reserved, 1);
+        assert_eq!(sa.counters().get(DropReason::SeqNotReserved), 1);
         assert!(!sa.sequence_exhausted());
         sa.shared().raise_ceiling(110);
         let sent: Vec<u64> = (0..10).map(|_| sa.next_sequence().unwrap()).collect();
@@ -1868,6 +1897,38 @@ mod tests {
         assert_eq!(first.get(id).unwrap().idle(secs(6)), secs(2));
         first.handle_timeout(secs(9));
         assert_eq!(first.poll_event(), Some(SaEvent::HardExpired(id)));
+    }
+
+    /// Each of the SA's reasons has a slot of its own, and they are
+    /// listed under the names `espgw stats` and the metrics have always
+    /// shown, in that order.
+    #[test]
+    fn sa_counters_count_by_reason() {
+        let mut c = SaCounters::default();
+        for (i, &reason) in SA_DROP_REASONS.iter().enumerate() {
+            for _ in 0..=i {
+                c.count(reason);
+            }
+        }
+        let named: Vec<(&str, u64)> = c.drops().map(|(r, n)| (r.name(), n)).collect();
+        assert_eq!(
+            named,
+            [
+                ("auth_failed", 1),
+                ("replay_duplicate", 2),
+                ("replay_too_old", 3),
+                ("seq_zero", 4),
+                ("policy_mismatch", 5),
+                ("malformed", 6),
+                ("sa_expired", 7),
+                ("seq_overflow", 8),
+                ("seq_not_reserved", 9),
+            ]
+        );
+        assert_eq!(c.replay(), 2 + 3 + 4);
+        c.count_replay(ReplayError::TooOld(1));
+        assert_eq!(c.get(DropReason::ReplayTooOld), 4);
+        assert_eq!(c.get(DropReason::NoRoute), 0, "not counted per SA");
     }
 
     /// The memory an SA's state takes is stated and bounded.

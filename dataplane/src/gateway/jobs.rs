@@ -631,7 +631,7 @@ impl Gateway {
                 return self.wait_for_ceiling(buf, pending, now, out);
             }
             if let Some(sa) = self.sad.get_mut(pending.sa) {
-                sa.counters_mut().seq_not_reserved += 1;
+                sa.counters_mut().count(DropReason::SeqNotReserved);
             }
         }
         self.inbound_done(now, pending.sa, out);
@@ -654,7 +654,7 @@ impl Gateway {
             return;
         }
         if let Some(sa) = self.sad.get_mut(pending.sa) {
-            sa.counters_mut().seq_not_reserved += 1;
+            sa.counters_mut().count(DropReason::SeqNotReserved);
         }
         self.inbound_done(now, pending.sa, out);
         self.emit(buf, Err(DropReason::SeqNotReserved), out);
@@ -730,7 +730,7 @@ impl Gateway {
         let flow = flow_key_any(buf.data())?;
         let sa = self.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
         if !sa.admits(&flow) {
-            sa.counters_mut().policy_mismatch += 1;
+            sa.counters_mut().count(DropReason::PolicyMismatch);
             return Err(DropReason::PolicyMismatch);
         }
         if is_ipv6 {
@@ -825,7 +825,7 @@ impl Gateway {
                 break;
             };
             if let Some(sa) = self.sad.get_mut(waiting.pending.sa) {
-                sa.counters_mut().seq_not_reserved += 1;
+                sa.counters_mut().count(DropReason::SeqNotReserved);
             }
             self.inbound_done(now, waiting.pending.sa, out);
             self.emit(waiting.buf, Err(DropReason::SeqNotReserved), out);

@@ -8,6 +8,8 @@
 //! `Duration` since an epoch the caller chooses) and contains no
 //! cryptography: an SA carries its crypto context as an opaque `C`.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod drop;
 pub mod replay;
 pub mod sad;

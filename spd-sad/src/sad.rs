@@ -91,7 +91,9 @@ impl fmt::Display for Mode {
 /// Limits of one kind (soft or hard); `None` means unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Limits {
+    /// Bytes of protected (inner) data.
     pub bytes: Option<u64>,
+    /// Packets protected or verified.
     pub packets: Option<u64>,
     /// Seconds since the SA was installed.
     pub seconds: Option<u64>,
@@ -129,13 +131,16 @@ impl Limits {
 /// RFC 4301 §4.4.2.1 lifetimes: whichever limit comes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Lifetime {
+    /// Reaching one of these starts a rekey; the SA goes on working.
     pub soft: Limits,
+    /// Reaching one of these ends the SA.
     pub hard: Limits,
 }
 
 /// Where an SA is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaState {
+    /// In use, no limit reached.
     Active,
     /// A soft limit was reached; the SA still works and a rekey should start.
     SoftExpired,
@@ -148,7 +153,9 @@ pub enum SaState {
 /// transitions, never per packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaEvent {
+    /// A soft limit was reached: rekey.
     SoftExpired(SaId),
+    /// A hard limit was reached: the SA no longer carries traffic.
     HardExpired(SaId),
 }
 
@@ -253,15 +260,24 @@ impl UdpEncap {
 /// The configuration an SA is created from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaParams {
+    /// Unique in the database; how configuration, logs and `espgw sa` name it.
     pub name: String,
+    /// Which way its traffic goes.
     pub direction: SaDirection,
+    /// The Security Parameter Index in its ESP headers (RFC 4303 §2.1).
     pub spi: u32,
+    /// Tunnel or transport.
     pub mode: Mode,
     /// Our end (outer source for outbound, expected outer destination for inbound).
     pub local: IpAddr,
+    /// The peer's end (outer destination for outbound, expected outer source
+    /// for inbound).
     pub remote: IpAddr,
+    /// Extended (64-bit) sequence numbers (RFC 4303 §2.2.1).
     pub esn: bool,
+    /// Inbound: the anti-replay window's size, in packets (0: no replay check).
     pub replay_window: u32,
+    /// When the SA must be rekeyed and when it ends.
     pub lifetime: Lifetime,
     /// RFC 3948 UDP encapsulation: ESP inside UDP between these ports, for
     /// peers behind a NAT. `None`: raw ESP (IP protocol 50). An SA of one
@@ -467,6 +483,8 @@ impl<C> fmt::Debug for SecurityAssociation<C> {
 }
 
 impl<C> SecurityAssociation<C> {
+    /// An SA installed at `now`, with its crypto context, sequence numbers from
+    /// 1 and an empty replay window.
     pub fn new(params: SaParams, crypto: C, now: Duration) -> Self {
         SecurityAssociation {
             replay: ReplayWindow::new(params.replay_window, params.esn),
@@ -494,18 +512,22 @@ impl<C> SecurityAssociation<C> {
         }
     }
 
+    /// What the SA was created from.
     pub fn params(&self) -> &SaParams {
         &self.params
     }
 
+    /// The SA's unique name.
     pub fn name(&self) -> &str {
         &self.params.name
     }
 
+    /// The SA's SPI.
     pub fn spi(&self) -> u32 {
         self.params.spi
     }
 
+    /// The crypto context the SA carries (keys live there).
     pub fn crypto(&self) -> &C {
         &self.crypto
     }
@@ -516,10 +538,12 @@ impl<C> SecurityAssociation<C> {
         &mut self.crypto
     }
 
+    /// Where the SA is in its life.
     pub fn state(&self) -> SaState {
         self.state
     }
 
+    /// The anti-replay window (inbound; unused outbound).
     pub fn replay_window(&self) -> &ReplayWindow {
         &self.replay
     }
@@ -763,6 +787,7 @@ impl<C> SecurityAssociation<C> {
         self.shared.last_seq.load(Ordering::Relaxed)
     }
 
+    /// Time since the SA was installed.
     pub fn age(&self, now: Duration) -> Duration {
         now.saturating_sub(self.installed_at)
     }
@@ -1030,13 +1055,22 @@ impl<C> SecurityAssociation<C> {
 /// Why an SA could not be installed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SadError {
+    /// Inbound SAs are found by SPI: two cannot share one.
     #[error("SPI {spi:#x} is already used by inbound SA `{existing}`")]
-    DuplicateSpi { spi: u32, existing: String },
+    DuplicateSpi {
+        /// The SPI asked for.
+        spi: u32,
+        /// The name of the inbound SA that has it.
+        existing: String,
+    },
     #[error("an SA named `{0}` already exists")]
+    /// Another SA already has this name.
     DuplicateName(String),
     #[error("SPIs 0-255 are reserved (RFC 4303 §2.1); {0:#x} cannot be used")]
+    /// An SPI in the range RFC 4303 §2.1 reserves.
     ReservedSpi(u32),
     #[error("the SA database is full ({0} SAs)")]
+    /// Every slot is taken (at most 2^[`SaId::SLOT_BITS`] SAs at once).
     Full(usize),
     /// RFC 4301 §5.2: an inbound SA must say what may arrive through it.
     #[error("inbound SA `{0}` has no selectors, so it would admit nothing; give it the selectors of the inbound policies naming it, or `Selector::ANY` to admit every inner packet")]
@@ -1148,10 +1182,13 @@ impl<C> Default for Sad<C> {
 }
 
 impl<C> Sad<C> {
+    /// An empty database.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Installs a new SA created from `params` at `now`; its id, or why it was
+    /// refused.
     pub fn insert(&mut self, params: SaParams, crypto: C, now: Duration) -> Result<SaId, SadError> {
         self.adopt(SecurityAssociation::new(params, crypto, now))
     }
@@ -1314,6 +1351,7 @@ impl<C> Sad<C> {
         }
     }
 
+    /// The SA `id` names, unless it has been removed since.
     pub fn get(&self, id: SaId) -> Option<&SecurityAssociation<C>> {
         let slot = self.slots.get(id.slot())?;
         (slot.generation == id.generation())
@@ -1321,6 +1359,7 @@ impl<C> Sad<C> {
             .flatten()
     }
 
+    /// The SA `id` names, to change, unless it has been removed since.
     pub fn get_mut(&mut self, id: SaId) -> Option<&mut SecurityAssociation<C>> {
         let slot = self.slots.get_mut(id.slot())?;
         (slot.generation == id.generation())
@@ -1328,6 +1367,7 @@ impl<C> Sad<C> {
             .flatten()
     }
 
+    /// The id of the SA named `name`.
     pub fn find(&self, name: &str) -> Option<SaId> {
         self.by_name.get(name).copied()
     }
@@ -1358,6 +1398,7 @@ impl<C> Sad<C> {
         }
     }
 
+    /// Every SA with its id, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (SaId, &mut SecurityAssociation<C>)> {
         self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
             let generation = s.generation;
@@ -1365,6 +1406,7 @@ impl<C> Sad<C> {
         })
     }
 
+    /// Every SA with its id, in slot order.
     pub fn iter(&self) -> impl Iterator<Item = (SaId, &SecurityAssociation<C>)> {
         self.slots
             .iter()
@@ -1372,10 +1414,12 @@ impl<C> Sad<C> {
             .filter_map(|(i, s)| s.sa.as_ref().map(|sa| (SaId::new(i, s.generation), sa)))
     }
 
+    /// How many SAs there are.
     pub fn len(&self) -> usize {
         self.by_name.len()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -15,6 +15,10 @@
 //! A listener thread accepts; the dataplane answers requests between
 //! batches through a bounded channel, so the packet path takes no lock and
 //! never waits for a client. Must not touch the dataplane's state itself.
+//!
+//! Owns, too, the one place the documents of `crate::status` become JSON
+//! and back ([`encode`], [`Answer`]): everything else builds and reads
+//! them typed.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
@@ -27,6 +31,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 /// Clients served at once; more are told the gateway is busy.
 pub const MAX_CLIENTS: usize = 8;
@@ -330,8 +336,62 @@ fn connect_error(path: &Path, e: &std::io::Error) -> String {
     }
 }
 
+/// A document as the JSON the control socket (and a `--stats` file)
+/// carries, on one line or pretty. Through `serde_json::Value`, whose maps
+/// keep their keys sorted: the order the documents have always had,
+/// whatever order their types declare their fields in.
+pub fn encode<T: Serialize>(doc: &T, pretty: bool) -> serde_json::Result<String> {
+    let value = serde_json::to_value(doc)?;
+    if pretty {
+        serde_json::to_string_pretty(&value)
+    } else {
+        Ok(value.to_string())
+    }
+}
+
+/// A document as the line the socket sends; one that cannot be written
+/// as JSON becomes an error answer (a bug, but the client hears of it).
+pub fn encode_line<T: Serialize>(doc: &T) -> String {
+    encode(doc, false).unwrap_or_else(|e| {
+        let error =
+            serde_json::to_string(&format!("the answer could not be written: {e}")).unwrap_or_default();
+        format!(r#"{{"error":{error}}}"#)
+    })
+}
+
+/// A gateway's answer that is not an error, as it came: read it as the
+/// document asked for, or show it as it is.
+pub struct Answer {
+    request: String,
+    doc: serde_json::Value,
+}
+
+impl Answer {
+    /// The answer as the document type of its request (see
+    /// `crate::status`).
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T> {
+        T::deserialize(&self.doc).with_context(|| {
+            format!(
+                "the gateway's answer to `{}` is not what this espgw reads (another version?)",
+                self.request
+            )
+        })
+    }
+
+    /// The answer as pretty JSON (`--json`), keys as the gateway sent them.
+    pub fn pretty(&self) -> String {
+        serde_json::to_string_pretty(&self.doc).unwrap_or_default()
+    }
+}
+
+/// Sends one request to a running gateway and returns its answer, typed
+/// as `T` (see `crate::status`).
+pub fn ask<T: DeserializeOwned>(path: &Path, request: &str) -> Result<T> {
+    ask_raw(path, request)?.parse()
+}
+
 /// Sends one request to a running gateway and returns its JSON answer.
-pub fn ask(path: &Path, request: &str) -> Result<serde_json::Value> {
+pub fn ask_raw(path: &Path, request: &str) -> Result<Answer> {
     let mut stream = match UnixStream::connect(path) {
         Ok(stream) => stream,
         Err(e) => bail!("{}", connect_error(path, &e)),
@@ -356,5 +416,8 @@ pub fn ask(path: &Path, request: &str) -> Result<serde_json::Value> {
     if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
         bail!("{error}");
     }
-    Ok(value)
+    Ok(Answer {
+        request: request.to_owned(),
+        doc: value,
+    })
 }

@@ -19,7 +19,7 @@
 //! writes the first reservations of the SAs a reload installs before it
 //! hands them to the other workers.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,11 +31,11 @@ use drivers::afpacket::{AfPacket, Receive};
 use drivers::run::{Device, RunSummary, Sockets, Tick};
 use drivers::tun::Tun;
 use ike_stub::{Config, ControlPlane, Datagram, WorkerCommand};
-use serde_json::{json, Value};
 use spd_sad::SaEvent;
 
 use crate::metrics::{self, MetricsServer, Observed, Published, Snapshot, TunnelTotals, WorkerCounters};
 use crate::state_dir::StateDir;
+use crate::status::{FinalStats, ReloadReply, Reply};
 use crate::xfrm_source::XfrmSource;
 use crate::{control, privileges, report, RunArgs};
 use ike_stub::xfrm::XfrmMirror;
@@ -325,7 +325,7 @@ impl Plane<'_> {
                     .map(|s| s.idle_seconds)
                     .reduce(f64::min);
                 metrics::TunnelSample {
-                    state: plane.map(|t| t.state),
+                    state: plane.map(|t| t.state.clone()),
                     generation: plane.map_or(0, |t| t.generation),
                     rekeys: plane.map_or(0, |t| t.rekeys),
                     idle_seconds,
@@ -336,14 +336,7 @@ impl Plane<'_> {
             .collect();
         let (xfrm, ike_relay) = match &mut self.xfrm {
             Some((source, mirror)) => {
-                let flat = serde_json::to_value(mirror.counters())
-                    .ok()
-                    .and_then(|v| v.as_object().cloned())
-                    .map(|o| {
-                        o.into_iter()
-                            .filter_map(|(k, v)| v.as_u64().map(|n| (k, n)))
-                            .collect::<BTreeMap<String, u64>>()
-                    });
+                let flat = metrics::flat_counters(mirror.counters());
                 let relay = source
                     .relay()
                     .map(|r| [r.counters().to_daemon, r.counters().from_daemon]);
@@ -520,7 +513,7 @@ impl Plane<'_> {
     }
 
     /// Re-reads the configuration; on any error the running one stays.
-    fn reload(&mut self) -> Value {
+    fn reload(&mut self) -> Reply {
         let result = Config::load_trusting(&self.config_path, self.trusted)
             .map_err(|e| e.to_string())
             .and_then(|mut config| {
@@ -568,7 +561,10 @@ impl Plane<'_> {
                     manual_changes = report.manual_changes,
                     "configuration reloaded"
                 );
-                json!({ "reloaded": true, "report": report })
+                Reply::Reload(ReloadReply {
+                    reloaded: true,
+                    report,
+                })
             }
             Err(e) => {
                 // Trouble the gateway runs on through: its running
@@ -579,7 +575,7 @@ impl Plane<'_> {
                     reason = %e,
                     "reload refused, the running configuration stays: {e}"
                 );
-                json!({ "error": format!("reload refused, the running configuration stays: {e}") })
+                Reply::error(format!("reload refused, the running configuration stays: {e}"))
             }
         }
     }
@@ -984,17 +980,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
                                     &run,
                                     &request.line,
                                 );
-                                if let (Some(relay), Some(map)) = (relay, reply.as_object_mut()) {
-                                    if map.contains_key("xfrm") {
-                                        map.insert(
-                                            "ike_relay".into(),
-                                            serde_json::to_value(relay).unwrap_or_default(),
-                                        );
+                                if let Reply::Stats(stats) = &mut reply {
+                                    if stats.xfrm.is_some() {
+                                        stats.ike_relay = relay;
                                     }
                                 }
                                 reply
                             };
-                            let _ = request.reply.send(reply.to_string());
+                            let _ = request.reply.send(control::encode_line(&reply));
                         }
                     };
                     let result = drivers::run::run(gateway, sockets, &stop, moderation, &mut tick);
@@ -1089,20 +1082,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
         "stopped"
     );
     if let (Some(path), Some(file)) = (&args.stats, stats_file.as_mut()) {
-        let mut json = report::answer(
-            &gateways[0],
-            final_plane.as_ref(),
-            final_mirror.as_ref(),
-            total,
-            &summary,
-            "stats",
-        );
-        if let Value::Object(map) = &mut json {
-            map.insert("send_errors".into(), summary.send_errors.into());
-            map.insert("control_overflow".into(), summary.control_overflow.into());
-            map.insert("workers".into(), workers.into());
-        }
-        std::io::Write::write_all(file, (serde_json::to_string_pretty(&json)? + "\n").as_bytes())
+        let doc = FinalStats {
+            stats: report::stats_reply(
+                &gateways[0],
+                final_plane.as_ref(),
+                final_mirror.as_ref(),
+                total,
+                &summary,
+            ),
+            send_errors: summary.send_errors,
+            workers,
+        };
+        let text = control::encode(&doc, true)?;
+        std::io::Write::write_all(file, (text + "\n").as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())

@@ -31,6 +31,7 @@ use crate::lab::traffic::{flood_check, hosts, ping, ping_once, udp_and_tcp, udp_
 pub use crate::lab::DemoArgs;
 use crate::lab::DemoKeying;
 use crate::report;
+use crate::status::{ReloadReply, SasReply, StatsReply};
 
 /// Makes gwA (process `pid`, reading `config`) reload while traffic flows:
 /// a broken file and one with an inbound SA no policy names by `espgw
@@ -44,8 +45,8 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
         config,
         format!("{original}\n[[tunnel]]\nname = \"broken\"\nproposal = \"aes128gcm8\"\n"),
     )?;
-    let refused = match crate::control::ask(&socket, "reload") {
-        Ok(doc) => bail!("gwA took a broken configuration: {doc}"),
+    let refused = match crate::control::ask::<ReloadReply>(&socket, "reload") {
+        Ok(doc) => bail!("gwA took a broken configuration: {:?}", doc.report),
         Err(e) => e.to_string(),
     };
     // An inbound SA that no policy names would admit nothing said: refused
@@ -61,8 +62,8 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
         )
     });
     std::fs::write(config, format!("{original}\n{}", stray.to_toml()))?;
-    let unselected = match crate::control::ask(&socket, "reload") {
-        Ok(doc) => bail!("gwA took an inbound SA that no policy names: {doc}"),
+    let unselected = match crate::control::ask::<ReloadReply>(&socket, "reload") {
+        Ok(doc) => bail!("gwA took an inbound SA that no policy names: {:?}", doc.report),
         Err(e) => e.to_string(),
     };
     ensure!(
@@ -88,24 +89,23 @@ fn reload_check(config: &Path, pid: u32) -> Result<String> {
         }),
     );
     std::fs::write(config, format!("{original}\n{}", extra.to_toml()))?;
-    let taken = crate::control::ask(&socket, "reload")?;
-    let added = taken["report"]["added"].clone();
+    let taken = crate::control::ask::<ReloadReply>(&socket, "reload")?.report;
+    let added = &taken.added;
     ensure!(
-        added == serde_json::json!(["extra"]),
-        "gwA's reload added {added}, not [\"extra\"]"
+        added == &["extra"],
+        "gwA's reload added {added:?}, not [\"extra\"]"
     );
-    let unchanged = &taken["report"]["unchanged"];
     ensure!(
-        *unchanged == serde_json::json!(["a-b"]),
-        "gwA's reload did not keep `a-b`: {taken}"
+        taken.unchanged == ["a-b"],
+        "gwA's reload did not keep `a-b`: {taken:?}"
     );
-    let listed = crate::control::ask(&socket, "sa show extra")?;
+    let listed = crate::control::ask::<SasReply>(&socket, "sa show extra")?;
     ensure!(
-        listed["sas"].as_array().is_some_and(|sas| sas.len() == 2),
-        "the new tunnel's SAs are not installed: {listed}"
+        listed.sas.len() == 2,
+        "the new tunnel's SAs are not installed: {listed:?}"
     );
     Ok(format!(
-        "broken configs refused three times (espgw reload: \"{}\"; a policy-less inbound SA: \"{}\"; SIGHUP) with traffic flowing; then a valid one taken: tunnels added {added}, `a-b` kept its SAs",
+        "broken configs refused three times (espgw reload: \"{}\"; a policy-less inbound SA: \"{}\"; SIGHUP) with traffic flowing; then a valid one taken: tunnels added {added:?}, `a-b` kept its SAs",
         refused.lines().next().unwrap_or_default(),
         unselected.lines().next().unwrap_or_default()
     ))
@@ -257,7 +257,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     }
 
     // Ask gwA over its control socket, as `espgw sa list` would.
-    let sa_list = crate::control::ask(&crate::control::default_path("demo-a"), "sa list")
+    let sa_list = crate::control::ask::<SasReply>(&crate::control::default_path("demo-a"), "sa list")
         .map(|doc| crate::report::sa_table(&doc))
         .unwrap_or_else(|e| format!("control socket: {e}\n"));
     // What the charons see of the traffic: espgw's counts, through their
@@ -275,7 +275,10 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let _ = child.wait();
     }
-    let ((a, typed_a), (_, typed_b)) = (report::read_final(&stats_a)?, report::read_final(&stats_b)?);
+    let (typed_a, typed_b) = (
+        report::read_final(&stats_a)?.stats,
+        report::read_final(&stats_b)?.stats,
+    );
 
     let total =
         |c: fn(&Wire) -> &AtomicU64| -> u64 { wires.iter().map(|(_, w)| c(w).load(Ordering::Relaxed)).sum() };
@@ -445,13 +448,13 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     }
     if let (Some(every), Some(((ab, ba), _))) = (args.rekey_every, &streams) {
         // Keyed by charon, a CHILD_SA rekey is a new pair of SAs mirrored.
-        let rekeys = |s: &report::FinalStats| match (&s.xfrm, strongswan) {
+        let rekeys = |s: &StatsReply| match (&s.xfrm, strongswan) {
             (Some(x), true) => (x.sas_installed / 2).saturating_sub(1),
             _ => s.control.as_ref().map_or(0, |c| c.rekeys_completed),
         };
         // Packets the gateways lost: every drop but the fragmentation-needed
         // refusals, which answer TCP's path-MTU probing with ICMP by design.
-        let lost = |s: &report::FinalStats| {
+        let lost = |s: &StatsReply| {
             s.gateway
                 .drops
                 .iter()
@@ -476,7 +479,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             if strongswan {
                 "CHILD_SA rekeys by charon, on espgw's EXPIRE".to_owned()
             } else {
-                format!("now generation {}", a["tunnels"][0]["generation"])
+                let generation = typed_a.tunnels.as_deref().and_then(|t| t.first()).map(|t| t.generation);
+                format!("now generation {}", generation.map_or("null".into(), |g| g.to_string()))
             },
             ab.received,
             ab.sent,
@@ -595,14 +599,17 @@ fn nat_report(wires: &[(&str, Arc<Wire>)], gw_a: &dataplane::Stats, gw_b: &datap
 /// The SPI of the inbound SA `tunnel` uses now at gateway `name`, from its
 /// control socket: the exchange picks it at start and at every rekey.
 fn inbound_spi(name: &str, tunnel: &str) -> Result<u32> {
-    let doc = crate::control::ask(&crate::control::default_path(name), &format!("sa show {tunnel}"))?;
-    let sa_in = doc["tunnels"][0]["sa_in"].as_str().unwrap_or_default().to_owned();
-    let spi = doc["sas"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|sa| sa["name"].as_str() == Some(sa_in.as_str()))
-        .and_then(|sa| sa["spi"].as_str())
-        .and_then(|spi| u32::from_str_radix(spi.trim_start_matches("0x"), 16).ok());
-    spi.ok_or_else(|| anyhow::anyhow!("{name} shows no inbound SA for tunnel `{tunnel}`: {doc}"))
+    let doc: SasReply =
+        crate::control::ask(&crate::control::default_path(name), &format!("sa show {tunnel}"))?;
+    let sa_in = doc
+        .tunnels()
+        .first()
+        .map(|t| t.sa_in.as_str())
+        .unwrap_or_default();
+    let spi = doc
+        .sas
+        .iter()
+        .find(|sa| sa.summary.name == sa_in)
+        .and_then(|sa| u32::from_str_radix(sa.summary.spi.trim_start_matches("0x"), 16).ok());
+    spi.ok_or_else(|| anyhow::anyhow!("{name} shows no inbound SA for tunnel `{tunnel}`: {doc:?}"))
 }

@@ -43,13 +43,13 @@ use netlink_packet_route::{
     AddressFamily, RouteNetlinkMessage,
 };
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The relay's TUN device, in the keying namespace.
 pub const DEFAULT_DEVICE: &str = "espgw-ike";
 
 /// What the relay did (`espgw stats` → `ike_relay`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelayCounters {
     /// Datagrams from peers written to the daemon.
     pub to_daemon: u64,
@@ -63,7 +63,7 @@ pub struct RelayCounters {
     pub to_daemon_failed: u64,
     /// Packets from the keying namespace that were not the daemon's IKE,
     /// by reason (see `ike_stub::xfrm::relay::Held`).
-    pub from_daemon_held: std::collections::BTreeMap<&'static str, u64>,
+    pub from_daemon_held: std::collections::BTreeMap<String, u64>,
     /// The daemon's datagrams the gateway could not send (no route, too
     /// large).
     pub from_daemon_failed: u64,
@@ -183,7 +183,14 @@ impl IkeRelay {
                         self.counters.from_daemon_failed += 1;
                     }
                 }
-                Err(held) => *self.counters.from_daemon_held.entry(held.into()).or_default() += 1,
+                Err(held) => {
+                    let reason: &'static str = held.into();
+                    *self
+                        .counters
+                        .from_daemon_held
+                        .entry(reason.to_owned())
+                        .or_default() += 1;
+                }
             }
         }
     }

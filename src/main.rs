@@ -24,6 +24,7 @@ mod privileges;
 mod report;
 mod soak;
 mod state_dir;
+mod status;
 mod veth_bench;
 mod xfrm_broker;
 mod xfrm_source;
@@ -604,20 +605,25 @@ fn pcap(args: &PcapArgs) -> Result<()> {
         .flush()
         .with_context(|| format!("cannot write {}", args.output.display()))?;
     if let Some(path) = &args.stats {
-        let json = report::stats_json(&gateway);
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let doc = control::encode(&report::pcap_stats(&gateway), true)?;
+        std::fs::write(path, doc + "\n").with_context(|| format!("cannot write {}", path.display()))?;
     }
     eprintln!("{}", report::pcap_summary(&gateway, &run));
     Ok(())
 }
 
-fn show(query: &QueryArgs, request: &str, table: fn(&serde_json::Value) -> String) -> Result<()> {
-    let answer = control::ask(&query.socket()?, request)?;
+/// Asks the gateway and prints its answer: as it came with `--json`, else
+/// read as `T` (the request's document, see `status`) into a table.
+fn show<T: serde::de::DeserializeOwned>(
+    query: &QueryArgs,
+    request: &str,
+    table: fn(&T) -> String,
+) -> Result<()> {
+    let answer = control::ask_raw(&query.socket()?, request)?;
     if query.json {
-        println!("{}", serde_json::to_string_pretty(&answer)?);
+        println!("{}", answer.pretty());
     } else {
-        print!("{}", table(&answer));
+        print!("{}", table(&answer.parse()?));
     }
     Ok(())
 }
@@ -682,12 +688,21 @@ mod tests {
         let text = logged(LogFormat::Json, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1, "{text}");
-        let event: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON object");
-        assert_eq!(event["level"], "INFO", "{event}");
-        assert_eq!(event["message"], "rekeyed", "{event}");
-        assert_eq!(event["tunnel"], "site-b", "{event}");
-        assert_eq!(event["generation"], 3, "{event}");
-        assert!(event["timestamp"].is_string(), "{event}");
+        /// The fields the line must have at its top level.
+        #[derive(Debug, serde::Deserialize)]
+        struct Event {
+            level: String,
+            message: String,
+            tunnel: String,
+            generation: u32,
+            timestamp: String,
+        }
+        let event: Event = serde_json::from_str(lines[0]).expect("a JSON object with the fields at the top");
+        assert_eq!(event.level, "INFO", "{event:?}");
+        assert_eq!(event.message, "rekeyed", "{event:?}");
+        assert_eq!(event.tunnel, "site-b", "{event:?}");
+        assert_eq!(event.generation, 3, "{event:?}");
+        assert!(!event.timestamp.is_empty(), "{event:?}");
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl Totals {
         self.bytes[d] += c.bytes;
         self.packets[d] += c.packets;
         for (reason, n) in c.drops() {
-            *self.drops.entry(reason).or_default() += n;
+            *self.drops.entry(reason.name()).or_default() += n;
         }
     }
 }
@@ -169,6 +169,29 @@ fn latest(a: SaCounters, b: SaCounters) -> SaCounters {
     }
 }
 
+/// The counts among a counters struct's fields, under their names in its
+/// JSON (the keys `espgw stats` shows them under); what is not a count (a
+/// map of refusals by reason) is left out. `None` if it is not a struct.
+pub fn flat_counters<T: serde::Serialize>(counters: &T) -> Option<BTreeMap<String, u64>> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Field {
+        Count(u64),
+        Other(serde::de::IgnoredAny),
+    }
+    let text = serde_json::to_string(counters).ok()?;
+    let fields: BTreeMap<String, Field> = serde_json::from_str(&text).ok()?;
+    Some(
+        fields
+            .into_iter()
+            .filter_map(|(name, field)| match field {
+                Field::Count(n) => Some((name, n)),
+                Field::Other(_) => None,
+            })
+            .collect(),
+    )
+}
+
 /// A tunnel as the snapshot shows it.
 #[derive(Debug, Clone, Default)]
 pub struct TunnelSample {
@@ -176,7 +199,7 @@ pub struct TunnelSample {
     pub totals: Totals,
     /// The control plane's state (`up`, `rekeying`, ...), for tunnels it
     /// runs; `None` for SAs of the file and of the keying namespace.
-    pub state: Option<&'static str>,
+    pub state: Option<String>,
     pub generation: u32,
     pub rekeys: u64,
     /// Seconds since its newest packet (over its live SAs).
@@ -561,6 +584,7 @@ pub fn render(workers: &[WorkerCounters], snapshot: &Snapshot) -> Vec<u8> {
         t_rekeys.with_label_values(&[t.name.as_str()]).inc_by(t.rekeys);
         let up = t
             .state
+            .as_deref()
             .map_or(t.idle_seconds.is_some(), |s| s == "up" || s == "rekeying");
         t_up.with_label_values(&[t.name.as_str()]).set(i64::from(up));
         t_generation
@@ -606,7 +630,7 @@ pub fn render(workers: &[WorkerCounters], snapshot: &Snapshot) -> Vec<u8> {
             .inc_by(sa.counters.packets);
         for (reason, n) in sa.counters.drops() {
             s_drops
-                .with_label_values(&[sa.name.as_str(), spi.as_str(), reason])
+                .with_label_values(&[sa.name.as_str(), spi.as_str(), reason.name()])
                 .inc_by(n);
         }
         s_idle
@@ -648,11 +672,9 @@ mod tests {
     use super::*;
 
     fn counts(packets: u64, bytes: u64) -> SaCounters {
-        SaCounters {
-            packets,
-            bytes,
-            ..SaCounters::default()
-        }
+        let mut c = SaCounters::default();
+        (c.packets, c.bytes) = (packets, bytes);
+        c
     }
 
     fn observed<'a>(name: &'a str, tunnel: &str, c: SaCounters) -> Observed<'a> {
@@ -697,12 +719,9 @@ mod tests {
 
     #[test]
     fn the_exposition_has_the_families_and_no_secret() {
-        let sample = SaCounters {
-            packets: 7,
-            bytes: 700,
-            auth_failed: 2,
-            ..SaCounters::default()
-        };
+        let mut sample = counts(7, 700);
+        sample.count(spd_sad::DropReason::AuthFailed);
+        sample.count(spd_sad::DropReason::AuthFailed);
         let snapshot = Snapshot {
             tunnels: vec![TunnelSample {
                 name: "site-b".into(),
@@ -711,7 +730,7 @@ mod tests {
                     packets: [1, 7],
                     drops: [("auth_failed", 2)].into_iter().collect(),
                 },
-                state: Some("up"),
+                state: Some("up".into()),
                 generation: 3,
                 rekeys: 2,
                 idle_seconds: Some(0.5),

@@ -1,5 +1,7 @@
-//! Human and JSON renderings of configurations and counters. Key material
-//! is never rendered.
+//! Human renderings of configurations and counters, and the documents of
+//! `crate::status` built from a gateway (and read back into tables). Key
+//! material is never rendered. Must not write JSON itself: the documents
+//! become JSON in `crate::control`.
 
 use std::fmt::Write;
 
@@ -8,8 +10,11 @@ use drivers::offload::{OffloadCounters, OffloadDrop};
 use drivers::pcap::PcapRun;
 use ike_stub::xfrm::XfrmMirror;
 use ike_stub::{Config, ControlPlane, ControlRequest, KeySource, PolicyAction};
-use serde::Deserialize;
-use serde_json::{json, Value};
+
+use crate::status::{
+    EngineStatus, FinalStats, LifetimeRemaining, PcapStats, PoolStats, ReloadReply, Remaining,
+    ReplayWindowStatus, Reply, SaStatus, SaSummary, SasReply, StatsReply,
+};
 
 pub fn config_summary(config: &Config) -> String {
     let mut out = String::new();
@@ -162,12 +167,11 @@ pub fn config_summary(config: &Config) -> String {
     out
 }
 
-/// The `--stats` document.
-pub fn stats_json(gateway: &Gateway) -> Value {
-    let stats = gateway.stats();
-    let mut doc = serde_json::to_value(stats).unwrap_or(Value::Null);
+/// Every SA of `gateway`, as the documents describe them (the `source`
+/// is left to [`answer`], which knows the keying).
+fn sa_statuses(gateway: &Gateway) -> Vec<SaStatus> {
     let now = gateway.now();
-    let sas: Vec<Value> = gateway
+    gateway
         .sad()
         .iter()
         .map(|(_, sa)| {
@@ -175,64 +179,72 @@ pub fn stats_json(gateway: &Gateway) -> Value {
             let p = sa.params();
             let age = sa.age(now);
             let idle = sa.idle(now);
-            let remaining = |limits: &spd_sad::Limits| {
-                json!({
-                    "bytes": limits.bytes.map(|b| b.saturating_sub(c.bytes)),
-                    "packets": limits.packets.map(|n| n.saturating_sub(c.packets)),
-                    "seconds": limits.seconds.map(|s| s.saturating_sub(age.as_secs())),
-                    "idle_seconds": limits.idle_seconds.map(|s| s.saturating_sub(idle.as_secs())),
-                })
+            let remaining = |limits: &spd_sad::Limits| Remaining {
+                bytes: limits.bytes.map(|b| b.saturating_sub(c.bytes)),
+                packets: limits.packets.map(|n| n.saturating_sub(c.packets)),
+                seconds: limits.seconds.map(|s| s.saturating_sub(age.as_secs())),
+                idle_seconds: limits.idle_seconds.map(|s| s.saturating_sub(idle.as_secs())),
             };
             let window = sa.replay_window();
-            json!({
-                "name": sa.name(),
-                "spi": format!("{:#010x}", sa.spi()),
-                "direction": p.direction.to_string(),
-                "mode": p.mode.to_string(),
-                "proposal": sa.crypto().algorithm.keyword(),
-                "local": p.local.to_string(),
-                "remote": p.remote.to_string(),
-                "state": format!("{:?}", sa.state()).to_lowercase(),
-                "age_seconds": age.as_secs_f64(),
-                "idle_seconds": idle.as_secs_f64(),
-                "packets": c.packets,
-                "bytes": c.bytes,
-                "lifetime_remaining": {
-                    "soft": remaining(&p.lifetime.soft),
-                    "hard": remaining(&p.lifetime.hard),
+            SaStatus {
+                summary: sa_summary(sa, None),
+                state: format!("{:?}", sa.state()).to_lowercase(),
+                age_seconds: age.as_secs_f64(),
+                idle_seconds: idle.as_secs_f64(),
+                packets: c.packets,
+                bytes: c.bytes,
+                lifetime_remaining: LifetimeRemaining {
+                    soft: remaining(&p.lifetime.soft),
+                    hard: remaining(&p.lifetime.hard),
                 },
-                "esn": p.esn,
-                "last_sequence": sa.last_sequence(),
-                // Static keys with a state directory: the highest number
-                // made durable (none otherwise).
-                "sequence_ceiling": sa.ceiling(),
-                "replay_top": window.top(),
-                "replay_window": {
-                    "size": window.size(),
-                    "top": window.top(),
-                    "received_in_window": window.received_in_window().count(),
+                esn: p.esn,
+                last_sequence: sa.last_sequence(),
+                sequence_ceiling: sa.ceiling(),
+                replay_top: window.top(),
+                replay_window: ReplayWindowStatus {
+                    size: window.size(),
+                    top: window.top(),
+                    received_in_window: window.received_in_window().count(),
                 },
-                "drops": c
-                    .drops()
-                    .iter()
-                    .map(|(reason, n)| ((*reason).to_owned(), Value::from(*n)))
-                    .collect::<serde_json::Map<String, Value>>(),
-            })
+                drops: c.drops().collect(),
+            }
         })
-        .collect();
-    let engine = gateway.engine_counters();
-    if let Value::Object(map) = &mut doc {
-        map.insert("sas".into(), Value::Array(sas));
-        map.insert(
-            "engine".into(),
-            json!({
-                "kind": gateway.engine_kind().name(),
-                "style": gateway.style().name(),
-                "counters": engine,
-            }),
-        );
+        .collect()
+}
+
+/// What SA `sa` is, with where it came from if that is known.
+pub fn sa_summary(
+    sa: &spd_sad::SecurityAssociation<dataplane::SaCrypto>,
+    source: Option<String>,
+) -> SaSummary {
+    let p = sa.params();
+    SaSummary {
+        name: sa.name().to_owned(),
+        spi: format!("{:#010x}", sa.spi()),
+        direction: p.direction.to_string(),
+        mode: p.mode.to_string(),
+        proposal: sa.crypto().algorithm.keyword().to_owned(),
+        local: p.local.to_string(),
+        remote: p.remote.to_string(),
+        source,
     }
-    doc
+}
+
+fn engine_status(gateway: &Gateway) -> EngineStatus {
+    EngineStatus {
+        kind: gateway.engine_kind().name().to_owned(),
+        style: gateway.style().name().to_owned(),
+        counters: gateway.engine_counters(),
+    }
+}
+
+/// The `--stats` document of `espgw pcap`.
+pub fn pcap_stats(gateway: &Gateway) -> PcapStats {
+    PcapStats {
+        gateway: *gateway.stats(),
+        sas: sa_statuses(gateway),
+        engine: engine_status(gateway),
+    }
 }
 
 pub fn pcap_summary(gateway: &Gateway, run: &PcapRun) -> String {
@@ -271,10 +283,57 @@ pub fn sa_source(name: &str, config: Option<&Config>, mirror: Option<&XfrmMirror
     }
 }
 
-/// The answer to one control-socket request. `total` is every worker's
-/// counters added up; SAs are described from `gateway` (their packet and
-/// byte counts are shared by all workers); tunnels and control-plane
-/// counters come from `plane`.
+/// The answer to `stats`. `total` is every worker's counters added up;
+/// SAs are described from `gateway` (their packet and byte counts are
+/// shared by all workers); tunnels and control-plane counters come from
+/// `plane`.
+pub fn stats_reply(
+    gateway: &Gateway,
+    plane: Option<&ControlPlane>,
+    mirror: Option<&XfrmMirror>,
+    total: dataplane::Stats,
+    run: &drivers::run::RunSummary,
+) -> StatsReply {
+    StatsReply {
+        gateway: total,
+        sas: sourced_sas(gateway, plane, mirror),
+        engine: engine_status(gateway),
+        kernel_drops: run.kernel_drops,
+        frames_in: run.frames_in,
+        frames_out: run.frames_out,
+        control_overflow: run.control_overflow,
+        rx_moderated: run.moderated,
+        offload: run.offload,
+        pool: PoolStats {
+            in_use: run.pool_in_use,
+            capacity: run.pool_capacity,
+        },
+        xfrm: mirror.map(|m| m.counters().clone()),
+        control: plane.map(ControlPlane::counters),
+        tunnels: plane.map(|p| p.tunnels(gateway.now())),
+        ike_relay: None,
+    }
+}
+
+/// Every SA of `gateway`, each with where it came from.
+fn sourced_sas(
+    gateway: &Gateway,
+    plane: Option<&ControlPlane>,
+    mirror: Option<&XfrmMirror>,
+) -> Vec<SaStatus> {
+    let mut sas = sa_statuses(gateway);
+    for sa in &mut sas {
+        sa.summary.source = Some(sa_source(
+            &sa.summary.name,
+            plane.map(ControlPlane::config),
+            mirror,
+        ));
+    }
+    sas
+}
+
+/// The answer to one control-socket request other than `reload` (which
+/// the control plane answers): see [`stats_reply`].
 pub fn answer(
     gateway: &Gateway,
     plane: Option<&ControlPlane>,
@@ -282,141 +341,58 @@ pub fn answer(
     total: dataplane::Stats,
     run: &drivers::run::RunSummary,
     request: &str,
-) -> Value {
-    let mut doc = stats_json(gateway);
-    if let Some(Value::Array(sas)) = doc.get_mut("sas") {
-        for sa in sas.iter_mut() {
-            let name = sa["name"].as_str().unwrap_or_default().to_owned();
-            if let Value::Object(fields) = sa {
-                fields.insert(
-                    "source".into(),
-                    sa_source(&name, plane.map(ControlPlane::config), mirror).into(),
-                );
-            }
-        }
-    }
-    let tunnels = plane.map(|p| p.tunnels(gateway.now())).unwrap_or_default();
-    if let (Value::Object(map), Ok(Value::Object(summed))) = (&mut doc, serde_json::to_value(total)) {
-        for (key, value) in summed {
-            map.insert(key, value);
-        }
-        map.insert("kernel_drops".into(), run.kernel_drops.into());
-        map.insert("frames_in".into(), run.frames_in.into());
-        map.insert("frames_out".into(), run.frames_out.into());
-        map.insert("control_overflow".into(), run.control_overflow.into());
-        map.insert("rx_moderated".into(), run.moderated.into());
-        map.insert(
-            "offload".into(),
-            serde_json::to_value(run.offload).unwrap_or(Value::Null),
-        );
-        map.insert(
-            "pool".into(),
-            json!({ "in_use": run.pool_in_use, "capacity": run.pool_capacity }),
-        );
-        if let Some(mirror) = mirror {
-            map.insert(
-                "xfrm".into(),
-                serde_json::to_value(mirror.counters()).unwrap_or(Value::Null),
-            );
-        }
-        if let Some(plane) = plane {
-            map.insert(
-                "control".into(),
-                serde_json::to_value(plane.counters()).unwrap_or(Value::Null),
-            );
-            map.insert(
-                "tunnels".into(),
-                serde_json::to_value(&tunnels).unwrap_or(Value::Null),
-            );
-        }
-    }
+) -> Reply {
+    let tunnels = || plane.map(|p| p.tunnels(gateway.now()));
     match ControlRequest::parse(request) {
-        Ok(ControlRequest::Stats) => doc,
-        Ok(ControlRequest::SaList) => json!({ "sas": doc["sas"], "tunnels": doc["tunnels"] }),
+        Ok(ControlRequest::Stats) => Reply::Stats(Box::new(stats_reply(gateway, plane, mirror, total, run))),
+        Ok(ControlRequest::SaList) => Reply::Sas(SasReply {
+            sas: sourced_sas(gateway, plane, mirror),
+            tunnels: Some(tunnels()),
+        }),
         Ok(ControlRequest::SaShow(name)) => {
-            let sas = doc["sas"].as_array().cloned().unwrap_or_default();
-            if let Some(sa) = sas.iter().find(|s| s["name"] == *name) {
-                return json!({ "sas": [sa] });
+            let sas = sourced_sas(gateway, plane, mirror);
+            if let Some(sa) = sas.iter().find(|s| s.summary.name == name) {
+                return Reply::Sas(SasReply {
+                    sas: vec![sa.clone()],
+                    tunnels: None,
+                });
             }
             // A tunnel: its status and every SA it has now.
-            match tunnels.iter().find(|t| t.name == name) {
+            match tunnels().unwrap_or_default().into_iter().find(|t| t.name == name) {
                 Some(t) => {
                     let names: Vec<&str> = [t.sa_out.as_str(), t.sa_in.as_str()]
                         .into_iter()
                         .chain(t.retiring.iter().map(String::as_str))
                         .collect();
-                    let mine: Vec<&Value> = sas
-                        .iter()
-                        .filter(|s| s["name"].as_str().is_some_and(|n| names.contains(&n)))
+                    let mine = sas
+                        .into_iter()
+                        .filter(|s| names.contains(&s.summary.name.as_str()))
                         .collect();
-                    json!({ "sas": mine, "tunnels": [t] })
+                    Reply::Sas(SasReply {
+                        sas: mine,
+                        tunnels: Some(Some(vec![t])),
+                    })
                 }
-                None => {
-                    json!({ "error": format!("no SA or tunnel named `{name}`; `espgw sa list` shows them") })
-                }
+                None => Reply::error(format!(
+                    "no SA or tunnel named `{name}`; `espgw sa list` shows them"
+                )),
             }
         }
-        Ok(ControlRequest::Reload) => json!({ "error": "reload is answered by the control plane" }),
-        Err(e) => json!({ "error": e.to_string() }),
+        Ok(ControlRequest::Reload) => Reply::error("reload is answered by the control plane"),
+        Err(e) => Reply::error(e.to_string()),
     }
 }
 
-/// The part of a gateway's `--stats` document the lab (demo, soak)
-/// reads, typed: a field the daemon renames fails to parse here instead of
-/// reading 0.
-#[derive(Debug, Deserialize)]
-pub struct FinalStats {
-    #[serde(flatten)]
-    pub gateway: dataplane::Stats,
-    pub kernel_drops: u64,
-    pub send_errors: u64,
-    pub pool: PoolStats,
-    pub control: Option<ControlStats>,
-    pub offload: OffloadCounters,
-    /// The `xfrm` keying source's counters, when it ran.
-    pub xfrm: Option<XfrmFinal>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct XfrmFinal {
-    pub sas_installed: u64,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct PoolStats {
-    pub in_use: u64,
-    pub capacity: u64,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ControlStats {
-    pub rekeys_completed: u64,
-}
-
-/// A final `--stats` file: the document (for the parts still read as
-/// text) and its typed counters.
-pub fn read_final(path: &std::path::Path) -> anyhow::Result<(Value, FinalStats)> {
+/// A final `--stats` file of `espgw run`, typed.
+pub fn read_final(path: &std::path::Path) -> anyhow::Result<FinalStats> {
     use anyhow::Context;
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let doc: Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-    let typed = FinalStats::deserialize(&doc)
-        .with_context(|| format!("{} is not a gateway's stats", path.display()))?;
-    Ok((doc, typed))
+    serde_json::from_str(&text).with_context(|| format!("{} is not a gateway's stats", path.display()))
 }
 
-/// `espgw stats` as a table, from the gateway counters parsed typed (a
-/// field renamed on one side fails to parse, it does not show as null).
-pub fn stats_table(doc: &Value) -> String {
-    let s = match dataplane::Stats::deserialize(doc) {
-        Ok(s) => s,
-        Err(e) => {
-            return match doc["error"].as_str() {
-                Some(error) => format!("{error}\n"),
-                None => format!("the answer holds no gateway counters: {e}\n"),
-            }
-        }
-    };
+/// `espgw stats` as a table.
+pub fn stats_table(doc: &StatsReply) -> String {
+    let s = &doc.gateway;
     let mut out = String::new();
     for (key, n) in [
         ("rx_packets", s.rx_packets),
@@ -431,7 +407,7 @@ pub fn stats_table(doc: &Value) -> String {
         let _ = writeln!(out, "{key:<20} {n}");
     }
     // The run's counter, beside the gateway's.
-    let _ = writeln!(out, "{:<20} {}", "kernel_drops", doc["kernel_drops"]);
+    let _ = writeln!(out, "{:<20} {}", "kernel_drops", doc.kernel_drops);
     for (key, n) in [
         ("icmp_rate_limited", s.icmp_rate_limited),
         ("neighbor_table_full", s.neighbor_table_full),
@@ -446,14 +422,10 @@ pub fn stats_table(doc: &Value) -> String {
     for (reason, n) in drops {
         let _ = writeln!(out, "  {:<18} {n}", reason.name());
     }
-    let _ = writeln!(
-        out,
-        "engine: {} style {}",
-        doc["engine"]["kind"], doc["engine"]["style"]
-    );
-    // The `xfrm` keying source's mirror, typed: a renamed counter fails
-    // here rather than showing as nothing.
-    if let Ok(x) = ike_stub::xfrm::MirrorCountersView::deserialize(&doc["xfrm"]) {
+    // In quotes: the line has always shown the names so (they are plain
+    // words, which `{:?}` quotes as JSON did).
+    let _ = writeln!(out, "engine: {:?} style {:?}", doc.engine.kind, doc.engine.style);
+    if let Some(x) = &doc.xfrm {
         let _ = writeln!(
             out,
             "xfrm: {} SAs mirrored ({} held, {} refused), {} policies ({} held, {} refused), \
@@ -480,7 +452,7 @@ pub fn stats_table(doc: &Value) -> String {
 pub(crate) use bench::table::{plain_table, table_text};
 
 /// `espgw sa list` as a table; never shows key material.
-pub fn sa_table(doc: &Value) -> String {
+pub fn sa_table(doc: &SasReply) -> String {
     let mut sas = plain_table(
         &[
             "name",
@@ -499,61 +471,59 @@ pub fn sa_table(doc: &Value) -> String {
         ],
         &[7, 8, 9, 10, 11, 12],
     );
-    for sa in doc["sas"].as_array().into_iter().flatten() {
-        let text = |k: &str| sa[k].as_str().unwrap_or("-").to_owned();
-        let hard = &sa["lifetime_remaining"]["hard"];
+    for sa in &doc.sas {
+        let hard = &sa.lifetime_remaining.hard;
         let left = [
-            ("bytes", "B"),
-            ("packets", "p"),
-            ("seconds", "s"),
-            ("idle_seconds", "s idle"),
+            (hard.bytes, "B"),
+            (hard.packets, "p"),
+            (hard.seconds, "s"),
+            (hard.idle_seconds, "s idle"),
         ]
         .iter()
-        .filter_map(|(k, unit)| hard[*k].as_u64().map(|v| format!("{v}{unit}")))
-        .next()
+        .find_map(|(v, unit)| v.map(|v| format!("{v}{unit}")))
         .unwrap_or_else(|| "-".into());
-        let window = if text("direction") == "in" {
-            format!("{}/{}", sa["replay_window"]["top"], sa["replay_window"]["size"])
+        let window = if sa.summary.direction == "in" {
+            format!("{}/{}", sa.replay_window.top, sa.replay_window.size)
         } else {
-            sa["last_sequence"].to_string()
+            sa.last_sequence.to_string()
         };
+        let summary = &sa.summary;
         sas.add_row([
-            text("name"),
-            text("direction"),
-            text("spi"),
-            text("mode"),
-            text("proposal"),
-            text("source"),
-            text("state"),
-            format!("{:.1}", sa["age_seconds"].as_f64().unwrap_or(0.0)),
-            format!("{:.1}", sa["idle_seconds"].as_f64().unwrap_or(0.0)),
-            sa["packets"].to_string(),
-            sa["bytes"].to_string(),
+            summary.name.clone(),
+            summary.direction.clone(),
+            summary.spi.clone(),
+            summary.mode.clone(),
+            summary.proposal.clone(),
+            summary.source.clone().unwrap_or_else(|| "-".into()),
+            sa.state.clone(),
+            format!("{:.1}", sa.age_seconds),
+            format!("{:.1}", sa.idle_seconds),
+            sa.packets.to_string(),
+            sa.bytes.to_string(),
             left,
             window,
         ]);
     }
     let mut out = table_text(&sas);
-    let tunnels: Vec<&Value> = doc["tunnels"].as_array().into_iter().flatten().collect();
+    let tunnels = doc.tunnels();
     if !tunnels.is_empty() {
         let mut table = plain_table(
             &["tunnel", "peer", "state", "gen", "rekeys", "rekey", "note"],
             &[3, 4],
         );
         for t in tunnels {
-            let text = |k: &str| t[k].as_str().unwrap_or("-").to_owned();
             table.add_row([
-                text("name"),
-                text("remote"),
-                text("state"),
-                t["generation"].to_string(),
-                t["rekeys"].to_string(),
-                if t["can_rekey"].as_bool() == Some(true) {
+                t.name.clone(),
+                t.remote.to_string(),
+                t.state.clone(),
+                t.generation.to_string(),
+                t.rekeys.to_string(),
+                if t.can_rekey {
                     "secret".into()
                 } else {
                     "manual".into()
                 },
-                t["note"].as_str().unwrap_or("").to_owned(),
+                t.note.clone().unwrap_or_default(),
             ]);
         }
         out.push('\n');
@@ -563,15 +533,9 @@ pub fn sa_table(doc: &Value) -> String {
 }
 
 /// `espgw reload`'s answer as text.
-pub fn reload_text(doc: &Value) -> String {
-    let r = &doc["report"];
-    let list = |k: &str| {
-        let names: Vec<&str> = r[k]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+pub fn reload_text(doc: &ReloadReply) -> String {
+    let r = &doc.report;
+    let list = |names: &[String]| {
         if names.is_empty() {
             "none".to_owned()
         } else {
@@ -580,12 +544,12 @@ pub fn reload_text(doc: &Value) -> String {
     };
     format!(
         "reloaded: tunnels added {}, removed {}, changed {}, unchanged {}; {} manual SA/policy changes; SAs that kept their keys and so their sequence numbers: {}\n",
-        list("added"),
-        list("removed"),
-        list("changed"),
-        list("unchanged"),
-        r["manual_changes"],
-        list("carried_over")
+        list(&r.added),
+        list(&r.removed),
+        list(&r.changed),
+        list(&r.unchanged),
+        r.manual_changes,
+        list(&r.carried_over)
     )
 }
 
@@ -629,19 +593,44 @@ pub(crate) mod tests {
     /// Names of any length keep the columns of `sa list` in line.
     #[test]
     fn the_sa_table_stays_aligned_with_long_names() {
-        let sa = |name: &str, dir: &str| {
-            serde_json::json!({
-                "name": name, "direction": dir, "spi": "0x00001001", "mode": "tunnel",
-                "proposal": "aes128gcm16", "state": "active", "age_seconds": 1.5,
-                "idle_seconds": 0.0, "packets": 12, "bytes": 3456,
-                "lifetime_remaining": {"hard": {"seconds": 100}},
-                "replay_window": {"top": 12, "size": 64}, "last_sequence": 12,
-            })
+        let sa = |name: &str, dir: &str| SaStatus {
+            summary: SaSummary {
+                name: name.into(),
+                spi: "0x00001001".into(),
+                direction: dir.into(),
+                mode: "tunnel".into(),
+                proposal: "aes128gcm16".into(),
+                local: "10.0.0.1".into(),
+                remote: "10.0.0.2".into(),
+                source: None,
+            },
+            state: "active".into(),
+            age_seconds: 1.5,
+            idle_seconds: 0.0,
+            packets: 12,
+            bytes: 3456,
+            lifetime_remaining: LifetimeRemaining {
+                hard: Remaining {
+                    seconds: Some(100),
+                    ..Remaining::default()
+                },
+                ..LifetimeRemaining::default()
+            },
+            esn: false,
+            last_sequence: 12,
+            sequence_ceiling: None,
+            replay_top: 12,
+            replay_window: ReplayWindowStatus {
+                top: 12,
+                size: 64,
+                received_in_window: 12,
+            },
+            drops: Default::default(),
         };
-        let doc = serde_json::json!({
-            "sas": [sa("a", "out"), sa("a-tunnel-name-much-longer-than-twenty", "in")],
-            "tunnels": [],
-        });
+        let doc = SasReply {
+            sas: vec![sa("a", "out"), sa("a-tunnel-name-much-longer-than-twenty", "in")],
+            tunnels: Some(Some(vec![])),
+        };
         let text = sa_table(&doc);
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 3, "{text}");
@@ -662,7 +651,7 @@ pub(crate) mod tests {
     pub(crate) fn answer_for(
         total: impl FnOnce(&mut dataplane::Stats),
         run: &drivers::run::RunSummary,
-    ) -> (Value, dataplane::Stats) {
+    ) -> (StatsReply, dataplane::Stats) {
         let config = Config::load(std::path::Path::new("configs/demo-a.toml")).unwrap();
         let engine = accel::build_engine(&config.engine).unwrap();
         let gateway = config
@@ -675,7 +664,7 @@ pub(crate) mod tests {
             .unwrap();
         let mut stats = *gateway.stats();
         total(&mut stats);
-        (answer(&gateway, None, None, stats, run, "stats"), stats)
+        (stats_reply(&gateway, None, None, stats, run), stats)
     }
 
     #[test]
@@ -703,10 +692,14 @@ pub(crate) mod tests {
         ] {
             assert!(table.contains(line), "`{line}` missing from:\n{table}");
         }
-        assert!(stats_table(&json!({ "error": "no such gateway" })).starts_with("no such gateway"));
-        let mut stale = doc;
-        stale["drops"]["icv_failed"] = 1.into();
-        assert!(stats_table(&stale).contains("unknown drop reason `icv_failed`"));
+        // A reason renamed on one side fails to parse on the other.
+        let stale = crate::control::encode(&doc, false)
+            .unwrap()
+            .replace("\"auth_failed\"", "\"icv_failed\"");
+        let err = serde_json::from_str::<StatsReply>(&stale)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown drop reason `icv_failed`"), "{err}");
     }
 
     /// With the `xfrm` keying source: the mirror's counters in the table,
@@ -729,7 +722,7 @@ pub(crate) mod tests {
                 Step::Datagram(d) => mirror.handle_datagram(std::time::Duration::ZERO, &d),
             }
         }
-        doc["xfrm"] = serde_json::to_value(mirror.counters()).unwrap();
+        doc.xfrm = Some(mirror.counters().clone());
         let table = stats_table(&doc);
         for line in [
             "xfrm: 1 SAs mirrored (0 held, 1 refused), 3 policies (1 held, 0 refused), 2 dumps, 0 resyncs",

@@ -14,13 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use serde::Deserialize;
-use serde_json::Value;
 
 use crate::lab::gateways::start_lab;
 use crate::lab::topology::Names;
 use crate::lab::{traffic, DemoArgs};
-use crate::report::{read_final, PoolStats};
+use crate::report::read_final;
+use crate::status::StatsReply;
 
 /// Resident memory of a process, in KiB.
 fn rss_kib(pid: u32) -> Result<u64> {
@@ -58,7 +57,7 @@ fn host_udp_errors(names: &Names) -> Result<u64> {
     Ok(udp_in_errors(&names.host_a)? + udp_in_errors(&names.host_b)?)
 }
 
-fn ask(name: &str) -> Result<Value> {
+fn ask(name: &str) -> Result<StatsReply> {
     crate::control::ask(&crate::control::default_path(name), "stats")
 }
 
@@ -72,7 +71,7 @@ fn sample(pid: u32, name: &str) -> Result<Sample> {
     let stats = ask(name)?;
     Ok(Sample {
         rss_kib: rss_kib(pid)?,
-        pool_in_use: PoolStats::deserialize(&stats["pool"])?.in_use,
+        pool_in_use: stats.pool.in_use as u64,
     })
 }
 
@@ -135,7 +134,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
                     began.elapsed().as_secs()
                 );
             }
-            let pool = PoolStats::deserialize(&ask(names[i])?["pool"])?.in_use;
+            let pool = ask(names[i])?.pool.in_use as u64;
             peak_pool[i] = peak_pool[i].max(pool);
         }
         rounds += 1;
@@ -176,8 +175,8 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
     let mut explained = host_errors;
     println!("  hosts UDP receive errors in the host namespaces' kernels: {host_errors}");
     for (i, (name, f)) in ["gwA", "gwB"].iter().zip(&finals).enumerate() {
-        let (_, f) = match f {
-            Ok(f) => f,
+        let (f, send_errors) = match f {
+            Ok(f) => (&f.stats, f.send_errors),
             Err(e) => {
                 problems.push(format!("{name}'s final counters: {e:#}"));
                 continue;
@@ -199,7 +198,7 @@ pub fn run(args: &DemoArgs, duration: Duration) -> Result<()> {
             f.kernel_drops,
             f.control.as_ref().map_or_else(|| "-".into(), |c| c.rekeys_completed.to_string()),
         );
-        explained += f.gateway.drops.total() + f.offload.drops_total() + f.kernel_drops + f.send_errors;
+        explained += f.gateway.drops.total() + f.offload.drops_total() + f.kernel_drops + send_errors;
         if came != went {
             problems.push(format!(
                 "{name}'s counters do not add up: {came} in, {went} accounted for"
@@ -258,11 +257,10 @@ fn args_faults(args: &DemoArgs) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::report::FinalStats;
+    use crate::status::FinalStats;
 
-    /// The document a gateway leaves at exit parses into the typed view:
-    /// the gateway counters whole (a renamed one is an error, not a 0),
+    /// The document a gateway leaves at exit parses back into its type:
+    /// the gateway counters whole (a missing one is an error, not a 0),
     /// and the run's keys beside them.
     #[test]
     fn a_gateways_final_document_parses() {
@@ -271,7 +269,7 @@ mod tests {
             pool_capacity: 4096,
             ..Default::default()
         };
-        let (mut doc, total) = crate::report::tests::answer_for(
+        let (stats, total) = crate::report::tests::answer_for(
             |s| {
                 s.rx_packets = 3;
                 s.generated = 1;
@@ -280,15 +278,24 @@ mod tests {
             },
             &run,
         );
-        // The daemon adds this one to the final document itself.
-        doc["send_errors"] = 5.into();
-        let f = FinalStats::deserialize(&doc).unwrap();
-        assert_eq!(f.gateway, total);
-        assert_eq!(f.gateway.balance(), (4, 4));
-        assert_eq!((f.kernel_drops, f.send_errors, f.pool.capacity), (2, 5, 4096));
-        assert!(f.control.is_none());
+        let written = FinalStats {
+            stats,
+            send_errors: 5,
+            workers: 1,
+        };
+        let text = crate::control::encode(&written, false).unwrap();
+        let f: FinalStats = serde_json::from_str(&text).unwrap();
+        assert_eq!(f, written);
+        assert_eq!(f.stats.gateway, total);
+        assert_eq!(f.stats.gateway.balance(), (4, 4));
+        assert_eq!(
+            (f.stats.kernel_drops, f.send_errors, f.stats.pool.capacity),
+            (2, 5, 4096)
+        );
+        assert!(f.stats.control.is_none());
 
-        doc.as_object_mut().unwrap().remove("tx_packets");
-        assert!(FinalStats::deserialize(&doc).is_err());
+        let missing = text.replace("\"tx_packets\":3,", "");
+        assert_ne!(missing, text);
+        assert!(serde_json::from_str::<FinalStats>(&missing).is_err());
     }
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use accel::Algorithm;
 use anyhow::{bail, ensure, Context, Result};
 use ike_stub::builder::{pattern_key, ConfigBuilder, InterfaceBuilder, PolicyBuilder, TunnelBuilder};
-use serde_json::{json, Value};
+use serde::Serialize;
 use spd_sad::{Ipv4Prefix, PolicyDirection};
 
 use crate::lab::topology::{gateway_command, have_tool, in_ns, is_root, kernel_forwarding, Lab, Names};
@@ -340,8 +340,9 @@ fn cpu_mhz() -> f64 {
 /// A running gateway's counters, typed: a renamed field fails here
 /// instead of reading 0.
 fn gateway_stats(socket: &Path) -> Result<dataplane::Stats> {
-    let doc = crate::control::ask(socket, "stats")?;
-    serde_json::from_value(doc).with_context(|| format!("the stats of {}", socket.display()))
+    let doc: crate::status::StatsReply =
+        crate::control::ask(socket, "stats").with_context(|| format!("the stats of {}", socket.display()))?;
+    Ok(doc.gateway)
 }
 
 /// Gateway cycles per forwarded packet over one UDP probe of 64 bytes at
@@ -395,21 +396,76 @@ fn measure(lab: &mut Lab, options: &Options, gateways: Option<(&[PathBuf], Carry
     Ok(row)
 }
 
-fn row_json(row: &Row) -> Value {
-    let udp = |u: &Udp| {
-        json!({
-            "received_pps": u.received_pps,
-            "loss_percent": u.loss_percent,
-            "sender_bound": u.sender_bound,
-        })
+// The `--json` report. Each struct declares its fields in the order of
+// their names, the order the report has always listed its keys in.
+
+/// The whole report.
+#[derive(Serialize)]
+struct Report {
+    cycles_source: &'static str,
+    espgw: RowReport,
+    espgw_bypass: RowReport,
+    espgw_udp_encap: RowReport,
+    kernel: RowReport,
+    loss_limit_percent: f64,
+    ratio: Ratios,
+    ratio_bypass: Ratios,
+    ratio_udp_encap: Ratios,
+    ratio_udp_encap_over_bypass: Ratios,
+    tcp_runs: usize,
+    tcp_seconds: u32,
+    topology: &'static str,
+    udp_probes: usize,
+    udp_seconds: u32,
+}
+
+/// One row's figures.
+#[derive(Serialize)]
+struct RowReport {
+    cycles_per_packet_64: Option<Cycles>,
+    tcp_x1_gbit_s: f64,
+    tcp_x4_gbit_s: f64,
+    udp_1400: UdpReport,
+    udp_64: UdpReport,
+}
+
+#[derive(Serialize)]
+struct Cycles {
+    #[serde(rename = "gwA")]
+    gw_a: f64,
+    #[serde(rename = "gwB")]
+    gw_b: f64,
+}
+
+#[derive(Serialize)]
+struct UdpReport {
+    loss_percent: f64,
+    received_pps: f64,
+    sender_bound: bool,
+}
+
+/// A row's figures over a reference row's.
+#[derive(Serialize)]
+struct Ratios {
+    tcp_x1: f64,
+    tcp_x4: f64,
+    udp_1400: f64,
+    udp_64: f64,
+}
+
+fn row_report(row: &Row) -> RowReport {
+    let udp = |u: &Udp| UdpReport {
+        loss_percent: u.loss_percent,
+        received_pps: u.received_pps,
+        sender_bound: u.sender_bound,
     };
-    json!({
-        "tcp_x1_gbit_s": row.tcp1_gbps,
-        "tcp_x4_gbit_s": row.tcp4_gbps,
-        "udp_64": udp(&row.udp64),
-        "udp_1400": udp(&row.udp1400),
-        "cycles_per_packet_64": row.cycles.map(|(a, b)| json!({"gwA": a, "gwB": b})),
-    })
+    RowReport {
+        cycles_per_packet_64: row.cycles.map(|(gw_a, gw_b)| Cycles { gw_a, gw_b }),
+        tcp_x1_gbit_s: row.tcp1_gbps,
+        tcp_x4_gbit_s: row.tcp4_gbps,
+        udp_1400: udp(&row.udp1400),
+        udp_64: udp(&row.udp64),
+    }
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -451,23 +507,24 @@ pub fn run(options: &Options) -> Result<()> {
         table(&kernel, &clear, &[&espgw, &espgw_udp], options, started.elapsed())
     );
     if let Some(path) = &options.json {
-        let doc = json!({
-            "topology": "hostA - gwA - gwB - hostB, veth, kernel default offloads",
-            "tcp_seconds": options.tcp_seconds,
-            "tcp_runs": options.tcp_runs,
-            "udp_seconds": options.udp_seconds,
-            "udp_probes": options.udp_probes,
-            "loss_limit_percent": LOSS_LIMIT,
-            "cycles_source": "/proc/PID/stat utime+stime x cpu MHz (/proc/cpuinfo) / packets from the gateway's counters",
-            "kernel": row_json(&kernel),
-            "espgw_bypass": row_json(&clear),
-            "espgw": row_json(&espgw),
-            "espgw_udp_encap": row_json(&espgw_udp),
-            "ratio": ratios(&espgw, &kernel),
-            "ratio_udp_encap": ratios(&espgw_udp, &kernel),
-            "ratio_bypass": ratios(&clear, &kernel),
-            "ratio_udp_encap_over_bypass": ratios(&espgw_udp, &clear),
-        });
+        let doc = Report {
+            topology: "hostA - gwA - gwB - hostB, veth, kernel default offloads",
+            tcp_seconds: options.tcp_seconds,
+            tcp_runs: options.tcp_runs,
+            udp_seconds: options.udp_seconds,
+            udp_probes: options.udp_probes,
+            loss_limit_percent: LOSS_LIMIT,
+            cycles_source:
+                "/proc/PID/stat utime+stime x cpu MHz (/proc/cpuinfo) / packets from the gateway's counters",
+            kernel: row_report(&kernel),
+            espgw_bypass: row_report(&clear),
+            espgw: row_report(&espgw),
+            espgw_udp_encap: row_report(&espgw_udp),
+            ratio: ratios(&espgw, &kernel),
+            ratio_udp_encap: ratios(&espgw_udp, &kernel),
+            ratio_bypass: ratios(&clear, &kernel),
+            ratio_udp_encap_over_bypass: ratios(&espgw_udp, &clear),
+        };
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
@@ -485,13 +542,13 @@ fn ratio(a: f64, b: f64) -> f64 {
 
 /// A row's figures over a reference row's (the kernel's, or espgw's
 /// without ESP), in the JSON report.
-fn ratios(row: &Row, kernel: &Row) -> Value {
-    json!({
-        "tcp_x1": ratio(row.tcp1_gbps, kernel.tcp1_gbps),
-        "tcp_x4": ratio(row.tcp4_gbps, kernel.tcp4_gbps),
-        "udp_64": ratio(row.udp64.received_pps, kernel.udp64.received_pps),
-        "udp_1400": ratio(row.udp1400.received_pps, kernel.udp1400.received_pps),
-    })
+fn ratios(row: &Row, kernel: &Row) -> Ratios {
+    Ratios {
+        tcp_x1: ratio(row.tcp1_gbps, kernel.tcp1_gbps),
+        tcp_x4: ratio(row.tcp4_gbps, kernel.tcp4_gbps),
+        udp_64: ratio(row.udp64.received_pps, kernel.udp64.received_pps),
+        udp_1400: ratio(row.udp1400.received_pps, kernel.udp1400.received_pps),
+    }
 }
 
 /// `clear`: espgw without ESP; `espgw`: the raw-ESP row, then the

@@ -688,30 +688,22 @@ pub fn show(args: &ShowArgs) -> Result<()> {
             }
         }
     }
-    let sas: Vec<serde_json::Value> = gateway
+    let sas = gateway
         .sad()
         .iter()
         .map(|(_, sa)| {
-            serde_json::json!({
-                "name": sa.name(),
-                "spi": format!("{:#010x}", sa.spi()),
-                "direction": sa.params().direction.to_string(),
-                "mode": sa.params().mode.to_string(),
-                "proposal": sa.crypto().algorithm.keyword(),
-                "local": sa.params().local.to_string(),
-                "remote": sa.params().remote.to_string(),
-                "source": crate::report::sa_source(sa.name(), None, Some(&mirror)),
-            })
+            let source = crate::report::sa_source(sa.name(), None, Some(&mirror));
+            crate::report::sa_summary(sa, Some(source))
         })
         .collect();
-    let doc = serde_json::json!({
-        "netns": netns,
-        "sas": sas,
-        "mirrored": mirror.sas(),
-        "policies": mirror.policies(),
-        "gateway_policies": gateway.spd().len(),
-        "counters": mirror.counters(),
-    });
-    println!("{}", serde_json::to_string_pretty(&doc)?);
+    let doc = crate::status::XfrmShow {
+        netns,
+        sas,
+        mirrored: mirror.sas(),
+        policies: mirror.policies(),
+        gateway_policies: gateway.spd().len(),
+        counters: mirror.counters().clone(),
+    };
+    println!("{}", crate::control::encode(&doc, true)?);
     Ok(())
 }

@@ -168,10 +168,16 @@ fn a_stale_socket_is_replaced_and_a_live_one_kept() {
     let path = scratch.path("gw.sock");
     drop(UnixListener::bind(&path).expect("a socket"));
     serve(&path, r#"{"ok":1}"#.into());
-    assert_eq!(control::ask(&path, "stats").expect("served")["ok"], 1);
+    assert_eq!(
+        control::ask::<serde_json::Value>(&path, "stats").expect("served")["ok"],
+        1
+    );
     let err = format!("{:#}", control::listen(&path).expect_err("refused"));
     assert!(err.contains("already answers"), "{err}");
-    assert_eq!(control::ask(&path, "stats").expect("still served")["ok"], 1);
+    assert_eq!(
+        control::ask::<serde_json::Value>(&path, "stats").expect("still served")["ok"],
+        1
+    );
 }
 
 fn a_client_that_never_reads_holds_up_no_other() {
@@ -184,7 +190,8 @@ fn a_client_that_never_reads_holds_up_no_other() {
     let mut stuck = UnixStream::connect(&path).expect("connect");
     stuck.write_all(b"stats\n").expect("send");
     std::thread::sleep(Duration::from_millis(200));
-    let other = control::ask(&path, "stats").expect("another client is answered meanwhile");
+    let other =
+        control::ask::<serde_json::Value>(&path, "stats").expect("another client is answered meanwhile");
     assert_eq!(other["big"].as_str().map(str::len), Some(8 << 20));
     // The gateway gives up on the stuck one: it gets part, then the end.
     std::thread::sleep(control::WRITE_DEADLINE + Duration::from_millis(500));
@@ -209,20 +216,32 @@ fn idle_clients_are_bounded_and_the_rest_told_so() {
         .map(|_| UnixStream::connect(&path).expect("connect"))
         .collect();
     std::thread::sleep(Duration::from_millis(200));
-    let err = format!("{:#}", control::ask(&path, "stats").expect_err("busy"));
+    let err = format!(
+        "{:#}",
+        control::ask::<serde_json::Value>(&path, "stats").expect_err("busy")
+    );
     assert!(err.contains("busy"), "{err}");
     drop(idle);
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(control::ask(&path, "stats").expect("served again")["ok"], 1);
+    assert_eq!(
+        control::ask::<serde_json::Value>(&path, "stats").expect("served again")["ok"],
+        1
+    );
 }
 
 fn a_missing_or_stale_socket_is_named_as_such() {
     let scratch = Scratch::new("errors");
     let path = scratch.path("gw.sock");
-    let err = format!("{:#}", control::ask(&path, "stats").expect_err("no socket"));
+    let err = format!(
+        "{:#}",
+        control::ask::<serde_json::Value>(&path, "stats").expect_err("no socket")
+    );
     assert!(err.contains("no control socket at"), "{err}");
     drop(UnixListener::bind(&path).expect("a socket"));
-    let err = format!("{:#}", control::ask(&path, "stats").expect_err("stale"));
+    let err = format!(
+        "{:#}",
+        control::ask::<serde_json::Value>(&path, "stats").expect_err("stale")
+    );
     assert!(err.contains("nothing answers on"), "{err}");
 }
 
@@ -247,7 +266,10 @@ fn other_users_are_refused_by_their_credentials() {
         "{answer}"
     );
     // Root is admitted.
-    assert_eq!(control::ask(&path, "stats").expect("root")["secret"], "counters");
+    assert_eq!(
+        control::ask::<serde_json::Value>(&path, "stats").expect("root")["secret"],
+        "counters"
+    );
 }
 
 fn a_socket_another_user_may_not_open_is_named_as_such() {
@@ -258,7 +280,10 @@ fn a_socket_another_user_may_not_open_is_named_as_such() {
         let path = path.clone();
         std::thread::spawn(move || {
             become_nobody();
-            format!("{:#}", control::ask(&path, "stats").expect_err("denied"))
+            format!(
+                "{:#}",
+                control::ask::<serde_json::Value>(&path, "stats").expect_err("denied")
+            )
         })
         .join()
         .expect("the client")

@@ -319,7 +319,7 @@ fn inbound_policy_is_enforced_after_decapsulation() {
         Some(DropReason::PolicyMismatch)
     );
     let sa = pair.b.sad().get(pair.b.sad().find("t-in").unwrap()).unwrap();
-    assert_eq!(sa.counters().policy_mismatch, 1);
+    assert_eq!(sa.counters().get(DropReason::PolicyMismatch), 1);
 }
 
 #[test]
@@ -641,7 +641,7 @@ fn an_inbound_sa_admits_only_what_its_policy_selects() {
     let frames = send_from_anywhere(&mut a);
     assert_admitted(&frames, &receive(&mut b, &frames), in_prefix("192.168.1.0/24"));
     let sa = b.sad().get(b.sad().find("m-in").unwrap()).unwrap();
-    assert_eq!(sa.counters().policy_mismatch, 10);
+    assert_eq!(sa.counters().get(DropReason::PolicyMismatch), 10);
     assert_eq!(b.stats().drops.get(DropReason::PolicyMismatch), 10);
     assert!(b.stats().balanced());
 }

@@ -239,7 +239,11 @@ fn every_frame_gets_one_line_and_the_lines_add_up_to_the_counters() {
         // Per SA, the split is the same.
         let sa = b.sad().get(b.sad().find("t-in").unwrap()).unwrap().counters();
         assert_eq!(
-            (sa.replay_duplicate, sa.replay_too_old, sa.seq_zero),
+            (
+                sa.get(DropReason::ReplayDuplicate),
+                sa.get(DropReason::ReplayTooOld),
+                sa.get(DropReason::SeqZero)
+            ),
             (2, 1, 1),
             "{label}"
         );

@@ -1004,7 +1004,7 @@ fn a_lost_switch_is_inferred_from_the_peers_traffic() {
     net.traffic(15, true);
     let b = &net.sites[1].plane.tunnels(net.now)[0];
     assert_eq!(
-        (b.state, b.generation),
+        (b.state.as_str(), b.generation),
         ("established", 1),
         "B switched on A's ESP"
     );

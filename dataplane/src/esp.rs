@@ -477,11 +477,11 @@ pub fn encapsulate_prepare<R: Rng>(
     // An SA that ran out of sequence numbers is also hard-expired; name the
     // more specific reason.
     if sa.sequence_exhausted() {
-        sa.counters_mut().seq_overflow += 1;
+        sa.counters_mut().count(DropReason::SeqOverflow);
         return Err(DropReason::SeqOverflow);
     }
     if !sa.is_usable(ctx.now) {
-        sa.counters_mut().expired += 1;
+        sa.counters_mut().count(DropReason::SaExpired);
         return Err(DropReason::SaExpired);
     }
     let (alg, plan) = (sa.crypto().algorithm, sa.crypto().plan);
@@ -714,12 +714,12 @@ pub fn decapsulate_prepare(
     let cipher_len = match esp_len.checked_sub(overhead) {
         Some(n) if n >= esp::TRAILER_LEN && n & (alg.pad_align() - 1) == 0 => n,
         _ => {
-            sa.counters_mut().malformed += 1;
+            sa.counters_mut().count(DropReason::Malformed);
             return Err(DropReason::Malformed);
         }
     };
     if !sa.is_usable(now) {
-        sa.counters_mut().expired += 1;
+        sa.counters_mut().count(DropReason::SaExpired);
         return Err(DropReason::SaExpired);
     }
     let seq_low = esp_packet.sequence_number();
@@ -786,7 +786,7 @@ pub fn decapsulate_finish(
     match pending.desc.status {
         Status::Done => {}
         Status::AuthFailed => {
-            sa.counters_mut().auth_failed += 1;
+            sa.counters_mut().count(DropReason::AuthFailed);
             return Err(DropReason::AuthFailed);
         }
         Status::Pending | Status::Error(_) => return Err(engine_drop(pending.desc.status)),
@@ -808,7 +808,7 @@ pub fn decapsulate_finish(
     let (trailer, payload_len) = match EspTrailer::parse(plain) {
         Ok(parsed) => parsed,
         Err(_) => {
-            sa.counters_mut().malformed += 1;
+            sa.counters_mut().count(DropReason::Malformed);
             return Err(DropReason::Malformed);
         }
     };
@@ -816,7 +816,7 @@ pub fn decapsulate_finish(
         return Ok(Decapsulated::Dummy);
     }
     let malformed = |sa: &mut SecurityAssociation<SaCrypto>| {
-        sa.counters_mut().malformed += 1;
+        sa.counters_mut().count(DropReason::Malformed);
         DropReason::Malformed
     };
     let unwrap = Unwrap {

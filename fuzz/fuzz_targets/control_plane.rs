@@ -683,7 +683,7 @@ fuzz_target!(|data: &[u8]| {
         );
         most_held = most_held.max(held.len());
         if debug {
-            states.insert(status.state);
+            states.insert(status.state.clone());
         }
     }
     // Quiet: every exchange's budget, every retransmission and the grace

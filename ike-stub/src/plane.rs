@@ -39,7 +39,7 @@ use std::time::Duration;
 use dataplane::{Gateway, SaCrypto};
 use rand::rngs::StdRng;
 use rand::Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams, SecurityAssociation, Selector};
 
 use crate::config::{
@@ -301,7 +301,7 @@ pub struct Datagram {
 }
 
 /// Counters of the control plane.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ControlCounters {
     pub received: u64,
     pub sent: u64,
@@ -628,14 +628,14 @@ impl Tunnel {
 }
 
 /// What one tunnel looks like, for `espgw sa list/show`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TunnelStatus {
     pub name: String,
     pub local: IpAddr,
     pub remote: IpAddr,
     pub proposal: String,
     pub generation: u32,
-    pub state: &'static str,
+    pub state: String,
     pub can_rekey: bool,
     pub rekeys: u64,
     /// Seconds since the last completed rekey.
@@ -649,7 +649,7 @@ pub struct TunnelStatus {
 }
 
 /// What a reload changed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReloadReport {
     pub added: Vec<String>,
     pub removed: Vec<String>,
@@ -768,7 +768,7 @@ impl ControlPlane {
                 remote: t.config.remote,
                 proposal: t.config.algorithm.to_string(),
                 generation: t.current.unwrap_or(0),
-                state: t.phase.name(t.current.is_some()),
+                state: t.phase.name(t.current.is_some()).to_owned(),
                 can_rekey: t.secrets.is_some(),
                 rekeys: t.rekeys,
                 last_rekey_ago: t.last_rekey.map(|at| now.saturating_sub(at).as_secs_f64()),

@@ -898,7 +898,7 @@ fn what_espgw_cannot_do_is_refused_and_its_traffic_discarded() {
     );
     let c = mirror.counters();
     assert_eq!((c.sas_refused, c.policies_refused, c.policies_held), (7, 2, 1));
-    let reasons: Vec<(&str, u64)> = c.refused.iter().map(|(k, v)| (*k, *v)).collect();
+    let reasons: Vec<(&str, u64)> = c.refused.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     assert_eq!(
         reasons,
         [

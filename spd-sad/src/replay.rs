@@ -78,10 +78,13 @@ impl ReplayWindow {
         window
     }
 
+    /// How many sequence numbers the window spans.
     pub fn size(&self) -> u32 {
         self.size
     }
 
+    /// Whether sequence numbers are 64-bit (RFC 4303 §2.2.1, extended sequence
+    /// numbers).
     pub fn esn(&self) -> bool {
         self.esn
     }

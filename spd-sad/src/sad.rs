@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::drop::DropReason;
 use crate::replay::{ReplayError, ReplayWindow};
 use crate::selector::{FlowKey, Selector};
 
@@ -90,7 +91,9 @@ impl fmt::Display for Mode {
 /// Limits of one kind (soft or hard); `None` means unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Limits {
+    /// Bytes of protected (inner) data.
     pub bytes: Option<u64>,
+    /// Packets protected or verified.
     pub packets: Option<u64>,
     /// Seconds since the SA was installed.
     pub seconds: Option<u64>,
@@ -128,13 +131,16 @@ impl Limits {
 /// RFC 4301 §4.4.2.1 lifetimes: whichever limit comes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Lifetime {
+    /// Reaching one of these starts a rekey; the SA goes on working.
     pub soft: Limits,
+    /// Reaching one of these ends the SA.
     pub hard: Limits,
 }
 
 /// Where an SA is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaState {
+    /// In use, no limit reached.
     Active,
     /// A soft limit was reached; the SA still works and a rekey should start.
     SoftExpired,
@@ -147,59 +153,89 @@ pub enum SaState {
 /// transitions, never per packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaEvent {
+    /// A soft limit was reached: rekey.
     SoftExpired(SaId),
+    /// A hard limit was reached: the SA no longer carries traffic.
     HardExpired(SaId),
 }
 
-/// Per-SA counters.
+/// The drop reasons an SA's own packets can meet, in the order `espgw
+/// stats`, `espgw sa list` and the per-SA metrics list them, each shown
+/// even while it is 0. Only these are counted per SA: the others are
+/// decided before a packet has an SA, or have nothing to do with one.
+pub const SA_DROP_REASONS: [DropReason; 9] = [
+    DropReason::AuthFailed,
+    DropReason::ReplayDuplicate,
+    DropReason::ReplayTooOld,
+    DropReason::SeqZero,
+    DropReason::PolicyMismatch,
+    DropReason::Malformed,
+    DropReason::SaExpired,
+    DropReason::SeqOverflow,
+    DropReason::SeqNotReserved,
+];
+
+/// Where each reason's count sits in [`SaCounters`]: its position in
+/// [`SA_DROP_REASONS`], or [`NOT_PER_SA`] for the others. Only those nine
+/// take room, as every SA (and every worker's copy of it) has counters.
+const SA_SLOTS: [u8; DropReason::COUNT] = {
+    let mut slots = [NOT_PER_SA; DropReason::COUNT];
+    let mut i = 0;
+    while i < SA_DROP_REASONS.len() {
+        slots[SA_DROP_REASONS[i].index()] = i as u8;
+        i += 1;
+    }
+    slots
+};
+
+/// The slot of a reason no SA counts.
+const NOT_PER_SA: u8 = u8::MAX;
+
+/// Per-SA counters: its traffic, and its drops under the same
+/// [`DropReason`]s as the gateway's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SaCounters {
+    /// Packets protected (outbound) or verified (inbound).
     pub packets: u64,
     /// Bytes of protected (inner) data.
     pub bytes: u64,
-    pub auth_failed: u64,
-    /// Anti-replay refusals, by kind (RFC 4303 §3.4.3).
-    pub replay_duplicate: u64,
-    pub replay_too_old: u64,
-    pub seq_zero: u64,
-    pub policy_mismatch: u64,
-    pub malformed: u64,
-    pub expired: u64,
-    pub seq_overflow: u64,
-    /// Numbers beyond the SA's durable ceiling, not sent or not accepted
-    /// (see [`SecurityAssociation::resume_above`]).
-    pub seq_not_reserved: u64,
+    /// By the reason's position in [`SA_DROP_REASONS`].
+    drops: [u64; SA_DROP_REASONS.len()],
 }
 
 impl SaCounters {
-    /// The drops, each under its reason's name (as `espgw stats` and the
-    /// metrics call them).
-    pub fn drops(&self) -> [(&'static str, u64); 9] {
-        [
-            ("auth_failed", self.auth_failed),
-            ("replay_duplicate", self.replay_duplicate),
-            ("replay_too_old", self.replay_too_old),
-            ("seq_zero", self.seq_zero),
-            ("policy_mismatch", self.policy_mismatch),
-            ("malformed", self.malformed),
-            ("sa_expired", self.expired),
-            ("seq_overflow", self.seq_overflow),
-            ("seq_not_reserved", self.seq_not_reserved),
-        ]
+    /// Counts one packet dropped for `reason`, which must be one of
+    /// [`SA_DROP_REASONS`]: another is a bug (caught in debug builds) and
+    /// is not counted, as it would never be reported.
+    pub fn count(&mut self, reason: DropReason) {
+        match SA_SLOTS[reason.index()] {
+            NOT_PER_SA => debug_assert!(false, "{reason} is not counted per SA"),
+            slot => self.drops[usize::from(slot)] += 1,
+        }
     }
 
-    /// Counts an anti-replay refusal under its kind.
-    pub fn count_replay(&mut self, e: ReplayError) {
-        match e {
-            ReplayError::Duplicate(_) => self.replay_duplicate += 1,
-            ReplayError::TooOld(_) => self.replay_too_old += 1,
-            ReplayError::Invalid => self.seq_zero += 1,
+    /// Packets dropped for `reason` (0 for a reason not counted per SA).
+    pub fn get(&self, reason: DropReason) -> u64 {
+        match SA_SLOTS[reason.index()] {
+            NOT_PER_SA => 0,
+            slot => self.drops[usize::from(slot)],
         }
+    }
+
+    /// The drops by reason, every one of [`SA_DROP_REASONS`] (zero or
+    /// not), in that order.
+    pub fn drops(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        SA_DROP_REASONS.iter().copied().zip(self.drops.iter().copied())
+    }
+
+    /// Counts an anti-replay refusal under its kind (RFC 4303 §3.4.3).
+    pub fn count_replay(&mut self, e: ReplayError) {
+        self.count(e.into());
     }
 
     /// Every anti-replay refusal.
     pub fn replay(&self) -> u64 {
-        self.replay_duplicate + self.replay_too_old + self.seq_zero
+        self.drops().filter(|(r, _)| r.is_replay()).map(|(_, n)| n).sum()
     }
 }
 
@@ -224,15 +260,24 @@ impl UdpEncap {
 /// The configuration an SA is created from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaParams {
+    /// Unique in the database; how configuration, logs and `espgw sa` name it.
     pub name: String,
+    /// Which way its traffic goes.
     pub direction: SaDirection,
+    /// The Security Parameter Index in its ESP headers (RFC 4303 §2.1).
     pub spi: u32,
+    /// Tunnel or transport.
     pub mode: Mode,
     /// Our end (outer source for outbound, expected outer destination for inbound).
     pub local: IpAddr,
+    /// The peer's end (outer destination for outbound, expected outer source
+    /// for inbound).
     pub remote: IpAddr,
+    /// Extended (64-bit) sequence numbers (RFC 4303 §2.2.1).
     pub esn: bool,
+    /// Inbound: the anti-replay window's size, in packets (0: no replay check).
     pub replay_window: u32,
+    /// When the SA must be rekeyed and when it ends.
     pub lifetime: Lifetime,
     /// RFC 3948 UDP encapsulation: ESP inside UDP between these ports, for
     /// peers behind a NAT. `None`: raw ESP (IP protocol 50). An SA of one
@@ -438,6 +483,8 @@ impl<C> fmt::Debug for SecurityAssociation<C> {
 }
 
 impl<C> SecurityAssociation<C> {
+    /// An SA installed at `now`, with its crypto context, sequence numbers from
+    /// 1 and an empty replay window.
     pub fn new(params: SaParams, crypto: C, now: Duration) -> Self {
         SecurityAssociation {
             replay: ReplayWindow::new(params.replay_window, params.esn),
@@ -465,18 +512,22 @@ impl<C> SecurityAssociation<C> {
         }
     }
 
+    /// What the SA was created from.
     pub fn params(&self) -> &SaParams {
         &self.params
     }
 
+    /// The SA's unique name.
     pub fn name(&self) -> &str {
         &self.params.name
     }
 
+    /// The SA's SPI.
     pub fn spi(&self) -> u32 {
         self.params.spi
     }
 
+    /// The crypto context the SA carries (keys live there).
     pub fn crypto(&self) -> &C {
         &self.crypto
     }
@@ -487,10 +538,12 @@ impl<C> SecurityAssociation<C> {
         &mut self.crypto
     }
 
+    /// Where the SA is in its life.
     pub fn state(&self) -> SaState {
         self.state
     }
 
+    /// The anti-replay window (inbound; unused outbound).
     pub fn replay_window(&self) -> &ReplayWindow {
         &self.replay
     }
@@ -734,6 +787,7 @@ impl<C> SecurityAssociation<C> {
         self.shared.last_seq.load(Ordering::Relaxed)
     }
 
+    /// Time since the SA was installed.
     pub fn age(&self, now: Duration) -> Duration {
         now.saturating_sub(self.installed_at)
     }
@@ -813,7 +867,7 @@ impl<C> SecurityAssociation<C> {
                     return Ok(last + 1);
                 }
                 Err(last) if last >= limit => {
-                    self.counters.seq_overflow += 1;
+                    self.counters.count(DropReason::SeqOverflow);
                     return Err(SequenceError::Exhausted);
                 }
                 Err(last) => {
@@ -821,7 +875,7 @@ impl<C> SecurityAssociation<C> {
                     let ceiling = self.shared.ceiling();
                     if ceiling <= self.ceiling || ceiling <= last {
                         self.ceiling = ceiling;
-                        self.counters.seq_not_reserved += 1;
+                        self.counters.count(DropReason::SeqNotReserved);
                         return Err(SequenceError::NotReserved);
                     }
                     self.ceiling = ceiling;
@@ -1001,13 +1055,22 @@ impl<C> SecurityAssociation<C> {
 /// Why an SA could not be installed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SadError {
+    /// Inbound SAs are found by SPI: two cannot share one.
     #[error("SPI {spi:#x} is already used by inbound SA `{existing}`")]
-    DuplicateSpi { spi: u32, existing: String },
+    DuplicateSpi {
+        /// The SPI asked for.
+        spi: u32,
+        /// The name of the inbound SA that has it.
+        existing: String,
+    },
     #[error("an SA named `{0}` already exists")]
+    /// Another SA already has this name.
     DuplicateName(String),
     #[error("SPIs 0-255 are reserved (RFC 4303 §2.1); {0:#x} cannot be used")]
+    /// An SPI in the range RFC 4303 §2.1 reserves.
     ReservedSpi(u32),
     #[error("the SA database is full ({0} SAs)")]
+    /// Every slot is taken (at most 2^[`SaId::SLOT_BITS`] SAs at once).
     Full(usize),
     /// RFC 4301 §5.2: an inbound SA must say what may arrive through it.
     #[error("inbound SA `{0}` has no selectors, so it would admit nothing; give it the selectors of the inbound policies naming it, or `Selector::ANY` to admit every inner packet")]
@@ -1119,10 +1182,13 @@ impl<C> Default for Sad<C> {
 }
 
 impl<C> Sad<C> {
+    /// An empty database.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Installs a new SA created from `params` at `now`; its id, or why it was
+    /// refused.
     pub fn insert(&mut self, params: SaParams, crypto: C, now: Duration) -> Result<SaId, SadError> {
         self.adopt(SecurityAssociation::new(params, crypto, now))
     }
@@ -1285,6 +1351,7 @@ impl<C> Sad<C> {
         }
     }
 
+    /// The SA `id` names, unless it has been removed since.
     pub fn get(&self, id: SaId) -> Option<&SecurityAssociation<C>> {
         let slot = self.slots.get(id.slot())?;
         (slot.generation == id.generation())
@@ -1292,6 +1359,7 @@ impl<C> Sad<C> {
             .flatten()
     }
 
+    /// The SA `id` names, to change, unless it has been removed since.
     pub fn get_mut(&mut self, id: SaId) -> Option<&mut SecurityAssociation<C>> {
         let slot = self.slots.get_mut(id.slot())?;
         (slot.generation == id.generation())
@@ -1299,6 +1367,7 @@ impl<C> Sad<C> {
             .flatten()
     }
 
+    /// The id of the SA named `name`.
     pub fn find(&self, name: &str) -> Option<SaId> {
         self.by_name.get(name).copied()
     }
@@ -1329,6 +1398,7 @@ impl<C> Sad<C> {
         }
     }
 
+    /// Every SA with its id, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (SaId, &mut SecurityAssociation<C>)> {
         self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
             let generation = s.generation;
@@ -1336,6 +1406,7 @@ impl<C> Sad<C> {
         })
     }
 
+    /// Every SA with its id, in slot order.
     pub fn iter(&self) -> impl Iterator<Item = (SaId, &SecurityAssociation<C>)> {
         self.slots
             .iter()
@@ -1343,10 +1414,12 @@ impl<C> Sad<C> {
             .filter_map(|(i, s)| s.sa.as_ref().map(|sa| (SaId::new(i, s.generation), sa)))
     }
 
+    /// How many SAs there are.
     pub fn len(&self) -> usize {
         self.by_name.len()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -1708,7 +1781,7 @@ mod tests {
         let sa = sad.get_mut(id).unwrap();
         assert_eq!(sa.ceiling(), Some(100));
         assert_eq!(sa.next_sequence(), Err(SequenceError::NotReserved));
-        assert_eq!(sa.counters().seq_not_reserved, 1);
+        assert_eq!(sa.counters().get(DropReason::SeqNotReserved), 1);
         assert!(!sa.sequence_exhausted());
         sa.shared().raise_ceiling(110);
         let sent: Vec<u64> = (0..10).map(|_| sa.next_sequence().unwrap()).collect();
@@ -1868,6 +1941,38 @@ mod tests {
         assert_eq!(first.get(id).unwrap().idle(secs(6)), secs(2));
         first.handle_timeout(secs(9));
         assert_eq!(first.poll_event(), Some(SaEvent::HardExpired(id)));
+    }
+
+    /// Each of the SA's reasons has a slot of its own, and they are
+    /// listed under the names `espgw stats` and the metrics have always
+    /// shown, in that order.
+    #[test]
+    fn sa_counters_count_by_reason() {
+        let mut c = SaCounters::default();
+        for (i, &reason) in SA_DROP_REASONS.iter().enumerate() {
+            for _ in 0..=i {
+                c.count(reason);
+            }
+        }
+        let named: Vec<(&str, u64)> = c.drops().map(|(r, n)| (r.name(), n)).collect();
+        assert_eq!(
+            named,
+            [
+                ("auth_failed", 1),
+                ("replay_duplicate", 2),
+                ("replay_too_old", 3),
+                ("seq_zero", 4),
+                ("policy_mismatch", 5),
+                ("malformed", 6),
+                ("sa_expired", 7),
+                ("seq_overflow", 8),
+                ("seq_not_reserved", 9),
+            ]
+        );
+        assert_eq!(c.replay(), 2 + 3 + 4);
+        c.count_replay(ReplayError::TooOld(1));
+        assert_eq!(c.get(DropReason::ReplayTooOld), 4);
+        assert_eq!(c.get(DropReason::NoRoute), 0, "not counted per SA");
     }
 
     /// The memory an SA's state takes is stated and bounded.

@@ -11,16 +11,33 @@ pub enum SelectorError {
     #[error(
         "`{0}` is not an IP prefix; write it as a.b.c.d/len or an IPv6 prefix, e.g. 192.168.1.0/24 or 2001:db8:1::/48"
     )]
+    /// Not an IPv4 or IPv6 prefix.
     BadPrefix(String),
+    /// Bits below the prefix length are set (a typo for the network?).
     #[error("prefix `{text}` has host bits set; did you mean {network}/{len}?")]
-    HostBitsSet { text: String, network: IpAddr, len: u8 },
+    HostBitsSet {
+        /// The prefix as written.
+        text: String,
+        /// Its network address (the host bits cleared).
+        network: IpAddr,
+        /// Its length.
+        len: u8,
+    },
+    /// Source and destination of different families.
     #[error(
         "the selector mixes address families ({src} -> {dst}); an IPv4 prefix and an IPv6 prefix never match one packet: write two policies"
     )]
-    MixedFamilies { src: IpPrefix, dst: IpPrefix },
+    MixedFamilies {
+        /// The source prefix.
+        src: IpPrefix,
+        /// The destination prefix, of the other family.
+        dst: IpPrefix,
+    },
     #[error("`{0}` is not a port range; write a port (`53`), a range (`1024-65535`) or `any`")]
+    /// Not a port or a port range.
     BadPorts(String),
     #[error("`{0}` is not a protocol; use any, tcp, udp, icmp or a number 0-255")]
+    /// Not a protocol name or number.
     BadProtocol(String),
 }
 
@@ -32,6 +49,7 @@ pub struct Ipv4Prefix {
 }
 
 impl Ipv4Prefix {
+    /// `0.0.0.0/0`: every IPv4 address.
     pub const ANY: Ipv4Prefix = Ipv4Prefix {
         addr: Ipv4Addr::UNSPECIFIED,
         len: 0,
@@ -45,6 +63,7 @@ impl Ipv4Prefix {
         Some(Ipv4Prefix { addr, len })
     }
 
+    /// The prefix of one address (`/32`).
     pub fn host(addr: Ipv4Addr) -> Self {
         Ipv4Prefix { addr, len: 32 }
     }
@@ -57,22 +76,27 @@ impl Ipv4Prefix {
         }
     }
 
+    /// The network address.
     pub fn addr(self) -> Ipv4Addr {
         self.addr
     }
 
+    /// The prefix length, in bits.
     pub fn len(self) -> u8 {
         self.len
     }
 
+    /// Never: a prefix holds at least one address (for `len`'s sake).
     pub fn is_empty(self) -> bool {
         false
     }
 
+    /// The netmask as a number (the top `len` bits set).
     pub fn mask(self) -> u32 {
         Self::mask_of(self.len)
     }
 
+    /// Whether `addr` is inside the prefix.
     pub fn contains(self, addr: Ipv4Addr) -> bool {
         u32::from(addr) & self.mask() == u32::from(self.addr)
     }
@@ -133,22 +157,27 @@ impl Ipv6Prefix {
         }
     }
 
+    /// The network address.
     pub fn addr(self) -> Ipv6Addr {
         self.addr
     }
 
+    /// The prefix length, in bits.
     pub fn len(self) -> u8 {
         self.len
     }
 
+    /// Never: a prefix holds at least one address (for `len`'s sake).
     pub fn is_empty(self) -> bool {
         false
     }
 
+    /// The netmask as a number (the top `len` bits set).
     pub fn mask(self) -> u128 {
         Self::mask_of(self.len)
     }
 
+    /// Whether `addr` is inside the prefix.
     pub fn contains(self, addr: Ipv6Addr) -> bool {
         u128::from(addr) & self.mask() == u128::from(self.addr)
     }
@@ -188,15 +217,20 @@ impl FromStr for Ipv6Prefix {
 /// `0.0.0.0/0,::/0` pair does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpPrefix {
+    /// Every address of either family.
     Any,
+    /// An IPv4 prefix.
     V4(Ipv4Prefix),
+    /// An IPv6 prefix.
     V6(Ipv6Prefix),
 }
 
 /// An address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
+    /// IPv4.
     V4,
+    /// IPv6.
     V6,
 }
 
@@ -219,10 +253,12 @@ impl IpPrefix {
         }
     }
 
+    /// Never: a prefix holds at least one address (for `len`'s sake).
     pub fn is_empty(self) -> bool {
         false
     }
 
+    /// Whether `addr` is inside the prefix (`Any` holds every address).
     pub fn contains(self, addr: IpAddr) -> bool {
         match (self, addr) {
             (IpPrefix::Any, _) => true,
@@ -273,20 +309,25 @@ impl FromStr for IpPrefix {
 /// An inclusive range of ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PortRange {
+    /// The lowest port of the range.
     pub first: u16,
+    /// The highest port of the range (equal to `first` for one port).
     pub last: u16,
 }
 
 impl PortRange {
+    /// Every port, 0 to 65535.
     pub const ANY: PortRange = PortRange {
         first: 0,
         last: u16::MAX,
     };
 
+    /// Whether the range is every port.
     pub fn is_any(self) -> bool {
         self == Self::ANY
     }
 
+    /// Whether `port` is inside the range.
     pub fn contains(self, port: u16) -> bool {
         (self.first..=self.last).contains(&port)
     }
@@ -331,21 +372,29 @@ impl FromStr for PortRange {
 
 /// IP protocol numbers that selectors name.
 pub mod proto {
+    /// Internet Control Message Protocol.
     pub const ICMP: u8 = 1;
+    /// Transmission Control Protocol.
     pub const TCP: u8 = 6;
+    /// User Datagram Protocol.
     pub const UDP: u8 = 17;
+    /// Encapsulating Security Payload (RFC 4303).
     pub const ESP: u8 = 50;
+    /// Stream Control Transmission Protocol.
     pub const SCTP: u8 = 132;
 }
 
 /// The protocol part of a selector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProtocolSelector {
+    /// Every protocol.
     Any,
+    /// One IP protocol number (see [`proto`]).
     Number(u8),
 }
 
 impl ProtocolSelector {
+    /// Whether packets of `protocol` match.
     pub fn matches(self, protocol: u8) -> bool {
         match self {
             ProtocolSelector::Any => true,
@@ -388,7 +437,9 @@ impl FromStr for ProtocolSelector {
 /// The fields of a packet that selectors look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowKey {
+    /// The inner source address.
     pub src: IpAddr,
+    /// The inner destination address.
     pub dst: IpAddr,
     /// The upper-layer protocol (for IPv6, the next header after the
     /// extension headers).
@@ -401,14 +452,20 @@ pub struct FlowKey {
 /// A traffic selector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Selector {
+    /// Where the traffic comes from.
     pub src: IpPrefix,
+    /// Where the traffic goes.
     pub dst: IpPrefix,
+    /// Which upper-layer protocol.
     pub protocol: ProtocolSelector,
+    /// Which source ports (TCP, UDP and SCTP only).
     pub src_ports: PortRange,
+    /// Which destination ports (TCP, UDP and SCTP only).
     pub dst_ports: PortRange,
 }
 
 impl Selector {
+    /// Matches every packet.
     pub const ANY: Selector = Selector {
         src: IpPrefix::Any,
         dst: IpPrefix::Any,
@@ -432,6 +489,7 @@ impl Selector {
         }
     }
 
+    /// Whether `flow` matches every field of the selector.
     pub fn matches(&self, flow: &FlowKey) -> bool {
         if !(self.src.contains(flow.src)
             && self.dst.contains(flow.dst)

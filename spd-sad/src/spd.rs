@@ -98,22 +98,30 @@ pub enum Action {
     Protect(SaId),
     /// Forward in the clear.
     Bypass,
+    /// Drop.
     Discard,
 }
 
+/// One SPD entry (RFC 4301 §4.4.1): what traffic it selects and what
+/// happens to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
+    /// Unique in the SPD; how configuration and logs name it.
     pub name: String,
+    /// Outbound or inbound traffic.
     pub direction: PolicyDirection,
     /// Lower values are consulted first; equal values keep insertion order.
     pub priority: u32,
+    /// Which packets it applies to.
     pub selector: Selector,
+    /// What happens to them.
     pub action: Action,
 }
 
 /// The result of an SPD lookup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
+    /// What happens to the packet.
     pub action: Action,
     /// The matching policy's number (its place in insertion order: unique
     /// and kept while the policy exists; see [`Spd::numbered`]), or `None`
@@ -578,7 +586,9 @@ impl CacheEntry {
 /// Hit and miss counts of the flow cache (this SPD copy's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowCacheStats {
+    /// Lookups answered from the cache.
     pub hits: u64,
+    /// Lookups that had to walk the SPD.
     pub misses: u64,
 }
 
@@ -688,6 +698,7 @@ impl Default for Spd {
 }
 
 impl Spd {
+    /// An empty SPD: it discards everything.
     pub fn new() -> Self {
         Self::default()
     }
@@ -925,10 +936,12 @@ impl Spd {
         self.index[dir_index(direction)].shapes()
     }
 
+    /// How many policies there are, both directions.
     pub fn len(&self) -> usize {
         self.out.len() + self.inbound.len()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -23,6 +23,7 @@ use super::topology::{
     gateway_command, have_tool, is_root, Lab, Names, GW_A6, GW_B6, GW_B_PUBLIC, NAT_INSIDE, NAT_PUBLIC,
 };
 use super::{DemoArgs, DemoKeying};
+use crate::status::SasReply;
 
 fn check_prerequisites(nat: bool) -> Result<()> {
     if !is_root() {
@@ -369,16 +370,8 @@ fn wait_until_connected(dir: &Path) -> Result<()> {
     for (name, gw) in [("demo-a", "gwA"), ("demo-b", "gwB")] {
         let socket = crate::control::default_path(name);
         loop {
-            let states = crate::control::ask(&socket, "sa list").map(|doc| {
-                doc["tunnels"]
-                    .as_array()
-                    .map(|t| {
-                        t.iter()
-                            .map(|t| t["state"].as_str().unwrap_or("?").to_owned())
-                            .collect::<Vec<_>>()
-                    })
-                    .unwrap_or_default()
-            });
+            let states = crate::control::ask::<SasReply>(&socket, "sa list")
+                .map(|doc| doc.tunnels().iter().map(|t| t.state.clone()).collect::<Vec<_>>());
             match states {
                 Ok(states) if !states.is_empty() && states.iter().all(|s| s == "established") => break,
                 _ if std::time::Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),

@@ -22,6 +22,7 @@ use anyhow::{bail, ensure, Context, Result};
 
 use super::topology::have_tool;
 use super::DemoArgs;
+use crate::status::StatsReply;
 use accel::Algorithm;
 
 /// The keying namespaces of gwA and gwB.
@@ -353,10 +354,10 @@ pub fn wait_until_keyed(dir: &Path) -> Result<()> {
     for (name, side) in [("demo-a", &SIDES[0]), ("demo-b", &SIDES[1])] {
         let socket = crate::control::default_path(name);
         loop {
-            let mirrored = crate::control::ask(&socket, "stats")
+            let mirrored = crate::control::ask::<StatsReply>(&socket, "stats")
                 .ok()
-                .and_then(|doc| doc["xfrm"]["sas_mirrored"].as_u64())
-                .unwrap_or(0);
+                .and_then(|doc| doc.xfrm)
+                .map_or(0, |x| x.sas_mirrored);
             if mirrored >= 2 {
                 break;
             }

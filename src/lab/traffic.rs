@@ -17,7 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::topology::{enter, Lab, Names, HOST_A, HOST_A6, HOST_B, HOST_B6};
 
@@ -366,8 +366,35 @@ pub fn udp_and_tcp(
     Ok(result)
 }
 
-/// Runs `iperf3 -J ARGS` in namespace `ns`; its JSON answer.
-fn iperf3(ns: &str, args: &[&str]) -> Result<Value> {
+/// What the lab reads of `iperf3 -J`'s report; a figure it leaves out
+/// reads as none.
+#[derive(Debug, Default, Deserialize)]
+struct Iperf3Report {
+    error: Option<String>,
+    #[serde(default)]
+    end: Iperf3End,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Iperf3End {
+    /// UDP: what the client sent, with the server's loss count.
+    #[serde(default)]
+    sum: Iperf3Sum,
+    /// TCP: what the server received.
+    #[serde(default)]
+    sum_received: Iperf3Sum,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Iperf3Sum {
+    bits_per_second: Option<f64>,
+    packets: Option<f64>,
+    lost_packets: Option<f64>,
+    seconds: Option<f64>,
+}
+
+/// Runs `iperf3 -J ARGS` in namespace `ns`; its report.
+fn iperf3(ns: &str, args: &[&str]) -> Result<Iperf3Report> {
     // The server takes a moment to finish a test after its client has
     // (longer when the last UDP test filled queues): "busy" is retried.
     let mut attempt = 0;
@@ -377,9 +404,9 @@ fn iperf3(ns: &str, args: &[&str]) -> Result<Value> {
             .args(args)
             .output()
             .context("running iperf3")?;
-        let doc: Value = serde_json::from_slice(&out.stdout)
+        let doc: Iperf3Report = serde_json::from_slice(&out.stdout)
             .with_context(|| format!("iperf3 {}: no JSON answer", args.join(" ")))?;
-        match doc["error"].as_str() {
+        match doc.error.as_deref() {
             Some(error) if error.contains("busy") && attempt < 10 => {
                 attempt += 1;
                 thread::sleep(Duration::from_millis(500));
@@ -411,7 +438,7 @@ pub fn start_iperf3_server(lab: &mut Lab) -> Result<()> {
 }
 
 /// `iperf3 -c hostB` from hostA for `seconds`, with `args` after.
-fn iperf3_client(names: &Names, seconds: u32, args: &[&str]) -> Result<Value> {
+fn iperf3_client(names: &Names, seconds: u32, args: &[&str]) -> Result<Iperf3Report> {
     let (host_b, seconds) = (HOST_B.to_string(), seconds.max(1).to_string());
     let mut all = vec!["-c", &host_b, "-p", IPERF3_PORT, "-t", &seconds];
     all.extend_from_slice(args);
@@ -422,10 +449,7 @@ fn iperf3_client(names: &Names, seconds: u32, args: &[&str]) -> Result<Value> {
 /// Gbit/s received.
 pub fn iperf3_tcp(names: &Names, streams: u32, seconds: u32) -> Result<f64> {
     let doc = iperf3_client(names, seconds, &["-P", &streams.to_string()])?;
-    Ok(doc["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0)
-        / 1e9)
+    Ok(doc.end.sum_received.bits_per_second.unwrap_or(0.0) / 1e9)
 }
 
 /// One iperf3 UDP probe hostA → hostB: `rate` bits/s of payload (0: as
@@ -433,10 +457,10 @@ pub fn iperf3_tcp(names: &Names, streams: u32, seconds: u32) -> Result<f64> {
 pub fn iperf3_udp(names: &Names, len: usize, rate: f64, seconds: u32) -> Result<(f64, f64, f64)> {
     let (len, rate) = (len.to_string(), format!("{}", rate as u64));
     let doc = iperf3_client(names, seconds, &["-u", "-l", &len, "-b", &rate, "-w", "4M"])?;
-    let sum = &doc["end"]["sum"];
-    let packets = sum["packets"].as_f64().unwrap_or(0.0);
-    let lost = sum["lost_packets"].as_f64().unwrap_or(0.0);
-    let secs = sum["seconds"].as_f64().filter(|s| *s > 0.0).unwrap_or(1.0);
+    let sum = &doc.end.sum;
+    let packets = sum.packets.unwrap_or(0.0);
+    let lost = sum.lost_packets.unwrap_or(0.0);
+    let secs = sum.seconds.filter(|s| *s > 0.0).unwrap_or(1.0);
     let loss = if packets > 0.0 {
         100.0 * lost / packets
     } else {

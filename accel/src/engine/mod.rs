@@ -67,7 +67,7 @@ crate::unknown_name!(
 );
 
 /// Bytes an engine moved across its (modelled) bus, by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BusBytes {
     /// Descriptors fetched.
     pub descriptors: u64,
@@ -95,7 +95,7 @@ impl BusBytes {
 }
 
 /// What an engine has done so far.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EngineCounters {
     /// Jobs taken by `submit_burst` or run by `run_inline`.
     pub submitted: u64,
@@ -149,7 +149,7 @@ pub struct EngineCounters {
 }
 
 /// The modelled host costs of [`EngineCounters::modelled_host_ns`], by cause.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostCharges {
     /// Doorbell MMIO writes, one per burst.
     pub doorbell_ns: u64,

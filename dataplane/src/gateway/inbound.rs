@@ -281,7 +281,7 @@ fn finish_decapsulation(
     let flow = flow_key_any(buf.data())?;
     let sa = lent.sad.get_mut(pending.sa).ok_or(DropReason::UnknownSpi)?;
     if !sa.admits(&flow) {
-        sa.counters_mut().policy_mismatch += 1;
+        sa.counters_mut().count(DropReason::PolicyMismatch);
         return Err(DropReason::PolicyMismatch);
     }
     let for_us = lent.egress.is_local(flow.dst);

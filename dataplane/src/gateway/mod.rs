@@ -1075,7 +1075,7 @@ impl Gateway {
                 return self.wait_for_ceiling(buf, pending, now, out);
             }
             if let Some(sa) = self.sad.get_mut(pending.sa) {
-                sa.counters_mut().seq_not_reserved += 1;
+                sa.counters_mut().count(DropReason::SeqNotReserved);
             }
         }
         self.inbound_done(now, pending.sa, out);
@@ -1090,7 +1090,7 @@ impl Gateway {
             return;
         };
         if let Some(sa) = self.sad.get_mut(pending.sa) {
-            sa.counters_mut().seq_not_reserved += 1;
+            sa.counters_mut().count(DropReason::SeqNotReserved);
         }
         self.inbound_done(now, pending.sa, out);
         self.emit(buf, Err(DropReason::SeqNotReserved), out);
@@ -1118,7 +1118,7 @@ impl Gateway {
         }
         while let Some(waiting) = self.inbound.expired_waiting(now) {
             if let Some(sa) = self.sad.get_mut(waiting.pending.sa) {
-                sa.counters_mut().seq_not_reserved += 1;
+                sa.counters_mut().count(DropReason::SeqNotReserved);
             }
             self.inbound_done(now, waiting.pending.sa, out);
             self.emit(waiting.buf, Err(DropReason::SeqNotReserved), out);

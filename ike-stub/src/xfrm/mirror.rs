@@ -69,8 +69,9 @@ pub enum DumpKind {
     Policy,
 }
 
-/// The mirror's counters (`espgw stats` → `xfrm`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// The mirror's counters (`espgw stats` → `xfrm`, which its readers
+/// parse back into this type).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct MirrorCounters {
     /// Netlink messages read.
     pub messages: u64,
@@ -108,7 +109,7 @@ pub struct MirrorCounters {
     pub policies_removed: u64,
     pub policies_refused: u64,
     /// Refusals (SAs and policies) by reason.
-    pub refused: BTreeMap<&'static str, u64>,
+    pub refused: BTreeMap<String, u64>,
     /// Dumps completed, and those started after an overrun.
     pub dumps: u64,
     pub resyncs: u64,
@@ -125,23 +126,6 @@ pub struct MirrorCounters {
     /// Of those, the ones the kernel answered with an error (an SA gone
     /// meanwhile, or the privilege to ask missing).
     pub feedback_failed: u64,
-}
-
-/// The counters `espgw stats` prints, read back from its JSON.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-pub struct MirrorCountersView {
-    pub sas_mirrored: u64,
-    pub sas_held: u64,
-    pub sas_refused: u64,
-    pub policies_mirrored: u64,
-    pub policies_held: u64,
-    pub policies_refused: u64,
-    pub dumps: u64,
-    pub resyncs: u64,
-    pub dump_errors: u64,
-    pub malformed: u64,
-    pub apply_failed: u64,
-    pub refused: BTreeMap<String, u64>,
 }
 
 /// A mirrored SA as `espgw sa list` shows its source.
@@ -571,7 +555,11 @@ impl XfrmMirror {
             .is_some_and(|r| r.reason == refused.reason);
         if !already {
             self.counters.sas_refused += 1;
-            *self.counters.refused.entry(refused.reason.name()).or_default() += 1;
+            *self
+                .counters
+                .refused
+                .entry(refused.reason.name().to_owned())
+                .or_default() += 1;
             tracing::warn!(
                 event = "sa_refused",
                 spi = %format_args!("{:#010x}", key.spi),
@@ -877,7 +865,11 @@ impl XfrmMirror {
 
     fn count_policy_refusal(&mut self, key: PolicyKey, refused: &Refused, what: &str) {
         self.counters.policies_refused += 1;
-        *self.counters.refused.entry(refused.reason.name()).or_default() += 1;
+        *self
+            .counters
+            .refused
+            .entry(refused.reason.name().to_owned())
+            .or_default() += 1;
         tracing::warn!(
             event = "policy_refused",
             policy = %key.name(),

@@ -37,8 +37,7 @@ pub mod sa;
 
 pub use decode::{decode_datagram, DecodeIssue, Decoded};
 pub use mirror::{
-    DumpKind, MirrorCounters, MirrorCountersView, MirrorSettings, MirroredPolicyStatus, MirroredSaStatus,
-    XfrmMirror,
+    DumpKind, MirrorCounters, MirrorSettings, MirroredPolicyStatus, MirroredSaStatus, XfrmMirror,
 };
 
 /// Why an XFRM state or policy is not mirrored as it is. Each reason is a

@@ -4,14 +4,18 @@
 //! decapsulation (split into prepare/finish around the `accel` boundary),
 //! the sans-IO [`Gateway`] that classifies, protects, verifies and routes a
 //! batch of frames, and the I/O drivers that move frames in and out (pcap
-//! files today). Must not do cryptography itself (that is `accel`'s), parse
-//! configuration (that is `ike-stub`'s) or read the clock, sleep or wait in
+//! files today). Owns the setup types of SAs and policies and the commands
+//! that change a gateway's SAD and SPD (`command`), which the gateway
+//! applies: keying sources only build them. Must not do cryptography
+//! itself (that is `accel`'s), parse configuration or decide what the SAD
+//! and SPD hold (that is `ike-stub`'s) or read the clock, sleep or wait in
 //! the core: drivers pass `now` in and decide how to wait (`drive`).
 //!
 //! Invariants: every received frame gets exactly one verdict and is counted
 //! once (`Stats::balanced`); malformed input is a counted drop, never a
 //! panic; nothing on the per-packet path allocates or logs.
 
+pub mod command;
 pub mod drive;
 pub mod esp;
 pub mod fate;

@@ -118,9 +118,13 @@ fn gateway(algorithm: Option<Algorithm>) -> Gateway {
     let config =
         ike_stub::Config::parse(Path::new("ipp.toml"), &config(algorithm)).unwrap_or_else(|e| panic!("{e}"));
     let engine = accel::build_engine(&EngineSpec::default()).expect("soft engine");
-    config
-        .build_gateway(LinkLayer::Ethernet, engine, Style::Async, Duration::ZERO)
-        .expect("installs")
+    dataplane::Gateway::with_commands(
+        config.setup(LinkLayer::Ethernet, Style::Async),
+        engine,
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .expect("installs")
 }
 
 /// `ipp time`: wall-clock ns per packet of ipv4-fwd, esp-null and

@@ -26,11 +26,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use dataplane::command::{SaCommand, WorkerCommand};
 use dataplane::{Gateway, Port};
 use drivers::afpacket::{AfPacket, Receive};
 use drivers::run::{Device, RunSummary, Sockets, Tick};
 use drivers::tun::Tun;
-use ike_stub::{Config, ControlPlane, Datagram, WorkerCommand};
+use ike_stub::{Config, ControlPlane, Datagram};
 use spd_sad::SaEvent;
 
 use crate::metrics::{self, MetricsServer, Observed, Published, Snapshot, TunnelTotals, WorkerCounters};
@@ -266,7 +267,22 @@ impl Plane<'_> {
         }
         if now.saturating_sub(self.last_timeout) >= Duration::from_millis(5) {
             self.last_timeout = now;
-            self.plane.observe(now, t.gateway);
+            let gateway: &Gateway = t.gateway;
+            self.plane.observe(
+                now,
+                |name| {
+                    gateway
+                        .sad()
+                        .find(name)
+                        .and_then(|id| gateway.sad().get(id))
+                        .is_some_and(|sa| sa.counters().packets > 0)
+                },
+                |local, remote, encap| {
+                    gateway
+                        .encapsulated_peer(local, remote, encap)
+                        .map(|at| (at.address, at.port))
+                },
+            );
             self.plane.handle_timeout(now);
         }
         self.apply(t, links, workers);
@@ -353,11 +369,11 @@ impl Plane<'_> {
     }
 
     /// An SA about to be removed: its last counts join its tunnel's.
-    fn retire_for_metrics(&mut self, gateway: &Gateway, now: Duration, command: &ike_stub::SaCommand) {
+    fn retire_for_metrics(&mut self, gateway: &Gateway, now: Duration, command: &SaCommand) {
         let Some(m) = &mut self.metrics else { return };
         let name = match command {
-            ike_stub::SaCommand::RemoveSa(name) => name,
-            ike_stub::SaCommand::ReplaceSa { old, .. } => old,
+            SaCommand::RemoveSa(name) => name,
+            SaCommand::ReplaceSa { old, .. } => old,
             _ => return,
         };
         let Some(sa) = gateway.sad().find(name).and_then(|id| gateway.sad().get(id)) else {
@@ -443,24 +459,20 @@ impl Plane<'_> {
             // An SA with static keys resumes above its ledger's mark (one
             // that replaces an SA with the same keys also above where that
             // one got to).
-            if let (
-                Some(state),
-                ike_stub::SaCommand::InstallSa(sa) | ike_stub::SaCommand::ReplaceSa { new: sa, .. },
-            ) = (&self.state, &mut command)
-            {
-                state.prepare(std::slice::from_mut(&mut **sa));
+            if let (Some(state), Some(sa)) = (&self.state, command.installs_mut()) {
+                state.prepare([&mut *sa]);
                 if sa.ledger_mark.is_some() {
-                    ledgered.push((**sa).clone());
+                    ledgered.push(sa.clone());
                 }
             }
             self.retire_for_metrics(t.gateway, t.now, &command);
             let fallback = command.clone();
             // What goes, as it was before the command removes it.
             let removed = match &command {
-                ike_stub::SaCommand::RemoveSa(name) => installed_sa(t.gateway, name),
+                SaCommand::RemoveSa(name) => installed_sa(t.gateway, name),
                 _ => None,
             };
-            let (copies, refused) = match command.apply_first(t.gateway, t.now, workers - 1) {
+            let (copies, refused) = match t.gateway.apply_first(command, t.now, workers - 1) {
                 Ok(copies) => {
                     log_sa_change(self.plane.config(), &fallback, removed);
                     (copies, false)
@@ -468,7 +480,7 @@ impl Plane<'_> {
                 Err(e) => {
                     match &mut self.xfrm {
                         Some((_, mirror)) if index >= from_plane => mirror.note_apply_failed(&fallback, &e),
-                        _ => fallback.log_refused(&e),
+                        _ => ike_stub::plane::log_refused(&fallback, &e),
                     }
                     let copies = (1..workers)
                         .map(|_| WorkerCommand::Apply(fallback.clone()))
@@ -606,7 +618,7 @@ fn follow(t: &mut Tick<'_>, index: usize, links: &Links) {
     let (_, commands) = &links.commands[index];
     let mut applied = None;
     while let Ok((seq, command, refused_first)) = commands.try_recv() {
-        if let Err(e) = command.apply(t.gateway, t.now) {
+        if let Err(e) = t.gateway.apply_worker(command, t.now) {
             if refused_first {
                 // Worker 0 refused it too, and logged that.
                 tracing::debug!(worker = index, "control plane command: {e}");
@@ -774,22 +786,21 @@ pub fn run(args: &RunArgs) -> Result<()> {
     setup.only_own_mac = true;
     // Every worker resolves its own next hops and sees every ARP reply.
     setup.neighbor_limits.replies_for_other_workers = workers > 1;
-    let mut first = Gateway::new(setup, accel::build_engine(&spec)?);
-    // SAs with static keys resume above their ledger's marks, set for the
-    // install only: the plane's copy of the configuration, which a reload
-    // is compared with, has none.
+    // SAs with static keys resume above their ledger's marks, set on the
+    // commands that install them: the plane's copy of the configuration,
+    // which a reload is compared with, has none.
+    let mut commands = config.commands();
     if let Some(state) = &state {
-        state.prepare(&mut config.sas);
+        state.prepare(commands.iter_mut().filter_map(SaCommand::installs_mut));
     }
-    config
-        .install(&mut first, Duration::ZERO)
+    let first = Gateway::with_commands(setup, accel::build_engine(&spec)?, &commands, Duration::ZERO)
         .with_context(|| format!("cannot install {}", args.config.display()))?;
     for (_, sa) in first.sad().iter() {
         log_sa_installed(&config, sa.name(), sa.spi(), sa.params().direction, None, None);
     }
     if let Some(state) = &state {
         // The first reservations are durable before any worker starts.
-        state.attach(&first, &config.sas);
+        state.attach(&first, commands.iter().filter_map(SaCommand::installs));
         let reserved = state.round(state.elapsed())?;
         tracing::info!(
             dir = %state.path().display(),
@@ -797,9 +808,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
             previous_stop = if state.was_settled() { "clean: exact marks" } else { "not clean: reserved marks" },
             "sequence numbers of SAs with static keys resume from the state directory"
         );
-    }
-    for sa in &mut config.sas {
-        sa.ledger_mark = None;
     }
     let mut gateways = vec![first];
     for _ in 1..workers {
@@ -1165,13 +1173,13 @@ fn log_sa_installed(
 
 /// The one line of a command that installed or removed an SA, applied by
 /// worker 0 (the others apply the same; their copies share its state).
-fn log_sa_change(config: &Config, command: &ike_stub::SaCommand, removed: Option<SaSummary>) {
-    let reqid_of = |sa: &ike_stub::SaConfig| match sa.keys {
+fn log_sa_change(config: &Config, command: &SaCommand, removed: Option<SaSummary>) {
+    let reqid_of = |sa: &dataplane::command::SaSetup| match sa.key_source {
         ike_stub::KeySource::Xfrm { reqid } => Some(reqid),
         _ => None,
     };
     match command {
-        ike_stub::SaCommand::InstallSa(sa) => log_sa_installed(
+        SaCommand::InstallSa(sa) => log_sa_installed(
             config,
             &sa.params.name,
             sa.params.spi,
@@ -1179,7 +1187,7 @@ fn log_sa_change(config: &Config, command: &ike_stub::SaCommand, removed: Option
             reqid_of(sa),
             None,
         ),
-        ike_stub::SaCommand::ReplaceSa { old, new } => log_sa_installed(
+        SaCommand::ReplaceSa { old, new } => log_sa_installed(
             config,
             &new.params.name,
             new.params.spi,
@@ -1187,7 +1195,7 @@ fn log_sa_change(config: &Config, command: &ike_stub::SaCommand, removed: Option
             reqid_of(new),
             Some(old),
         ),
-        ike_stub::SaCommand::RemoveSa(_) => {
+        SaCommand::RemoveSa(_) => {
             // A removal of an SA that is not there (one a gateway refused)
             // removes nothing.
             let Some(sa) = removed else { return };

@@ -519,7 +519,7 @@ fn check_config(file: &Path) -> Result<()> {
 }
 
 fn pcap(args: &PcapArgs) -> Result<()> {
-    let mut config = load_config(&args.config)?;
+    let config = load_config(&args.config)?;
     // Offline there is no peer to run the keying exchange with.
     if let Some(t) = config.tunnels.iter().find(|t| t.secret.is_some()) {
         anyhow::bail!(
@@ -540,20 +540,29 @@ fn pcap(args: &PcapArgs) -> Result<()> {
             None
         }
     };
+    let mut commands = config.commands();
     if let Some(state) = &state {
-        state.prepare(&mut config.sas);
+        state.prepare(
+            commands
+                .iter_mut()
+                .filter_map(dataplane::command::SaCommand::installs_mut),
+        );
     }
     let input = File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
     let (reader, link) =
         drivers::pcap::open(BufReader::new(input)).with_context(|| format!("{}", args.input.display()))?;
     let (spec, style) = args.accel.apply(&config);
     let engine = accel::build_engine(&spec)?;
-    let mut gateway: Gateway = config
-        .build_gateway(link, engine, style, Duration::ZERO)
+    let mut gateway = Gateway::with_commands(config.setup(link, style), engine, &commands, Duration::ZERO)
         .with_context(|| format!("cannot install {}", args.config.display()))?;
     if let Some(state) = &state {
         // The first reservations are durable before the first frame.
-        state.attach(&gateway, &config.sas);
+        state.attach(
+            &gateway,
+            commands
+                .iter()
+                .filter_map(dataplane::command::SaCommand::installs),
+        );
         state.round(Duration::ZERO)?;
     }
     let output =

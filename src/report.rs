@@ -654,14 +654,13 @@ pub(crate) mod tests {
     ) -> (StatsReply, dataplane::Stats) {
         let config = Config::load(std::path::Path::new("configs/demo-a.toml")).unwrap();
         let engine = accel::build_engine(&config.engine).unwrap();
-        let gateway = config
-            .build_gateway(
-                dataplane::LinkLayer::Ethernet,
-                engine,
-                config.style,
-                std::time::Duration::ZERO,
-            )
-            .unwrap();
+        let gateway = dataplane::Gateway::with_commands(
+            config.setup(dataplane::LinkLayer::Ethernet, config.style),
+            engine,
+            &config.commands(),
+            std::time::Duration::ZERO,
+        )
+        .unwrap();
         let mut stats = *gateway.stats();
         total(&mut stats);
         (stats_reply(&gateway, None, None, stats, run), stats)

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use dataplane::command::SaSetup;
 use dataplane::Gateway;
 use ike_stub::ledger::{needs_entry, Ledger, Progress, Reservations, Salt};
 use ike_stub::{Config, KeySource, SaConfig};
@@ -338,18 +339,18 @@ impl StateDir {
             .with_context(|| format!("syncing the directory {}", self.path.display()))
     }
 
-    /// Gives each SA of `sas` that needs one its mark: the highest number
-    /// its keys may have been used with. Installed so, it resumes above it
+    /// Gives each SA of `sas` (the SAs commands install) that needs one
+    /// its mark: the highest number its keys may have been used with. Installed so, it resumes above it
     /// with its ceiling there, until [`Self::round`] raises it. An SA with
     /// the same keys tracked before (the one a reload replaces, whose
     /// copies some workers may still hold) gets no reservation from now on,
     /// so that it stays at or below the mark.
-    pub fn prepare(&self, sas: &mut [SaConfig]) {
+    pub fn prepare<'a>(&self, sas: impl IntoIterator<Item = &'a mut SaSetup>) {
         let mut inner = self.lock();
         let Inner {
             ledger, reservations, ..
         } = &mut *inner;
-        for sa in sas.iter_mut().filter(|s| needs_entry(s)) {
+        for sa in sas.into_iter().filter(|s| needs_entry(s)) {
             reservations.retire(ledger, sa);
             sa.ledger_mark = Some(ledger.ceiling(&ledger.fingerprint(sa)));
         }
@@ -357,12 +358,12 @@ impl StateDir {
 
     /// Starts keeping the ceilings of the SAs of `sas` (prepared by
     /// [`Self::prepare`]) installed in `gateway`.
-    pub fn attach(&self, gateway: &Gateway, sas: &[SaConfig]) {
+    pub fn attach<'a>(&self, gateway: &Gateway, sas: impl IntoIterator<Item = &'a SaSetup>) {
         let mut inner = self.lock();
         let Inner {
             ledger, reservations, ..
         } = &mut *inner;
-        for sa in sas.iter().filter(|s| s.ledger_mark.is_some()) {
+        for sa in sas.into_iter().filter(|s| s.ledger_mark.is_some()) {
             let Some(installed) = gateway
                 .sad()
                 .find(&sa.params.name)

@@ -663,10 +663,10 @@ pub fn show(args: &ShowArgs) -> Result<()> {
     let source = XfrmSource::open(netns.as_deref(), None)?.start()?;
     let engine = accel::build_engine(&config.engine).context("building the crypto engine")?;
     let started = std::time::Instant::now();
-    let mut gateway = config.build_gateway(
-        dataplane::LinkLayer::Ethernet,
+    let mut gateway = dataplane::Gateway::with_commands(
+        config.setup(dataplane::LinkLayer::Ethernet, config.style),
         engine,
-        config.style,
+        &config.commands(),
         Duration::ZERO,
     )?;
     let follow = Duration::try_from_secs_f64(args.follow.max(0.0)).unwrap_or(Duration::ZERO);
@@ -683,7 +683,7 @@ pub fn show(args: &ShowArgs) -> Result<()> {
         source.wait_and_drain(&mut mirror, elapsed, POLL);
         mirror.take_commands(&mut commands);
         for command in commands.drain(..) {
-            if let Err(e) = command.apply(&mut gateway, elapsed) {
+            if let Err(e) = gateway.apply(&command, elapsed) {
                 mirror.note_apply_failed(&command, &e);
             }
         }

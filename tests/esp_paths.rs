@@ -663,14 +663,13 @@ fn reloads_keep_inbound_sas_selected() {
     .unwrap();
     let config = ike_stub::Config::load(&path).unwrap();
     let engine = accel::build_engine(&accel::EngineSpec::default()).unwrap();
-    let mut b = config
-        .build_gateway(
-            dataplane::LinkLayer::RawIp,
-            engine,
-            accel::Style::Async,
-            std::time::Duration::ZERO,
-        )
-        .unwrap();
+    let mut b = dataplane::Gateway::with_commands(
+        config.setup(dataplane::LinkLayer::RawIp, accel::Style::Async),
+        engine,
+        &config.commands(),
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
     let mut plane = ike_stub::ControlPlane::new(config.clone());
     let mut a = wide_sender(alg);
     let frames = send_from_anywhere(&mut a);
@@ -728,18 +727,18 @@ fn reloads_keep_inbound_sas_selected() {
     assert!(
         commands
             .iter()
-            .any(|c| matches!(c, ike_stub::SaCommand::SetSelectors { sa, .. } if sa == "m-in")),
+            .any(|c| matches!(c, dataplane::command::SaCommand::SetSelectors { sa, .. } if sa == "m-in")),
         "{commands:?}"
     );
     assert!(
         !commands.iter().any(|c| matches!(
             c,
-            ike_stub::SaCommand::RemoveSa(_) | ike_stub::SaCommand::InstallSa(_)
+            dataplane::command::SaCommand::RemoveSa(_) | dataplane::command::SaCommand::InstallSa(_)
         )),
         "{commands:?}"
     );
     for command in &commands {
-        command.apply(&mut b, std::time::Duration::ZERO).unwrap();
+        b.apply(command, std::time::Duration::ZERO).unwrap();
     }
     let frames = send_from_anywhere(&mut a);
     assert_admitted(&frames, &receive(&mut b, &frames), in_prefix("192.168.0.0/16"));
@@ -753,7 +752,7 @@ fn reloads_keep_inbound_sas_selected() {
         1 + usize::from(config.exposed_keys_warning().is_some())
     );
     let _ = plane.reload(config).unwrap();
-    drop(plane.service(std::time::Duration::ZERO, &mut b, []));
+    drop(service(&mut plane, std::time::Duration::ZERO, &mut b, []));
     let frames = send_from_anywhere(&mut a);
     assert_admitted(&frames, &receive(&mut b, &frames), |_| true);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -37,9 +37,13 @@ fn site(a: bool, limits: LimitsSection, link: LinkLayer) -> Gateway {
     let config = Config::parse(Path::new("flood.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let mut setup = config.setup(link, Style::Async);
     setup.resolve_neighbors = link == LinkLayer::Ethernet;
-    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut gw, Duration::ZERO).unwrap();
-    gw
+    Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap()
 }
 
 fn ether(dst: [u8; 6], src: [u8; 6], ethertype: EthernetProtocol, payload: &[u8]) -> Vec<u8> {

@@ -194,9 +194,13 @@ fn shipped_gateway(name: &str, link: LinkLayer) -> dataplane::Gateway {
     let config = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(name))
         .expect("shipped config");
     let engine = accel::build_engine(&accel::EngineSpec::default()).expect("engine");
-    config
-        .build_gateway(link, engine, accel::Style::Async, Duration::ZERO)
-        .expect("installs")
+    dataplane::Gateway::with_commands(
+        config.setup(link, accel::Style::Async),
+        engine,
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .expect("installs")
 }
 
 /// Everything `gw` sends out of `port` for `frame` arriving on `from`.
@@ -1311,9 +1315,13 @@ fn site6_config(a: bool) -> Config {
 
 fn built(config: &Config, link: LinkLayer) -> dataplane::Gateway {
     let engine = accel::build_engine(&accel::EngineSpec::default()).expect("engine");
-    config
-        .build_gateway(link, engine, accel::Style::Async, Duration::ZERO)
-        .expect("installs")
+    dataplane::Gateway::with_commands(
+        config.setup(link, accel::Style::Async),
+        engine,
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .expect("installs")
 }
 
 /// What `gw` does with `frame` arriving on `from`: every output and its

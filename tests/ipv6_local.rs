@@ -34,9 +34,13 @@ fn gateway() -> Gateway {
     let config = Config::parse(Path::new("a.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.inside.address6.map(|(a, p)| (a, p.len())), Some((GW, 64)));
     let setup = config.setup(LinkLayer::Ethernet, Style::Async);
-    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut gw, Duration::ZERO).unwrap();
-    gw
+    Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap()
 }
 
 /// An Ethernet frame with an IPv6 packet carrying `icmp`.
@@ -224,8 +228,13 @@ fn ike_over_ipv6_reaches_the_control_plane_and_its_answers_leave() {
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     // As `espgw run` has it: unknown neighbours are solicited.
     setup.resolve_neighbors = true;
-    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut gw, Duration::ZERO).unwrap();
+    let mut gw = Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap();
     gw.open_encapsulation_port(4500);
     let mut pool = PacketPool::new(8);
     let udp = |dst_port: u16, payload: &[u8]| -> Vec<u8> {

@@ -74,9 +74,13 @@ fn end_with(
         let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
         let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
         setup.resolve_neighbors = resolve;
-        let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-        config.install(&mut gw, Duration::ZERO).unwrap();
-        return gw;
+        return Gateway::with_commands(
+            setup,
+            accel::build_engine(&EngineSpec::default()).unwrap(),
+            &config.commands(),
+            Duration::ZERO,
+        )
+        .unwrap();
     }
     let (own, far) = if a { (1, 2) } else { (2, 1) };
     let inside = interface(&mut built, "inside");
@@ -91,9 +95,13 @@ fn end_with(
     let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = resolve;
-    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut gw, Duration::ZERO).unwrap();
-    gw
+    Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap()
 }
 
 /// An Ethernet frame from a host to gateway A holding an IPv6/UDP packet.
@@ -569,9 +577,13 @@ fn transport_end_with(a: bool, edit: impl FnOnce(&mut ConfigBuilder)) -> Gateway
     edit(&mut built);
     let config = Config::parse(Path::new("t6.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
     let setup = config.setup(LinkLayer::Ethernet, Style::Async);
-    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut gw, Duration::ZERO).unwrap();
-    gw
+    Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap()
 }
 
 /// RFC 4303 §3.1.1 over IPv6: ESP goes after the hop-by-hop options (which
@@ -757,8 +769,13 @@ fn a_static_ipv6_neighbour_needs_no_solicitation() {
     assert_eq!(config.neighbors.last(), Some(&(HOST_B.into(), HOST_MAC)));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = true;
-    let mut b = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut b, Duration::ZERO).unwrap();
+    let mut b = Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap();
     let mut pool = PacketPool::new(8);
     let esp = esp_for_host_b(&mut a, &mut pool);
     let (verdict, out) = send(&mut b, &mut pool, Port::Outside, &esp);

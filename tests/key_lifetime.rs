@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use accel::{Algorithm, EngineKind, EngineSpec, Style};
 use common::{engine_spec, udp_packet, HOST_A};
+use dataplane::command::WorkerCommand;
 use dataplane::{Gateway, LinkLayer, PacketPool, Port, Verdict};
 use ike_stub::builder::{pattern_key, test_site, TunnelBuilder};
-use ike_stub::{Config, ControlPlane, WorkerCommand};
+use ike_stub::{Config, ControlPlane};
 use spd_sad::{Ipv4Prefix, Mode};
 use testkit::memscan::{self, Needle};
 
@@ -354,14 +355,14 @@ fn reload(workers: &[Worker; 2], text: String) -> ike_stub::ReloadReport {
         plane.take_commands(&mut commands);
         let mut copies = Vec::new();
         for command in commands {
-            copies.extend(command.apply_first(&mut state.gw, Duration::ZERO, 1).unwrap());
+            copies.extend(state.gw.apply_first(command, Duration::ZERO, 1).unwrap());
         }
         copies_tx.send((report, copies)).unwrap();
     });
     let (report, copies) = copies_rx.recv().unwrap();
     workers[1].run(move |state| {
         for command in copies {
-            command.apply(&mut state.gw, Duration::ZERO).unwrap();
+            state.gw.apply_worker(command, Duration::ZERO).unwrap();
         }
     });
     report
@@ -394,14 +395,13 @@ fn keys_die_with_their_sa(alg: Algorithm, engine: &EngineSpec) -> (usize, memsca
     // after.
     let inbound: Vec<Vec<u8>> = {
         let config = parse(&config_text(alg, std::slice::from_ref(&first), true));
-        let mut peer = config
-            .build_gateway(
-                LinkLayer::RawIp,
-                accel::build_engine(engine).unwrap(),
-                Style::Async,
-                Duration::ZERO,
-            )
-            .unwrap();
+        let mut peer = Gateway::with_commands(
+            config.setup(LinkLayer::RawIp, Style::Async),
+            accel::build_engine(engine).unwrap(),
+            &config.commands(),
+            Duration::ZERO,
+        )
+        .unwrap();
         let mut pool = PacketPool::new(64);
         let packets: Vec<Vec<u8>> = (0..8).map(|i| udp_packet(first.host(), HOST_A, 200, i)).collect();
         through(&mut peer, &mut pool, Port::Inside, &packets)
@@ -423,14 +423,13 @@ fn keys_die_with_their_sa(alg: Algorithm, engine: &EngineSpec) -> (usize, memsca
     let starter = std::thread::spawn(move || {
         memscan::mark_stack();
         let config = parse(&start_text);
-        let mut gw0 = config
-            .build_gateway(
-                LinkLayer::RawIp,
-                accel::build_engine(&engine_for_start).unwrap(),
-                Style::Async,
-                Duration::ZERO,
-            )
-            .unwrap();
+        let mut gw0 = Gateway::with_commands(
+            config.setup(LinkLayer::RawIp, Style::Async),
+            accel::build_engine(&engine_for_start).unwrap(),
+            &config.commands(),
+            Duration::ZERO,
+        )
+        .unwrap();
         let mut gw1 = gw0.fork(accel::build_engine(&engine_for_start).unwrap()).unwrap();
         gw0.place(0, 2);
         gw1.place(1, 2);

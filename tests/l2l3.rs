@@ -29,9 +29,13 @@ fn site_a(alg: Algorithm, outside_mtu: u16) -> Gateway {
     let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = true;
-    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut gw, Duration::ZERO).unwrap();
-    gw
+    Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap()
 }
 
 fn ether(dst: [u8; 6], src: [u8; 6], ethertype: EthernetProtocol, payload: &[u8]) -> Vec<u8> {

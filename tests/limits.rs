@@ -18,9 +18,13 @@ fn site_a(resolve: bool) -> Gateway {
     let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = resolve;
-    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut gw, Duration::ZERO).unwrap();
-    gw
+    Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap()
 }
 
 fn ethernet(payload: &[u8]) -> Vec<u8> {
@@ -130,8 +134,13 @@ fn frames_for_other_hosts_are_not_ours() {
     let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.only_own_mac = true;
-    let mut gw = Gateway::new(setup, accel::build_engine(&EngineSpec::default()).unwrap());
-    config.install(&mut gw, Duration::ZERO).unwrap();
+    let mut gw = Gateway::with_commands(
+        setup,
+        accel::build_engine(&EngineSpec::default()).unwrap(),
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .unwrap();
     let mut pool = PacketPool::new(8);
     let ours = ethernet(&udp_packet(HOST_A, HOST_B, 64, 1));
     let mut theirs = ours.clone();

@@ -197,9 +197,13 @@ impl Net {
         let site = |text: &str, seed: u64| {
             let config = parse(text);
             let engine = accel::build_engine(spec).expect("engine");
-            let gw = config
-                .build_gateway(LinkLayer::RawIp, engine, Style::Async, Duration::ZERO)
-                .expect("installs");
+            let gw = Gateway::with_commands(
+                config.setup(LinkLayer::RawIp, Style::Async),
+                engine,
+                &config.commands(),
+                Duration::ZERO,
+            )
+            .expect("installs");
             let mut plane = ControlPlane::new(config);
             plane.set_seed(seed);
             Site {
@@ -326,9 +330,12 @@ impl Net {
             let inbox = std::mem::take(&mut self.sites[s].inbox);
             let inbox = if self.mute[s] { Vec::new() } else { inbox };
             let site = &mut self.sites[s];
-            let datagrams = site
-                .plane
-                .service(now, &mut site.gw, inbox.iter().map(Vec::as_slice));
+            let datagrams = common::service(
+                &mut site.plane,
+                now,
+                &mut site.gw,
+                inbox.iter().map(Vec::as_slice),
+            );
             for d in datagrams {
                 let mut out = Vec::new();
                 self.sites[s]
@@ -689,7 +696,7 @@ fn reload_adds_removes_and_keeps_tunnels() {
     assert_eq!(report.added, vec!["u".to_owned()]);
     assert_eq!(report.unchanged, vec!["t".to_owned()]);
     assert!(report.removed.is_empty() && report.changed.is_empty());
-    drop(site.plane.service(now, &mut site.gw, []));
+    drop(common::service(&mut site.plane, now, &mut site.gw, []));
     assert_eq!(net.sa_names(0), ["t-in", "t-out", "u-in", "u-out"]);
     assert_eq!(
         sent(&net),
@@ -726,7 +733,7 @@ fn reload_adds_removes_and_keeps_tunnels() {
         (report.removed, report.changed),
         (vec!["t".to_owned()], vec!["u".to_owned()])
     );
-    drop(site.plane.service(now, &mut site.gw, []));
+    drop(common::service(&mut site.plane, now, &mut site.gw, []));
     assert_eq!(net.sa_names(0), ["u-in", "u-out"]);
     let sad = net.sites[0].gw.sad();
     assert_eq!(
@@ -1050,7 +1057,7 @@ fn a_reload_that_keeps_the_keys_keeps_the_sequence_numbers() {
             .expect("reload");
         assert_eq!(report.changed, vec!["t".to_owned()]);
         assert_eq!(report.carried_over.len(), 2, "{report:?}");
-        drop(site.plane.service(now, &mut site.gw, []));
+        drop(common::service(&mut site.plane, now, &mut site.gw, []));
     }
     net.traffic(5, true);
     net.settle(5);

@@ -111,7 +111,7 @@ fn a_hard_packet_limit_holds_across_workers() {
 /// workers as forks of the first worker's: one sequence counter, one usage.
 #[test]
 fn sas_installed_later_are_shared_by_every_worker() {
-    use ike_stub::{SaCommand, WorkerCommand};
+    use dataplane::command::{SaCommand, WorkerCommand};
     use std::time::Duration;
 
     let text = tunnel_config(Algorithm::Aes128Gcm16, "tunnel", false, true);
@@ -125,16 +125,16 @@ fn sas_installed_later_are_shared_by_every_worker() {
     sa.params.name = "t-out.1".into();
     sa.params.spi = 0x4444;
     let commands = [
-        SaCommand::InstallSa(Box::new(sa)),
+        SaCommand::InstallSa(Box::new(sa.setup())),
         SaCommand::Repoint {
             policy: "t-out".into(),
             sa: "t-out.1".into(),
         },
     ];
     for command in commands {
-        for copy in command.apply_first(&mut first, Duration::ZERO, 1).unwrap() {
+        for copy in first.apply_first(command, Duration::ZERO, 1).unwrap() {
             assert!(matches!(copy, WorkerCommand::Adopt(_) | WorkerCommand::Apply(_)));
-            copy.apply(&mut second, Duration::ZERO).unwrap();
+            second.apply_worker(copy, Duration::ZERO).unwrap();
         }
     }
     let mut pool = dataplane::PacketPool::new(4);

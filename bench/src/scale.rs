@@ -4,8 +4,9 @@
 //! One outbound gateway (site A of the sweep, soft engine, inline single
 //! pass) is given `tunnels` tunnels to its peer, each with its own SA pair
 //! and subnet pair (10.100.0.0/24, 10.100.1.0/24, ... beside the sweep's
-//! own 192.168.2.0/24) and a protect policy each way, through the control
-//! plane's own commands ([`ike_stub::SaCommand`]). `--policies` pads the
+//! own 192.168.2.0/24) and a protect policy each way, through the
+//! commands keying sources give a gateway
+//! ([`dataplane::command::SaCommand`]). `--policies` pads the
 //! SPD with TCP discard policies consulted first (so a linear SPD would
 //! walk them all); the UDP test traffic matches none of them. Traffic is
 //! spread evenly over every tunnel, one flow each, in batches of
@@ -31,10 +32,10 @@ use std::net::Ipv4Addr;
 use std::path::{Path as FsPath, PathBuf};
 use std::time::{Duration, Instant};
 
-use accel::{Algorithm, EngineSpec, Style};
+use accel::{Algorithm, EngineSpec, SecretBytes, Style};
 use anyhow::{bail, ensure, Context};
+use dataplane::command::{KeySource, PolicyAction, PolicySetup, SaCommand, SaSetup};
 use dataplane::{Gateway, Output, PacketBuf, PacketPool, Port, Verdict};
-use ike_stub::{KeySource, PolicyAction, PolicyConfig, SaCommand, SaConfig};
 use smoltcp::wire::Ipv4Packet;
 use spd_sad::{
     proto, FlowKey, Ipv4Prefix, Lifetime, Mode, PolicyDirection, PortRange, ProtocolSelector, SaDirection,
@@ -147,8 +148,8 @@ fn sa(
     direction: SaDirection,
     spi: u32,
     selector: Option<Selector>,
-) -> SaConfig {
-    SaConfig {
+) -> SaSetup {
+    SaSetup {
         params: SaParams {
             name,
             direction,
@@ -163,12 +164,11 @@ fn sa(
             selectors: selector.into_iter().collect(),
         },
         algorithm,
-        enc_key: key(algorithm.enc_key_len(), spi as usize),
-        auth_key: key(algorithm.auth_key_len(), spi as usize + 7),
+        enc_key: SecretBytes::new(&key(algorithm.enc_key_len(), spi as usize)),
+        auth_key: SecretBytes::new(&key(algorithm.auth_key_len(), spi as usize + 7)),
         initial_seq: 0,
-        admits_any: false,
         // Synthetic keys that never leave the process.
-        keys: KeySource::File,
+        key_source: KeySource::File,
         // Nothing leaves the process: no sequence ledger.
         ledger_mark: None,
     }
@@ -201,14 +201,14 @@ fn tunnel_commands(algorithm: Algorithm, t: usize) -> [SaCommand; 4] {
             0x20_0000 + t as u32,
             Some(inward),
         ))),
-        SaCommand::InsertPolicy(PolicyConfig {
+        SaCommand::InsertPolicy(PolicySetup {
             name: out_policy,
             direction: PolicyDirection::Out,
             priority: TUNNEL_PRIORITY,
             selector: selector(local_net(), remote_net(t)),
             action: PolicyAction::Protect(out_sa),
         }),
-        SaCommand::InsertPolicy(PolicyConfig {
+        SaCommand::InsertPolicy(PolicySetup {
             name: format!("s{t}-in"),
             direction: PolicyDirection::In,
             priority: TUNNEL_PRIORITY,
@@ -220,7 +220,7 @@ fn tunnel_commands(algorithm: Algorithm, t: usize) -> [SaCommand; 4] {
 
 /// Padding policy `k` of `tunnels`: TCP to one port of some tunnel's
 /// subnet, in three shapes, discarded.
-fn padding(k: usize, tunnels: usize) -> PolicyConfig {
+fn padding(k: usize, tunnels: usize) -> PolicySetup {
     let net = remote_net(k % tunnels);
     let (src, dst) = match k % 3 {
         0 => (Ipv4Prefix::host(host_in(local_net(), (k % 253 + 2) as u8)), net),
@@ -228,7 +228,7 @@ fn padding(k: usize, tunnels: usize) -> PolicyConfig {
         _ => (local_net(), net),
     };
     let port = (k % 60_000 + 1) as u16;
-    PolicyConfig {
+    PolicySetup {
         name: format!("pad{k}"),
         direction: PolicyDirection::Out,
         priority: PADDING_PRIORITY,
@@ -369,15 +369,14 @@ fn build(opts: &ScaleOptions, tunnels: usize, policies: usize) -> anyhow::Result
     let started = Instant::now();
     for t in 1..tunnels {
         for command in tunnel_commands(opts.algorithm, t) {
-            command
-                .apply(&mut gw, now)
+            gw.apply(&command, now)
                 .with_context(|| format!("installing tunnel {t}"))?;
         }
     }
     let setup_s = started.elapsed().as_secs_f64();
     let own = gw.spd().len();
     for k in 0..policies.saturating_sub(own) {
-        SaCommand::InsertPolicy(padding(k, tunnels)).apply(&mut gw, now)?;
+        gw.apply(&SaCommand::InsertPolicy(padding(k, tunnels)), now)?;
     }
     let (frames, flows): (Vec<_>, Vec<_>) = (0..tunnels).map(|t| frame_for(opts.frame_size, t)).unzip();
     for flow in &flows {
@@ -590,7 +589,7 @@ fn churn(
             .collect();
         let start = Instant::now();
         for c in &commands {
-            c.apply(gw, now).context("churn install")?;
+            gw.apply(c, now).context("churn install")?;
         }
         install += start.elapsed();
         between(gw, traffic, None)?;
@@ -623,7 +622,7 @@ fn churn(
         ];
         let start = Instant::now();
         for c in &commands {
-            c.apply(gw, now).context("churn rekey")?;
+            gw.apply(c, now).context("churn rekey")?;
         }
         rekey += start.elapsed();
         if i % 100 == 99 {
@@ -635,7 +634,7 @@ fn churn(
     for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
         let start = Instant::now();
         for &i in chunk {
-            SaCommand::RemoveSa(format!("churn{i}")).apply(gw, now)?;
+            gw.apply(&SaCommand::RemoveSa(format!("churn{i}")), now)?;
         }
         delete += start.elapsed();
         between(gw, traffic, None)?;
@@ -970,15 +969,14 @@ mod tests {
         let mut gw = gateway(Some(opts.algorithm), true, 64, &setup).unwrap();
         for t in 1..4 {
             for c in tunnel_commands(opts.algorithm, t) {
-                c.apply(&mut gw, Duration::ZERO).unwrap();
+                gw.apply(&c, Duration::ZERO).unwrap();
             }
         }
         let frames = (0..4).map(|t| frame_for(64, t).0).collect();
         let mut traffic = Traffic::new(frames);
         traffic.fill(|_| false).unwrap();
         assert_eq!(traffic.run(&mut gw, Duration::ZERO).1, 0);
-        SaCommand::RemoveSa("s2-out".into())
-            .apply(&mut gw, Duration::ZERO)
+        gw.apply(&SaCommand::RemoveSa("s2-out".into()), Duration::ZERO)
             .unwrap();
         traffic.fill(|_| false).unwrap();
         let (sent, dropped, _) = traffic.run(&mut gw, Duration::ZERO);

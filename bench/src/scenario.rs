@@ -403,7 +403,12 @@ pub fn gateway6(
 fn gateway_of(config: ConfigBuilder, engine: &EngineSetup) -> anyhow::Result<Gateway> {
     let config = config.parse_as(Path::new("<bench>"))?;
     let built = accel::build_engine(&engine.spec)?;
-    Ok(config.build_gateway(LinkLayer::Ethernet, built, engine.style, Duration::ZERO)?)
+    Ok(Gateway::with_commands(
+        config.setup(LinkLayer::Ethernet, engine.style),
+        built,
+        &config.commands(),
+        Duration::ZERO,
+    )?)
 }
 
 #[cfg(test)]

@@ -52,9 +52,13 @@ pub fn site(a: bool, link: LinkLayer) -> Gateway {
 
 pub fn build(config: &Config, link: LinkLayer) -> Gateway {
     let engine = accel::build_engine(&EngineSpec::default()).expect("the soft engine builds");
-    config
-        .build_gateway(link, engine, Style::Async, Duration::ZERO)
-        .expect("config installs")
+    Gateway::with_commands(
+        config.setup(link, Style::Async),
+        engine,
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .expect("config installs")
 }
 
 /// The (encryption, integrity) keys site A sends with, which site B

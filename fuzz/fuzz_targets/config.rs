@@ -21,7 +21,12 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(config) => {
             let engine = accel::build_engine(&EngineSpec::default()).expect("the soft engine builds");
-            let _ = config.build_gateway(LinkLayer::Ethernet, engine, Style::Async, Duration::ZERO);
+            let _ = dataplane::Gateway::with_commands(
+                config.setup(LinkLayer::Ethernet, Style::Async),
+                engine,
+                &config.commands(),
+                Duration::ZERO,
+            );
             let plane = ike_stub::ControlPlane::new(config);
             let _ = plane.tunnels(Duration::ZERO);
         }

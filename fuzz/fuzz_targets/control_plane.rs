@@ -82,12 +82,13 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use accel::Algorithm;
+use dataplane::command::SaCommand;
 use dataplane::{Gateway, LinkLayer};
 use ike_stub::builder::{LifetimeBuilder, RekeySection};
 use ike_stub::message::{peek, ControlSpi, Kind, Message, Peek, SPI_LEN};
 use ike_stub::plane::{udp_payload, MAX_HALF_OPEN};
 use ike_stub::prf::{ControlKeys, Side, TunnelSecrets, NONCE_LEN};
-use ike_stub::{Config, ControlPlane, SaCommand};
+use ike_stub::{Config, ControlPlane};
 use libfuzzer_sys::fuzz_target;
 use spd_sad::SaEvent;
 
@@ -515,7 +516,7 @@ fn settle(
                 sa.params.name
             );
         }
-        if let Err(e) = command.apply(gateway, now) {
+        if let Err(e) = gateway.apply(&command, now) {
             panic!("{command:?} did not apply: {e}");
         }
     }

@@ -45,9 +45,13 @@ fuzz_target!(|data: &[u8]| {
         ..EngineSpec::default()
     })
     .expect("the engine builds");
-    let mut gateway = config
-        .build_gateway(link, engine, Style::Async, Duration::ZERO)
-        .expect("config installs");
+    let mut gateway = dataplane::Gateway::with_commands(
+        config.setup(link, Style::Async),
+        engine,
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .expect("config installs");
     let mut lines = Vec::new();
     let run = match pcap::run_with_verdicts(&mut gateway, port, reader, Vec::new(), &mut lines) {
         Ok(run) => run,

@@ -35,9 +35,13 @@ fuzz_target!(|data: &[u8]| {
     let config = Config::parse(Path::new("xfrm.toml"), CONFIG).expect("the fixed configuration");
     let engine = accel::build_engine(&accel::EngineSpec::default()).expect("the soft engine");
     let now = Duration::from_secs(1);
-    let mut gateway = config
-        .build_gateway(dataplane::LinkLayer::Ethernet, engine, accel::Style::Async, now)
-        .expect("a gateway");
+    let mut gateway = dataplane::Gateway::with_commands(
+        config.setup(dataplane::LinkLayer::Ethernet, accel::Style::Async),
+        engine,
+        &config.commands(),
+        now,
+    )
+    .expect("a gateway");
     let mut mirror = XfrmMirror::new(MirrorSettings {
         local_addresses: vec![
             IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
@@ -53,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
         }
         mirror.take_commands(&mut commands);
         for command in commands.drain(..) {
-            if let Err(e) = command.apply(&mut gateway, now) {
+            if let Err(e) = gateway.apply(&command, now) {
                 panic!("the gateway refused {command:?}: {e}");
             }
         }
@@ -62,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
     mirror.flush();
     mirror.take_commands(&mut commands);
     for command in commands.drain(..) {
-        if let Err(e) = command.apply(&mut gateway, now) {
+        if let Err(e) = gateway.apply(&command, now) {
             panic!("the gateway refused {command:?}: {e}");
         }
     }

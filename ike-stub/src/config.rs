@@ -1,5 +1,7 @@
-//! Loading and validating a gateway configuration (TOML), and installing it
-//! into a [`Gateway`].
+//! Loading and validating a gateway configuration (TOML), and the commands
+//! that install it ([`Config::commands`]): the SAs and policies it holds,
+//! in the gateway's own setup types ([`dataplane::command`]). A driver
+//! applies them to its gateways; nothing here holds one.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
@@ -8,23 +10,25 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use accel::{
-    Algorithm, BufferPolicy, Completion, CompletionKind, DeviceProfile, Engine, EngineKind, EngineSpec,
-    SecConfig, Session, SessionSpec, Style,
+    Algorithm, BufferPolicy, Completion, CompletionKind, DeviceProfile, EngineKind, EngineSpec, SecConfig,
+    Session, Style,
 };
+use dataplane::command::{SaCommand, SaSetup};
 use dataplane::icmp::IcmpLimits;
 use dataplane::neighbor::NeighborLimits;
-use dataplane::{
-    EthernetAddress, Gateway, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route, Route6,
-};
+use dataplane::{EthernetAddress, GatewaySetup, Interface, InterfaceKind, LinkLayer, Port, Route, Route6};
 use smoltcp::wire::Ipv4Cidr;
 use spd_sad::{
-    Action, IpPrefix, Ipv4Prefix, Ipv6Prefix, Lifetime, Limits, Mode, Policy, PolicyDirection, PortRange,
-    ProtocolSelector, SaDirection, SaParams, Selector, UdpEncap, MAX_WINDOW,
+    IpPrefix, Ipv4Prefix, Ipv6Prefix, Lifetime, Limits, Mode, PolicyDirection, PortRange, ProtocolSelector,
+    SaDirection, SaParams, Selector, UdpEncap, MAX_WINDOW,
 };
 use zeroize::Zeroizing;
 
 use crate::error::{ConfigError, ConfigErrorKind, Locator};
 use crate::raw::{RawConfig, RawLifetime, RawPolicy, RawPorts, RawRoute, RawSa, RawTunnel, SecretText, S};
+
+// The file's policies and key sources are the gateway's own vocabulary.
+pub use dataplane::command::{KeySource, PolicyAction, PolicySetup};
 
 /// Default anti-replay window (packets).
 pub const DEFAULT_REPLAY_WINDOW: u32 = 64;
@@ -36,27 +40,8 @@ pub const DEFAULT_NAT_KEEPALIVE: Duration = Duration::from_secs(20);
 /// Default TTL of outer tunnel headers.
 pub const DEFAULT_OUTER_TTL: u8 = 64;
 
-/// Where an SA's keys come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeySource {
-    /// The configuration file: the same keys at every start, so the SA's
-    /// counter and replay window must go on where they stopped (the
-    /// sequence ledger of a state directory, see [`crate::ledger`]).
-    File,
-    /// An exchange with the peer (a `[[tunnel]]` with a `secret`): fresh
-    /// keys from both ends' nonces every time. In [`Config::sas`] such an
-    /// SA is a template without keys or SPI, which names the tunnel's first
-    /// SAs for its policies and carries their selectors; the control plane
-    /// installs the real ones once the exchange is done.
-    Exchange,
-    /// The kernel's XFRM SAD of the keying namespace, where an IKE daemon
-    /// (or `ip xfrm state add`) put it, under this `reqid`: mirrored by
-    /// [`crate::xfrm`]. The daemon may keep an SA across espgw's restarts,
-    /// so its sequence numbers are kept like those of static keys.
-    Xfrm { reqid: u32 },
-}
-
-/// A validated SA with its keys.
+/// A validated SA with its keys, as the file gives it; the gateway
+/// installs its [`setup`](SaConfig::setup).
 #[derive(Clone, PartialEq, Eq)]
 pub struct SaConfig {
     pub params: SaParams,
@@ -73,13 +58,28 @@ pub struct SaConfig {
     /// in `check-config`. Otherwise an inbound SA's selectors are those of
     /// the inbound policies naming it.
     pub admits_any: bool,
-    /// Where the keys came from.
+    /// Where the keys came from. [`KeySource::Exchange`]: an SA of a
+    /// `[[tunnel]]` with a `secret`, which in [`Config::sas`] is a template
+    /// without keys or SPI: it names the tunnel's first SAs for its
+    /// policies and carries their selectors; the control plane installs
+    /// the real ones once the exchange is done.
     pub keys: KeySource,
-    /// Set by a driver that keeps a ledger of sequence numbers, never by
-    /// the file: the highest number this SA's keys may have been used
-    /// with before. The SA resumes above it and uses no number beyond its
-    /// durable ceiling (see [`spd_sad::SecurityAssociation::resume_above`]).
-    pub ledger_mark: Option<u64>,
+}
+
+impl SaConfig {
+    /// The SA as the gateway installs it: its keys copied into key memory,
+    /// no ledger mark (a driver that keeps a ledger sets it).
+    pub fn setup(&self) -> SaSetup {
+        SaSetup {
+            params: self.params.clone(),
+            algorithm: self.algorithm,
+            enc_key: accel::SecretBytes::new(&self.enc_key),
+            auth_key: accel::SecretBytes::new(&self.auth_key),
+            initial_seq: self.initial_seq,
+            key_source: self.keys,
+            ledger_mark: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for SaConfig {
@@ -90,27 +90,9 @@ impl std::fmt::Debug for SaConfig {
             .field("initial_seq", &self.initial_seq)
             .field("admits_any", &self.admits_any)
             .field("key_source", &self.keys)
-            .field("ledger_mark", &self.ledger_mark)
             .field("keys", &"<redacted>")
             .finish()
     }
-}
-
-/// What a configured policy does; SAs are named until installation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PolicyAction {
-    Protect(String),
-    Bypass,
-    Discard,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyConfig {
-    pub name: String,
-    pub direction: PolicyDirection,
-    pub priority: u32,
-    pub selector: Selector,
-    pub action: PolicyAction,
 }
 
 /// A `[[tunnel]]`: what the control plane needs to rekey it. Its first
@@ -253,7 +235,7 @@ pub struct Config {
     /// Interval of NAT keepalives to UDP-encapsulated peers; `None`: none.
     pub nat_keepalive: Option<Duration>,
     pub sas: Vec<SaConfig>,
-    pub policies: Vec<PolicyConfig>,
+    pub policies: Vec<PolicySetup>,
     pub tunnels: Vec<TunnelConfig>,
     pub rekey: RekeySettings,
     pub limits: FloodLimits,
@@ -265,45 +247,6 @@ pub struct Config {
     /// The permission bits of the file as it was read ([`Config::load`]);
     /// `None` for text parsed without a file.
     pub file_mode: Option<u32>,
-}
-
-/// Why a validated configuration could not be installed.
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    // The cause is in the message, not also chained as a source: `{:#}`
-    // printers (anyhow) would print it twice.
-    #[error("SA `{sa}`: {reason}")]
-    Session { sa: String, reason: accel::SessionError },
-    #[error(transparent)]
-    Sad(#[from] spd_sad::SadError),
-    /// The engine refused the SA's session.
-    #[error("SA `{sa}`: {reason}")]
-    Engine {
-        sa: String,
-        reason: accel::RegisterError,
-    },
-    /// The gateway refused the SA's shape (the file's checks let it by).
-    #[error(transparent)]
-    Refused(dataplane::InstallSaError),
-}
-
-impl InstallError {
-    pub(crate) fn from_gateway(sa: &str, e: dataplane::InstallSaError) -> InstallError {
-        match e {
-            dataplane::InstallSaError::Sad(e) => InstallError::Sad(e),
-            dataplane::InstallSaError::Engine(accel::RegisterError::Keys(reason)) => InstallError::Session {
-                sa: sa.to_owned(),
-                reason,
-            },
-            dataplane::InstallSaError::Engine(reason) => InstallError::Engine {
-                sa: sa.to_owned(),
-                reason,
-            },
-            e @ (dataplane::InstallSaError::TransportOverUdp(_)
-            | dataplane::InstallSaError::Ipv6Outer { .. }
-            | dataplane::InstallSaError::MixedFamilies { .. }) => InstallError::Refused(e),
-        }
-    }
 }
 
 impl Config {
@@ -391,43 +334,33 @@ impl Config {
         }
     }
 
-    /// Builds a gateway with every SA and policy of this configuration
-    /// installed at time `now`, on `engine`, submitting in `style`.
-    pub fn build_gateway(
-        &self,
-        link: LinkLayer,
-        engine: Box<dyn Engine>,
-        style: Style,
-        now: Duration,
-    ) -> Result<Gateway, InstallError> {
-        let mut gateway = Gateway::new(self.setup(link, style), engine);
-        self.install(&mut gateway, now)?;
-        Ok(gateway)
-    }
-
-    /// Registers a session per SA, installs SAs (inbound ones with their
-    /// selectors, filled in by validation), then policies. SAs keyed by an
-    /// exchange are not installed: until the control plane has keyed them,
-    /// their policies discard.
-    pub fn install(&self, gateway: &mut Gateway, now: Duration) -> Result<(), InstallError> {
-        for sa in self.sas.iter().filter(|s| s.keys == KeySource::File) {
-            install_sa(gateway, sa, now)?;
-        }
+    /// What installs this configuration in a gateway, in order: SAs with
+    /// static keys (inbound ones with their selectors, filled in by
+    /// validation), the encapsulation ports the keying needs open, then
+    /// policies. SAs keyed by an exchange are not installed: until the
+    /// control plane has keyed them, their policies discard.
+    pub fn commands(&self) -> Vec<SaCommand> {
+        let mut commands: Vec<SaCommand> = self
+            .sas
+            .iter()
+            .filter(|s| s.keys == KeySource::File)
+            .map(|sa| SaCommand::InstallSa(Box::new(sa.setup())))
+            .collect();
         // The IKE daemon of the keying namespace may move to the NAT-T
         // port before any SA of it exists there (the IKE relay's).
         if matches!(self.keying, Keying::Xfrm { netns: Some(_) }) {
-            gateway.open_encapsulation_port(crate::xfrm::relay::RelayPorts::default().nat_t);
+            commands.push(SaCommand::OpenEncapsulationPort(
+                crate::xfrm::relay::RelayPorts::default().nat_t,
+            ));
         }
         // The exchange of a UDP-encapsulated tunnel runs on its port.
         for tunnel in self.tunnels.iter().filter(|t| t.secret.is_some()) {
             if let Some(encap) = tunnel.encap {
-                gateway.open_encapsulation_port(encap.local_port);
+                commands.push(SaCommand::OpenEncapsulationPort(encap.local_port));
             }
         }
-        for policy in &self.policies {
-            install_policy(gateway, policy);
-        }
-        Ok(())
+        commands.extend(self.policies.iter().cloned().map(SaCommand::InsertPolicy));
+        commands
     }
 
     /// Whether this configuration holds keys or secrets.
@@ -540,64 +473,12 @@ fn read_wiped(path: &Path) -> std::io::Result<(Zeroizing<Vec<u8>>, FileStatus)> 
 }
 
 /// The selectors of the inbound policies naming SA `name`.
-fn selectors_of(policies: &[PolicyConfig], name: &str) -> Vec<Selector> {
+fn selectors_of(policies: &[PolicySetup], name: &str) -> Vec<Selector> {
     policies
         .iter()
         .filter(|p| p.direction == PolicyDirection::In && p.action == PolicyAction::Protect(name.to_owned()))
         .map(|p| p.selector)
         .collect()
-}
-
-/// Installs one SA (its selectors as given) with a new session.
-pub fn install_sa(gateway: &mut Gateway, sa: &SaConfig, now: Duration) -> Result<(), InstallError> {
-    let name = &sa.params.name;
-    let keys =
-        SessionSpec::new(sa.algorithm, sa.params.esn, &sa.enc_key, &sa.auth_key).map_err(|reason| {
-            InstallError::Session {
-                sa: name.clone(),
-                reason,
-            }
-        })?;
-    let id = gateway
-        .install_sa(sa.params.clone(), keys, now)
-        .map_err(|e| InstallError::from_gateway(name, e))?;
-    if sa.initial_seq > 0 {
-        if let Some(installed) = gateway.sad_mut().get_mut(id) {
-            match sa.params.direction {
-                SaDirection::Outbound => installed.set_last_sequence(sa.initial_seq),
-                SaDirection::Inbound => installed.set_replay_top(sa.initial_seq),
-            }
-        }
-    }
-    if let (Some(mark), Some(installed)) = (sa.ledger_mark, gateway.sad_mut().get_mut(id)) {
-        installed.resume_above(mark);
-    }
-    Ok(())
-}
-
-/// The SPD action of `action` in `gateway`: a named SA becomes its id.
-pub fn resolve_action(gateway: &Gateway, action: &PolicyAction) -> Action {
-    match action {
-        PolicyAction::Protect(name) => match gateway.sad().find(name) {
-            Some(id) => Action::Protect(id),
-            // Validation guarantees the name exists; fail closed otherwise.
-            None => Action::Discard,
-        },
-        PolicyAction::Bypass => Action::Bypass,
-        PolicyAction::Discard => Action::Discard,
-    }
-}
-
-/// Inserts one policy, its SA looked up by name.
-pub fn install_policy(gateway: &mut Gateway, policy: &PolicyConfig) {
-    let action = resolve_action(gateway, &policy.action);
-    gateway.spd_mut().insert(Policy {
-        name: policy.name.clone(),
-        direction: policy.direction,
-        priority: policy.priority,
-        selector: policy.selector,
-        action,
-    });
 }
 
 /// The words of a policy's `action`.
@@ -895,7 +776,7 @@ impl Validator<'_> {
                 );
             }
         }
-        let policies: Vec<PolicyConfig> = policies.into_iter().map(|(_, p)| p).collect();
+        let policies: Vec<PolicySetup> = policies.into_iter().map(|(_, p)| p).collect();
         let sas = sas
             .into_iter()
             .map(|(_, mut sa)| {
@@ -1788,7 +1669,6 @@ impl Validator<'_> {
             initial_seq: s.initial_seq.unwrap_or(0),
             admits_any: self.admits_any(s.selectors.as_ref(), direction)?,
             keys: KeySource::File,
-            ledger_mark: None,
         };
         self.check_session(&sa, s.enc_key.as_ref().and_then(span).or(span(&s.name)))?;
         Ok(sa)
@@ -1822,7 +1702,7 @@ impl Validator<'_> {
     fn tunnel(
         &self,
         t: &RawTunnel,
-    ) -> Result<(TunnelConfig, SaConfig, SaConfig, PolicyConfig, PolicyConfig), ConfigError> {
+    ) -> Result<(TunnelConfig, SaConfig, SaConfig, PolicySetup, PolicySetup), ConfigError> {
         let name = t.name.get_ref();
         if name.is_empty() || name.len() > crate::message::MAX_NAME || name.contains(char::is_whitespace) {
             return self.err(
@@ -2001,7 +1881,6 @@ impl Validator<'_> {
                 initial_seq: initial_seq.unwrap_or(0),
                 admits_any: false,
                 keys,
-                ledger_mark: None,
             };
             if keys == KeySource::File {
                 self.check_session(&sa, enc.and_then(span).or(span(&t.name)))?;
@@ -2034,14 +1913,14 @@ impl Validator<'_> {
             src_ports: PortRange::ANY,
             dst_ports: PortRange::ANY,
         };
-        let out_policy = PolicyConfig {
+        let out_policy = PolicySetup {
             name: format!("{name}-out"),
             direction: PolicyDirection::Out,
             priority,
             selector: selector(local_subnet, remote_subnet),
             action: PolicyAction::Protect(out_sa.params.name.clone()),
         };
-        let in_policy = PolicyConfig {
+        let in_policy = PolicySetup {
             name: format!("{name}-in"),
             direction: PolicyDirection::In,
             priority,
@@ -2075,7 +1954,7 @@ impl Validator<'_> {
         }
     }
 
-    fn policy(&self, p: &RawPolicy) -> Result<PolicyConfig, ConfigError> {
+    fn policy(&self, p: &RawPolicy) -> Result<PolicySetup, ConfigError> {
         let direction: PolicyDirection =
             self.keyword(&p.direction, ConfigErrorKind::Value, |other, expected| {
                 format!("policy direction `{other}` must be {expected}")
@@ -2126,7 +2005,7 @@ impl Validator<'_> {
             (ActionWord::Bypass, None) => PolicyAction::Bypass,
             (ActionWord::Discard, None) => PolicyAction::Discard,
         };
-        Ok(PolicyConfig {
+        Ok(PolicySetup {
             name: p.name.get_ref().clone(),
             direction,
             priority: p.priority.unwrap_or(DEFAULT_PRIORITY),
@@ -2138,7 +2017,7 @@ impl Validator<'_> {
     fn cross_check(
         &self,
         sas: &[(Option<Range<usize>>, SaConfig)],
-        policies: &[(Option<Range<usize>>, PolicyConfig)],
+        policies: &[(Option<Range<usize>>, PolicySetup)],
     ) -> Result<(), ConfigError> {
         for (i, (at, sa)) in sas.iter().enumerate() {
             let earlier = &sas[..i];

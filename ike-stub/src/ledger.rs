@@ -4,7 +4,7 @@
 //! AEAD the number is the nonce) and never accepts one it accepted.
 //!
 //! Every SA whose keys come from the file (see
-//! [`KeySource::File`](crate::config::KeySource)) has an entry: a
+//! [`KeySource::File`](dataplane::command::KeySource)) has an entry: a
 //! *ceiling*, the highest number it may use. The driver makes a ceiling
 //! durable before any copy of the SA may use a number up to it, so that
 //! whatever the process had used is at or below the ceiling in the file;
@@ -32,7 +32,7 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 use spd_sad::SaDirection;
 
-use crate::config::{KeySource, SaConfig};
+use dataplane::command::{KeySource, SaSetup};
 
 /// The first line of a ledger file: its format and version.
 pub const MAGIC: &str = "espgw sequence ledger 1";
@@ -153,8 +153,8 @@ const SETTLED: &str = "settled";
 /// Whether `sa` needs an entry: keys from the file or from the kernel's
 /// XFRM SAD (which an IKE daemon keeps across espgw's restarts), and,
 /// inbound, a replay window (without one the SA accepts anything anyway).
-pub fn needs_entry(sa: &SaConfig) -> bool {
-    matches!(sa.keys, KeySource::File | KeySource::Xfrm { .. })
+pub fn needs_entry(sa: &SaSetup) -> bool {
+    matches!(sa.key_source, KeySource::File | KeySource::Xfrm { .. })
         && !(sa.params.direction == SaDirection::Inbound && sa.params.replay_window == 0)
 }
 
@@ -182,13 +182,13 @@ impl Ledger {
     /// their SPI (what the peer's packets carry, and what a replay must
     /// match), and so do outbound ones without an AEAD, whose number is no
     /// nonce (and whose keys two SAs may share).
-    pub fn fingerprint(&self, sa: &SaConfig) -> Fingerprint {
+    pub fn fingerprint(&self, sa: &SaSetup) -> Fingerprint {
         let mut mac =
             <Hmac<Sha256> as KeyInit>::new_from_slice(&self.salt.0).unwrap_or_else(|_| unreachable!());
         mac.update(b"espgw ledger fingerprint 1\0");
         let direction: &str = sa.params.direction.into();
         mac.update(direction.as_bytes());
-        for key in [&sa.enc_key, &sa.auth_key] {
+        for key in [&sa.enc_key[..], &sa.auth_key[..]] {
             mac.update(&(key.len() as u32).to_be_bytes());
             mac.update(key);
         }
@@ -443,11 +443,11 @@ impl<H> Default for Reservations<H> {
 
 impl<H: Clone> Reservations<H> {
     /// Starts keeping the ceiling of the SA behind `handle`, installed
-    /// from `sa` with [`SaConfig::ledger_mark`] set to the ledger's ceiling
+    /// from `sa` with [`SaSetup::ledger_mark`] set to the ledger's ceiling
     /// of its fingerprint. An SA tracked under the same fingerprint before
     /// (the one a reload replaced) gets no more reservations: the new one
     /// resumed above everything it was ever given.
-    pub fn track(&mut self, ledger: &Ledger, sa: &SaConfig, handle: H) {
+    pub fn track(&mut self, ledger: &Ledger, sa: &SaSetup, handle: H) {
         let fingerprint = ledger.fingerprint(sa);
         self.tracked.retain(|t| t.fingerprint != fingerprint);
         self.tracked.push(Tracked {
@@ -463,7 +463,7 @@ impl<H: Clone> Reservations<H> {
     /// fingerprint, if any: call it when `sa` is about to take the
     /// ledger's ceiling as its mark, so that nothing raises the one before
     /// it past that mark while some worker may still hold a copy of it.
-    pub fn retire(&mut self, ledger: &Ledger, sa: &SaConfig) {
+    pub fn retire(&mut self, ledger: &Ledger, sa: &SaSetup) {
         let fingerprint = ledger.fingerprint(sa);
         self.tracked.retain(|t| t.fingerprint != fingerprint);
     }
@@ -550,13 +550,11 @@ impl<H: Clone> Reservations<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::KeySource;
-    use accel::Algorithm;
+    use accel::{Algorithm, SecretBytes};
     use spd_sad::{Lifetime, Mode, SaParams};
-    use zeroize::Zeroizing;
 
-    fn sa(direction: SaDirection, spi: u32, key: u8) -> SaConfig {
-        SaConfig {
+    fn sa(direction: SaDirection, spi: u32, key: u8) -> SaSetup {
+        SaSetup {
             params: SaParams {
                 name: format!("sa-{spi:x}"),
                 direction,
@@ -571,11 +569,10 @@ mod tests {
                 selectors: Vec::new(),
             },
             algorithm: Algorithm::Aes128Gcm16,
-            enc_key: Zeroizing::new(vec![key; 20]),
-            auth_key: Zeroizing::new(Vec::new()),
+            enc_key: SecretBytes::new(&[key; 20]),
+            auth_key: SecretBytes::new(&[]),
             initial_seq: 0,
-            admits_any: false,
-            keys: KeySource::File,
+            key_source: KeySource::File,
             ledger_mark: None,
         }
     }
@@ -588,7 +585,7 @@ mod tests {
     fn fingerprints_differ_by_key_direction_and_salt_not_by_name() {
         let l = ledger();
         let out = sa(SaDirection::Outbound, 0x1001, 1);
-        let renamed = SaConfig {
+        let renamed = SaSetup {
             params: SaParams {
                 name: "renamed".into(),
                 ..out.params.clone()
@@ -798,7 +795,7 @@ mod tests {
         use std::collections::HashMap;
         let mut l = ledger();
         let out = sa(SaDirection::Outbound, 0x1001, 1);
-        let inn = SaConfig {
+        let inn = SaSetup {
             ledger_mark: Some(500),
             ..sa(SaDirection::Inbound, 0x1002, 2)
         };

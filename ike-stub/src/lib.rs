@@ -2,15 +2,17 @@
 //!
 //! Owns configuration (TOML: interfaces, routes, neighbours, SAs, policies
 //! and the `[[tunnel]]` shorthand), its validation with errors that name
-//! file, line and column, and the installation of SAs (registering one
-//! `accel` session per SA) and policies into a gateway; and the control
-//! plane (`plane`): rekeying tunnels with a peer over UDP 500 (`message`,
-//! keys from `prf`), retiring replaced SAs, and reloads; and the sequence
-//! ledger of SAs with static keys (`ledger`: fingerprints, the file's
-//! format, how far ahead each ceiling goes); and the `xfrm` keying source
-//! (`xfrm`: the kernel's XFRM SAD and SPD of a keying namespace, as an IKE
-//! daemon wrote them, translated into SAs and policies). It decides what the SAD and
-//! SPD hold; it never touches data packets and never does I/O.
+//! file, line and column, and the commands that install its SAs and
+//! policies; and the control plane (`plane`): rekeying tunnels with a peer
+//! over UDP 500 (`message`, keys from `prf`), retiring replaced SAs, and
+//! reloads; and the sequence ledger of SAs with static keys (`ledger`:
+//! fingerprints, the file's format, how far ahead each ceiling goes); and
+//! the `xfrm` keying source (`xfrm`: the kernel's XFRM SAD and SPD of a
+//! keying namespace, as an IKE daemon wrote them, translated into SAs and
+//! policies). It decides what the SAD and SPD hold, and says so in the
+//! gateway's own commands ([`dataplane::command::SaCommand`]), which the
+//! driver applies: it never holds a gateway, never touches data packets
+//! and never does I/O.
 
 #[cfg(any(test, feature = "testing"))]
 pub mod builder;
@@ -25,12 +27,9 @@ pub mod request;
 pub mod xfrm;
 
 pub use config::{
-    Config, FloodLimits, InstallError, KeySource, Keying, LinkOverrides, PolicyAction, PolicyConfig,
-    RekeySettings, SaConfig, TunnelConfig,
+    Config, FloodLimits, KeySource, Keying, LinkOverrides, PolicyAction, PolicySetup, RekeySettings,
+    SaConfig, TunnelConfig,
 };
 pub use error::{ConfigError, ConfigErrorKind};
-pub use plane::{
-    ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, SaCommand, TunnelStatus,
-    WorkerCommand,
-};
+pub use plane::{ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, TunnelStatus};
 pub use request::{ControlRequest, RequestError};

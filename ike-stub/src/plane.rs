@@ -3,8 +3,11 @@
 //! configuration reloads.
 //!
 //! Sans-IO like the gateway: it is fed SA lifetime events, the control
-//! datagrams the gateway delivered and the time, and it answers with
-//! [`SaCommand`]s for every worker's gateway and [`Datagram`]s to send.
+//! datagrams the gateway delivered, what the gateway's ESP showed (which
+//! SAs carried packets, where encapsulated peers are: the driver reads it
+//! off its gateway, as the plane holds none) and the time, and it answers
+//! with [`SaCommand`]s for every worker's gateway to apply and
+//! [`Datagram`]s to send.
 //! A datagram must not leave before the commands issued ahead of it are
 //! applied everywhere ([`Datagram::after_commands`]): the responder's new
 //! inbound SA must exist before the initiator can learn it and switch.
@@ -36,256 +39,48 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use dataplane::{Gateway, SaCrypto};
+use dataplane::command::{KeySource, SaCommand, SaSetup};
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams, SecurityAssociation, Selector};
+use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams, Selector, UdpEncap};
 
-use crate::config::{
-    install_policy, install_sa, resolve_action, Config, InstallError, KeySource, PolicyConfig, RekeySettings,
-    SaConfig, TunnelConfig,
-};
+use crate::config::{Config, PolicySetup, RekeySettings, SaConfig, TunnelConfig};
 use crate::message::{peek, ControlSpi, Kind, Message, MessageError, SPI_LEN};
 use crate::prf::{ControlKeys, Side, TunnelSecrets, NONCE_LEN};
 use dataplane::nat::NON_ESP_MARKER;
 use dataplane::CONTROL_PORT;
 
-/// A change to every worker's SAD or SPD.
-#[derive(Debug, Clone)]
-pub enum SaCommand {
-    /// Install an SA (inbound selectors already filled in).
-    InstallSa(Box<SaConfig>),
-    /// Delete an SA; its keys are zeroized with its last session.
-    RemoveSa(String),
-    /// Replace SA `old` by `new`, which has the same keys: `new` takes
-    /// over its sequence counter and replay window.
-    ReplaceSa {
-        old: String,
-        new: Box<SaConfig>,
-    },
-    InsertPolicy(PolicyConfig),
-    RemovePolicy(String),
-    /// Point a `protect` policy at another SA (the switch of a rekey).
-    Repoint {
-        policy: String,
-        sa: String,
-    },
-    /// Set what policy `policy` does (the `xfrm` keying source: a policy
-    /// that discards until its SA arrives, then protects with it).
-    SetPolicyAction {
-        policy: String,
-        action: crate::PolicyAction,
-    },
-    /// Take UDP on this port (a tunnel keyed by an exchange over its
-    /// encapsulation port, before it has SAs).
-    OpenEncapsulationPort(u16),
-    /// Change what may arrive through an inbound SA, keeping its sequence
-    /// state (a reload that changed only the policies naming it).
-    SetSelectors {
-        sa: String,
-        selectors: Vec<Selector>,
-    },
-}
-
-/// Why a command could not be applied to a gateway.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    #[error(transparent)]
-    Install(#[from] InstallError),
-    #[error("no policy `{0}` to repoint")]
-    NoPolicy(String),
-    #[error("no SA `{0}` to change the selectors of")]
-    NoSa(String),
-}
-
-impl SaCommand {
-    /// The one line of a gateway refusing this command: what it would
-    /// have installed or changed stays out, and the policies naming a
-    /// missing SA discard. Never the SA's keys.
-    pub fn log_refused(&self, error: &dyn std::fmt::Display) {
-        let (mut sa, mut policy, mut port, mut spi, mut reqid) = (None, None, None, None, None);
-        match self {
-            SaCommand::InstallSa(new) | SaCommand::ReplaceSa { new, .. } => {
-                sa = Some(new.params.name.as_str());
-                spi = Some(format!("{:#010x}", new.params.spi));
-                if let KeySource::Xfrm { reqid: r } = new.keys {
-                    reqid = Some(r);
-                }
-            }
-            SaCommand::RemoveSa(name) | SaCommand::SetSelectors { sa: name, .. } => sa = Some(name.as_str()),
-            SaCommand::InsertPolicy(p) => policy = Some(p.name.as_str()),
-            SaCommand::RemovePolicy(name)
-            | SaCommand::Repoint { policy: name, .. }
-            | SaCommand::SetPolicyAction { policy: name, .. } => policy = Some(name.as_str()),
-            SaCommand::OpenEncapsulationPort(p) => port = Some(*p),
-        }
-        tracing::error!(
-            event = "install_refused",
-            sa,
-            spi,
-            reqid,
-            policy,
-            port,
-            reason = %error,
-            "the gateway refused a change, its traffic is dropped: {error}"
-        );
-    }
-
-    /// Applies the command to one gateway at time `now`.
-    pub fn apply(&self, gateway: &mut Gateway, now: Duration) -> Result<(), ApplyError> {
-        match self {
-            SaCommand::InstallSa(sa) => install_sa(gateway, sa, now)?,
-            SaCommand::RemoveSa(name) => {
-                if let Some(id) = gateway.sad().find(name) {
-                    drop(gateway.remove_sa(id));
-                }
-            }
-            SaCommand::ReplaceSa { old, new } => {
-                let state = take_sequence_state(gateway, old);
-                install_sa(gateway, new, now)?;
-                if let Some(state) = state {
-                    resume_sa(gateway, &new.params.name, &state);
-                }
-            }
-            SaCommand::InsertPolicy(policy) => install_policy(gateway, policy),
-            SaCommand::OpenEncapsulationPort(port) => gateway.open_encapsulation_port(*port),
-            SaCommand::RemovePolicy(name) => {
-                gateway.spd_mut().remove(name);
-            }
-            SaCommand::Repoint { policy, sa } => {
-                let action = resolve_action(gateway, &crate::PolicyAction::Protect(sa.clone()));
-                if !gateway.spd_mut().set_action(policy, action) {
-                    return Err(ApplyError::NoPolicy(policy.clone()));
-                }
-            }
-            SaCommand::SetPolicyAction { policy, action } => {
-                let action = resolve_action(gateway, action);
-                if !gateway.spd_mut().set_action(policy, action) {
-                    return Err(ApplyError::NoPolicy(policy.clone()));
-                }
-            }
-            SaCommand::SetSelectors { sa, selectors } => {
-                let installed = gateway
-                    .sad()
-                    .find(sa)
-                    .and_then(|id| gateway.sad_mut().get_mut(id))
-                    .ok_or_else(|| ApplyError::NoSa(sa.clone()))?;
-                installed
-                    .set_selectors(selectors.clone())
-                    .map_err(|e| ApplyError::Install(InstallError::Sad(e)))?;
+/// The one line of a gateway refusing `command`: what it would have
+/// installed or changed stays out, and the policies naming a missing SA
+/// discard. Never the SA's keys.
+pub fn log_refused(command: &SaCommand, error: &dyn std::fmt::Display) {
+    let (mut sa, mut policy, mut port, mut spi, mut reqid) = (None, None, None, None, None);
+    match command {
+        SaCommand::InstallSa(new) | SaCommand::ReplaceSa { new, .. } => {
+            sa = Some(new.params.name.as_str());
+            spi = Some(format!("{:#010x}", new.params.spi));
+            if let KeySource::Xfrm { reqid: r } = new.key_source {
+                reqid = Some(r);
             }
         }
-        Ok(())
+        SaCommand::RemoveSa(name) | SaCommand::SetSelectors { sa: name, .. } => sa = Some(name.as_str()),
+        SaCommand::InsertPolicy(p) => policy = Some(p.name.as_str()),
+        SaCommand::RemovePolicy(name)
+        | SaCommand::Repoint { policy: name, .. }
+        | SaCommand::SetPolicyAction { policy: name, .. } => policy = Some(name.as_str()),
+        SaCommand::OpenEncapsulationPort(p) => port = Some(*p),
     }
-}
-
-/// A command as every worker but the first applies it: a new SA arrives
-/// as a fork of the first worker's, so that all copies share one sequence
-/// counter and one lifetime usage (see [`spd_sad::SecurityAssociation::fork`]).
-pub enum WorkerCommand {
-    Adopt(Box<SecurityAssociation<SaCrypto>>),
-    /// Adopt an SA that replaces SA `old` of this worker (a
-    /// [`SaCommand::ReplaceSa`]): the outbound counter is shared already,
-    /// the replay window is this worker's own.
-    AdoptReplacing {
-        sa: Box<SecurityAssociation<SaCrypto>>,
-        old: String,
-    },
-    Apply(SaCommand),
-}
-
-impl std::fmt::Debug for WorkerCommand {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WorkerCommand::Adopt(sa) => write!(f, "Adopt({})", sa.name()),
-            WorkerCommand::AdoptReplacing { sa, old } => write!(f, "AdoptReplacing({} for {old})", sa.name()),
-            WorkerCommand::Apply(c) => write!(f, "Apply({c:?})"),
-        }
-    }
-}
-
-impl WorkerCommand {
-    pub fn apply(self, gateway: &mut Gateway, now: Duration) -> Result<(), ApplyError> {
-        match self {
-            WorkerCommand::Adopt(sa) => {
-                let name = sa.name().to_owned();
-                gateway
-                    .adopt_sa(*sa)
-                    .map_err(|e| ApplyError::Install(InstallError::from_gateway(&name, e)))?;
-                Ok(())
-            }
-            WorkerCommand::AdoptReplacing { mut sa, old } => {
-                if let Some(state) = take_sequence_state(gateway, &old) {
-                    sa.resume(&state);
-                }
-                let name = sa.name().to_owned();
-                gateway
-                    .adopt_sa(*sa)
-                    .map_err(|e| ApplyError::Install(InstallError::from_gateway(&name, e)))?;
-                Ok(())
-            }
-            WorkerCommand::Apply(command) => command.apply(gateway, now),
-        }
-    }
-}
-
-/// Removes SA `name` from `gateway`, returning its sequence state.
-fn take_sequence_state(gateway: &mut Gateway, name: &str) -> Option<spd_sad::SequenceState> {
-    let id = gateway.sad().find(name)?;
-    let state = gateway.sad().get(id).map(SecurityAssociation::sequence_state);
-    drop(gateway.remove_sa(id));
-    state
-}
-
-/// Continues SA `name` of `gateway` from `state`.
-fn resume_sa(gateway: &mut Gateway, name: &str, state: &spd_sad::SequenceState) {
-    if let Some(sa) = gateway
-        .sad()
-        .find(name)
-        .and_then(|id| gateway.sad_mut().get_mut(id))
-    {
-        sa.resume(state);
-    }
-}
-
-impl SaCommand {
-    /// Applies the command to the first worker's gateway and returns what
-    /// each other worker must apply for the same effect.
-    pub fn apply_first(
-        self,
-        first: &mut Gateway,
-        now: Duration,
-        others: usize,
-    ) -> Result<Vec<WorkerCommand>, ApplyError> {
-        self.apply(first, now)?;
-        let mut copies = Vec::with_capacity(others);
-        for _ in 0..others {
-            copies.push(match &self {
-                SaCommand::InstallSa(sa) => match first
-                    .sad()
-                    .find(&sa.params.name)
-                    .and_then(|id| first.sad().get(id))
-                {
-                    Some(installed) => WorkerCommand::Adopt(Box::new(installed.fork())),
-                    None => WorkerCommand::Apply(self.clone()),
-                },
-                SaCommand::ReplaceSa { old, new } => match first
-                    .sad()
-                    .find(&new.params.name)
-                    .and_then(|id| first.sad().get(id))
-                {
-                    Some(installed) => WorkerCommand::AdoptReplacing {
-                        sa: Box::new(installed.fork()),
-                        old: old.clone(),
-                    },
-                    None => WorkerCommand::Apply(self.clone()),
-                },
-                other => WorkerCommand::Apply(other.clone()),
-            });
-        }
-        Ok(copies)
-    }
+    tracing::error!(
+        event = "install_refused",
+        sa,
+        spi,
+        reqid,
+        policy,
+        port,
+        reason = %error,
+        "the gateway refused a change, its traffic is dropped: {error}"
+    );
 }
 
 /// A control message to send from the gateway's address on `to`.
@@ -907,15 +702,17 @@ impl ControlPlane {
     /// `switched` is still on its way (or lost): ESP under keys from both
     /// ends' fresh nonces proves it switched as well as that message would,
     /// so the answer does not expire under traffic that uses it.
-    pub fn observe(&mut self, now: Duration, gateway: &Gateway) {
-        self.follow_peers(gateway);
-        let used = |name: &str| {
-            gateway
-                .sad()
-                .find(name)
-                .and_then(|id| gateway.sad().get(id))
-                .is_some_and(|sa| sa.counters().packets > 0)
-        };
+    ///
+    /// The driver answers from its gateway (worker 0's, whose copies of
+    /// the SAs share their counts): `used`, whether the SA of a name has
+    /// carried packets; `peer`, as for [`follow_peers`](Self::follow_peers).
+    pub fn observe(
+        &mut self,
+        now: Duration,
+        used: impl Fn(&str) -> bool,
+        peer: impl Fn(Ipv4Addr, Ipv4Addr, UdpEncap) -> Option<(Ipv4Addr, u16)>,
+    ) {
+        self.follow_peers(peer);
         for index in 0..self.tunnels.len() {
             let tunnel = &self.tunnels[index];
             match &tunnel.phase {
@@ -933,7 +730,11 @@ impl ControlPlane {
     /// Takes in where the gateway's authenticated ESP says each
     /// UDP-encapsulated peer moved to, so that an exchange this end starts
     /// reaches a peer whose NAT mapping changed before it spoke IKE again.
-    pub fn follow_peers(&mut self, gateway: &Gateway) {
+    ///
+    /// `peer` is the driver's answer from its gateway: where the
+    /// UDP-encapsulated peer configured as `remote` (with `encap`) of our
+    /// `local` is now, address and port.
+    pub fn follow_peers(&mut self, peer: impl Fn(Ipv4Addr, Ipv4Addr, UdpEncap) -> Option<(Ipv4Addr, u16)>) {
         for tunnel in &mut self.tunnels {
             let Some(encap) = tunnel.config.encap else {
                 continue;
@@ -942,10 +743,9 @@ impl ControlPlane {
             let (IpAddr::V4(local), IpAddr::V4(remote)) = (tunnel.config.local, tunnel.config.remote) else {
                 continue;
             };
-            let Some(at) = gateway.encapsulated_peer(local, remote, encap) else {
+            let Some(at) = peer(local, remote, encap) else {
                 continue;
             };
-            let at = (at.address, at.port);
             if tunnel.dataplane_peer != Some(at) {
                 tunnel.dataplane_peer = Some(at);
                 tunnel.peer_at = Some(at);
@@ -1457,14 +1257,14 @@ impl ControlPlane {
             expires_at: now + budget,
         });
         tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered; new SAs installed, waiting for the peer to confirm");
-        let inbound = self.sa_config(
+        let inbound = self.sa_setup(
             index,
             SaDirection::Inbound,
             generation,
             spi,
             child_keys.first_to_second,
         );
-        let outbound = self.sa_config(
+        let outbound = self.sa_setup(
             index,
             SaDirection::Outbound,
             generation,
@@ -1539,14 +1339,14 @@ impl ControlPlane {
         let old = tunnel.current;
         // Whatever ran under an earlier control SA ends with it.
         self.end_exchanges(now, index);
-        let inbound = self.sa_config(
+        let inbound = self.sa_setup(
             index,
             SaDirection::Inbound,
             generation,
             our_spi,
             child_keys.second_to_first,
         );
-        let outbound = self.sa_config(
+        let outbound = self.sa_setup(
             index,
             SaDirection::Outbound,
             generation,
@@ -1851,8 +1651,8 @@ impl ControlPlane {
             expires_at: now + budget,
         };
         tracing::debug!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
-        let inbound = self.sa_config(index, SaDirection::Inbound, generation, spi, keys.first_to_second);
-        let outbound = self.sa_config(
+        let inbound = self.sa_setup(index, SaDirection::Inbound, generation, spi, keys.first_to_second);
+        let outbound = self.sa_setup(
             index,
             SaDirection::Outbound,
             generation,
@@ -1979,14 +1779,14 @@ impl ControlPlane {
                     .keys
                     .child(tunnel.config.algorithm, &our_nonce, &message.nonce);
                 let generation = tunnel.take_generation();
-                let inbound = self.sa_config(
+                let inbound = self.sa_setup(
                     index,
                     SaDirection::Inbound,
                     generation,
                     our_spi,
                     keys.second_to_first,
                 );
-                let outbound = self.sa_config(
+                let outbound = self.sa_setup(
                     index,
                     SaDirection::Outbound,
                     generation,
@@ -2068,20 +1868,20 @@ impl ControlPlane {
     }
 
     /// The SA of `direction` of a tunnel's generation.
-    fn sa_config(
+    fn sa_setup(
         &self,
         index: usize,
         direction: SaDirection,
         generation: u32,
         spi: u32,
         keys: crate::prf::SaKeys,
-    ) -> SaConfig {
+    ) -> SaSetup {
         let t = &self.tunnels[index].config;
         let selectors = match direction {
             SaDirection::Inbound => self.config.inbound_selectors(&t.sa_name(SaDirection::Inbound, 0)),
             SaDirection::Outbound => Vec::new(),
         };
-        SaConfig {
+        SaSetup {
             params: SaParams {
                 name: t.sa_name(direction, generation),
                 direction,
@@ -2096,11 +1896,10 @@ impl ControlPlane {
                 selectors,
             },
             algorithm: t.algorithm,
-            enc_key: keys.enc,
-            auth_key: keys.auth,
+            enc_key: accel::SecretBytes::new(&keys.enc),
+            auth_key: accel::SecretBytes::new(&keys.auth),
             initial_seq: 0,
-            admits_any: false,
-            keys: KeySource::Exchange,
+            key_source: KeySource::Exchange,
             ledger_mark: None,
         }
     }
@@ -2416,7 +2215,7 @@ impl ControlPlane {
             })
             .cloned()
             .collect();
-        let policy_differs = |p: &PolicyConfig, other: &Config| {
+        let policy_differs = |p: &PolicySetup, other: &Config| {
             let named_sa_changed = match &p.action {
                 crate::PolicyAction::Protect(sa) => {
                     sa_gone.contains(sa) || sa_new.iter().any(|s| &s.params.name == sa)
@@ -2431,7 +2230,7 @@ impl ControlPlane {
             .filter(|p| !owned(old, &p.name) && policy_differs(p, &new))
             .map(|p| p.name.clone())
             .collect();
-        let policy_new: Vec<PolicyConfig> = new
+        let policy_new: Vec<PolicySetup> = new
             .policies
             .iter()
             .filter(|p| !owned(&new, &p.name) && policy_differs(p, old))
@@ -2494,7 +2293,7 @@ impl ControlPlane {
         // Start: SAs, then the policies that name them.
         self.config = new;
         let mut sas: Vec<SaConfig> = sa_new;
-        let mut policies: Vec<PolicyConfig> = Vec::new();
+        let mut policies: Vec<PolicySetup> = Vec::new();
         for t in &starting {
             for direction in [SaDirection::Outbound, SaDirection::Inbound] {
                 // A tunnel keyed by exchange connects anew instead.
@@ -2520,10 +2319,10 @@ impl ControlPlane {
                 let old = sa.params.name.clone();
                 self.command(SaCommand::ReplaceSa {
                     old,
-                    new: Box::new(sa),
+                    new: Box::new(sa.setup()),
                 });
             } else {
-                self.command(SaCommand::InstallSa(Box::new(sa)));
+                self.command(SaCommand::InstallSa(Box::new(sa.setup())));
             }
         }
         for p in policies {
@@ -2552,42 +2351,6 @@ impl ControlPlane {
         }
         self.counters.reloads += 1;
         Ok(report)
-    }
-
-    /// Runs the plane beside one gateway (a single worker, or a test):
-    /// feeds it the gateway's lifetime events and `received` control
-    /// datagrams, applies its commands, and returns what to send, in
-    /// order. Several workers need [`ControlPlane::take_commands`] and the
-    /// ordering rule of [`Datagram::after_commands`] instead.
-    pub fn service<'a>(
-        &mut self,
-        now: Duration,
-        gateway: &mut Gateway,
-        received: impl IntoIterator<Item = &'a [u8]>,
-    ) -> Vec<Datagram> {
-        self.observe(now, gateway);
-        while let Some(event) = gateway.poll_event() {
-            let id = match event {
-                SaEvent::SoftExpired(id) | SaEvent::HardExpired(id) => id,
-            };
-            if let Some(name) = gateway.sad().get(id).map(|sa| sa.name().to_owned()) {
-                self.handle_sa_event(now, &name, event);
-            }
-        }
-        for packet in received {
-            self.handle_datagram(now, packet);
-        }
-        self.handle_timeout(now);
-        let mut commands = Vec::new();
-        self.take_commands(&mut commands);
-        for command in &commands {
-            if let Err(e) = command.apply(gateway, now) {
-                command.log_refused(&e);
-            }
-        }
-        let mut datagrams = Vec::new();
-        self.take_datagrams(&mut datagrams);
-        datagrams
     }
 }
 

@@ -700,6 +700,7 @@ secret = "{secret}"
     ];
     for sa in config.sas.iter().filter(|s| s.keys == ike_stub::KeySource::File) {
         shown.push(format!("{sa:?}"));
+        shown.push(format!("{:#?}", sa.setup()));
         shown.push(format!("{:?}", sa.params));
         let spec = accel::SessionSpec::new(sa.algorithm, sa.params.esn, &sa.enc_key, &sa.auth_key).unwrap();
         shown.push(format!("{spec:?}"));
@@ -716,7 +717,7 @@ secret = "{secret}"
     plane.take_commands(&mut commands);
     assert!(commands
         .iter()
-        .any(|c| matches!(c, ike_stub::SaCommand::InstallSa(_))));
+        .any(|c| matches!(c, dataplane::command::SaCommand::InstallSa(_))));
     shown.push(format!("{commands:#?}"));
     // Errors about keys do not quote them.
     let short = text.replace(keys[0], &keys[0][..30]);

@@ -59,14 +59,13 @@ fn site_b() -> (
 ) {
     let config = ike_stub::Config::parse(std::path::Path::new("b.toml"), SITE_B).expect("site B's config");
     let engine = accel::engine::build_engine(&accel::engine::EngineSpec::default()).expect("soft engine");
-    let gateway = config
-        .build_gateway(
-            dataplane::LinkLayer::RawIp,
-            engine,
-            accel::job::Style::Async,
-            std::time::Duration::ZERO,
-        )
-        .expect("config installs");
+    let gateway = dataplane::Gateway::with_commands(
+        config.setup(dataplane::LinkLayer::RawIp, accel::job::Style::Async),
+        engine,
+        &config.commands(),
+        std::time::Duration::ZERO,
+    )
+    .expect("config installs");
     let mut plane = ike_stub::ControlPlane::new(config);
     plane.set_seed(7);
     let secrets = ike_stub::prf::TunnelSecrets::derive(b"a fuzzing secret, longer than sixteen bytes", "t");
@@ -99,7 +98,7 @@ fn settle(
     let mut commands = Vec::new();
     plane.take_commands(&mut commands);
     for command in commands {
-        if let Err(e) = command.apply(gateway, now) {
+        if let Err(e) = gateway.apply(&command, now) {
             panic!("the plane issued a command the gateway refuses: {command:?}: {e}");
         }
     }

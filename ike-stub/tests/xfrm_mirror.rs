@@ -12,13 +12,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use dataplane::command::{PolicyAction, SaCommand};
 use ike_stub::xfrm::fixtures::{
     aead, auth, cipher, decode_steps, delete_policy, delete_sa, done, encap, encode_steps, expire, frame,
     new_policy, new_sa, parse_fixture, policy, replay_esn, state, template, transport, update_policy,
     update_sa, with_esn, Step,
 };
 use ike_stub::xfrm::{MirrorSettings, XfrmMirror};
-use ike_stub::{PolicyAction, SaCommand};
 use netlink_packet_xfrm::{
     XfrmAttrs, XfrmMessage, XFRM_MODE_BEET, XFRM_MODE_TRANSPORT, XFRM_MODE_TUNNEL, XFRM_POLICY_FWD,
     XFRM_POLICY_IN, XFRM_POLICY_OUT,
@@ -670,7 +670,7 @@ fn strongswan_tunnel_rekey_and_teardown_are_mirrored() {
         (LAB_A, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)))
     );
     assert_eq!(first.params.lifetime.hard.seconds, Some(3960));
-    assert_eq!(first.keys, ike_stub::KeySource::Xfrm { reqid: 1 });
+    assert_eq!(first.key_source, ike_stub::KeySource::Xfrm { reqid: 1 });
 }
 
 #[test]
@@ -785,7 +785,7 @@ fn libreswan_tunnel_rekey_and_teardown_are_mirrored() {
         (first.params.local, first.params.remote),
         (LAB_A, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)))
     );
-    assert_eq!(first.keys, ike_stub::KeySource::Xfrm { reqid: 16393 });
+    assert_eq!(first.key_source, ike_stub::KeySource::Xfrm { reqid: 16393 });
     // ESN and a window of 128 (XFRMA_REPLAY_ESN_VAL); no time limits in
     // the kernel (pluto rekeys by its own timers), byte and packet limits
     // of 2^63.
@@ -918,7 +918,7 @@ fn what_espgw_cannot_do_is_refused_and_its_traffic_discarded() {
 #[test]
 fn each_shape_maps_to_its_sa() {
     let (_, commands) = run("built-shapes.nl", true);
-    let installed: Vec<&ike_stub::SaConfig> = commands
+    let installed: Vec<&dataplane::command::SaSetup> = commands
         .iter()
         .filter_map(|c| match c {
             SaCommand::InstallSa(sa) => Some(&**sa),
@@ -948,7 +948,7 @@ fn each_shape_maps_to_its_sa() {
     assert_eq!(natt.params.lifetime.hard.packets, None);
     assert_eq!((natt.params.local, natt.params.remote), (US, PEER));
     assert_eq!(natt.params.direction, spd_sad::SaDirection::Outbound);
-    assert_eq!(natt.keys, ike_stub::KeySource::Xfrm { reqid: 2 });
+    assert_eq!(natt.key_source, ike_stub::KeySource::Xfrm { reqid: 2 });
     assert_eq!(installed[1].algorithm, accel::Algorithm::TripleDesSha1);
     assert_eq!(installed[2].algorithm, accel::Algorithm::Aes256Sha256);
     assert_eq!(&installed[2].auth_key[..], &[10u8; 32][..]);
@@ -966,7 +966,8 @@ fn each_shape_maps_to_its_sa() {
     // And every one installs.
     let mut gateway = gateway_with_v6();
     for c in &commands {
-        c.apply(&mut gateway, Duration::from_secs(1))
+        gateway
+            .apply(c, Duration::from_secs(1))
             .unwrap_or_else(|e| panic!("{}: {e}", render(c)));
     }
     assert_eq!(gateway.sad().len(), 4);
@@ -992,9 +993,13 @@ address = "192.0.2.1/24"
     }
     let config = ike_stub::Config::parse(Path::new("xfrm.toml"), &text).unwrap();
     let engine = accel::build_engine(&accel::EngineSpec::default()).unwrap();
-    config
-        .build_gateway(link, engine, accel::Style::Async, Duration::from_secs(1))
-        .unwrap()
+    dataplane::Gateway::with_commands(
+        config.setup(link, accel::Style::Async),
+        engine,
+        &config.commands(),
+        Duration::from_secs(1),
+    )
+    .unwrap()
 }
 
 /// A gateway whose outside has the addresses of [`US`] and [`US6`].
@@ -1030,7 +1035,8 @@ fn commands_apply_to_a_gateway() {
     let mut gateway = gateway(None, dataplane::LinkLayer::RawIp);
     let (_, commands) = run("built-rekey.nl", true);
     for c in &commands {
-        c.apply(&mut gateway, now)
+        gateway
+            .apply(c, now)
             .unwrap_or_else(|e| panic!("{}: {e}", render(c)));
     }
     let sad = gateway.sad();
@@ -1067,7 +1073,8 @@ fn every_built_scenario_applies_to_a_gateway() {
             let (_, commands) = run(name, durable);
             let mut gateway = gateway_with_v6();
             for c in &commands {
-                c.apply(&mut gateway, Duration::from_secs(1))
+                gateway
+                    .apply(c, Duration::from_secs(1))
                     .unwrap_or_else(|e| panic!("{name}: {}: {e}", render(c)));
             }
         }
@@ -1107,7 +1114,8 @@ fn fuzz_finds_stay_fixed() {
             }
             mirror.take_commands(&mut commands);
             for c in commands.drain(..) {
-                c.apply(&mut gateway, now)
+                gateway
+                    .apply(&c, now)
                     .unwrap_or_else(|e| panic!("{}: {}: {e}", path.display(), render(&c)));
             }
         }

@@ -9,9 +9,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::Duration;
 
+use dataplane::command::SaCommand;
 use ike_stub::xfrm::fixtures::{parse_fixture, Step};
 use ike_stub::xfrm::{MirrorSettings, XfrmMirror};
-use ike_stub::SaCommand;
 
 /// What a fixture's run removed and what it listed as superseded, in
 /// order.

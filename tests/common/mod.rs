@@ -106,9 +106,67 @@ pub fn gateway_from(toml: &str) -> Gateway {
 pub fn gateway_on(toml: &str, spec: &EngineSpec, style: Style) -> Gateway {
     let config = Config::parse(Path::new("test.toml"), toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
     let engine = accel::build_engine(spec).expect("engine builds");
-    config
-        .build_gateway(LinkLayer::RawIp, engine, style, Duration::ZERO)
-        .expect("config installs")
+    Gateway::with_commands(
+        config.setup(LinkLayer::RawIp, style),
+        engine,
+        &config.commands(),
+        Duration::ZERO,
+    )
+    .expect("config installs")
+}
+
+/// Runs `plane` beside one gateway (a single worker, as a test has it):
+/// tells it what the gateway's ESP showed, feeds it the gateway's
+/// lifetime events and `received` control datagrams, applies its
+/// commands, and returns what to send, in order. Several workers need
+/// `ControlPlane::take_commands`, `Gateway::apply_first` and the ordering
+/// rule of `Datagram::after_commands` instead (`espgw run`'s daemon).
+pub fn service<'a>(
+    plane: &mut ike_stub::ControlPlane,
+    now: Duration,
+    gateway: &mut Gateway,
+    received: impl IntoIterator<Item = &'a [u8]>,
+) -> Vec<ike_stub::Datagram> {
+    {
+        let gateway: &Gateway = gateway;
+        plane.observe(
+            now,
+            |name| {
+                gateway
+                    .sad()
+                    .find(name)
+                    .and_then(|id| gateway.sad().get(id))
+                    .is_some_and(|sa| sa.counters().packets > 0)
+            },
+            |local, remote, encap| {
+                gateway
+                    .encapsulated_peer(local, remote, encap)
+                    .map(|at| (at.address, at.port))
+            },
+        );
+    }
+    while let Some(event) = gateway.poll_event() {
+        let id = match event {
+            spd_sad::SaEvent::SoftExpired(id) | spd_sad::SaEvent::HardExpired(id) => id,
+        };
+        if let Some(name) = gateway.sad().get(id).map(|sa| sa.name().to_owned()) {
+            plane.handle_sa_event(now, &name, event);
+        }
+    }
+    for packet in received {
+        plane.handle_datagram(now, packet);
+    }
+    plane.handle_timeout(now);
+    let mut commands = Vec::new();
+    plane.take_commands(&mut commands);
+    for command in &commands {
+        if let Err(e) = gateway.apply(command, now) {
+            ike_stub::plane::log_refused(command, &e);
+        }
+    }
+    let mut datagrams = Vec::new();
+    plane.take_datagrams(&mut datagrams);
+    datagrams
 }
 
 /// Site A and site B of one tunnel, raw-IP framing.

@@ -1124,4 +1124,228 @@ impl Gateway {
             self.emit(waiting.buf, Err(DropReason::SeqNotReserved), out);
         }
     }
+
+    // Changes to the SAD and SPD as keying sources command them: they
+    // build the commands (`crate::command`), the front applies them.
+
+    /// A gateway built from `setup` on `engine`, with `commands` applied
+    /// in order at time `now` (a configuration's SAs, ports and policies).
+    pub fn with_commands(
+        setup: GatewaySetup,
+        engine: Box<dyn Engine>,
+        commands: &[crate::command::SaCommand],
+        now: Duration,
+    ) -> Result<Gateway, crate::command::ApplyError> {
+        let mut gateway = Gateway::new(setup, engine);
+        for command in commands {
+            gateway.apply(command, now)?;
+        }
+        Ok(gateway)
+    }
+
+    /// Applies `command` to this gateway at time `now`. A refused command
+    /// changes nothing it would have installed; the policies naming a
+    /// missing SA discard.
+    pub fn apply(
+        &mut self,
+        command: &crate::command::SaCommand,
+        now: Duration,
+    ) -> Result<(), crate::command::ApplyError> {
+        use crate::command::{ApplyError, InstallError, PolicyAction, SaCommand};
+        match command {
+            SaCommand::InstallSa(sa) => self.install_setup(sa, now)?,
+            SaCommand::RemoveSa(name) => {
+                if let Some(id) = self.sad.find(name) {
+                    drop(self.remove_sa(id));
+                }
+            }
+            SaCommand::ReplaceSa { old, new } => {
+                let state = self.take_sequence_state(old);
+                self.install_setup(new, now)?;
+                if let Some(state) = state {
+                    self.resume_sa(&new.params.name, &state);
+                }
+            }
+            SaCommand::InsertPolicy(policy) => self.insert_policy(policy),
+            SaCommand::OpenEncapsulationPort(port) => self.open_encapsulation_port(*port),
+            SaCommand::RemovePolicy(name) => {
+                self.spd.remove(name);
+            }
+            SaCommand::Repoint { policy, sa } => {
+                let action = self.resolve_action(&PolicyAction::Protect(sa.clone()));
+                if !self.spd.set_action(policy, action) {
+                    return Err(ApplyError::NoPolicy(policy.clone()));
+                }
+            }
+            SaCommand::SetPolicyAction { policy, action } => {
+                let action = self.resolve_action(action);
+                if !self.spd.set_action(policy, action) {
+                    return Err(ApplyError::NoPolicy(policy.clone()));
+                }
+            }
+            SaCommand::SetSelectors { sa, selectors } => {
+                let installed = self
+                    .sad
+                    .find(sa)
+                    .and_then(|id| self.sad.get_mut(id))
+                    .ok_or_else(|| ApplyError::NoSa(sa.clone()))?;
+                installed
+                    .set_selectors(selectors.clone())
+                    .map_err(|e| ApplyError::Install(InstallError::Sad(e)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `command` to the first worker's gateway and returns what
+    /// each of the `others` workers must apply for the same effect
+    /// ([`apply_worker`](Self::apply_worker)).
+    pub fn apply_first(
+        &mut self,
+        command: crate::command::SaCommand,
+        now: Duration,
+        others: usize,
+    ) -> Result<Vec<crate::command::WorkerCommand>, crate::command::ApplyError> {
+        use crate::command::{SaCommand, WorkerCommand};
+        self.apply(&command, now)?;
+        let installed = |name: &str| self.sad.find(name).and_then(|id| self.sad.get(id));
+        let mut copies = Vec::with_capacity(others);
+        for _ in 0..others {
+            copies.push(match &command {
+                SaCommand::InstallSa(sa) => match installed(&sa.params.name) {
+                    Some(installed) => WorkerCommand::Adopt(Box::new(installed.fork())),
+                    None => WorkerCommand::Apply(command.clone()),
+                },
+                SaCommand::ReplaceSa { old, new } => match installed(&new.params.name) {
+                    Some(installed) => WorkerCommand::AdoptReplacing {
+                        sa: Box::new(installed.fork()),
+                        old: old.clone(),
+                    },
+                    None => WorkerCommand::Apply(command.clone()),
+                },
+                other => WorkerCommand::Apply(other.clone()),
+            });
+        }
+        Ok(copies)
+    }
+
+    /// Applies, on a worker after the first, what the first worker's
+    /// [`apply_first`](Self::apply_first) handed it.
+    pub fn apply_worker(
+        &mut self,
+        command: crate::command::WorkerCommand,
+        now: Duration,
+    ) -> Result<(), crate::command::ApplyError> {
+        use crate::command::WorkerCommand;
+        match command {
+            WorkerCommand::Adopt(sa) => {
+                let name = sa.name().to_owned();
+                self.adopt_sa(*sa).map_err(|e| Self::install_error(&name, e))?;
+                Ok(())
+            }
+            WorkerCommand::AdoptReplacing { mut sa, old } => {
+                if let Some(state) = self.take_sequence_state(&old) {
+                    sa.resume(&state);
+                }
+                let name = sa.name().to_owned();
+                self.adopt_sa(*sa).map_err(|e| Self::install_error(&name, e))?;
+                Ok(())
+            }
+            WorkerCommand::Apply(command) => self.apply(&command, now),
+        }
+    }
+
+    /// Installs one SA (its selectors as given) with a new session, and
+    /// starts its sequence numbers where it says.
+    fn install_setup(
+        &mut self,
+        sa: &crate::command::SaSetup,
+        now: Duration,
+    ) -> Result<(), crate::command::InstallError> {
+        use crate::command::InstallError;
+        let name = &sa.params.name;
+        let keys =
+            SessionSpec::new(sa.algorithm, sa.params.esn, &sa.enc_key, &sa.auth_key).map_err(|reason| {
+                InstallError::Session {
+                    sa: name.clone(),
+                    reason,
+                }
+            })?;
+        let id = self
+            .install_sa(sa.params.clone(), keys, now)
+            .map_err(|e| Self::install_error(name, e))?;
+        if sa.initial_seq > 0 {
+            if let Some(installed) = self.sad.get_mut(id) {
+                match sa.params.direction {
+                    spd_sad::SaDirection::Outbound => installed.set_last_sequence(sa.initial_seq),
+                    spd_sad::SaDirection::Inbound => installed.set_replay_top(sa.initial_seq),
+                }
+            }
+        }
+        if let (Some(mark), Some(installed)) = (sa.ledger_mark, self.sad.get_mut(id)) {
+            installed.resume_above(mark);
+        }
+        Ok(())
+    }
+
+    /// Why SA `sa` was refused, as a command's error.
+    fn install_error(sa: &str, e: InstallSaError) -> crate::command::InstallError {
+        use crate::command::InstallError;
+        match e {
+            InstallSaError::Sad(e) => InstallError::Sad(e),
+            InstallSaError::Engine(RegisterError::Keys(reason)) => InstallError::Session {
+                sa: sa.to_owned(),
+                reason,
+            },
+            InstallSaError::Engine(reason) => InstallError::Engine {
+                sa: sa.to_owned(),
+                reason,
+            },
+            e @ (InstallSaError::TransportOverUdp(_)
+            | InstallSaError::Ipv6Outer { .. }
+            | InstallSaError::MixedFamilies { .. }) => InstallError::Refused(Box::new(e)),
+        }
+    }
+
+    /// The SPD action of `action`: a named SA becomes its id.
+    fn resolve_action(&self, action: &crate::command::PolicyAction) -> spd_sad::Action {
+        use crate::command::PolicyAction;
+        match action {
+            PolicyAction::Protect(name) => match self.sad.find(name) {
+                Some(id) => spd_sad::Action::Protect(id),
+                // A keying source names SAs it installed first; a gateway
+                // that refused one fails closed.
+                None => spd_sad::Action::Discard,
+            },
+            PolicyAction::Bypass => spd_sad::Action::Bypass,
+            PolicyAction::Discard => spd_sad::Action::Discard,
+        }
+    }
+
+    /// Inserts one policy, its SA looked up by name.
+    fn insert_policy(&mut self, policy: &crate::command::PolicySetup) {
+        let action = self.resolve_action(&policy.action);
+        self.spd.insert(spd_sad::Policy {
+            name: policy.name.clone(),
+            direction: policy.direction,
+            priority: policy.priority,
+            selector: policy.selector,
+            action,
+        });
+    }
+
+    /// Removes SA `name`, returning its sequence state.
+    fn take_sequence_state(&mut self, name: &str) -> Option<spd_sad::SequenceState> {
+        let id = self.sad.find(name)?;
+        let state = self.sad.get(id).map(SecurityAssociation::sequence_state);
+        drop(self.remove_sa(id));
+        state
+    }
+
+    /// Continues SA `name` from `state`.
+    fn resume_sa(&mut self, name: &str, state: &spd_sad::SequenceState) {
+        if let Some(sa) = self.sad.find(name).and_then(|id| self.sad.get_mut(id)) {
+            sa.resume(state);
+        }
+    }
 }

@@ -44,8 +44,7 @@ use super::decode::{decode_datagram, Decoded};
 use super::policy::{self, PolicyKey, Template, TranslatedPolicy, Verdict};
 use super::sa::{self, Classified, SaKey, IPPROTO_ESP};
 use super::{feedback, Refusal, Refused};
-use crate::config::{KeySource, PolicyAction, PolicyConfig, SaConfig};
-use crate::plane::SaCommand;
+use dataplane::command::{KeySource, PolicyAction, PolicySetup, SaCommand, SaSetup};
 
 /// What the mirror must know about the gateway it keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +186,7 @@ struct MirroredSa {
     age: (u64, u64),
     shape: Shape,
     state: SaState,
-    held: Option<Box<SaConfig>>,
+    held: Option<Box<SaSetup>>,
     /// What it admits in the gateways now (inbound).
     selectors: Vec<Selector>,
     /// The dump generation that last showed it.
@@ -374,7 +373,7 @@ impl XfrmMirror {
     /// there, and the policies naming it discard (`resolve_action`).
     pub fn note_apply_failed(&mut self, command: &SaCommand, error: &dyn std::fmt::Display) {
         self.counters.apply_failed += 1;
-        command.log_refused(error);
+        crate::plane::log_refused(command, error);
     }
 
     /// Reads one datagram from the socket (any number of messages).
@@ -655,14 +654,13 @@ impl XfrmMirror {
             algorithm: translated.algorithm,
             keys: self.fingerprint(&translated),
         };
-        let config = SaConfig {
+        let config = SaSetup {
             params: translated.params.clone(),
             algorithm: translated.algorithm,
-            enc_key: translated.enc_key.clone(),
-            auth_key: translated.auth_key.clone(),
+            enc_key: accel::SecretBytes::new(&translated.enc_key),
+            auth_key: accel::SecretBytes::new(&translated.auth_key),
             initial_seq: translated.initial_seq,
-            admits_any: false,
-            keys: KeySource::Xfrm {
+            key_source: KeySource::Xfrm {
                 reqid: translated.reqid,
             },
             ledger_mark: None,
@@ -1035,7 +1033,7 @@ impl XfrmMirror {
             match p.in_spd.replace(action.clone()) {
                 None => {
                     self.counters.policies_installed += 1;
-                    self.commands.push(SaCommand::InsertPolicy(PolicyConfig {
+                    self.commands.push(SaCommand::InsertPolicy(PolicySetup {
                         name: key.name(),
                         direction: p.translated.direction,
                         priority: p.translated.priority,

@@ -6,7 +6,7 @@
 //! Owns the translation only, sans-IO like the control plane: it is fed
 //! netlink datagrams as they came off a `NETLINK_XFRM` socket (dump
 //! replies and multicast notifications) with the time, and answers with
-//! [`SaCommand`](crate::SaCommand)s for every worker's gateway. It never
+//! [`SaCommand`](dataplane::command::SaCommand)s for every worker's gateway. It never
 //! opens a socket, enters a namespace or touches a packet; the driver that
 //! owns the socket is `espgw run`'s (`src/xfrm_source.rs`), and the
 //! commands go through the same path as the control plane's, between

@@ -434,6 +434,7 @@ fn round_up(n: usize, align: usize) -> usize {
 /// (tunnel mode: behind `outer_len` bytes of outer headers, IPv4 or IPv6,
 /// UDP included), and the largest packet that still fits `mtu` (for ICMP
 /// fragmentation-needed and packet-too-big).
+#[inline]
 pub fn protected_size(
     packet: &[u8],
     alg: Algorithm,

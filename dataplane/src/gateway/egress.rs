@@ -138,25 +138,30 @@ impl Egress {
         }
     }
 
+    #[inline]
     pub(super) fn interface(&self, port: Port) -> &Interface {
         &self.interfaces[port.index()]
     }
 
+    #[inline]
     pub(super) fn routes(&self) -> &RoutingTable {
         &self.routes
     }
 
+    #[inline]
     pub(super) fn neighbors(&self) -> &Neighbors {
         &self.neighbors
     }
 
     /// The framing of the outside port (and of the inside one unless it
     /// has its own).
+    #[inline]
     pub(super) fn link(&self) -> LinkLayer {
         self.link
     }
 
     /// The framing of one port.
+    #[inline]
     pub(super) fn link_of(&self, port: Port) -> LinkLayer {
         match port {
             Port::Inside => self.inside_link.unwrap_or(self.link),
@@ -165,11 +170,13 @@ impl Egress {
     }
 
     /// Whether this gateway answers ARP and neighbour solicitations.
+    #[inline]
     pub(super) fn answers_neighbors(&self) -> bool {
         self.answer_arp
     }
 
     /// Whether `addr` is one of the gateway's own addresses.
+    #[inline]
     pub(super) fn is_local(&self, addr: IpAddr) -> bool {
         self.interfaces.iter().any(|i| match addr {
             IpAddr::V4(v4) => i.address == v4,
@@ -178,6 +185,7 @@ impl Egress {
     }
 
     /// The next outer IPv4 identification.
+    #[inline]
     pub(super) fn next_ip_id(&mut self) -> u16 {
         self.ip_ids.take()
     }
@@ -189,6 +197,7 @@ impl Egress {
 
     /// Our address (IPv4 or IPv6) on the interface a packet to `to` leaves
     /// by: what the control plane's datagrams are sent from.
+    #[inline]
     pub(super) fn source_toward(&self, to: IpAddr) -> Option<IpAddr> {
         match to {
             IpAddr::V4(to) => {
@@ -203,6 +212,7 @@ impl Egress {
     }
 
     /// The port a packet to `dst` leaves by, if any route has it.
+    #[inline]
     pub(super) fn port_toward(&self, dst: IpAddr) -> Option<Port> {
         match dst {
             IpAddr::V4(dst) => self.routes.lookup(dst).map(|hop| hop.port),
@@ -214,6 +224,7 @@ impl Egress {
     /// when it still holds and the packet fits its MTU (`None`: sent).
     /// Otherwise the packet comes back for the normal route, and the hop
     /// is remembered for the next one.
+    #[inline]
     pub(super) fn send_protected(
         &mut self,
         sa: SaId,
@@ -274,6 +285,7 @@ impl Egress {
     }
 
     /// Routes a packet: next hop, MTU, link-layer header.
+    #[inline]
     pub(super) fn route(
         &mut self,
         buf: &mut PacketBuf,
@@ -301,6 +313,7 @@ impl Egress {
     }
 
     /// Routes an IPv6 packet (RFC 8200 §5: never fragmented here).
+    #[inline]
     fn route6(
         &mut self,
         buf: &mut PacketBuf,
@@ -319,6 +332,7 @@ impl Egress {
 
     /// Frames a routed packet for `next_hop` on `port`, or parks it while
     /// the next hop resolves; on a raw-IP port it goes as it is.
+    #[inline]
     fn send_to_neighbor(
         &mut self,
         buf: &mut PacketBuf,
@@ -458,6 +472,7 @@ impl Egress {
         Ok(())
     }
 
+    #[inline]
     fn frame(&self, buf: &mut PacketBuf, dst_mac: EthernetAddress, port: Port) -> Result<(), DropReason> {
         let src_mac = self.interfaces[port.index()].mac;
         let ethertype = match crate::wire::is_ipv6(buf.data()) {
@@ -561,6 +576,7 @@ impl Egress {
     }
 
     /// Packets an NDP advertisement released during classification.
+    #[inline]
     pub(super) fn take_released(&mut self, out: &mut Vec<Output>) {
         out.append(&mut self.released);
     }
@@ -582,6 +598,7 @@ impl Egress {
     }
 
     /// When a parked packet times out or a request is due again.
+    #[inline]
     pub(super) fn deadline(&self) -> Option<Duration> {
         self.neighbors.next_deadline()
     }

@@ -47,6 +47,7 @@ impl NatPeers {
     }
 
     /// Bumped on every move: what reassembly's sources follow.
+    #[inline]
     pub(super) fn epoch(&self) -> u64 {
         self.peers.epoch()
     }
@@ -94,6 +95,7 @@ impl NatPeers {
     /// Rebuilds the outer headers of the SAs whose peer moved, when any
     /// did since the last look: one load of a shared counter that is
     /// written only on a move, once a batch.
+    #[inline]
     pub(super) fn follow(&mut self, sad: &mut Sad<SaCrypto>) {
         let epoch = self.peers.epoch();
         if epoch == self.seen {

@@ -101,11 +101,13 @@ pub(super) struct EspIn {
 
 impl EspIn {
     /// Packets held for their inference or waiting for their ceiling.
+    #[inline]
     pub(super) fn live(&self) -> usize {
         self.held.len() + self.awaiting.len()
     }
 
     /// When a held or waiting packet times out.
+    #[inline]
     pub(super) fn deadline(&self) -> Option<Duration> {
         let held = self.held.front().map(|h| h.since + WAIT_LIMIT);
         let awaiting = self.awaiting.front().map(|w| w.since + WAIT_LIMIT);
@@ -114,6 +116,7 @@ impl EspIn {
 
     /// Prepares inbound ESP for the engine. `behind_held`: a new packet,
     /// which waits behind its SA's held ones; a released one does not.
+    #[inline]
     pub(super) fn prepare(
         &self,
         sad: &mut Sad<SaCrypto>,
@@ -160,11 +163,13 @@ impl EspIn {
     }
 
     /// Whether packets wait for a ceiling at all.
+    #[inline]
     pub(super) fn any_waiting(&self) -> bool {
         !self.awaiting.is_empty()
     }
 
     /// Whether a packet of `sa` waits for its ceiling.
+    #[inline]
     pub(super) fn waits(&self, sa: SaId) -> bool {
         self.awaiting.iter().any(|w| w.pending.sa == sa)
     }
@@ -234,6 +239,7 @@ impl EspIn {
     /// source is behind the peer, so the error takes the outbound policy
     /// like every packet of ours (through the tunnel, as Linux's output
     /// path sends it through the xfrm bundle).
+    #[inline]
     pub(super) fn finish(
         &self,
         lent: &mut Lent<'_>,

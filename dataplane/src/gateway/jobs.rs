@@ -117,15 +117,15 @@ pub(super) enum Outcome {
     Unknown,
 }
 
-/// A job the machine hands back: the packet and what the ESP stage needs
-/// to finish it.
-pub(super) struct Finished {
+/// What the machine knew of a job it hands back (the job itself carries
+/// the descriptor, with the engine's status, and the buffer).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Done {
     pub(super) outcome: Outcome,
     pub(super) direction: Direction,
-    /// The packet's `Pending`, with the engine's status in its descriptor
-    /// (`protected_len` is not kept: finishing does not need it).
-    pub(super) pending: Pending,
-    pub(super) buf: PacketBuf,
+    pub(super) sa: SaId,
+    /// The full sequence number, inbound.
+    pub(super) seq: u64,
 }
 
 /// The engine side of the gateway: the engine, its backlog and what is in
@@ -138,8 +138,6 @@ pub(super) struct JobMachine {
     backlog: VecDeque<Job>,
     /// The one job a sync-style submission hands over.
     single: VecDeque<Job>,
-    /// Completed jobs, reused between steps.
-    completions: Vec<Job>,
     /// Outbound packets run inline (an engine that computes on this CPU,
     /// single pass): they skip the backlog and the in-flight table, and
     /// `run_inline` runs them as one burst.
@@ -157,14 +155,15 @@ impl JobMachine {
             in_flight: Slab::default(),
             backlog: VecDeque::with_capacity(256),
             single: VecDeque::with_capacity(1),
-            completions: Vec::with_capacity(256),
         }
     }
 
+    #[inline]
     pub(super) fn style(&self) -> Style {
         self.style
     }
 
+    #[inline]
     pub(super) fn engine_kind(&self) -> EngineKind {
         self.engine.kind()
     }
@@ -178,6 +177,7 @@ impl JobMachine {
         self.engine.as_mut()
     }
 
+    #[inline]
     pub(super) fn next_completion(&self) -> NextCompletion {
         self.engine.next_completion()
     }
@@ -193,6 +193,7 @@ impl JobMachine {
     }
 
     /// Packets launched and not yet handed back.
+    #[inline]
     pub(super) fn live(&self) -> usize {
         self.in_flight.live + self.inline.len()
     }
@@ -201,6 +202,7 @@ impl JobMachine {
     /// hands it over). An outbound packet for an engine that runs inline
     /// joins the inline burst instead. The buffer comes back when the
     /// backlog is full.
+    #[inline]
     pub(super) fn launch(
         &mut self,
         now: Duration,
@@ -250,9 +252,11 @@ impl JobMachine {
         Ok(())
     }
 
-    /// Runs the inline outbound burst, handing every packet of it back in
-    /// order.
-    pub(super) fn run_inline(&mut self, finished: &mut Vec<Finished>) {
+    /// Runs the inline outbound burst and hands its jobs back in order
+    /// (outbound, with the SA's id as their `user`; they need no
+    /// [`settle`](Self::settle)).
+    #[inline]
+    pub(super) fn run_inline(&mut self, done: &mut Vec<Job>) {
         if self.inline.is_empty() {
             return;
         }
@@ -260,34 +264,17 @@ impl JobMachine {
         // that would not leaves its jobs pending, and they fail when
         // finished rather than being lost.
         self.engine.run_inline(&mut self.inline);
-        for job in self.inline.drain(..) {
-            finished.push(Finished {
-                outcome: Outcome::Completed,
-                direction: Direction::Encrypt,
-                pending: Pending {
-                    sa: SaId(job.user as u32),
-                    desc: job.desc,
-                    esp_offset: job.offset,
-                    seq: 0,
-                    protected_len: 0,
-                },
-                buf: job.buf,
-            });
-        }
+        done.append(&mut self.inline);
     }
 
     /// Hands queued jobs to the engine and collects what it has completed
-    /// by `now`, without waiting: returns how many jobs were submitted and
-    /// how many completions came back. A first pass of two goes back in
-    /// line for its second; everything else is handed back in `finished`.
-    pub(super) fn step(&mut self, now: Duration, finished: &mut Vec<Finished>) -> (usize, usize) {
+    /// by `now` into `done`, without waiting: returns how many jobs were
+    /// submitted and how many completions came back. Each completion goes
+    /// through [`settle`](Self::settle).
+    #[inline]
+    pub(super) fn step(&mut self, now: Duration, done: &mut Vec<Job>) -> (usize, usize) {
         let submitted = self.submit_queued(now);
-        let mut done = std::mem::take(&mut self.completions);
-        let completed = self.engine.poll_burst(now, &mut done);
-        for job in done.drain(..) {
-            self.complete(job, finished);
-        }
-        self.completions = done;
+        let completed = self.engine.poll_burst(now, done);
         (submitted, completed)
     }
 
@@ -320,21 +307,19 @@ impl JobMachine {
         taken
     }
 
-    /// A job came back from the engine (or was given up on).
-    fn complete(&mut self, mut job: Job, finished: &mut Vec<Finished>) {
+    /// A job came back from the engine (or was given up on): a first pass
+    /// of two goes back in line for its second (`None`); anything else
+    /// comes back with what the machine knew of it.
+    #[inline]
+    pub(super) fn settle(&mut self, mut job: Job) -> Option<(Job, Done)> {
         let Some(entry) = self.in_flight.remove(job.user as usize) else {
-            return finished.push(Finished {
+            let done = Done {
                 outcome: Outcome::Unknown,
                 direction: Direction::Encrypt,
-                pending: Pending {
-                    sa: SaId(u32::MAX),
-                    desc: job.desc,
-                    esp_offset: job.offset,
-                    seq: 0,
-                    protected_len: 0,
-                },
-                buf: job.buf,
-            });
+                sa: SaId(u32::MAX),
+                seq: 0,
+            };
+            return Some((job, done));
         };
         if !entry.abandoned && entry.phase == Phase::First && job.desc.status == Status::Done {
             job.user = self.in_flight.insert(InFlight {
@@ -351,30 +336,25 @@ impl JobMachine {
             } else {
                 self.backlog.push_back(job);
             }
-            return;
+            return None;
         }
-        finished.push(Finished {
+        let done = Done {
             outcome: if entry.abandoned {
                 Outcome::Abandoned
             } else {
                 Outcome::Completed
             },
             direction: entry.direction,
-            pending: Pending {
-                sa: entry.sa,
-                desc: job.desc,
-                esp_offset: job.offset,
-                seq: entry.seq,
-                protected_len: 0,
-            },
-            buf: job.buf,
-        });
+            sa: entry.sa,
+            seq: entry.seq,
+        };
+        Some((job, done))
     }
 
     /// Gives up on jobs the engine has held past [`JOB_TIMEOUT`]: they come
     /// back (through the engine's `reclaim`, from the backlog, or later
     /// when their completion turns up) as [`Outcome::Abandoned`].
-    pub(super) fn expire(&mut self, now: Duration, finished: &mut Vec<Finished>) {
+    pub(super) fn expire(&mut self, now: Duration, done: &mut Vec<Job>) {
         let overdue = self
             .in_flight
             .entries()
@@ -388,19 +368,14 @@ impl JobMachine {
             }
         }
         // Lost completions come back through a channel reset.
-        let mut lost = std::mem::take(&mut self.completions);
-        self.engine.reclaim(now, &mut lost);
-        for job in lost.drain(..) {
-            self.complete(job, finished);
-        }
-        self.completions = lost;
+        self.engine.reclaim(now, done);
         // Abandoned jobs still in the backlog never reached the engine.
         let mut i = 0;
         while i < self.backlog.len() {
             let slot = self.backlog[i].user as usize;
             if self.in_flight.get_mut(slot).is_some_and(|e| e.abandoned) {
                 if let Some(job) = self.backlog.remove(i) {
-                    self.complete(job, finished);
+                    done.push(job);
                 }
             } else {
                 i += 1;
@@ -410,6 +385,7 @@ impl JobMachine {
 
     /// When the machine wants to be stepped again: the engine's next
     /// completion, queued work, or the first job to time out.
+    #[inline]
     pub(super) fn deadline(&self, now: Duration) -> Option<Duration> {
         let engine = match self.engine.next_completion() {
             NextCompletion::Ready => Some(now),

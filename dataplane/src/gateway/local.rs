@@ -73,6 +73,7 @@ impl Local {
 
     /// Whether an ICMP error to `to` may go now (both token buckets have a
     /// token); counted as `icmp_rate_limited` when not.
+    #[inline]
     pub(super) fn allow_error(&mut self, to: IpAddr, now: Duration, stats: &mut Stats) -> bool {
         if self.icmp_limiter.allow(to, now) {
             return true;
@@ -171,6 +172,7 @@ impl Local {
     }
 
     /// Gives up on datagrams whose fragments stopped coming.
+    #[inline]
     pub(super) fn handle_timeout(&mut self, now: Duration, sink: &mut Sink<'_>) {
         if self.reassembler.in_progress() > 0 {
             self.reassembler.expire(now, &mut self.spent);
@@ -186,6 +188,7 @@ impl Local {
 
     /// The next reassembly timeout, or keepalive when `encapsulating` (some
     /// SA receives on an encapsulation port).
+    #[inline]
     pub(super) fn deadline(&self, encapsulating: bool) -> Option<Duration> {
         let keepalive = (self.keepalive_every.is_some() && encapsulating).then_some(self.next_keepalive);
         self.reassembler
@@ -265,6 +268,7 @@ impl Local {
 /// never consults the outbound SPD: it goes, whatever a policy whose
 /// selectors also cover it says (a tunnel to 0.0.0.0/0 must not swallow
 /// the replies to the hosts).
+#[inline]
 pub(super) fn local_policy(
     spd: &mut Spd,
     egress: &Egress,
@@ -343,6 +347,7 @@ pub(super) fn icmpv6_checksum_ok(icmp: &[u8], src: std::net::Ipv6Addr, dst: std:
 /// Clears DF on an IPv4 packet (its header checksum redone); IPv6 has none.
 /// Our own packet, protected: one too large for the tunnel is fragmented
 /// after encapsulation, never answered with an error to ourselves.
+#[inline]
 pub(super) fn clear_dont_fragment(buf: &mut PacketBuf) {
     if crate::wire::is_ipv6(buf.data()) {
         return;

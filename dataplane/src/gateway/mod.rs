@@ -151,7 +151,7 @@ pub struct Gateway {
     /// ESP out: the IV generator.
     outbound: outbound::EspOut,
     /// Jobs the machine handed back, reused between steps.
-    finished: Vec<jobs::Finished>,
+    finished: Vec<accel::Job>,
     stats: Stats,
     last_now: Duration,
     /// UDP-encapsulated peers, shared with the forks, and how far this
@@ -987,54 +987,66 @@ impl Gateway {
         if self.inbound.any_waiting() {
             self.release_awaiting(now, out);
         }
-        let mut finished = std::mem::take(&mut self.finished);
-        self.jobs.run_inline(&mut finished);
-        self.finish_all(now, &mut finished, out);
+        let mut done = std::mem::take(&mut self.finished);
+        self.jobs.run_inline(&mut done);
+        for job in done.drain(..) {
+            // Inline jobs are outbound, the SA's id in `user`.
+            self.finish_outbound(SaId(job.user as u32), job, out);
+        }
         loop {
-            let (submitted, completed) = self.jobs.step(now, &mut finished);
-            self.finish_all(now, &mut finished, out);
+            let (submitted, completed) = self.jobs.step(now, &mut done);
+            self.complete_all(now, &mut done, out);
             if submitted == 0 && completed == 0 {
                 break;
             }
         }
-        self.finished = finished;
+        self.finished = done;
     }
 
     /// Finishes, in order, the jobs the machine handed back.
-    fn finish_all(&mut self, now: Duration, finished: &mut Vec<jobs::Finished>, out: &mut Vec<Output>) {
-        for job in finished.drain(..) {
+    fn complete_all(&mut self, now: Duration, done: &mut Vec<accel::Job>, out: &mut Vec<Output>) {
+        for job in done.drain(..) {
             self.complete(now, job, out);
         }
     }
 
     /// A job came back from the engine.
-    fn complete(&mut self, now: Duration, job: jobs::Finished, out: &mut Vec<Output>) {
-        let jobs::Finished {
-            outcome,
-            direction,
-            pending,
-            buf,
-        } = job;
-        match (outcome, direction) {
-            (jobs::Outcome::Unknown, _) => self.emit(buf, Err(DropReason::EngineError), out),
+    #[inline]
+    fn complete(&mut self, now: Duration, job: accel::Job, out: &mut Vec<Output>) {
+        let Some((job, done)) = self.jobs.settle(job) else {
+            return;
+        };
+        match (done.outcome, done.direction) {
+            (jobs::Outcome::Unknown, _) => self.emit(job.buf, Err(DropReason::EngineError), out),
             (jobs::Outcome::Abandoned, _) => {
-                if direction == Direction::Decrypt {
-                    self.inbound_done(now, pending.sa, out);
+                if done.direction == Direction::Decrypt {
+                    self.inbound_done(now, done.sa, out);
                 }
-                self.emit(buf, Err(DropReason::EngineTimeout), out);
+                self.emit(job.buf, Err(DropReason::EngineTimeout), out);
             }
-            (jobs::Outcome::Completed, Direction::Encrypt) => {
-                match crate::esp::encapsulate_finish(pending.desc.status) {
-                    Ok(()) => {
-                        self.stats.encapsulated += 1;
-                        self.emit_protected(pending.sa, buf, out);
-                    }
-                    Err(reason) => self.emit(buf, Err(reason), out),
-                }
-            }
+            (jobs::Outcome::Completed, Direction::Encrypt) => self.finish_outbound(done.sa, job, out),
             (jobs::Outcome::Completed, Direction::Decrypt) => {
-                self.finish_inbound(now, buf, pending, true, out)
+                let pending = Pending {
+                    sa: done.sa,
+                    desc: job.desc,
+                    esp_offset: job.offset,
+                    seq: done.seq,
+                    protected_len: 0,
+                };
+                self.finish_inbound(now, job.buf, pending, true, out)
             }
+        }
+    }
+
+    /// An outbound packet the engine is done with: sent, or dropped.
+    #[inline]
+    fn finish_outbound(&mut self, sa: SaId, job: accel::Job, out: &mut Vec<Output>) {
+        match crate::esp::encapsulate_finish(job.desc.status) {
+            Ok(()) => {
+                self.stats.encapsulated += 1;
+                self.emit_protected(sa, job.buf, out);
+            }
+            Err(reason) => self.emit(job.buf, Err(reason), out),
         }
     }
 
@@ -1109,10 +1121,10 @@ impl Gateway {
     /// back through `reclaim`, or later, as `engine_timeout`) and on packets
     /// held or waiting that long.
     fn expire_jobs(&mut self, now: Duration, out: &mut Vec<Output>) {
-        let mut finished = std::mem::take(&mut self.finished);
-        self.jobs.expire(now, &mut finished);
-        self.finish_all(now, &mut finished, out);
-        self.finished = finished;
+        let mut done = std::mem::take(&mut self.finished);
+        self.jobs.expire(now, &mut done);
+        self.complete_all(now, &mut done, out);
+        self.finished = done;
         while let Some(buf) = self.inbound.expired_held(now) {
             self.emit(buf, Err(DropReason::EngineTimeout), out);
         }

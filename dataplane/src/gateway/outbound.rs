@@ -61,6 +61,7 @@ impl EspOut {
     /// Prepares `buf` for `sa_id`, in place. What cannot go comes back as
     /// the packet's result instead: a drop, or an ICMP error (too big for
     /// the tunnel, DF set or IPv6).
+    #[inline]
     pub(super) fn prepare(
         &mut self,
         sad: &mut Sad<SaCrypto>,

@@ -61,6 +61,7 @@ pub(super) struct IcmpError {
 }
 
 impl IcmpError {
+    #[inline]
     pub(super) fn v4(message: (u8, u8, u32), from: Ipv4Addr, reason: DropReason) -> IcmpError {
         IcmpError {
             message,
@@ -69,6 +70,7 @@ impl IcmpError {
         }
     }
 
+    #[inline]
     pub(super) fn v6(message: (u8, u8, u32), reason: DropReason) -> IcmpError {
         IcmpError {
             message,
@@ -87,28 +89,33 @@ pub(super) struct Sink<'a> {
 }
 
 impl<'a> Sink<'a> {
+    #[inline]
     pub(super) fn new(out: &'a mut Vec<Output>, stats: &'a mut Stats) -> Self {
         Sink { out, stats }
     }
 
     /// Transmit on `port`.
+    #[inline]
     pub(super) fn send(&mut self, buf: PacketBuf, port: Port) {
         self.stats.tx_packets += 1;
         self.out.push((buf, Verdict::Forward(port)));
     }
 
     /// Dropped for `reason`.
+    #[inline]
     pub(super) fn drop(&mut self, buf: PacketBuf, reason: DropReason) {
         self.stats.drops.count(reason);
         self.out.push((buf, Verdict::Drop(reason)));
     }
 
     /// Consumed by the gateway (already counted where it was delivered).
+    #[inline]
     pub(super) fn consumed(&mut self, buf: PacketBuf) {
         self.out.push((buf, Verdict::Consumed));
     }
 
     /// The other counters.
+    #[inline]
     pub(super) fn stats(&mut self) -> &mut Stats {
         self.stats
     }

@@ -179,6 +179,7 @@ impl Ingress {
 }
 
 impl Ingress {
+    #[inline]
     pub(super) fn is_control(&self, lent: &Lent<'_>, flow: &spd_sad::FlowKey, is_fragment: bool) -> bool {
         let Some(port) = self.control_port else {
             return false;
@@ -200,6 +201,7 @@ impl Ingress {
     /// before its frames are classified one by one (see
     /// [`spd_sad::Spd::prefetch`]). Reads headers only; a frame too short
     /// to parse is left to `classify` to judge.
+    #[inline]
     pub(super) fn prefetch_policies(&self, lent: &Lent<'_>, from: Port, bufs: &[PacketBuf]) {
         if from != Port::Inside {
             return;
@@ -215,6 +217,7 @@ impl Ingress {
         }
     }
 
+    #[inline]
     pub(super) fn classify(&mut self, lent: &mut Lent<'_>, from: Port, buf: &mut PacketBuf) -> Classified {
         let checksum_verified = crate::fate::take_checksum_verified(buf);
         match self.classify_inner(lent, from, buf, checksum_verified) {
@@ -234,6 +237,7 @@ impl Ingress {
     }
 
     /// An ICMP echo request to one of our addresses becomes its reply.
+    #[inline]
     pub(super) fn answer_echo(
         &mut self,
         lent: &mut Lent<'_>,
@@ -254,6 +258,7 @@ impl Ingress {
         Some(Classified::Done(Ok(Next::Local)))
     }
 
+    #[inline]
     pub(super) fn classify_inner(
         &mut self,
         lent: &mut Lent<'_>,
@@ -344,6 +349,7 @@ impl Ingress {
     /// ESP that this gateway terminates: addressed to it (an unknown SPI is
     /// then its error to count), or carrying the SPI of one of its inbound
     /// SAs. Other ESP is transit traffic for the SPD.
+    #[inline]
     pub(super) fn is_esp_for_us(&self, lent: &Lent<'_>, buf: &PacketBuf, dst: IpAddr) -> bool {
         if lent.egress.is_local(dst) {
             return true;
@@ -361,6 +367,7 @@ impl Ingress {
     /// Removes the Ethernet header of an IPv4 frame; ARP frames come back
     /// parsed instead, IPv6 ones with their Ethernet header kept (their
     /// replies go back to the frame's source).
+    #[inline]
     pub(super) fn strip_link_header(
         &self,
         lent: &Lent<'_>,
@@ -393,6 +400,7 @@ impl Ingress {
     }
     /// Whether UDP to our address may be ESP in UDP: some SA receives on
     /// an encapsulation port.
+    #[inline]
     pub(super) fn receives_encapsulated(&self) -> bool {
         !self.nat_ports.is_empty()
     }

@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, EngineSpec, Style};
+use accel::{Algorithm, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
 use ike_stub::builder::LimitsSection;
@@ -37,13 +37,7 @@ fn site(a: bool, limits: LimitsSection, link: LinkLayer) -> Gateway {
     let config = Config::parse(Path::new("flood.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let mut setup = config.setup(link, Style::Async);
     setup.resolve_neighbors = link == LinkLayer::Ethernet;
-    Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap()
+    common::soft_gateway(&config, setup)
 }
 
 fn ether(dst: [u8; 6], src: [u8; 6], ethertype: EthernetProtocol, payload: &[u8]) -> Vec<u8> {

@@ -34,13 +34,7 @@ fn gateway() -> Gateway {
     let config = Config::parse(Path::new("a.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.inside.address6.map(|(a, p)| (a, p.len())), Some((GW, 64)));
     let setup = config.setup(LinkLayer::Ethernet, Style::Async);
-    Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap()
+    common::soft_gateway(&config, setup)
 }
 
 /// An Ethernet frame with an IPv6 packet carrying `icmp`.

@@ -95,13 +95,7 @@ fn end_with(
     let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = resolve;
-    Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap()
+    common::soft_gateway(&config, setup)
 }
 
 /// An Ethernet frame from a host to gateway A holding an IPv6/UDP packet.
@@ -577,13 +571,7 @@ fn transport_end_with(a: bool, edit: impl FnOnce(&mut ConfigBuilder)) -> Gateway
     edit(&mut built);
     let config = Config::parse(Path::new("t6.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
     let setup = config.setup(LinkLayer::Ethernet, Style::Async);
-    Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap()
+    common::soft_gateway(&config, setup)
 }
 
 /// RFC 4303 §3.1.1 over IPv6: ESP goes after the hop-by-hop options (which

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, EngineSpec, Style};
+use accel::{Algorithm, Style};
 use common::*;
 use dataplane::gateway::Output;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
@@ -29,13 +29,7 @@ fn site_a(alg: Algorithm, outside_mtu: u16) -> Gateway {
     let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = true;
-    Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap()
+    common::soft_gateway(&config, setup)
 }
 
 fn ether(dst: [u8; 6], src: [u8; 6], ethertype: EthernetProtocol, payload: &[u8]) -> Vec<u8> {

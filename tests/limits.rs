@@ -18,13 +18,7 @@ fn site_a(resolve: bool) -> Gateway {
     let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = resolve;
-    Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap()
+    common::soft_gateway(&config, setup)
 }
 
 fn ethernet(payload: &[u8]) -> Vec<u8> {

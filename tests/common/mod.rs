@@ -98,6 +98,13 @@ pub fn engine_runs(kind: accel::EngineKind, alg: accel::Algorithm) -> bool {
     kind.supports(alg)
 }
 
+/// A gateway on the default (soft) engine from a parsed `config`, with a
+/// `setup` the test may have changed.
+pub fn soft_gateway(config: &Config, setup: dataplane::GatewaySetup) -> Gateway {
+    let engine = accel::build_engine(&EngineSpec::default()).expect("engine builds");
+    Gateway::with_commands(setup, engine, &config.commands(), Duration::ZERO).expect("config installs")
+}
+
 pub fn gateway_from(toml: &str) -> Gateway {
     gateway_on(toml, &EngineSpec::default(), Style::Async)
 }

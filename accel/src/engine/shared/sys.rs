@@ -57,6 +57,25 @@ fn seqpacket() -> io::Result<OwnedFd> {
 /// the path could reach another file put there meanwhile), and there is
 /// no moment at which another user could connect.
 pub(crate) fn listen(path: &Path, group: Option<libc::gid_t>) -> io::Result<OwnedFd> {
+    // Bound and listening under a name of its own, then renamed into
+    // place: a tenant that finds the path finds a listening socket (a
+    // socket file appears at bind(2), before listen(2), and a connect in
+    // between would be refused).
+    let mut staged = path.as_os_str().to_owned();
+    staged.push(".new");
+    let staged = std::path::PathBuf::from(staged);
+    let _ = std::fs::remove_file(&staged);
+    let fd = listen_at(&staged, group).inspect_err(|_| {
+        let _ = std::fs::remove_file(&staged);
+    })?;
+    std::fs::rename(&staged, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&staged);
+    })?;
+    Ok(fd)
+}
+
+/// [`listen`] on `path` itself.
+fn listen_at(path: &Path, group: Option<libc::gid_t>) -> io::Result<OwnedFd> {
     let fd = seqpacket()?;
     let (addr, len) = sockaddr(path)?;
     let mask = if group.is_some() { 0o117 } else { 0o177 };

@@ -270,13 +270,7 @@ impl Plane<'_> {
             let gateway: &Gateway = t.gateway;
             self.plane.observe(
                 now,
-                |name| {
-                    gateway
-                        .sad()
-                        .find(name)
-                        .and_then(|id| gateway.sad().get(id))
-                        .is_some_and(|sa| sa.counters().packets > 0)
-                },
+                |name| gateway.sa_carried_packets(name),
                 |local, remote, encap| {
                     gateway
                         .encapsulated_peer(local, remote, encap)

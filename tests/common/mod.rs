@@ -138,13 +138,7 @@ pub fn service<'a>(
         let gateway: &Gateway = gateway;
         plane.observe(
             now,
-            |name| {
-                gateway
-                    .sad()
-                    .find(name)
-                    .and_then(|id| gateway.sad().get(id))
-                    .is_some_and(|sa| sa.counters().packets > 0)
-            },
+            |name| gateway.sa_carried_packets(name),
             |local, remote, encap| {
                 gateway
                     .encapsulated_peer(local, remote, encap)

@@ -225,6 +225,15 @@ impl Gateway {
         &mut self.sad
     }
 
+    /// Whether the SA named `name` is installed and has carried packets
+    /// (what the control plane asks before it retires a replaced SA).
+    pub fn sa_carried_packets(&self, name: &str) -> bool {
+        self.sad
+            .find(name)
+            .and_then(|id| self.sad.get(id))
+            .is_some_and(|sa| sa.counters().packets > 0)
+    }
+
     /// Adds this worker's unflushed SA usage to the state the workers
     /// share. For a driver whose workers have stopped: what the shared
     /// state says then is final (see [`Sad::flush_all_usage`]).

@@ -434,7 +434,27 @@ pub fn start_iperf3_server(lab: &mut Lab) -> Result<()> {
         .spawn()
         .context("starting the iperf3 server in hostB")?;
     lab.children.push(server);
-    Ok(())
+    wait_for_listener(&lab.names.host_b, IPERF3_PORT, Duration::from_secs(10))
+}
+
+/// Returns once a TCP socket in namespace `ns` listens on `port`: a
+/// client started before that is refused, not queued.
+fn wait_for_listener(ns: &str, port: &str, limit: Duration) -> Result<()> {
+    let filter = format!("sport = :{port}");
+    let deadline = Instant::now() + limit;
+    loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-H", "-l", "-t", "-n", &filter])
+            .output()
+            .context("running ss")?;
+        if out.status.success() && !out.stdout.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("nothing listens on TCP port {port} in {ns} after {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `iperf3 -c hostB` from hostA for `seconds`, with `args` after.

@@ -479,3 +479,61 @@ fn workers_share_the_sequence_of_installed_and_replaced_sas() {
         "the replacement goes on from the shared counter"
     );
 }
+
+/// One deadline: a driver that calls `handle_timeout` only when
+/// `poll_timeout` says it is due still sees a time lifetime end within one
+/// housekeeping period of its limit, and is not asked for more than that
+/// while nothing else is due.
+#[test]
+fn a_driver_following_poll_timeout_alone_sees_a_lifetime_end_on_time() {
+    use dataplane::gateway::HOUSEKEEPING;
+    use spd_sad::{Limits, SaEvent};
+
+    let mut short = sa(true, "t-out", SaDirection::Outbound, 0x1001, 1);
+    short.params.lifetime = Lifetime {
+        soft: Limits::default(),
+        hard: Limits {
+            seconds: Some(2),
+            ..Limits::default()
+        },
+    };
+    let mut commands = tunnel(true);
+    commands[0] = SaCommand::InstallSa(Box::new(short));
+    let mut gw = Gateway::with_commands(setup(true), engine(), &commands, T0).expect("the tunnel installs");
+    let mut pool = PacketPool::new(8);
+    let mut out = Vec::new();
+
+    let (mut now, mut calls, mut expired_at) = (T0, 0u32, None);
+    while now <= Duration::from_secs(3) && expired_at.is_none() {
+        let due = gw
+            .poll_timeout()
+            .expect("SAs installed: housekeeping is always ahead");
+        assert!(
+            due >= now || calls == 0,
+            "a deadline that was served moves past now ({due:?} at {now:?})"
+        );
+        now = due.max(now);
+        gw.handle_timeout(now, &mut out, &mut pool);
+        calls += 1;
+        while let Some(event) = gw.poll_event() {
+            if matches!(event, SaEvent::HardExpired(_)) {
+                expired_at = Some(now);
+            }
+        }
+        assert!(
+            gw.poll_timeout().is_some_and(|next| next > now),
+            "after handle_timeout({now:?}) nothing is due at once"
+        );
+    }
+    let expired_at = expired_at.expect("the hard lifetime ended within 3 s");
+    assert!(
+        expired_at >= Duration::from_secs(2) && expired_at <= Duration::from_secs(2) + HOUSEKEEPING,
+        "ended at {expired_at:?}"
+    );
+    let periods = (expired_at.as_millis() / HOUSEKEEPING.as_millis()) as u32;
+    assert!(
+        calls <= periods + 2,
+        "{calls} calls in {expired_at:?}: only housekeeping was due"
+    );
+    assert!(out.is_empty(), "no traffic, nothing sent");
+}

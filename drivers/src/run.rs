@@ -303,33 +303,13 @@ impl Moderator {
     }
 }
 
-/// The period of the gateway's housekeeping tick: SA lifetimes, the
-/// kernel's drop count.
+/// The period of the driver's own tick: the kernel's drop count, and the
+/// state of a device that was found down. (The gateway's timers are its
+/// own: [`Gateway::poll_timeout`].)
 const TICK: Duration = Duration::from_millis(100);
 /// The longest idle sleep: control-plane commands other workers wait on
 /// are looked at this often.
 const IDLE_WAIT_MS: i32 = 10;
-
-/// What a turn's timers ask for: `handle_timeout` (`run`) when the tick is
-/// due, a tick left SAs past its budget (they go on a budget at a time
-/// rather than in one long pause), or one of the gateway's timers
-/// (`timer_deadline`: a NAT keepalive, a neighbour retry, a reassembly's
-/// timeout) has come; `tick` when the period is over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Timers {
-    run: bool,
-    tick: bool,
-}
-
-impl Timers {
-    fn at(now: Duration, last_tick: Duration, deadline: Option<Duration>, backlog: bool) -> Timers {
-        let tick = now.saturating_sub(last_tick) >= TICK;
-        Timers {
-            run: tick || backlog || deadline.is_some_and(|d| d <= now),
-            tick,
-        }
-    }
-}
 
 /// How long an idle turn may sleep: until the gateway's next deadline
 /// (rounded up to the millisecond `poll` counts in), at most
@@ -415,16 +395,10 @@ pub fn run(
             }
         }
         gateway.poll(now, &mut out, &mut pool);
-        let timers = Timers::at(
-            now,
-            last_timeout,
-            gateway.timer_deadline(),
-            gateway.sad().tick_backlog(),
-        );
-        if timers.run {
+        if gateway.poll_timeout().is_some_and(|t| t <= now) {
             gateway.handle_timeout(now, &mut out, &mut pool);
         }
-        if timers.tick {
+        if now.saturating_sub(last_timeout) >= TICK {
             summary.kernel_drops += sockets.kernel_drops();
             last_timeout = now;
             // A device that was down: up again (its sockets came back with
@@ -463,7 +437,7 @@ pub fn run(
             // Nothing to do: sleep until a frame arrives, the gateway's next
             // deadline, or 10 ms pass: commands from the control plane that
             // other workers wait on.
-            let wait = idle_wait_ms(now, gateway.timer_deadline());
+            let wait = idle_wait_ms(now, gateway.poll_timeout());
             // SAFETY: fds is a live array of pollfd of the length given.
             if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) } > 0 {
                 poll_errors(&receivers, &fds, &mut summary)?;
@@ -650,31 +624,6 @@ mod tests {
             m.after_turn(MODERATE_BELOW / 2),
             Some(MAX / 4),
             "a wait that brought half the threshold keeps its length"
-        );
-    }
-
-    #[test]
-    fn a_deadline_that_has_come_runs_the_timers_before_the_tick() {
-        // (run, tick) at `now` ms, the last tick at 0.
-        let at = |now: u64, deadline: Option<u64>, backlog: bool| {
-            let t = Timers::at(
-                Duration::from_millis(now),
-                Duration::ZERO,
-                deadline.map(Duration::from_millis),
-                backlog,
-            );
-            (t.run, t.tick)
-        };
-        // A keepalive due at the start (deadline zero) goes on the first
-        // turn, not after the first 100 ms tick.
-        assert_eq!(at(0, Some(0), false), (true, false));
-        assert_eq!(at(30, Some(40), false), (false, false), "not before it");
-        assert_eq!(at(30, None, false), (false, false));
-        assert_eq!(at(100, None, false), (true, true), "the tick, deadline or not");
-        assert_eq!(
-            at(30, None, true),
-            (true, false),
-            "a tick's backlog goes on without a new period"
         );
     }
 

@@ -384,7 +384,9 @@ impl JobMachine {
     }
 
     /// When the machine wants to be stepped again: the engine's next
-    /// completion, queued work, or the first job to time out.
+    /// completion, or queued work. Jobs that time out are looked for at the
+    /// front's housekeeping, not here: that would be a walk over every job
+    /// in flight at each call.
     #[inline]
     pub(super) fn deadline(&self, now: Duration) -> Option<Duration> {
         let engine = match self.engine.next_completion() {
@@ -394,13 +396,7 @@ impl JobMachine {
         };
         let queued = ((!self.backlog.is_empty() && self.engine.in_flight() == 0) || !self.inline.is_empty())
             .then_some(now);
-        let timeout = self
-            .in_flight
-            .entries()
-            .filter(|f| !f.abandoned)
-            .map(|f| f.submitted_at + JOB_TIMEOUT)
-            .min();
-        [engine, queued, timeout].into_iter().flatten().min()
+        engine.into_iter().chain(queued).min()
     }
 
     /// The descriptor kinds for a packet in this machine's style: AEADs are

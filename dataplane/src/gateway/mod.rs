@@ -64,6 +64,11 @@ use crate::wire::ipv4;
 pub use inbound::{AWAIT_LIMIT, HOLD_LIMIT};
 use ingress::Classified;
 pub use jobs::{BACKLOG_LIMIT, JOB_TIMEOUT};
+
+/// How often [`Gateway::handle_timeout`] adds up SA usage, re-evaluates
+/// lifetimes and looks for jobs the engine has held too long: the
+/// granularity of time-based lifetimes and of [`JOB_TIMEOUT`].
+pub const HOUSEKEEPING: Duration = Duration::from_millis(100);
 use output::{IcmpError, Next, Sink};
 pub use output::{Output, Verdict};
 pub use setup::{GatewaySetup, LinkLayer, CONTROL_PORT};
@@ -154,6 +159,9 @@ pub struct Gateway {
     finished: Vec<accel::Job>,
     stats: Stats,
     last_now: Duration,
+    /// When the SA lifetimes and the engine's overdue jobs are looked at
+    /// next (every [`HOUSEKEEPING`]).
+    next_housekeeping: Duration,
     /// UDP-encapsulated peers, shared with the forks, and how far this
     /// gateway's SAs followed them.
     nat: encap::NatPeers,
@@ -184,6 +192,7 @@ impl Gateway {
             finished: Vec::with_capacity(256),
             stats: Stats::default(),
             last_now: Duration::ZERO,
+            next_housekeeping: Duration::ZERO,
             nat: encap::NatPeers::new(setup.outer_ttl),
             classified: Vec::with_capacity(128),
             setup,
@@ -477,9 +486,12 @@ impl Gateway {
         Some(sa)
     }
 
-    /// Re-evaluates time-based lifetimes, gives up on jobs the engine has
-    /// held longer than [`JOB_TIMEOUT`], repeats due ARP requests and drops
-    /// packets whose next hop never answered.
+    /// Does what is due by `now` (see [`poll_timeout`](Self::poll_timeout)):
+    /// every [`HOUSEKEEPING`], adds up SA usage, re-evaluates lifetimes and
+    /// gives up on jobs the engine has held longer than [`JOB_TIMEOUT`];
+    /// at their deadlines, sends NAT keepalives, repeats ARP requests,
+    /// drops packets whose next hop never answered and datagrams whose
+    /// fragments stopped coming. Cheap when nothing is due.
     pub fn handle_timeout(&mut self, now: Duration, out: &mut Vec<Output>, pool: &mut PacketPool) {
         self.lend(pool, |gw| gw.timeout(now, out));
     }
@@ -496,9 +508,20 @@ impl Gateway {
         self.last_now = self.last_now.max(now);
         self.nat.follow(&mut self.sad);
         self.send_keepalives(now, out);
-        self.sad.handle_timeout(now);
+        let housekeeping = now >= self.next_housekeeping;
+        if housekeeping {
+            self.next_housekeeping = now + HOUSEKEEPING;
+        }
+        // A tick that left SAs past its budget goes on at the next call.
+        if housekeeping || self.sad.tick_backlog() {
+            self.sad.handle_timeout(now);
+        }
         self.pump(now, out);
-        self.expire_jobs(now, out);
+        if housekeeping {
+            self.expire_jobs(now, out);
+        } else {
+            self.expire_held(now, out);
+        }
         self.local
             .handle_timeout(now, &mut Sink::new(out, &mut self.stats));
         let mut sink = Sink::new(out, &mut self.stats);
@@ -587,32 +610,28 @@ impl Gateway {
         });
     }
 
-    /// When the gateway wants `poll` or `handle_timeout` next, as quinn's
-    /// `poll_timeout`: the engine's next modelled completion, a job or held
-    /// packet about to time out, a reassembly or ARP deadline. `None`: not
-    /// before new input (or, with a real device, its completion; see
+    /// When the gateway wants [`handle_timeout`](Self::handle_timeout)
+    /// next, as quinn's `poll_timeout`: the engine's next modelled
+    /// completion or queued work, a held packet about to time out, a
+    /// reassembly, neighbour or keepalive deadline, and the next
+    /// [`HOUSEKEEPING`] while there are SAs or jobs. A driver calls
+    /// `handle_timeout(now)` once this is `<= now`; every deadline moves
+    /// past `now` once it has. `None`: nothing before new input (or, with
+    /// a real device, its completion; see
     /// [`next_completion`](Self::next_completion)).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Duration> {
+        let housekeeping = if self.sad.tick_backlog() {
+            Some(self.last_now)
+        } else {
+            (!self.sad.is_empty() || self.jobs.live() > 0).then_some(self.next_housekeeping)
+        };
         [
             self.jobs.deadline(self.last_now),
             self.inbound.deadline(),
-            self.timer_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-    }
-
-    /// The next of the deadlines only [`handle_timeout`](Self::handle_timeout)
-    /// serves (a reassembly's, a neighbour retry's, the NAT keepalives'),
-    /// for a driver that ticks `handle_timeout` on a period and wants these
-    /// on time; each moves past `now` once `handle_timeout(now)` ran.
-    #[must_use]
-    pub fn timer_deadline(&self) -> Option<Duration> {
-        [
             self.local.deadline(self.ingress.receives_encapsulated()),
             self.egress.deadline(),
+            housekeeping,
         ]
         .into_iter()
         .flatten()
@@ -1134,6 +1153,11 @@ impl Gateway {
         self.jobs.expire(now, &mut done);
         self.complete_all(now, &mut done, out);
         self.finished = done;
+        self.expire_held(now, out);
+    }
+
+    /// Gives up on inbound packets held or waiting past their limit.
+    fn expire_held(&mut self, now: Duration, out: &mut Vec<Output>) {
         while let Some(buf) = self.inbound.expired_held(now) {
             self.emit(buf, Err(DropReason::EngineTimeout), out);
         }

@@ -31,10 +31,13 @@ pub enum Fate {
     /// Taken by the gateway: addressed to it, answered by it, a dummy
     /// packet, a fragment absorbed by reassembly, control traffic.
     Consumed,
+    /// Discarded, for this reason (counted under it in [`Stats`](crate::Stats)).
     Dropped(DropReason),
 }
 
 impl Fate {
+    /// The verdict's name in a per-frame log: `forwarded`, `consumed` or
+    /// `dropped` (the reason is logged beside it).
     pub fn name(self) -> &'static str {
         match self {
             Fate::Forwarded => "forwarded",

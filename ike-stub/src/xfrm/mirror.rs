@@ -130,7 +130,7 @@ pub struct MirrorCounters {
     pub dump_errors: u64,
     /// Commands the gateway could not apply (the SA's traffic is dropped).
     pub apply_failed: u64,
-    /// What espgw told the kernel (see [`feedback`](super::feedback)):
+    /// What espgw told the kernel (see [`feedback`]):
     /// SAs' counters (`XFRM_MSG_NEWAE`).
     pub newae_sent: u64,
     /// Byte or packet limits passed in espgw (`XFRM_MSG_EXPIRE`).

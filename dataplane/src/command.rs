@@ -33,7 +33,11 @@ pub enum KeySource {
     /// (or `ip xfrm state add`) put it, under this `reqid`. The daemon may
     /// keep an SA across the gateway's restarts, so its sequence numbers
     /// are kept like those of static keys.
-    Xfrm { reqid: u32 },
+    Xfrm {
+        /// The request id the kernel's SA and its policies share, as
+        /// `ip xfrm state` shows it.
+        reqid: u32,
+    },
 }
 
 /// An SA as a gateway installs it: one engine session for its keys, and
@@ -43,10 +47,15 @@ pub struct SaSetup {
     /// Inbound SAs carry their selectors (an inbound SA without any is
     /// refused by the SAD).
     pub params: SaParams,
+    /// The ESP transform; it fixes the lengths `enc_key` and `auth_key`
+    /// must have.
     pub algorithm: Algorithm,
-    /// The keys, in key memory: wiped when the setup is dropped, never
-    /// printed. Their lengths are checked when the SA is installed.
+    /// The encryption key (for an AEAD, the AES key followed by its
+    /// 4-byte salt), in key memory: wiped when the setup is dropped, never
+    /// printed. Both keys' lengths are checked when the SA is installed.
     pub enc_key: SecretBytes,
+    /// The integrity key (HMAC); empty for an AEAD, whose encryption key
+    /// authenticates too, and for NULL.
     pub auth_key: SecretBytes,
     /// Sequence state to start from, like XFRM's `oseq`/`seq`: outbound,
     /// the last number sent (the first packet gets one more); inbound, the
@@ -80,18 +89,24 @@ impl std::fmt::Debug for SaSetup {
 pub enum PolicyAction {
     /// Protect with the SA of this name; a gateway without it discards.
     Protect(String),
+    /// Forward in the clear, without ESP.
     Bypass,
+    /// Drop what the policy selects.
     Discard,
 }
 
 /// A policy as a gateway inserts it into its SPD.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicySetup {
+    /// Unique in the SPD; how later commands, logs and `espgw` name it.
     pub name: String,
+    /// Whether it applies to traffic leaving or arriving.
     pub direction: PolicyDirection,
-    /// Lower is consulted first.
+    /// Lower is consulted first; equal priorities keep insertion order.
     pub priority: u32,
+    /// The packets it applies to.
     pub selector: Selector,
+    /// What happens to them.
     pub action: PolicyAction,
 }
 
@@ -105,20 +120,32 @@ pub enum SaCommand {
     /// Replace SA `old` by `new`, which has the same keys: `new` takes
     /// over its sequence counter and replay window.
     ReplaceSa {
+        /// The name of the SA to replace; if there is none, `new` starts
+        /// from its own sequence state.
         old: String,
+        /// The SA installed in its place.
         new: Box<SaSetup>,
     },
+    /// Insert a policy into the SPD; a `protect` naming an SA the gateway
+    /// lacks discards.
     InsertPolicy(PolicySetup),
+    /// Remove the policy of this name; nothing happens if there is none.
     RemovePolicy(String),
     /// Point a `protect` policy at another SA (the switch of a rekey).
     Repoint {
+        /// The policy's name; refused with [`ApplyError::NoPolicy`] if
+        /// there is none.
         policy: String,
+        /// The SA it protects with from now on.
         sa: String,
     },
     /// Set what policy `policy` does (the `xfrm` keying source: a policy
     /// that discards until its SA arrives, then protects with it).
     SetPolicyAction {
+        /// The policy's name; refused with [`ApplyError::NoPolicy`] if
+        /// there is none.
         policy: String,
+        /// What it does from now on.
         action: PolicyAction,
     },
     /// Take UDP on this port (a tunnel keyed by an exchange over its
@@ -127,7 +154,10 @@ pub enum SaCommand {
     /// Change what may arrive through an inbound SA, keeping its sequence
     /// state (a reload that changed only the policies naming it).
     SetSelectors {
+        /// The inbound SA's name; refused with [`ApplyError::NoSa`] if
+        /// there is none.
         sa: String,
+        /// Its selectors from now on, in place of the old ones.
         selectors: Vec<Selector>,
     },
 }
@@ -155,14 +185,19 @@ impl SaCommand {
 /// as a fork of the first worker's, so that all copies share one sequence
 /// counter and one lifetime usage (see [`SecurityAssociation::fork`]).
 pub enum WorkerCommand {
+    /// Install this fork of the first worker's new SA.
     Adopt(Box<SecurityAssociation<SaCrypto>>),
     /// Adopt an SA that replaces SA `old` of this worker (a
     /// [`SaCommand::ReplaceSa`]): the outbound counter is shared already,
     /// the replay window is this worker's own.
     AdoptReplacing {
+        /// The fork of the first worker's new SA.
         sa: Box<SecurityAssociation<SaCrypto>>,
+        /// The name of the SA it replaces.
         old: String,
     },
+    /// Apply this command as the first worker did: it installs no SA, or
+    /// the first worker has none to fork.
     Apply(SaCommand),
 }
 
@@ -181,13 +216,26 @@ impl std::fmt::Debug for WorkerCommand {
 pub enum InstallError {
     // The cause is in the message, not also chained as a source: `{:#}`
     // printers (anyhow) would print it twice.
+    /// The keys do not fit the algorithm (a wrong length).
     #[error("SA `{sa}`: {reason}")]
-    Session { sa: String, reason: SessionError },
+    Session {
+        /// The SA's name.
+        sa: String,
+        /// Which key is wrong, and how.
+        reason: SessionError,
+    },
+    /// The SAD refused the SA (its name or inbound SPI in use, a reserved
+    /// SPI, no room, an inbound SA without selectors) or its new selectors.
     #[error(transparent)]
     Sad(#[from] SadError),
     /// The engine refused the SA's session.
     #[error("SA `{sa}`: {reason}")]
-    Engine { sa: String, reason: RegisterError },
+    Engine {
+        /// The SA's name.
+        sa: String,
+        /// Why the engine refused it.
+        reason: RegisterError,
+    },
     /// The gateway refused the SA's shape (its mode or outer addresses):
     /// the front's `InstallSaError`, boxed because this module may not
     /// name the front (downcast to get it back).
@@ -198,10 +246,13 @@ pub enum InstallError {
 /// Why a command could not be applied to a gateway.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
+    /// An SA the command installs, or its new selectors, was refused.
     #[error(transparent)]
     Install(#[from] InstallError),
+    /// A `Repoint` or `SetPolicyAction` named a policy the SPD lacks.
     #[error("no policy `{0}` to repoint")]
     NoPolicy(String),
+    /// A `SetSelectors` named an SA the SAD lacks.
     #[error("no SA `{0}` to change the selectors of")]
     NoSa(String),
 }

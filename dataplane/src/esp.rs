@@ -40,7 +40,10 @@ pub const IPV4_HEADER_LEN: usize = 20;
 /// register the SA with its own engine; no packet touches them.
 #[derive(Clone)]
 pub struct SaCrypto {
+    /// The session this SA's keys have in this worker's engine; every job
+    /// of the SA names it.
     pub handle: SessionHandle,
+    /// The ESP transform, which fixes the IV, padding and ICV lengths.
     pub algorithm: Algorithm,
     /// Tunnel mode: the outer header, built once.
     pub outer: OuterHeader,
@@ -295,6 +298,8 @@ pub struct OuterHeader {
 const IPV6_HEADER_LEN: usize = crate::wire::ipv6::HEADER_LEN;
 
 impl OuterHeader {
+    /// The header of a plain ESP SA over IPv4 (no UDP) from `local` to
+    /// `remote`, sent with `ttl`.
     pub fn new(local: Ipv4Addr, remote: Ipv4Addr, ttl: u8) -> OuterHeader {
         Self::with_encap(local, remote, ttl, None)
     }
@@ -403,16 +408,24 @@ impl std::fmt::Debug for SaCrypto {
 
 /// What the outbound half needs besides the SA.
 pub struct OutboundContext<'a, R: Rng> {
+    /// Where a random IV comes from (CBC ciphers; counter-mode IVs are the
+    /// sequence number).
     pub rng: &'a mut R,
     /// IPv4 identification for a new outer header.
     pub ip_id: u16,
+    /// The driver's time, against which the SA's time lifetimes are
+    /// checked: an expired SA refuses the packet.
     pub now: Duration,
 }
 
 /// A packet between the two halves.
 #[derive(Debug, Clone, Copy)]
 pub struct Pending {
+    /// The SA the packet goes through; inbound finish looks it up again
+    /// (it may have been removed while the packet was with the engine).
     pub sa: SaId,
+    /// What the engine does to the packet: its session, direction and the
+    /// regions it ciphers and authenticates.
     pub desc: Descriptor,
     /// Offset of the ESP header in the packet data.
     pub esp_offset: usize,
@@ -838,10 +851,10 @@ pub fn decapsulate_finish(
 
 /// ECN codepoints (RFC 3168 §5).
 mod ecn {
-    pub const NOT_ECT: u8 = 0;
-    pub const ECT1: u8 = 1;
-    pub const ECT0: u8 = 2;
-    pub const CE: u8 = 3;
+    pub(crate) const NOT_ECT: u8 = 0;
+    pub(crate) const ECT1: u8 = 1;
+    pub(crate) const ECT0: u8 = 2;
+    pub(crate) const CE: u8 = 3;
 }
 
 /// The ECN field of an IPv4 or IPv6 header.

@@ -31,10 +31,13 @@ pub enum Fate {
     /// Taken by the gateway: addressed to it, answered by it, a dummy
     /// packet, a fragment absorbed by reassembly, control traffic.
     Consumed,
+    /// Discarded, for this reason (counted under it in [`Stats`](crate::Stats)).
     Dropped(DropReason),
 }
 
 impl Fate {
+    /// The verdict's name in a per-frame log: `forwarded`, `consumed` or
+    /// `dropped` (the reason is logged beside it).
     pub fn name(self) -> &'static str {
         match self {
             Fate::Forwarded => "forwarded",
@@ -63,7 +66,7 @@ const NOTE_CHECKSUM_VERIFIED: u16 = u16::MAX;
 /// that the kernel already verified its TCP or UDP checksum (the
 /// virtio-net header's `DATA_VALID`, `CHECKSUM_UNNECESSARY`), so that
 /// the core need not verify it again. The core takes the note off as it
-/// classifies the frame ([`take_checksum_verified`]): it never reaches an
+/// classifies the frame (`take_checksum_verified`): it never reaches an
 /// output, where notes say what became of frames.
 pub fn mark_checksum_verified(buf: &mut PacketBuf) {
     buf.set_note(NOTE_CHECKSUM_VERIFIED);

@@ -16,6 +16,8 @@
 //! once (`Stats::balanced`); malformed input is a counted drop, never a
 //! panic; nothing on the per-packet path allocates or logs.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod command;
 pub mod esp;
 pub mod fate;

@@ -42,6 +42,7 @@ pub enum Payload {
 }
 
 impl Payload {
+    /// What the UDP payload `payload` (after the UDP header) is.
     pub fn of(payload: &[u8]) -> Payload {
         match payload {
             [KEEPALIVE] => Payload::Keepalive,
@@ -91,7 +92,9 @@ pub fn source_port(udp: &[u8]) -> Option<u16> {
 /// A peer's outer address and UDP port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerAddr {
+    /// The outer IPv4 address packets reach it at.
     pub address: Ipv4Addr,
+    /// Its UDP port (host byte order).
     pub port: u16,
 }
 
@@ -126,6 +129,8 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// Where the peer is now: the last address an authenticated packet
+    /// showed, or the configured one if none moved it.
     pub fn current(&self) -> PeerAddr {
         PeerAddr::unpack(self.current.load(Ordering::Acquire)).unwrap_or(self.configured)
     }
@@ -196,6 +201,8 @@ impl Peers {
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// How many moves every worker's peers have made so far: a worker
+    /// that saw another value last re-reads its SAs' cells.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }

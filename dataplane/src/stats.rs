@@ -21,24 +21,30 @@ impl Default for DropCounters {
 }
 
 impl DropCounters {
+    /// Counts one drop for `reason`.
     pub fn count(&mut self, reason: DropReason) {
         self.0[reason.index()] += 1;
     }
 
+    /// Drops counted for `reason`.
     pub fn get(&self, reason: DropReason) -> u64 {
         self.0[reason.index()]
     }
 
+    /// Drops counted for every reason together.
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
     }
 
+    /// Adds another worker's counts, reason by reason.
     pub fn add(&mut self, other: &DropCounters) {
         for (mine, theirs) in self.0.iter_mut().zip(other.0.iter()) {
             *mine += theirs;
         }
     }
 
+    /// Each reason with its count, zeros included, in [`DropReason::ALL`]'s
+    /// order.
     pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
         DropReason::ALL.iter().map(|&r| (r, self.get(r)))
     }
@@ -92,10 +98,16 @@ impl<'de> Deserialize<'de> for DropCounters {
 /// parse instead of reading 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
+    /// Frames received on every port, those a driver could not hand in
+    /// included ([`Gateway::count_driver_drop`](crate::Gateway::count_driver_drop)).
     pub rx_packets: u64,
+    /// Frames handed back to a driver to transmit, generated ones included.
     pub tx_packets: u64,
+    /// Outbound packets the engine protected with ESP.
     pub encapsulated: u64,
+    /// Inbound ESP packets authenticated and unwrapped.
     pub decapsulated: u64,
+    /// Packets a bypass policy let through in the clear.
     pub bypassed: u64,
     /// Packets addressed to the gateway itself and consumed by it.
     pub local_delivered: u64,
@@ -129,13 +141,15 @@ pub struct Stats {
     /// ARP replies from a sender with no entry that answered no request of
     /// ours: consumed, not learnt (as Linux does with `arp_accept = 0`).
     pub arp_unsolicited: u64,
-    /// NAT keepalives (RFC 3948 §2.3) received, consumed (also in
-    /// `local_delivered`), and sent (also in `generated`).
+    /// NAT keepalives (RFC 3948 §2.3) received and consumed (also in
+    /// `local_delivered`).
     pub nat_keepalives_received: u64,
+    /// NAT keepalives sent to UDP-encapsulated peers (also in `generated`).
     pub nat_keepalives_sent: u64,
     /// Times an authenticated UDP-encapsulated packet showed its peer at a
     /// new address or port, which the tunnel's SAs then sent to.
     pub nat_peer_moved: u64,
+    /// Frames dropped, by reason.
     pub drops: DropCounters,
 }
 

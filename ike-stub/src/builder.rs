@@ -76,23 +76,31 @@ pub fn test_site(alg: Algorithm, mode: Mode, esn: bool, a: bool) -> ConfigBuilde
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigBuilder {
+    /// `[gateway]`.
     #[serde(default, skip_serializing_if = "is_default")]
     pub gateway: GatewaySection,
+    /// `[accel]`.
     #[serde(default, skip_serializing_if = "is_default")]
     pub accel: AccelSection,
+    /// The `[[interface]]`s: a valid file has `inside` and `outside`.
     #[serde(default, rename = "interface", skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<InterfaceBuilder>,
+    /// The `[[route]]`s.
     #[serde(default, rename = "route", skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteBuilder>,
+    /// The `[[neighbor]]`s: static neighbours.
     #[serde(default, rename = "neighbor", skip_serializing_if = "Vec::is_empty")]
     pub neighbors: Vec<NeighborBuilder>,
+    /// The `[[policy]]`s, in file order.
     #[serde(default, rename = "policy", skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<PolicyBuilder>,
     /// Manually keyed SAs (`[[sa]]`).
     #[serde(default, rename = "sa", skip_serializing_if = "Vec::is_empty")]
     pub sas: Vec<SaBuilder>,
+    /// `[rekey]`.
     #[serde(default, skip_serializing_if = "is_default")]
     pub rekey: RekeySection,
+    /// `[limits]`.
     #[serde(default, skip_serializing_if = "is_default")]
     pub limits: LimitsSection,
     /// Last, so that the text ends with the last tunnel's table (or its
@@ -110,6 +118,7 @@ fn is_false(value: &bool) -> bool {
 }
 
 impl ConfigBuilder {
+    /// An empty file: every section and key left out.
     pub fn new() -> ConfigBuilder {
         ConfigBuilder::default()
     }
@@ -126,6 +135,7 @@ impl ConfigBuilder {
         self
     }
 
+    /// `[gateway] outer_ttl`: TTL of tunnel-mode outer headers.
     pub fn outer_ttl(mut self, ttl: u8) -> Self {
         self.gateway.outer_ttl = Some(ttl);
         self
@@ -144,11 +154,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// The `[accel]` section.
     pub fn accel(mut self, accel: AccelSection) -> Self {
         self.accel = accel;
         self
     }
 
+    /// Adds an `[[interface]]`.
     pub fn interface(mut self, interface: InterfaceBuilder) -> Self {
         self.interfaces.push(interface);
         self
@@ -165,6 +177,7 @@ impl ConfigBuilder {
         self
     }
 
+    /// Adds a `[[route]]` as given (a direct one names its interface).
     pub fn route(mut self, route: RouteBuilder) -> Self {
         self.routes.push(route);
         self
@@ -179,11 +192,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// Adds a `[[policy]]`, after those already there.
     pub fn policy(mut self, policy: PolicyBuilder) -> Self {
         self.policies.push(policy);
         self
     }
 
+    /// Adds a `[[tunnel]]`.
     pub fn tunnel(mut self, tunnel: TunnelBuilder) -> Self {
         self.tunnels.push(tunnel);
         self
@@ -195,11 +210,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// The `[rekey]` section.
     pub fn rekey(mut self, rekey: RekeySection) -> Self {
         self.rekey = rekey;
         self
     }
 
+    /// The `[limits]` section.
     pub fn limits(mut self, limits: LimitsSection) -> Self {
         self.limits = limits;
         self
@@ -210,6 +227,7 @@ impl ConfigBuilder {
         self.interfaces.iter_mut().find(|i| i.name == name)
     }
 
+    /// The tunnel named `name`, to change what a shared helper built.
     pub fn tunnel_mut(&mut self, name: &str) -> Option<&mut TunnelBuilder> {
         self.tunnels.iter_mut().find(|t| t.name == name)
     }
@@ -235,14 +253,20 @@ impl ConfigBuilder {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewaySection {
+    /// `name`: the gateway's name; absent, the file's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// `allow_insecure_null`: proposal `null` allowed.
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_insecure_null: bool,
+    /// `outer_ttl`: TTL of tunnel-mode outer headers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outer_ttl: Option<u8>,
+    /// `nat_keepalive_s`: seconds between NAT keepalives (0: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nat_keepalive_s: Option<u32>,
+    /// `state_dir`: where SAs with static keys keep their sequence
+    /// numbers (relative to the file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
 }
@@ -253,35 +277,53 @@ pub struct GatewaySection {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccelSection {
+    /// `engine`: `soft`, `sec`, `afalg` or `shared`.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineKind>,
+    /// `style`: how crypto is submitted (`sync`, `dual-pass`, `async`).
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub style: Option<Style>,
+    /// `buffers`: `registered` or `per-request`.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub buffers: Option<BufferPolicy>,
+    /// `channels` (`sec`): channels in use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channels: Option<usize>,
+    /// `fifo_depth` (`sec`): descriptors a channel's fetch FIFO holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fifo_depth: Option<usize>,
+    /// `completion` (`sec`): `interrupt`, `polling` or `coalesced`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
+    /// `coalesce_count`: completions that raise a coalesced interrupt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coalesce_count: Option<usize>,
+    /// `coalesce_usecs`: longest a completion waits for a coalesced
+    /// interrupt, in microseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coalesce_usecs: Option<u64>,
+    /// `profile` (`sec`): the modelled device (`none`, `sec2-266mhz`,
+    /// `qat-class`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// `threads` (`sec`): the threaded engine instead of the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<bool>,
+    /// `afalg_io` (`afalg`): `io-uring` or `sync`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub afalg_io: Option<String>,
     /// The `shared` engine's server socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// `transport` (`shared`): `shm` or `socket`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<String>,
+    /// `fail_every` (`sec`): every this-many-th descriptor fails (soak
+    /// tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_every: Option<u64>,
+    /// `lose_completion_every` (`sec`): every this-many-th
+    /// descriptor's completion is lost (soak tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lose_completion_every: Option<u64>,
 }
@@ -290,7 +332,9 @@ pub struct AccelSection {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InterfaceBuilder {
+    /// `inside` or `outside`.
     pub name: String,
+    /// The OS device it runs on.
     pub device: String,
     /// `"ethernet"` or `"tun"`; absent: Ethernet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -299,8 +343,10 @@ pub struct InterfaceBuilder {
     /// parser's canonical form).
     #[serde(with = "text")]
     pub address: Ipv4Cidr,
+    /// `mac`; absent, `espgw run` takes the device's own.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub mac: Option<EthernetAddress>,
+    /// `mtu`; absent, the device's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u16>,
     /// Our IPv6 address and prefix length, as `2001:db8:1::1/64`.
@@ -331,11 +377,13 @@ impl InterfaceBuilder {
         }
     }
 
+    /// `mac`: the interface's MAC, instead of the device's.
     pub fn mac(mut self, mac: EthernetAddress) -> Self {
         self.mac = Some(mac);
         self
     }
 
+    /// `mtu`, instead of the device's.
     pub fn mtu(mut self, mtu: u16) -> Self {
         self.mtu = Some(mtu);
         self
@@ -358,10 +406,13 @@ impl InterfaceBuilder {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteBuilder {
+    /// The network it reaches (IPv4 or IPv6).
     #[serde(with = "text")]
     pub destination: IpPrefix,
+    /// The next hop, on a connected network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<IpAddr>,
+    /// `inside` or `outside`: a direct route, without a next hop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
 }
@@ -370,7 +421,9 @@ pub struct RouteBuilder {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NeighborBuilder {
+    /// The neighbour's address (IPv4 or IPv6).
     pub address: IpAddr,
+    /// Its MAC.
     #[serde(with = "text")]
     pub mac: EthernetAddress,
 }
@@ -380,23 +433,32 @@ pub struct NeighborBuilder {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyBuilder {
+    /// Unique among policies.
     pub name: String,
+    /// `out` (from inside) or `in` (from outside).
     #[serde(with = "text")]
     pub direction: PolicyDirection,
+    /// Lower is consulted first; absent, the default (100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    /// Source prefix; absent, any.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub source: Option<IpPrefix>,
+    /// Destination prefix; absent, any.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub destination: Option<IpPrefix>,
+    /// `any`, `tcp`, `udp`, `icmp`, `sctp` or a number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
     /// `"any"`, `"53"` or `"1024-65535"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_ports: Option<String>,
+    /// As `source_ports`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_ports: Option<String>,
+    /// `protect`, `bypass` or `discard`.
     pub action: String,
+    /// The SA a `protect` policy names, of its direction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sa: Option<String>,
 }
@@ -444,33 +506,48 @@ impl PolicyBuilder {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SaBuilder {
+    /// Unique among SAs.
     pub name: String,
+    /// `out` (we encapsulate) or `in` (we decapsulate).
     #[serde(with = "text")]
     pub direction: SaDirection,
+    /// Its SPI: 256 and up.
     pub spi: u32,
+    /// Tunnel or transport; absent, tunnel.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+    /// Our end.
     pub local: IpAddr,
+    /// The peer's end, of the same family.
     pub remote: IpAddr,
+    /// The ESP proposal.
     #[serde(with = "text")]
     pub proposal: Algorithm,
+    /// The encryption key (for GCM, the AES key then the salt).
     #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
     pub enc_key: Option<Vec<u8>>,
+    /// The integrity key, for proposals with HMAC.
     #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
     pub auth_key: Option<Vec<u8>>,
+    /// 64-bit extended sequence numbers.
     #[serde(default, skip_serializing_if = "is_false")]
     pub esn: bool,
+    /// Inbound: the anti-replay window, in packets (0: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_window: Option<u32>,
+    /// Out: the last number sent; in: the highest seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_seq: Option<u64>,
     /// Inbound only: `"any"` admits every inner packet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selectors: Option<String>,
+    /// `udp`: ESP in UDP (RFC 3948).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<Encap>,
+    /// With UDP encapsulation, our port (default 4500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_port: Option<u16>,
+    /// With UDP encapsulation, the peer's port (default 4500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_udp_port: Option<u16>,
     /// Last: a table, written after the SA's own keys.
@@ -540,20 +617,29 @@ pub enum Encap {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LifetimeBuilder {
+    /// Bytes after which the SA is soft-expired (an event; a tunnel
+    /// with a secret rekeys).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_bytes: Option<u64>,
+    /// Bytes after which the SA stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hard_bytes: Option<u64>,
+    /// Packets after which the SA is soft-expired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_packets: Option<u64>,
+    /// Packets after which the SA stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hard_packets: Option<u64>,
+    /// Seconds after installation when the SA is soft-expired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_seconds: Option<u64>,
+    /// Seconds after installation when the SA stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hard_seconds: Option<u64>,
+    /// Seconds without a packet after which the SA is soft-expired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_idle_s: Option<u64>,
+    /// Seconds without a packet after which the SA stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hard_idle_s: Option<u64>,
 }
@@ -563,48 +649,71 @@ pub struct LifetimeBuilder {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TunnelBuilder {
+    /// The same at both ends; names its SAs and policies.
     pub name: String,
+    /// Our end.
     pub local: IpAddr,
+    /// The peer's end.
     pub remote: IpAddr,
+    /// The network behind us; absent in transport mode, `local`/32.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub local_subnet: Option<IpPrefix>,
+    /// The network behind the peer.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub remote_subnet: Option<IpPrefix>,
+    /// The protocol its policies select; absent, any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
+    /// Tunnel or transport; absent, tunnel.
     #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+    /// The ESP proposal of both SAs.
     #[serde(with = "text")]
     pub proposal: Algorithm,
     /// Left out with a `secret`: the exchange picks them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spi_out: Option<u32>,
+    /// The SPI we expect; left out with a `secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spi_in: Option<u32>,
+    /// Our outbound encryption key (the peer's inbound one).
     #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
     pub enc_key_out: Option<Vec<u8>>,
+    /// Our inbound encryption key.
     #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
     pub enc_key_in: Option<Vec<u8>>,
+    /// Our outbound integrity key, for proposals with HMAC.
     #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
     pub auth_key_out: Option<Vec<u8>>,
+    /// Our inbound integrity key.
     #[serde(default, with = "opt_hex", skip_serializing_if = "Option::is_none")]
     pub auth_key_in: Option<Vec<u8>>,
+    /// 64-bit extended sequence numbers on both SAs.
     #[serde(default, skip_serializing_if = "is_false")]
     pub esn: bool,
+    /// The inbound SA's anti-replay window, in packets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_window: Option<u32>,
+    /// Its policies' priority; lower is consulted first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    /// As [`SaBuilder::initial_seq`], for the outbound SA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_seq_out: Option<u64>,
+    /// As [`SaBuilder::initial_seq`], for the inbound SA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_seq_in: Option<u64>,
+    /// A pre-shared secret (16 characters or more): the tunnel is keyed
+    /// by exchanges with the peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+    /// `udp`: ESP in UDP, and the rekey exchange on its ports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<Encap>,
+    /// With UDP encapsulation, our port (default 4500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_port: Option<u16>,
+    /// With UDP encapsulation, the peer's port (default 4500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_udp_port: Option<u16>,
     /// Last: a table, written after the tunnel's own keys.
@@ -656,6 +765,7 @@ impl TunnelBuilder {
         self
     }
 
+    /// `mode`: tunnel (the default) or transport.
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = Some(mode);
         self
@@ -675,11 +785,13 @@ impl TunnelBuilder {
         self
     }
 
+    /// `esn`: 64-bit extended sequence numbers on both SAs.
     pub fn esn(mut self, esn: bool) -> Self {
         self.esn = esn;
         self
     }
 
+    /// `replay_window`: the inbound SA's window, in packets (0: none).
     pub fn replay_window(mut self, window: u32) -> Self {
         self.replay_window = Some(window);
         self
@@ -706,6 +818,8 @@ impl TunnelBuilder {
         self
     }
 
+    /// `[tunnel.lifetime]`: its SAs' limits; the soft ones start a rekey
+    /// when the tunnel has a secret.
     pub fn lifetime(mut self, lifetime: LifetimeBuilder) -> Self {
         self.lifetime = Some(lifetime);
         self
@@ -716,12 +830,16 @@ impl TunnelBuilder {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RekeySection {
+    /// How long replaced SAs still take packets already on their way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_ms: Option<u64>,
+    /// First retransmission timeout; doubled on each retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retransmit_ms: Option<u64>,
+    /// Retransmissions before giving up on the peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
+    /// After giving up, when a new attempt starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_s: Option<u64>,
 }
@@ -730,16 +848,22 @@ pub struct RekeySection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSection {
+    /// Learnt ARP entries per interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub neighbors_per_interface: Option<u32>,
+    /// ICMP errors the whole gateway may send a second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icmp_errors_per_second: Option<u32>,
+    /// How many of them may go at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icmp_burst: Option<u32>,
+    /// One error per source this often (0: no per-source limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icmp_per_source_ms: Option<u32>,
+    /// How many a source may get at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icmp_per_source_burst: Option<u32>,
+    /// Sources tracked at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icmp_sources: Option<u32>,
 }
@@ -748,11 +872,11 @@ pub struct LimitsSection {
 mod text {
     use super::*;
 
-    pub fn serialize<T: Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<T: Display, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(value)
     }
 
-    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    pub(crate) fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
     where
         T: FromStr,
         T::Err: std::fmt::Debug,
@@ -768,14 +892,17 @@ mod text {
 mod opt_text {
     use super::*;
 
-    pub fn serialize<T: Display, S: serde::Serializer>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<T: Display, S: serde::Serializer>(
+        value: &Option<T>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match value {
             Some(v) => s.collect_str(v),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    pub(crate) fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
     where
         T: FromStr,
         T::Err: std::fmt::Debug,
@@ -789,14 +916,14 @@ mod opt_text {
 mod opt_hex {
     use super::*;
 
-    pub fn serialize<S: serde::Serializer>(value: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: serde::Serializer>(value: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match value {
             Some(bytes) => s.serialize_str(&bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         let text = String::deserialize(d)?;
         crate::config::decode_hex_key(&text)
             .map(|k| Some(k.to_vec()))

@@ -44,9 +44,17 @@ pub const DEFAULT_OUTER_TTL: u8 = 64;
 /// installs its [`setup`](SaConfig::setup).
 #[derive(Clone, PartialEq, Eq)]
 pub struct SaConfig {
+    /// Name, direction, SPI, mode, ends, ESN, replay window, lifetime and
+    /// encapsulation; an inbound SA's selectors are filled in by
+    /// validation.
     pub params: SaParams,
+    /// The ESP transform (the file's `proposal`).
     pub algorithm: Algorithm,
+    /// The encryption key (for an AEAD, the AES key then its 4-byte
+    /// salt), wiped when dropped; empty for a template of an exchange.
     pub enc_key: Zeroizing<Vec<u8>>,
+    /// The integrity key; empty for an AEAD or NULL, and for a template
+    /// of an exchange.
     pub auth_key: Zeroizing<Vec<u8>>,
     /// Sequence state to start from, like XFRM's `oseq`/`seq`: outbound,
     /// the last number sent (the first packet gets one more); inbound, the
@@ -100,13 +108,22 @@ impl std::fmt::Debug for SaConfig {
 /// the names below.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TunnelConfig {
+    /// The same at both ends: it names the tunnel's SAs and policies,
+    /// and goes into the rekey messages and the keys.
     pub name: String,
+    /// Our end's outer address.
     pub local: IpAddr,
+    /// The peer's outer address.
     pub remote: IpAddr,
+    /// The ESP transform of every SA of the tunnel.
     pub algorithm: Algorithm,
+    /// Tunnel or transport, for every SA of the tunnel.
     pub mode: Mode,
+    /// Whether its SAs use 64-bit extended sequence numbers.
     pub esn: bool,
+    /// The inbound SAs' anti-replay window, in packets (0: none).
     pub replay_window: u32,
+    /// Each SA's limits; the soft one starts a rekey.
     pub lifetime: Lifetime,
     /// RFC 3948 UDP encapsulation, and with it the rekey exchange on the
     /// encapsulation's ports (with the non-ESP marker).
@@ -182,7 +199,10 @@ pub enum Keying {
     /// Also the kernel's XFRM SAD and SPD of network namespace `netns`
     /// (`/run/netns/NAME`; `None`: espgw's own namespace), where an IKE
     /// daemon or `ip xfrm` writes them: see [`crate::xfrm`].
-    Xfrm { netns: Option<String> },
+    Xfrm {
+        /// The keying namespace's name; `None`: espgw's own.
+        netns: Option<String>,
+    },
 }
 
 impl Keying {
@@ -208,36 +228,55 @@ pub struct FloodLimits {
 /// with the device's own.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkOverrides {
+    /// The file gave the interface's `mac`.
     pub mac: bool,
+    /// The file gave the interface's `mtu`.
     pub mtu: bool,
 }
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The file it was read from, as given: error messages and warnings
+    /// name it, and a reload reads it again.
     pub path: PathBuf,
+    /// `[gateway] name`, or the file's name without its extension: names
+    /// the gateway in logs, its control socket and its state directory.
     pub name: String,
+    /// `[gateway] allow_insecure_null`: SAs may use the `null` proposal
+    /// (no encryption, no integrity; benchmarks only).
     pub allow_insecure_null: bool,
     /// The `[accel]` section: which engine, and how it is set up.
     pub engine: EngineSpec,
     /// How crypto is submitted to the engine.
     pub style: Style,
+    /// The protected side's interface.
     pub inside: Interface,
+    /// The interface toward the peers.
     pub outside: Interface,
     /// What the file set of each interface, by `Port::index()`.
     pub link_overrides: [LinkOverrides; 2],
+    /// IPv4 routes (the interfaces' networks are connected without one).
     pub routes: Vec<Route>,
     /// IPv6 routes (the networks of the interfaces' `address6` are
     /// connected without one).
     pub routes6: Vec<Route6>,
+    /// Static neighbours (`[[neighbor]]`): an address and its MAC.
     pub neighbors: Vec<(IpAddr, EthernetAddress)>,
+    /// TTL of the outer header of tunnel-mode packets.
     pub outer_ttl: u8,
     /// Interval of NAT keepalives to UDP-encapsulated peers; `None`: none.
     pub nat_keepalive: Option<Duration>,
+    /// The `[[sa]]`s, then each `[[tunnel]]`'s two, in file order.
     pub sas: Vec<SaConfig>,
+    /// Each `[[tunnel]]`'s two policies, then the `[[policy]]`s, in the
+    /// order they are inserted (equal priorities keep it).
     pub policies: Vec<PolicySetup>,
+    /// The `[[tunnel]]`s, for the control plane to rekey.
     pub tunnels: Vec<TunnelConfig>,
+    /// `[rekey]`.
     pub rekey: RekeySettings,
+    /// `[limits]`.
     pub limits: FloodLimits,
     /// `[keying]`.
     pub keying: Keying,
@@ -400,6 +439,7 @@ impl Config {
         warnings
     }
 
+    /// The `[[tunnel]]` called `name`, if any.
     pub fn tunnel(&self, name: &str) -> Option<&TunnelConfig> {
         self.tunnels.iter().find(|t| t.name == name)
     }
@@ -414,6 +454,7 @@ impl Config {
             .map_or_else(Vec::new, |s| s.params.selectors.clone())
     }
 
+    /// The SA called `name` (an `[[sa]]` or a tunnel's), if any.
     pub fn sa(&self, name: &str) -> Option<&SaConfig> {
         self.sas.iter().find(|s| s.params.name == name)
     }

@@ -72,14 +72,24 @@ pub const MAX_BLOCK: u64 = 1 << 26;
 /// driver stops rather than start from numbers it cannot vouch for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LedgerError {
+    /// The first line is not the ledger's magic: another file.
     #[error("not an espgw sequence ledger (the first line is not `{MAGIC}`)")]
     NotALedger,
+    /// No well-formed checksum line at the end.
     #[error("the file ends before its checksum line: it was cut short (torn write or a full disk)")]
     Torn,
+    /// The checksum does not match what it covers.
     #[error("its checksum does not match its contents: the file was damaged or edited")]
     Checksum,
+    /// A line under a good checksum that does not parse (a file of
+    /// another version, or one written wrongly).
     #[error("line {line}: {what}")]
-    Line { line: usize, what: String },
+    Line {
+        /// 1-based line number.
+        line: usize,
+        /// What was expected there.
+        what: String,
+    },
 }
 
 /// The random key of a directory's fingerprints. It lives in the ledger
@@ -98,6 +108,8 @@ impl Salt {
         Salt(bytes)
     }
 
+    /// The salt of these bytes: fingerprints that are the same at every
+    /// run, for tests.
     pub fn from_bytes(bytes: [u8; SALT_LEN]) -> Salt {
         Salt(bytes)
     }
@@ -225,10 +237,12 @@ impl Ledger {
         self.entries.remove(fingerprint).is_some()
     }
 
+    /// How many keys have an entry.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// True when no key has an entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -350,6 +364,9 @@ pub struct Reservation {
 pub const RATE_WINDOW: Duration = Duration::from_millis(5);
 
 impl Reservation {
+    /// The first reservation of an SA of `direction`, the floor's size,
+    /// never past the end of its sequence space (64 bits with `esn`, else
+    /// 32).
     pub fn new(direction: SaDirection, esn: bool) -> Reservation {
         Reservation {
             direction,
@@ -431,7 +448,11 @@ struct Tracked<H> {
 /// What an SA's handle says: how far it has got and its ceiling now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
+    /// Outbound, the last number taken; inbound, the replay window's top
+    /// (or a number refused for lying beyond the ceiling).
     pub used: u64,
+    /// The highest number the SA may use now, as the ledger last made it
+    /// durable.
     pub ceiling: u64,
 }
 
@@ -484,10 +505,12 @@ impl<H: Clone> Reservations<H> {
         before - self.tracked.len()
     }
 
+    /// How many SAs are tracked.
     pub fn len(&self) -> usize {
         self.tracked.len()
     }
 
+    /// True when no SA is tracked.
     pub fn is_empty(&self) -> bool {
         self.tracked.is_empty()
     }

@@ -14,6 +14,8 @@
 //! driver applies: it never holds a gateway, never touches data packets
 //! and never does I/O.
 
+#![warn(missing_docs, unreachable_pub)]
+
 #[cfg(any(test, feature = "testing"))]
 pub mod builder;
 pub mod config;

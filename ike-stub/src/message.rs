@@ -98,32 +98,53 @@ impl Kind {
 /// which check its ICV first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
+    /// What the message asks or answers.
     pub kind: Kind,
+    /// A response (IKEv2's Response flag) rather than a request.
     pub response: bool,
     /// Set when the sender is the initiator of the control SA (IKEv2's
     /// Initiator flag, RFC 7296 §3.1), whoever started this exchange.
     pub from_initiator: bool,
+    /// The control SA's SPI chosen by its initiator.
     pub spi_i: ControlSpi,
+    /// The control SA's SPI chosen by its responder; zero in an INIT
+    /// request.
     pub spi_r: ControlSpi,
+    /// As in IKEv2: each side numbers its requests on a control SA from 0
+    /// up, and a response carries its request's number; an older one is a
+    /// replay, the same one a retransmission.
     pub message_id: u32,
+    /// The tunnel's name (at most [`MAX_NAME`] bytes are sent).
     pub tunnel: String,
     /// The child SA pair the exchange creates (init: 0) or switches to.
     pub child: u32,
+    /// INIT and REKEY: the SPI the sender will receive on in the new child
+    /// SA pair; 0 otherwise.
     pub spi: u32,
+    /// INIT and REKEY: the sender's fresh random nonce, from which (with
+    /// the peer's) the new keys are derived; zero otherwise.
     pub nonce: [u8; NONCE_LEN],
 }
 
 /// Why a datagram is not a message to act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MessageError {
+    /// Fewer bytes (how many) than the header or the body it announces.
     #[error("shorter than its fields ({0} bytes)")]
     Truncated(usize),
+    /// Not this stand-in's version and exchange type: perhaps real IKE.
     #[error("not an espgw keying message (IKE header version or exchange type)")]
     Foreign,
+    /// The length field or the body's layout says another length than the
+    /// datagram has.
     #[error("length field disagrees with the datagram")]
     BadLength,
+    /// An unknown kind, or a tunnel name that is empty, too long or not
+    /// UTF-8.
     #[error("malformed body")]
     Malformed,
+    /// The ICV does not verify with the key: forged, corrupted, replayed
+    /// to its sender, or keyed by another secret or control SA.
     #[error("ICV does not verify")]
     Forged,
 }
@@ -133,11 +154,17 @@ pub enum MessageError {
 /// trusted yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peek<'a> {
+    /// The tunnel's name, as [`Message::tunnel`].
     pub tunnel: &'a str,
+    /// As [`Message::kind`].
     pub kind: Kind,
+    /// As [`Message::response`].
     pub response: bool,
+    /// As [`Message::from_initiator`].
     pub from_initiator: bool,
+    /// As [`Message::spi_i`].
     pub spi_i: ControlSpi,
+    /// As [`Message::spi_r`].
     pub spi_r: ControlSpi,
 }
 

@@ -86,9 +86,12 @@ pub fn log_refused(command: &SaCommand, error: &dyn std::fmt::Display) {
 /// A control message to send from the gateway's address on `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Datagram {
+    /// The peer's address (where a UDP-encapsulated peer was last seen).
     pub to: Ipv4Addr,
     /// Our UDP port and the peer's.
     pub ports: (u16, u16),
+    /// The UDP payload: the sealed message, behind the non-ESP marker on
+    /// an encapsulation port.
     pub payload: Vec<u8>,
     /// How many commands the plane had issued when it produced this
     /// datagram: all of them must be applied on every worker first.
@@ -98,8 +101,11 @@ pub struct Datagram {
 /// Counters of the control plane.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ControlCounters {
+    /// Datagrams handed to the plane, whatever became of them.
     pub received: u64,
+    /// Messages sent, retransmissions included.
     pub sent: u64,
+    /// Requests sent again because no response came in time.
     pub retransmitted: u64,
     /// Retransmitted requests answered again from the cached response.
     pub duplicates: u64,
@@ -131,6 +137,8 @@ pub struct ControlCounters {
     /// INIT exchanges this end started, and those that ended with both
     /// ends on the new control SA.
     pub connects_started: u64,
+    /// INIT exchanges, started by either end, that ended with both ends on
+    /// the new control SA and its first child SAs.
     pub connects_completed: u64,
     /// INIT requests answered whose initiator never confirmed (a replayed
     /// INIT, or a peer that gave up): their SAs were removed.
@@ -140,15 +148,23 @@ pub struct ControlCounters {
     /// Rekeys answered whose initiator never confirmed the switch: their
     /// SAs were removed.
     pub responded_expired: u64,
+    /// Rekey exchanges this end started.
     pub rekeys_started: u64,
+    /// Rekeys, started by either end, after which both ends send on the
+    /// new SAs.
     pub rekeys_completed: u64,
     /// Exchanges abandoned because the peer never answered.
     pub gave_up: u64,
+    /// Soft lifetime events of SAs, one per worker's copy.
     pub soft_expired: u64,
+    /// Hard lifetime events of SAs, one per worker's copy.
     pub hard_expired: u64,
     /// SAs deleted after being replaced (or with their tunnel).
     pub sas_deleted: u64,
+    /// Reloads whose configuration was taken.
     pub reloads: u64,
+    /// Reloads refused, the running configuration kept
+    /// ([`ReloadError`]).
     pub reloads_rejected: u64,
 }
 
@@ -425,30 +441,49 @@ impl Tunnel {
 /// What one tunnel looks like, for `espgw sa list/show`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TunnelStatus {
+    /// The tunnel's name.
     pub name: String,
+    /// Our end's outer address.
     pub local: IpAddr,
+    /// The peer's configured outer address.
     pub remote: IpAddr,
+    /// The ESP proposal keyword, as the file writes it.
     pub proposal: String,
+    /// The generation of the SAs traffic uses, which their names end with
+    /// (`.N`; none for 0, the first).
     pub generation: u32,
+    /// `established`, `down`, `connecting`, `rekey-requested`,
+    /// `connect-confirming`, `rekey-confirming` or `rekey-responded`.
     pub state: String,
+    /// The tunnel has a `secret`, so it is rekeyed; without one it keeps
+    /// the file's keys until they expire.
     pub can_rekey: bool,
+    /// Rekeys completed since the tunnel started.
     pub rekeys: u64,
     /// Seconds since the last completed rekey.
     pub last_rekey_ago: Option<f64>,
     /// The SAs traffic uses; empty while a tunnel keyed by exchange has
     /// none yet.
     pub sa_out: String,
+    /// The inbound SA of the current generation (empty as `sa_out`).
     pub sa_in: String,
+    /// Replaced SAs kept a while for packets already on their way.
     pub retiring: Vec<String>,
+    /// The latest problem (the peer gave up answering, a soft lifetime
+    /// with no rekey), if any.
     pub note: Option<String>,
 }
 
 /// What a reload changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReloadReport {
+    /// Tunnels the new configuration adds: they start.
     pub added: Vec<String>,
+    /// Tunnels it drops: their SAs and policies are removed.
     pub removed: Vec<String>,
+    /// Tunnels it changes: they restart.
     pub changed: Vec<String>,
+    /// Tunnels it leaves as they were, SAs and rekey state kept.
     pub unchanged: Vec<String>,
     /// Manually keyed SAs and policies added, removed or replaced.
     pub manual_changes: usize,
@@ -460,6 +495,9 @@ pub struct ReloadReport {
 /// Why a new configuration was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReloadError {
+    /// The new configuration changes sections (named) that only a restart
+    /// applies: interfaces, routes, neighbours, `[accel]`, `[limits]` or
+    /// `[gateway]`.
     #[error(
         "the new configuration changes {0}, which needs a restart of espgw; the running configuration stays"
     )]
@@ -526,10 +564,12 @@ impl ControlPlane {
         self.rng = StdRng::seed_from_u64(seed);
     }
 
+    /// The configuration in force (the last one a reload took).
     pub fn config(&self) -> &Config {
         &self.config
     }
 
+    /// The plane's counters so far.
     pub fn counters(&self) -> ControlCounters {
         self.counters
     }
@@ -554,6 +594,7 @@ impl ControlPlane {
         self.tunnels.iter().all(|t| t.current.is_some())
     }
 
+    /// Every tunnel's state at time `now`, in the configuration's order.
     pub fn tunnels(&self, now: Duration) -> Vec<TunnelStatus> {
         self.tunnels
             .iter()
@@ -1081,6 +1122,9 @@ impl ControlPlane {
         })
     }
 
+    /// A datagram the gateway handed to the control plane at time `now`:
+    /// `packet` is the whole IPv4 packet. Anything that is not a fresh,
+    /// authentic message of a tunnel is counted and ignored.
     pub fn handle_datagram(&mut self, now: Duration, packet: &[u8]) {
         self.counters.received += 1;
         let Some(((src, src_port), (dst, dst_port), payload)) = udp_endpoints(packet) else {

@@ -59,7 +59,9 @@ pub fn prf_plus(key: &[u8], seed: &[&[u8]], len: usize) -> Zeroizing<Vec<u8>> {
 
 /// The keys one SA needs.
 pub struct SaKeys {
+    /// The encryption key, as long as the algorithm's (salt included).
     pub enc: Zeroizing<Vec<u8>>,
+    /// The integrity key; empty for an AEAD.
     pub auth: Zeroizing<Vec<u8>>,
 }
 
@@ -75,6 +77,7 @@ pub struct KeyPair {
     /// Keys of the SA from the first party (the exchange's initiator) to
     /// the second.
     pub first_to_second: SaKeys,
+    /// Keys of the SA the other way, from the responder.
     pub second_to_first: SaKeys,
 }
 
@@ -83,7 +86,9 @@ pub struct KeyPair {
 /// tells the two directions of an INIT request apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
+    /// The end whose address is the lower.
     Low,
+    /// The end whose address is the higher (or equal).
     High,
 }
 
@@ -97,6 +102,7 @@ impl Side {
         }
     }
 
+    /// The peer's side.
     pub fn other(self) -> Side {
         match self {
             Side::Low => Side::High,
@@ -128,6 +134,8 @@ impl std::fmt::Debug for TunnelSecrets {
 }
 
 impl TunnelSecrets {
+    /// The secrets of tunnel `tunnel` with pre-shared secret `secret`:
+    /// another name gives other keys from the same secret.
     pub fn derive(secret: &[u8], tunnel: &str) -> TunnelSecrets {
         TunnelSecrets {
             psk: prf(secret, &[b"espgw tunnel key v2\0", tunnel.as_bytes()]),
@@ -170,7 +178,9 @@ impl TunnelSecrets {
 /// does not verify.
 pub struct ControlKeys {
     sk_d: Zeroizing<[u8; PRF_LEN]>,
+    /// Authenticates the messages the control SA's initiator sends.
     pub sk_ai: Zeroizing<[u8; PRF_LEN]>,
+    /// Authenticates the messages its responder sends.
     pub sk_ar: Zeroizing<[u8; PRF_LEN]>,
 }
 

@@ -19,7 +19,7 @@ impl Drop for SecretText {
 }
 
 impl SecretText {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }

@@ -3,10 +3,13 @@
 /// What a control-socket client asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlRequest {
+    /// `stats`: the gateway's counters.
     Stats,
+    /// `sa list`: every SA with its state and counters.
     SaList,
     /// An SA or a tunnel by name.
     SaShow(String),
+    /// `reload`: read the configuration file again and apply what changed.
     Reload,
 }
 
@@ -16,15 +19,19 @@ pub const MAX_REQUEST: usize = 256;
 /// Why a line is not a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
+    /// A line with nothing but whitespace.
     #[error("empty request; try stats, sa list, sa show NAME or reload")]
     Empty,
+    /// A line longer than [`MAX_REQUEST`] bytes.
     #[error("request longer than {MAX_REQUEST} bytes")]
     TooLong,
+    /// No request has these words (the first 40 printable characters).
     #[error("unknown request `{0}`; try stats, sa list, sa show NAME or reload")]
     Unknown(String),
 }
 
 impl ControlRequest {
+    /// The request on `line` (words separated by any whitespace).
     pub fn parse(line: &str) -> Result<ControlRequest, RequestError> {
         if line.len() > MAX_REQUEST {
             return Err(RequestError::TooLong);

@@ -30,7 +30,7 @@
 //! - `encap`: the UDP-encapsulated peers and their moves.
 //!
 //! The front owns the SPD and the SAD (lent to the stages that read them),
-//! the counters (stages count through the [`Sink`] or what they are lent),
+//! the counters (stages count through the `Sink` or what they are lent),
 //! and the driver's pool while a call lasts.
 
 mod egress;

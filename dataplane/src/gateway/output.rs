@@ -16,7 +16,7 @@ pub enum Verdict {
     Forward(Port),
     /// Consumed by the gateway (addressed to it, or an ESP dummy packet).
     Consumed,
-    /// A datagram for the control plane (UDP to [`GatewaySetup::control_port`]
+    /// A datagram for the control plane (UDP to [`crate::GatewaySetup::control_port`]
     /// on one of our addresses): the buffer holds the IPv4 packet. The
     /// driver hands it over, then frees it; drivers without a control
     /// plane just free it.

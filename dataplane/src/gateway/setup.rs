@@ -65,7 +65,7 @@ pub struct GatewaySetup {
     /// carries bare IPv4 while the outside is Ethernet).
     pub inside_link: Option<LinkLayer>,
     /// UDP port on which datagrams to our outside address go to the
-    /// control plane (as [`Verdict::Control`]), ahead of the SPD: key
+    /// control plane (as [`crate::Verdict::Control`]), ahead of the SPD: key
     /// exchange traffic is always let through (RFC 4301 §5.1, IKE bypass).
     /// `None`: such datagrams are ordinary local traffic.
     pub control_port: Option<u16>,

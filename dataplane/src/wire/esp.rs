@@ -22,9 +22,9 @@ pub const TRAILER_LEN: usize = 2;
 
 mod field {
     use std::ops::Range;
-    pub const SPI: Range<usize> = 0..4;
-    pub const SEQUENCE: Range<usize> = 4..8;
-    pub const PAYLOAD: std::ops::RangeFrom<usize> = 8..;
+    pub(crate) const SPI: Range<usize> = 0..4;
+    pub(crate) const SEQUENCE: Range<usize> = 4..8;
+    pub(crate) const PAYLOAD: std::ops::RangeFrom<usize> = 8..;
 }
 
 /// An ESP packet, from the SPI onwards.

@@ -17,10 +17,10 @@ pub const HEADER_LEN: usize = 40;
 
 /// Extension headers the walk passes over (RFC 8200 §4.1).
 mod next {
-    pub const HOP_BY_HOP: u8 = 0;
-    pub const ROUTING: u8 = 43;
-    pub const FRAGMENT: u8 = 44;
-    pub const DEST_OPTIONS: u8 = 60;
+    pub(crate) const HOP_BY_HOP: u8 = 0;
+    pub(crate) const ROUTING: u8 = 43;
+    pub(crate) const FRAGMENT: u8 = 44;
+    pub(crate) const DEST_OPTIONS: u8 = 60;
 }
 
 /// The most extension headers the walk reads before it gives up. RFC 8200

@@ -15,12 +15,12 @@ pub const HEADER_LEN: usize = 10;
 
 mod field {
     use core::ops::Range;
-    pub const FLAGS: usize = 0;
-    pub const GSO_TYPE: usize = 1;
-    pub const HDR_LEN: Range<usize> = 2..4;
-    pub const GSO_SIZE: Range<usize> = 4..6;
-    pub const CSUM_START: Range<usize> = 6..8;
-    pub const CSUM_OFFSET: Range<usize> = 8..10;
+    pub(crate) const FLAGS: usize = 0;
+    pub(crate) const GSO_TYPE: usize = 1;
+    pub(crate) const HDR_LEN: Range<usize> = 2..4;
+    pub(crate) const GSO_SIZE: Range<usize> = 4..6;
+    pub(crate) const CSUM_START: Range<usize> = 6..8;
+    pub(crate) const CSUM_OFFSET: Range<usize> = 8..10;
 }
 
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the checksum from `csum_start` to the end
@@ -68,6 +68,7 @@ impl Gso {
 /// Why bytes are not a virtio-net header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum VnetError {
+    /// Fewer than [`HEADER_LEN`] bytes (how many there were).
     #[error("a virtio-net header is {HEADER_LEN} bytes, got {0}")]
     Truncated(usize),
 }
@@ -98,14 +99,17 @@ impl<T: AsRef<[u8]>> VnetHeader<T> {
         u16::from_ne_bytes([b[range.start], b[range.start + 1]])
     }
 
+    /// The `flags` byte: [`F_NEEDS_CSUM`], [`F_DATA_VALID`].
     pub fn flags(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS]
     }
 
+    /// The `gso_type` byte as it is, [`GSO_ECN`] bit included.
     pub fn gso_type_raw(&self) -> u8 {
         self.buffer.as_ref()[field::GSO_TYPE]
     }
 
+    /// What `gso_type` says the frame is.
     pub fn gso_type(&self) -> Gso {
         Gso::from_byte(self.gso_type_raw())
     }
@@ -131,10 +135,13 @@ impl<T: AsRef<[u8]>> VnetHeader<T> {
         self.u16_at(field::CSUM_OFFSET)
     }
 
+    /// True when the frame's checksum is still to be filled in
+    /// ([`csum_start`](Self::csum_start), [`csum_offset`](Self::csum_offset)).
     pub fn needs_csum(&self) -> bool {
         self.flags() & F_NEEDS_CSUM != 0
     }
 
+    /// The buffer the view was over.
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -145,26 +152,32 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VnetHeader<T> {
         self.buffer.as_mut()[range].copy_from_slice(&value.to_ne_bytes());
     }
 
+    /// Sets the `flags` byte.
     pub fn set_flags(&mut self, value: u8) {
         self.buffer.as_mut()[field::FLAGS] = value;
     }
 
+    /// Sets the `gso_type` byte, [`GSO_ECN`] bit included.
     pub fn set_gso_type_raw(&mut self, value: u8) {
         self.buffer.as_mut()[field::GSO_TYPE] = value;
     }
 
+    /// Sets [`hdr_len`](Self::hdr_len).
     pub fn set_hdr_len(&mut self, value: u16) {
         self.set_u16_at(field::HDR_LEN, value);
     }
 
+    /// Sets [`gso_size`](Self::gso_size).
     pub fn set_gso_size(&mut self, value: u16) {
         self.set_u16_at(field::GSO_SIZE, value);
     }
 
+    /// Sets [`csum_start`](Self::csum_start).
     pub fn set_csum_start(&mut self, value: u16) {
         self.set_u16_at(field::CSUM_START, value);
     }
 
+    /// Sets [`csum_offset`](Self::csum_offset).
     pub fn set_csum_offset(&mut self, value: u16) {
         self.set_u16_at(field::CSUM_OFFSET, value);
     }
@@ -175,11 +188,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VnetHeader<T> {
 pub struct VnetRepr {
     /// `Some((csum_start, csum_offset))` when the checksum is left to fill.
     pub partial_csum: Option<(u16, u16)>,
+    /// The kernel already verified the frame's checksum
+    /// ([`F_DATA_VALID`]).
     pub data_valid: bool,
+    /// Whether, and how, the frame is a GSO super-packet to be cut up.
     pub gso: Gso,
     /// The ECN bit of `gso_type`.
     pub gso_ecn: bool,
+    /// Payload bytes per segment of a GSO frame; 0 for an ordinary one.
     pub gso_size: u16,
+    /// Bytes of headers before the payload (a hint only).
     pub hdr_len: u16,
 }
 
@@ -194,6 +212,7 @@ impl VnetRepr {
         hdr_len: 0,
     };
 
+    /// Reads every field of `header`.
     pub fn parse<T: AsRef<[u8]>>(header: &VnetHeader<T>) -> VnetRepr {
         VnetRepr {
             partial_csum: header
@@ -212,6 +231,7 @@ impl VnetRepr {
         VnetHeader::new_checked(bytes).map(|h| VnetRepr::parse(&h))
     }
 
+    /// Writes this header into `header`, every field of it.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, header: &mut VnetHeader<T>) {
         let mut flags = 0;
         if self.partial_csum.is_some() {

@@ -44,18 +44,40 @@ pub enum Decoded {
 /// Why (part of) a datagram could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeIssue {
+    /// The datagram ends within a message's header.
     #[error("{left} bytes left, too few for a netlink header")]
-    TruncatedHeader { left: usize },
+    TruncatedHeader {
+        /// Bytes of the datagram after the last whole message.
+        left: usize,
+    },
+    /// A header's length is shorter than the header or longer than what
+    /// is left of the datagram.
     #[error("netlink message of {length} bytes where {left} are left")]
-    BadLength { length: usize, left: usize },
+    BadLength {
+        /// The length the header gives.
+        length: usize,
+        /// Bytes of the datagram from that header on.
+        left: usize,
+    },
+    /// A message of a type the mirror parses is too short for that type's
+    /// fixed part.
     #[error("message type {message_type}: {len} payload bytes, fewer than the {needed} of its fixed part")]
     ShortPayload {
+        /// The netlink message type (`XFRM_MSG_*`).
         message_type: u16,
+        /// Bytes of payload it has.
         len: usize,
+        /// Bytes its fixed part takes.
         needed: usize,
     },
+    /// `netlink-packet-xfrm` could not parse the message.
     #[error("message type {message_type}: {reason}")]
-    Parse { message_type: u16, reason: String },
+    Parse {
+        /// The netlink message type (`XFRM_MSG_*`).
+        message_type: u16,
+        /// The parser's complaint.
+        reason: String,
+    },
 }
 
 /// The fixed part of the payload of the types the mirror parses; `None`

@@ -29,16 +29,23 @@ use spd_sad::FlowKey;
 /// by (destination, SPI, protocol, family), and what they report it as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelSa {
+    /// The SA's destination address (the receiving end's).
     pub daddr: IpAddr,
+    /// Its source address (the sending end's).
     pub saddr: IpAddr,
+    /// Its SPI.
     pub spi: u32,
+    /// The request id it shares with its policies, which the daemon
+    /// matches a report against.
     pub reqid: u32,
 }
 
 /// An SA's use as the kernel keeps it (`struct xfrm_lifetime_cur`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
+    /// Bytes the SA protected or verified, as espgw counted them.
     pub bytes: u64,
+    /// Packets the SA carried.
     pub packets: u64,
     /// Seconds since the epoch: when the kernel added the SA (its time
     /// lifetimes count from here, so it must be given back unchanged).
@@ -178,12 +185,16 @@ pub fn acquire(
 /// Why the broker refused a datagram of feedback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NotFeedback {
+    /// Not a run of whole netlink messages.
     #[error("not whole netlink messages (a length that runs past the datagram or is too short)")]
     Malformed,
+    /// A message of another type (the type).
     #[error("message type {0}: only XFRM_MSG_NEWAE, XFRM_MSG_EXPIRE and XFRM_MSG_ACQUIRE are feedback")]
     Type(u16),
+    /// A message without `NLM_F_REQUEST`, or with `NLM_F_DUMP`.
     #[error("a message that is not a request, or asks for a dump")]
     Flags,
+    /// No message at all.
     #[error("an empty datagram")]
     Empty,
 }

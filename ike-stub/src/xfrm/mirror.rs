@@ -64,7 +64,9 @@ pub struct MirrorSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DumpKind {
+    /// The SAD: every XFRM state.
     Sa,
+    /// The SPD: every XFRM policy.
     Policy,
 }
 
@@ -82,15 +84,21 @@ pub struct MirrorCounters {
     pub sas_mirrored: u64,
     /// Inbound SAs waiting for a policy to give them selectors.
     pub sas_held: u64,
+    /// SAs installed in the gateways (an inbound one once a policy gave
+    /// it selectors).
     pub sas_installed: u64,
     /// SAs changed in place (`XFRM_MSG_UPDSA`), keeping their counters.
     pub sas_replaced: u64,
+    /// SAs removed because the kernel's state is gone (deleted, expired,
+    /// flushed).
     pub sas_removed: u64,
     /// Of those, the ones a rekey had replaced: their keys are gone for
     /// good, and so are their sequence ledger entries.
     pub sas_superseded: u64,
     /// Inbound SAs taken out because no policy names them any more.
     pub sas_retired: u64,
+    /// States refused (once each, unless the reason changes); by reason
+    /// in `refused`.
     pub sas_refused: u64,
     /// Larval states (an SPI allocated for an exchange, no keys).
     pub larval: u64,
@@ -104,23 +112,31 @@ pub struct MirrorCounters {
     pub policies_held: u64,
     /// Times a policy had to wait for its SA.
     pub policies_held_total: u64,
+    /// Policies inserted into the gateways' SPD.
     pub policies_installed: u64,
+    /// Policies removed from it because the kernel's is gone.
     pub policies_removed: u64,
+    /// Times a policy was refused (it discards instead); by reason in
+    /// `refused`.
     pub policies_refused: u64,
     /// Refusals (SAs and policies) by reason.
     pub refused: BTreeMap<String, u64>,
-    /// Dumps completed, and those started after an overrun.
+    /// Dumps completed.
     pub dumps: u64,
+    /// Times the socket overran (notifications were lost) and both tables
+    /// were dumped afresh.
     pub resyncs: u64,
     /// Dumps the kernel answered with an error.
     pub dump_errors: u64,
     /// Commands the gateway could not apply (the SA's traffic is dropped).
     pub apply_failed: u64,
-    /// What espgw told the kernel (see [`feedback`](super::feedback)):
-    /// counters (`XFRM_MSG_NEWAE`), volume expiries (`XFRM_MSG_EXPIRE`)
-    /// and on-demand requests (`XFRM_MSG_ACQUIRE`).
+    /// What espgw told the kernel (see [`feedback`]):
+    /// SAs' counters (`XFRM_MSG_NEWAE`).
     pub newae_sent: u64,
+    /// Byte or packet limits passed in espgw (`XFRM_MSG_EXPIRE`).
     pub expire_sent: u64,
+    /// On-demand requests (`XFRM_MSG_ACQUIRE`): a packet met a policy
+    /// whose SA is missing.
     pub acquire_sent: u64,
     /// Of those, the ones the kernel answered with an error (an SA gone
     /// meanwhile, or the privilege to ask missing).
@@ -130,8 +146,11 @@ pub struct MirrorCounters {
 /// A mirrored SA as `espgw sa list` shows its source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MirroredSaStatus {
+    /// Its name in the gateways: `xfrm-r{reqid}-{in|out}-{spi}`.
     pub name: String,
+    /// The request id the kernel's state and its policies share.
     pub reqid: u32,
+    /// Its SPI.
     pub spi: u32,
     /// in or out.
     pub direction: &'static str,
@@ -142,9 +161,14 @@ pub struct MirroredSaStatus {
 /// A mirrored policy as `espgw xfrm show` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MirroredPolicyStatus {
+    /// Its name in the gateways: `xfrm-{in|out|fwd}-{index}`, after the
+    /// kernel's direction and policy index.
     pub name: String,
+    /// espgw's direction, `in` or `out` (the kernel's `fwd` is `in`).
     pub direction: &'static str,
+    /// The kernel's priority; lower is consulted first.
     pub priority: u32,
+    /// What it selects: addresses, protocol and ports.
     pub selector: String,
     /// What the gateways' SPD holds: `protect NAME`, `bypass`, `discard`.
     pub action: String,
@@ -260,6 +284,8 @@ pub struct XfrmMirror {
 }
 
 impl XfrmMirror {
+    /// An empty mirror for a gateway with `settings`; it learns the
+    /// tables from the dumps the driver asks for.
     pub fn new(settings: MirrorSettings) -> XfrmMirror {
         let mut rng: StdRng = rand::make_rng();
         let mut key = Zeroizing::new([0u8; 32]);
@@ -282,6 +308,7 @@ impl XfrmMirror {
         }
     }
 
+    /// The mirror's counters so far.
     pub fn counters(&self) -> &MirrorCounters {
         &self.counters
     }

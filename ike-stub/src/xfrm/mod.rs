@@ -93,6 +93,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The reason's snake-case name, as its counter and log lines show it.
     pub fn name(self) -> &'static str {
         self.into()
     }
@@ -102,7 +103,10 @@ impl Refusal {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {detail}", reason.name())]
 pub struct Refused {
+    /// Which kind of thing espgw cannot do.
     pub reason: Refusal,
+    /// What exactly, with the values (an algorithm's name, a mode, an
+    /// SPI), for the log line.
     pub detail: String,
 }
 

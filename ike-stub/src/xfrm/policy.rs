@@ -32,7 +32,9 @@ const IPPROTO_ICMPV6: u8 = 58;
 /// gave it (kept by `XFRM_MSG_UPDPOLICY`, in every notification).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PolicyKey {
+    /// `XFRM_POLICY_IN`, `XFRM_POLICY_OUT` or `XFRM_POLICY_FWD`.
     pub dir: u8,
+    /// The kernel's index of the policy.
     pub index: u32,
 }
 
@@ -59,28 +61,39 @@ pub struct Template {
     /// its outbound template, and moves it on a rekey); `None`: the newest
     /// SA that satisfies the rest.
     pub spi: Option<u32>,
+    /// The SA's mode.
     pub mode: Mode,
-    /// The SA's outer addresses (tunnel mode); `None` where the template
-    /// leaves them to the packet (transport mode, or zero).
+    /// The SA's outer destination (tunnel mode); `None` where the template
+    /// leaves it to the packet (transport mode, or zero).
     pub daddr: Option<IpAddr>,
+    /// The SA's outer source, likewise.
     pub saddr: Option<IpAddr>,
 }
 
 /// What a translated policy does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
+    /// Protect with the SA the template names (`allow` with an ESP
+    /// template).
     Protect(Template),
+    /// Let the traffic pass in the clear (`allow` without a template).
     Bypass,
+    /// Drop the traffic (`block`, or a refused `protect`).
     Discard,
 }
 
 /// An XFRM policy translated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TranslatedPolicy {
+    /// Which kernel policy it is.
     pub key: PolicyKey,
+    /// espgw's direction ([`direction`]).
     pub direction: PolicyDirection,
+    /// The kernel's priority; lower is consulted first.
     pub priority: u32,
+    /// What it selects.
     pub selector: Selector,
+    /// What it does; [`Verdict::Discard`] when refused.
     pub verdict: Verdict,
     /// Set when the policy could not be followed exactly: it discards
     /// (over `selector`, widened where needed) and this says why.
@@ -88,6 +101,7 @@ pub struct TranslatedPolicy {
     /// The policy and its templates as the kernel reported them: an
     /// ACQUIRE names them back (see `feedback::acquire`).
     pub kernel: UserPolicyInfo,
+    /// The templates as the kernel reported them.
     pub templates: Vec<UserTemplate>,
 }
 

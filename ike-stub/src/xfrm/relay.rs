@@ -19,7 +19,10 @@ pub const IKE_HEADER_LEN: usize = 28;
 /// `port` and `port_nat_t`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayPorts {
+    /// The IKE port: plain IKE, no marker (500).
     pub ike: u16,
+    /// The NAT traversal port: IKE behind the non-ESP marker, keepalives
+    /// and the gateway's ESP in UDP (4500).
     pub nat_t: u16,
 }
 
@@ -78,7 +81,9 @@ pub fn classify(ports: RelayPorts, dst_port: u16, payload: &[u8]) -> Relay {
 /// one when the outside interface has one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outside {
+    /// The outside interface's IPv4 address.
     pub v4: Ipv4Addr,
+    /// Its IPv6 address (`address6`), if it has one.
     pub v6: Option<Ipv6Addr>,
 }
 
@@ -96,8 +101,11 @@ impl Outside {
 /// peer's), the peer's address and the UDP payload, as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outgoing<'a> {
+    /// Our port (the daemon's) and the peer's.
     pub ports: (u16, u16),
+    /// The peer's address.
     pub to: IpAddr,
+    /// The UDP payload, marker included on the NAT-T port.
     pub payload: &'a [u8],
 }
 
@@ -163,8 +171,11 @@ pub fn udp_endpoints(packet: &[u8]) -> Result<UdpEndpoints<'_>, Held> {
 /// What [`udp_endpoints`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdpEndpoints<'a> {
+    /// Source address and port.
     pub from: (IpAddr, u16),
+    /// Destination address and port.
     pub to: (IpAddr, u16),
+    /// The UDP payload, as long as the UDP length field says.
     pub payload: &'a [u8],
 }
 

@@ -20,12 +20,15 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::{Refusal, Refused};
 
-/// IP protocol numbers of an XFRM state's `id.proto`.
+/// ESP, as an XFRM state's or template's `id.proto` names it.
 pub const IPPROTO_ESP: u8 = 50;
+/// AH, which espgw does not do.
 pub const IPPROTO_AH: u8 = 51;
+/// IPComp, which espgw does not do.
 pub const IPPROTO_COMP: u8 = 108;
-/// Address families of `xfrm_usersa_info.family`.
+/// IPv4, as `xfrm_usersa_info.family` and selectors name it.
 pub const AF_INET: u16 = 2;
+/// IPv6, likewise.
 pub const AF_INET6: u16 = 10;
 /// `XFRMA_SA_DIR` (Linux 6.10): the state's direction, when its creator
 /// gave one; the crate does not know it yet and hands it over raw.
@@ -37,7 +40,9 @@ const XFRM_SA_DIR_OUT: u8 = 2;
 /// is ESP: nothing else is mirrored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SaKey {
+    /// The state's destination address.
     pub daddr: IpAddr,
+    /// Its SPI.
     pub spi: u32,
 }
 
@@ -50,12 +55,21 @@ impl std::fmt::Display for SaKey {
 /// An XFRM state translated: espgw's SA and what the mirror matches
 /// policies' templates against.
 pub struct TranslatedSa {
+    /// Which kernel state it is.
     pub key: SaKey,
+    /// The request id it shares with the policies whose templates name
+    /// it.
     pub reqid: u32,
+    /// The state's source address.
     pub saddr: IpAddr,
+    /// The SA as espgw installs it; an inbound one's selectors are still
+    /// empty (the mirror gives it its policies').
     pub params: SaParams,
+    /// The ESP transform of its algorithms.
     pub algorithm: Algorithm,
+    /// The encryption key (an AEAD's salt appended), wiped when dropped.
     pub enc_key: Zeroizing<Vec<u8>>,
+    /// The integrity key; empty for an AEAD or NULL.
     pub auth_key: Zeroizing<Vec<u8>>,
     /// The kernel's counter (`oseq` out, `seq` in), with ESN's high half.
     pub initial_seq: u64,

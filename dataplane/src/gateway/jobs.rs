@@ -41,6 +41,10 @@ pub const JOB_TIMEOUT: Duration = Duration::from_millis(250);
 /// dropped at once as `engine_busy`.
 pub const BACKLOG_LIMIT: usize = 1024;
 
+/// The `user` of the empty job a first pass leaves where it was settled
+/// when it goes back in line (no slot of the in-flight table is this).
+const REQUEUED: u64 = u64::MAX;
+
 /// Where a packet is in its trip through the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -253,8 +257,8 @@ impl JobMachine {
     }
 
     /// Runs the inline outbound burst and hands its jobs back in order
-    /// (outbound, with the SA's id as their `user`; they need no
-    /// [`settle`](Self::settle)).
+    /// (outbound, with the SA's id as their `user`; the in-flight table
+    /// never held them, so there is nothing to settle).
     #[inline]
     pub(super) fn run_inline(&mut self, done: &mut Vec<Job>) {
         if self.inline.is_empty() {
@@ -268,14 +272,39 @@ impl JobMachine {
     }
 
     /// Hands queued jobs to the engine and collects what it has completed
-    /// by `now` into `done`, without waiting: returns how many jobs were
-    /// submitted and how many completions came back. Each completion goes
-    /// through [`settle`](Self::settle).
+    /// by `now`, without waiting: each finished job is appended to `done`
+    /// and what the machine knew of it to `known`, at the same index; a
+    /// first pass of two goes back in line for its second instead. Returns
+    /// how many jobs were submitted and how many completions came back.
     #[inline]
-    pub(super) fn step(&mut self, now: Duration, done: &mut Vec<Job>) -> (usize, usize) {
+    pub(super) fn step(
+        &mut self,
+        now: Duration,
+        done: &mut Vec<Job>,
+        known: &mut Vec<Done>,
+    ) -> (usize, usize) {
         let submitted = self.submit_queued(now);
+        let start = done.len();
         let completed = self.engine.poll_burst(now, done);
+        self.settle_from(start, done, known);
         (submitted, completed)
+    }
+
+    /// Settles `done[start..]` where they lie: the jobs are not moved
+    /// unless a first pass goes back in line (then the place it leaves is
+    /// closed up).
+    #[inline]
+    fn settle_from(&mut self, start: usize, done: &mut Vec<Job>, known: &mut Vec<Done>) {
+        let mut requeued = false;
+        for job in &mut done[start..] {
+            match self.settle(job) {
+                Some(info) => known.push(info),
+                None => requeued = true,
+            }
+        }
+        if requeued {
+            done.retain(|job| job.user != REQUEUED);
+        }
     }
 
     fn submit_queued(&mut self, now: Duration) -> usize {
@@ -308,20 +337,22 @@ impl JobMachine {
     }
 
     /// A job came back from the engine (or was given up on): a first pass
-    /// of two goes back in line for its second (`None`); anything else
-    /// comes back with what the machine knew of it.
+    /// of two goes back in line for its second (`None`, and `job` is left
+    /// an empty one marked [`REQUEUED`]); anything else is what the
+    /// machine knew of it.
     #[inline]
-    pub(super) fn settle(&mut self, mut job: Job) -> Option<(Job, Done)> {
+    fn settle(&mut self, job: &mut Job) -> Option<Done> {
         let Some(entry) = self.in_flight.remove(job.user as usize) else {
-            let done = Done {
+            return Some(Done {
                 outcome: Outcome::Unknown,
                 direction: Direction::Encrypt,
                 sa: SaId(u32::MAX),
                 seq: 0,
-            };
-            return Some((job, done));
+            });
         };
         if !entry.abandoned && entry.phase == Phase::First && job.desc.status == Status::Done {
+            let placeholder = Job::new(job.session, job.desc, PacketBuf::empty(), 0, REQUEUED);
+            let mut job = std::mem::replace(job, placeholder);
             job.user = self.in_flight.insert(InFlight {
                 phase: Phase::Second,
                 ..entry
@@ -338,7 +369,7 @@ impl JobMachine {
             }
             return None;
         }
-        let done = Done {
+        Some(Done {
             outcome: if entry.abandoned {
                 Outcome::Abandoned
             } else {
@@ -347,14 +378,13 @@ impl JobMachine {
             direction: entry.direction,
             sa: entry.sa,
             seq: entry.seq,
-        };
-        Some((job, done))
+        })
     }
 
     /// Gives up on jobs the engine has held past [`JOB_TIMEOUT`]: they come
     /// back (through the engine's `reclaim`, from the backlog, or later
     /// when their completion turns up) as [`Outcome::Abandoned`].
-    pub(super) fn expire(&mut self, now: Duration, done: &mut Vec<Job>) {
+    pub(super) fn expire(&mut self, now: Duration, done: &mut Vec<Job>, known: &mut Vec<Done>) {
         let overdue = self
             .in_flight
             .entries()
@@ -367,6 +397,7 @@ impl JobMachine {
                 entry.abandoned = true;
             }
         }
+        let start = done.len();
         // Lost completions come back through a channel reset.
         self.engine.reclaim(now, done);
         // Abandoned jobs still in the backlog never reached the engine.
@@ -381,6 +412,7 @@ impl JobMachine {
                 i += 1;
             }
         }
+        self.settle_from(start, done, known);
     }
 
     /// When the machine wants to be stepped again: the engine's next

@@ -157,6 +157,8 @@ pub struct Gateway {
     outbound: outbound::EspOut,
     /// Jobs the machine handed back, reused between steps.
     finished: Vec<accel::Job>,
+    /// What the machine knew of each of `finished`, at the same index.
+    known: Vec<jobs::Done>,
     stats: Stats,
     last_now: Duration,
     /// When the SA lifetimes and the engine's overdue jobs are looked at
@@ -190,6 +192,7 @@ impl Gateway {
             inbound: inbound::EspIn::default(),
             outbound: outbound::EspOut::new(),
             finished: Vec::with_capacity(256),
+            known: Vec::with_capacity(256),
             stats: Stats::default(),
             last_now: Duration::ZERO,
             next_housekeeping: Duration::ZERO,
@@ -1021,29 +1024,35 @@ impl Gateway {
             // Inline jobs are outbound, the SA's id in `user`.
             self.finish_outbound(SaId(job.user as u32), job, out);
         }
+        let mut known = std::mem::take(&mut self.known);
         loop {
-            let (submitted, completed) = self.jobs.step(now, &mut done);
-            self.complete_all(now, &mut done, out);
+            let (submitted, completed) = self.jobs.step(now, &mut done, &mut known);
+            self.complete_all(now, &mut done, &mut known, out);
             if submitted == 0 && completed == 0 {
                 break;
             }
         }
         self.finished = done;
+        self.known = known;
     }
 
     /// Finishes, in order, the jobs the machine handed back.
-    fn complete_all(&mut self, now: Duration, done: &mut Vec<accel::Job>, out: &mut Vec<Output>) {
-        for job in done.drain(..) {
-            self.complete(now, job, out);
+    fn complete_all(
+        &mut self,
+        now: Duration,
+        done: &mut Vec<accel::Job>,
+        known: &mut Vec<jobs::Done>,
+        out: &mut Vec<Output>,
+    ) {
+        debug_assert_eq!(done.len(), known.len());
+        for (job, info) in done.drain(..).zip(known.drain(..)) {
+            self.complete(now, job, info, out);
         }
     }
 
     /// A job came back from the engine.
     #[inline]
-    fn complete(&mut self, now: Duration, job: accel::Job, out: &mut Vec<Output>) {
-        let Some((job, done)) = self.jobs.settle(job) else {
-            return;
-        };
+    fn complete(&mut self, now: Duration, job: accel::Job, done: jobs::Done, out: &mut Vec<Output>) {
         match (done.outcome, done.direction) {
             (jobs::Outcome::Unknown, _) => self.emit(job.buf, Err(DropReason::EngineError), out),
             (jobs::Outcome::Abandoned, _) => {
@@ -1150,9 +1159,11 @@ impl Gateway {
     /// held or waiting that long.
     fn expire_jobs(&mut self, now: Duration, out: &mut Vec<Output>) {
         let mut done = std::mem::take(&mut self.finished);
-        self.jobs.expire(now, &mut done);
-        self.complete_all(now, &mut done, out);
+        let mut known = std::mem::take(&mut self.known);
+        self.jobs.expire(now, &mut done, &mut known);
+        self.complete_all(now, &mut done, &mut known, out);
         self.finished = done;
+        self.known = known;
         self.expire_held(now, out);
     }
 

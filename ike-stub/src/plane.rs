@@ -1998,38 +1998,35 @@ impl ControlPlane {
             let tunnel = &mut self.tunnels[index];
             let mut resend = None;
             let mut gave_up = false;
-            match &mut tunnel.phase {
+            // The exchange waiting for the peer, if any: its message, its
+            // attempts, when it leaves again and (a request) when it last left.
+            let waiting = match &mut tunnel.phase {
                 Phase::Requested {
                     wire,
                     attempts,
                     next_send,
                     sent_at,
                     ..
-                } if *next_send <= now => {
-                    if *attempts >= settings.retries {
-                        gave_up = true;
-                    } else {
-                        *attempts += 1;
-                        *sent_at = now;
-                        *next_send = now + settings.retransmit * (1 << (*attempts).min(16));
-                        resend = Some(wire.clone());
-                    }
-                }
+                } => Some((wire, attempts, next_send, Some(sent_at))),
                 Phase::Confirming {
                     wire,
                     attempts,
                     next_send,
                     ..
-                } if *next_send <= now => {
-                    if *attempts >= settings.retries {
-                        gave_up = true;
-                    } else {
-                        *attempts += 1;
-                        *next_send = now + settings.retransmit * (1 << (*attempts).min(16));
-                        resend = Some(wire.clone());
+                } => Some((wire, attempts, next_send, None)),
+                _ => None,
+            };
+            if let Some((wire, attempts, next_send, sent_at)) = waiting.filter(|w| *w.2 <= now) {
+                if *attempts >= settings.retries {
+                    gave_up = true;
+                } else {
+                    *attempts += 1;
+                    if let Some(sent_at) = sent_at {
+                        *sent_at = now;
                     }
+                    *next_send = now + settings.retransmit * (1 << (*attempts).min(16));
+                    resend = Some(wire.clone());
                 }
-                _ => {}
             }
             if gave_up {
                 self.give_up(now, index);

@@ -25,13 +25,8 @@ pub const MIN_FRAME: usize = 64;
 /// Ethernet frame (without FCS) holding an IPv4/UDP packet, so that the
 /// frame on the wire with FCS is `frame_size` bytes.
 pub fn plaintext_frame(frame_size: usize, seed: u8) -> Vec<u8> {
-    let ip_len = frame_size - FRAME_OVERHEAD;
-    let mut frame = vec![0u8; 14 + ip_len];
-    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
-    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x10]);
-    frame[12..14].copy_from_slice(&[0x08, 0x00]);
-    {
-        let mut ip = Ipv4Packet::new_unchecked(&mut frame[14..]);
+    udp_frame(frame_size, seed, [0x08, 0x00], 20, |packet, ip_len| {
+        let mut ip = Ipv4Packet::new_unchecked(packet);
         ip.set_version(4);
         ip.set_header_len(20);
         ip.set_total_len(ip_len as u16);
@@ -40,15 +35,7 @@ pub fn plaintext_frame(frame_size: usize, seed: u8) -> Vec<u8> {
         ip.set_src_addr([192, 168, 1, 10].into());
         ip.set_dst_addr([192, 168, 2, 20].into());
         ip.fill_checksum();
-    }
-    let udp = &mut frame[34..];
-    udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
-    udp[2..4].copy_from_slice(&5000u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&((ip_len - 20) as u16).to_be_bytes());
-    for (i, b) in udp[8..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
-    }
-    frame
+    })
 }
 
 /// The smallest frame an IPv6/UDP packet fits (48 bytes of IP).
@@ -57,24 +44,38 @@ pub const MIN_FRAME6: usize = 40 + 8 + FRAME_OVERHEAD;
 /// [`plaintext_frame`] for IPv6: 2001:db8:1::10 to 2001:db8:2::20, UDP;
 /// `frame_size` at least [`MIN_FRAME6`].
 pub fn plaintext_frame6(frame_size: usize, seed: u8) -> Vec<u8> {
-    let ip_len = frame_size - FRAME_OVERHEAD;
-    let mut frame = vec![0u8; 14 + ip_len];
-    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
-    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x10]);
-    frame[12..14].copy_from_slice(&[0x86, 0xdd]);
-    {
-        let mut ip = Ipv6Packet::new_unchecked(&mut frame[14..]);
+    udp_frame(frame_size, seed, [0x86, 0xdd], 40, |packet, ip_len| {
+        let mut ip = Ipv6Packet::new_unchecked(packet);
         ip.set_version(6);
         ip.set_payload_len((ip_len - 40) as u16);
         ip.set_next_header(IpProtocol::Udp);
         ip.set_hop_limit(64);
         ip.set_src_addr(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10));
         ip.set_dst_addr(Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x20));
-    }
-    let udp = &mut frame[54..];
+    })
+}
+
+/// An Ethernet frame of `frame_size` bytes on the wire (with FCS) of
+/// `ethertype`, around an IP packet whose `ip_header_len`-byte header
+/// `write_ip` writes (given the packet and its length), carrying UDP from
+/// port 4000 to 5000 with a payload patterned by `seed`.
+fn udp_frame(
+    frame_size: usize,
+    seed: u8,
+    ethertype: [u8; 2],
+    ip_header_len: usize,
+    write_ip: impl FnOnce(&mut [u8], usize),
+) -> Vec<u8> {
+    let ip_len = frame_size - FRAME_OVERHEAD;
+    let mut frame = vec![0u8; 14 + ip_len];
+    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
+    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x10]);
+    frame[12..14].copy_from_slice(&ethertype);
+    write_ip(&mut frame[14..], ip_len);
+    let udp = &mut frame[14 + ip_header_len..];
     udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
     udp[2..4].copy_from_slice(&5000u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&((ip_len - 40) as u16).to_be_bytes());
+    udp[4..6].copy_from_slice(&((ip_len - ip_header_len) as u16).to_be_bytes());
     for (i, b) in udp[8..].iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
     }

@@ -1029,8 +1029,7 @@ impl ControlPlane {
         let spi = self.fresh_spi();
         let nonce = self.nonce();
         let spi_i = self.control_spi();
-        let settings = self.config.rekey;
-        let tunnel = &mut self.tunnels[index];
+        let tunnel = &self.tunnels[index];
         let Some(secrets) = &tunnel.secrets else { return };
         let wire = Message {
             kind: Kind::Init,
@@ -1045,20 +1044,9 @@ impl ControlPlane {
             nonce,
         }
         .seal(&secrets.init_key(tunnel.side)[..]);
-        tunnel.phase = Phase::Requested {
-            exchange: Exchange::Init { spi_i },
-            id: 0,
-            nonce,
-            spi,
-            wire: wire.clone(),
-            attempts: 0,
-            sent_at: now,
-            next_send: now + settings.retransmit,
-        };
-        tunnel.retry_at = None;
         tracing::debug!(tunnel = %tunnel.config.name, peer = %tunnel.config.remote, "connecting: INIT exchange started");
         self.counters.connects_started += 1;
-        self.send(index, wire);
+        self.send_request(now, index, (Exchange::Init { spi_i }, 0), (nonce, spi), wire);
     }
 
     /// Starts a rekey under the control SA: the next child SAs.
@@ -1069,7 +1057,6 @@ impl ControlPlane {
         }
         let spi = self.fresh_spi();
         let nonce = self.nonce();
-        let settings = self.config.rekey;
         let tunnel = &mut self.tunnels[index];
         let name = tunnel.config.name.clone();
         let Some(control) = tunnel.control.as_mut() else {
@@ -1089,8 +1076,26 @@ impl ControlPlane {
             spi,
             nonce,
         });
+        tracing::debug!(tunnel = %tunnel.config.name, child, "rekey started");
+        self.counters.rekeys_started += 1;
+        self.send_request(now, index, (Exchange::Rekey, id), (nonce, spi), wire);
+    }
+
+    /// Sends `wire`, our request of `exchange` (message `id`, with our
+    /// `nonce` and new inbound `spi`), and waits for the answer, sending it
+    /// again until one comes.
+    fn send_request(
+        &mut self,
+        now: Duration,
+        index: usize,
+        (exchange, id): (Exchange, u32),
+        (nonce, spi): ([u8; NONCE_LEN], u32),
+        wire: Vec<u8>,
+    ) {
+        let settings = self.config.rekey;
+        let tunnel = &mut self.tunnels[index];
         tunnel.phase = Phase::Requested {
-            exchange: Exchange::Rekey,
+            exchange,
             id,
             nonce,
             spi,
@@ -1100,8 +1105,6 @@ impl ControlPlane {
             next_send: now + settings.retransmit,
         };
         tunnel.retry_at = None;
-        tracing::debug!(tunnel = %tunnel.config.name, child, "rekey started");
-        self.counters.rekeys_started += 1;
         self.send(index, wire);
     }
 
@@ -1324,8 +1327,6 @@ impl ControlPlane {
     /// SA's key, which depends on our fresh nonce, so it cannot be a
     /// replay.
     fn handle_init_response(&mut self, now: Duration, index: usize, payload: &[u8], from: (Ipv4Addr, u16)) {
-        let grace = self.config.rekey.grace;
-        let retransmit = self.config.rekey.retransmit;
         let tunnel = &self.tunnels[index];
         let Phase::Requested {
             exchange: Exchange::Init { spi_i },
@@ -1416,22 +1417,41 @@ impl ControlPlane {
         }
         tunnel.control = Some(control);
         tunnel.current = Some(generation);
+        tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered by the peer; sending on the new SAs");
+        self.switch_to_new_sas(now, index, true, (id, wire), old, (inbound, outbound));
+    }
+
+    /// Our side of a switch to the current generation's SAs, `inbound`
+    /// and `outbound` (an INIT's with `connect`, else a rekey's): installs
+    /// them and repoints the policies, retires the `old` generation's
+    /// outbound SA after the grace period, and sends `wire` (message
+    /// `id`), again until the peer confirms it switched too.
+    fn switch_to_new_sas(
+        &mut self,
+        now: Duration,
+        index: usize,
+        connect: bool,
+        (id, wire): (u32, Vec<u8>),
+        old: Option<u32>,
+        (inbound, outbound): (SaSetup, SaSetup),
+    ) {
+        let settings = self.config.rekey;
+        let tunnel = &mut self.tunnels[index];
         tunnel.phase = Phase::Confirming {
-            connect: true,
+            connect,
             id,
             wire: wire.clone(),
             attempts: 0,
-            next_send: now + retransmit,
+            next_send: now + settings.retransmit,
             old_in: old.map(|g| tunnel.sa(SaDirection::Inbound, g)),
         };
         if let Some(old) = old {
             // Nothing more leaves on the old outbound SA once repointed.
             tunnel
                 .retiring
-                .push((tunnel.sa(SaDirection::Outbound, old), Some(now + grace)));
+                .push((tunnel.sa(SaDirection::Outbound, old), Some(now + settings.grace)));
         }
         let repoints = tunnel.repoints();
-        tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered by the peer; sending on the new SAs");
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
         for repoint in repoints {
@@ -1792,8 +1812,6 @@ impl ControlPlane {
     }
 
     fn handle_response(&mut self, now: Duration, index: usize, message: &Message) {
-        let grace = self.config.rekey.grace;
-        let settings = self.config.rekey;
         let tunnel = &mut self.tunnels[index];
         match (&tunnel.phase, message.kind) {
             (
@@ -1858,27 +1876,7 @@ impl ControlPlane {
                     spi: 0,
                     nonce: [0; NONCE_LEN],
                 });
-                tunnel.phase = Phase::Confirming {
-                    connect: false,
-                    id,
-                    wire: wire.clone(),
-                    attempts: 0,
-                    next_send: now + settings.retransmit,
-                    old_in: old.map(|g| tunnel.sa(SaDirection::Inbound, g)),
-                };
-                if let Some(old) = old {
-                    // Nothing more leaves on the old outbound SA once repointed.
-                    tunnel
-                        .retiring
-                        .push((tunnel.sa(SaDirection::Outbound, old), Some(now + grace)));
-                }
-                let repoints = tunnel.repoints();
-                self.command(SaCommand::InstallSa(Box::new(inbound)));
-                self.command(SaCommand::InstallSa(Box::new(outbound)));
-                for repoint in repoints {
-                    self.command(repoint);
-                }
-                self.send(index, wire);
+                self.switch_to_new_sas(now, index, false, (id, wire), old, (inbound, outbound));
             }
             (Phase::Confirming { id, .. }, Kind::Switched) if *id == message.message_id => {
                 self.finish_initiator(now, index);

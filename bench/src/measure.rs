@@ -303,6 +303,18 @@ impl Batch {
             Some(verdict) => bail!("expected every packet forwarded to {to}, got {verdict:?}"),
         }
     }
+
+    /// Every frame that came out holds `expected` after its Ethernet
+    /// header; `what` says what became of the packets, for the error.
+    fn check(&self, expected: &[u8], what: &str) -> anyhow::Result<()> {
+        for buf in &self.bufs {
+            ensure!(
+                buf.data().get(14..) == Some(expected),
+                "{what} packet differs from what was sent"
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Batch {
@@ -346,12 +358,7 @@ pub fn decapsulate(
     time_slices(timing, |watch| {
         batch.fill(esp_frames, packets * fragments);
         batch.run(watch, gateway, Port::Outside, Port::Inside, packets)?;
-        for buf in &batch.bufs {
-            ensure!(
-                buf.data().get(14..) == Some(expected),
-                "decapsulated packet differs from what was sent"
-            );
-        }
+        batch.check(expected, "decapsulated")?;
         Ok(packets)
     })
 }
@@ -371,12 +378,7 @@ pub fn round_trip(
         batch.fill(&frames, BATCH);
         batch.run(watch, a, Port::Inside, Port::Outside, BATCH * fragments)?;
         batch.run(watch, b, Port::Outside, Port::Inside, BATCH)?;
-        for buf in &batch.bufs {
-            ensure!(
-                buf.data().get(14..) == Some(expected),
-                "round-tripped packet differs from what was sent"
-            );
-        }
+        batch.check(expected, "round-tripped")?;
         Ok(BATCH)
     })
 }

@@ -172,17 +172,7 @@ pub fn table(sweep: &Sweep) -> String {
         },
     );
     let _ = writeln!(out);
-    let scenarios: Vec<Scenario> = sweep
-        .scenarios()
-        .into_iter()
-        .filter(|s| !sweep.is_modelled(s))
-        .collect();
-    let width = scenarios
-        .iter()
-        .map(|s| s.name().len())
-        .max()
-        .unwrap_or(0)
-        .max(22);
+    let (scenarios, width) = table_rows(sweep, false);
     let _ = writeln!(
         out,
         "{:<width$} {:>5} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>8} {:>7} {:>5}",
@@ -297,23 +287,31 @@ pub fn full_tables(sweep: &Sweep) -> String {
     out
 }
 
-/// The `sec` model rows: host measured, device modelled.
-pub fn offload_table(sweep: &Sweep) -> String {
-    let mut out = String::new();
+/// The rows of a table: the sweep's scenarios on the `sec` model, or
+/// those measured whole (`modelled` false), and the width of the longest
+/// name (22 at least).
+fn table_rows(sweep: &Sweep, modelled: bool) -> (Vec<Scenario>, usize) {
     let scenarios: Vec<Scenario> = sweep
         .scenarios()
         .into_iter()
-        .filter(|s| sweep.is_modelled(s))
+        .filter(|s| sweep.is_modelled(s) == modelled)
         .collect();
-    if scenarios.is_empty() {
-        return out;
-    }
     let width = scenarios
         .iter()
         .map(|s| s.name().len())
         .max()
         .unwrap_or(0)
         .max(22);
+    (scenarios, width)
+}
+
+/// The `sec` model rows: host measured, device modelled.
+pub fn offload_table(sweep: &Sweep) -> String {
+    let mut out = String::new();
+    let (scenarios, width) = table_rows(sweep, true);
+    if scenarios.is_empty() {
+        return out;
+    }
     let _ = writeln!(
         out,
         "\nsec engine model, outbound gateway: host measured ({} × {} packets after a warm-up, median), device modelled ({}; identical in every run)\n",

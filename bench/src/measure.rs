@@ -434,6 +434,12 @@ pub fn raw_crypto(
         icv: Region::new(8 + iv_len + cipher_len, algorithm.icv_len()),
         status: Status::Pending,
     };
+    // One pass of the primitive over `buf`, in place; whether it succeeded.
+    let pass = |direction, buf: &mut [u8]| {
+        let mut desc = descriptor(direction);
+        accel::primitive::process(&session, &mut desc, buf);
+        desc.status == Status::Done
+    };
     let plain: Vec<u8> = (0..total).map(|i| i as u8).collect();
     let mut bufs = vec![plain.clone(); BATCH];
     let mut counter = 0u64;
@@ -442,35 +448,25 @@ pub fn raw_crypto(
             bufs.iter_mut().all(|buf| {
                 counter += 1;
                 buf[8..8 + iv_len.min(8)].copy_from_slice(&counter.to_be_bytes()[..iv_len.min(8)]);
-                let mut desc = descriptor(Direction::Encrypt);
-                accel::primitive::process(&session, &mut desc, buf);
-                desc.status == Status::Done
+                pass(Direction::Encrypt, buf)
             })
         });
         ensure!(done, "raw encrypt failed");
         Ok(BATCH)
     })?;
     let mut sealed = plain.clone();
-    let mut desc = descriptor(Direction::Encrypt);
-    accel::primitive::process(&session, &mut desc, &mut sealed);
+    pass(Direction::Encrypt, &mut sealed);
     let mut check = sealed.clone();
-    let mut desc = descriptor(Direction::Decrypt);
-    accel::primitive::process(&session, &mut desc, &mut check);
     ensure!(
-        desc.status == Status::Done && check[..8 + iv_len + cipher_len] == plain[..8 + iv_len + cipher_len],
+        pass(Direction::Decrypt, &mut check)
+            && check[..8 + iv_len + cipher_len] == plain[..8 + iv_len + cipher_len],
         "raw decrypt does not invert encrypt"
     );
     let decrypt = time_slices(timing, |watch| {
         for buf in &mut bufs {
             buf.copy_from_slice(&sealed);
         }
-        let done = watch.time(|| {
-            bufs.iter_mut().all(|buf| {
-                let mut desc = descriptor(Direction::Decrypt);
-                accel::primitive::process(&session, &mut desc, buf);
-                desc.status == Status::Done
-            })
-        });
+        let done = watch.time(|| bufs.iter_mut().all(|buf| pass(Direction::Decrypt, buf)));
         ensure!(done, "raw decrypt failed");
         Ok(BATCH)
     })?;

@@ -1551,7 +1551,6 @@ impl ControlPlane {
         payload: &[u8],
         from: (Ipv4Addr, u16),
     ) {
-        let grace = self.config.rekey.grace;
         let half = &self.tunnels[index].half_open[at];
         let message = match half.control.open(payload) {
             Ok(m) => m,
@@ -1585,21 +1584,8 @@ impl ControlPlane {
         }
         tunnel.control = Some(half.control);
         tunnel.current = Some(half.generation);
-        if let Some(old) = old {
-            for direction in [SaDirection::Outbound, SaDirection::Inbound] {
-                tunnel
-                    .retiring
-                    .push((tunnel.sa(direction, old), Some(now + grace)));
-            }
-        }
         tunnel.retry_at = None;
-        tunnel.note = None;
-        let repoints = tunnel.repoints();
-        self.counters.connects_completed += 1;
-        for repoint in repoints {
-            self.command(repoint);
-        }
-        self.log_tunnel_switched(index, "responder", false);
+        self.responder_switched(now, index, old, false);
         self.send(index, answer);
     }
 
@@ -1765,7 +1751,6 @@ impl ControlPlane {
 
     /// The responder moves its traffic to the child SAs it answered for.
     fn switch_responder(&mut self, now: Duration, index: usize) {
-        let grace = self.config.rekey.grace;
         let tunnel = &mut self.tunnels[index];
         let Phase::Responded {
             generation, child, ..
@@ -1773,13 +1758,7 @@ impl ControlPlane {
         else {
             return;
         };
-        if let Some(old) = tunnel.current {
-            for direction in [SaDirection::Outbound, SaDirection::Inbound] {
-                tunnel
-                    .retiring
-                    .push((tunnel.sa(direction, old), Some(now + grace)));
-            }
-        }
+        let old = tunnel.current;
         tunnel.current = Some(generation);
         if let Some(control) = tunnel.control.as_mut() {
             control.child = child;
@@ -1787,14 +1766,35 @@ impl ControlPlane {
         tunnel.phase = Phase::Idle;
         tunnel.rekeys += 1;
         tunnel.last_rekey = Some(now);
+        self.responder_switched(now, index, old, true);
+        self.rekey_if_pending(now, index);
+    }
+
+    /// The responder's side of a switch, once its tunnel's current
+    /// generation is the new one: the `old` generation's SAs retire after
+    /// the grace period, the policies are repointed, and the tunnel is up
+    /// (or, `rekey`, rekeyed).
+    fn responder_switched(&mut self, now: Duration, index: usize, old: Option<u32>, rekey: bool) {
+        let grace = self.config.rekey.grace;
+        let tunnel = &mut self.tunnels[index];
+        if let Some(old) = old {
+            for direction in [SaDirection::Outbound, SaDirection::Inbound] {
+                tunnel
+                    .retiring
+                    .push((tunnel.sa(direction, old), Some(now + grace)));
+            }
+        }
         tunnel.note = None;
         let repoints = tunnel.repoints();
-        self.counters.rekeys_completed += 1;
+        if rekey {
+            self.counters.rekeys_completed += 1;
+        } else {
+            self.counters.connects_completed += 1;
+        }
         for repoint in repoints {
             self.command(repoint);
         }
-        self.log_tunnel_switched(index, "responder", true);
-        self.rekey_if_pending(now, index);
+        self.log_tunnel_switched(index, "responder", rekey);
     }
 
     /// Starts the rekey a soft expiry asked for during the last exchange.

@@ -1065,16 +1065,9 @@ impl ControlPlane {
         let id = control.take_message_id();
         let child = control.child.wrapping_add(1);
         let wire = control.seal(Message {
-            kind: Kind::Rekey,
-            response: false,
-            from_initiator: control.initiator,
-            spi_i: control.spi_i,
-            spi_r: control.spi_r,
-            message_id: id,
-            tunnel: name,
-            child,
             spi,
             nonce,
+            ..Message::new(Kind::Rekey, false, id, name, child)
         });
         tracing::debug!(tunnel = %tunnel.config.name, child, "rekey started");
         self.counters.rekeys_started += 1;
@@ -1285,16 +1278,9 @@ impl ControlPlane {
             child: 0,
         };
         let answer = control.seal(Message {
-            kind: Kind::Init,
-            response: true,
-            from_initiator: false,
-            spi_i: message.spi_i,
-            spi_r,
-            message_id: 0,
-            tunnel: tunnel.config.name.clone(),
-            child: 0,
             spi,
             nonce,
+            ..Message::new(Kind::Init, true, 0, tunnel.config.name.clone(), 0)
         });
         tunnel.half_open.push(HalfOpen {
             control,
@@ -1304,20 +1290,7 @@ impl ControlPlane {
             expires_at: now + budget,
         });
         tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered; new SAs installed, waiting for the peer to confirm");
-        let inbound = self.sa_setup(
-            index,
-            SaDirection::Inbound,
-            generation,
-            spi,
-            child_keys.first_to_second,
-        );
-        let outbound = self.sa_setup(
-            index,
-            SaDirection::Outbound,
-            generation,
-            message.spi,
-            child_keys.second_to_first,
-        );
+        let (inbound, outbound) = self.sa_pair(index, generation, (spi, message.spi), child_keys, false);
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
         self.send_to(index, from, answer);
@@ -1384,34 +1357,16 @@ impl ControlPlane {
         let old = tunnel.current;
         // Whatever ran under an earlier control SA ends with it.
         self.end_exchanges(now, index);
-        let inbound = self.sa_setup(
-            index,
-            SaDirection::Inbound,
-            generation,
-            our_spi,
-            child_keys.second_to_first,
-        );
-        let outbound = self.sa_setup(
-            index,
-            SaDirection::Outbound,
-            generation,
-            message.spi,
-            child_keys.first_to_second,
-        );
+        let (inbound, outbound) = self.sa_pair(index, generation, (our_spi, message.spi), child_keys, true);
         let tunnel = &mut self.tunnels[index];
         let id = control.take_message_id();
-        let wire = control.seal(Message {
-            kind: Kind::Switched,
-            response: false,
-            from_initiator: true,
-            spi_i,
-            spi_r: message.spi_r,
-            message_id: id,
-            tunnel: tunnel.config.name.clone(),
-            child: 0,
-            spi: 0,
-            nonce: [0; NONCE_LEN],
-        });
+        let wire = control.seal(Message::new(
+            Kind::Switched,
+            false,
+            id,
+            tunnel.config.name.clone(),
+            0,
+        ));
         if tunnel.config.encap.is_some() {
             tunnel.peer_at = Some(from);
         }
@@ -1566,18 +1521,13 @@ impl ControlPlane {
         let old = tunnel.current;
         self.end_exchanges(now, index);
         let tunnel = &mut self.tunnels[index];
-        let answer = half.control.seal(Message {
-            kind: Kind::Switched,
-            response: true,
-            from_initiator: false,
-            spi_i: half.control.spi_i,
-            spi_r: half.control.spi_r,
-            message_id: 1,
-            tunnel: tunnel.config.name.clone(),
-            child: 0,
-            spi: 0,
-            nonce: [0; NONCE_LEN],
-        });
+        let answer = half.control.seal(Message::new(
+            Kind::Switched,
+            true,
+            1,
+            tunnel.config.name.clone(),
+            0,
+        ));
         half.control.peer_request = Some((1, Some(answer.clone())));
         if tunnel.config.encap.is_some() {
             tunnel.peer_at = Some(from);
@@ -1681,16 +1631,15 @@ impl ControlPlane {
             .keys
             .child(tunnel.config.algorithm, &message.nonce, &nonce);
         let answer = control.seal(Message {
-            kind: Kind::Rekey,
-            response: true,
-            from_initiator: control.initiator,
-            spi_i: control.spi_i,
-            spi_r: control.spi_r,
-            message_id: message.message_id,
-            tunnel: tunnel.config.name.clone(),
-            child: message.child,
             spi,
             nonce,
+            ..Message::new(
+                Kind::Rekey,
+                true,
+                message.message_id,
+                tunnel.config.name.clone(),
+                message.child,
+            )
         });
         if let Some(control) = tunnel.control.as_mut() {
             control.peer_request = Some((message.message_id, Some(answer.clone())));
@@ -1701,14 +1650,7 @@ impl ControlPlane {
             expires_at: now + budget,
         };
         tracing::debug!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
-        let inbound = self.sa_setup(index, SaDirection::Inbound, generation, spi, keys.first_to_second);
-        let outbound = self.sa_setup(
-            index,
-            SaDirection::Outbound,
-            generation,
-            message.spi,
-            keys.second_to_first,
-        );
+        let (inbound, outbound) = self.sa_pair(index, generation, (spi, message.spi), keys, false);
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
         self.send(index, answer);
@@ -1733,18 +1675,13 @@ impl ControlPlane {
         let Some(control) = tunnel.control.as_mut() else {
             return;
         };
-        let answer = control.seal(Message {
-            kind: Kind::Switched,
-            response: true,
-            from_initiator: control.initiator,
-            spi_i: control.spi_i,
-            spi_r: control.spi_r,
-            message_id: message.message_id,
-            tunnel: name,
+        let answer = control.seal(Message::new(
+            Kind::Switched,
+            true,
+            message.message_id,
+            name,
             child,
-            spi: 0,
-            nonce: [0; NONCE_LEN],
-        });
+        ));
         control.peer_request = Some((message.message_id, Some(answer.clone())));
         self.send(index, answer);
     }
@@ -1841,20 +1778,7 @@ impl ControlPlane {
                     .keys
                     .child(tunnel.config.algorithm, &our_nonce, &message.nonce);
                 let generation = tunnel.take_generation();
-                let inbound = self.sa_setup(
-                    index,
-                    SaDirection::Inbound,
-                    generation,
-                    our_spi,
-                    keys.second_to_first,
-                );
-                let outbound = self.sa_setup(
-                    index,
-                    SaDirection::Outbound,
-                    generation,
-                    message.spi,
-                    keys.first_to_second,
-                );
+                let (inbound, outbound) = self.sa_pair(index, generation, (our_spi, message.spi), keys, true);
                 let tunnel = &mut self.tunnels[index];
                 let old = tunnel.current;
                 tunnel.current = Some(generation);
@@ -1864,18 +1788,7 @@ impl ControlPlane {
                 };
                 control.child = child;
                 let id = control.take_message_id();
-                let wire = control.seal(Message {
-                    kind: Kind::Switched,
-                    response: false,
-                    from_initiator: control.initiator,
-                    spi_i: control.spi_i,
-                    spi_r: control.spi_r,
-                    message_id: id,
-                    tunnel: name,
-                    child,
-                    spi: 0,
-                    nonce: [0; NONCE_LEN],
-                });
+                let wire = control.seal(Message::new(Kind::Switched, false, id, name, child));
                 self.switch_to_new_sas(now, index, false, (id, wire), old, (inbound, outbound));
             }
             (Phase::Confirming { id, .. }, Kind::Switched) if *id == message.message_id => {
@@ -1907,6 +1820,29 @@ impl ControlPlane {
         }
         self.log_tunnel_switched(index, "initiator", !connect);
         self.rekey_if_pending(now, index);
+    }
+
+    /// A tunnel's SA pair of `generation` from an exchange's child keys:
+    /// inbound on `our_spi`, outbound to the peer's `peer_spi`. `started`
+    /// says whether this end started the exchange (then what it sends is
+    /// keyed first to second).
+    fn sa_pair(
+        &self,
+        index: usize,
+        generation: u32,
+        (our_spi, peer_spi): (u32, u32),
+        keys: crate::prf::KeyPair,
+        started: bool,
+    ) -> (SaSetup, SaSetup) {
+        let (keys_in, keys_out) = if started {
+            (keys.second_to_first, keys.first_to_second)
+        } else {
+            (keys.first_to_second, keys.second_to_first)
+        };
+        (
+            self.sa_setup(index, SaDirection::Inbound, generation, our_spi, keys_in),
+            self.sa_setup(index, SaDirection::Outbound, generation, peer_spi, keys_out),
+        )
     }
 
     /// The SA of `direction` of a tunnel's generation.

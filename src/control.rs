@@ -21,7 +21,6 @@
 //! them typed.
 
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -184,25 +183,8 @@ impl Drop for PrivateDir {
 
 /// The uid of the peer of `stream`, from the kernel.
 fn peer_uid(stream: &UnixStream) -> std::io::Result<libc::uid_t> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED writes a ucred of the length given.
-    let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    // SAFETY: ucred is plain data (three integers).
+    let cred: libc::ucred = unsafe { accel::os::get_sockopt(stream, libc::SOL_SOCKET, libc::SO_PEERCRED) }?;
     Ok(cred.uid)
 }
 

@@ -27,7 +27,7 @@
 //! and which answers are errors.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -122,25 +122,12 @@ fn enter_netns(name: &str) -> Result<()> {
 }
 
 /// `SO_RCVTIMEO` on `socket` (a netlink socket here, the broker's links).
-pub(crate) fn set_timeout(socket: &impl AsRawFd, timeout: Duration) -> std::io::Result<()> {
+pub(crate) fn set_timeout(socket: impl AsFd, timeout: Duration) -> std::io::Result<()> {
     let tv = libc::timeval {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
     };
-    // SAFETY: a timeval of the right size for SO_RCVTIMEO.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    accel::os::set_sockopt(socket, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
 }
 
 fn open_sockets() -> Result<Sockets> {
@@ -154,18 +141,8 @@ fn open_sockets() -> Result<Sockets> {
             .add_membership(group)
             .with_context(|| format!("joining XFRM multicast group {group} (needs CAP_NET_ADMIN)"))?;
     }
-    // SAFETY: an int option of the right size. Root may go past rmem_max;
-    // otherwise the plain option is the next best.
-    let forced = unsafe {
-        libc::setsockopt(
-            events.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&SOCKET_BUFFER as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if forced != 0 {
+    // Root may go past rmem_max; otherwise the plain option is the next best.
+    if accel::os::set_sockopt(&events, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &SOCKET_BUFFER).is_err() {
         let _ = events.set_rx_buf_sz(SOCKET_BUFFER);
     }
     set_timeout(&events, POLL)?;

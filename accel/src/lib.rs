@@ -22,6 +22,7 @@ pub mod engine;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 pub mod job;
+pub mod os;
 mod prefetch;
 pub mod primitive;
 pub mod session;

@@ -84,26 +84,14 @@ fn class_of(layout: Layout) -> Option<usize> {
 /// Maps `len` bytes (a multiple of the page size) for keys: out of core
 /// dumps, locked if the kernel allows.
 fn map(len: usize, stats: &mut KeyMemoryStats) -> Option<NonNull<u8>> {
-    // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return None;
-    }
+    let ptr = crate::os::map_anonymous(len).ok()?;
+    let raw = ptr.as_ptr().cast();
     // SAFETY: advice and locking on the mapping just made, of `len` bytes.
     // MADV_DONTDUMP cannot fail on a private anonymous mapping of a kernel
     // that knows it (3.4 on); an older one dumps it, as it dumps the rest.
-    unsafe { libc::madvise(ptr, len, libc::MADV_DONTDUMP) };
+    unsafe { libc::madvise(raw, len, libc::MADV_DONTDUMP) };
     // SAFETY: as above.
-    if unsafe { libc::mlock(ptr, len) } == 0 {
+    if unsafe { libc::mlock(raw, len) } == 0 {
         stats.locked += len;
     } else {
         let error = std::io::Error::last_os_error();
@@ -116,7 +104,7 @@ fn map(len: usize, stats: &mut KeyMemoryStats) -> Option<NonNull<u8>> {
         }
     }
     stats.mapped += len;
-    NonNull::new(ptr.cast())
+    Some(ptr)
 }
 
 /// Unmaps a mapping made by [`map`], of `len` bytes.

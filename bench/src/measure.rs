@@ -25,13 +25,8 @@ pub const MIN_FRAME: usize = 64;
 /// Ethernet frame (without FCS) holding an IPv4/UDP packet, so that the
 /// frame on the wire with FCS is `frame_size` bytes.
 pub fn plaintext_frame(frame_size: usize, seed: u8) -> Vec<u8> {
-    let ip_len = frame_size - FRAME_OVERHEAD;
-    let mut frame = vec![0u8; 14 + ip_len];
-    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
-    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x10]);
-    frame[12..14].copy_from_slice(&[0x08, 0x00]);
-    {
-        let mut ip = Ipv4Packet::new_unchecked(&mut frame[14..]);
+    udp_frame(frame_size, seed, [0x08, 0x00], 20, |packet, ip_len| {
+        let mut ip = Ipv4Packet::new_unchecked(packet);
         ip.set_version(4);
         ip.set_header_len(20);
         ip.set_total_len(ip_len as u16);
@@ -40,15 +35,7 @@ pub fn plaintext_frame(frame_size: usize, seed: u8) -> Vec<u8> {
         ip.set_src_addr([192, 168, 1, 10].into());
         ip.set_dst_addr([192, 168, 2, 20].into());
         ip.fill_checksum();
-    }
-    let udp = &mut frame[34..];
-    udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
-    udp[2..4].copy_from_slice(&5000u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&((ip_len - 20) as u16).to_be_bytes());
-    for (i, b) in udp[8..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
-    }
-    frame
+    })
 }
 
 /// The smallest frame an IPv6/UDP packet fits (48 bytes of IP).
@@ -57,24 +44,38 @@ pub const MIN_FRAME6: usize = 40 + 8 + FRAME_OVERHEAD;
 /// [`plaintext_frame`] for IPv6: 2001:db8:1::10 to 2001:db8:2::20, UDP;
 /// `frame_size` at least [`MIN_FRAME6`].
 pub fn plaintext_frame6(frame_size: usize, seed: u8) -> Vec<u8> {
-    let ip_len = frame_size - FRAME_OVERHEAD;
-    let mut frame = vec![0u8; 14 + ip_len];
-    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
-    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x10]);
-    frame[12..14].copy_from_slice(&[0x86, 0xdd]);
-    {
-        let mut ip = Ipv6Packet::new_unchecked(&mut frame[14..]);
+    udp_frame(frame_size, seed, [0x86, 0xdd], 40, |packet, ip_len| {
+        let mut ip = Ipv6Packet::new_unchecked(packet);
         ip.set_version(6);
         ip.set_payload_len((ip_len - 40) as u16);
         ip.set_next_header(IpProtocol::Udp);
         ip.set_hop_limit(64);
         ip.set_src_addr(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10));
         ip.set_dst_addr(Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x20));
-    }
-    let udp = &mut frame[54..];
+    })
+}
+
+/// An Ethernet frame of `frame_size` bytes on the wire (with FCS) of
+/// `ethertype`, around an IP packet whose `ip_header_len`-byte header
+/// `write_ip` writes (given the packet and its length), carrying UDP from
+/// port 4000 to 5000 with a payload patterned by `seed`.
+fn udp_frame(
+    frame_size: usize,
+    seed: u8,
+    ethertype: [u8; 2],
+    ip_header_len: usize,
+    write_ip: impl FnOnce(&mut [u8], usize),
+) -> Vec<u8> {
+    let ip_len = frame_size - FRAME_OVERHEAD;
+    let mut frame = vec![0u8; 14 + ip_len];
+    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x01]);
+    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x01, 0x10]);
+    frame[12..14].copy_from_slice(&ethertype);
+    write_ip(&mut frame[14..], ip_len);
+    let udp = &mut frame[14 + ip_header_len..];
     udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
     udp[2..4].copy_from_slice(&5000u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&((ip_len - 40) as u16).to_be_bytes());
+    udp[4..6].copy_from_slice(&((ip_len - ip_header_len) as u16).to_be_bytes());
     for (i, b) in udp[8..].iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
     }
@@ -302,6 +303,18 @@ impl Batch {
             Some(verdict) => bail!("expected every packet forwarded to {to}, got {verdict:?}"),
         }
     }
+
+    /// Every frame that came out holds `expected` after its Ethernet
+    /// header; `what` says what became of the packets, for the error.
+    fn check(&self, expected: &[u8], what: &str) -> anyhow::Result<()> {
+        for buf in &self.bufs {
+            ensure!(
+                buf.data().get(14..) == Some(expected),
+                "{what} packet differs from what was sent"
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Batch {
@@ -345,12 +358,7 @@ pub fn decapsulate(
     time_slices(timing, |watch| {
         batch.fill(esp_frames, packets * fragments);
         batch.run(watch, gateway, Port::Outside, Port::Inside, packets)?;
-        for buf in &batch.bufs {
-            ensure!(
-                buf.data().get(14..) == Some(expected),
-                "decapsulated packet differs from what was sent"
-            );
-        }
+        batch.check(expected, "decapsulated")?;
         Ok(packets)
     })
 }
@@ -370,12 +378,7 @@ pub fn round_trip(
         batch.fill(&frames, BATCH);
         batch.run(watch, a, Port::Inside, Port::Outside, BATCH * fragments)?;
         batch.run(watch, b, Port::Outside, Port::Inside, BATCH)?;
-        for buf in &batch.bufs {
-            ensure!(
-                buf.data().get(14..) == Some(expected),
-                "round-tripped packet differs from what was sent"
-            );
-        }
+        batch.check(expected, "round-tripped")?;
         Ok(BATCH)
     })
 }
@@ -431,6 +434,12 @@ pub fn raw_crypto(
         icv: Region::new(8 + iv_len + cipher_len, algorithm.icv_len()),
         status: Status::Pending,
     };
+    // One pass of the primitive over `buf`, in place; whether it succeeded.
+    let pass = |direction, buf: &mut [u8]| {
+        let mut desc = descriptor(direction);
+        accel::primitive::process(&session, &mut desc, buf);
+        desc.status == Status::Done
+    };
     let plain: Vec<u8> = (0..total).map(|i| i as u8).collect();
     let mut bufs = vec![plain.clone(); BATCH];
     let mut counter = 0u64;
@@ -439,35 +448,25 @@ pub fn raw_crypto(
             bufs.iter_mut().all(|buf| {
                 counter += 1;
                 buf[8..8 + iv_len.min(8)].copy_from_slice(&counter.to_be_bytes()[..iv_len.min(8)]);
-                let mut desc = descriptor(Direction::Encrypt);
-                accel::primitive::process(&session, &mut desc, buf);
-                desc.status == Status::Done
+                pass(Direction::Encrypt, buf)
             })
         });
         ensure!(done, "raw encrypt failed");
         Ok(BATCH)
     })?;
     let mut sealed = plain.clone();
-    let mut desc = descriptor(Direction::Encrypt);
-    accel::primitive::process(&session, &mut desc, &mut sealed);
+    pass(Direction::Encrypt, &mut sealed);
     let mut check = sealed.clone();
-    let mut desc = descriptor(Direction::Decrypt);
-    accel::primitive::process(&session, &mut desc, &mut check);
     ensure!(
-        desc.status == Status::Done && check[..8 + iv_len + cipher_len] == plain[..8 + iv_len + cipher_len],
+        pass(Direction::Decrypt, &mut check)
+            && check[..8 + iv_len + cipher_len] == plain[..8 + iv_len + cipher_len],
         "raw decrypt does not invert encrypt"
     );
     let decrypt = time_slices(timing, |watch| {
         for buf in &mut bufs {
             buf.copy_from_slice(&sealed);
         }
-        let done = watch.time(|| {
-            bufs.iter_mut().all(|buf| {
-                let mut desc = descriptor(Direction::Decrypt);
-                accel::primitive::process(&session, &mut desc, buf);
-                desc.status == Status::Done
-            })
-        });
+        let done = watch.time(|| bufs.iter_mut().all(|buf| pass(Direction::Decrypt, buf)));
         ensure!(done, "raw decrypt failed");
         Ok(BATCH)
     })?;

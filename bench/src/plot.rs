@@ -15,7 +15,7 @@
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::OnceLock;
 
-use accel::{EngineKind, Style};
+use accel::{Algorithm, EngineKind, Style};
 use anyhow::{anyhow, Context};
 use plotters::coord::Shift;
 use plotters::prelude::{
@@ -255,18 +255,10 @@ fn styles(sweep: &Sweep, host: bool) -> Chart {
     };
     let null = studies::null_scenario(sweep);
     for a in studies::algorithms(sweep) {
-        let mut panel = Panel::new(a.to_string());
-        for st in Style::ALL {
-            let Some(sc) = studies::sec_style(sweep, a, st) else {
-                continue;
-            };
-            let pts = points(sweep, sc, Path::Encap, |c| match host {
-                true => c.offload.as_ref().map(|o| o.host_total()),
-                false => Some(c.ns()),
-            });
-            let i = chart.series(&format!("sec/{st}"));
-            panel.push(i, pts);
-        }
+        let mut panel = style_panel(&mut chart, sweep, a, |c| match host {
+            true => c.offload.as_ref().map(|o| o.host_total()),
+            false => Some(c.ns()),
+        });
         if panel.series.is_empty() {
             continue;
         }
@@ -311,22 +303,31 @@ fn bus(sweep: &Sweep) -> Chart {
     );
     chart.caption = "Modelled: descriptors, keys and context, data in and data out per packet on the outbound gateway, from the engine's counters. Identical in every run.".into();
     for a in studies::algorithms(sweep) {
-        let mut panel = Panel::new(a.to_string());
-        for st in Style::ALL {
-            let Some(sc) = studies::sec_style(sweep, a, st) else {
-                continue;
-            };
-            let i = chart.series(&format!("sec/{st}"));
-            panel.push(
-                i,
-                points(sweep, sc, Path::Encap, |c| {
-                    c.offload.as_ref().map(|o| o.modelled.bus_bytes)
-                }),
-            );
-        }
+        let panel = style_panel(&mut chart, sweep, a, |c| {
+            c.offload.as_ref().map(|o| o.modelled.bus_bytes)
+        });
         chart.panels.push(panel);
     }
     chart
+}
+
+/// The panel of `algorithm` on the sec model: one series per submission
+/// style (`sec/STYLE`), `value` of each outbound cell against frame size.
+fn style_panel(
+    chart: &mut Chart,
+    sweep: &Sweep,
+    algorithm: Algorithm,
+    value: impl Fn(&crate::Cell) -> Option<f64>,
+) -> Panel {
+    let mut panel = Panel::new(algorithm.to_string());
+    for st in Style::ALL {
+        let Some(sc) = studies::sec_style(sweep, algorithm, st) else {
+            continue;
+        };
+        let i = chart.series(&format!("sec/{st}"));
+        panel.push(i, points(sweep, sc, Path::Encap, &value));
+    }
+    panel
 }
 
 /// The stack's cost: ESP null/null against plain forwarding.
@@ -365,15 +366,9 @@ fn stack(sweep: &Sweep) -> Chart {
         ("ratio, IPv6", Some(Scenario::EspNull6), Scenario::Ipv6Forward),
     ] {
         let Some(esp) = esp else { continue };
-        let pts: Vec<(f64, f64)> = sweep
-            .sizes()
+        let pts: Vec<(f64, f64)> = studies::time_ratios(sweep, esp, fwd)
             .into_iter()
-            .filter_map(|s| {
-                Some((
-                    s as f64,
-                    studies::out_ns(sweep, esp, s)? / studies::out_ns(sweep, fwd, s)?,
-                ))
-            })
+            .map(|(s, r)| (s as f64, r))
             .collect();
         let i = chart.series(name);
         ratio.push(i, pts);
@@ -519,30 +514,11 @@ fn modes(sweep: &Sweep) -> Chart {
         "One algorithm on sec/async: the main run ({} buffers, {} completion) beside each other buffer policy and completion mode. Host: the host's work per packet (measured + modelled); period: the system's time per packet.",
         sweep.knobs.buffers, sweep.knobs.completion
     );
-    let extras: Vec<Scenario> = sweep
-        .scenarios()
-        .into_iter()
-        .filter(|s| {
-            sweep.is_extra(s)
-                && matches!(s, Scenario::Esp { knobs, .. } if knobs.profile == sweep.knobs.profile && knobs.burst == sweep.knobs.burst)
-        })
-        .collect();
-    let Some(base) = extras.first().map(|s| match *s {
-        Scenario::Esp {
-            algorithm,
-            engine,
-            style,
-            ..
-        } => Scenario::Esp {
-            algorithm,
-            engine,
-            style,
-            knobs: sweep.knobs,
-        },
-        other => other,
-    }) else {
+    let pairs = studies::extra_pairs(sweep, |_, _| true);
+    let Some(&(base, _)) = pairs.first() else {
         return chart;
     };
+    let extras = pairs.iter().map(|&(_, extra)| extra);
     let label = |s: &Scenario| match s {
         Scenario::Esp { knobs, .. } if *knobs == sweep.knobs => {
             format!("{}, {} (main)", knobs.buffers, knobs.completion)
@@ -1019,24 +995,9 @@ fn draw_panel<DB: DrawingBackend>(
                 }
             }
             for t in ticks {
-                ctx.draw_series(LineSeries::new(
-                    [(x0, t), (x1, t)],
-                    RGBColor(228, 228, 228).stroke_width(1),
-                ))
-                .map_err(draw_error)?;
-                ctx.draw_series(std::iter::once(
-                    EmptyElement::at((x0, t))
-                        + Text::new(
-                            short(10f64.powf(t)),
-                            (-8, 0),
-                            text_style(
-                                LABEL_SIZE,
-                                &RGBColor(30, 30, 30),
-                                Pos::new(HPos::Right, VPos::Center),
-                            ),
-                        ),
-                ))
-                .map_err(draw_error)?;
+                grid_line(&mut ctx, [(x0, t), (x1, t)], RGBColor(228, 228, 228))?;
+                let at_left = Pos::new(HPos::Right, VPos::Center);
+                axis_label(&mut ctx, (x0, t), short(10f64.powf(t)), (-8, 0), at_left)?;
             }
         }
         if chart.x == XAxis::Log2 {
@@ -1050,41 +1011,13 @@ fn draw_panel<DB: DrawingBackend>(
             xs.dedup();
             for x in xs {
                 let t = x_scale.to(x);
-                ctx.draw_series(LineSeries::new(
-                    [(t, y0), (t, y1)],
-                    RGBColor(236, 236, 236).stroke_width(1),
-                ))
-                .map_err(draw_error)?;
-                ctx.draw_series(std::iter::once(
-                    EmptyElement::at((t, y0))
-                        + Text::new(
-                            format!("{x:.0}"),
-                            (0, 8),
-                            text_style(
-                                LABEL_SIZE,
-                                &RGBColor(30, 30, 30),
-                                Pos::new(HPos::Center, VPos::Top),
-                            ),
-                        ),
-                ))
-                .map_err(draw_error)?;
+                grid_line(&mut ctx, [(t, y0), (t, y1)], RGBColor(236, 236, 236))?;
+                axis_label(&mut ctx, (t, y0), format!("{x:.0}"), (0, 8), BELOW)?;
             }
         }
         if chart.x == XAxis::Groups {
             for (g, name) in panel.groups.iter().enumerate() {
-                ctx.draw_series(std::iter::once(
-                    EmptyElement::at((g as f64, y0))
-                        + Text::new(
-                            name.clone(),
-                            (0, 8),
-                            text_style(
-                                LABEL_SIZE,
-                                &RGBColor(30, 30, 30),
-                                Pos::new(HPos::Center, VPos::Top),
-                            ),
-                        ),
-                ))
-                .map_err(draw_error)?;
+                axis_label(&mut ctx, (g as f64, y0), name.clone(), (0, 8), BELOW)?;
             }
         }
     }
@@ -1150,17 +1083,55 @@ fn draw_panel<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Where a panel is drawn: linear coordinates (scaled values, see
+/// [`Scale`]) on both axes.
+type PanelContext<'a, DB> = plotters::chart::ChartContext<
+    'a,
+    DB,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// An axis label's anchor under the axis.
+const BELOW: Pos = Pos {
+    h_pos: HPos::Center,
+    v_pos: VPos::Top,
+};
+
+/// A light grid line.
+fn grid_line<DB: DrawingBackend>(
+    ctx: &mut PanelContext<'_, DB>,
+    ends: [(f64, f64); 2],
+    color: RGBColor,
+) -> anyhow::Result<()> {
+    ctx.draw_series(LineSeries::new(ends, color.stroke_width(1)))
+        .map_err(draw_error)?;
+    Ok(())
+}
+
+/// A tick or group label: `text` at `(dx, dy)` pixels from `at`, anchored
+/// by `pos`.
+fn axis_label<DB: DrawingBackend>(
+    ctx: &mut PanelContext<'_, DB>,
+    at: (f64, f64),
+    text: String,
+    (dx, dy): (i32, i32),
+    pos: Pos,
+) -> anyhow::Result<()> {
+    let style = text_style(LABEL_SIZE, &RGBColor(30, 30, 30), pos);
+    ctx.draw_series(std::iter::once(
+        EmptyElement::at(at) + Text::new(text, (dx, dy), style),
+    ))
+    .map_err(draw_error)?;
+    Ok(())
+}
+
 /// `text` at `(dx, dy)` pixels from `at`, on a white box so that lines
 /// and bars behind it do not make it unreadable.
 fn boxed<DB: DrawingBackend>(
-    ctx: &mut plotters::chart::ChartContext<
-        '_,
-        DB,
-        plotters::coord::cartesian::Cartesian2d<
-            plotters::coord::types::RangedCoordf64,
-            plotters::coord::types::RangedCoordf64,
-        >,
-    >,
+    ctx: &mut PanelContext<'_, DB>,
     at: (f64, f64),
     text: &str,
     size: f64,

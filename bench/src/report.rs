@@ -8,7 +8,7 @@ use accel::{Algorithm, EngineKind, Style};
 use serde_json::{json, Value};
 
 use crate::scenario::Scenario;
-use crate::studies::{self, Study};
+use crate::studies::{self, offload_of, out_ns, Study};
 use crate::{Path, Sweep};
 
 /// What the numbers were measured on.
@@ -172,17 +172,7 @@ pub fn table(sweep: &Sweep) -> String {
         },
     );
     let _ = writeln!(out);
-    let scenarios: Vec<Scenario> = sweep
-        .scenarios()
-        .into_iter()
-        .filter(|s| !sweep.is_modelled(s))
-        .collect();
-    let width = scenarios
-        .iter()
-        .map(|s| s.name().len())
-        .max()
-        .unwrap_or(0)
-        .max(22);
+    let (scenarios, width) = table_rows(sweep, false);
     let _ = writeln!(
         out,
         "{:<width$} {:>5} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>8} {:>7} {:>5}",
@@ -297,23 +287,31 @@ pub fn full_tables(sweep: &Sweep) -> String {
     out
 }
 
-/// The `sec` model rows: host measured, device modelled.
-pub fn offload_table(sweep: &Sweep) -> String {
-    let mut out = String::new();
+/// The rows of a table: the sweep's scenarios on the `sec` model, or
+/// those measured whole (`modelled` false), and the width of the longest
+/// name (22 at least).
+fn table_rows(sweep: &Sweep, modelled: bool) -> (Vec<Scenario>, usize) {
     let scenarios: Vec<Scenario> = sweep
         .scenarios()
         .into_iter()
-        .filter(|s| sweep.is_modelled(s))
+        .filter(|s| sweep.is_modelled(s) == modelled)
         .collect();
-    if scenarios.is_empty() {
-        return out;
-    }
     let width = scenarios
         .iter()
         .map(|s| s.name().len())
         .max()
         .unwrap_or(0)
         .max(22);
+    (scenarios, width)
+}
+
+/// The `sec` model rows: host measured, device modelled.
+pub fn offload_table(sweep: &Sweep) -> String {
+    let mut out = String::new();
+    let (scenarios, width) = table_rows(sweep, true);
+    if scenarios.is_empty() {
+        return out;
+    }
     let _ = writeln!(
         out,
         "\nsec engine model, outbound gateway: host measured ({} × {} packets after a warm-up, median), device modelled ({}; identical in every run)\n",
@@ -429,14 +427,7 @@ pub fn derived(sweep: &Sweep) -> String {
         .copied()
         .find(|s| s.algorithm() == Some(Algorithm::Null) && !sweep.is_extra(s))
     {
-        let ratios: Vec<(usize, f64)> = sizes
-            .iter()
-            .filter_map(|&s| {
-                let esp = sweep.get(null, Path::Encap, s)?;
-                let fwd = sweep.get(Scenario::Ipv4Forward, Path::Encap, s)?;
-                Some((s, esp.ns() / fwd.ns()))
-            })
-            .collect();
+        let ratios = studies::time_ratios(sweep, null, Scenario::Ipv4Forward);
         if !ratios.is_empty() {
             let list: Vec<String> = ratios.iter().map(|(s, r)| format!("{s} B {r:.2}x")).collect();
             let _ = writeln!(
@@ -450,14 +441,7 @@ pub fn derived(sweep: &Sweep) -> String {
     }
 
     // (a') The same for IPv6: 6-in-6 null/null against plain IPv6 forwarding.
-    let ratios6: Vec<(usize, f64)> = sizes
-        .iter()
-        .filter_map(|&s| {
-            let esp = sweep.get(Scenario::EspNull6, Path::Encap, s)?;
-            let fwd = sweep.get(Scenario::Ipv6Forward, Path::Encap, s)?;
-            Some((s, esp.ns() / fwd.ns()))
-        })
-        .collect();
+    let ratios6 = studies::time_ratios(sweep, Scenario::EspNull6, Scenario::Ipv6Forward);
     if !ratios6.is_empty() {
         let list: Vec<String> = ratios6.iter().map(|(s, r)| format!("{s} B {r:.2}x")).collect();
         let _ = writeln!(
@@ -512,15 +496,6 @@ fn ratio_list(sizes: &[usize], f: impl Fn(usize) -> Option<f64>) -> String {
         .filter_map(|&s| Some(format!("{s} B {:.2}x", f(s)?)))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn offload_of(sweep: &Sweep, scenario: Scenario, size: usize) -> Option<&crate::offload::Offload> {
-    sweep.get(scenario, Path::Encap, size)?.offload.as_ref()
-}
-
-/// Outbound system time per packet (sec model: the period; others: encap ns).
-fn out_ns(sweep: &Sweep, scenario: Scenario, size: usize) -> Option<f64> {
-    sweep.get(scenario, Path::Encap, size).map(|c| c.ns())
 }
 
 fn study_one(sweep: &Sweep, algorithms: &[Algorithm]) -> String {
@@ -668,32 +643,15 @@ fn crossover_by(
 fn study_two(sweep: &Sweep) -> String {
     let mut out = String::new();
     let sizes = sweep.sizes();
-    for scenario in sweep.scenarios().iter().filter(|s| sweep.is_extra(s)) {
-        let Scenario::Esp {
-            algorithm,
-            engine,
-            style,
-            knobs,
-        } = *scenario
-        else {
-            continue;
-        };
-        if knobs.profile != sweep.knobs.profile || knobs.burst != sweep.knobs.burst {
-            continue;
-        }
-        let base = Scenario::Esp {
-            algorithm,
-            engine,
-            style,
-            knobs: sweep.knobs,
-        };
+    for (base, scenario) in studies::extra_pairs(sweep, |_, _| true) {
+        let knobs = studies::knobs_of(scenario);
         let parts: Vec<String> = sizes
             .iter()
             .filter_map(|&s| {
                 let b = offload_of(sweep, base, s)?;
-                let o = offload_of(sweep, *scenario, s)?;
+                let o = offload_of(sweep, scenario, s)?;
                 let bp = out_ns(sweep, base, s)?;
-                let op = out_ns(sweep, *scenario, s)?;
+                let op = out_ns(sweep, scenario, s)?;
                 Some(format!(
                     "{s} B host {:.0} vs {:.0} ns ({}), period {:.0} vs {:.0} ns ({}), interrupts/packet {:.2} vs {:.2}",
                     o.host_total(),

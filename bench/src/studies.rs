@@ -347,6 +347,16 @@ pub(crate) fn offload_of(sweep: &Sweep, scenario: Scenario, size: usize) -> Opti
     sweep.get(scenario, Path::Encap, size)?.offload.as_ref()
 }
 
+/// At each size where both were measured, `esp`'s outbound time over
+/// `fwd`'s: what the ESP stack costs over plain forwarding.
+pub(crate) fn time_ratios(sweep: &Sweep, esp: Scenario, fwd: Scenario) -> Vec<(usize, f64)> {
+    sweep
+        .sizes()
+        .into_iter()
+        .filter_map(|s| Some((s, out_ns(sweep, esp, s)? / out_ns(sweep, fwd, s)?)))
+        .collect()
+}
+
 /// The main-sweep `esp-null` scenario (inline, not a comparison cell).
 pub(crate) fn null_scenario(sweep: &Sweep) -> Option<Scenario> {
     sweep
@@ -671,7 +681,10 @@ fn ceiling(sweep: &Sweep) -> Answer {
 }
 
 /// The comparison cells whose knobs differ from the main ones by `differs`.
-fn extra_pairs(sweep: &Sweep, differs: impl Fn(&Knobs, &Knobs) -> bool) -> Vec<(Scenario, Scenario)> {
+pub(crate) fn extra_pairs(
+    sweep: &Sweep,
+    differs: impl Fn(&Knobs, &Knobs) -> bool,
+) -> Vec<(Scenario, Scenario)> {
     let mut pairs = Vec::new();
     for scenario in sweep.scenarios().iter().filter(|s| sweep.is_extra(s)) {
         let Scenario::Esp {
@@ -700,7 +713,8 @@ fn extra_pairs(sweep: &Sweep, differs: impl Fn(&Knobs, &Knobs) -> bool) -> Vec<(
     pairs
 }
 
-fn knobs_of(s: Scenario) -> Knobs {
+/// The knobs of an ESP scenario (the defaults for any other).
+pub(crate) fn knobs_of(s: Scenario) -> Knobs {
     match s {
         Scenario::Esp { knobs, .. } => knobs,
         _ => Knobs::default(),
@@ -1081,11 +1095,9 @@ fn shm_over_socket(sweep: &Sweep) -> Answer {
 pub fn other_answers(sweep: &Sweep) -> Vec<String> {
     let mut out = Vec::new();
     let sizes = sweep.sizes();
-    let ratios6: Vec<f64> = sizes
-        .iter()
-        .filter_map(|&s| {
-            Some(out_ns(sweep, Scenario::EspNull6, s)? / out_ns(sweep, Scenario::Ipv6Forward, s)?)
-        })
+    let ratios6: Vec<f64> = time_ratios(sweep, Scenario::EspNull6, Scenario::Ipv6Forward)
+        .into_iter()
+        .map(|(_, r)| r)
         .collect();
     if let Some(m) = median(ratios6.clone()) {
         let (lo, hi) = range(&ratios6);

@@ -437,22 +437,13 @@ impl AfPacket {
     /// device goes down or away, and until it is read every poll returns at
     /// once.
     pub fn take_error(&self) -> Option<io::Error> {
-        let mut error: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: error and len are live and sized for SO_ERROR.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut error as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if r < 0 {
-            return Some(io::Error::last_os_error());
+        // SAFETY: SO_ERROR is a c_int, plain data.
+        let pending =
+            unsafe { crate::sockopt::get_option::<libc::c_int>(&self.fd, libc::SOL_SOCKET, libc::SO_ERROR) };
+        match pending {
+            Err(e) => Some(e),
+            Ok(error) => (error != 0).then(|| io::Error::from_raw_os_error(error)),
         }
-        (error != 0).then(|| io::Error::from_raw_os_error(error))
     }
 
     /// Whether the device the socket is bound to still exists, and is up.
@@ -714,26 +705,15 @@ impl AfPacket {
     /// Frames the kernel dropped on this socket because it was full, since
     /// the last call (`PACKET_STATISTICS` resets on read).
     pub fn kernel_drops(&self) -> u64 {
-        let mut stats = libc::tpacket_stats {
-            tp_packets: 0,
-            tp_drops: 0,
-        };
-        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-        // SAFETY: stats and len are live and sized for PACKET_STATISTICS.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
+        // SAFETY: tpacket_stats is plain data (two u32s).
+        let stats = unsafe {
+            crate::sockopt::get_option::<libc::tpacket_stats>(
+                &self.fd,
                 libc::SOL_PACKET,
                 libc::PACKET_STATISTICS,
-                (&mut stats as *mut libc::tpacket_stats).cast(),
-                &mut len,
             )
         };
-        if r < 0 {
-            0
-        } else {
-            u64::from(stats.tp_drops)
-        }
+        stats.map_or(0, |s| u64::from(s.tp_drops))
     }
 
     /// Sends one frame.

@@ -196,30 +196,26 @@ impl Datagram {
     }
 }
 
-/// Whether `next` may follow `first` in one UDP super-packet: Ethernet
-/// header; IPv4 TOS, flags, TTL, protocol, addresses; UDP ports.
-fn same_udp_headers(first: &[u8], next: &[u8]) -> bool {
+/// Whether `next` may follow `first` in one super-packet as far as the
+/// headers of any flow go, and all a UDP super-packet asks: Ethernet
+/// header; IPv4 TOS, flags, TTL, protocol, addresses; ports (the first
+/// four bytes of TCP and UDP alike).
+fn same_flow_headers(first: &[u8], next: &[u8]) -> bool {
     let ip = ETHERNET_LEN;
-    let udp = ETHERNET_LEN + IPV4_LEN;
+    let l4 = ETHERNET_LEN + IPV4_LEN;
     first[..ip + 2] == next[..ip + 2]
         && first[ip + 6] & 0xe0 == next[ip + 6] & 0xe0
         && first[ip + 8..ip + 10] == next[ip + 8..ip + 10]
         && first[ip + 12..ip + 20] == next[ip + 12..ip + 20]
-        && first[udp..udp + 4] == next[udp..udp + 4]
+        && first[l4..l4 + 4] == next[l4..l4 + 4]
 }
 
-/// Whether `next` may follow `first` in one super-packet, header-wise:
-/// the bytes that must be equal are (Ethernet header; IPv4 TOS, flags,
-/// TTL, protocol, addresses; TCP ports, ACK number, data offset, window,
-/// urgent pointer, options).
-fn same_headers(first: &[u8], next: &[u8], header_len: usize) -> bool {
-    let ip = ETHERNET_LEN;
+/// Whether `next` may follow `first` in one TCP super-packet, header-wise:
+/// the bytes that must be equal are those of [`same_flow_headers`] and
+/// the TCP ACK number, data offset, window, urgent pointer and options.
+fn same_tcp_headers(first: &[u8], next: &[u8], header_len: usize) -> bool {
     let tcp = ETHERNET_LEN + IPV4_LEN;
-    first[..ip + 2] == next[..ip + 2]
-        && first[ip + 6] & 0xe0 == next[ip + 6] & 0xe0
-        && first[ip + 8..ip + 10] == next[ip + 8..ip + 10]
-        && first[ip + 12..ip + 20] == next[ip + 12..ip + 20]
-        && first[tcp..tcp + 4] == next[tcp..tcp + 4]
+    same_flow_headers(first, next)
         && first[tcp + 8..tcp + 13] == next[tcp + 8..tcp + 13]
         && first[tcp + 14..tcp + 16] == next[tcp + 14..tcp + 16]
         && first[tcp + 18..header_len] == next[tcp + 18..header_len]
@@ -267,7 +263,7 @@ pub fn plan(frames: &mut [&mut [u8]], plan: &mut Plan, udp: bool) {
                 && next.df == first.df
                 && (first.df || next.id == first.id.wrapping_add(count as u16))
                 && total + next.payload <= MAX_TOTAL
-                && same_headers(frames[i], frames[j], first.header_len);
+                && same_tcp_headers(frames[i], frames[j], first.header_len);
             if !fits {
                 break;
             }
@@ -279,15 +275,7 @@ pub fn plan(frames: &mut [&mut [u8]], plan: &mut Plan, udp: bool) {
         let mut message = Message { count, ..alone };
         if count > 1 {
             rewrite_first(frames[i], &first, total, last.flags & TCP_PSH);
-            let repr = VnetRepr {
-                partial_csum: Some(((ETHERNET_LEN + IPV4_LEN) as u16, 16)),
-                data_valid: false,
-                gso: Gso::TcpV4,
-                gso_ecn: false,
-                gso_size: first.payload as u16,
-                hdr_len: first.header_len as u16,
-            };
-            repr.emit(&mut VnetHeader::new_unchecked(&mut message.header[..]));
+            message.header = super_packet_header(Gso::TcpV4, 16, first.payload, first.header_len);
         }
         plan.messages[plan.len] = message;
         plan.len += 1;
@@ -314,7 +302,7 @@ fn plan_udp(frames: &mut [&mut [u8]], plan: &mut Plan, i: usize, n: usize, first
             && next.df == first.df
             && (first.df || next.id == first.id.wrapping_add(count as u16))
             && total + next.payload <= MAX_TOTAL
-            && same_udp_headers(frames[i], frames[j]);
+            && same_flow_headers(frames[i], frames[j]);
         if !fits {
             break;
         }
@@ -339,17 +327,27 @@ fn plan_udp(frames: &mut [&mut [u8]], plan: &mut Plan, i: usize, n: usize, first
         // swaps the super-packet's length in this sum for each datagram's.
         let pseudo_sum = !fold(pseudo_header_sum(&frame[ip..], PROTO_UDP, udp_len));
         frame[udp + 6..udp + 8].copy_from_slice(&pseudo_sum.to_be_bytes());
-        let repr = VnetRepr {
-            partial_csum: Some(((ETHERNET_LEN + IPV4_LEN) as u16, 6)),
-            data_valid: false,
-            gso: Gso::UdpL4,
-            gso_ecn: false,
-            gso_size: first.payload as u16,
-            hdr_len: header_len as u16,
-        };
-        repr.emit(&mut VnetHeader::new_unchecked(&mut message.header[..]));
+        message.header = super_packet_header(Gso::UdpL4, 6, first.payload, header_len);
     }
     message
+}
+
+/// The virtio-net header of an IPv4 super-packet: `gso` segments of
+/// `gso_size` payload bytes after `hdr_len` bytes of headers, with the L4
+/// checksum (`csum_offset` bytes into the L4 header) left partial for the
+/// kernel to complete.
+fn super_packet_header(gso: Gso, csum_offset: u16, gso_size: usize, hdr_len: usize) -> [u8; HEADER_LEN] {
+    let repr = VnetRepr {
+        partial_csum: Some(((ETHERNET_LEN + IPV4_LEN) as u16, csum_offset)),
+        data_valid: false,
+        gso,
+        gso_ecn: false,
+        gso_size: gso_size as u16,
+        hdr_len: hdr_len as u16,
+    };
+    let mut header = [0; HEADER_LEN];
+    repr.emit(&mut VnetHeader::new_unchecked(&mut header[..]));
+    header
 }
 
 /// The first frame's headers made those of the whole super-packet.

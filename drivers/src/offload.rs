@@ -546,27 +546,37 @@ mod tests {
         ip[16..20].copy_from_slice(&[192, 168, 2, 20]);
         let s = fold(ones_sum(&ip[..20], 0));
         ip[10..12].copy_from_slice(&s.to_be_bytes());
-        let l4 = ETHERNET_LEN + 20;
-        f[l4..l4 + 2].copy_from_slice(&40000u16.to_be_bytes());
-        f[l4 + 2..l4 + 4].copy_from_slice(&5201u16.to_be_bytes());
-        if protocol == PROTO_TCP {
-            f[l4 + 4..l4 + 8].copy_from_slice(&0xfffff000u32.to_be_bytes());
-            f[l4 + 12] = 8 << 4;
-            f[l4 + 13] = flags;
-        } else {
-            f[l4 + 4..l4 + 6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
-        }
-        for (i, b) in f[l4 + l4_len..].iter_mut().enumerate() {
-            *b = (i * 7 + 3) as u8;
-        }
         let mut pseudo = [0u8; 12];
         pseudo[..8].copy_from_slice(&[192, 168, 1, 10, 192, 168, 2, 20]);
         pseudo[9] = protocol;
         pseudo[10..12].copy_from_slice(&((l4_len + payload) as u16).to_be_bytes());
-        let seeded = !fold(ones_sum(&pseudo, 0));
-        let at = if protocol == PROTO_TCP { l4 + 16 } else { l4 + 6 };
-        f[at..at + 2].copy_from_slice(&seeded.to_be_bytes());
+        let pseudo_sum = ones_sum(&pseudo, 0);
+        partial_l4(&mut f[ETHERNET_LEN + 20..], protocol, flags, (7, 3), pseudo_sum);
         f
+    }
+
+    /// The L4 part of a partial frame, `l4` from its header on: ports
+    /// 40000 to 5201, TCP `flags` or the UDP length, a payload whose byte
+    /// `i` is `i * pattern.0 + pattern.1`, and the checksum field seeded
+    /// with the pseudo-header sum `pseudo_sum`, as offload leaves it.
+    fn partial_l4(l4: &mut [u8], protocol: u8, flags: u8, pattern: (usize, usize), pseudo_sum: u64) {
+        let header_len = if protocol == PROTO_TCP { 32 } else { 8 };
+        l4[..2].copy_from_slice(&40000u16.to_be_bytes());
+        l4[2..4].copy_from_slice(&5201u16.to_be_bytes());
+        if protocol == PROTO_TCP {
+            l4[4..8].copy_from_slice(&0xfffff000u32.to_be_bytes());
+            l4[12] = 8 << 4;
+            l4[13] = flags;
+        } else {
+            let udp_len = l4.len() as u16;
+            l4[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        }
+        for (i, b) in l4[header_len..].iter_mut().enumerate() {
+            *b = (i * pattern.0 + pattern.1) as u8;
+        }
+        let seeded = !fold(pseudo_sum);
+        let at = if protocol == PROTO_TCP { 16 } else { 6 };
+        l4[at..at + 2].copy_from_slice(&seeded.to_be_bytes());
     }
 
     fn header(flags: u8, gso: u8, gso_size: u16, start: u16, offset: u16) -> [u8; HEADER_LEN] {
@@ -694,22 +704,14 @@ mod tests {
         ip[23] = 0x10;
         ip[24..26].copy_from_slice(&[0x20, 0x01]);
         ip[39] = 0x20;
-        let l4 = ETHERNET_LEN + IPV6_HEADER_LEN;
-        f[l4..l4 + 2].copy_from_slice(&40000u16.to_be_bytes());
-        f[l4 + 2..l4 + 4].copy_from_slice(&5201u16.to_be_bytes());
-        if protocol == PROTO_TCP {
-            f[l4 + 4..l4 + 8].copy_from_slice(&0xfffff000u32.to_be_bytes());
-            f[l4 + 12] = 8 << 4;
-            f[l4 + 13] = flags;
-        } else {
-            f[l4 + 4..l4 + 6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
-        }
-        for (i, b) in f[l4 + l4_len..].iter_mut().enumerate() {
-            *b = (i * 5 + 1) as u8;
-        }
-        let seeded = !fold(pseudo_header_sum6(&f[ETHERNET_LEN..], protocol, l4_len + payload));
-        let at = if protocol == PROTO_TCP { l4 + 16 } else { l4 + 6 };
-        f[at..at + 2].copy_from_slice(&seeded.to_be_bytes());
+        let pseudo_sum = pseudo_header_sum6(&f[ETHERNET_LEN..], protocol, l4_len + payload);
+        partial_l4(
+            &mut f[ETHERNET_LEN + IPV6_HEADER_LEN..],
+            protocol,
+            flags,
+            (5, 1),
+            pseudo_sum,
+        );
         f
     }
 

@@ -128,7 +128,7 @@ fn run_inner<R: Read, W: Write>(
     from: Port,
     mut reader: PcapReader<R>,
     output: W,
-    mut verdicts: VerdictSink<'_>,
+    verdicts: VerdictSink<'_>,
     mut before_frame: Option<BeforeFrame<'_>>,
 ) -> Result<PcapRun, PcapDriverError> {
     let hooked = before_frame.is_some();
@@ -141,24 +141,27 @@ fn run_inner<R: Read, W: Write>(
         datalink: in_header.datalink,
         ..PcapHeader::default()
     };
-    let mut writer = PcapWriter::with_header(output, out_header).map_err(PcapDriverError::Write)?;
+    let mut capture = CaptureOut {
+        writer: PcapWriter::with_header(output, out_header).map_err(PcapDriverError::Write)?,
+        run: PcapRun::default(),
+        verdicts,
+    };
     // Room for a batch being read plus everything the engine may hold.
     let mut pool = PacketPool::new(BATCH * 8);
     let mut bufs = Vec::with_capacity(BATCH);
     let mut out: Vec<Output> = Vec::with_capacity(BATCH * 8);
     let mut epoch: Option<Duration> = None;
     let mut clock = Duration::ZERO;
-    let mut run = PcapRun::default();
     while let Some(packet) = reader.next_packet() {
         let packet = packet.map_err(PcapDriverError::Read)?;
-        run.frames_in += 1;
+        capture.run.frames_in += 1;
         let start = *epoch.get_or_insert(packet.timestamp);
         // Offline, each frame keeps its own capture time; time never runs
         // backwards for the gateway even if the capture is out of order.
         clock = packet.timestamp.saturating_sub(start).max(clock);
         if packet.data.len() > MAX_FRAME {
             gateway.count_driver_drop(DropReason::Malformed);
-            if let Some((log, _)) = verdicts.as_mut() {
+            if let Some((log, _)) = capture.verdicts.as_mut() {
                 log.refused(from, DropReason::Malformed)?;
             }
             continue;
@@ -173,15 +176,7 @@ fn run_inner<R: Read, W: Write>(
                         gateway.poll(clock, &mut out, &mut pool);
                     }
                     crate::drive::flush(gateway, clock, &mut out, &mut pool);
-                    write_out(
-                        &mut writer,
-                        gateway,
-                        &mut pool,
-                        &mut out,
-                        clock + start,
-                        &mut run,
-                        &mut verdicts,
-                    )?;
+                    capture.write_out(gateway, &mut pool, &mut out, clock + start)?;
                     if pool.available() == 0 && gateway.in_flight() == 0 {
                         return Err(PcapDriverError::PoolExhausted);
                     }
@@ -189,7 +184,7 @@ fn run_inner<R: Read, W: Write>(
             }
         };
         buf.fill(&packet.data);
-        if let Some((log, _)) = verdicts.as_mut() {
+        if let Some((log, _)) = capture.verdicts.as_mut() {
             log.received(gateway, from, &mut buf)?;
         }
         bufs.push(buf);
@@ -202,15 +197,7 @@ fn run_inner<R: Read, W: Write>(
             before(clock)?;
             gateway.poll(clock, &mut out, &mut pool);
         }
-        write_out(
-            &mut writer,
-            gateway,
-            &mut pool,
-            &mut out,
-            clock + start,
-            &mut run,
-            &mut verdicts,
-        )?;
+        capture.write_out(gateway, &mut pool, &mut out, clock + start)?;
     }
     if hooked {
         before(clock)?;
@@ -218,48 +205,50 @@ fn run_inner<R: Read, W: Write>(
     }
     crate::drive::shutdown(gateway, clock, &mut out, &mut pool);
     let stamp = clock + epoch.unwrap_or_default();
-    write_out(
-        &mut writer,
-        gateway,
-        &mut pool,
-        &mut out,
-        stamp,
-        &mut run,
-        &mut verdicts,
-    )?;
+    capture.write_out(gateway, &mut pool, &mut out, stamp)?;
     if pool.in_use() != 0 {
         return Err(PcapDriverError::BuffersLost(pool.in_use()));
     }
-    Ok(run)
+    Ok(capture.run)
 }
 
-/// Writes forwarded frames and returns every buffer to the pool; with
-/// verdicts, folds each output into its frame's record, and writes the
-/// records out once the gateway holds no buffer (then they are final).
-fn write_out<W: Write>(
-    writer: &mut PcapWriter<W>,
-    gateway: &Gateway,
-    pool: &mut PacketPool,
-    out: &mut Vec<Output>,
-    stamp: Duration,
-    run: &mut PcapRun,
-    verdicts: &mut VerdictSink<'_>,
-) -> Result<(), PcapDriverError> {
-    for (buf, verdict) in out.drain(..) {
-        if let Some((log, _)) = verdicts.as_mut() {
-            log.output(gateway, &buf, verdict);
+/// Where a run's output goes: the output capture, its counts, and the
+/// verdict log if there is one.
+struct CaptureOut<'a, W: Write> {
+    writer: PcapWriter<W>,
+    run: PcapRun,
+    verdicts: VerdictSink<'a>,
+}
+
+impl<W: Write> CaptureOut<'_, W> {
+    /// Writes forwarded frames and returns every buffer to the pool; with
+    /// verdicts, folds each output into its frame's record, and writes the
+    /// records out once the gateway holds no buffer (then they are final).
+    fn write_out(
+        &mut self,
+        gateway: &Gateway,
+        pool: &mut PacketPool,
+        out: &mut Vec<Output>,
+        stamp: Duration,
+    ) -> Result<(), PcapDriverError> {
+        for (buf, verdict) in out.drain(..) {
+            if let Some((log, _)) = self.verdicts.as_mut() {
+                log.output(gateway, &buf, verdict);
+            }
+            if let Verdict::Forward(_) = verdict {
+                let packet = PcapPacket::new(stamp, buf.len() as u32, buf.data());
+                self.writer
+                    .write_packet(&packet)
+                    .map_err(PcapDriverError::Write)?;
+                self.run.frames_out += 1;
+            }
+            pool.free(buf);
         }
-        if let Verdict::Forward(_) = verdict {
-            let packet = PcapPacket::new(stamp, buf.len() as u32, buf.data());
-            writer.write_packet(&packet).map_err(PcapDriverError::Write)?;
-            run.frames_out += 1;
+        if let Some((log, sink)) = self.verdicts.as_mut() {
+            if pool.in_use() == 0 {
+                log.flush(gateway, &mut **sink)?;
+            }
         }
-        pool.free(buf);
+        Ok(())
     }
-    if let Some((log, sink)) = verdicts.as_mut() {
-        if pool.in_use() == 0 {
-            log.flush(gateway, &mut **sink)?;
-        }
-    }
-    Ok(())
 }

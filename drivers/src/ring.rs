@@ -18,7 +18,7 @@
 //! This module owns the mapping and the slot protocol, nothing else.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -89,22 +89,8 @@ impl RxRing {
         };
         set(fd, libc::PACKET_RX_RING, &request)?;
         let len = slots * SLOT_SIZE;
-        // SAFETY: a fresh shared mapping of the socket's ring, of the size
-        // the kernel was asked for.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        // The socket's ring, of the size the kernel was just asked for.
+        let base = accel::os::map_shared(fd, len)?;
         Ok(RxRing {
             base,
             len,

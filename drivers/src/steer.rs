@@ -415,77 +415,27 @@ mod tests {
         let any = (0, u16::MAX);
         let tcp = ProtocolSelector::Number(proto::TCP);
         let all = ProtocolSelector::Any;
-        spd.insert(policy(
-            "web",
-            sel(
-                net([192, 168, 1, 0], 24),
-                net([192, 168, 2, 0], 24),
-                tcp,
-                any,
-                (80, 443),
-            ),
-            Action::Protect(sas[0]),
-        ));
-        spd.insert(policy(
-            "bypass-dns",
-            sel(
-                IpPrefix::Any,
-                IpPrefix::Any,
-                ProtocolSelector::Number(proto::UDP),
-                any,
-                (53, 53),
-            ),
-            Action::Bypass,
-        ));
-        spd.insert(policy(
-            "high",
-            sel(
-                IpPrefix::Any,
-                net([192, 168, 2, 0], 24),
-                all,
-                (1024, u16::MAX),
-                any,
-            ),
-            Action::Protect(sas[1]),
-        ));
-        spd.insert(policy(
-            "net2",
-            sel(
-                net([192, 168, 1, 0], 24),
-                net([192, 168, 2, 0], 24),
-                all,
-                any,
-                any,
-            ),
-            Action::Protect(sas[2]),
-        ));
-        spd.insert(policy(
-            "host3",
-            sel(
-                IpPrefix::Any,
-                IpPrefix::V4(Ipv4Prefix::host([192, 168, 3, 7].into())),
-                all,
-                any,
-                any,
-            ),
-            Action::Protect(sas[3]),
-        ));
-        spd.insert(policy(
-            "drop4",
-            sel(IpPrefix::Any, net([192, 168, 4, 0], 24), all, any, any),
-            Action::Discard,
-        ));
-        spd.insert(policy(
-            "rest",
-            sel(
-                net([192, 168, 0, 0], 16),
-                net([192, 168, 0, 0], 16),
-                all,
-                any,
-                any,
-            ),
-            Action::Protect(sas[4]),
-        ));
+        let udp = ProtocolSelector::Number(proto::UDP);
+        let (web, dns, high) = ((80, 443), (53, 53), (1024, u16::MAX));
+        let (lan1, lan2) = (net([192, 168, 1, 0], 24), net([192, 168, 2, 0], 24));
+        let host3 = IpPrefix::V4(Ipv4Prefix::host([192, 168, 3, 7].into()));
+        let (lan4, sites) = (net([192, 168, 4, 0], 24), net([192, 168, 0, 0], 16));
+        let any_ip = IpPrefix::Any;
+        let protect = |i: usize| Action::Protect(sas[i]);
+        // (name, source, destination, protocol, source ports, destination
+        // ports, action), in SPD order.
+        let table = [
+            ("web", lan1, lan2, tcp, any, web, protect(0)),
+            ("bypass-dns", any_ip, any_ip, udp, any, dns, Action::Bypass),
+            ("high", any_ip, lan2, all, high, any, protect(1)),
+            ("net2", lan1, lan2, all, any, any, protect(2)),
+            ("host3", any_ip, host3, all, any, any, protect(3)),
+            ("drop4", any_ip, lan4, all, any, any, Action::Discard),
+            ("rest", sites, sites, all, any, any, protect(4)),
+        ];
+        for (name, src, dst, protocol, sp, dp, action) in table {
+            spd.insert(policy(name, sel(src, dst, protocol, sp, dp), action));
+        }
         for workers in [2usize, 3, 4] {
             let owners: std::collections::HashSet<usize> = sad
                 .iter()

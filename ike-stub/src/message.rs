@@ -217,6 +217,26 @@ fn icv(key: &[u8], covered: &[u8]) -> Hmac<Sha256> {
 }
 
 impl Message {
+    /// A message of `kind` (a `response`, or a request) numbered
+    /// `message_id`, about `tunnel`'s child SA pair `child`, with no SPI
+    /// and no nonce (INIT and REKEY set theirs). The control SA's SPIs
+    /// and the initiator flag are left zero: the end that seals it under
+    /// a control SA sets them.
+    pub fn new(kind: Kind, response: bool, message_id: u32, tunnel: String, child: u32) -> Message {
+        Message {
+            kind,
+            response,
+            from_initiator: false,
+            spi_i: [0; SPI_LEN],
+            spi_r: [0; SPI_LEN],
+            message_id,
+            tunnel,
+            child,
+            spi: 0,
+            nonce: [0; NONCE_LEN],
+        }
+    }
+
     /// The message on the wire, authenticated with `key`.
     pub fn seal(&self, key: &[u8]) -> Vec<u8> {
         let name = self.tunnel.as_bytes();

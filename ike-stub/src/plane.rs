@@ -1029,8 +1029,7 @@ impl ControlPlane {
         let spi = self.fresh_spi();
         let nonce = self.nonce();
         let spi_i = self.control_spi();
-        let settings = self.config.rekey;
-        let tunnel = &mut self.tunnels[index];
+        let tunnel = &self.tunnels[index];
         let Some(secrets) = &tunnel.secrets else { return };
         let wire = Message {
             kind: Kind::Init,
@@ -1045,20 +1044,9 @@ impl ControlPlane {
             nonce,
         }
         .seal(&secrets.init_key(tunnel.side)[..]);
-        tunnel.phase = Phase::Requested {
-            exchange: Exchange::Init { spi_i },
-            id: 0,
-            nonce,
-            spi,
-            wire: wire.clone(),
-            attempts: 0,
-            sent_at: now,
-            next_send: now + settings.retransmit,
-        };
-        tunnel.retry_at = None;
         tracing::debug!(tunnel = %tunnel.config.name, peer = %tunnel.config.remote, "connecting: INIT exchange started");
         self.counters.connects_started += 1;
-        self.send(index, wire);
+        self.send_request(now, index, (Exchange::Init { spi_i }, 0), (nonce, spi), wire);
     }
 
     /// Starts a rekey under the control SA: the next child SAs.
@@ -1069,7 +1057,6 @@ impl ControlPlane {
         }
         let spi = self.fresh_spi();
         let nonce = self.nonce();
-        let settings = self.config.rekey;
         let tunnel = &mut self.tunnels[index];
         let name = tunnel.config.name.clone();
         let Some(control) = tunnel.control.as_mut() else {
@@ -1078,19 +1065,30 @@ impl ControlPlane {
         let id = control.take_message_id();
         let child = control.child.wrapping_add(1);
         let wire = control.seal(Message {
-            kind: Kind::Rekey,
-            response: false,
-            from_initiator: control.initiator,
-            spi_i: control.spi_i,
-            spi_r: control.spi_r,
-            message_id: id,
-            tunnel: name,
-            child,
             spi,
             nonce,
+            ..Message::new(Kind::Rekey, false, id, name, child)
         });
+        tracing::debug!(tunnel = %tunnel.config.name, child, "rekey started");
+        self.counters.rekeys_started += 1;
+        self.send_request(now, index, (Exchange::Rekey, id), (nonce, spi), wire);
+    }
+
+    /// Sends `wire`, our request of `exchange` (message `id`, with our
+    /// `nonce` and new inbound `spi`), and waits for the answer, sending it
+    /// again until one comes.
+    fn send_request(
+        &mut self,
+        now: Duration,
+        index: usize,
+        (exchange, id): (Exchange, u32),
+        (nonce, spi): ([u8; NONCE_LEN], u32),
+        wire: Vec<u8>,
+    ) {
+        let settings = self.config.rekey;
+        let tunnel = &mut self.tunnels[index];
         tunnel.phase = Phase::Requested {
-            exchange: Exchange::Rekey,
+            exchange,
             id,
             nonce,
             spi,
@@ -1100,8 +1098,6 @@ impl ControlPlane {
             next_send: now + settings.retransmit,
         };
         tunnel.retry_at = None;
-        tracing::debug!(tunnel = %tunnel.config.name, child, "rekey started");
-        self.counters.rekeys_started += 1;
         self.send(index, wire);
     }
 
@@ -1282,16 +1278,9 @@ impl ControlPlane {
             child: 0,
         };
         let answer = control.seal(Message {
-            kind: Kind::Init,
-            response: true,
-            from_initiator: false,
-            spi_i: message.spi_i,
-            spi_r,
-            message_id: 0,
-            tunnel: tunnel.config.name.clone(),
-            child: 0,
             spi,
             nonce,
+            ..Message::new(Kind::Init, true, 0, tunnel.config.name.clone(), 0)
         });
         tunnel.half_open.push(HalfOpen {
             control,
@@ -1301,20 +1290,7 @@ impl ControlPlane {
             expires_at: now + budget,
         });
         tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered; new SAs installed, waiting for the peer to confirm");
-        let inbound = self.sa_setup(
-            index,
-            SaDirection::Inbound,
-            generation,
-            spi,
-            child_keys.first_to_second,
-        );
-        let outbound = self.sa_setup(
-            index,
-            SaDirection::Outbound,
-            generation,
-            message.spi,
-            child_keys.second_to_first,
-        );
+        let (inbound, outbound) = self.sa_pair(index, generation, (spi, message.spi), child_keys, false);
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
         self.send_to(index, from, answer);
@@ -1324,8 +1300,6 @@ impl ControlPlane {
     /// SA's key, which depends on our fresh nonce, so it cannot be a
     /// replay.
     fn handle_init_response(&mut self, now: Duration, index: usize, payload: &[u8], from: (Ipv4Addr, u16)) {
-        let grace = self.config.rekey.grace;
-        let retransmit = self.config.rekey.retransmit;
         let tunnel = &self.tunnels[index];
         let Phase::Requested {
             exchange: Exchange::Init { spi_i },
@@ -1383,55 +1357,56 @@ impl ControlPlane {
         let old = tunnel.current;
         // Whatever ran under an earlier control SA ends with it.
         self.end_exchanges(now, index);
-        let inbound = self.sa_setup(
-            index,
-            SaDirection::Inbound,
-            generation,
-            our_spi,
-            child_keys.second_to_first,
-        );
-        let outbound = self.sa_setup(
-            index,
-            SaDirection::Outbound,
-            generation,
-            message.spi,
-            child_keys.first_to_second,
-        );
+        let (inbound, outbound) = self.sa_pair(index, generation, (our_spi, message.spi), child_keys, true);
         let tunnel = &mut self.tunnels[index];
         let id = control.take_message_id();
-        let wire = control.seal(Message {
-            kind: Kind::Switched,
-            response: false,
-            from_initiator: true,
-            spi_i,
-            spi_r: message.spi_r,
-            message_id: id,
-            tunnel: tunnel.config.name.clone(),
-            child: 0,
-            spi: 0,
-            nonce: [0; NONCE_LEN],
-        });
+        let wire = control.seal(Message::new(
+            Kind::Switched,
+            false,
+            id,
+            tunnel.config.name.clone(),
+            0,
+        ));
         if tunnel.config.encap.is_some() {
             tunnel.peer_at = Some(from);
         }
         tunnel.control = Some(control);
         tunnel.current = Some(generation);
+        tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered by the peer; sending on the new SAs");
+        self.switch_to_new_sas(now, index, true, (id, wire), old, (inbound, outbound));
+    }
+
+    /// Our side of a switch to the current generation's SAs, `inbound`
+    /// and `outbound` (an INIT's with `connect`, else a rekey's): installs
+    /// them and repoints the policies, retires the `old` generation's
+    /// outbound SA after the grace period, and sends `wire` (message
+    /// `id`), again until the peer confirms it switched too.
+    fn switch_to_new_sas(
+        &mut self,
+        now: Duration,
+        index: usize,
+        connect: bool,
+        (id, wire): (u32, Vec<u8>),
+        old: Option<u32>,
+        (inbound, outbound): (SaSetup, SaSetup),
+    ) {
+        let settings = self.config.rekey;
+        let tunnel = &mut self.tunnels[index];
         tunnel.phase = Phase::Confirming {
-            connect: true,
+            connect,
             id,
             wire: wire.clone(),
             attempts: 0,
-            next_send: now + retransmit,
+            next_send: now + settings.retransmit,
             old_in: old.map(|g| tunnel.sa(SaDirection::Inbound, g)),
         };
         if let Some(old) = old {
             // Nothing more leaves on the old outbound SA once repointed.
             tunnel
                 .retiring
-                .push((tunnel.sa(SaDirection::Outbound, old), Some(now + grace)));
+                .push((tunnel.sa(SaDirection::Outbound, old), Some(now + settings.grace)));
         }
         let repoints = tunnel.repoints();
-        tracing::debug!(tunnel = %tunnel.config.name, generation, "INIT answered by the peer; sending on the new SAs");
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
         for repoint in repoints {
@@ -1531,7 +1506,6 @@ impl ControlPlane {
         payload: &[u8],
         from: (Ipv4Addr, u16),
     ) {
-        let grace = self.config.rekey.grace;
         let half = &self.tunnels[index].half_open[at];
         let message = match half.control.open(payload) {
             Ok(m) => m,
@@ -1547,39 +1521,21 @@ impl ControlPlane {
         let old = tunnel.current;
         self.end_exchanges(now, index);
         let tunnel = &mut self.tunnels[index];
-        let answer = half.control.seal(Message {
-            kind: Kind::Switched,
-            response: true,
-            from_initiator: false,
-            spi_i: half.control.spi_i,
-            spi_r: half.control.spi_r,
-            message_id: 1,
-            tunnel: tunnel.config.name.clone(),
-            child: 0,
-            spi: 0,
-            nonce: [0; NONCE_LEN],
-        });
+        let answer = half.control.seal(Message::new(
+            Kind::Switched,
+            true,
+            1,
+            tunnel.config.name.clone(),
+            0,
+        ));
         half.control.peer_request = Some((1, Some(answer.clone())));
         if tunnel.config.encap.is_some() {
             tunnel.peer_at = Some(from);
         }
         tunnel.control = Some(half.control);
         tunnel.current = Some(half.generation);
-        if let Some(old) = old {
-            for direction in [SaDirection::Outbound, SaDirection::Inbound] {
-                tunnel
-                    .retiring
-                    .push((tunnel.sa(direction, old), Some(now + grace)));
-            }
-        }
         tunnel.retry_at = None;
-        tunnel.note = None;
-        let repoints = tunnel.repoints();
-        self.counters.connects_completed += 1;
-        for repoint in repoints {
-            self.command(repoint);
-        }
-        self.log_tunnel_switched(index, "responder", false);
+        self.responder_switched(now, index, old, false);
         self.send(index, answer);
     }
 
@@ -1675,16 +1631,15 @@ impl ControlPlane {
             .keys
             .child(tunnel.config.algorithm, &message.nonce, &nonce);
         let answer = control.seal(Message {
-            kind: Kind::Rekey,
-            response: true,
-            from_initiator: control.initiator,
-            spi_i: control.spi_i,
-            spi_r: control.spi_r,
-            message_id: message.message_id,
-            tunnel: tunnel.config.name.clone(),
-            child: message.child,
             spi,
             nonce,
+            ..Message::new(
+                Kind::Rekey,
+                true,
+                message.message_id,
+                tunnel.config.name.clone(),
+                message.child,
+            )
         });
         if let Some(control) = tunnel.control.as_mut() {
             control.peer_request = Some((message.message_id, Some(answer.clone())));
@@ -1695,14 +1650,7 @@ impl ControlPlane {
             expires_at: now + budget,
         };
         tracing::debug!(tunnel = %tunnel.config.name, generation, "rekey answered; new SAs installed");
-        let inbound = self.sa_setup(index, SaDirection::Inbound, generation, spi, keys.first_to_second);
-        let outbound = self.sa_setup(
-            index,
-            SaDirection::Outbound,
-            generation,
-            message.spi,
-            keys.second_to_first,
-        );
+        let (inbound, outbound) = self.sa_pair(index, generation, (spi, message.spi), keys, false);
         self.command(SaCommand::InstallSa(Box::new(inbound)));
         self.command(SaCommand::InstallSa(Box::new(outbound)));
         self.send(index, answer);
@@ -1727,25 +1675,19 @@ impl ControlPlane {
         let Some(control) = tunnel.control.as_mut() else {
             return;
         };
-        let answer = control.seal(Message {
-            kind: Kind::Switched,
-            response: true,
-            from_initiator: control.initiator,
-            spi_i: control.spi_i,
-            spi_r: control.spi_r,
-            message_id: message.message_id,
-            tunnel: name,
+        let answer = control.seal(Message::new(
+            Kind::Switched,
+            true,
+            message.message_id,
+            name,
             child,
-            spi: 0,
-            nonce: [0; NONCE_LEN],
-        });
+        ));
         control.peer_request = Some((message.message_id, Some(answer.clone())));
         self.send(index, answer);
     }
 
     /// The responder moves its traffic to the child SAs it answered for.
     fn switch_responder(&mut self, now: Duration, index: usize) {
-        let grace = self.config.rekey.grace;
         let tunnel = &mut self.tunnels[index];
         let Phase::Responded {
             generation, child, ..
@@ -1753,13 +1695,7 @@ impl ControlPlane {
         else {
             return;
         };
-        if let Some(old) = tunnel.current {
-            for direction in [SaDirection::Outbound, SaDirection::Inbound] {
-                tunnel
-                    .retiring
-                    .push((tunnel.sa(direction, old), Some(now + grace)));
-            }
-        }
+        let old = tunnel.current;
         tunnel.current = Some(generation);
         if let Some(control) = tunnel.control.as_mut() {
             control.child = child;
@@ -1767,14 +1703,35 @@ impl ControlPlane {
         tunnel.phase = Phase::Idle;
         tunnel.rekeys += 1;
         tunnel.last_rekey = Some(now);
+        self.responder_switched(now, index, old, true);
+        self.rekey_if_pending(now, index);
+    }
+
+    /// The responder's side of a switch, once its tunnel's current
+    /// generation is the new one: the `old` generation's SAs retire after
+    /// the grace period, the policies are repointed, and the tunnel is up
+    /// (or, `rekey`, rekeyed).
+    fn responder_switched(&mut self, now: Duration, index: usize, old: Option<u32>, rekey: bool) {
+        let grace = self.config.rekey.grace;
+        let tunnel = &mut self.tunnels[index];
+        if let Some(old) = old {
+            for direction in [SaDirection::Outbound, SaDirection::Inbound] {
+                tunnel
+                    .retiring
+                    .push((tunnel.sa(direction, old), Some(now + grace)));
+            }
+        }
         tunnel.note = None;
         let repoints = tunnel.repoints();
-        self.counters.rekeys_completed += 1;
+        if rekey {
+            self.counters.rekeys_completed += 1;
+        } else {
+            self.counters.connects_completed += 1;
+        }
         for repoint in repoints {
             self.command(repoint);
         }
-        self.log_tunnel_switched(index, "responder", true);
-        self.rekey_if_pending(now, index);
+        self.log_tunnel_switched(index, "responder", rekey);
     }
 
     /// Starts the rekey a soft expiry asked for during the last exchange.
@@ -1792,8 +1749,6 @@ impl ControlPlane {
     }
 
     fn handle_response(&mut self, now: Duration, index: usize, message: &Message) {
-        let grace = self.config.rekey.grace;
-        let settings = self.config.rekey;
         let tunnel = &mut self.tunnels[index];
         match (&tunnel.phase, message.kind) {
             (
@@ -1823,20 +1778,7 @@ impl ControlPlane {
                     .keys
                     .child(tunnel.config.algorithm, &our_nonce, &message.nonce);
                 let generation = tunnel.take_generation();
-                let inbound = self.sa_setup(
-                    index,
-                    SaDirection::Inbound,
-                    generation,
-                    our_spi,
-                    keys.second_to_first,
-                );
-                let outbound = self.sa_setup(
-                    index,
-                    SaDirection::Outbound,
-                    generation,
-                    message.spi,
-                    keys.first_to_second,
-                );
+                let (inbound, outbound) = self.sa_pair(index, generation, (our_spi, message.spi), keys, true);
                 let tunnel = &mut self.tunnels[index];
                 let old = tunnel.current;
                 tunnel.current = Some(generation);
@@ -1846,39 +1788,8 @@ impl ControlPlane {
                 };
                 control.child = child;
                 let id = control.take_message_id();
-                let wire = control.seal(Message {
-                    kind: Kind::Switched,
-                    response: false,
-                    from_initiator: control.initiator,
-                    spi_i: control.spi_i,
-                    spi_r: control.spi_r,
-                    message_id: id,
-                    tunnel: name,
-                    child,
-                    spi: 0,
-                    nonce: [0; NONCE_LEN],
-                });
-                tunnel.phase = Phase::Confirming {
-                    connect: false,
-                    id,
-                    wire: wire.clone(),
-                    attempts: 0,
-                    next_send: now + settings.retransmit,
-                    old_in: old.map(|g| tunnel.sa(SaDirection::Inbound, g)),
-                };
-                if let Some(old) = old {
-                    // Nothing more leaves on the old outbound SA once repointed.
-                    tunnel
-                        .retiring
-                        .push((tunnel.sa(SaDirection::Outbound, old), Some(now + grace)));
-                }
-                let repoints = tunnel.repoints();
-                self.command(SaCommand::InstallSa(Box::new(inbound)));
-                self.command(SaCommand::InstallSa(Box::new(outbound)));
-                for repoint in repoints {
-                    self.command(repoint);
-                }
-                self.send(index, wire);
+                let wire = control.seal(Message::new(Kind::Switched, false, id, name, child));
+                self.switch_to_new_sas(now, index, false, (id, wire), old, (inbound, outbound));
             }
             (Phase::Confirming { id, .. }, Kind::Switched) if *id == message.message_id => {
                 self.finish_initiator(now, index);
@@ -1909,6 +1820,29 @@ impl ControlPlane {
         }
         self.log_tunnel_switched(index, "initiator", !connect);
         self.rekey_if_pending(now, index);
+    }
+
+    /// A tunnel's SA pair of `generation` from an exchange's child keys:
+    /// inbound on `our_spi`, outbound to the peer's `peer_spi`. `started`
+    /// says whether this end started the exchange (then what it sends is
+    /// keyed first to second).
+    fn sa_pair(
+        &self,
+        index: usize,
+        generation: u32,
+        (our_spi, peer_spi): (u32, u32),
+        keys: crate::prf::KeyPair,
+        started: bool,
+    ) -> (SaSetup, SaSetup) {
+        let (keys_in, keys_out) = if started {
+            (keys.second_to_first, keys.first_to_second)
+        } else {
+            (keys.first_to_second, keys.second_to_first)
+        };
+        (
+            self.sa_setup(index, SaDirection::Inbound, generation, our_spi, keys_in),
+            self.sa_setup(index, SaDirection::Outbound, generation, peer_spi, keys_out),
+        )
     }
 
     /// The SA of `direction` of a tunnel's generation.
@@ -1998,38 +1932,35 @@ impl ControlPlane {
             let tunnel = &mut self.tunnels[index];
             let mut resend = None;
             let mut gave_up = false;
-            match &mut tunnel.phase {
+            // The exchange waiting for the peer, if any: its message, its
+            // attempts, when it leaves again and (a request) when it last left.
+            let waiting = match &mut tunnel.phase {
                 Phase::Requested {
                     wire,
                     attempts,
                     next_send,
                     sent_at,
                     ..
-                } if *next_send <= now => {
-                    if *attempts >= settings.retries {
-                        gave_up = true;
-                    } else {
-                        *attempts += 1;
-                        *sent_at = now;
-                        *next_send = now + settings.retransmit * (1 << (*attempts).min(16));
-                        resend = Some(wire.clone());
-                    }
-                }
+                } => Some((wire, attempts, next_send, Some(sent_at))),
                 Phase::Confirming {
                     wire,
                     attempts,
                     next_send,
                     ..
-                } if *next_send <= now => {
-                    if *attempts >= settings.retries {
-                        gave_up = true;
-                    } else {
-                        *attempts += 1;
-                        *next_send = now + settings.retransmit * (1 << (*attempts).min(16));
-                        resend = Some(wire.clone());
+                } => Some((wire, attempts, next_send, None)),
+                _ => None,
+            };
+            if let Some((wire, attempts, next_send, sent_at)) = waiting.filter(|w| *w.2 <= now) {
+                if *attempts >= settings.retries {
+                    gave_up = true;
+                } else {
+                    *attempts += 1;
+                    if let Some(sent_at) = sent_at {
+                        *sent_at = now;
                     }
+                    *next_send = now + settings.retransmit * (1 << (*attempts).min(16));
+                    resend = Some(wire.clone());
                 }
-                _ => {}
             }
             if gave_up {
                 self.give_up(now, index);

@@ -646,29 +646,17 @@ impl<C> SecurityAssociation<C> {
     where
         C: Clone,
     {
+        // What a copy keeps of its own (counters, in-flight marks, its
+        // sequence block, owner, flush thresholds, its place in the tick)
+        // starts as in a new SA; the rest is this one's.
         SecurityAssociation {
-            params: self.params.clone(),
             shared: Arc::clone(&self.shared),
             replay: self.replay.clone(),
-            installed_at: self.installed_at,
             last_active: self.last_active,
             state: self.state,
-            counters: SaCounters::default(),
-            inbound_in_flight: 0,
-            in_flight_top: 0,
-            seq_next: 1,
-            seq_end: 0,
             last_used: self.last_used,
             ceiling: self.ceiling,
-            owner: None,
-            unflushed_packets: 0,
-            unflushed_bytes: 0,
-            flush_packets: 1,
-            flush_bytes: 1,
-            near_limit: true,
-            listed: false,
-            scheduled: None,
-            crypto: self.crypto.clone(),
+            ..SecurityAssociation::new(self.params.clone(), self.crypto.clone(), self.installed_at)
         }
     }
 

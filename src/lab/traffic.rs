@@ -151,16 +151,7 @@ pub fn udp_streams(names: &Names, count: usize, size: usize, gap: Duration) -> R
             // an emulated one) schedules late must not lose datagrams in
             // its own socket, which the count would blame on the tunnel.
             let room: libc::c_int = 8 << 20;
-            // SAFETY: an int option of the right size on a socket we own.
-            unsafe {
-                libc::setsockopt(
-                    std::os::fd::AsRawFd::as_raw_fd(&socket),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
-                    (&room as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
+            let _ = accel::os::set_sockopt(&socket, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &room);
             // Long enough for a pause under emulation (a rekey in a
             // TCG VM) not to end the count early.
             socket.set_read_timeout(Some(Duration::from_millis(3000)))?;

@@ -9,8 +9,8 @@ use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_M
 use netlink_packet_xfrm::policy::{DelGetMessage as PolicyDelGet, ModifyMessage as PolicyModify};
 use netlink_packet_xfrm::state::{DelGetMessage as SaDelGet, ModifyMessage as SaModify};
 use netlink_packet_xfrm::{
-    Address, Alg, AlgAead, AlgAuth, EncapTmpl, ReplayEsn, UserPolicyInfo, UserSaInfo, UserTemplate,
-    XfrmAttrs, XfrmMessage, UDP_ENCAP_ESPINUDP, XFRM_ALG_AEAD_NAME_LEN, XFRM_ALG_AUTH_NAME_LEN,
+    Address, Alg, AlgAead, AlgAuth, EncapTmpl, LifetimeConfig, ReplayEsn, UserPolicyInfo, UserSaInfo,
+    UserTemplate, XfrmAttrs, XfrmMessage, UDP_ENCAP_ESPINUDP, XFRM_ALG_AEAD_NAME_LEN, XFRM_ALG_AUTH_NAME_LEN,
     XFRM_ALG_NAME_LEN, XFRM_INF, XFRM_MODE_TRANSPORT, XFRM_MODE_TUNNEL, XFRM_POLICY_ALLOW, XFRM_STATE_ESN,
 };
 
@@ -104,11 +104,23 @@ pub fn state(src: IpAddr, dst: IpAddr, spi: u32, reqid: u32) -> UserSaInfo {
     info.family = family(dst);
     info.mode = XFRM_MODE_TUNNEL;
     info.reqid = reqid;
-    info.lifetime_cfg.soft_byte_limit = XFRM_INF;
-    info.lifetime_cfg.hard_byte_limit = XFRM_INF;
-    info.lifetime_cfg.soft_packet_limit = XFRM_INF;
-    info.lifetime_cfg.hard_packet_limit = XFRM_INF;
+    info.lifetime_cfg = without_limits();
     info
+}
+
+/// No byte or packet limits (`XFRM_INF`) and no time limits: what
+/// strongSwan leaves on a state or policy without a lifetime.
+fn without_limits() -> LifetimeConfig {
+    LifetimeConfig {
+        soft_byte_limit: XFRM_INF,
+        hard_byte_limit: XFRM_INF,
+        soft_packet_limit: XFRM_INF,
+        hard_packet_limit: XFRM_INF,
+        soft_add_expires_seconds: 0,
+        hard_add_expires_seconds: 0,
+        soft_use_expires_seconds: 0,
+        hard_use_expires_seconds: 0,
+    }
 }
 
 /// Sets ESN on a state (its flag; the replay state goes in the attributes).
@@ -136,10 +148,7 @@ pub fn policy(dir: u8, index: u32, priority: u32, src: (IpAddr, u8), dst: (IpAdd
     info.index = index;
     info.direction = dir;
     info.action = XFRM_POLICY_ALLOW;
-    info.lifetime_cfg.soft_byte_limit = XFRM_INF;
-    info.lifetime_cfg.hard_byte_limit = XFRM_INF;
-    info.lifetime_cfg.soft_packet_limit = XFRM_INF;
-    info.lifetime_cfg.hard_packet_limit = XFRM_INF;
+    info.lifetime_cfg = without_limits();
     info
 }
 
@@ -161,25 +170,23 @@ pub fn template(src: IpAddr, dst: IpAddr, reqid: u32, mode: u8) -> UserTemplate 
 /// A netlink datagram of one message, as the kernel frames it (`multi`:
 /// a dump reply).
 pub fn frame(message: XfrmMessage, multi: bool) -> Vec<u8> {
-    let mut header = NetlinkHeader::default();
-    if multi {
-        header.flags = NLM_F_MULTIPART;
-    }
-    let mut m = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
-    m.finalize();
-    let mut out = vec![0u8; m.buffer_len()];
-    m.serialize(&mut out);
-    out
+    framed(NetlinkPayload::InnerMessage(message), multi)
 }
 
 /// The end of a dump.
 pub fn done() -> Vec<u8> {
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_MULTIPART;
-    let mut m: NetlinkMessage<XfrmMessage> = NetlinkMessage::new(
-        header,
+    framed(
         NetlinkPayload::Done(netlink_packet_core::DoneMessage::default()),
-    );
+        true,
+    )
+}
+
+fn framed(payload: NetlinkPayload<XfrmMessage>, multi: bool) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    if multi {
+        header.flags = NLM_F_MULTIPART;
+    }
+    let mut m = NetlinkMessage::new(header, payload);
     m.finalize();
     let mut out = vec![0u8; m.buffer_len()];
     m.serialize(&mut out);

@@ -40,7 +40,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -319,6 +319,22 @@ struct SocketSide {
     undelivered: usize,
     /// Control replies in `pending` (not yet taken by the socket).
     replies: usize,
+}
+
+impl SocketSide {
+    /// Queues the completions message under construction, its count
+    /// written, and starts the next in a spare buffer.
+    fn seal_burst(&mut self) {
+        wire::set_count(&mut self.out, self.out_count);
+        let next = self
+            .spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(MAX_MESSAGE));
+        let full = std::mem::replace(&mut self.out, next);
+        self.pending.push_back(full);
+        self.out_count = 0;
+        wire::start_burst(&mut self.out, op::COMPLETIONS);
+    }
 }
 
 enum Side {
@@ -1071,12 +1087,7 @@ impl Server {
             }
             Side::Socket(s) => {
                 if s.out_count > 0 {
-                    wire::set_count(&mut s.out, s.out_count);
-                    let next = s.spare.pop().unwrap_or_else(|| Vec::with_capacity(MAX_MESSAGE));
-                    let full = std::mem::replace(&mut s.out, next);
-                    s.pending.push_back(full);
-                    s.out_count = 0;
-                    wire::start_burst(&mut s.out, op::COMPLETIONS);
+                    s.seal_burst();
                 }
                 while let Some(msg) = s.pending.front() {
                     match sys::send(t.sock.as_raw_fd(), msg, &[], true) {
@@ -1673,6 +1684,36 @@ impl Server {
         }
     }
 
+    /// Tells tenant `i` it is attached, with its ring's size and the
+    /// shared region's descriptors `fds` (no region and no descriptors
+    /// over a socket). `false` if there is no such tenant, or it could not
+    /// be told (then it is reclaimed).
+    fn send_attached(
+        &mut self,
+        i: usize,
+        transport: Transport,
+        (entries, slot_size): (u32, u32),
+        region_len: u64,
+        fds: &[RawFd],
+    ) -> bool {
+        let Some(t) = self.tenants[i].as_ref() else {
+            return false;
+        };
+        Reply::Attached {
+            transport,
+            tenant: t.id(i),
+            entries,
+            slot_size,
+            region_len,
+        }
+        .emit(&mut self.reply);
+        if sys::send(t.sock.as_raw_fd(), &self.reply, fds, true).is_err() {
+            self.reclaim(i);
+            return false;
+        }
+        true
+    }
+
     fn attach(&mut self, i: usize, transport: Transport, entries: u32, slot_size: u32) {
         if self.live_tenants() >= self.config.max_tenants {
             self.refuse_message(i, refusal::FULL, "the server serves its maximum of tenants");
@@ -1709,18 +1750,8 @@ impl Server {
                         return;
                     }
                 };
-                let Some(t) = self.tenants[i].as_ref() else { return };
-                Reply::Attached {
-                    transport,
-                    tenant: t.id(i),
-                    entries,
-                    slot_size,
-                    region_len: region_len as u64,
-                }
-                .emit(&mut self.reply);
                 let fds = [memfd.as_raw_fd(), to_server.raw(), to_tenant.raw()];
-                if sys::send(t.sock.as_raw_fd(), &self.reply, &fds, true).is_err() {
-                    self.reclaim(i);
+                if !self.send_attached(i, transport, (entries, slot_size), region_len as u64, &fds) {
                     return;
                 }
                 // The memfd goes out of scope here: the mapping keeps the
@@ -1738,19 +1769,10 @@ impl Server {
                 }))
             }
             Transport::Socket => {
-                let Some(t) = self.tenants[i].as_ref() else { return };
-                Reply::Attached {
-                    transport,
-                    tenant: t.id(i),
-                    entries,
-                    slot_size,
-                    region_len: 0,
-                }
-                .emit(&mut self.reply);
-                if sys::send(t.sock.as_raw_fd(), &self.reply, &[], true).is_err() {
-                    self.reclaim(i);
+                if !self.send_attached(i, transport, (entries, slot_size), 0, &[]) {
                     return;
                 }
+                let Some(t) = self.tenants[i].as_ref() else { return };
                 // Its socket is its data path from now on, read every pass.
                 self.epoll.remove(t.sock.as_raw_fd());
                 let mut out = Vec::with_capacity(MAX_MESSAGE);
@@ -1982,12 +2004,7 @@ fn comp_room(shm: &mut ShmSide) -> bool {
 
 fn push_completion(s: &mut SocketSide, entry: &CompletionEntry, data: &[u8]) {
     if s.out.len() + COMPLETION_LEN + data.len() > MAX_MESSAGE || s.out_count == u16::MAX {
-        wire::set_count(&mut s.out, s.out_count);
-        let next = s.spare.pop().unwrap_or_else(|| Vec::with_capacity(MAX_MESSAGE));
-        let full = std::mem::replace(&mut s.out, next);
-        s.pending.push_back(full);
-        s.out_count = 0;
-        wire::start_burst(&mut s.out, op::COMPLETIONS);
+        s.seal_burst();
     }
     let at = s.out.len();
     s.out.resize(at + COMPLETION_LEN, 0);

@@ -154,16 +154,7 @@ pub(crate) fn set_timeouts(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
         tv_usec: timeout.subsec_micros() as libc::suseconds_t,
     };
     for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
-        // SAFETY: `tv` is a live timeval of the size given.
-        check(unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&raw const tv).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        })?;
+        crate::os::set_sockopt(fd, libc::SOL_SOCKET, opt, &tv)?;
     }
     Ok(())
 }
@@ -179,20 +170,8 @@ pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
 /// The peer's credentials when it connected (`SO_PEERCRED`: process,
 /// user and group IDs, as the kernel recorded them, not as the peer says).
 pub(crate) fn peer_cred(fd: &OwnedFd) -> io::Result<libc::ucred> {
-    // SAFETY: ucred is plain data.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` has room for `len` bytes.
-    check(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&raw mut cred).cast(),
-            &mut len,
-        )
-    })?;
-    Ok(cred)
+    // SAFETY: ucred is plain data (three integers).
+    unsafe { crate::os::get_sockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED) }
 }
 
 /// Whether the peer was in group `gid` (primary or supplementary) when it
@@ -476,21 +455,7 @@ impl Mapping {
                 format!("shared region is {} bytes, {len} expected", st.st_size),
             ));
         }
-        // SAFETY: mapping a file we hold, at an address the kernel picks.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from(io::ErrorKind::Other))?;
+        let ptr = crate::os::map_shared(fd, len)?;
         Ok(Mapping { ptr, len })
     }
 
@@ -577,27 +542,13 @@ unsafe impl Send for SecretBuf {}
 
 impl SecretBuf {
     pub(crate) fn new(len: usize) -> io::Result<SecretBuf> {
-        // SAFETY: an anonymous private mapping at an address the kernel picks.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let ptr = crate::os::map_anonymous(len)?;
         // SAFETY: advice and locking on the mapping just made; a refusal
         // of either (an old kernel, RLIMIT_MEMLOCK) leaves a working buffer.
         unsafe {
-            libc::madvise(ptr, len, libc::MADV_DONTDUMP);
-            libc::mlock(ptr, len);
+            libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_DONTDUMP);
+            libc::mlock(ptr.as_ptr().cast(), len);
         }
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from(io::ErrorKind::Other))?;
         Ok(SecretBuf { ptr, len })
     }
 

@@ -158,6 +158,15 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(v)
 }
 
+/// A message's first byte, its operation; an empty message is short.
+fn op_code(msg: &[u8]) -> Result<u8, WireError> {
+    msg.first().copied().ok_or(WireError::Short {
+        op: 0,
+        got: 0,
+        need: 1,
+    })
+}
+
 fn exact(b: &[u8], want: usize) -> Result<(), WireError> {
     let op = b.first().copied().unwrap_or(0);
     if b.len() < want {
@@ -232,13 +241,7 @@ impl<'a> Request<'a> {
     /// Parses one message. Key bytes are borrowed from `msg`: the caller
     /// wipes its receive buffer after using them.
     pub fn parse(msg: &'a [u8]) -> Result<Request<'a>, WireError> {
-        let Some(&code) = msg.first() else {
-            return Err(WireError::Short {
-                op: 0,
-                got: 0,
-                need: 1,
-            });
-        };
+        let code = op_code(msg)?;
         match code {
             op::ATTACH => {
                 exact(msg, 16)?;
@@ -490,13 +493,7 @@ impl StatsReply {
 impl<'a> Reply<'a> {
     /// Parses one reply, as strictly as [`Request::parse`]; the reason of a Refused is borrowed from `msg`.
     pub fn parse(msg: &'a [u8]) -> Result<Reply<'a>, WireError> {
-        let Some(&code) = msg.first() else {
-            return Err(WireError::Short {
-                op: 0,
-                got: 0,
-                need: 1,
-            });
-        };
+        let code = op_code(msg)?;
         match code {
             op::ATTACHED => {
                 exact(msg, 24)?;

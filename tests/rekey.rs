@@ -721,6 +721,12 @@ fn reload_adds_removes_and_keeps_tunnels() {
         matches!(site.plane.reload(parse(&limited.to_toml())), Err(ReloadError::NeedsRestart(what)) if what == "[limits]")
     );
     assert_eq!(site.plane.counters().reloads_rejected, 2);
+    // Waiting for a deleted device needs the socket helper forked at start.
+    let exits = both.clone().on_device_loss(ike_stub::DeviceLoss::Exit);
+    assert!(
+        matches!(site.plane.reload(parse(&exits.to_toml())), Err(ReloadError::NeedsRestart(what)) if what == "[gateway]")
+    );
+    assert_eq!(site.plane.counters().reloads_rejected, 3);
 
     // Removing the first tunnel stops it; changing the second restarts it.
     let mut without_t = base.clone();

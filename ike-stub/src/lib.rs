@@ -27,8 +27,8 @@ pub mod request;
 pub mod xfrm;
 
 pub use config::{
-    Config, FloodLimits, KeySource, Keying, LinkOverrides, PolicyAction, PolicySetup, RekeySettings,
-    SaConfig, TunnelConfig,
+    Config, DeviceLoss, FloodLimits, KeySource, Keying, LinkOverrides, PolicyAction, PolicySetup,
+    RekeySettings, SaConfig, TunnelConfig,
 };
 pub use error::{ConfigError, ConfigErrorKind};
 pub use plane::{ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, TunnelStatus};

@@ -2119,6 +2119,7 @@ impl ControlPlane {
         if old.name != new.name
             || old.outer_ttl != new.outer_ttl
             || old.allow_insecure_null != new.allow_insecure_null
+            || old.on_device_loss != new.on_device_loss
         {
             fixed.push("[gateway]");
         }

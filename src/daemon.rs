@@ -434,7 +434,7 @@ impl Plane {
     /// sends the datagrams whose commands every worker has applied.
     fn apply(&mut self, t: &mut Tick<'_>, links: &Links, workers: usize) {
         let mut commands = Vec::new();
-        self.plane.take_commands(&mut commands);
+        self.plane.take_noted_commands(&mut commands);
         let from_plane = commands.len();
         if let Some((_, mirror)) = &mut self.xfrm {
             // The ledger forgets the keys a rekey replaced before the
@@ -445,12 +445,12 @@ impl Plane {
             if let (Some(state), false) = (&self.state, superseded.is_empty()) {
                 state.forget(&superseded);
             }
-            mirror.take_commands(&mut commands);
+            mirror.take_noted_commands(&mut commands);
         }
         let changed = !commands.is_empty();
         let mut sent = Vec::with_capacity(commands.len());
         let mut ledgered = Vec::new();
-        for (index, mut command) in commands.into_iter().enumerate() {
+        for (index, (mut command, note)) in commands.into_iter().enumerate() {
             self.issued += 1;
             // An SA with static keys resumes above its ledger's mark (one
             // that replaces an SA with the same keys also above where that
@@ -470,7 +470,7 @@ impl Plane {
             };
             let (copies, refused) = match t.gateway.apply_first(command, t.now, workers - 1) {
                 Ok(copies) => {
-                    log_sa_change(self.plane.config(), &fallback, removed);
+                    log_sa_change(self.plane.config(), &fallback, removed, note.as_ref());
                     (copies, false)
                 }
                 Err(e) => {
@@ -516,7 +516,12 @@ impl Plane {
         while self.pending.front().is_some_and(|d| d.after_commands <= ready) {
             let Some(d) = self.pending.pop_front() else { break };
             if let Err(e) = t.send_datagram(d.ports, d.to.into(), &d.payload) {
-                tracing::warn!(to = %d.to, "control message not sent: {e}");
+                tracing::warn!(
+                    event = "control_not_sent",
+                    to = %d.to,
+                    reason = %e,
+                    "control message not sent: {e}"
+                );
             }
         }
     }
@@ -1192,8 +1197,15 @@ fn log_sa_installed(
 }
 
 /// The one line of a command that installed or removed an SA, applied by
-/// worker 0 (the others apply the same; their copies share its state).
-fn log_sa_change(config: &Config, command: &SaCommand, removed: Option<SaSummary>) {
+/// worker 0 (the others apply the same; their copies share its state). A
+/// removal says why (`reason`) and the tunnel its source named (one a
+/// reload removed is no longer in `config`).
+fn log_sa_change(
+    config: &Config,
+    command: &SaCommand,
+    removed: Option<SaSummary>,
+    note: Option<&ike_stub::RemovalNote>,
+) {
     let reqid_of = |sa: &dataplane::command::SaSetup| match sa.key_source {
         ike_stub::KeySource::Xfrm { reqid } => Some(reqid),
         _ => None,
@@ -1220,6 +1232,8 @@ fn log_sa_change(config: &Config, command: &SaCommand, removed: Option<SaSummary
             // removes nothing.
             let Some(sa) = removed else { return };
             let (tunnel, generation, reqid) = sa_owner(config, &sa.name);
+            let tunnel = note.and_then(|n| n.tunnel.clone()).or(tunnel);
+            let reason = note.map(|n| n.why.as_str());
             tracing::info!(
                 event = "sa_removed",
                 sa = %sa.name,
@@ -1228,6 +1242,7 @@ fn log_sa_change(config: &Config, command: &SaCommand, removed: Option<SaSummary
                 tunnel,
                 generation,
                 reqid,
+                reason,
                 "SA removed"
             );
         }

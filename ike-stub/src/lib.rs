@@ -23,6 +23,7 @@ pub mod message;
 pub mod plane;
 pub mod prf;
 mod raw;
+pub mod removal;
 pub mod request;
 pub mod xfrm;
 
@@ -32,4 +33,5 @@ pub use config::{
 };
 pub use error::{ConfigError, ConfigErrorKind};
 pub use plane::{ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, TunnelStatus};
+pub use removal::{Removal, RemovalNote};
 pub use request::{ControlRequest, RequestError};

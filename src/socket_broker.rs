@@ -8,7 +8,8 @@
 //! before it drops its privileges, handing it one end of a socket pair.
 //! The broker takes one request, [`REQUEST`], and nothing else: for each
 //! it creates `socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC,
-//! 0)` and passes the descriptor back (`SCM_RIGHTS`). It neither binds
+//! 0)` (`drivers::afpacket::unbound_socket`) and passes the descriptor
+//! back (`SCM_RIGHTS`). It neither binds
 //! nor configures it: the worker does, as at start
 //! (`drivers::afpacket::AfPacket::reopen`). Protocol 0, not `ETH_P_ALL`:
 //! a packet socket of a protocol receives every frame of every device
@@ -199,7 +200,7 @@ fn serve(link: &OwnedFd) -> Result<()> {
                 }
                 answer(link, &[REFUSED], None)
             }
-            Ok(()) => match packet_socket() {
+            Ok(()) => match drivers::afpacket::unbound_socket() {
                 Ok(socket) => answer(link, &[GRANTED], Some(&socket)),
                 Err(e) => {
                     let errno = e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
@@ -225,24 +226,6 @@ fn answer(link: &OwnedFd, bytes: &[u8], socket: Option<&OwnedFd>) -> nix::Result
         MsgFlags::MSG_NOSIGNAL,
         None,
     )
-}
-
-/// What the broker creates: a packet socket that receives nothing until
-/// bound (see the module documentation).
-fn packet_socket() -> std::io::Result<OwnedFd> {
-    // SAFETY: plain socket(2).
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: raw is a fresh descriptor owned from here on.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 #[cfg(test)]

@@ -508,19 +508,7 @@ struct Direct;
 
 impl drivers::reopen::SocketSource for Direct {
     fn packet_socket(&self) -> std::io::Result<std::os::fd::OwnedFd> {
-        // SAFETY: plain socket(2).
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        };
-        if raw < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor, owned from here on.
-        Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) })
+        drivers::afpacket::unbound_socket()
     }
 }
 

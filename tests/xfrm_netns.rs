@@ -15,20 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 use testkit::Prerequisite;
 
-static XFRM_NETLINK: Prerequisite = Prerequisite::new("xfrm-netlink", || {
-    testkit::root_and_tools("network namespaces and XFRM policies", &[("ip", "iproute2")])?;
-    let listed = Command::new("ip")
-        .args(["xfrm", "policy", "count"])
-        .output()
-        .map_err(|e| format!("cannot run `ip xfrm policy count`: {e}"))?;
-    if !listed.status.success() {
-        return Err(format!(
-            "`ip xfrm policy count` failed (a kernel without XFRM netlink, CONFIG_XFRM_USER): {}",
-            String::from_utf8_lossy(&listed.stderr).trim()
-        ));
-    }
-    Ok(())
-});
+static XFRM_NETLINK: Prerequisite = Prerequisite::new("xfrm-netlink", testkit::xfrm_netlink);
 
 static RELAY: Prerequisite = Prerequisite::new("xfrm-relay", || {
     XFRM_NETLINK.check()?;

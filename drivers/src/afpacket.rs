@@ -274,6 +274,26 @@ impl Options {
     }
 }
 
+/// A new packet socket of protocol 0, nonblocking and close-on-exec:
+/// nothing is received until `bind` names a protocol, so that no frame
+/// lands in its queue (from any device) before it is set up. What every
+/// forwarding socket starts as; creating one needs `CAP_NET_RAW`.
+pub fn unbound_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2).
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: raw is a fresh descriptor owned from here on.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 /// The index of the device named `device`.
 fn interface_index(device: &str) -> Result<u32, AfPacketError> {
     let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
@@ -438,28 +458,13 @@ impl AfPacket {
 
     fn open_with(device: &str, options: Options) -> Result<AfPacket, AfPacketError> {
         let index = interface_index(device)?;
-        // Protocol 0: nothing is received until `bind` names one, so that
-        // no frame lands in the socket's queue before a ring is set up.
-        // SAFETY: plain socket(2).
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        };
-        if raw < 0 {
-            let e = io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => AfPacketError::Permission(e),
-                _ => AfPacketError::Io {
-                    device: device.to_owned(),
-                    source: e,
-                },
-            });
-        }
-        // SAFETY: raw is a fresh descriptor owned from here on.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = unbound_socket().map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => AfPacketError::Permission(e),
+            _ => AfPacketError::Io {
+                device: device.to_owned(),
+                source: e,
+            },
+        })?;
         Self::set_up(fd, device, index, options, Setup::Start)
     }
 

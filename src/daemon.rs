@@ -29,12 +29,14 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use dataplane::command::{SaCommand, WorkerCommand};
 use dataplane::{Gateway, Port};
 use drivers::afpacket::{AfPacket, Receive};
+use drivers::reopen::{OnDeviceLoss, Reopener};
 use drivers::run::{Device, RunSummary, Sockets, Tick};
 use drivers::tun::Tun;
 use ike_stub::{Config, ControlPlane, Datagram};
 use spd_sad::SaEvent;
 
 use crate::metrics::{self, MetricsServer, Observed, Published, Snapshot, TunnelTotals, WorkerCounters};
+use crate::socket_broker::SocketBroker;
 use crate::state_dir::StateDir;
 use crate::status::{FinalStats, ReloadReply, Reply};
 use crate::xfrm_source::XfrmSource;
@@ -98,7 +100,7 @@ impl Links {
 }
 
 /// Worker 0's part: the control plane and what waits on it.
-struct Plane<'s> {
+struct Plane {
     plane: ControlPlane,
     config_path: std::path::PathBuf,
     /// `--user`'s uid: its configuration files are trusted (it reads them).
@@ -111,8 +113,8 @@ struct Plane<'s> {
     /// When the plane's timers last ran: they walk every tunnel, so not
     /// after every batch.
     last_timeout: Duration,
-    /// The inside fanout group's steering, kept in step with the SPD.
-    steering: Option<Steering<'s>>,
+    /// The fanout groups' steering, kept in step with the SPD.
+    steering: Option<Steering>,
     /// The sequence ledger of SAs with static keys, and the state
     /// directory `--state-dir` named (a reload must not move it).
     state: Option<Arc<StateDir>>,
@@ -161,47 +163,47 @@ fn tunnel_of(tunnels: &[ike_stub::TunnelStatus], sa: &str) -> String {
 /// and `swanctl --list-sas`, read.
 const USAGE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// With several workers, an inside socket of the fanout group and the
-/// program it holds: every packet an outbound policy protects goes to the
-/// worker owning its SA; and an outside socket with its program: every ESP
-/// packet goes to the worker owning its inbound SA (see
-/// `drivers::steer`).
-struct Steering<'s> {
-    /// `None` with a TUN inside, which is not a fanout group.
-    socket: Option<&'s AfPacket>,
+/// With several workers, the programs of the fanout groups: the inside's
+/// sends every packet an outbound policy protects to the worker owning
+/// its SA; the outside's sends every ESP packet to the worker owning its
+/// inbound SA (see `drivers::steer`). Worker 0 installs them through its
+/// sockets (`Tick::steer`), which keep them for the groups made anew if a
+/// device is deleted and comes back.
+struct Steering {
+    /// False with a TUN inside, which is not a fanout group.
+    inside: bool,
     workers: usize,
     program: Vec<drivers::steer::Insn>,
-    outside: &'s AfPacket,
     outside_program: Vec<drivers::steer::Insn>,
 }
 
-impl Steering<'_> {
-    /// Rebuilds the program from `gateway`'s policies and installs it if it
-    /// changed. A rekey keeps the outer addresses and so the owner; a
-    /// reload may add policies.
-    fn update(&mut self, gateway: &Gateway) -> Result<()> {
-        if let Some(socket) = self.socket {
+impl Steering {
+    /// Rebuilds the programs from `gateway`'s policies and has `install`
+    /// put each that changed on its port's group. A rekey keeps the outer
+    /// addresses and so the owner; a reload may add policies.
+    fn update(
+        &mut self,
+        gateway: &Gateway,
+        install: &mut dyn FnMut(Port, &[drivers::steer::Insn]) -> std::io::Result<()>,
+    ) -> Result<()> {
+        if self.inside {
             let program = drivers::steer::inside_program(gateway.spd(), gateway.sad(), self.workers)?;
             if program != self.program {
-                socket
-                    .set_steering(&program)
-                    .with_context(|| format!("installing the steering program on `{}`", socket.device()))?;
+                install(Port::Inside, &program).context("installing the inside's steering program")?;
                 self.program = program;
             }
         }
         // A reload may add an encapsulation port.
         let outside = drivers::steer::outside_program(gateway.nat_ports())?;
         if outside != self.outside_program {
-            self.outside
-                .set_steering(&outside)
-                .with_context(|| format!("installing the steering program on `{}`", self.outside.device()))?;
+            install(Port::Outside, &outside).context("installing the outside's steering program")?;
             self.outside_program = outside;
         }
         Ok(())
     }
 }
 
-impl Plane<'_> {
+impl Plane {
     fn tick(&mut self, t: &mut Tick<'_>, links: &Links, workers: usize) {
         let now = t.now;
         while let Some(event) = t.gateway.poll_event() {
@@ -432,7 +434,7 @@ impl Plane<'_> {
     /// sends the datagrams whose commands every worker has applied.
     fn apply(&mut self, t: &mut Tick<'_>, links: &Links, workers: usize) {
         let mut commands = Vec::new();
-        self.plane.take_commands(&mut commands);
+        self.plane.take_noted_commands(&mut commands);
         let from_plane = commands.len();
         if let Some((_, mirror)) = &mut self.xfrm {
             // The ledger forgets the keys a rekey replaced before the
@@ -443,12 +445,12 @@ impl Plane<'_> {
             if let (Some(state), false) = (&self.state, superseded.is_empty()) {
                 state.forget(&superseded);
             }
-            mirror.take_commands(&mut commands);
+            mirror.take_noted_commands(&mut commands);
         }
         let changed = !commands.is_empty();
         let mut sent = Vec::with_capacity(commands.len());
         let mut ledgered = Vec::new();
-        for (index, mut command) in commands.into_iter().enumerate() {
+        for (index, (mut command, note)) in commands.into_iter().enumerate() {
             self.issued += 1;
             // An SA with static keys resumes above its ledger's mark (one
             // that replaces an SA with the same keys also above where that
@@ -468,7 +470,7 @@ impl Plane<'_> {
             };
             let (copies, refused) = match t.gateway.apply_first(command, t.now, workers - 1) {
                 Ok(copies) => {
-                    log_sa_change(self.plane.config(), &fallback, removed);
+                    log_sa_change(self.plane.config(), &fallback, removed, note.as_ref());
                     (copies, false)
                 }
                 Err(e) => {
@@ -499,7 +501,8 @@ impl Plane<'_> {
         }
         if changed {
             if let Some(steering) = self.steering.as_mut() {
-                if let Err(e) = steering.update(t.gateway) {
+                let t: &Tick<'_> = t;
+                if let Err(e) = steering.update(t.gateway, &mut |port, program| t.steer(port, program)) {
                     // The old program stays: packets of new policies may
                     // reach a worker that does not own their SA.
                     tracing::error!("{e:#}");
@@ -513,7 +516,12 @@ impl Plane<'_> {
         while self.pending.front().is_some_and(|d| d.after_commands <= ready) {
             let Some(d) = self.pending.pop_front() else { break };
             if let Err(e) = t.send_datagram(d.ports, d.to.into(), &d.payload) {
-                tracing::warn!(to = %d.to, "control message not sent: {e}");
+                tracing::warn!(
+                    event = "control_not_sent",
+                    to = %d.to,
+                    reason = %e,
+                    "control message not sent: {e}"
+                );
             }
         }
     }
@@ -697,7 +705,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 .iter()
                 .any(|i| i.address6.is_some());
     let workers = if tun_inside || ipv6_tunnels { 1 } else { workers };
-    let sockets = open_sockets(&config, workers, args.receive.into())?;
+    let mut sockets = open_sockets(&config, workers, args.receive.into())?;
     let moderation = drivers::run::Moderation {
         max: Duration::from_micros(args.rx_coalesce_us),
     };
@@ -761,6 +769,27 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         None => None,
     };
+    // Opening a deleted device's sockets again, once it is back, needs
+    // CAP_NET_RAW for each new socket: a broker of its own keeps that
+    // privilege and creates only unbound packet sockets, so that this
+    // process gives it up too.
+    let reopener = match config.on_device_loss {
+        ike_stub::DeviceLoss::Wait => {
+            let broker = SocketBroker::spawn(user.as_ref())?;
+            tracing::info!(
+                pid = broker.pid(),
+                "the packet socket broker holds CAP_NET_RAW to reopen a deleted device's sockets; this process gives it up"
+            );
+            Some(Reopener::new(Box::new(broker), workers))
+        }
+        ike_stub::DeviceLoss::Exit => None,
+    };
+    let losses: Vec<OnDeviceLoss> = (0..workers)
+        .map(|index| match &reopener {
+            Some(reopener) => OnDeviceLoss::Wait(reopener.worker(index)),
+            None => OnDeviceLoss::Exit,
+        })
+        .collect();
     let dropped = privileges::drop_privileges(user.as_ref())?;
     tracing::info!(
         uid = dropped.uid,
@@ -814,20 +843,18 @@ pub fn run(args: &RunArgs) -> Result<()> {
         gateway.place(index, workers);
     }
     let mut steering = match sockets.first().map(|s| (&s.inside, &s.outside)) {
-        Some((inside, Device::Packet(outside))) if workers > 1 => Some(Steering {
-            socket: match inside {
-                Device::Packet(socket) => Some(socket),
-                _ => None,
-            },
+        Some((inside, Device::Packet(_))) if workers > 1 => Some(Steering {
+            inside: matches!(inside, Device::Packet(_)),
             workers,
             program: Vec::new(),
-            outside,
             outside_program: Vec::new(),
         }),
         _ => None,
     };
-    if let Some(steering) = steering.as_mut() {
-        steering.update(&gateways[0])?;
+    if let (Some(steering), Some(first)) = (steering.as_mut(), sockets.first()) {
+        steering.update(&gateways[0], &mut |port, program| {
+            first.steer(port, program, &losses[0])
+        })?;
         tracing::info!(
             "inside steered by a {}-instruction BPF program: each outbound SA's packets go to the worker that owns it",
             steering.program.len()
@@ -898,14 +925,16 @@ pub fn run(args: &RunArgs) -> Result<()> {
     ]);
     let mut final_plane = None;
     let (inside_device, outside_device) = (config.inside.device.as_str(), config.outside.device.as_str());
+    let config_for_log = &config;
     let mut final_mirror = None;
     let mut panicked = false;
     let results: Vec<std::io::Result<RunSummary>> = std::thread::scope(|scope| {
         let handles: Vec<_> = gateways
             .iter_mut()
-            .zip(&sockets)
+            .zip(sockets.iter_mut())
+            .zip(&losses)
             .enumerate()
-            .map(|(index, (gateway, sockets))| {
+            .map(|(index, ((gateway, sockets), loss))| {
                 let stop = Arc::clone(&stop);
                 let published = Arc::clone(&published);
                 let with_engine = metrics_on;
@@ -917,22 +946,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     let mut ticks = 0u32;
                     let mut unreserved = 0u64;
                     let mut link_down = [false; 2];
+                    let mut device_lost = [false; 2];
                     let devices = [inside_device, outside_device];
                     let mut tick = |t: &mut Tick<'_>| {
                         ticks = ticks.wrapping_add(1);
                         // Once per change, from the first worker (they
                         // share the devices).
-                        if index == 0 && t.summary.link_down != link_down {
-                            for port in [Port::Inside, Port::Outside] {
-                                let (was, is) = (link_down[port.index()], t.summary.link_down[port.index()]);
-                                let device = devices[port.index()];
-                                if is && !was {
-                                    tracing::warn!(%port, device, "device down: waiting for it to come back up");
-                                } else if was && !is {
-                                    tracing::info!(%port, device, "device up again: forwarding");
-                                }
-                            }
+                        if index == 0
+                            && (t.summary.link_down != link_down || t.summary.device_lost != device_lost)
+                        {
+                            log_device_changes(
+                                config_for_log,
+                                devices,
+                                (link_down, t.summary.link_down),
+                                (device_lost, t.summary.device_lost),
+                                t.summary.devices_lost,
+                            );
                             link_down = t.summary.link_down;
+                            device_lost = t.summary.device_lost;
                         }
                         // Packets waiting for (or dropped for want of) a
                         // durable ceiling: the ledger's writer goes now.
@@ -992,7 +1023,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                             let _ = request.reply.send(control::encode_line(&reply));
                         }
                     };
-                    let result = drivers::run::run(gateway, sockets, &stop, moderation, &mut tick);
+                    let result = drivers::run::run(gateway, sockets, &stop, moderation, loss, &mut tick);
                     if result.is_err() {
                         // The others stop too: the gateway is one process,
                         // and its service manager restarts it whole.
@@ -1166,8 +1197,15 @@ fn log_sa_installed(
 }
 
 /// The one line of a command that installed or removed an SA, applied by
-/// worker 0 (the others apply the same; their copies share its state).
-fn log_sa_change(config: &Config, command: &SaCommand, removed: Option<SaSummary>) {
+/// worker 0 (the others apply the same; their copies share its state). A
+/// removal says why (`reason`) and the tunnel its source named (one a
+/// reload removed is no longer in `config`).
+fn log_sa_change(
+    config: &Config,
+    command: &SaCommand,
+    removed: Option<SaSummary>,
+    note: Option<&ike_stub::RemovalNote>,
+) {
     let reqid_of = |sa: &dataplane::command::SaSetup| match sa.key_source {
         ike_stub::KeySource::Xfrm { reqid } => Some(reqid),
         _ => None,
@@ -1194,6 +1232,8 @@ fn log_sa_change(config: &Config, command: &SaCommand, removed: Option<SaSummary
             // removes nothing.
             let Some(sa) = removed else { return };
             let (tunnel, generation, reqid) = sa_owner(config, &sa.name);
+            let tunnel = note.and_then(|n| n.tunnel.clone()).or(tunnel);
+            let reason = note.map(|n| n.why.as_str());
             tracing::info!(
                 event = "sa_removed",
                 sa = %sa.name,
@@ -1202,10 +1242,94 @@ fn log_sa_change(config: &Config, command: &SaCommand, removed: Option<SaSummary
                 tunnel,
                 generation,
                 reqid,
+                reason,
                 "SA removed"
             );
         }
         _ => {}
+    }
+}
+
+/// The lines of devices gone down or come up, deleted or back (`was`,
+/// `is`: by `Port::index`), once per change; `lost` is how many
+/// deletions the workers have seen.
+fn log_device_changes(
+    config: &Config,
+    devices: [&str; 2],
+    down: ([bool; 2], [bool; 2]),
+    gone: ([bool; 2], [bool; 2]),
+    lost: u64,
+) {
+    for port in [Port::Inside, Port::Outside] {
+        let i = port.index();
+        let device = devices[i];
+        match (gone.0[i], gone.1[i]) {
+            (false, true) => tracing::warn!(
+                event = "device_lost",
+                device,
+                interface = %port,
+                devices_lost = lost,
+                "device deleted: SAs and counters kept; its sockets are opened again once a device of that name is up"
+            ),
+            (true, false) => {
+                tracing::info!(
+                    event = "device_back",
+                    device,
+                    interface = %port,
+                    "device back: its sockets opened again, forwarding"
+                );
+                device_mismatch(config, port, device);
+            }
+            _ => {}
+        }
+        if gone.1[i] {
+            continue;
+        }
+        match (down.0[i], down.1[i]) {
+            (false, true) => tracing::warn!(
+                event = "device_down",
+                device,
+                interface = %port,
+                "device down: waiting for it to come back up"
+            ),
+            (true, false) => tracing::info!(
+                event = "device_up",
+                device,
+                interface = %port,
+                "device up again: forwarding"
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// A device made again with another MAC address or MTU than the one the
+/// gateway took at start: the gateway goes on with those (it answers ARP
+/// with its own MAC, which a promiscuous socket still receives), and says
+/// so.
+fn device_mismatch(config: &Config, port: Port, device: &str) {
+    let (iface, set) = match port {
+        Port::Inside => (&config.inside, config.link_overrides[0]),
+        Port::Outside => (&config.outside, config.link_overrides[1]),
+    };
+    if iface.kind == dataplane::InterfaceKind::Tun {
+        return;
+    }
+    let Ok(link) = drivers::device::link(device) else {
+        return;
+    };
+    let mac = link.mac.filter(|m| !set.mac && *m != iface.mac);
+    let mtu = (!set.mtu && link.mtu.min(MAX_DEVICE_MTU) != u32::from(iface.mtu)).then_some(link.mtu);
+    if mac.is_some() || mtu.is_some() {
+        tracing::warn!(
+            device,
+            interface = %port,
+            mac = colon_mac(iface.mac),
+            device_mac = mac.map(colon_mac),
+            mtu = iface.mtu,
+            device_mtu = mtu,
+            "the device came back with another MAC address or MTU than at start: the gateway keeps its own until a restart"
+        );
     }
 }
 

@@ -22,7 +22,16 @@
 //!   kernel (its SAs' counters, volume expiries, on-demand requests, and
 //!   the dumps of a resync): `CAP_NET_ADMIN`, which netlink checks at
 //!   every send. Not kept here: a broker process of its own holds it
-//!   alone, and sends only those requests (`crate::xfrm_broker`).
+//!   alone, and sends only those requests (`crate::xfrm_broker`);
+//! - under `[gateway] on_device_loss = "wait"` (the default), opening
+//!   the sockets of a device that was deleted and made again: a new
+//!   AF_PACKET socket needs `CAP_NET_RAW`. Not kept here: a broker
+//!   process of its own holds it alone and creates only such sockets,
+//!   unbound (`crate::socket_broker`); binding one, its ring, fanout
+//!   group, steering program and filters need nothing on a socket this
+//!   process holds. `SO_RCVBUFFORCE` would need `CAP_NET_ADMIN`: a
+//!   reopened socket asks for `SO_RCVBUF` instead (capped at
+//!   `net.core.rmem_max`). Under `"exit"` no broker is started.
 //!
 //! Capabilities are per thread: this must run before any other thread
 //! exists (it checks), so that every thread started later inherits the
@@ -32,14 +41,18 @@ use std::ffi::CString;
 
 use anyhow::{bail, Context, Result};
 
-/// `CAP_IPC_LOCK` and `CAP_NET_ADMIN` (linux/capability.h).
+/// `CAP_IPC_LOCK`, `CAP_NET_ADMIN` and `CAP_NET_RAW` (linux/capability.h).
 const CAP_IPC_LOCK: u32 = 14;
 const CAP_NET_ADMIN: u32 = 12;
+const CAP_NET_RAW: u32 = 13;
 /// The capabilities `run` keeps.
 pub const KEPT: &[u32] = &[CAP_IPC_LOCK];
 /// What the `xfrm` keying source's broker keeps (`crate::xfrm_broker`),
 /// and nothing else.
 pub const KEPT_BY_BROKER: &[u32] = &[CAP_NET_ADMIN];
+/// What the packet socket broker keeps (`crate::socket_broker`), and
+/// nothing else.
+pub const KEPT_BY_SOCKET_BROKER: &[u32] = &[CAP_NET_RAW];
 
 /// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
@@ -276,6 +289,7 @@ pub fn drop_to(user: Option<&User>, kept: &[u32]) -> Result<Dropped> {
             .map(|&c| match c {
                 CAP_IPC_LOCK => "cap_ipc_lock",
                 CAP_NET_ADMIN => "cap_net_admin",
+                CAP_NET_RAW => "cap_net_raw",
                 _ => "?",
             })
             .collect(),

@@ -7,13 +7,11 @@
 //! `run` makes two kinds after its start: feedback (the SAs' counters,
 //! volume expiries, on-demand requests: `ike_stub::xfrm::feedback`) and
 //! the dumps of a resync after a notification overrun. `run` forks the
-//! broker (a process named `espgw-broker`) before it drops its
-//! privileges, while it runs one thread, handing it the two netlink
-//! sockets those requests go out on and one end of two socket pairs; the
-//! broker closes every other descriptor it inherited, and `run` keeps no
-//! netlink socket that can send. (A fork rather than an exec: the binary
-//! may run through its dynamic loader, where `/proc/self/exe` is the
-//! loader.)
+//! broker (a process named `espgw-broker`, see `crate::helper`) before it
+//! drops its privileges, while it runs one thread, handing it the two
+//! netlink sockets those requests go out on and one end of two socket
+//! pairs; the broker closes every other descriptor it inherited, and
+//! `run` keeps no netlink socket that can send.
 //!
 //! - Feedback link: each message is a datagram of netlink messages that
 //!   `ike_stub::xfrm::feedback::check_feedback` must pass (only
@@ -33,21 +31,22 @@
 //! keys; its buffers are wiped).
 
 use std::io::ErrorKind;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ike_stub::xfrm::DumpKind;
 use netlink_sys::Socket;
 use zeroize::Zeroizing;
 
+use crate::helper::{self, Helper};
 use crate::privileges::{self, User};
 
-/// Where the broker keeps what `run` hands it.
-const FD_REQUESTS: RawFd = 3;
-const FD_DUMPS: RawFd = 4;
-const FD_FEEDBACK_LINK: RawFd = 5;
-const FD_DUMP_LINK: RawFd = 6;
+/// Where the broker keeps what `run` hands it, in this order.
+const FD_REQUESTS: RawFd = helper::FIRST_FD;
+const FD_DUMPS: RawFd = helper::FIRST_FD + 1;
+const FD_FEEDBACK_LINK: RawFd = helper::FIRST_FD + 2;
+const FD_DUMP_LINK: RawFd = helper::FIRST_FD + 3;
 
 /// The largest message on a link: a dump datagram (the kernel fills up to
 /// 32 KiB) or a feedback datagram (`FEEDBACK_DATAGRAM`).
@@ -55,26 +54,6 @@ const LINK_MESSAGE: usize = 64 * 1024;
 /// What says the broker gave a dump up: this byte and the dump's
 /// sequence number (a netlink datagram is never five bytes long).
 const DUMP_ABANDONED: u8 = 0;
-
-/// A `SOCK_SEQPACKET` socket pair: message boundaries kept, and a closed
-/// end reads as the end (0 bytes).
-fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair writes two descriptors into the array.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(std::io::Error::last_os_error()).context("socketpair for the xfrm broker");
-    }
-    // SAFETY: both descriptors are new and ours.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
 
 fn send(fd: &OwnedFd, bytes: &[u8], flags: libc::c_int) -> std::io::Result<()> {
     // SAFETY: a send from a buffer of its length on a descriptor we own.
@@ -116,7 +95,7 @@ fn receive(fd: &OwnedFd, buffer: &mut Vec<u8>, flags: libc::c_int) -> std::io::R
 
 /// `run`'s side of the broker: its process and the two links.
 pub struct Broker {
-    pid: libc::pid_t,
+    helper: Helper,
     feedback: OwnedFd,
     dumps: OwnedFd,
 }
@@ -127,48 +106,33 @@ impl Broker {
     /// if given. Call it as root, before privileges are dropped, while one
     /// thread runs (it checks).
     pub fn spawn(requests: Socket, dumps: Socket, user: Option<&User>) -> Result<Broker> {
-        if let Err(threads) = privileges::single_threaded() {
-            bail!("starting the xfrm broker with {threads} threads running: a fork keeps only one");
-        }
-        let (feedback, feedback_child) = seqpacket_pair()?;
-        let (dump_link, dump_child) = seqpacket_pair()?;
+        let (feedback, feedback_child) = helper::seqpacket_pair("the xfrm broker")?;
+        let (dump_link, dump_child) = helper::seqpacket_pair("the xfrm broker")?;
         let user = user.cloned();
-        // SAFETY: getpid has no preconditions.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: fork in a process with one thread (checked above): the
-        // child may do anything the parent could.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(std::io::Error::last_os_error()).context("forking the xfrm broker");
-        }
-        if pid == 0 {
-            drop((feedback, dump_link));
-            let handed = [
-                (requests.as_raw_fd(), FD_REQUESTS),
-                (dumps.as_raw_fd(), FD_DUMPS),
-                (feedback_child.as_raw_fd(), FD_FEEDBACK_LINK),
-                (dump_child.as_raw_fd(), FD_DUMP_LINK),
-            ];
-            let code = match become_broker(parent, handed).and_then(|()| serve(user.as_ref())) {
-                Ok(()) => 0,
-                Err(e) => {
-                    tracing::error!("xfrm broker: {e:#}");
-                    1
-                }
-            };
-            // SAFETY: leaves at once, running none of the parent's
-            // destructors or exit handlers twice.
-            unsafe { libc::_exit(code) };
-        }
-        // Its ends live in the broker now; closing ours lets either side
-        // see the other go.
-        drop((requests, dumps, feedback_child, dump_child));
+        // SAFETY: each socket's descriptor is handed over whole, owned
+        // once from here on.
+        let (requests, dumps) = unsafe {
+            (
+                OwnedFd::from_raw_fd(requests.into_raw_fd()),
+                OwnedFd::from_raw_fd(dumps.into_raw_fd()),
+            )
+        };
+        let helper = Helper::fork(
+            c"espgw-broker",
+            "the xfrm broker",
+            vec![requests, dumps, feedback_child, dump_child],
+            || {
+                // The child's copies of `run`'s ends go with the rest of
+                // what it inherited.
+                serve(user.as_ref())
+            },
+        )?;
         crate::xfrm_source::set_timeout(
             &dump_link,
             crate::xfrm_source::DUMP_TIMEOUT + Duration::from_secs(1),
         )?;
         Ok(Broker {
-            pid,
+            helper,
             feedback,
             dumps: dump_link,
         })
@@ -177,7 +141,7 @@ impl Broker {
     /// The broker's process id (for the log line that says who holds
     /// `CAP_NET_ADMIN`).
     pub fn pid(&self) -> u32 {
-        self.pid as u32
+        self.helper.pid()
     }
 
     /// Splits the broker into its feedback side (worker 0's) and its dump
@@ -186,7 +150,7 @@ impl Broker {
         (
             FeedbackLink {
                 link: self.feedback,
-                pid: self.pid,
+                _helper: self.helper,
             },
             DumpLink { link: self.dumps },
         )
@@ -197,7 +161,8 @@ impl Broker {
 /// waiting, and collects its answers.
 pub struct FeedbackLink {
     link: OwnedFd,
-    pid: libc::pid_t,
+    /// Ended with this side.
+    _helper: Helper,
 }
 
 impl FeedbackLink {
@@ -224,16 +189,6 @@ impl FeedbackLink {
             }
         }
         failed
-    }
-}
-
-impl Drop for FeedbackLink {
-    fn drop(&mut self) {
-        // SAFETY: signals and reaps our own child, by its pid.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-        }
     }
 }
 
@@ -295,67 +250,10 @@ impl DumpLink {
     }
 }
 
-/// In the forked child: puts the four descriptors it keeps at 3 to 6,
-/// closes every other one it inherited (the gateway's packet sockets,
-/// TUN, control socket, state directory), names itself, and dies with
-/// its parent.
-fn become_broker(parent: libc::pid_t, handed: [(RawFd, RawFd); 4]) -> Result<()> {
-    // Out of the way first, so that no dup2 below overwrites a
-    // descriptor still to be moved.
-    let mut high = [0; 4];
-    for (i, (from, _)) in handed.iter().enumerate() {
-        // SAFETY: fcntl on a descriptor this process holds.
-        high[i] = unsafe { libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 64) };
-        if high[i] < 0 {
-            return Err(std::io::Error::last_os_error()).context("moving the broker's descriptors");
-        }
-    }
-    for (i, (_, to)) in handed.iter().enumerate() {
-        // SAFETY: dup2 onto a fixed number this process owns from now.
-        if unsafe { libc::dup2(high[i], *to) } < 0 {
-            return Err(std::io::Error::last_os_error()).context("placing the broker's descriptors");
-        }
-    }
-    // Everything else goes (the moved copies at 64 and up included).
-    let kept = FD_DUMP_LINK + 1;
-    // SAFETY: close_range closes descriptors only.
-    let closed = unsafe { libc::syscall(libc::SYS_close_range, kept as libc::c_uint, libc::c_uint::MAX, 0) };
-    if closed != 0 {
-        // Before Linux 5.9: one by one.
-        let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
-            .context("listing the broker's descriptors")?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .filter(|&fd| fd >= kept)
-            .collect();
-        for fd in open {
-            // SAFETY: closes a descriptor this process holds.
-            unsafe { libc::close(fd) };
-        }
-    }
-    // SAFETY: prctl with integer and string arguments.
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_NAME,
-            c"espgw-broker".as_ptr() as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-            return Err(std::io::Error::last_os_error()).context("PR_SET_PDEATHSIG");
-        }
-        // The parent may have gone before the line above.
-        if libc::getppid() != parent {
-            bail!("espgw run ended before its broker started");
-        }
-    }
-    Ok(())
-}
-
 /// The broker's loop: gives up all but `CAP_NET_ADMIN` (and root, for
 /// `user`), then serves both links until `run` closes them.
 fn serve(user: Option<&User>) -> Result<()> {
-    // SAFETY: `become_broker` put these four in place; this process owns
+    // SAFETY: `Helper::fork` put these four in place; this process owns
     // them from now.
     let (requests, dumps, feedback, dump_link) = unsafe {
         (

@@ -5,14 +5,28 @@
 //! start, a numbered UDP stream with a few rekeys, a reload that changes
 //! `a-b`, a reload of a broken file and a stop, every line either gateway
 //! writes to standard error must be one JSON object; each event (tunnel
-//! up and down, rekey, SA installed, expired soft and hard, removed,
-//! reload, reload refused) must be there with its level and the fields
-//! that identify it; there must be as many `rekey` lines as `espgw stats`
-//! counts rekeys; nothing may be logged per packet (far fewer lines than
-//! packets, and no line names the hosts' addresses); and no line may
-//! carry the tunnel's secret or a key of the file. Without root, the
-//! namespace tools or python3 the test shows as ignored (testkit
-//! `netns`).
+//! up and down, rekey, SA installed, expired soft and hard, removed with
+//! why, reload, reload refused) must be there with its level and the
+//! fields that identify it; there must be as many `rekey` lines as `espgw
+//! stats` counts rekeys; nothing may be logged per packet (far fewer lines
+//! than packets, and no line names the hosts' addresses); and no line may
+//! carry the tunnel's secret or a key of the file. The reload also removes
+//! the tunnel with static keys, whose SAs' lines must still name it.
+//!
+//! The `xfrm` keying source's events, from a gateway of its own keyed by
+//! a keying namespace's XFRM policies: a policy it cannot mirror is
+//! refused on a line of its own (`policy_refused`), whether the start's
+//! dump or a later notification brings it. Its SA events (`sa_installed`
+//! with `reqid`, `sa_refused`, `sa_expired` from the kernel's EXPIRE,
+//! `sa_removed` with an `xfrm_*` reason) need XFRM states, which a kernel
+//! without ESP for XFRM (this one: `ip xfrm state add` fails with
+//! "Requested type not found") cannot hold, so they are not asserted
+//! here; `ike-stub/tests/xfrm_mirror.rs` drives the mirror with recorded
+//! states.
+//!
+//! Without root, the namespace tools or python3 (or, for the `xfrm`
+//! part, XFRM netlink) the tests show as ignored (testkit `netns`,
+//! `xfrm-netlink`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,11 +44,16 @@ static NETNS: Prerequisite = Prerequisite::new("netns", || {
     )
 });
 
+static XFRM_NETLINK: Prerequisite = Prerequisite::new("xfrm-netlink", testkit::xfrm_netlink);
+
 fn main() -> std::process::ExitCode {
-    testkit::run([testkit::needs!(
-        &NETNS,
-        every_event_is_one_json_line_with_its_fields_and_none_is_per_packet
-    )])
+    testkit::run([
+        testkit::needs!(
+            &NETNS,
+            every_event_is_one_json_line_with_its_fields_and_none_is_per_packet
+        ),
+        testkit::needs!(&XFRM_NETLINK, the_xfrm_sources_refusals_are_events_of_their_own),
+    ])
 }
 
 const HOST_A: &str = "espgw-ev-hostA";
@@ -71,14 +90,17 @@ fn ask(subcommand: &str, socket: &Path) -> Option<Value> {
 }
 
 /// The shipped demo configuration of `side`: its tunnel `a-b` rekeying
-/// every `soft_bytes`, and a tunnel with static keys whose SAs reach
-/// their soft and hard lifetimes seconds after the start.
-fn config_text(side: &str, soft_bytes: u64) -> String {
+/// every `soft_bytes`, and (with `with_static`) a tunnel with static keys
+/// whose SAs reach their soft and hard lifetimes seconds after the start.
+fn config_text(side: &str, soft_bytes: u64, with_static: bool) -> String {
     let mut text = std::fs::read_to_string(repo(&format!("configs/demo-{side}.toml"))).unwrap();
     // The file ends with its one [[tunnel]]: this table is that tunnel's.
     text.push_str(&format!(
         "\n[tunnel.lifetime]\nsoft_bytes = {soft_bytes}\nhard_bytes = 50000000\n"
     ));
+    if !with_static {
+        return text;
+    }
     let (local, remote, local_net, remote_net, spis, keys) = match side {
         "a" => (
             "10.0.0.1",
@@ -175,7 +197,7 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
     let configs = [dir.join("demo-a.toml"), dir.join("demo-b.toml")];
     let logs = [dir.join("gw-a.log"), dir.join("gw-b.log")];
     for (i, ns) in [GW_A, GW_B].into_iter().enumerate() {
-        write_config(&configs[i], &config_text(sides[i], 300_000));
+        write_config(&configs[i], &config_text(sides[i], 300_000, true));
         let log = std::fs::File::create(&logs[i]).unwrap();
         lab.children.push(
             Command::new("ip")
@@ -247,9 +269,9 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
     assert!(encapsulated >= PACKETS, "{encapsulated} packets encapsulated");
     assert!(rekeys[0] + rekeys[1] >= 3, "only {rekeys:?} rekeys");
 
-    // A reload that changes `a-b` on gwA (another lifetime), then one of
-    // a broken file.
-    write_config(&configs[0], &config_text("a", 400_000));
+    // A reload that changes `a-b` on gwA (another lifetime) and removes
+    // the tunnel with static keys, then one of a broken file.
+    write_config(&configs[0], &config_text("a", 400_000, false));
     let reloaded = ask("reload", &sockets[0]).expect("reload");
     assert_eq!(reloaded["reloaded"], true, "{reloaded}");
     wait_for("a-b connected again", Duration::from_secs(30), || {
@@ -336,12 +358,19 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
             events(&log, "sa_installed").iter().filter(|l| keyed(l)).count() >= 4,
             "gw{side}: a-b's SAs installed"
         );
+        // Every removal says why.
         for l in expect(side, &log, "sa_removed", "INFO", |_| true) {
             assert!(l["sa"].is_string() && is_hex_spi(&l["spi"]), "{l}");
+            assert!(
+                l["reason"].is_string(),
+                "gw{side}: a removal without its reason: {l}"
+            );
         }
         assert!(
-            events(&log, "sa_removed").iter().any(|l| keyed(l)),
-            "gw{side}: a replaced SA of a-b removed"
+            events(&log, "sa_removed")
+                .iter()
+                .any(|l| keyed(l) && l["reason"] == "rekeyed"),
+            "gw{side}: a replaced SA of a-b removed once its rekey is done"
         );
         // Expiries: a-b's soft limits start its rekeys; the static
         // tunnel's are trouble (no rekey: warned, with the reason), and
@@ -372,6 +401,23 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
                 l["tunnel"] == "a-b" && l["reason"].as_str().is_some_and(|r| r.contains("reload"))
             });
             assert!(down[0]["generation"].is_u64(), "{}", down[0]);
+            // The changed tunnel's SAs go for the reload.
+            expect(side, &log, "sa_removed", "INFO", |l| {
+                keyed(l) && l["reason"] == "reload"
+            });
+            // The static tunnel, removed: its line, and its two SAs' lines
+            // name it although the running configuration no longer has it.
+            expect(side, &log, "tunnel_down", "INFO", |l| {
+                l["tunnel"] == "static" && l["reason"] == "removed by a reload"
+            });
+            let mut gone: Vec<&str> = expect(side, &log, "sa_removed", "INFO", |l| {
+                l["tunnel"] == "static" && l["reason"] == "reload"
+            })
+            .iter()
+            .filter_map(|l| l["sa"].as_str())
+            .collect();
+            gone.sort();
+            assert_eq!(gone, ["static-in", "static-out"], "gw{side}");
             let reload = expect(side, &log, "reload", "INFO", |_| true);
             assert_eq!(reload.len(), 1, "one reload taken");
             assert_eq!(reload[0]["changed"], "[\"a-b\"]", "{}", reload[0]);
@@ -411,7 +457,7 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
     );
 
     // The text format, into a file: key=value fields, no escape codes.
-    write_config(&configs[0], &config_text("a", 300_000));
+    write_config(&configs[0], &config_text("a", 300_000, true));
     let text_log = dir.join("gw-a.txt");
     let mut gateway = Command::new("ip")
         .args([
@@ -449,5 +495,102 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
             && l.contains("spi=0x00005001")),
         "{text}"
     );
+    drop(lab);
+}
+
+const XFRM_KEYING: &str = "espgw-ev-xkey";
+const XFRM_GW: &str = "espgw-ev-xgw";
+
+/// `ip -n XFRM_KEYING xfrm policy add ...` of an outbound policy from
+/// `src` to 10.2.0.0/16 through a tunnel template of `proto`.
+fn add_policy(src: &str, proto: &str) {
+    let command = format!(
+        "-n {XFRM_KEYING} xfrm policy add src {src} dst 10.2.0.0/16 dir out priority 100 \
+         tmpl src 192.0.2.1 dst 198.51.100.2 proto {proto} reqid 5 mode tunnel"
+    );
+    netns::ip(&command.split_whitespace().collect::<Vec<_>>());
+}
+
+fn the_xfrm_sources_refusals_are_events_of_their_own() {
+    let dir = std::env::temp_dir().join(format!("espgw-events-xfrm-{}", std::process::id()));
+    let mut lab = Lab::new(&[XFRM_KEYING, XFRM_GW], dir.clone());
+    netns::create(&[XFRM_KEYING, XFRM_GW]);
+    for (dev, peer) in [("in0", "in0p"), ("out0", "out0p")] {
+        netns::ip(&[
+            "-n", XFRM_GW, "link", "add", dev, "type", "veth", "peer", "name", peer,
+        ]);
+        netns::ip(&["-n", XFRM_GW, "link", "set", dev, "up"]);
+        netns::ip(&["-n", XFRM_GW, "link", "set", peer, "up"]);
+    }
+    let config = dir.join("gw.toml");
+    write_config(
+        &config,
+        &format!(
+            "[gateway]\nname = \"ev-xfrm\"\n[keying]\nsource = \"xfrm\"\nnetns = \"{XFRM_KEYING}\"\n\
+             [[interface]]\nname = \"inside\"\ndevice = \"in0\"\naddress = \"10.1.0.1/16\"\n\
+             [[interface]]\nname = \"outside\"\ndevice = \"out0\"\naddress = \"192.0.2.1/24\"\n"
+        ),
+    );
+    // Before the start, in the first dump: one policy espgw mirrors (an
+    // ESP tunnel), one it refuses (an AH template).
+    add_policy("10.1.0.0/16", "esp");
+    add_policy("10.3.0.0/16", "ah");
+    let socket = dir.join("gw.sock");
+    let log_path = dir.join("gw.log");
+    lab.children.push(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                XFRM_GW,
+                env!("CARGO_BIN_EXE_espgw"),
+                "--log-format",
+                "json",
+                "run",
+            ])
+            .arg("--config")
+            .arg(&config)
+            .arg("--control")
+            .arg(&socket)
+            .args(["--workers", "1"])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .expect("espgw run"),
+    );
+    wait_for("the first dumps", Duration::from_secs(30), || {
+        ask("stats", &socket).filter(|s| s["xfrm"]["dumps"] == 2)
+    });
+    // While it follows: a refused policy in a notification.
+    add_policy("10.4.0.0/16", "ah");
+    // (A refused policy still stands in the SPD, discarding.)
+    wait_for("the refusals", Duration::from_secs(10), || {
+        ask("stats", &socket).filter(|s| s["xfrm"]["policies_refused"] == 2)
+    });
+    let child = lab.children.last_mut().expect("the gateway");
+    // SAFETY: kill(2) on the child's own process id.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    assert!(child.wait().expect("espgw run").success());
+
+    let log = read_log(&log_path);
+    let refused = expect("x", &log, "policy_refused", "WARN", |_| true);
+    assert_eq!(refused.len(), 2, "one line per refused policy: {refused:?}");
+    let mut names: Vec<&str> = refused.iter().filter_map(|l| l["policy"].as_str()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 2, "each names its policy: {refused:?}");
+    for l in &refused {
+        assert!(
+            l["policy"].as_str().is_some_and(|p| p.starts_with("xfrm-out-")),
+            "{l}"
+        );
+        assert_eq!(l["reason"], "template", "an AH template: {l}");
+    }
+    for l in &log {
+        assert_ne!(l["level"], "ERROR", "{l}");
+    }
+    let last = log.last().expect("a last line");
+    assert_eq!(last["message"], "stopped", "{last}");
     drop(lab);
 }

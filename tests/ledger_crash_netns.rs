@@ -48,13 +48,6 @@ const AFTER_RELOAD: usize = 6000;
 const THIRD_RUN: usize = 1500;
 const FOURTH_RUN: usize = 1500;
 
-fn enter(ns: &str) {
-    let file = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
-    // SAFETY: setns on a namespace file we opened; affects only this thread.
-    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(r, 0, "setns {ns}: {}", std::io::Error::last_os_error());
-}
-
 /// Stops the gateway and removes the namespaces, also when the test fails.
 struct Lab {
     gateway: Option<Child>,
@@ -148,7 +141,7 @@ type Captured = Arc<Mutex<Vec<(u8, u32)>>>;
 fn capture(phase: Arc<AtomicU8>, stop: Arc<AtomicBool>, captured: Captured) -> std::thread::JoinHandle<()> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let handle = std::thread::spawn(move || {
-        enter(PEER);
+        testkit::netns::enter(PEER);
         let protocol = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: a new AF_PACKET socket, owned at once.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(protocol)) };
@@ -246,7 +239,7 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
     // hostA sends steadily to a host behind the tunnel until told to stop.
     let sending = Arc::clone(&stop);
     let sender = std::thread::spawn(move || {
-        enter(HOST);
+        testkit::netns::enter(HOST);
         let socket = UdpSocket::bind("192.168.1.10:0").expect("bind at hostA");
         socket.connect("192.168.2.20:9000").expect("connect");
         let mut sent = 0u64;

@@ -4,7 +4,9 @@
 //! with `--user nobody`. Every thread of both holds CAP_IPC_LOCK alone
 //! (for key memory), no inheritable, ambient or bounding capability, and
 //! no-new-privileges; gwB runs as nobody and is not dumpable (its /proc
-//! files belong to root). Both still forward, reload (a tunnel added, a
+//! files belong to root). Each has one child, its packet socket broker
+//! (`on_device_loss = "wait"`, the default), which holds CAP_NET_RAW
+//! alone, as the same user, with no-new-privileges. Both still forward, reload (a tunnel added, a
 //! new steering program), forward through the new tunnel, and write their
 //! counters when they stop. Without root or the namespace tools the test
 //! shows as ignored (testkit `netns`).
@@ -40,6 +42,7 @@ const HOST_B: &str = "espgw-pv-hostB";
 
 const NOBODY: u32 = 65534;
 const CAP_IPC_LOCK: u64 = 1 << 14;
+const CAP_NET_RAW: u64 = 1 << 13;
 
 /// Removes the namespaces and stops the gateways, also when the test fails.
 struct Lab {
@@ -151,6 +154,24 @@ fn hex(status: &str, name: &str) -> u64 {
 /// Every thread of `pid` holds CAP_IPC_LOCK alone, no-new-privileges, and
 /// (with `uid`) that user's ids. Returns how many threads were checked.
 fn check_privileges(pid: u32, uid: u32, what: &str) -> usize {
+    check_capabilities(pid, uid, what, CAP_IPC_LOCK)
+}
+
+/// The processes whose parent is `pid` and whose name is `name`.
+fn children_named(pid: u32, name: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/status")).is_ok_and(|status| {
+                field(&status, "Name") == name && field(&status, "PPid") == pid.to_string()
+            })
+        })
+        .collect()
+}
+
+/// [`check_privileges`] with `caps` in place of CAP_IPC_LOCK.
+fn check_capabilities(pid: u32, uid: u32, what: &str, caps: u64) -> usize {
     let tasks: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("the gateway's threads")
         .map(|e| e.expect("a task").path())
@@ -158,8 +179,8 @@ fn check_privileges(pid: u32, uid: u32, what: &str) -> usize {
     for task in &tasks {
         let status = std::fs::read_to_string(task.join("status")).expect("a thread's status");
         let thread = format!("{what}, thread {} ({})", task.display(), field(&status, "Name"));
-        assert_eq!(hex(&status, "CapEff"), CAP_IPC_LOCK, "{thread}: effective");
-        assert_eq!(hex(&status, "CapPrm"), CAP_IPC_LOCK, "{thread}: permitted");
+        assert_eq!(hex(&status, "CapEff"), caps, "{thread}: effective");
+        assert_eq!(hex(&status, "CapPrm"), caps, "{thread}: permitted");
         assert_eq!(hex(&status, "CapInh"), 0, "{thread}: inheritable");
         assert_eq!(hex(&status, "CapAmb"), 0, "{thread}: ambient");
         assert_eq!(hex(&status, "CapBnd"), 0, "{thread}: bounding");
@@ -281,6 +302,16 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
             "{} is handed to nobody, who writes it",
             path.display()
         );
+    }
+    for (i, uid) in [0, NOBODY].into_iter().enumerate() {
+        let brokers = children_named(pids[i], "espgw-sockets");
+        assert_eq!(
+            brokers.len(),
+            1,
+            "gateway {i}'s packet socket broker:\n{}",
+            log(i)
+        );
+        check_capabilities(brokers[0], uid, "a packet socket broker", CAP_NET_RAW);
     }
     let status_owner = std::fs::metadata(format!("/proc/{}/status", pids[1]))
         .expect("gwB's status")

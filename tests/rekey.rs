@@ -575,6 +575,35 @@ fn hard_expiry_without_a_rekey_drops_as_sa_expired() {
     );
 }
 
+/// Runs `f` with this thread's log lines collected, as `espgw run
+/// --log-format json` writes them: one JSON object each, the event's
+/// fields at the top level.
+fn logged(f: impl FnOnce()) -> Vec<serde_json::Value> {
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
 #[test]
 fn a_silent_peer_leaves_the_old_sa_to_its_hard_expiry() {
     let life = packets(20, 400);
@@ -587,8 +616,29 @@ fn a_silent_peer_leaves_the_old_sa_to_its_hard_expiry() {
     let alg = Algorithm::Aes128Gcm16;
     let mut net = Net::with_secret(alg, life, life, rekey, &EngineSpec::default());
     net.mute = [true, true];
-    net.traffic(410, false);
-    net.settle(500);
+    let log = logged(|| {
+        net.traffic(410, false);
+        net.settle(500);
+    });
+    // The operator's line: an event to search for, saying who gave up on
+    // which peer and why.
+    // Both ends started a rekey the other never heard: one line each.
+    let failed: Vec<&serde_json::Value> = log.iter().filter(|l| l["event"] == "exchange_failed").collect();
+    let mut peers: Vec<&str> = failed.iter().filter_map(|l| l["peer"].as_str()).collect();
+    peers.sort();
+    assert_eq!(peers, ["10.0.0.1", "10.0.0.2"], "{log:?}");
+    for line in failed {
+        assert_eq!(line["level"], "WARN", "{line}");
+        assert_eq!(line["role"], "initiator", "{line}");
+        assert_eq!(line["tries"], 4, "{line}");
+        assert_eq!(line["tunnel"], "t", "{line}");
+        assert!(
+            line["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("never answered the rekey request")),
+            "{line}"
+        );
+    }
     let a = net.sites[0].plane.counters();
     assert_eq!(a.rekeys_started, 1);
     assert_eq!(a.retransmitted, 3, "{a:?}");
@@ -721,6 +771,12 @@ fn reload_adds_removes_and_keeps_tunnels() {
         matches!(site.plane.reload(parse(&limited.to_toml())), Err(ReloadError::NeedsRestart(what)) if what == "[limits]")
     );
     assert_eq!(site.plane.counters().reloads_rejected, 2);
+    // Waiting for a deleted device needs the socket helper forked at start.
+    let exits = both.clone().on_device_loss(ike_stub::DeviceLoss::Exit);
+    assert!(
+        matches!(site.plane.reload(parse(&exits.to_toml())), Err(ReloadError::NeedsRestart(what)) if what == "[gateway]")
+    );
+    assert_eq!(site.plane.counters().reloads_rejected, 3);
 
     // Removing the first tunnel stops it; changing the second restarts it.
     let mut without_t = base.clone();

@@ -131,13 +131,6 @@ fn config(side: &str, dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-fn enter(ns: &str) {
-    let file = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
-    // SAFETY: setns on a namespace file we opened; affects only this thread.
-    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(r, 0, "setns {ns}: {}", std::io::Error::last_os_error());
-}
-
 fn stats(path: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).expect("stats JSON")
@@ -219,7 +212,7 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
     // hostB counts what arrives.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let sink = std::thread::spawn(move || {
-        enter(HOST_B);
+        testkit::netns::enter(HOST_B);
         let socket = UdpSocket::bind("0.0.0.0:9000").expect("bind at hostB");
         // Room for the flood: the sink is not what is measured.
         let size: libc::c_int = 8 << 20;
@@ -250,7 +243,7 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
     // have spread them over gwA's workers; 1460-byte datagrams fragment
     // after encapsulation, 3000-byte ones at hostA and again after.
     let sent = std::thread::spawn(|| {
-        enter(HOST_A);
+        testkit::netns::enter(HOST_A);
         let sockets: Vec<UdpSocket> = (0..16)
             .map(|i| {
                 let s = UdpSocket::bind("192.168.1.10:0").expect("bind at hostA");

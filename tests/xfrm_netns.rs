@@ -15,20 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 use testkit::Prerequisite;
 
-static XFRM_NETLINK: Prerequisite = Prerequisite::new("xfrm-netlink", || {
-    testkit::root_and_tools("network namespaces and XFRM policies", &[("ip", "iproute2")])?;
-    let listed = Command::new("ip")
-        .args(["xfrm", "policy", "count"])
-        .output()
-        .map_err(|e| format!("cannot run `ip xfrm policy count`: {e}"))?;
-    if !listed.status.success() {
-        return Err(format!(
-            "`ip xfrm policy count` failed (a kernel without XFRM netlink, CONFIG_XFRM_USER): {}",
-            String::from_utf8_lossy(&listed.stderr).trim()
-        ));
-    }
-    Ok(())
-});
+static XFRM_NETLINK: Prerequisite = Prerequisite::new("xfrm-netlink", testkit::xfrm_netlink);
 
 static RELAY: Prerequisite = Prerequisite::new("xfrm-relay", || {
     XFRM_NETLINK.check()?;
@@ -541,7 +528,9 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
     };
     wait_for("the dumps", &|d| d["xfrm"]["dumps"] == 2);
     // Privileges: the forwarding process (every thread) has no
-    // CAP_NET_ADMIN; its one child, the broker, has that alone.
+    // CAP_NET_ADMIN; of its two children, the xfrm broker has that alone
+    // and the packet socket broker (`on_device_loss = "wait"`) CAP_NET_RAW
+    // alone.
     let pid = lab.gateway.as_ref().expect("the gateway").id();
     let status = |path: String, field: &str| -> u64 {
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -552,34 +541,51 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
         u64::from_str_radix(line.trim(), 16).unwrap_or_else(|_| line.trim().parse().unwrap_or(u64::MAX))
     };
     const CAP_NET_ADMIN: u64 = 1 << 12;
+    const CAP_NET_RAW: u64 = 1 << 13;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let task = task.unwrap().path();
         for set in ["CapEff", "CapPrm"] {
             let caps = status(format!("{}/status", task.display()), set);
-            assert_eq!(caps & CAP_NET_ADMIN, 0, "{} {set} {caps:#x}", task.display());
+            assert_eq!(
+                caps & (CAP_NET_ADMIN | CAP_NET_RAW),
+                0,
+                "{} {set} {caps:#x}",
+                task.display()
+            );
         }
     }
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
-    let brokers: Vec<&str> = children.split_whitespace().collect();
-    assert_eq!(brokers.len(), 1, "one child, the broker: {children:?}");
-    let broker = format!("/proc/{}/status", brokers[0]);
-    for (field, want) in [
-        ("CapEff", CAP_NET_ADMIN),
-        ("CapPrm", CAP_NET_ADMIN),
-        ("CapBnd", 0),
-        ("CapAmb", 0),
-        ("NoNewPrivs", 1),
-    ] {
-        assert_eq!(status(broker.clone(), field), want, "the broker's {field}");
+    let mut named: Vec<(String, &str)> = children
+        .split_whitespace()
+        .map(|child| {
+            let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap();
+            (comm.trim().to_owned(), child)
+        })
+        .collect();
+    named.sort();
+    let names: Vec<&str> = named.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["espgw-broker", "espgw-sockets"],
+        "the two brokers: {children:?}"
+    );
+    // Each holds what it serves with, nothing of the gateway's (packet
+    // sockets, TUN, control socket): the xfrm broker its netlink sockets
+    // and two links, the socket broker its one link.
+    for ((_, child), (caps, kept)) in named.iter().zip([(CAP_NET_ADMIN, 4), (CAP_NET_RAW, 1)]) {
+        let broker = format!("/proc/{child}/status");
+        for (field, want) in [
+            ("CapEff", caps),
+            ("CapPrm", caps),
+            ("CapBnd", 0),
+            ("CapAmb", 0),
+            ("NoNewPrivs", 1),
+        ] {
+            assert_eq!(status(broker.clone(), field), want, "{broker}'s {field}");
+        }
+        let fds = std::fs::read_dir(format!("/proc/{child}/fd")).unwrap().count();
+        assert_eq!(fds, 3 + kept, "{broker}: stdin, stdout, stderr and its own");
     }
-    let name = std::fs::read_to_string(format!("/proc/{}/comm", brokers[0])).unwrap();
-    assert_eq!(name.trim(), "espgw-broker");
-    // It holds the netlink sockets and its two links, nothing of the
-    // gateway's (packet sockets, TUN, control socket).
-    let fds = std::fs::read_dir(format!("/proc/{}/fd", brokers[0]))
-        .unwrap()
-        .count();
-    assert_eq!(fds, 3 + 4, "stdin, stdout, stderr and the broker's four");
     // The relay's device, as the daemon sees it.
     let shown = |args: &[&str]| {
         let out = Command::new("ip").args(args).output().expect("ip");

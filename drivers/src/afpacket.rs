@@ -55,6 +55,36 @@ pub struct AfPacket {
     udp_gso: bool,
     /// Frames arrive in a `PACKET_MMAP` ring rather than the socket's queue.
     ring: Option<RxRing>,
+    /// How it was opened: what [`reopen`](Self::reopen) repeats.
+    options: Options,
+    /// Its fanout group, once it is a member.
+    group: Option<u16>,
+    /// A filter that drops every frame is attached: a reopened socket
+    /// waiting for its turn in the fanout group (see
+    /// [`reopen`](Self::reopen)).
+    held: bool,
+}
+
+/// How a socket is set up, kept so that it can be set up again the same
+/// way on a device made anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Options {
+    ignore_outgoing: bool,
+    /// The frames it binds to (`ETH_P_*`).
+    protocol: u16,
+    /// The fanout group it joins at start and its mode (with flags).
+    fanout: Option<(u16, u32)>,
+    vnet: bool,
+    ring_slots: Option<usize>,
+}
+
+/// Whose privileges a socket is set up with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// At start, before privileges are dropped.
+    Start,
+    /// Later, on a socket a helper created (see [`AfPacket::reopen`]).
+    Reopen,
 }
 
 /// Where a packet socket's device stands (see [`AfPacket::link`]).
@@ -226,27 +256,115 @@ const PACKET_FANOUT_CBPF: u32 = 6;
 const PACKET_FANOUT_DATA: libc::c_int = 22;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
+impl Options {
+    fn new(
+        ignore_outgoing: bool,
+        protocol: u16,
+        fanout: Option<(u16, u32)>,
+        vnet: bool,
+        ring_slots: Option<usize>,
+    ) -> Options {
+        Options {
+            ignore_outgoing,
+            protocol,
+            fanout,
+            vnet,
+            ring_slots,
+        }
+    }
+}
+
+/// A new packet socket of protocol 0, nonblocking and close-on-exec:
+/// nothing is received until `bind` names a protocol, so that no frame
+/// lands in its queue (from any device) before it is set up. What every
+/// forwarding socket starts as; creating one needs `CAP_NET_RAW`.
+pub fn unbound_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2).
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: raw is a fresh descriptor owned from here on.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// The index of the device named `device`.
+fn interface_index(device: &str) -> Result<u32, AfPacketError> {
+    let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
+    // SAFETY: if_nametoindex reads a NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(AfPacketError::NoSuchInterface(device.to_owned()));
+    }
+    Ok(index)
+}
+
+/// The flags (`IFF_*`) of the device named `name`, asked on `fd` (any
+/// socket); `None` if there is none.
+fn device_flags(fd: &OwnedFd, name: &CString) -> Option<i32> {
+    let bytes = name.as_bytes();
+    if bytes.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: ifreq is plain data; the name fits (checked above) and the
+    // zeroed rest terminates it.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads and writes the ifreq we own.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    Some(i32::from(unsafe { req.ifr_ifru.ifru_flags }))
+}
+
+/// Attaches a socket filter that drops every frame (`ret #0`).
+fn hold(fd: &OwnedFd) -> io::Result<()> {
+    let mut drop_all = [libc::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    }];
+    let prog = libc::sock_fprog {
+        len: 1,
+        filter: drop_all.as_mut_ptr(),
+    };
+    set_option(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
+}
+
 impl AfPacket {
     /// Opens `device` for forwarding: our own transmissions are not read back.
     pub fn open(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None, true, None)
+        Self::open_with(device, Options::new(true, ETH_P_ALL, None, true, None))
     }
 
     /// Like [`open`](Self::open), receiving by `receive`.
     pub fn open_receiving(device: &str, receive: Receive) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None, true, receive.ring_slots())
+        Self::open_with(
+            device,
+            Options::new(true, ETH_P_ALL, None, true, receive.ring_slots()),
+        )
     }
 
     /// Like [`open`](Self::open) but without `PACKET_VNET_HDR`: frames
     /// come as the kernel holds them (partial checksums, super-packets
     /// cut to the buffer), for measuring the socket alone.
     pub fn open_plain(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, true, ETH_P_ALL, None, false, None)
+        Self::open_with(device, Options::new(true, ETH_P_ALL, None, false, None))
     }
 
     /// Opens `device` to watch everything on it, both directions.
     pub fn open_capture(device: &str) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(device, false, ETH_P_ALL, None, false, None)
+        Self::open_with(device, Options::new(false, ETH_P_ALL, None, false, None))
     }
 
     /// Opens `device` for one worker of several, IPv4 frames only, in
@@ -263,11 +381,13 @@ impl AfPacket {
     ) -> Result<AfPacket, AfPacketError> {
         Self::open_with(
             device,
-            true,
-            ETH_P_IP,
-            Some((group, PACKET_FANOUT_CBPF)),
-            true,
-            receive.ring_slots(),
+            Options::new(
+                true,
+                ETH_P_IP,
+                Some((group, PACKET_FANOUT_CBPF)),
+                true,
+                receive.ring_slots(),
+            ),
         )
     }
 
@@ -283,11 +403,13 @@ impl AfPacket {
     ) -> Result<AfPacket, AfPacketError> {
         Self::open_with(
             device,
-            true,
-            ETH_P_IP,
-            Some((group, PACKET_FANOUT_CBPF | libc::PACKET_FANOUT_FLAG_DEFRAG)),
-            true,
-            receive.ring_slots(),
+            Options::new(
+                true,
+                ETH_P_IP,
+                Some((group, PACKET_FANOUT_CBPF | libc::PACKET_FANOUT_FLAG_DEFRAG)),
+                true,
+                receive.ring_slots(),
+            ),
         )
     }
 
@@ -317,11 +439,7 @@ impl AfPacket {
     pub fn open_arp(device: &str) -> Result<AfPacket, AfPacketError> {
         Self::open_with(
             device,
-            true,
-            ETH_P_ARP,
-            None,
-            false,
-            Some(crate::ring::SIDE_SLOTS),
+            Options::new(true, ETH_P_ARP, None, false, Some(crate::ring::SIDE_SLOTS)),
         )
     }
 
@@ -332,58 +450,68 @@ impl AfPacket {
     pub fn open_ipv6(device: &str) -> Result<AfPacket, AfPacketError> {
         // It carries IPv6 traffic, not only neighbour discovery: a
         // forwarding socket's ring.
-        Self::open_with(device, true, ETH_P_IPV6, None, false, Receive::Ring.ring_slots())
+        Self::open_with(
+            device,
+            Options::new(true, ETH_P_IPV6, None, false, Receive::Ring.ring_slots()),
+        )
     }
 
-    fn open_with(
+    fn open_with(device: &str, options: Options) -> Result<AfPacket, AfPacketError> {
+        let index = interface_index(device)?;
+        let fd = unbound_socket().map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => AfPacketError::Permission(e),
+            _ => AfPacketError::Io {
+                device: device.to_owned(),
+                source: e,
+            },
+        })?;
+        Self::set_up(fd, device, index, options, Setup::Start)
+    }
+
+    /// Opens this socket again, the same way, on `fd` (a fresh packet
+    /// socket of protocol 0, see [`crate::reopen::SocketSource`]) and the
+    /// device now bearing its device's name: for a device deleted and made
+    /// again. A socket of a fanout group is not in one yet: it drops every
+    /// frame until it has joined a new group
+    /// ([`join_fanout`](Self::join_fanout)) and been
+    /// [`released`](Self::release), since the old group stays tied to the
+    /// old device and the workers must join the new one in their order.
+    pub fn reopen(&self, fd: OwnedFd) -> Result<AfPacket, AfPacketError> {
+        let index = interface_index(&self.device)?;
+        Self::set_up(fd, &self.device, index, self.options, Setup::Reopen)
+    }
+
+    /// Everything after `socket(2)`: what [`open_with`](Self::open_with)
+    /// and [`reopen`](Self::reopen) share.
+    fn set_up(
+        fd: OwnedFd,
         device: &str,
-        ignore_outgoing: bool,
-        protocol: u16,
-        fanout: Option<(u16, u32)>,
-        vnet: bool,
-        ring_slots: Option<usize>,
+        index: u32,
+        options: Options,
+        setup: Setup,
     ) -> Result<AfPacket, AfPacketError> {
-        let name = CString::new(device).map_err(|_| AfPacketError::NoSuchInterface(device.to_owned()))?;
-        // SAFETY: if_nametoindex reads a NUL-terminated string.
-        let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if index == 0 {
-            return Err(AfPacketError::NoSuchInterface(device.to_owned()));
-        }
         let io_err = |source| AfPacketError::Io {
             device: device.to_owned(),
             source,
         };
-        // Protocol 0: nothing is received until `bind` names one, so that
-        // no frame lands in the socket's queue before a ring is set up.
-        // SAFETY: plain socket(2).
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        };
-        if raw < 0 {
-            let e = io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => AfPacketError::Permission(e),
-                _ => io_err(e),
-            });
-        }
-        // SAFETY: raw is a fresh descriptor owned from here on.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let one: libc::c_int = 1;
-        if vnet {
+        if options.vnet {
             set_option(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one).map_err(io_err)?;
         }
-        let ring = match ring_slots {
+        let ring = match options.ring_slots {
             Some(slots) => Some(RxRing::setup(&fd, slots).map_err(io_err)?),
             None => None,
         };
+        // A reopened member of a fanout group must not read frames before
+        // it is in the group: bound alone it would see every one.
+        let held = setup == Setup::Reopen && options.fanout.is_some();
+        if held {
+            hold(&fd).map_err(io_err)?;
+        }
         // SAFETY: sockaddr_ll is plain data.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = protocol.to_be();
+        addr.sll_protocol = options.protocol.to_be();
         addr.sll_ifindex = index as i32;
         // SAFETY: addr is a valid sockaddr_ll of the size given.
         let r = unsafe {
@@ -405,16 +533,23 @@ impl AfPacket {
             mr_address: [0; 8],
         };
         set_option(&fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq).map_err(io_err)?;
-        // Room for bursts while the gateway is busy (root may exceed rmem_max).
+        // Room for bursts while the gateway is busy: at start root may
+        // exceed rmem_max. A reopened socket is set up by a process that
+        // kept no CAP_NET_ADMIN, which SO_RCVBUFFORCE needs, so it asks
+        // for SO_RCVBUF (capped at net.core.rmem_max) alone; the ring, where
+        // forwarding sockets take their frames, is as large as at start.
         let rcvbuf: libc::c_int = 8 << 20;
-        if set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf).is_err() {
+        if setup == Setup::Reopen || set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf).is_err()
+        {
             let _ = set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf);
         }
-        if let Some((group, mode)) = fanout {
-            let arg: u32 = u32::from(group) | (mode << 16);
+        let mut group = None;
+        if let (Some((id, mode)), Setup::Start) = (options.fanout, setup) {
+            let arg: u32 = u32::from(id) | (mode << 16);
             set_option(&fd, libc::SOL_PACKET, PACKET_FANOUT, &arg).map_err(io_err)?;
+            group = Some(id);
         }
-        if ignore_outgoing {
+        if options.ignore_outgoing {
             // Our own transmissions must not come back as input.
             set_option(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &one).map_err(io_err)?;
         }
@@ -422,10 +557,90 @@ impl AfPacket {
             fd,
             device: device.to_owned(),
             ifindex: index,
-            vnet,
-            udp_gso: vnet && udp_gso_supported(),
+            vnet: options.vnet,
+            udp_gso: options.vnet && udp_gso_supported(),
             ring,
+            options,
+            group,
+            held,
         })
+    }
+
+    /// Whether this socket belongs in a fanout group but is not in one
+    /// yet (a [`reopen`](Self::reopen)ed one).
+    pub fn fanout_pending(&self) -> bool {
+        self.options.fanout.is_some() && self.group.is_none()
+    }
+
+    /// Whether this socket is a member of a fanout group.
+    pub fn in_fanout(&self) -> bool {
+        self.group.is_some()
+    }
+
+    /// Joins fanout group `group` with the mode this socket was opened
+    /// with, or, with `None`, a group of a new id the kernel picks
+    /// (`PACKET_FANOUT_FLAG_UNIQUEID`: no other group of this namespace
+    /// has it, another process's included). Returns the group's id, for
+    /// the other workers to join. The device must be up (the kernel
+    /// refuses a socket that is not running with EINVAL).
+    pub fn join_fanout(&mut self, group: Option<u16>) -> io::Result<u16> {
+        let Some((_, mode)) = self.options.fanout else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        let arg: u32 = match group {
+            Some(id) => u32::from(id) | (mode << 16),
+            None => (mode | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16,
+        };
+        set_option(&self.fd, libc::SOL_PACKET, PACKET_FANOUT, &arg)?;
+        let id = match group {
+            Some(id) => id,
+            None => {
+                let mut value: u32 = 0;
+                let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+                // SAFETY: value and len are live and sized for PACKET_FANOUT.
+                let r = unsafe {
+                    libc::getsockopt(
+                        self.fd.as_raw_fd(),
+                        libc::SOL_PACKET,
+                        PACKET_FANOUT,
+                        (&mut value as *mut u32).cast(),
+                        &mut len,
+                    )
+                };
+                if r < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The id is the low 16 bits, the mode and flags above.
+                (value & 0xffff) as u16
+            }
+        };
+        self.group = Some(id);
+        Ok(id)
+    }
+
+    /// Takes away the filter a [`reopen`](Self::reopen)ed member of a
+    /// fanout group drops every frame with, once its group is whole.
+    pub fn release(&mut self) -> io::Result<()> {
+        if self.held {
+            let none: libc::c_int = 0;
+            set_option(&self.fd, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, &none)?;
+            self.held = false;
+        }
+        Ok(())
+    }
+
+    /// The index of a device that now bears this socket's device's name,
+    /// is up, and is not the one this socket is bound to: the successor
+    /// of a deleted device, ready for [`reopen`](Self::reopen).
+    pub fn successor(&self) -> Option<u32> {
+        let name = CString::new(self.device.as_str()).ok()?;
+        // SAFETY: if_nametoindex reads a NUL-terminated string.
+        let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if index == 0 || index == self.ifindex {
+            return None;
+        }
+        let flags = device_flags(&self.fd, &name)?;
+        (flags & libc::IFF_UP != 0).then_some(index)
     }
 
     pub fn device(&self) -> &str {
@@ -457,18 +672,9 @@ impl AfPacket {
         if unsafe { libc::if_nametoindex(name.as_ptr()) } != self.ifindex {
             return LinkState::Gone;
         }
-        // SAFETY: ifreq is plain data; the name fits (if_nametoindex found
-        // it, so it is shorter than IFNAMSIZ).
-        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-        for (dst, src) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
-            *dst = *src as libc::c_char;
-        }
-        // SAFETY: SIOCGIFFLAGS reads and writes the ifreq we own.
-        if unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        let Some(flags) = device_flags(&self.fd, &name) else {
             return LinkState::Gone;
-        }
-        // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
-        let flags = i32::from(unsafe { req.ifr_ifru.ifru_flags });
+        };
         if flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0 {
             LinkState::Up
         } else {

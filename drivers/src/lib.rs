@@ -21,6 +21,8 @@ pub mod frame_log;
 pub mod offload;
 pub mod pcap;
 #[cfg(target_os = "linux")]
+pub mod reopen;
+#[cfg(target_os = "linux")]
 pub mod ring;
 #[cfg(target_os = "linux")]
 pub mod run;

@@ -6,9 +6,11 @@ use std::time::{Duration, Instant};
 
 use accel::NextCompletion;
 
-use crate::afpacket::{AfPacket, LinkState, RxScratch, Sent, MAX_BATCH};
+use crate::afpacket::{AfPacket, AfPacketError, LinkState, RxScratch, Sent, MAX_BATCH};
 use crate::coalesce::Plan;
 use crate::offload::OffloadCounters;
+use crate::reopen::{Joined, OnDeviceLoss};
+use crate::steer::Insn;
 use crate::tun::Tun;
 use dataplane::buffer::{PacketBuf, PacketPool};
 use dataplane::gateway::{DatagramError, Gateway, Output, Verdict};
@@ -115,6 +117,13 @@ pub struct RunSummary {
     /// worker waits for it without spinning, and forwards again once the
     /// kernel brings its sockets back with it.
     pub link_down: [bool; 2],
+    /// Times an interface's device was found deleted, under
+    /// [`OnDeviceLoss::Wait`]. Every worker sees the same devices: added
+    /// up over workers, the largest count stands for them all.
+    pub devices_lost: u64,
+    /// Whether each port's device is deleted now, or its sockets are not
+    /// all open again (by [`Port::index`]).
+    pub device_lost: [bool; 2],
 }
 
 /// Why a worker stopped on its own: a device it cannot go on without.
@@ -126,46 +135,211 @@ pub enum DeviceLost {
          once the device is back"
     )]
     Deleted { device: String, port: Port },
+    #[error(
+        "device `{device}` of the {port} interface is back, but its sockets cannot be opened again: {source}"
+    )]
+    Reopen {
+        device: String,
+        port: Port,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where a port's sockets stand under [`OnDeviceLoss::Wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PortState {
+    /// Open on the device (which may be down).
+    Present,
+    /// The device was deleted: its sockets are not polled, nothing is sent
+    /// on them, and each tick looks for a device of that name.
+    Lost,
+    /// Open again on the device of this index; a socket of a fanout group
+    /// waits for its group to be whole (see [`crate::reopen`]).
+    Joining { ifindex: u32 },
+}
+
+/// Whether an error opening a socket again means the device went (or
+/// went down) meanwhile, to be tried again at the next tick, rather than
+/// that reopening cannot work.
+fn device_moved(error: &AfPacketError) -> bool {
+    match error {
+        AfPacketError::NoSuchInterface(_) => true,
+        AfPacketError::Io { source, .. } => matches!(
+            source.raw_os_error(),
+            Some(libc::ENODEV | libc::ENXIO | libc::ENETDOWN)
+        ),
+        AfPacketError::Permission(_) => false,
+    }
 }
 
 /// A receiving socket reported an error (`POLLERR`, or `ENETDOWN` from a
 /// receive): takes the error, so that the next poll waits again rather
 /// than returning at once, and looks at the device. Down is waited out
-/// (noted in `summary`); deleted ends the worker with [`DeviceLost`].
-fn socket_error(port: Port, device: &Device, summary: &mut RunSummary) -> std::io::Result<()> {
+/// (noted in `summary`); deleted ends the worker with [`DeviceLost`] under
+/// [`OnDeviceLoss::Exit`], and is waited for under
+/// [`OnDeviceLoss::Wait`]. True when the port's state changed.
+fn socket_error(
+    port: Port,
+    device: &Device,
+    summary: &mut RunSummary,
+    loss: &OnDeviceLoss,
+    ports: &mut [PortState; 2],
+) -> std::io::Result<bool> {
     let Device::Packet(socket) = device else {
         // A TUN device's errors come back from its reads.
-        return Ok(());
+        return Ok(false);
     };
     let _ = socket.take_error();
     match socket.link() {
-        LinkState::Up => Ok(()),
+        LinkState::Up => Ok(false),
         LinkState::Down => {
             if !summary.link_down[port.index()] {
                 summary.link_down[port.index()] = true;
                 summary.link_downs += 1;
             }
-            Ok(())
+            Ok(false)
         }
-        LinkState::Gone => Err(std::io::Error::other(DeviceLost::Deleted {
-            device: socket.device().to_owned(),
-            port,
-        })),
+        LinkState::Gone => match loss {
+            OnDeviceLoss::Exit => Err(std::io::Error::other(DeviceLost::Deleted {
+                device: socket.device().to_owned(),
+                port,
+            })),
+            OnDeviceLoss::Wait(_) => Ok(lose(port, summary, ports)),
+        },
     }
 }
 
-/// After a poll: every receiving socket that reported an error.
+/// Port `port`'s device is gone: its sockets wait for it (see
+/// [`PortState::Lost`]). True if it was not lost already.
+fn lose(port: Port, summary: &mut RunSummary, ports: &mut [PortState; 2]) -> bool {
+    let i = port.index();
+    if ports[i] == PortState::Lost {
+        return false;
+    }
+    if ports[i] == PortState::Present {
+        summary.devices_lost += 1;
+    }
+    ports[i] = PortState::Lost;
+    summary.device_lost[i] = true;
+    // Deleted is not down: a device made again starts afresh.
+    summary.link_down[i] = false;
+    true
+}
+
+/// After a poll: every receiving socket that reported an error. True when
+/// a port's state changed (the poll set is made again).
 fn poll_errors(
-    receivers: &[(Port, &Device)],
+    sockets: &Sockets,
     fds: &[libc::pollfd],
     summary: &mut RunSummary,
-) -> std::io::Result<()> {
-    for ((port, device), fd) in receivers.iter().zip(fds) {
+    loss: &OnDeviceLoss,
+    ports: &mut [PortState; 2],
+) -> std::io::Result<bool> {
+    let mut changed = false;
+    for (i, fd) in fds.iter().enumerate() {
         if fd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-            socket_error(*port, device, summary)?;
+            let (port, device) = sockets.receiver(i);
+            changed |= socket_error(port, device, summary, loss, ports)?;
         }
     }
-    Ok(())
+    Ok(changed)
+}
+
+/// The poll set: every receiving socket, those of a lost device left out
+/// (`fd` -1, which `poll` skips), so that a dead socket never wakes the
+/// worker.
+fn poll_set(sockets: &Sockets, ports: &[PortState; 2], fds: &mut Vec<libc::pollfd>) {
+    fds.clear();
+    for i in 0..sockets.receiver_count() {
+        let (port, device) = sockets.receiver(i);
+        fds.push(libc::pollfd {
+            fd: if ports[port.index()] == PortState::Lost {
+                -1
+            } else {
+                device.as_raw_fd()
+            },
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
+}
+
+/// At a tick, under [`OnDeviceLoss::Wait`]: a lost port whose device is
+/// back (a device of its name, up) has every socket opened again, and a
+/// joining one takes its turn in its new fanout group. True when a port's
+/// state changed.
+fn rejoin(
+    sockets: &mut Sockets,
+    loss: &OnDeviceLoss,
+    ports: &mut [PortState; 2],
+    summary: &mut RunSummary,
+) -> std::io::Result<bool> {
+    let OnDeviceLoss::Wait(rejoin) = loss else {
+        return Ok(false);
+    };
+    let mut changed = false;
+    for port in [Port::Inside, Port::Outside] {
+        let i = port.index();
+        let Device::Packet(main) = sockets.transmit_on(port) else {
+            continue;
+        };
+        match ports[i] {
+            PortState::Present => continue,
+            PortState::Lost => {
+                let Some(ifindex) = main.successor() else {
+                    continue;
+                };
+                match sockets.reopen(port, rejoin) {
+                    Ok(()) => {}
+                    Err(Reopening::Later) => continue,
+                    Err(Reopening::Failed(e)) => return Err(sockets.reopen_failed(port, e)),
+                }
+                ports[i] = PortState::Joining { ifindex };
+                changed = true;
+            }
+            // Deleted again before its sockets were all back.
+            PortState::Joining { .. } if main.link() == LinkState::Gone => {
+                changed |= lose(port, summary, ports);
+                continue;
+            }
+            PortState::Joining { .. } => {}
+        }
+        let PortState::Joining { ifindex } = ports[i] else {
+            continue;
+        };
+        let Device::Packet(main) = sockets.transmit_on_mut(port) else {
+            continue;
+        };
+        let joined = if main.fanout_pending() || main.in_fanout() {
+            match rejoin.join(port, ifindex, main) {
+                Ok(joined) => joined,
+                // Down again before its turn: the kernel takes no socket
+                // that is not running into a group. At the next tick.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && main.link() != LinkState::Up => continue,
+                Err(e) => return Err(sockets.reopen_failed(port, e)),
+            }
+        } else {
+            Joined::Whole
+        };
+        if joined == Joined::Whole {
+            if let Err(e) = main.release() {
+                return Err(sockets.reopen_failed(port, e));
+            }
+            ports[i] = PortState::Present;
+            summary.device_lost[i] = false;
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
+
+/// Why [`Sockets::reopen`] did not.
+enum Reopening {
+    /// The device went again (or down) meanwhile: at the next tick.
+    Later,
+    /// It cannot: no socket from the helper, or the kernel refused one.
+    Failed(std::io::Error),
 }
 
 /// The sockets of one worker: where frames come from (several per port
@@ -194,14 +368,94 @@ impl Sockets {
         }
     }
 
-    fn receivers(&self) -> Vec<(Port, &Device)> {
-        let mut list = vec![(Port::Inside, &self.inside), (Port::Outside, &self.outside)];
-        list.extend(self.receive.iter().map(|(p, d)| (*p, d)));
-        list
+    fn transmit_on_mut(&mut self, port: Port) -> &mut Device {
+        match port {
+            Port::Inside => &mut self.inside,
+            Port::Outside => &mut self.outside,
+        }
+    }
+
+    /// How many sockets frames come from: the two that transmit, then
+    /// [`receive`](Self::receive).
+    fn receiver_count(&self) -> usize {
+        2 + self.receive.len()
+    }
+
+    /// Receiving socket `i` (below [`receiver_count`](Self::receiver_count)).
+    fn receiver(&self, i: usize) -> (Port, &Device) {
+        match i {
+            0 => (Port::Inside, &self.inside),
+            1 => (Port::Outside, &self.outside),
+            _ => {
+                let (port, device) = &self.receive[i - 2];
+                (*port, device)
+            }
+        }
     }
 
     fn kernel_drops(&self) -> u64 {
-        self.receivers().iter().map(|(_, s)| s.kernel_drops()).sum()
+        (0..self.receiver_count())
+            .map(|i| self.receiver(i).1.kernel_drops())
+            .sum()
+    }
+
+    /// Installs `program` as the steering program of `port`'s fanout
+    /// group, through this worker's socket of it (nothing for a TUN or a
+    /// socket of no group). Under [`OnDeviceLoss::Wait`] it is also kept
+    /// for the group the workers make if the device is made anew.
+    pub fn steer(&self, port: Port, program: &[Insn], loss: &OnDeviceLoss) -> std::io::Result<()> {
+        let Device::Packet(socket) = self.transmit_on(port) else {
+            return Ok(());
+        };
+        let install = |program: &[Insn]| {
+            if socket.in_fanout() {
+                socket.set_steering(program)
+            } else {
+                Ok(())
+            }
+        };
+        match loss {
+            OnDeviceLoss::Exit => install(program),
+            OnDeviceLoss::Wait(rejoin) => rejoin.steer(port, program, install),
+        }
+    }
+
+    /// Opens every socket of `port` again ([`AfPacket::reopen`]), each on a
+    /// fresh socket from `rejoin`'s source; all of them or none.
+    fn reopen(&mut self, port: Port, rejoin: &crate::reopen::Rejoin) -> Result<(), Reopening> {
+        let mut fresh: Vec<(usize, AfPacket)> = Vec::new();
+        for i in 0..self.receiver_count() {
+            let (of, Device::Packet(old)) = self.receiver(i) else {
+                continue;
+            };
+            if of != port {
+                continue;
+            }
+            let fd = rejoin.packet_socket().map_err(Reopening::Failed)?;
+            match old.reopen(fd) {
+                Ok(socket) => fresh.push((i, socket)),
+                Err(e) if device_moved(&e) => return Err(Reopening::Later),
+                Err(e) => return Err(Reopening::Failed(std::io::Error::other(e))),
+            }
+        }
+        for (i, socket) in fresh {
+            let slot = match i {
+                0 => &mut self.inside,
+                1 => &mut self.outside,
+                _ => &mut self.receive[i - 2].1,
+            };
+            *slot = Device::Packet(socket);
+        }
+        Ok(())
+    }
+
+    /// The error that ends a worker whose `port` could not be opened again.
+    fn reopen_failed(&self, port: Port, source: std::io::Error) -> std::io::Error {
+        let device = match self.transmit_on(port) {
+            Device::Packet(socket) => socket.device().to_owned(),
+            Device::Tun(_) => String::new(),
+        };
+        std::io::Error::other(DeviceLost::Reopen { device, port, source })
     }
 }
 
@@ -219,9 +473,17 @@ pub struct Tick<'a> {
     pub received: &'a [PacketBuf],
     out: &'a mut Vec<Output>,
     pool: &'a mut PacketPool,
+    sockets: &'a Sockets,
+    loss: &'a OnDeviceLoss,
 }
 
 impl Tick<'_> {
+    /// Installs the steering program of `port`'s fanout group (see
+    /// [`Sockets::steer`]), on this worker's socket of it as it is now.
+    pub fn steer(&self, port: Port, program: &[Insn]) -> std::io::Result<()> {
+        self.sockets.steer(port, program, self.loss)
+    }
+
     /// Sends a UDP datagram from the gateway (see [`Gateway::send_datagram`]).
     pub fn send_datagram(
         &mut self,
@@ -234,9 +496,6 @@ impl Tick<'_> {
     }
 }
 
-/// Forwards until `stop` is set. `on_tick` is called between batches (and
-/// at least every 10 ms): the place for the control plane and operations
-/// requests, which must not block.
 /// Receive moderation, as a NIC's adaptive interrupt coalescing
 /// (`ethtool -C adaptive-rx on rx-usecs`): while frames keep arriving (the
 /// previous turn had some too) but a turn brings fewer than
@@ -323,11 +582,16 @@ fn idle_wait_ms(now: Duration, deadline: Option<Duration>) -> i32 {
     i32::try_from(ms).map_or(IDLE_WAIT_MS, |ms| ms.min(IDLE_WAIT_MS))
 }
 
+/// Forwards until `stop` is set. `on_tick` is called between batches (and
+/// at least every 10 ms): the place for the control plane and operations
+/// requests, which must not block. A device deleted meanwhile ends the run
+/// or is waited for, as `loss` says.
 pub fn run(
     gateway: &mut Gateway,
-    sockets: &Sockets,
+    sockets: &mut Sockets,
     stop: &AtomicBool,
     moderation: Moderation,
+    loss: &OnDeviceLoss,
     on_tick: &mut dyn FnMut(&mut Tick<'_>),
 ) -> std::io::Result<RunSummary> {
     let mut pool = PacketPool::new(POOL);
@@ -339,19 +603,14 @@ pub fn run(
     let mut tx = Transmit {
         control: Vec::with_capacity(CONTROL_QUEUE),
         plan: Plan::default(),
+        lost: [false; 2],
     };
     let mut summary = RunSummary::default();
     let start = Instant::now();
     let mut last_timeout = Duration::ZERO;
-    let receivers = sockets.receivers();
-    let mut fds: Vec<libc::pollfd> = receivers
-        .iter()
-        .map(|(_, s)| libc::pollfd {
-            fd: s.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+    let mut ports = [PortState::Present; 2];
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(sockets.receiver_count());
+    poll_set(sockets, &ports, &mut fds);
     let mut moderator = Moderator::new(moderation);
     while !stop.load(Ordering::Relaxed) {
         let wall = Instant::now();
@@ -363,11 +622,17 @@ pub fn run(
         // Packets handed to the gateway this turn (segments, not frames:
         // one super-packet is a full turn's work).
         let mut handed = 0;
-        for (port, device) in &receivers {
+        // A port's state changed: the poll set is made again.
+        let mut moved = false;
+        for i in 0..sockets.receiver_count() {
+            let (port, device) = sockets.receiver(i);
+            if ports[port.index()] == PortState::Lost {
+                continue;
+            }
             let n = match device.recv_batch(&mut pool, &mut raw, BATCH, &mut scratch) {
                 Ok(n) => n,
                 Err(e) if e.raw_os_error() == Some(libc::ENETDOWN) => {
-                    socket_error(*port, device, &mut summary)?;
+                    moved |= socket_error(port, device, &mut summary, loss, &mut ports)?;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -385,13 +650,13 @@ pub fn run(
                 // is not drained by one receive.
                 if bufs.len() >= BATCH {
                     handed += bufs.len();
-                    gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
+                    gateway.handle_batch(now, port, &mut bufs, &mut out, &mut pool);
                     tx.send(&mut out, &mut pool, sockets, &mut summary);
                 }
             }
             if !bufs.is_empty() {
                 handed += bufs.len();
-                gateway.handle_batch(now, *port, &mut bufs, &mut out, &mut pool);
+                gateway.handle_batch(now, port, &mut bufs, &mut out, &mut pool);
             }
         }
         gateway.poll(now, &mut out, &mut pool);
@@ -403,15 +668,24 @@ pub fn run(
             last_timeout = now;
             // A device that was down: up again (its sockets came back with
             // it), or gone meanwhile.
-            for (port, device) in &receivers {
+            for port in [Port::Inside, Port::Outside] {
+                let device = sockets.transmit_on(port);
                 if let (true, Device::Packet(socket)) = (summary.link_down[port.index()], device) {
                     match socket.link() {
                         LinkState::Up => summary.link_down[port.index()] = false,
                         LinkState::Down => {}
-                        LinkState::Gone => socket_error(*port, device, &mut summary)?,
+                        LinkState::Gone => {
+                            moved |= socket_error(port, device, &mut summary, loss, &mut ports)?;
+                        }
                     }
                 }
             }
+            // A device that was deleted: back, its sockets opened again.
+            moved |= rejoin(sockets, loss, &mut ports, &mut summary)?;
+        }
+        if moved {
+            poll_set(sockets, &ports, &mut fds);
+            tx.lost = ports.map(|p| p == PortState::Lost);
         }
         tx.send(&mut out, &mut pool, sockets, &mut summary);
         summary.pool_in_use = pool.in_use();
@@ -423,6 +697,8 @@ pub fn run(
             received: &tx.control,
             out: &mut out,
             pool: &mut pool,
+            sockets,
+            loss,
         });
         for buf in tx.control.drain(..) {
             pool.free(buf);
@@ -433,17 +709,19 @@ pub fn run(
             summary.moderated += 1;
             std::thread::sleep(wait);
         }
-        if idle && gateway.in_flight() == 0 {
+        let polled = if idle && gateway.in_flight() == 0 {
             // Nothing to do: sleep until a frame arrives, the gateway's next
             // deadline, or 10 ms pass: commands from the control plane that
             // other workers wait on.
             let wait = idle_wait_ms(now, gateway.poll_timeout());
             // SAFETY: fds is a live array of pollfd of the length given.
-            if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) } > 0 {
-                poll_errors(&receivers, &fds, &mut summary)?;
-            }
-        } else if idle && wait_for_engine(gateway, now, &mut fds) {
-            poll_errors(&receivers, &fds, &mut summary)?;
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) > 0 }
+        } else {
+            idle && wait_for_engine(gateway, now, &mut fds)
+        };
+        if polled && poll_errors(sockets, &fds, &mut summary, loss, &mut ports)? {
+            poll_set(sockets, &ports, &mut fds);
+            tx.lost = ports.map(|p| p == PortState::Lost);
         }
     }
     summary.kernel_drops += sockets.kernel_drops();
@@ -502,6 +780,9 @@ fn wait_for_engine(gateway: &mut Gateway, now: Duration, fds: &mut [libc::pollfd
 struct Transmit {
     control: Vec<PacketBuf>,
     plan: Plan,
+    /// Ports whose device is deleted: what would go out there is counted
+    /// as not sent, without a system call per frame on a dead socket.
+    lost: [bool; 2],
 }
 
 impl Transmit {
@@ -516,6 +797,11 @@ impl Transmit {
     ) {
         let (control, plan) = (&mut self.control, &mut self.plan);
         for port in [Port::Inside, Port::Outside] {
+            if self.lost[port.index()] {
+                summary.send_errors +=
+                    out.iter().filter(|(_, v)| *v == Verdict::Forward(port)).count() as u64;
+                continue;
+            }
             let device = sockets.transmit_on(port);
             let mut frames: [&mut [u8]; MAX_BATCH] = std::array::from_fn(|_| &mut [][..]);
             let mut n = 0;
@@ -565,6 +851,10 @@ impl RunSummary {
         self.moderated += other.moderated;
         self.link_downs += other.link_downs;
         for (mine, theirs) in self.link_down.iter_mut().zip(other.link_down) {
+            *mine |= theirs;
+        }
+        self.devices_lost = self.devices_lost.max(other.devices_lost);
+        for (mine, theirs) in self.device_lost.iter_mut().zip(other.device_lost) {
             *mine |= theirs;
         }
     }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use smoltcp::wire::{EthernetAddress, Ipv4Cidr};
 use spd_sad::{IpPrefix, Ipv4Prefix, Mode, PolicyDirection, SaDirection};
 
-use crate::{Config, ConfigError};
+use crate::{Config, ConfigError, DeviceLoss};
 
 /// Deterministic key bytes for tests: byte `i` is `i * step + seed`
 /// (wrapping), so that every end and direction can have its own key.
@@ -154,6 +154,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// `[gateway] on_device_loss`: what `espgw run` does when a device is
+    /// deleted.
+    pub fn on_device_loss(mut self, loss: DeviceLoss) -> Self {
+        self.gateway.on_device_loss = Some(loss);
+        self
+    }
+
     /// The `[accel]` section.
     pub fn accel(mut self, accel: AccelSection) -> Self {
         self.accel = accel;
@@ -269,6 +276,10 @@ pub struct GatewaySection {
     /// numbers (relative to the file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
+    /// `on_device_loss`: `wait` for a deleted device to come back, or
+    /// `exit` (absent: `wait`).
+    #[serde(default, with = "opt_text", skip_serializing_if = "Option::is_none")]
+    pub on_device_loss: Option<DeviceLoss>,
 }
 
 /// `[accel]`: which engine and how it is set up. Keywords the engine
@@ -951,6 +962,7 @@ mod tests {
             .outer_ttl(32)
             .nat_keepalive_s(7)
             .state_dir("state")
+            .on_device_loss(DeviceLoss::Exit)
             .accel(AccelSection {
                 engine: Some(EngineKind::Sec),
                 style: Some(Style::Sync),
@@ -1114,6 +1126,7 @@ mod tests {
         assert_eq!(config.outer_ttl, 32);
         assert_eq!(config.nat_keepalive, Some(std::time::Duration::from_secs(7)));
         assert_eq!(config.state_dir, Some(std::path::PathBuf::from("state")));
+        assert_eq!(config.on_device_loss, DeviceLoss::Exit);
 
         let EngineSpec {
             kind, buffers, sec, ..

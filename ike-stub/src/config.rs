@@ -213,6 +213,25 @@ impl Keying {
     }
 }
 
+/// What `espgw run` does when the device of one of its interfaces is
+/// deleted (`[gateway] on_device_loss`). Read at start: a reload that
+/// changes it is refused (waiting needs a helper process that only a start
+/// can fork, see `espgw run`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, strum::VariantNames, strum::EnumString, strum::Display,
+)]
+#[strum(serialize_all = "kebab-case")]
+pub enum DeviceLoss {
+    /// Keep running with every SA and counter, use no CPU for that
+    /// device, and open its sockets again once a device of that name is
+    /// back and up.
+    #[default]
+    Wait,
+    /// Stop with an error naming the device, for a service manager to
+    /// start the gateway again.
+    Exit,
+}
+
 /// Bounds against floods (`[limits]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FloodLimits {
@@ -286,6 +305,8 @@ pub struct Config {
     /// The permission bits of the file as it was read ([`Config::load`]);
     /// `None` for text parsed without a file.
     pub file_mode: Option<u32>,
+    /// `[gateway] on_device_loss`.
+    pub on_device_loss: DeviceLoss,
 }
 
 impl Config {
@@ -864,6 +885,7 @@ impl Validator<'_> {
                     .map_or_else(|| dir.to_path_buf(), |base| base.join(dir))
             }),
             file_mode: None,
+            on_device_loss: self.on_device_loss()?,
         })
     }
 
@@ -938,6 +960,19 @@ impl Validator<'_> {
             );
         }
         Ok(())
+    }
+
+    /// `[gateway] on_device_loss`: `wait` unless the file says `exit`.
+    fn on_device_loss(&self) -> Result<DeviceLoss, ConfigError> {
+        self.raw
+            .gateway
+            .on_device_loss
+            .as_ref()
+            .map_or(Ok(DeviceLoss::default()), |at| {
+                self.keyword(at, ConfigErrorKind::Value, |other, expected| {
+                    format!("[gateway] on_device_loss `{other}` must be {expected}")
+                })
+            })
     }
 
     /// `[gateway] nat_keepalive_s`: RFC 3948 §2.3 leaves the interval to

@@ -25,13 +25,15 @@ pub mod message;
 pub mod plane;
 pub mod prf;
 mod raw;
+pub mod removal;
 pub mod request;
 pub mod xfrm;
 
 pub use config::{
-    Config, FloodLimits, KeySource, Keying, LinkOverrides, PolicyAction, PolicySetup, RekeySettings,
-    SaConfig, TunnelConfig,
+    Config, DeviceLoss, FloodLimits, KeySource, Keying, LinkOverrides, PolicyAction, PolicySetup,
+    RekeySettings, SaConfig, TunnelConfig,
 };
 pub use error::{ConfigError, ConfigErrorKind};
 pub use plane::{ControlCounters, ControlPlane, Datagram, ReloadError, ReloadReport, TunnelStatus};
+pub use removal::{Removal, RemovalNote};
 pub use request::{ControlRequest, RequestError};

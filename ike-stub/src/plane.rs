@@ -48,6 +48,7 @@ use spd_sad::{PolicyDirection, SaDirection, SaEvent, SaParams, Selector, UdpEnca
 use crate::config::{Config, PolicySetup, RekeySettings, SaConfig, TunnelConfig};
 use crate::message::{peek, ControlSpi, Kind, Message, MessageError, SPI_LEN};
 use crate::prf::{ControlKeys, Side, TunnelSecrets, NONCE_LEN};
+use crate::removal::{Issued, Removal, RemovalNote};
 use dataplane::nat::NON_ESP_MARKER;
 use dataplane::CONTROL_PORT;
 
@@ -521,7 +522,7 @@ pub struct ControlPlane {
     /// every worker's copy of an SA reports its own.
     expiries_logged: HashSet<(String, bool)>,
     reserved: HashSet<u32>,
-    commands: Vec<SaCommand>,
+    commands: Issued,
     commands_issued: u64,
     datagrams: Vec<Datagram>,
     counters: ControlCounters,
@@ -539,7 +540,7 @@ impl ControlPlane {
             sa_spis: HashMap::new(),
             expiries_logged: HashSet::new(),
             reserved: HashSet::new(),
-            commands: Vec::new(),
+            commands: Issued::default(),
             commands_issued: 0,
             datagrams: Vec::new(),
             counters: ControlCounters::default(),
@@ -581,7 +582,13 @@ impl ControlPlane {
 
     /// Takes the commands issued since the last call, in order.
     pub fn take_commands(&mut self, into: &mut Vec<SaCommand>) {
-        into.append(&mut self.commands);
+        self.commands.take(into);
+    }
+
+    /// [`take_commands`](Self::take_commands), each SA removal with why
+    /// (for its `sa_removed` line).
+    pub fn take_noted_commands(&mut self, into: &mut Vec<(SaCommand, Option<RemovalNote>)>) {
+        self.commands.take_noted(into);
     }
 
     /// Takes the datagrams to send, in order.
@@ -632,16 +639,26 @@ impl ControlPlane {
                 self.sa_spis.insert(new.params.name.clone(), new.params.spi);
                 self.forget_expiries(&new.params.name);
             }
-            SaCommand::RemoveSa(name) => {
-                self.inbound_spis.remove(name);
-                self.sa_spis.remove(name);
-                self.forget_expiries(name);
-                self.counters.sas_deleted += 1;
-            }
+            SaCommand::RemoveSa(name) => self.forget_sa(name),
             _ => {}
         }
         self.commands.push(command);
         self.commands_issued += 1;
+    }
+
+    /// Issues the removal of SA `name` of tunnel `tunnel`, for `why`.
+    fn remove_sa(&mut self, name: String, why: Removal, tunnel: Option<&str>) {
+        self.forget_sa(&name);
+        self.commands.remove_sa(name, why, tunnel);
+        self.commands_issued += 1;
+    }
+
+    /// What the plane knows of SA `name` goes with it.
+    fn forget_sa(&mut self, name: &str) {
+        self.inbound_spis.remove(name);
+        self.sa_spis.remove(name);
+        self.forget_expiries(name);
+        self.counters.sas_deleted += 1;
     }
 
     fn forget_expiries(&mut self, name: &str) {
@@ -732,8 +749,9 @@ impl ControlPlane {
         for name in &names {
             tunnel.soft_seen.remove(name);
         }
+        let tunnel = tunnel.config.name.clone();
         for name in names {
-            self.command(SaCommand::RemoveSa(name));
+            self.remove_sa(name, Removal::Unconfirmed, Some(&tunnel));
         }
     }
 
@@ -974,7 +992,7 @@ impl ControlPlane {
                         None,
                         "a replaced SA kept for the peer is removed",
                     );
-                    self.command(SaCommand::RemoveSa(old));
+                    self.remove_sa(old, Removal::ExpiredHard, Some(&tunnel_name));
                 } else if tunnel.retiring.iter().any(|(n, _)| n == name) {
                     self.log_expiry(
                         name,
@@ -1924,7 +1942,15 @@ impl ControlPlane {
                     tunnel.phase = Phase::Idle;
                     tunnel.note =
                         Some("a rekey we answered was never confirmed; its SAs were removed".into());
-                    tracing::warn!(tunnel = %tunnel.config.name, generation, "rekey answered but never confirmed: its SAs are removed");
+                    tracing::warn!(
+                        event = "exchange_failed",
+                        tunnel = %tunnel.config.name,
+                        peer = %tunnel.config.remote,
+                        generation,
+                        role = "responder",
+                        reason = "the initiator never confirmed the rekey we answered; its SAs are removed",
+                        "rekey answered but never confirmed: its SAs are removed"
+                    );
                     self.counters.responded_expired += 1;
                     self.remove_pair(index, generation);
                 }
@@ -1967,8 +1993,9 @@ impl ControlPlane {
             }
             let tunnel = &mut self.tunnels[index];
             let retry = matches!(tunnel.phase, Phase::Idle) && tunnel.retry_at.is_some_and(|at| at <= now);
+            let tunnel_name = tunnel.config.name.clone();
             for name in due {
-                self.command(SaCommand::RemoveSa(name));
+                self.remove_sa(name, Removal::Rekeyed, Some(&tunnel_name));
             }
             if let Some(wire) = resend {
                 self.counters.retransmitted += 1;
@@ -2044,9 +2071,12 @@ impl ControlPlane {
         };
         tunnel.note = Some(why.into());
         tracing::warn!(
+            event = "exchange_failed",
             tunnel = %tunnel.config.name,
             peer = %tunnel.config.remote,
+            role = "initiator",
             tries = settings.retries + 1,
+            reason = why,
             "{why}"
         );
         // SAs kept to their hard lifetime are bounded: an SA with only a
@@ -2062,7 +2092,8 @@ impl ControlPlane {
         if kept.len() > MAX_KEPT_UNCONFIRMED {
             let (oldest, _) = tunnel.retiring.remove(kept[0]);
             tunnel.soft_seen.remove(&oldest);
-            self.command(SaCommand::RemoveSa(oldest));
+            let tunnel_name = tunnel.config.name.clone();
+            self.remove_sa(oldest, Removal::KeptTooMany, Some(&tunnel_name));
         }
     }
 
@@ -2094,6 +2125,7 @@ impl ControlPlane {
         if old.name != new.name
             || old.outer_ttl != new.outer_ttl
             || old.allow_insecure_null != new.allow_insecure_null
+            || old.on_device_loss != new.on_device_loss
         {
             fixed.push("[gateway]");
         }
@@ -2253,14 +2285,14 @@ impl ControlPlane {
                 self.reserved.remove(&spi);
             }
             for sa in tunnel.all_sas().into_iter().filter(|sa| !carried.contains(sa)) {
-                self.command(SaCommand::RemoveSa(sa));
+                self.remove_sa(sa, Removal::Reload, Some(name.as_str()));
             }
         }
         for name in policy_gone {
             self.command(SaCommand::RemovePolicy(name));
         }
         for name in sa_gone.into_iter().filter(|sa| !carried.contains(sa)) {
-            self.command(SaCommand::RemoveSa(name));
+            self.remove_sa(name, Removal::Reload, None);
         }
         for (sa, selectors) in reselected {
             self.command(SaCommand::SetSelectors { sa, selectors });

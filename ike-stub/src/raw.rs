@@ -99,6 +99,8 @@ pub(crate) struct RawGateway {
     pub nat_keepalive_s: Option<S<i64>>,
     /// Where sequence numbers of SAs with static keys are kept.
     pub state_dir: Option<S<String>>,
+    /// What `espgw run` does when one of its devices is deleted.
+    pub on_device_loss: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -906,6 +906,37 @@ fn nat_keepalive_interval_is_bounded() {
     );
 }
 
+/// `[gateway] on_device_loss`: `wait` by default, `exit` on request, and
+/// any other word refused at the value, naming the two.
+#[test]
+fn on_device_loss_is_wait_or_exit() {
+    assert_eq!(
+        parse(&format!("{BASE}{SA}")).unwrap().on_device_loss,
+        ike_stub::DeviceLoss::Wait
+    );
+    for (word, loss) in [
+        ("wait", ike_stub::DeviceLoss::Wait),
+        ("exit", ike_stub::DeviceLoss::Exit),
+    ] {
+        let text = BASE.replace(
+            "name = \"t\"\n",
+            &format!("name = \"t\"\non_device_loss = \"{word}\"\n"),
+        );
+        assert_eq!(parse(&format!("{text}{SA}")).unwrap().on_device_loss, loss);
+    }
+    let text = BASE.replace("name = \"t\"\n", "name = \"t\"\non_device_loss = \"restart\"\n");
+    let err = parse(&format!("{text}{SA}")).expect_err("refused");
+    assert_eq!((err.line, err.column), (3, 18), "{err}");
+    assert!(
+        err.to_string()
+            .contains("[gateway] on_device_loss `restart` must be `wait` or `exit`"),
+        "{err}"
+    );
+    let text = BASE.replace("name = \"t\"\n", "name = \"t\"\non_device_loss = true\n");
+    let err = parse(&format!("{text}{SA}")).expect_err("refused");
+    assert_eq!(err.line, 3, "{err}");
+}
+
 /// Keyword fields are parsed by derived `FromStr`s; an unknown word is
 /// named, with every accepted one, at the value.
 #[test]

@@ -90,6 +90,15 @@ fn run(name: &str, durable: bool) -> (XfrmMirror, Vec<SaCommand>) {
 const LAB_A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
 fn run_with(name: &str, settings: MirrorSettings) -> (XfrmMirror, Vec<SaCommand>) {
+    let (mirror, noted) = run_noted(name, settings);
+    (mirror, noted.into_iter().map(|(command, _)| command).collect())
+}
+
+/// [`run_with`], each SA removal with the mirror's note of why.
+fn run_noted(
+    name: &str,
+    settings: MirrorSettings,
+) -> (XfrmMirror, Vec<(SaCommand, Option<ike_stub::RemovalNote>)>) {
     let mut mirror = XfrmMirror::new(settings);
     let mut commands = Vec::new();
     for step in read_fixture(name) {
@@ -97,9 +106,22 @@ fn run_with(name: &str, settings: MirrorSettings) -> (XfrmMirror, Vec<SaCommand>
             Step::Dump(kind) => mirror.begin_dump(kind),
             Step::Datagram(bytes) => mirror.handle_datagram(Duration::from_secs(1), &bytes),
         }
-        mirror.take_commands(&mut commands);
+        mirror.take_noted_commands(&mut commands);
     }
     (mirror, commands)
+}
+
+/// The SAs fixture `name` removes (with `settings`), each with the reason
+/// its `sa_removed` line gives.
+fn removals(name: &str, settings: MirrorSettings) -> Vec<String> {
+    run_noted(name, settings)
+        .1
+        .into_iter()
+        .filter_map(|(command, note)| match command {
+            SaCommand::RemoveSa(sa) => Some(format!("{sa} {}", note.map_or("(none)", |n| n.why.as_str()))),
+            _ => None,
+        })
+        .collect()
 }
 
 fn rendered(commands: &[SaCommand]) -> Vec<String> {
@@ -866,6 +888,35 @@ fn deletes_remove_policies_and_sas() {
     let c = mirror.counters();
     assert_eq!((c.sas_mirrored, c.policies_mirrored), (0, 0));
     assert!(mirror.sas().is_empty());
+}
+
+/// Why each SA went, for its `sa_removed` line: charon deleting the old
+/// SAs once a rekey installed new ones (with new keys), then the tunnel's
+/// at its teardown (the inbound one left without a policy naming it
+/// first); and the same teardown, built.
+#[test]
+fn removals_say_why() {
+    let lab = MirrorSettings {
+        local_addresses: vec![LAB_A],
+        durable_sequences: true,
+    };
+    assert_eq!(
+        removals("captured-strongswan-gcm-rekey.nl", lab),
+        [
+            "xfrm-r1-out-cce94140 xfrm_rekeyed",
+            "xfrm-r1-in-cc263aba xfrm_rekeyed",
+            // The teardown: charon deletes the policies first.
+            "xfrm-r1-in-ca65079c xfrm_unselected",
+            "xfrm-r1-out-cb91bc29 xfrm_deleted",
+        ]
+    );
+    assert_eq!(
+        removals("built-delete.nl", settings(true)),
+        [
+            "xfrm-r1-out-c0000001 xfrm_deleted",
+            "xfrm-r1-in-c0000002 xfrm_unselected"
+        ]
+    );
 }
 
 #[test]

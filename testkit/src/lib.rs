@@ -50,6 +50,23 @@ pub fn root_and_tools(why_root: &str, tools: &[(&str, &str)]) -> Result<(), Stri
     Ok(())
 }
 
+/// The probe of a test that adds XFRM policies in a namespace of its own:
+/// root, `ip`, and a kernel with XFRM netlink (`CONFIG_XFRM_USER`).
+pub fn xfrm_netlink() -> Result<(), String> {
+    root_and_tools("network namespaces and XFRM policies", &[("ip", "iproute2")])?;
+    let listed = std::process::Command::new("ip")
+        .args(["xfrm", "policy", "count"])
+        .output()
+        .map_err(|e| format!("cannot run `ip xfrm policy count`: {e}"))?;
+    if !listed.status.success() {
+        return Err(format!(
+            "`ip xfrm policy count` failed (a kernel without XFRM netlink, CONFIG_XFRM_USER): {}",
+            String::from_utf8_lossy(&listed.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
 /// The environment variable that names the skips CI accepts.
 pub const SKIPS_VAR: &str = "ESPGW_SKIPS";
 

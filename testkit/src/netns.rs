@@ -40,6 +40,15 @@ pub fn veth(left: &str, left_ns: &str, right: &str, right_ns: &str) {
     ip(&["-n", right_ns, "link", "set", right, "up"]);
 }
 
+/// Moves the calling thread into namespace `ns` (a network namespace is
+/// per thread: the test's other threads stay where they are).
+pub fn enter(ns: &str) {
+    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
+    // SAFETY: setns on a namespace file we opened; affects only this thread.
+    let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+    assert_eq!(r, 0, "setns {ns}: {}", std::io::Error::last_os_error());
+}
+
 /// Runs `argv` in namespace `ns` and returns its standard output, failing
 /// the test if it fails.
 pub fn output(ns: &str, argv: &[&str]) -> String {

@@ -44,6 +44,7 @@ use super::decode::{decode_datagram, Decoded};
 use super::policy::{self, PolicyKey, Template, TranslatedPolicy, Verdict};
 use super::sa::{self, Classified, SaKey, IPPROTO_ESP};
 use super::{feedback, Refusal, Refused};
+use crate::removal::{Issued, Removal, RemovalNote};
 use dataplane::command::{KeySource, PolicyAction, PolicySetup, SaCommand, SaSetup};
 
 /// What the mirror must know about the gateway it keys.
@@ -267,11 +268,11 @@ pub struct XfrmMirror {
     policies: BTreeMap<PolicyKey, MirroredPolicy>,
     /// Policies refused outright (no selector espgw can hold at all).
     refused_policies: BTreeMap<PolicyKey, (Refusal, u64)>,
-    /// SAs to take out once the policies using them have moved.
-    doomed: Vec<String>,
+    /// SAs to take out once the policies using them have moved, and why.
+    doomed: Vec<(String, Removal)>,
     /// Removed SAs that a rekey had replaced: see [`Self::take_superseded`].
     superseded: Vec<String>,
-    commands: Vec<SaCommand>,
+    commands: Issued,
     counters: MirrorCounters,
     /// The dump in progress, with its generation.
     dump: Option<(DumpKind, u64)>,
@@ -298,7 +299,7 @@ impl XfrmMirror {
             refused_policies: BTreeMap::new(),
             doomed: Vec::new(),
             superseded: Vec::new(),
-            commands: Vec::new(),
+            commands: Issued::default(),
             counters: MirrorCounters::default(),
             dump: None,
             generation: 0,
@@ -315,7 +316,13 @@ impl XfrmMirror {
 
     /// Moves the commands queued so far to `into`, in order.
     pub fn take_commands(&mut self, into: &mut Vec<SaCommand>) {
-        into.append(&mut self.commands);
+        self.commands.take(into);
+    }
+
+    /// [`take_commands`](Self::take_commands), each SA removal with why
+    /// (for its `sa_removed` line).
+    pub fn take_noted_commands(&mut self, into: &mut Vec<(SaCommand, Option<RemovalNote>)>) {
+        self.commands.take_noted(into);
     }
 
     /// Every mirrored SA (refused ones are not SAs of the gateway).
@@ -735,7 +742,7 @@ impl XfrmMirror {
                     } else {
                         // The same SPI with other keys: a new SA.
                         self.counters.sas_installed += 1;
-                        self.commands.push(SaCommand::RemoveSa(old_name));
+                        self.commands.remove_sa(old_name, Removal::XfrmReplaced, None);
                         self.commands.push(SaCommand::InstallSa(Box::new(config)));
                     }
                 }
@@ -803,11 +810,14 @@ impl XfrmMirror {
                             && o.state == SaState::Installed
                             && o.shape.keys != sa.shape.keys
                     });
-                if replaced {
+                let why = if replaced {
                     self.counters.sas_superseded += 1;
                     self.superseded.push(sa.name.clone());
-                }
-                self.doomed.push(sa.name);
+                    Removal::XfrmRekeyed
+                } else {
+                    Removal::XfrmDeleted
+                };
+                self.doomed.push((sa.name, why));
             }
         }
     }
@@ -1005,7 +1015,7 @@ impl XfrmMirror {
                         "xfrm: inbound SA {} is named by no policy any more and is taken out",
                         sa.name
                     );
-                    self.doomed.push(sa.name.clone());
+                    self.doomed.push((sa.name.clone(), Removal::XfrmUnselected));
                 }
                 SaState::Installed if selectors != sa.selectors => {
                     sa.selectors = selectors.clone();
@@ -1074,8 +1084,8 @@ impl XfrmMirror {
                 }),
             }
         }
-        for name in self.doomed.drain(..) {
-            self.commands.push(SaCommand::RemoveSa(name));
+        for (name, why) in std::mem::take(&mut self.doomed) {
+            self.commands.remove_sa(name, why, None);
         }
         self.counters.policies_held = held;
         self.counters.policies_mirrored =

@@ -42,9 +42,16 @@ const NS: &str = "espgw-iobench";
 pub struct IoResult {
     /// `receive` or `transmit`.
     pub direction: &'static str,
+    /// The method measured: a receiver (`ring`, `recvmmsg`,
+    /// `recvmmsg_plain`, `pnet`, `io_uring`, `tpacket_v3`) or a transmitter
+    /// (`send`, `sendmmsg`, `send_vnet`, `sendmmsg_vnet`).
     pub method: &'static str,
+    /// Ethernet frame size in bytes on the wire, FCS included.
     pub frame_size: usize,
+    /// Frames received (or taken by the kernel, for `transmit`) per second
+    /// of the timed run.
     pub frames_per_second: f64,
+    /// `frames_per_second` × `frame_size` in Gbit/s (10^9 bits per second).
     pub gbit_per_second: f64,
 }
 

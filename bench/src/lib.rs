@@ -6,6 +6,8 @@
 //! must not reach into the dataplane's internals or time anything but whole
 //! batches through public entry points.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod html;
 pub mod io;
 pub mod measure;
@@ -33,7 +35,11 @@ use dataplane::Gateway;
 
 use crate::scenario::{CompletionMode, Knobs, Scenario};
 
+/// Frame sizes of the default sweep (`--sizes`), in bytes on the wire with
+/// FCS: from the smallest Ethernet frame to the largest untagged one.
 pub const DEFAULT_SIZES: [usize; 7] = [64, 128, 256, 512, 1024, 1420, 1518];
+/// Transforms of the default sweep (`--algorithms`): the two AEADs
+/// (AES-GCM, ChaCha20-Poly1305), AES-CBC and 3DES-CBC with HMAC-SHA-1.
 pub const DEFAULT_ALGORITHMS: [Algorithm; 4] = [
     Algorithm::Aes128Gcm16,
     Algorithm::ChaCha20Poly1305,
@@ -196,6 +202,8 @@ pub enum Path {
 }
 
 impl Path {
+    /// The path's name in the results' JSON and CSV: `encap`, `decap`,
+    /// `round-trip`, `encrypt` or `decrypt`.
     pub fn name(self) -> &'static str {
         self.into()
     }
@@ -229,10 +237,16 @@ pub struct Metrics {
 /// One measured cell.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Cell {
+    /// What ran: the traffic and, for ESP, the transform, engine, style and
+    /// knobs; serialised as its name (`aes128gcm16/sec/async`).
     pub scenario: Scenario,
+    /// Which gateways (or which primitive direction) the time covers.
     pub path: Path,
+    /// Ethernet frame size in bytes on the wire, FCS included (64..=1518).
     pub frame_size: usize,
+    /// Time per packet in each timed repetition, and the packets counted.
     pub samples: Samples,
+    /// Per-packet figures from the engine's counters.
     pub metrics: Metrics,
     /// `sec` model cells: host measured, device modelled (`samples` then
     /// holds the system's time per packet per repetition).
@@ -240,14 +254,19 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// Median time per packet over the repetitions, in ns: the cell's
+    /// headline figure (`ns_per_packet` in the JSON and CSV).
     pub fn ns(&self) -> f64 {
         self.samples.median()
     }
 
+    /// Packets per second one core handles at [`Cell::ns`] per packet.
     pub fn packets_per_second(&self) -> f64 {
         1e9 / self.ns()
     }
 
+    /// [`Cell::packets_per_second`] in Gbit/s (10^9 bits per second) of
+    /// whole `frame_size`-byte frames, FCS included.
     pub fn gbit_per_second(&self) -> f64 {
         self.packets_per_second() * self.frame_size as f64 * 8.0 / 1e9
     }
@@ -267,6 +286,8 @@ impl Cell {
 /// Results of a sweep, plus what is needed to read them.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Sweep {
+    /// Every measured cell in the order run: the main scenarios at each
+    /// size, then the comparison cells, then the study cells.
     pub cells: Vec<Cell>,
     /// Engines and styles of the ESP scenarios, buffers, completion, rate.
     pub engine: String,
@@ -275,8 +296,11 @@ pub struct Sweep {
     pub knobs: Knobs,
     /// Rate model of the sec engine (`none` or `sec2-266mhz`).
     pub rate: String,
+    /// The CPU the cells ran on, and its clock for estimated cycles.
     pub machine: report::Machine,
+    /// Length of one timed repetition in ms (`--slice-ms`).
     pub slice_ms: u64,
+    /// Timed repetitions per cell after the warm-up (`--repetitions`).
     pub repetitions: usize,
     /// Packets per repetition of a sec model cell.
     pub packets: usize,
@@ -295,7 +319,10 @@ pub struct Sweep {
 /// modelled part's.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Speedup {
+    /// The primitive's name (`3DES-CBC`, `AES-128-GCM`, `HMAC-SHA-1`, ...),
+    /// one of [`offload::PRIMITIVES`].
     pub primitive: &'static str,
+    /// Bytes one operation processes.
     pub payload: usize,
     /// Measured: median ns per operation.
     pub software_ns: f64,
@@ -305,6 +332,7 @@ pub struct Speedup {
 }
 
 impl Sweep {
+    /// The cell of `scenario` on `path` at `frame_size` bytes, if measured.
     pub fn get(&self, scenario: Scenario, path: Path, frame_size: usize) -> Option<&Cell> {
         self.cells
             .iter()

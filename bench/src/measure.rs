@@ -113,6 +113,7 @@ pub struct Samples {
 }
 
 impl Samples {
+    /// Median of [`Samples::ns_per_packet`], in ns; NaN with no repetition.
     pub fn median(&self) -> f64 {
         let mut v = self.ns_per_packet.clone();
         v.sort_by(f64::total_cmp);
@@ -134,7 +135,10 @@ impl Samples {
 /// How long and how often to measure.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
+    /// Wall-clock length of one timed repetition; the warm-up before them
+    /// runs for half of it.
     pub slice: Duration,
+    /// Timed repetitions after the warm-up, each giving one sample.
     pub repetitions: usize,
 }
 
@@ -149,6 +153,8 @@ pub struct Stopwatch<'a> {
 }
 
 impl Stopwatch<'_> {
+    /// Runs `work`, adding its wall time (and its cycles, where counted)
+    /// to the repetition's timed part, and returns its result.
     #[inline]
     pub fn time<T>(&mut self, work: impl FnOnce() -> T) -> T {
         if let Some(c) = self.counter {

@@ -51,8 +51,13 @@ pub struct Modelled {
     /// Modelled host costs per packet (doorbells, interrupts, completion
     /// misses), and with polling the spin until completions.
     pub host_ns: f64,
+    /// The part of `host_ns` spent on doorbell MMIO writes (one per burst).
     pub doorbell_ns: f64,
+    /// The part of `host_ns` spent entering, handling and leaving
+    /// interrupts.
     pub interrupt_ns: f64,
+    /// The part of `host_ns` spent on cache misses reading completions
+    /// (status words, ring entries).
     pub completion_ns: f64,
     /// Spin per packet (polling only): waits charged to the host.
     pub spin_ns: f64,
@@ -63,18 +68,27 @@ pub struct Modelled {
     pub engine_ns: f64,
     /// Busy time of the shared bus per packet.
     pub bus_ns: f64,
+    /// Bytes moved across the bus per packet: descriptors, keys and
+    /// context, data in and results out.
     pub bus_bytes: f64,
+    /// Doorbells rung per packet (one per burst that handed the engine a
+    /// job).
     pub doorbells: f64,
+    /// Interrupts raised per packet (0 with polling).
     pub interrupts: f64,
+    /// Descriptors submitted to the engine per packet.
     pub descriptors: f64,
-    /// Busiest execution unit's and bus's busy time over the timeline.
+    /// Busiest execution unit's busy time over the timeline, as a fraction
+    /// (1.0 = never idle).
     pub eu_utilisation: f64,
+    /// The bus's busy time over the timeline, as a fraction.
     pub bus_utilisation: f64,
 }
 
 /// One `sec` cell's figures.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Offload {
+    /// The model's figures per packet, bit-identical from run to run.
     pub modelled: Modelled,
     /// The host's own work per packet, measured, one per repetition.
     pub host_measured_ns: Vec<f64>,
@@ -103,6 +117,8 @@ impl Offload {
             .collect()
     }
 
+    /// The host's own work per packet in ns, measured: the median of
+    /// [`Offload::host_measured_ns`].
     pub fn host_measured(&self) -> f64 {
         median(&self.host_measured_ns)
     }
@@ -119,6 +135,8 @@ impl Offload {
     }
 }
 
+/// Median of `v` (the mean of the middle two for an even count); NaN when
+/// `v` is empty.
 pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -170,7 +188,10 @@ impl Snap {
 pub struct Traffic<'a> {
     /// The frames of one packet (one, or an ESP packet's fragments).
     pub frames: &'a [Vec<u8>],
+    /// The port the frames enter the gateway on.
     pub from: Port,
+    /// The port every packet must be forwarded to; any other verdict fails
+    /// the run.
     pub to: Port,
     /// Frames forwarded per packet (encap of a fragmented packet: 2).
     pub outputs_per_packet: usize,
@@ -180,6 +201,8 @@ pub struct Traffic<'a> {
 
 /// The streaming driver of one gateway on the modelled clock.
 pub struct Driver {
+    /// The modelled clock: advanced by the model's host charges and moved
+    /// to the engine's next completion when the host waits.
     pub now: Duration,
     pool: PacketPool,
     bufs: Vec<PacketBuf>,
@@ -193,6 +216,9 @@ pub struct Driver {
 }
 
 impl Driver {
+    /// A driver at modelled time zero feeding bursts of `burst` packets (at
+    /// least 1), with a pool for a burst beside a full [`WINDOW`] in flight;
+    /// with `completion` polling, its waits are charged as spins.
     pub fn new(gateway: &Gateway, completion: Completion, burst: usize) -> Driver {
         let _ = gateway;
         let burst = burst.max(1);
@@ -363,8 +389,13 @@ pub fn measure(
 /// descriptor kind that isolates it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Primitive {
+    /// The primitive's name in the study's rows and JSON (`AES-128-CBC`,
+    /// `HMAC-SHA-1`, ...).
     pub name: &'static str,
+    /// The ESP transform whose session (algorithm and keys) it runs under.
     pub algorithm: accel::Algorithm,
+    /// The descriptor kind that runs this primitive alone: cipher only, MAC
+    /// only, or an AEAD's single pass.
     pub kind: accel::DescriptorKind,
 }
 

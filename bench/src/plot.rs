@@ -61,19 +61,24 @@ pub enum XAxis {
 /// An annotated point (the crossover), drawn as a ring with its label.
 #[derive(Debug, Clone)]
 pub struct Marker {
+    /// Where the ring goes on the x axis, in the panel's data units.
     pub x: f64,
+    /// Where the ring goes on the y axis, in the panel's data units.
     pub y: f64,
+    /// Text drawn beside the ring (`crossover ...`).
     pub label: String,
 }
 
 /// One panel of a chart.
 #[derive(Debug, Clone, Default)]
 pub struct Panel {
+    /// The caption above the panel (an algorithm, size or engine).
     pub title: String,
     /// (legend index, points); bars: x is the group's index.
     pub series: Vec<(usize, Vec<(f64, f64)>)>,
     /// Bar group names.
     pub groups: Vec<String>,
+    /// Annotated points drawn over the series.
     pub markers: Vec<Marker>,
     /// A horizontal reference (a published figure), dashed and labelled.
     pub reference: Option<(f64, String)>,
@@ -105,14 +110,20 @@ impl Panel {
 pub struct Chart {
     /// File name stem (`--plot`) and the page's anchor.
     pub stem: &'static str,
+    /// The heading drawn at the image's top left.
     pub title: String,
     /// What the chart shows and where its numbers come from.
     pub caption: String,
     /// Series names; series `i` is drawn in `COLORS[i]` in every panel.
     pub legend: Vec<String>,
+    /// The panels in reading order, up to three to a row.
     pub panels: Vec<Panel>,
+    /// How the x axis is scaled and labelled, the same in every panel.
     pub x: XAxis,
+    /// The x axis's description with its unit; a bar chart may leave it
+    /// empty.
     pub x_desc: String,
+    /// The y axis's description with its unit, unless a panel has its own.
     pub y_desc: String,
     /// Machine and timing, at the foot of the image.
     pub note: String,

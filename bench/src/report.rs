@@ -14,7 +14,9 @@ use crate::{Path, Sweep};
 /// What the numbers were measured on.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Machine {
+    /// The CPU's model name from /proc/cpuinfo (`unknown CPU` without one).
     pub cpu: String,
+    /// CPUs this process may run on.
     pub cores: usize,
     /// Nominal clock used to turn time into estimated cycles.
     pub mhz: Option<f64>,
@@ -23,6 +25,8 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// This machine: its CPU and clock from /proc/cpuinfo, and whether the
+    /// cycle counter opens.
     pub fn detect() -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let field = |name: &str| {
@@ -49,14 +53,18 @@ impl Machine {
 /// What else the numbers depend on: where and when they were taken.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Conditions {
+    /// The host's name (empty where unreadable).
     pub hostname: String,
+    /// The kernel's release, as `uname -r` prints it.
     pub kernel: String,
     /// The CPU reports a hypervisor (a VM: other guests share the host).
     pub virtualised: bool,
     /// The kernel's clock source, behind every time measured here.
     pub clocksource: String,
-    /// 1, 5 and 15 minute load averages when the run started and ended.
+    /// 1, 5 and 15 minute load averages when the run started (`None`:
+    /// unreadable).
     pub load_before: Option<[f64; 3]>,
+    /// The same load averages when the run ended.
     pub load_after: Option<[f64; 3]>,
     /// Seconds since the Unix epoch when the run started.
     pub started_unix: u64,
@@ -866,6 +874,9 @@ fn study_four(sweep: &Sweep) -> String {
     out
 }
 
+/// The sweep as `--json` and the report's bench.json hold it: machine,
+/// conditions, study answers, tenant rows, settings and speed-ups, and per
+/// cell its ns, packets/s, Gbit/s, estimated cycles, spread and metrics.
 pub fn json(sweep: &Sweep) -> Value {
     let cells: Vec<Value> = sweep
         .cells
@@ -912,6 +923,10 @@ pub fn json(sweep: &Sweep) -> Value {
     })
 }
 
+/// Writes one CSV row per cell to `path` (`--csv`, the report's bench.csv):
+/// scenario, path, size, ns, packets/s, Gbit/s, estimated cycles, spread
+/// and metrics, then the `sec` cells' offload figures (empty for other
+/// cells). Fails if `path` cannot be created or written.
 pub fn write_csv(sweep: &Sweep, path: &FsPath) -> anyhow::Result<()> {
     let mut writer = csv::Writer::from_path(path)?;
     writer.write_record([

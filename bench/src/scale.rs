@@ -49,13 +49,19 @@ use crate::scenario::{gateway, EngineSetup};
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct ScaleOptions {
+    /// Tunnel counts, one row group each (empty: one tunnel).
     pub tunnels: Vec<usize>,
     /// Total SPD sizes to pad to (each at least the tunnels' own policies);
     /// empty: the tunnels' policies alone.
     pub policies: Vec<usize>,
+    /// The tunnels' transform.
     pub algorithm: Algorithm,
+    /// Ethernet frame size of the traffic in bytes on the wire, FCS
+    /// included.
     pub frame_size: usize,
+    /// Wall-clock length of one timed encapsulation slice.
     pub slice: Duration,
+    /// Timed slices per row; the row reports their median.
     pub repetitions: usize,
     /// SAs installed (and deleted, and tunnels rekeyed) while traffic flows.
     pub churn: usize,
@@ -64,16 +70,25 @@ pub struct ScaleOptions {
 /// One row: one table size.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ScaleRow {
+    /// Tunnels installed: an SA pair and a protect policy each way each.
     pub tunnels: usize,
     /// Policies in the SPD (both directions).
     pub policies: usize,
     /// Selector shapes of the outbound SPD: probes of an uncached lookup.
     pub shapes: usize,
+    /// Encapsulation time per packet in ns, traffic spread evenly over
+    /// every tunnel: the median of the timed slices.
     pub encap_ns: f64,
+    /// Outbound SPD lookup time per packet in ns through the index alone
+    /// (as on a flow-cache miss), over the row's flows.
     pub spd_index_ns: f64,
+    /// Outbound SPD lookup time per packet in ns through the flow cache, as
+    /// the dataplane calls it, over the row's flows.
     pub spd_cached_ns: f64,
     /// Flow-cache hits over lookups during the encapsulation slices.
     pub cache_hit_rate: f64,
+    /// Bytes of state per SA, the mean over the SAD
+    /// ([`spd_sad::SecurityAssociation::state_bytes`]).
     pub sa_state_bytes: f64,
     /// One `handle_timeout` (the tick that adds up the usage of the SAs
     /// used since the last one and re-evaluates their lifetimes and those
@@ -87,15 +102,24 @@ pub struct ScaleRow {
     pub rss_bytes_per_tunnel: Option<f64>,
     /// Installing the tunnels (SAs and policies) at set-up, per second.
     pub setup_tunnels_per_s: f64,
+    /// SAs installed and then deleted during the churn, and tunnels
+    /// rekeyed (`--churn`).
     pub churn: usize,
+    /// SA installs per second while traffic flows (the commands alone
+    /// timed).
     pub installs_per_s: f64,
+    /// Tunnel rekeys per second while traffic flows: new outbound SA,
+    /// policy repointed, old SA deleted.
     pub rekeys_per_s: f64,
+    /// SA deletes per second while traffic flows.
     pub deletes_per_s: f64,
+    /// Seconds the churn's `churn` installs took in all.
     pub install_s: f64,
+    /// Seconds the churn's `churn` deletes took in all.
     pub delete_s: f64,
-    /// Packets of unchanged tunnels sent during the churn, and how many of
-    /// them did not leave encapsulated.
+    /// Packets of unchanged tunnels sent during the churn.
     pub churn_packets: u64,
+    /// Of `churn_packets`, those that did not leave encapsulated.
     pub churn_dropped: u64,
 }
 

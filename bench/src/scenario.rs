@@ -35,6 +35,8 @@ pub enum CompletionMode {
 accel::name_table!(CompletionMode);
 
 impl CompletionMode {
+    /// The mode named by a `--completion` value; fails with a message
+    /// naming the accepted values.
     pub fn parse(text: &str) -> anyhow::Result<CompletionMode> {
         text.parse().map_err(|_| {
             anyhow::anyhow!(
@@ -44,6 +46,8 @@ impl CompletionMode {
         })
     }
 
+    /// The engine's setting for this mode (coalesced: 8 completions or
+    /// 50 µs, whichever comes first).
     pub fn to_accel(self) -> Completion {
         match self {
             CompletionMode::Interrupt => Completion::Interrupt,
@@ -61,6 +65,7 @@ impl CompletionMode {
 /// apply to every main ESP scenario; the comparison cells change one or two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Knobs {
+    /// Registered buffers (zero copy) or a bounce buffer per request.
     pub buffers: BufferPolicy,
     /// Only the `sec` engine signals completions; ignored elsewhere.
     pub completion: CompletionMode,
@@ -107,14 +112,21 @@ pub enum Scenario {
     EspNull6,
     /// ESP with a transform, on an engine, in a submission style.
     Esp {
+        /// The ESP transform.
         algorithm: Algorithm,
+        /// The engine behind the boundary.
         engine: EngineKind,
+        /// How the gateway submits to it: sync, dual-pass or async.
         style: Style,
+        /// Buffers, completion, device profile and burst size.
         knobs: Knobs,
     },
     /// The transform's primitive alone over a buffer of the same size: the
     /// ceiling the ESP path is measured against.
-    RawCrypto { algorithm: Algorithm },
+    RawCrypto {
+        /// The transform whose primitive runs.
+        algorithm: Algorithm,
+    },
 }
 
 impl Scenario {
@@ -174,6 +186,8 @@ impl Scenario {
         }
     }
 
+    /// The scenario's transform (`null` for `esp-null-ipv6`); `None` for
+    /// plain forwarding.
     pub fn algorithm(&self) -> Option<Algorithm> {
         match *self {
             Scenario::Ipv4Forward | Scenario::Ipv6Forward => None,
@@ -335,7 +349,10 @@ fn between<A: Into<std::net::IpAddr>, P: Into<spd_sad::IpPrefix> + Copy>(
 /// The engine one scenario runs on.
 #[derive(Debug, Clone, Default)]
 pub struct EngineSetup {
+    /// The engine to build: kind, buffer policy and the `sec` model's
+    /// settings.
     pub spec: EngineSpec,
+    /// The submission style the gateway uses with it.
     pub style: Style,
 }
 
@@ -375,6 +392,7 @@ impl EngineSetup {
         }
     }
 
+    /// `kind/style`, e.g. `sec/async`.
     pub fn label(&self) -> String {
         format!("{}/{}", self.spec.kind, self.style)
     }

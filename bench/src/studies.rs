@@ -33,13 +33,20 @@ pub const INTERRUPT_MASKED: &str = "2–4.5 %";
 pub const WORLD_SWITCH_SHARE: f64 = 0.49;
 /// ... and this share with a buffer sized for fewer calls.
 pub const WORLD_SWITCH_SHARE_FEWER: f64 = 0.31;
-/// The microcontroller study: engine over software per primitive family.
+/// The microcontroller study: a 3DES engine ran about this many times
+/// software.
 pub const SPEEDUP_3DES: f64 = 10.0;
+/// The microcontroller study: an AES engine ran about this many times
+/// software.
 pub const SPEEDUP_AES: f64 = 7.0;
+/// The microcontroller study: a SHA-1/SHA-256 engine ran about this many
+/// times software.
 pub const SPEEDUP_SHA: f64 = 2.0;
 /// DPDK ipsec-secgw on CN106xx: host cycles per packet with look-aside
-/// crypto and with look-aside protocol offload.
+/// crypto.
 pub const DPDK_LOOKASIDE_CYCLES: f64 = 390.0;
+/// DPDK ipsec-secgw on CN106xx: host cycles per packet with look-aside
+/// protocol offload.
 pub const DPDK_PROTOCOL_CYCLES: f64 = 280.0;
 /// The shared-engine study: one tenant over shared memory reached this
 /// share of the host's own throughput ...
@@ -61,23 +68,49 @@ pub const TENANT_SIZES: [usize; 3] = [SHM_OF_HOST_BYTES, SHM_OVER_SOCKET[0].0, S
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Study {
+    /// Freescale: ESP null/null against plain IPv4 forwarding per packet
+    /// ([`STACK_RATIO`]).
     Stack,
+    /// Freescale: the frame size where async single-pass overtakes sync
+    /// ([`CROSSOVER_BYTES`]).
     Crossover,
+    /// Freescale: dual-pass is never faster than single-pass.
     DualPass,
+    /// Freescale: no look-aside style beats ESP null/null.
     Ceiling,
+    /// TrustZone: registering buffers once and reusing them
+    /// ([`REGISTRATION_SAVING`]).
     Registration,
+    /// TrustZone: passing pointers instead of copies ([`POINTER_SAVING`]).
     Pointers,
+    /// TrustZone: interrupts taken during the engine's work
+    /// ([`INTERRUPT_ADDED`]).
     Interrupts,
+    /// TrustZone: the cycles boundary crossings take
+    /// ([`WORLD_SWITCH_SHARE`]).
     WorldSwitches,
+    /// The microcontroller study: a 3DES engine over software
+    /// ([`SPEEDUP_3DES`]).
     Speedup3des,
+    /// The microcontroller study: an AES (CBC, GCM) engine over software
+    /// ([`SPEEDUP_AES`]).
     SpeedupAes,
+    /// The microcontroller study: an HMAC-SHA-1/256 engine over software
+    /// ([`SPEEDUP_SHA`]).
     SpeedupSha,
+    /// DPDK ipsec-secgw: the look-aside boundary's own host cost per
+    /// packet ([`DPDK_LOOKASIDE_CYCLES`] over [`DPDK_PROTOCOL_CYCLES`]).
     Boundary,
+    /// The shared-engine study: one tenant over shared memory against the
+    /// engine in-process ([`SHM_OF_HOST`]).
     ShmOfHost,
+    /// The shared-engine study: the shared-memory transport against the
+    /// socket ([`SHM_OVER_SOCKET`]).
     ShmOverSocket,
 }
 
 impl Study {
+    /// Every study, in the order the summary, report and JSON list them.
     pub const ALL: &'static [Study] = <Study as strum::VariantArray>::VARIANTS;
 
     /// The stable key (HTML `data-study`, JSON).
@@ -244,15 +277,18 @@ fn pct(share: f64) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
+    /// This run's figure has the study's shape wherever it was checked.
     Holds,
     /// Holds for some algorithms or sizes, not all.
     Partly,
+    /// This run's figure has the shape nowhere it was checked.
     Differs,
     /// This run has no cells for it.
     NotMeasured,
 }
 
 impl Verdict {
+    /// The verdict as the summary and the HTML report print it.
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Holds => "holds",
@@ -275,9 +311,11 @@ impl Verdict {
 /// One published figure beside this run's.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Answer {
+    /// The published figure answered (its kebab-case key in the JSON).
     pub study: Study,
     /// This run's figure, briefly.
     pub here: String,
+    /// Whether this run's figure has the study's shape.
     pub verdict: Verdict,
     /// Why the shape does not hold (or what was not measured), one sentence.
     pub why: Option<String>,
@@ -308,6 +346,8 @@ pub fn answers(sweep: &Sweep) -> Vec<Answer> {
     Study::ALL.iter().map(|&study| answer(sweep, study)).collect()
 }
 
+/// This run's answer to `study`, from `sweep`'s cells (not measured where
+/// the sweep lacks them).
 pub fn answer(sweep: &Sweep, study: Study) -> Answer {
     match study {
         Study::Stack => stack(sweep),
@@ -431,12 +471,18 @@ pub enum Crossing {
     /// Ahead from `size`; `below` is the measured size before it (None:
     /// already ahead at the smallest).
     At {
+        /// The first measured frame size, in bytes, where it is ahead.
         size: usize,
+        /// The measured size just below `size`, in bytes.
         below: Option<usize>,
+        /// It stays ahead at every larger measured size.
         stays: bool,
     },
     /// Behind up to the largest measured size.
-    Never { largest: usize },
+    Never {
+        /// The largest measured frame size, in bytes.
+        largest: usize,
+    },
 }
 
 impl Crossing {

@@ -12,7 +12,7 @@ use crate::scenario::{CompletionMode, Knobs, Scenario};
 use crate::tenants::{Mode, Row};
 use crate::{Cell, Metrics, Path, Speedup, Sweep};
 
-pub const SIZES: [usize; 7] = [64, 128, 256, 512, 1024, 1420, 1518];
+pub(crate) const SIZES: [usize; 7] = [64, 128, 256, 512, 1024, 1420, 1518];
 
 fn samples(ns: f64) -> Samples {
     Samples {
@@ -121,7 +121,7 @@ fn soft_ns(a: Algorithm, size: usize) -> f64 {
     }
 }
 
-pub fn sweep() -> Sweep {
+pub(crate) fn sweep() -> Sweep {
     let knobs = Knobs::default();
     let mut cells = Vec::new();
     let null = Scenario::esp(Algorithm::Null, EngineKind::Soft, Style::Async);

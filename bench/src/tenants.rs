@@ -45,15 +45,25 @@ pub const DEFAULT_REQUEST_SIZES: [usize; 4] = [64, 1420, 4096, 8192];
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// Tenant counts, each at least 1: a shared row per count, its tenants
+    /// at work together.
     pub tenants: Vec<usize>,
+    /// Transports the shared rows reach the server by.
     pub transports: Vec<Transport>,
+    /// Request sizes in bytes, a row group each (`hostile`: the first).
     pub sizes: Vec<usize>,
+    /// Engines measured, behind the server and in-process: soft and/or sec.
     pub engines: Vec<EngineKind>,
+    /// The transform of every request.
     pub algorithm: Algorithm,
+    /// Wall-clock length of one timed slice.
     pub slice: Duration,
+    /// Timed slices per row after a warm-up slice (`hostile`: pairs of
+    /// slices); rows report their median.
     pub repetitions: usize,
     /// The sec model's device profile.
     pub profile: String,
+    /// Where [`run`] also writes the rows (or the hostile report) as JSON.
     pub json: Option<PathBuf>,
     /// Instead of the sweep: the good tenant's round trips alone and beside
     /// a hostile tenant ([`hostile`]).
@@ -68,11 +78,14 @@ pub enum Mode {
     InProcessAsync,
     /// One thread, the engine in-process, one request at a time.
     InProcessSync,
+    /// Tenant threads through the server over shared-memory rings.
     Shm,
+    /// Tenant threads through the server over its socket.
     Socket,
 }
 
 impl Mode {
+    /// The mode as the tables print it (`in-process async`, `shm`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Mode::InProcessAsync => "in-process async",
@@ -86,9 +99,13 @@ impl Mode {
 /// One measured cell.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
+    /// The engine doing the crypto, behind the server or in-process.
     pub engine: EngineKind,
+    /// How the requests reached it.
     pub mode: Mode,
+    /// Tenants at work together (1 for the in-process rows).
     pub tenants: usize,
+    /// Request size in bytes; Mb/s counts these bytes.
     pub size: usize,
     /// Median over repetitions of all tenants' Mb/s together.
     pub aggregate_mbps: f64,
@@ -707,8 +724,9 @@ pub struct HostileCounts {
     pub flood_messages: u64,
     /// Connections it made for flooding (again after each eviction).
     pub flood_connections: u64,
-    /// Resizes of its shared region it tried, and those the kernel allowed.
+    /// Resizes of its shared region it tried.
     pub resizes_tried: u64,
+    /// Of `resizes_tried`, those the kernel allowed.
     pub resizes_allowed: u64,
     /// Idle connections it opened (again after each was closed).
     pub idle_connections: u64,
@@ -862,11 +880,17 @@ impl Hostility {
 /// alone and beside the hostile tenant, in alternating slices.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HostileReport {
+    /// Request size of the good tenant's round trips, in bytes.
     pub size: usize,
+    /// Length of each slice, in ms.
     pub slice_ms: u64,
+    /// Round trips per second of each slice alone, in the order run.
     pub alone: Vec<f64>,
+    /// Round trips per second of each slice beside the hostile tenant.
     pub hostile: Vec<f64>,
+    /// Median of `alone`, round trips per second.
     pub alone_median: f64,
+    /// Median of `hostile`, round trips per second.
     pub hostile_median: f64,
     /// `hostile_median / alone_median`.
     pub ratio: f64,
@@ -874,19 +898,27 @@ pub struct HostileReport {
     /// slice just before it): steadier than the ratio of medians while the
     /// host's load moves between slices.
     pub pair_ratio: f64,
-    /// /proc/loadavg's 1-minute figure before and after.
+    /// /proc/loadavg's 1-minute figure before the slices (NaN: unreadable).
     pub load_before: f64,
+    /// The same figure after them.
     pub load_after: f64,
+    /// What the hostile tenant did, summed over the hostile slices.
     pub counts: HostileCounts,
+    /// The server's counters when the run ended (evictions, idle
+    /// connections closed, malformed messages, ...).
     pub server: accel::shared::StatsReply,
-    /// The server thread's CPU time over the measured slices, in ns.
+    /// The server thread's CPU time over the slices alone, in ns.
     pub server_cpu_alone_ns: u64,
+    /// The server thread's CPU time over the hostile slices, in ns.
     pub server_cpu_hostile_ns: u64,
     /// The server's time on its control path over the hostile slices.
     pub server_control_hostile_ns: u64,
 }
 
 impl HostileReport {
+    /// The report as the terminal shows it: the slices, what the hostile
+    /// tenant did, CPU times, the server's counters, and the ratios
+    /// against the 0.90 bar.
     pub fn text(&self) -> String {
         let mut s = format!(
             "shared engine under a hostile tenant: one good tenant's round trips ({} B, one request at a time, soft, shm), \

@@ -219,8 +219,7 @@ impl Driver {
     /// A driver at modelled time zero feeding bursts of `burst` packets (at
     /// least 1), with a pool for a burst beside a full [`WINDOW`] in flight;
     /// with `completion` polling, its waits are charged as spins.
-    pub fn new(gateway: &Gateway, completion: Completion, burst: usize) -> Driver {
-        let _ = gateway;
+    pub fn new(completion: Completion, burst: usize) -> Driver {
         let burst = burst.max(1);
         Driver {
             now: Duration::ZERO,
@@ -334,7 +333,7 @@ pub fn measure(
     packets: usize,
     repetitions: usize,
 ) -> anyhow::Result<Offload> {
-    let mut driver = Driver::new(gateway, completion, burst);
+    let mut driver = Driver::new(completion, burst);
     driver.run(gateway, traffic, packets)?;
     driver.take();
     let start_now = driver.now;

@@ -501,6 +501,34 @@ pub fn render(workers: &[WorkerCounters], snapshot: &Snapshot) -> Vec<u8> {
     )
     .with_label_values::<&str>(&[])
     .inc_by(run.kernel_drops);
+    counters(
+        &registry,
+        "espgw_link_downs_total",
+        "Times a device was found down or without carrier.",
+        &[],
+    )
+    .with_label_values::<&str>(&[])
+    .inc_by(run.link_downs);
+    counters(
+        &registry,
+        "espgw_devices_lost_total",
+        "Times a device was deleted under the running gateway.",
+        &[],
+    )
+    .with_label_values::<&str>(&[])
+    .inc_by(run.devices_lost);
+    let device_up = gauges(
+        &registry,
+        "espgw_device_up",
+        "1 while the interface's device is up, 0 while it is down or deleted.",
+        &["interface"],
+    );
+    for device in crate::status::DeviceStatus::from_run(&run) {
+        let up = device.state == crate::status::DeviceState::Up;
+        device_up
+            .with_label_values(&[<&str>::from(device.interface)])
+            .set(i64::from(up));
+    }
 
     let jobs = counters(
         &registry,
@@ -746,8 +774,17 @@ mod tests {
             xfrm: None,
             ike_relay: Some([4, 5]),
         };
-        let text = String::from_utf8(render(&[WorkerCounters::default()], &snapshot)).unwrap();
+        // Two workers that both saw the outside device go down once.
+        let mut worker = WorkerCounters::default();
+        worker.run.link_downs = 1;
+        worker.run.link_down = [false, true];
+        let workers = [worker, worker];
+        let text = String::from_utf8(render(&workers, &snapshot)).unwrap();
         for line in [
+            "espgw_link_downs_total 1",
+            "espgw_devices_lost_total 0",
+            "espgw_device_up{interface=\"inside\"} 1",
+            "espgw_device_up{interface=\"outside\"} 0",
             "espgw_tunnel_bytes_total{direction=\"out\",tunnel=\"site-b\"} 700",
             "espgw_tunnel_packets_total{direction=\"in\",tunnel=\"site-b\"} 1",
             "espgw_tunnel_rekeys_total{tunnel=\"site-b\"} 2",
@@ -757,7 +794,7 @@ mod tests {
             "espgw_sa_packets_total{direction=\"out\",sa=\"site-b-g3-out\",spi=\"0x00001234\",tunnel=\"site-b\"} 7",
             "espgw_ike_relay_datagrams_total{direction=\"from_daemon\"} 5",
             "# TYPE espgw_drops_total counter",
-            "espgw_workers 1",
+            "espgw_workers 2",
         ] {
             assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
         }

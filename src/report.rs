@@ -299,6 +299,9 @@ pub fn stats_reply(
         sas: sourced_sas(gateway, plane, mirror),
         engine: engine_status(gateway),
         kernel_drops: run.kernel_drops,
+        link_downs: run.link_downs,
+        devices_lost: run.devices_lost,
+        devices: crate::status::DeviceStatus::from_run(run),
         frames_in: run.frames_in,
         frames_out: run.frames_out,
         control_overflow: run.control_overflow,
@@ -406,8 +409,16 @@ pub fn stats_table(doc: &StatsReply) -> String {
     ] {
         let _ = writeln!(out, "{key:<20} {n}");
     }
-    // The run's counter, beside the gateway's.
+    // The run's counters, beside the gateway's.
     let _ = writeln!(out, "{:<20} {}", "kernel_drops", doc.kernel_drops);
+    let _ = writeln!(out, "{:<20} {}", "link_downs", doc.link_downs);
+    let _ = writeln!(out, "{:<20} {}", "devices_lost", doc.devices_lost);
+    for device in &doc.devices {
+        if device.state != crate::status::DeviceState::Up {
+            let key = format!("{}_device", <&str>::from(device.interface));
+            let _ = writeln!(out, "{key:<20} {:?}", device.state);
+        }
+    }
     for (key, n) in [
         ("icmp_rate_limited", s.icmp_rate_limited),
         ("neighbor_table_full", s.neighbor_table_full),
@@ -670,6 +681,9 @@ pub(crate) mod tests {
     fn the_stats_table_shows_the_typed_counters() {
         let run = drivers::run::RunSummary {
             kernel_drops: 4,
+            link_downs: 2,
+            devices_lost: 1,
+            device_lost: [true, false],
             ..Default::default()
         };
         let (doc, _) = answer_for(
@@ -686,11 +700,18 @@ pub(crate) mod tests {
         for line in [
             "rx_packets           12\n",
             "kernel_drops         4\n",
+            "link_downs           2\n",
+            "devices_lost         1\n",
+            "inside_device        Deleted\n",
             "arp_unsolicited      1\n",
             "drops:\n  auth_failed        2\n  unknown_spi        1\nengine: ",
         ] {
             assert!(table.contains(line), "`{line}` missing from:\n{table}");
         }
+        assert!(
+            !table.contains("outside_device"),
+            "an up device is not listed:\n{table}"
+        );
         // A reason renamed on one side fails to parse on the other.
         let stale = crate::control::encode(&doc, false)
             .unwrap()

@@ -121,6 +121,51 @@ pub struct PcapStats {
     pub engine: EngineStatus,
 }
 
+/// Where an interface's device stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceState {
+    /// Up: frames flow.
+    Up,
+    /// Down or without carrier: waited for, frames to it are dropped.
+    Down,
+    /// Deleted: waited for (`on_device_loss = "wait"`) until a device of
+    /// its name is back, when its sockets are opened again.
+    Deleted,
+}
+
+/// One interface's device in the `stats` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    /// `inside` or `outside`.
+    pub interface: dataplane::Port,
+    /// Where it stands.
+    pub state: DeviceState,
+}
+
+impl DeviceStatus {
+    /// Both interfaces' devices, from the run's flags (by port index).
+    pub fn from_run(run: &drivers::run::RunSummary) -> Vec<DeviceStatus> {
+        [dataplane::Port::Inside, dataplane::Port::Outside]
+            .into_iter()
+            .map(|port| {
+                let i = port.index();
+                let state = if run.device_lost[i] {
+                    DeviceState::Deleted
+                } else if run.link_down[i] {
+                    DeviceState::Down
+                } else {
+                    DeviceState::Up
+                };
+                DeviceStatus {
+                    interface: port,
+                    state,
+                }
+            })
+            .collect()
+    }
+}
+
 /// The answer to `stats`: every worker's gateway counters added up, the
 /// SAs (from worker 0, whose packet and byte counts are every worker's),
 /// the run's own counters and, where they run, the keying source's and
@@ -133,6 +178,15 @@ pub struct StatsReply {
     pub engine: EngineStatus,
     /// Frames the kernel dropped before espgw read them.
     pub kernel_drops: u64,
+    /// Times a device was found down (or without carrier).
+    #[serde(default)]
+    pub link_downs: u64,
+    /// Times a device was deleted under the running gateway.
+    #[serde(default)]
+    pub devices_lost: u64,
+    /// Each interface's device as the workers last saw it.
+    #[serde(default)]
+    pub devices: Vec<DeviceStatus>,
     pub frames_in: u64,
     pub frames_out: u64,
     /// Control datagrams dropped, the queue to worker 0 being full.

@@ -240,8 +240,8 @@ impl Lab {
             .status();
     }
 
-    /// The tunnel's outbound SA as `espgw stats` shows it.
-    fn sa_out(&self) -> Value {
+    /// What `espgw stats --json` answers.
+    fn stats(&self) -> Value {
         let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
             .args(["stats", "--json", "--socket"])
             .arg(self.socket())
@@ -254,6 +254,24 @@ impl Lab {
                 self.log()
             )
         });
+        stats
+    }
+
+    /// How `espgw stats` shows the inside device, and the deletions it
+    /// counted.
+    fn inside_device(&self) -> (Value, Value) {
+        let stats = self.stats();
+        let inside = stats["devices"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["interface"] == "inside"))
+            .map(|d| d["state"].clone())
+            .unwrap_or_else(|| panic!("no inside device in {stats}"));
+        (inside, stats["devices_lost"].clone())
+    }
+
+    /// The tunnel's outbound SA as `espgw stats` shows it.
+    fn sa_out(&self) -> Value {
+        let stats = self.stats();
         stats["sas"]
             .as_array()
             .and_then(|sas| sas.iter().find(|sa| sa["name"] == "t-out"))
@@ -354,6 +372,11 @@ fn deleted_and_back(lab: &mut Lab) {
     );
     // The SAs are still there, with their counts.
     assert_eq!(lab.sa_out()["packets"], before["packets"]);
+    assert_eq!(
+        lab.inside_device(),
+        (Value::from("deleted"), Value::from(1)),
+        "counted and shown"
+    );
 
     lab.inside_link();
     lab.wait_for_log("event=\"device_back\"", Duration::from_secs(10));
@@ -364,6 +387,7 @@ fn deleted_and_back(lab: &mut Lab) {
     );
     lab.ping_through_tunnel();
     let after = lab.sa_out();
+    assert_eq!(lab.inside_device(), (Value::from("up"), Value::from(1)));
     assert_eq!(after["spi"], before["spi"], "the same SA: {before} {after}");
     assert_eq!(after["state"], before["state"], "{after}");
     let now = after["packets"].as_u64().expect("packets");

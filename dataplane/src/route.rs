@@ -13,7 +13,7 @@ use strum::{EnumString, IntoStaticStr, VariantNames};
 
 /// The two sides of the gateway. Names (the config's interface names,
 /// JSON) are the variants in lower case, for serde and strum alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[derive(EnumString, VariantNames, IntoStaticStr)]
 #[strum(serialize_all = "lowercase")]

@@ -849,7 +849,9 @@ impl RunSummary {
         self.pool_in_use += other.pool_in_use;
         self.pool_capacity += other.pool_capacity;
         self.moderated += other.moderated;
-        self.link_downs += other.link_downs;
+        // Every worker watches the same devices and counts the same
+        // changes: the run's count is one worker's, not their sum.
+        self.link_downs = self.link_downs.max(other.link_downs);
         for (mine, theirs) in self.link_down.iter_mut().zip(other.link_down) {
             *mine |= theirs;
         }

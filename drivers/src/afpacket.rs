@@ -27,13 +27,20 @@ use dataplane::wire::vnet::HEADER_LEN;
 /// Why an interface could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum AfPacketError {
+    /// No device bears this name (or the name holds a NUL byte).
     #[error("interface `{0}` does not exist")]
     NoSuchInterface(String),
+    /// `socket(2)` was refused (EPERM, EACCES): the process lacks
+    /// CAP_NET_RAW.
     #[error("opening a packet socket needs CAP_NET_RAW (run espgw as root): {0}")]
     Permission(io::Error),
+    /// Creating, setting up or binding the socket, or mapping its ring,
+    /// failed for another reason.
     #[error("cannot open a packet socket on `{device}`: {source}")]
     Io {
+        /// The interface the socket was for.
         device: String,
+        /// The failed call's error.
         #[source]
         source: io::Error,
     },
@@ -90,6 +97,8 @@ enum Setup {
 /// Where a packet socket's device stands (see [`AfPacket::link`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkState {
+    /// Still the device the socket was bound to, administratively up and
+    /// with carrier.
     Up,
     /// Administratively down, or without carrier: frames come again once
     /// it is up.
@@ -148,6 +157,8 @@ impl Receive {
         }
     }
 
+    /// The name `espgw run` logs for this way of receiving (`recvmmsg`,
+    /// `ring`).
     pub fn name(self) -> &'static str {
         match self {
             Receive::Batch => "recvmmsg",
@@ -188,6 +199,8 @@ impl Default for RxScratch {
 }
 
 impl RxScratch {
+    /// Scratch for one worker. Allocates its tails (64 KiB per batch slot,
+    /// 4 MiB in all) once: make it at start, not per batch.
     pub fn new() -> RxScratch {
         RxScratch {
             headers: [[0; HEADER_LEN]; MAX_BATCH],
@@ -240,7 +253,10 @@ impl RxScratch {
 /// What one [`AfPacket::send_batch`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sent {
+    /// Frames the kernel took (a super-packet counts as its segments).
     pub sent: usize,
+    /// Frames refused, or left unsent once the socket or device queue was
+    /// full; they are not retried.
     pub failed: usize,
 }
 
@@ -643,6 +659,7 @@ impl AfPacket {
         (flags & libc::IFF_UP != 0).then_some(index)
     }
 
+    /// The name of the device the socket was opened on.
     pub fn device(&self) -> &str {
         &self.device
     }
@@ -682,6 +699,8 @@ impl AfPacket {
         }
     }
 
+    /// The socket's descriptor, to poll; it stays owned by this socket and
+    /// is closed when it drops.
     pub fn as_raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
     }

@@ -54,7 +54,9 @@ pub const MAX_FRAMES: usize = 64;
 /// frame; a super-packet when `count > 1`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Message {
+    /// Index of its first frame in the batch that was planned.
     pub start: usize,
+    /// Frames it carries, at least 1.
     pub count: usize,
     /// The virtio-net header to send before it.
     pub header: [u8; HEADER_LEN],
@@ -65,8 +67,15 @@ pub struct Message {
 /// the payload of the frames merged behind it).
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The messages in sending order; only the first [`len`](Self::len)
+    /// are this plan's (see [`messages`](Self::messages)).
     pub messages: [Message; MAX_FRAMES],
+    /// How many messages the plan has.
     pub len: usize,
+    /// For each planned frame, by its index in the batch, the byte range
+    /// of it that is sent: up to the end of its IP packet (trailing
+    /// Ethernet padding left out), and from the end of its headers for a
+    /// frame merged behind another.
     pub spans: [(usize, usize); MAX_FRAMES],
 }
 
@@ -81,6 +90,7 @@ impl Default for Plan {
 }
 
 impl Plan {
+    /// The plan's messages, in sending order.
     pub fn messages(&self) -> &[Message] {
         &self.messages[..self.len]
     }

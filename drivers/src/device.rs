@@ -15,17 +15,25 @@ const ARPHRD_ETHER: u16 = 1;
 pub struct DeviceLink {
     /// `None` for a device without an Ethernet address (TUN).
     pub mac: Option<EthernetAddress>,
+    /// The device's MTU in bytes: the largest L3 packet it sends, link
+    /// header not included (0 if the kernel reported a negative one).
     pub mtu: u32,
 }
 
 /// Why an interface's settings could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
+    /// The name cannot be a Linux interface's: longer than 15 bytes, or
+    /// holding a NUL byte.
     #[error("interface name `{0}` is longer than 15 bytes")]
     Name(String),
+    /// The socket to ask on could not be opened, or an ioctl failed
+    /// (ENODEV: no such device in this namespace).
     #[error("cannot read the link settings of `{device}`: {source}")]
     Io {
+        /// The interface asked about.
         device: String,
+        /// The failed call's error.
         #[source]
         source: io::Error,
     },

@@ -68,14 +68,18 @@ struct Record {
 pub struct FrameVerdict<'a> {
     /// The frame's index in its capture, from 0.
     pub frame: u64,
+    /// The port the frame was received on.
     pub port: Port,
     /// `forwarded`, `consumed` or `dropped`.
     pub verdict: &'static str,
+    /// Why it was dropped; only for `dropped`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<DropReason>,
     /// The SA that took the packet in or sent it out, where known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sa: Option<&'a str>,
+    /// The SPI in hex (`0x` and 8 digits), when the frame came in as
+    /// IPv4 ESP or went out as ESP the gateway encapsulated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spi: Option<String>,
     /// The 32-bit sequence number field on the wire.
@@ -84,6 +88,8 @@ pub struct FrameVerdict<'a> {
     /// Frames the gateway transmitted because of this one: the packet
     /// itself or its fragments, or the reply or ICMP error it caused.
     pub transmitted: u32,
+    /// Drops of further packets that came from this frame (extra
+    /// fragments, a reply that could not be routed), besides `reason`.
     #[serde(skip_serializing_if = "<[DropReason]>::is_empty")]
     pub more_drops: &'a [DropReason],
 }
@@ -91,8 +97,11 @@ pub struct FrameVerdict<'a> {
 /// Why a frame could not be logged.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameLogError {
+    /// The frame's index would not fit a buffer tag: a run logs at most
+    /// [`UNTAGGED`] frames.
     #[error("per-frame verdicts can number at most {} frames", UNTAGGED)]
     TooManyFrames,
+    /// Serializing or writing a line failed.
     #[error("cannot write the verdicts: {0}")]
     Write(#[source] io::Error),
 }
@@ -106,6 +115,7 @@ pub struct FrameLog {
 }
 
 impl FrameLog {
+    /// An empty log; the first frame recorded is frame 0.
     pub fn new() -> Self {
         Self::default()
     }

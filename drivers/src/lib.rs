@@ -11,6 +11,8 @@
 //! (`dataplane`) and the engine's (`accel`); a driver reaches them only
 //! through the gateway's public API.
 
+#![warn(missing_docs, unreachable_pub)]
+
 #[cfg(target_os = "linux")]
 pub mod afpacket;
 pub mod coalesce;

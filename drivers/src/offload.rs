@@ -64,8 +64,10 @@ pub enum OffloadDrop {
 }
 
 impl OffloadDrop {
+    /// Every reason, in declaration order (the order of the stats keys).
     pub const ALL: &'static [OffloadDrop] = <OffloadDrop as strum::VariantArray>::VARIANTS;
 
+    /// The reason's stats key (`frame_too_large`, ...).
     pub fn name(self) -> &'static str {
         self.into()
     }
@@ -99,18 +101,22 @@ impl OffloadCounters {
         "tx_coalesced_segments",
     ];
 
+    /// Counts one frame dropped for `reason`.
     pub fn count(&mut self, reason: OffloadDrop) {
         self.drops[reason as usize] += 1;
     }
 
+    /// Frames dropped for `reason`.
     pub fn dropped(&self, reason: OffloadDrop) -> u64 {
         self.drops[reason as usize]
     }
 
+    /// Frames dropped for every reason together.
     pub fn drops_total(&self) -> u64 {
         self.drops.iter().sum()
     }
 
+    /// Adds another worker's counts, counter by counter.
     pub fn add(&mut self, other: &OffloadCounters) {
         self.csum_completed += other.csum_completed;
         self.gso_segmented += other.gso_segmented;

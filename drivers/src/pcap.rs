@@ -25,20 +25,29 @@ pub const BATCH: usize = 32;
 /// Why a capture could not be processed.
 #[derive(Debug, thiserror::Error)]
 pub enum PcapDriverError {
+    /// The input's header or a frame record could not be read or parsed.
     #[error("cannot read the input capture: {0}")]
     Read(#[source] pcap_file::PcapError),
+    /// The output capture's header or a frame could not be written.
     #[error("cannot write the output capture: {0}")]
     Write(#[source] pcap_file::PcapError),
+    /// The input is neither Ethernet nor raw IPv4.
     #[error(
         "input link type {0:?} is not supported; espgw reads Ethernet (linktype 1) and raw IPv4 (linktypes 101 and 228)"
     )]
     UnsupportedLinkType(DataLink),
+    /// No buffer was free for the next frame and the gateway had nothing
+    /// in flight to give one back.
     #[error("every packet buffer is held by the engine and none came back")]
     PoolExhausted,
+    /// The run ended with this many buffers not back in the pool: the
+    /// gateway or its engine kept them after shutting down.
     #[error("{0} packet buffers did not come back from the engine")]
     BuffersLost(usize),
+    /// The per-frame log refused a frame or could not be written.
     #[error(transparent)]
     Verdicts(#[from] FrameLogError),
+    /// The caller's [`BeforeFrame`] failed; the run stopped there.
     #[error("{0}")]
     BeforeFrame(#[source] std::io::Error),
 }
@@ -69,7 +78,11 @@ pub fn open<R: Read>(input: R) -> Result<(PcapReader<R>, LinkLayer), PcapDriverE
 /// Counts of one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PcapRun {
+    /// Frames read from the input, those too long for a buffer (dropped
+    /// as malformed) included.
     pub frames_in: u64,
+    /// Frames written to the output capture: everything the gateway
+    /// forwarded, on either port.
     pub frames_out: u64,
 }
 

@@ -44,9 +44,13 @@ pub struct Slot<'a> {
     pub cut: bool,
     /// The virtio-net header before the frame.
     pub header: &'a [u8],
+    /// The frame's bytes in the slot, from its Ethernet header (empty if
+    /// the slot's header was not what the kernel writes).
     pub frame: &'a [u8],
 }
 
+/// The mapped ring of one socket and where its reader stands in it;
+/// unmapped when dropped.
 pub struct RxRing {
     base: NonNull<u8>,
     len: usize,
@@ -99,10 +103,14 @@ impl RxRing {
         })
     }
 
+    /// The index of the next slot to read. It only counts up (the slot is
+    /// the index modulo the ring's size).
     pub fn head(&self) -> usize {
         self.head.load(Ordering::Relaxed)
     }
 
+    /// Stores where the next batch starts reading, once the slots before
+    /// it are [`release`](Self::release)d.
     pub fn set_head(&self, head: usize) {
         self.head.store(head, Ordering::Relaxed);
     }

@@ -17,7 +17,10 @@ use dataplane::gateway::{DatagramError, Gateway, Output, Verdict};
 
 /// A device frames come from and go to.
 pub enum Device {
+    /// A packet socket on an Ethernet device.
     Packet(AfPacket),
+    /// A TUN device (raw IP packets, no link header); espgw makes one the
+    /// inside only.
     Tun(Tun),
 }
 
@@ -94,7 +97,12 @@ pub struct RunSummary {
     /// Frames read from the devices (a GSO super-packet is one; the
     /// gateway's `rx_packets` counts its segments).
     pub frames_in: u64,
+    /// Frames the kernel took to send (a super-packet counts as the
+    /// segments merged into it).
     pub frames_out: u64,
+    /// Frames forwarded but not sent: refused by the kernel, left over
+    /// when the socket or device queue was full, or for a port whose
+    /// device is deleted. They are not retried.
     pub send_errors: u64,
     /// Frames the kernel dropped before espgw could read them (socket full).
     pub kernel_drops: u64,
@@ -104,9 +112,10 @@ pub struct RunSummary {
     /// What the driver did with the kernel's offload state: checksums
     /// completed, super-packets segmented, frames it could not make whole.
     pub offload: OffloadCounters,
-    /// Pool buffers in use and the pool's size, as of the latest tick
-    /// (a soak watches these for leaks).
+    /// Pool buffers in use as of the latest tick (a soak watches it for
+    /// leaks).
     pub pool_in_use: usize,
+    /// Buffers in the worker's pool ([`POOL`]).
     pub pool_capacity: usize,
     /// Turns after which the worker waited for more frames (see
     /// [`Moderation`]).
@@ -129,18 +138,31 @@ pub struct RunSummary {
 /// Why a worker stopped on its own: a device it cannot go on without.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceLost {
+    /// The device was deleted under [`OnDeviceLoss::Exit`]: a packet
+    /// socket does not follow a device made again under the same name.
     #[error(
         "device `{device}` of the {port} interface was deleted (or deleted and made again): \
          its sockets cannot follow it; espgw stops so that its service manager starts it again \
          once the device is back"
     )]
-    Deleted { device: String, port: Port },
+    Deleted {
+        /// The deleted device's name.
+        device: String,
+        /// The interface it was.
+        port: Port,
+    },
+    /// Under [`OnDeviceLoss::Wait`], a device of the name is back but its
+    /// sockets could not be opened on it: no socket from the helper, or
+    /// the kernel refused to set one up.
     #[error(
         "device `{device}` of the {port} interface is back, but its sockets cannot be opened again: {source}"
     )]
     Reopen {
+        /// The device's name.
         device: String,
+        /// The interface it is.
         port: Port,
+        /// Why the socket could not be had or set up.
         #[source]
         source: std::io::Error,
     },
@@ -346,8 +368,15 @@ enum Reopening {
 /// with workers: the shared-out IPv4 socket and the private ARP one), and
 /// the socket each port transmits on.
 pub struct Sockets {
+    /// Sockets that only receive, each with the port its frames arrive
+    /// on (with several workers: the ARP sockets, and worker 0's IPv6
+    /// ones); empty for one worker.
     pub receive: Vec<(Port, Device)>,
+    /// The inside interface's device: it receives, and everything
+    /// forwarded to the inside leaves by it.
     pub inside: Device,
+    /// The outside interface's device: it receives, and everything
+    /// forwarded to the outside leaves by it.
     pub outside: Device,
 }
 
@@ -467,9 +496,16 @@ pub const CONTROL_QUEUE: usize = 64;
 /// counters so far, the control datagrams received since the last tick
 /// (IPv4 packets), and a way to send its own.
 pub struct Tick<'a> {
+    /// The worker's gateway, to read and to command.
     pub gateway: &'a mut Gateway,
+    /// The worker's clock: time since its run started, the `now` its
+    /// gateway is handed.
     pub now: Duration,
+    /// The worker's counters, as of this tick.
     pub summary: &'a RunSummary,
+    /// Control datagrams (the gateway's [`Verdict::Control`] outputs)
+    /// received since the last tick, at most [`CONTROL_QUEUE`]; their
+    /// buffers go back to the pool after the callback.
     pub received: &'a [PacketBuf],
     out: &'a mut Vec<Output>,
     pool: &'a mut PacketPool,
@@ -509,6 +545,7 @@ impl Tick<'_> {
 /// pays at most `max` of latency. Zero turns it off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Moderation {
+    /// The longest wait after a turn; zero turns moderation off.
     pub max: Duration,
 }
 
@@ -526,6 +563,8 @@ pub struct Moderator {
 }
 
 impl Moderator {
+    /// A moderator as after an idle turn: the next busy turn is not
+    /// delayed, and the wait starts at an eighth of `max`.
     pub fn new(moderation: Moderation) -> Moderator {
         Moderator {
             max: moderation.max,
@@ -839,6 +878,9 @@ impl Transmit {
 }
 
 impl RunSummary {
+    /// Adds another worker's summary: counts and pool sizes add up, a
+    /// port is down or lost if it is for any worker, and
+    /// [`devices_lost`](Self::devices_lost) takes the larger count.
     pub fn add(&mut self, other: &RunSummary) {
         self.frames_in += other.frames_in;
         self.frames_out += other.frames_out;

@@ -91,9 +91,14 @@ fn address_hash() -> [Insn; 8] {
 /// One classic BPF instruction (`struct sock_filter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Insn {
+    /// The opcode: class, size, mode or operation, source (`BPF_*`).
     pub code: u16,
+    /// Instructions to skip when a conditional jump's test holds.
     pub jt: u8,
+    /// Instructions to skip when it does not.
     pub jf: u8,
+    /// The operand: a constant, an offset into the frame, or a jump's
+    /// length for `ja`.
     pub k: u32,
 }
 
@@ -103,8 +108,17 @@ pub const MAX_INSNS: usize = 4096;
 /// Why no steering program could be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SteerError {
+    /// The inside program for these outbound policies would be longer
+    /// than the kernel takes ([`MAX_INSNS`]).
     #[error("{policies} outbound policies need a steering program of {insns} instructions, more than the kernel's {MAX_INSNS}; merge policies or run with --workers 1")]
-    TooLong { policies: usize, insns: usize },
+    TooLong {
+        /// Outbound policies the program walks.
+        policies: usize,
+        /// Instructions it would need.
+        insns: usize,
+    },
+    /// More encapsulation ports than the outside program tests
+    /// ([`MAX_NAT_PORTS`]).
     #[error("{0} UDP encapsulation ports are more than the outside steering program's {MAX_NAT_PORTS}; use fewer `udp_port` values or run with --workers 1")]
     TooManyPorts(usize),
 }

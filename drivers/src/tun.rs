@@ -10,11 +10,17 @@ use dataplane::buffer::{PacketBuf, PacketPool, MAX_FRAME};
 /// Why a TUN device could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum TunError {
+    /// `/dev/net/tun` could not be opened.
     #[error("cannot open /dev/net/tun ({0}); the kernel needs CONFIG_TUN and espgw needs CAP_NET_ADMIN")]
     Open(io::Error),
+    /// The name is longer than 15 bytes, or the kernel refused to attach
+    /// to or create the device (`TUNSETIFF`; creating one needs
+    /// CAP_NET_ADMIN).
     #[error("cannot create TUN device `{device}`: {source}")]
     Create {
+        /// The device asked for.
         device: String,
+        /// Why it was refused.
         #[source]
         source: io::Error,
     },
@@ -38,6 +44,10 @@ pub struct Tun {
 }
 
 impl Tun {
+    /// Attaches to the TUN device named `device`, creating it if there is
+    /// none, without the packet-information prefix (`IFF_NO_PI`): each read
+    /// and write is one bare IP packet. The descriptor is non-blocking.
+    /// Bringing the device up and routing to it are left to the caller.
     pub fn open(device: &str) -> Result<Tun, TunError> {
         let path = CString::new("/dev/net/tun").map_err(|e| TunError::Open(io::Error::other(e)))?;
         // SAFETY: open(2) with a NUL-terminated path.
@@ -73,10 +83,13 @@ impl Tun {
         })
     }
 
+    /// The device's name, as given to [`open`](Self::open).
     pub fn device(&self) -> &str {
         &self.device
     }
 
+    /// The descriptor, to poll; it stays owned by this device and is
+    /// closed when it drops.
     pub fn as_raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
     }
@@ -113,6 +126,8 @@ impl Tun {
         Ok(n)
     }
 
+    /// Writes one IP packet to the device, for the kernel to take as
+    /// received on it; the error is `write(2)`'s.
     pub fn send(&self, packet: &[u8]) -> io::Result<()> {
         // SAFETY: packet is a live, readable slice for the call.
         let r = unsafe { libc::write(self.fd.as_raw_fd(), packet.as_ptr().cast(), packet.len()) };

@@ -1,5 +1,6 @@
-//! TUN driver: bare IP packets (IPv4 and IPv6, no link header) to and from a Linux TUN device, for hosts
-//! that route their own traffic into espgw (`ip route add ... dev TUN`).
+//! TUN driver: bare IP packets (IPv4 and IPv6, no link header) to and
+//! from a Linux TUN device, for hosts that route their own traffic into
+//! espgw (`ip route add ... dev TUN`).
 
 use std::ffi::CString;
 use std::io;

@@ -151,6 +151,21 @@ pub enum DeviceLost {
         /// The interface it was.
         port: Port,
     },
+    /// A TUN device espgw made was deleted. Whatever `on_device_loss`
+    /// says: the device was the process's own (its descriptor now answers
+    /// `EBADFD`), and making it again takes `CAP_NET_ADMIN`, which `run`
+    /// gave up.
+    #[error(
+        "TUN device `{device}` of the {port} interface was deleted: it was espgw's own and \
+         cannot be waited for; espgw stops so that its service manager starts it again, \
+         which makes the device anew"
+    )]
+    TunDeleted {
+        /// The deleted device's name.
+        device: String,
+        /// The interface it was.
+        port: Port,
+    },
     /// Under [`OnDeviceLoss::Wait`], a device of the name is back but its
     /// sockets could not be opened on it: no socket from the helper, or
     /// the kernel refused to set one up.
@@ -229,6 +244,20 @@ fn socket_error(
             })),
             OnDeviceLoss::Wait(_) => Ok(lose(port, summary, ports)),
         },
+    }
+}
+
+/// A receive failed for good: when a TUN device's descriptor says its
+/// device is gone (`EBADFD`), the error names it ([`DeviceLost::TunDeleted`]).
+fn tun_deleted(port: Port, device: &Device, error: std::io::Error) -> std::io::Error {
+    match device {
+        Device::Tun(tun) if error.raw_os_error() == Some(libc::EBADFD) => {
+            std::io::Error::other(DeviceLost::TunDeleted {
+                device: tun.device().to_owned(),
+                port,
+            })
+        }
+        _ => error,
     }
 }
 
@@ -674,7 +703,7 @@ pub fn run(
                     moved |= socket_error(port, device, &mut summary, loss, &mut ports)?;
                     continue;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(tun_deleted(port, device, e)),
             };
             scratch.count_rejected(&mut summary.offload);
             if n == 0 {

@@ -1,4 +1,4 @@
-//! TUN driver: bare IP packets (IPv4 and IPv6, no link header) to and
+//! TUN driver: bare IP packets (no link header) to and
 //! from a Linux TUN device, for hosts that route their own traffic into
 //! espgw (`ip route add ... dev TUN`).
 

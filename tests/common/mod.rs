@@ -56,6 +56,19 @@ pub fn wait_forwarding(gateway: &mut Child, log: &Path) {
     }
 }
 
+/// `espgw WHAT --socket SOCKET --json`'s answer, parsed; `None` until the
+/// gateway answers.
+pub fn ask(socket: &Path, what: &[&str]) -> Option<serde_json::Value> {
+    let out = espgw()
+        .args(what)
+        .arg("--socket")
+        .arg(socket)
+        .arg("--json")
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
+}
+
 /// `path` in the repository (a shipped configuration, a script).
 pub fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)

@@ -6,17 +6,13 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::path::Path;
 use std::time::Duration;
 
 use accel::{Algorithm, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
 use ike_stub::builder::LimitsSection;
-use ike_stub::Config;
-use smoltcp::wire::{
-    ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Cidr, Ipv4Packet,
-};
+use smoltcp::wire::{ArpOperation, ArpPacket, EthernetAddress, EthernetProtocol, Ipv4Cidr, Ipv4Packet};
 
 const GW_INSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x01];
 const GW_OUTSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x00, 0x01];
@@ -33,21 +29,10 @@ fn site(a: bool, limits: LimitsSection, link: LinkLayer) -> Gateway {
     outside.mac = Some(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
     outside.address = Ipv4Cidr::new(outside.address.address(), 8);
     built.limits = limits;
-    let text = built.to_toml();
-    let config = Config::parse(Path::new("flood.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let config = common::parsed(&built);
     let mut setup = config.setup(link, Style::Async);
     setup.resolve_neighbors = link == LinkLayer::Ethernet;
     common::soft_gateway(&config, setup)
-}
-
-fn ether(dst: [u8; 6], src: [u8; 6], ethertype: EthernetProtocol, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; 14 + payload.len()];
-    let mut frame = EthernetFrame::new_unchecked(&mut f[..]);
-    frame.set_dst_addr(EthernetAddress(dst));
-    frame.set_src_addr(EthernetAddress(src));
-    frame.set_ethertype(ethertype);
-    f[14..].copy_from_slice(payload);
-    f
 }
 
 /// An ARP request from `sender` for `target`, in an Ethernet broadcast.

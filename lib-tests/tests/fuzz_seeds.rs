@@ -200,14 +200,7 @@ fn pcap(datalink: DataLink, frames: &[Vec<u8>]) -> Vec<u8> {
 
 fn shipped_gateway(name: &str, link: LinkLayer) -> dataplane::Gateway {
     let config = Config::load(&repo().join("configs").join(name)).expect("shipped config");
-    let engine = accel::build_engine(&accel::EngineSpec::default()).expect("engine");
-    dataplane::Gateway::with_commands(
-        config.setup(link, accel::Style::Async),
-        engine,
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .expect("installs")
+    built(&config, link)
 }
 
 /// Everything `gw` sends out of `port` for `frame` arriving on `from`.
@@ -1321,14 +1314,7 @@ fn site6_config(a: bool) -> Config {
 }
 
 fn built(config: &Config, link: LinkLayer) -> dataplane::Gateway {
-    let engine = accel::build_engine(&accel::EngineSpec::default()).expect("engine");
-    dataplane::Gateway::with_commands(
-        config.setup(link, accel::Style::Async),
-        engine,
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .expect("installs")
+    common::soft_gateway(config, config.setup(link, accel::Style::Async))
 }
 
 /// What `gw` does with `frame` arriving on `from`: every output and its

@@ -98,6 +98,12 @@ pub fn engine_runs(kind: accel::EngineKind, alg: accel::Algorithm) -> bool {
     kind.supports(alg)
 }
 
+/// `built` as a parsed configuration file (the test fails on an error).
+pub fn parsed(built: &ConfigBuilder) -> Config {
+    let text = built.to_toml();
+    Config::parse(Path::new("test.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
 /// A gateway on the default (soft) engine from a parsed `config`, with a
 /// `setup` the test may have changed.
 pub fn soft_gateway(config: &Config, setup: dataplane::GatewaySetup) -> Gateway {
@@ -275,6 +281,23 @@ pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, seed: u8) ->
         *b = (i as u8).wrapping_add(seed);
     }
     p
+}
+
+/// `payload` in an Ethernet frame from `src` to `dst`.
+pub fn ether(
+    dst: [u8; 6],
+    src: [u8; 6],
+    ethertype: smoltcp::wire::EthernetProtocol,
+    payload: &[u8],
+) -> Vec<u8> {
+    use smoltcp::wire::{EthernetAddress, EthernetFrame};
+    let mut f = vec![0u8; 14 + payload.len()];
+    let mut frame = EthernetFrame::new_unchecked(&mut f[..]);
+    frame.set_dst_addr(EthernetAddress(dst));
+    frame.set_src_addr(EthernetAddress(src));
+    frame.set_ethertype(ethertype);
+    f[14..].copy_from_slice(payload);
+    f
 }
 
 /// `packet` as it looks after `hops` forwarding hops (TTL down, checksum redone).

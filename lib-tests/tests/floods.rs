@@ -37,18 +37,12 @@ fn site(a: bool, limits: LimitsSection, link: LinkLayer) -> Gateway {
 
 /// An ARP request from `sender` for `target`, in an Ethernet broadcast.
 fn arp_request(sender: ([u8; 6], Ipv4Addr), target: Ipv4Addr) -> Vec<u8> {
-    let mut p = vec![0u8; 28];
-    let mut a = ArpPacket::new_unchecked(&mut p[..]);
-    a.set_hardware_type(smoltcp::wire::ArpHardware::Ethernet);
-    a.set_protocol_type(EthernetProtocol::Ipv4);
-    a.set_hardware_len(6);
-    a.set_protocol_len(4);
-    a.set_operation(ArpOperation::Request);
-    a.set_source_hardware_addr(&sender.0);
-    a.set_source_protocol_addr(&sender.1.octets());
-    a.set_target_hardware_addr(&[0; 6]);
-    a.set_target_protocol_addr(&target.octets());
-    ether([0xff; 6], sender.0, EthernetProtocol::Arp, &p)
+    let request = arp(
+        ArpOperation::Request,
+        (sender.0, sender.1.octets()),
+        ([0; 6], target.octets()),
+    );
+    ether([0xff; 6], sender.0, EthernetProtocol::Arp, &request)
 }
 
 /// Hands `frames` to `gw` in batches of 64 and returns every output's

@@ -29,21 +29,6 @@ fn site_a(alg: Algorithm, outside_mtu: u16) -> Gateway {
     common::soft_gateway(&config, setup)
 }
 
-fn arp(op: ArpOperation, sender: ([u8; 6], [u8; 4]), target: ([u8; 6], [u8; 4])) -> Vec<u8> {
-    let mut p = vec![0u8; 28];
-    let mut a = ArpPacket::new_unchecked(&mut p[..]);
-    a.set_hardware_type(smoltcp::wire::ArpHardware::Ethernet);
-    a.set_protocol_type(EthernetProtocol::Ipv4);
-    a.set_hardware_len(6);
-    a.set_protocol_len(4);
-    a.set_operation(op);
-    a.set_source_hardware_addr(&sender.0);
-    a.set_source_protocol_addr(&sender.1);
-    a.set_target_hardware_addr(&target.0);
-    a.set_target_protocol_addr(&target.1);
-    p
-}
-
 fn send(
     gw: &mut Gateway,
     pool: &mut PacketPool,

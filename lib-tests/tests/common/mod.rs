@@ -283,6 +283,28 @@ pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, seed: u8) ->
     p
 }
 
+/// An ARP packet (Ethernet and IPv4) of operation `op` from `sender` about
+/// `target`, each a (MAC, IPv4 address) pair.
+pub fn arp(
+    op: smoltcp::wire::ArpOperation,
+    sender: ([u8; 6], [u8; 4]),
+    target: ([u8; 6], [u8; 4]),
+) -> Vec<u8> {
+    use smoltcp::wire::{ArpHardware, ArpPacket, EthernetProtocol};
+    let mut p = vec![0u8; 28];
+    let mut a = ArpPacket::new_unchecked(&mut p[..]);
+    a.set_hardware_type(ArpHardware::Ethernet);
+    a.set_protocol_type(EthernetProtocol::Ipv4);
+    a.set_hardware_len(6);
+    a.set_protocol_len(4);
+    a.set_operation(op);
+    a.set_source_hardware_addr(&sender.0);
+    a.set_source_protocol_addr(&sender.1);
+    a.set_target_hardware_addr(&target.0);
+    a.set_target_protocol_addr(&target.1);
+    p
+}
+
 /// `payload` in an Ethernet frame from `src` to `dst`.
 pub fn ether(
     dst: [u8; 6],

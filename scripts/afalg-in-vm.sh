@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The AF_ALG engine for real, inside the linux-peer VM, whose stock Debian
 # kernel has AF_ALG (this host's kernel has not):
-#   1. tests/afalg.rs (every algorithm, style, buffer policy, sync and
-#      io_uring I/O, with and without ESN: the same bytes as `soft`);
+#   1. lib-tests/tests/afalg.rs (every algorithm, style, buffer policy, sync
+#      and io_uring I/O, with and without ESN: the same bytes as `soft`);
 #   2. `espgw pcap --engine afalg` (sync and io-uring) over UDP packets of
 #      every IP size from 28 to 1500 bytes, for every algorithm, against the
 #      `soft` engine's output made on the host: afalg-encapsulated ESP
@@ -37,10 +37,11 @@ BENCH_ALGORITHMS="aes128gcm16,aes256gcm16,chacha20poly1305,aes128-sha1,aes256-sh
 # longer steps can take minutes, hence the generous limit.
 vm() { EXEC_TIMEOUT=${EXEC_TIMEOUT:-400} "$vmrun" -e "$VM" "$1"; }
 
-# The release build of the integration test NAME (tests/NAME.rs); its path.
+# The release build of the library test NAME (lib-tests/tests/NAME.rs); its
+# path.
 test_binary() {
     local path
-    path=$(cargo test --release --test "$1" --no-run --message-format=json 2>/dev/null |
+    path=$(cargo test --release -p espgw-lib-tests --test "$1" --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -62,8 +63,8 @@ prepare() {
     espgw=$repo/target/release/espgw
     local verdicts_test
     afalg_test=$(test_binary afalg) || return 1
-    # tests/verdicts.rs takes the afalg engine into its engine x style x
-    # buffers comparison where the kernel has AF_ALG, as the VM's has.
+    # lib-tests/tests/verdicts.rs takes the afalg engine into its engine x
+    # style x buffers comparison where the kernel has AF_ALG, as the VM's has.
     verdicts_test=$(test_binary verdicts) || return 1
     cp "$espgw" "$dir/espgw"
     cp "$afalg_test" "$dir/afalg-test"
@@ -145,24 +146,24 @@ run() {
     out=$(mktemp -d /tmp/espgw-afalg.XXXXXX)
     echo "== AF_ALG in the VM: kernel $(vm 'uname -r')"
 
-    echo "== tests/afalg.rs inside the VM (release build)"
+    echo "== lib-tests/tests/afalg.rs inside the VM (release build)"
     vm '/mnt/host/run /mnt/host/afalg-test --test-threads 1 >/tmp/afalg-test.txt 2>&1; echo "afalg-test exit $?" >>/tmp/afalg-test.txt; cat /tmp/afalg-test.txt' |
         tee "$out/afalg-test.txt" | grep -E '^test |test result|exit'
     if grep -q "afalg-test exit 0" "$out/afalg-test.txt" && passed afalg_gives_the_same_bytes_as_soft "$out/afalg-test.txt"; then
-        pass=$((pass + 1)); echo "PASS tests/afalg.rs (every algorithm x style x buffers x sync/io_uring x ESN)"
+        pass=$((pass + 1)); echo "PASS lib-tests/tests/afalg.rs (every algorithm x style x buffers x sync/io_uring x ESN)"
     else
-        fail=$((fail + 1)); echo "FAIL tests/afalg.rs"
+        fail=$((fail + 1)); echo "FAIL lib-tests/tests/afalg.rs"
     fi
 
-    echo "== tests/verdicts.rs inside the VM: the same inbound verdicts on soft, sec and afalg"
+    echo "== lib-tests/tests/verdicts.rs inside the VM: the same inbound verdicts on soft, sec and afalg"
     vm '/mnt/host/run /mnt/host/verdicts-test --test-threads 1 >/tmp/verdicts-test.txt 2>&1; echo "verdicts-test exit $?" >>/tmp/verdicts-test.txt; cat /tmp/verdicts-test.txt' |
         tee "$out/verdicts-test.txt" | grep -E '^test |test result|exit'
     if grep -q "verdicts-test exit 0" "$out/verdicts-test.txt" &&
         passed every_engine_style_and_buffer_policy_gives_the_same_verdicts "$out/verdicts-test.txt" &&
         passed afalg_gives_the_same_verdicts_in_every_style_and_buffer_policy "$out/verdicts-test.txt"; then
-        pass=$((pass + 1)); echo "PASS tests/verdicts.rs with afalg (every engine x style x buffers, ESN wrap, duplicates, forgeries)"
+        pass=$((pass + 1)); echo "PASS lib-tests/tests/verdicts.rs with afalg (every engine x style x buffers, ESN wrap, duplicates, forgeries)"
     else
-        fail=$((fail + 1)); echo "FAIL tests/verdicts.rs with afalg"
+        fail=$((fail + 1)); echo "FAIL lib-tests/tests/verdicts.rs with afalg"
     fi
 
     echo "== espgw pcap --engine afalg inside the VM, against soft"

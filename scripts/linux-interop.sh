@@ -37,8 +37,8 @@
 #    with packet too big or fragmentation needed at the tunnel MTU and the
 #    outer IPv6 header checked on the tap (hop limit, traffic class, next
 #    header 50, no fragment header).
-# 2. AF_ALG (scripts/afalg-in-vm.sh --run): tests/afalg.rs, `espgw pcap
-#    --engine afalg` against soft, and the afalg/soft cost ratio.
+# 2. AF_ALG (scripts/afalg-in-vm.sh --run): lib-tests/tests/afalg.rs,
+#    `espgw pcap --engine afalg` against soft, and the afalg/soft cost ratio.
 #
 # Installs its Debian packages and builds the VM's image (scripts/vm/build.sh)
 # when missing, builds the release binaries,

@@ -1,89 +1,34 @@
 //! The `espgw` command line: check-config and the offline pcap mode, run as
 //! a user would run them.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 use serde::Deserialize;
 
 mod common;
 
-fn espgw() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_espgw"))
-}
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
+use common::{
+    espgw, ethernet, json_file as stats, pcap_command, read_pcap, repo, succeeded, write_pcap, write_pcap_at,
+};
 
 fn temp_dir(name: &str) -> common::Scratch {
     common::Scratch::new("espgw-cli", name)
 }
 
-fn ethernet(packet: &[u8]) -> Vec<u8> {
-    let mut frame = vec![0x02, 0, 0, 0, 0x01, 0x01, 0x02, 0, 0, 0, 0x01, 0x10, 0x08, 0x00];
-    frame.extend_from_slice(packet);
-    frame
-}
-
-fn write_pcap(path: &Path, datalink: DataLink, frames: &[Vec<u8>]) {
-    let stamps: Vec<Duration> = (0..frames.len())
-        .map(|i| Duration::from_millis(i as u64))
-        .collect();
-    write_pcap_at(path, datalink, frames, &stamps);
-}
-
-fn write_pcap_at(path: &Path, datalink: DataLink, frames: &[Vec<u8>], stamps: &[Duration]) {
-    let file = std::fs::File::create(path).unwrap();
-    let header = PcapHeader {
-        datalink,
-        ..PcapHeader::default()
-    };
-    let mut writer = PcapWriter::with_header(file, header).unwrap();
-    for (frame, stamp) in frames.iter().zip(stamps) {
-        let packet = PcapPacket::new(*stamp, frame.len() as u32, frame);
-        writer.write_packet(&packet).unwrap();
-    }
-}
-
-fn read_pcap(path: &Path) -> (DataLink, Vec<Vec<u8>>) {
-    let mut reader = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
-    let datalink = reader.header().datalink;
-    let mut frames = Vec::new();
-    while let Some(packet) = reader.next_packet() {
-        frames.push(packet.unwrap().data.into_owned());
-    }
-    (datalink, frames)
-}
-
 /// `espgw pcap`, with a state directory of its own beside `output`.
 fn run_pcap(config: &Path, from: &str, input: &Path, output: &Path, stats: &Path) {
     let state = common::fresh_state_dir(output.parent().unwrap(), "state");
-    let result = espgw()
-        .args(["pcap", "--config"])
-        .arg(config)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["--from", from, "--in"])
-        .arg(input)
-        .arg("--out")
-        .arg(output)
-        .arg("--stats")
-        .arg(stats)
-        .output()
-        .unwrap();
-    assert!(
-        result.status.success(),
-        "{}",
-        String::from_utf8_lossy(&result.stderr)
+    succeeded(
+        pcap_command(config, from, input, output)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--stats")
+            .arg(stats)
+            .output()
+            .unwrap(),
     );
-}
-
-fn stats(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]
@@ -309,15 +254,9 @@ fn pcap_verdicts_give_a_line_per_frame() {
     write_pcap(&input, DataLink::ETHERNET, &frames);
     let (out, s, v) = (dir.join("out.pcap"), dir.join("s.json"), dir.join("v.jsonl"));
     for target in [v.to_str().unwrap(), "-"] {
-        let result = espgw()
-            .args(["pcap", "--config"])
-            .arg(repo("configs/site-a.toml"))
+        let result = pcap_command(&repo("configs/site-a.toml"), "inside", &input, &out)
             .arg("--state-dir")
             .arg(common::fresh_state_dir(&dir, "state"))
-            .args(["--from", "inside", "--in"])
-            .arg(&input)
-            .arg("--out")
-            .arg(&out)
             .arg("--stats")
             .arg(&s)
             .args(["--verdicts", target])
@@ -361,17 +300,16 @@ fn unsupported_linktype_is_a_clear_error() {
     let dir = temp_dir("linktype");
     let input = dir.join("in.pcap");
     write_pcap(&input, DataLink::LINUX_SLL, &[vec![0; 20]]);
-    let out = espgw()
-        .args(["pcap", "--config"])
-        .arg(repo("configs/site-a.toml"))
-        .arg("--state-dir")
-        .arg(common::fresh_state_dir(&dir, "state"))
-        .args(["--from", "inside", "--in"])
-        .arg(&input)
-        .arg("--out")
-        .arg(dir.join("out.pcap"))
-        .output()
-        .unwrap();
+    let out = pcap_command(
+        &repo("configs/site-a.toml"),
+        "inside",
+        &input,
+        &dir.join("out.pcap"),
+    )
+    .arg("--state-dir")
+    .arg(common::fresh_state_dir(&dir, "state"))
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("linktype 1") && err.contains("101 and 228"), "{err}");
@@ -483,14 +421,8 @@ fn keys_never_leave_the_config() {
         .collect();
     let (input, output, stats_path) = (dir.join("in.pcap"), dir.join("out.pcap"), dir.join("stats.json"));
     write_pcap(&input, DataLink::ETHERNET, &frames);
-    let out = espgw()
+    let out = pcap_command(&config, "inside", &input, &output)
         .env("RUST_LOG", "trace")
-        .args(["pcap", "--config"])
-        .arg(&config)
-        .args(["--from", "inside", "--in"])
-        .arg(&input)
-        .arg("--out")
-        .arg(&output)
         .arg("--stats")
         .arg(&stats_path)
         .output()

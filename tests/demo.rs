@@ -7,17 +7,11 @@
 use std::process::Command;
 use std::sync::Mutex;
 
+use testkit::netns::NETNS_PING as NETNS;
 use testkit::Prerequisite;
 
 /// The demo's namespaces have fixed names: one test at a time uses them.
 static TOPOLOGY: Mutex<()> = Mutex::new(());
-
-static NETNS: Prerequisite = Prerequisite::new("netns", || {
-    testkit::root_and_tools(
-        "network namespaces",
-        &[("ip", "iproute2"), ("ping", "iputils-ping")],
-    )
-});
 
 /// `espgw demo --nat` also needs nftables for its masquerading namespace.
 static NFTABLES: Prerequisite = Prerequisite::new("nftables", || {

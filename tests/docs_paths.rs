@@ -19,6 +19,7 @@ const TOP_DIRS: &[&str] = &[
     "ike-stub/",
     "bench/",
     "testkit/",
+    "lib-tests/",
     "scripts/",
     "docs/",
     "tests/",

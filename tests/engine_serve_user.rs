@@ -15,12 +15,14 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use testkit::Prerequisite;
 
 mod common;
+
+use common::Serve;
 
 static ROOT: Prerequisite = Prerequisite::new("root", || {
     testkit::root_and_tools("switching to other users", &[])
@@ -39,16 +41,6 @@ fn main() -> std::process::ExitCode {
 
 const NOBODY: u32 = 65534;
 const NOGROUP: u32 = 65534;
-
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child, by its pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
 
 /// A directory everyone may traverse, holding a copy of the binary that
 /// other users can run.
@@ -71,19 +63,10 @@ fn serve(bin: &Path, socket: &Path, extra: &[&str], as_user: Option<(u32, u32)>,
     if let Some((uid, gid)) = as_user {
         command.uid(uid).gid(gid);
     }
-    let child = command.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the server did not bind {}",
-            socket.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let server = Serve::start(command, socket);
     // Bound, then (with --user) switched: give it the moment it takes.
     std::thread::sleep(Duration::from_millis(100));
-    Serve(child)
+    server
 }
 
 fn stats_as(bin: &Path, socket: &Path, uid: u32, gid: u32) -> Output {

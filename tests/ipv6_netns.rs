@@ -6,22 +6,15 @@
 //! `unsupported`, never answered. Without root or `ip`/`ping` the test
 //! shows as ignored (testkit `netns`).
 
-use std::fs::File;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use testkit::Prerequisite;
+use testkit::netns::{self, ip, Lab, NETNS_PING};
 
-static NETNS: Prerequisite = Prerequisite::new("netns", || {
-    testkit::root_and_tools(
-        "network namespaces",
-        &[("ip", "iproute2"), ("ping", "iputils-ping")],
-    )
-});
+mod common;
 
 fn main() -> std::process::ExitCode {
     testkit::run([testkit::needs!(
-        &NETNS,
+        &NETNS_PING,
         a_host_resolves_and_pings_the_gateways_ipv6_address
     )])
 }
@@ -31,59 +24,12 @@ const HOST: &str = "espgw-v6-host";
 const GW: &str = "espgw-v6-gw";
 const PEER: &str = "espgw-v6-peer";
 
-fn ip(args: &[&str]) {
-    let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
-    assert!(ok, "ip {}", args.join(" "));
-}
-
-fn remove_namespaces() {
-    for ns in [HOST, GW, PEER] {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// Stops the gateway and removes the namespaces, also when the test fails.
-struct Lab {
-    gateway: Option<Child>,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.gateway {
-            // SAFETY: kill(2) on our own child (ip netns exec execs espgw).
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let _ = child.wait();
-        }
-        remove_namespaces();
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
 fn a_host_resolves_and_pings_the_gateways_ipv6_address() {
-    remove_namespaces();
     let dir = std::env::temp_dir().join(format!("espgw-v6-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let mut lab = Lab {
-        gateway: None,
-        dir: dir.clone(),
-    };
-    for ns in [HOST, GW, PEER] {
-        ip(&["netns", "add", ns]);
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-    }
-    for (left, left_ns, right, right_ns) in [("v6h0", HOST, "v6g-in", GW), ("v6g-out", GW, "v6p0", PEER)] {
-        ip(&[
-            "link", "add", left, "netns", left_ns, "type", "veth", "peer", "name", right, "netns", right_ns,
-        ]);
-        ip(&["-n", left_ns, "link", "set", left, "up"]);
-        ip(&["-n", right_ns, "link", "set", right, "up"]);
-    }
+    let mut lab = Lab::new(&[HOST, GW, PEER], dir.clone());
+    netns::create(&[HOST, GW, PEER]);
+    netns::veth("v6h0", HOST, "v6g-in", GW);
+    netns::veth("v6g-out", GW, "v6p0", PEER);
     // `nodad`: the address is usable at once rather than after DAD's second.
     ip(&[
         "-n",
@@ -104,31 +50,18 @@ fn a_host_resolves_and_pings_the_gateways_ipv6_address() {
     std::fs::write(&config, text).expect("write config");
     let stats = dir.join("v6.json");
     let log_path = dir.join("v6.log");
-    let log = File::create(&log_path).expect("log file");
-    lab.gateway = Some(
-        Command::new("ip")
-            .args(["netns", "exec", GW, env!("CARGO_BIN_EXE_espgw"), "run"])
+    lab.children.push(
+        common::espgw_in(GW)
+            .arg("run")
             .arg("--config")
             .arg(&config)
             .arg("--stats")
             .arg(&stats)
-            .env("NO_COLOR", "1")
-            .stderr(log)
+            .stderr(std::fs::File::create(&log_path).expect("log file"))
             .spawn()
             .expect("espgw run starts"),
     );
-    let started = Instant::now();
-    while !std::fs::read_to_string(&log_path)
-        .unwrap_or_default()
-        .contains("forwarding")
-    {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the gateway did not start:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_forwarding(&mut lab.children[0], &log_path);
     let ping = Command::new("ip")
         .args([
             "netns",
@@ -161,14 +94,8 @@ fn a_host_resolves_and_pings_the_gateways_ipv6_address() {
     let neigh = String::from_utf8_lossy(&neigh.stdout);
     assert!(neigh.contains("lladdr"), "no neighbour entry: {neigh}");
     // The gateway's own count: SIGTERM writes the stats file.
-    if let Some(child) = &mut lab.gateway {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let _ = child.wait();
-    }
-    lab.gateway = None;
-    let stats: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).expect("stats file")).expect("stats JSON");
+    lab.stop_all();
+    let stats = common::json_file(&stats);
     let generated = stats.pointer("/generated").and_then(|v| v.as_u64());
     assert!(
         generated.is_some_and(|n| n >= 6),

@@ -15,17 +15,13 @@
 use std::fs::File;
 use std::net::UdpSocket;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use testkit::netns::{self, ip};
-use testkit::Prerequisite;
+use testkit::netns::{self, enter, ip, Lab, NETNS};
 
-static NETNS: Prerequisite = Prerequisite::new("netns", || {
-    testkit::root_and_tools("network namespaces", &[("ip", "iproute2")])
-});
+mod common;
 
 fn main() -> std::process::ExitCode {
     testkit::run([testkit::needs!(
@@ -48,25 +44,12 @@ const AFTER_RELOAD: usize = 6000;
 const THIRD_RUN: usize = 1500;
 const FOURTH_RUN: usize = 1500;
 
-/// Stops the gateway and removes the namespaces, also when the test fails.
-struct Lab {
-    gateway: Option<Child>,
-    dir: std::path::PathBuf,
-    stop: Arc<AtomicBool>,
-}
+/// Tells the test's threads to stop, also when the test fails.
+struct StopOnDrop(Arc<AtomicBool>);
 
-impl Drop for Lab {
+impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(child) = self.gateway.as_mut() {
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            let _ = child.wait();
-        }
-        netns::remove(&[HOST, GW, PEER]);
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -90,48 +73,30 @@ fn config(dir: &std::path::Path, replay_window: u32) -> std::path::PathBuf {
     path
 }
 
-/// `espgw run` in the gateway's namespace on `state`, started and
-/// forwarding; its log is `log`.
-fn start(config: &std::path::Path, state: &std::path::Path, log: &std::path::Path) -> Child {
-    let mut child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            GW,
-            env!("CARGO_BIN_EXE_espgw"),
-            "run",
-            "--workers",
-            "2",
-        ])
+/// `espgw run` in the gateway's namespace on `state`, started (the lab's
+/// one child) and forwarding; its log is `log`.
+fn start(lab: &mut Lab, config: &std::path::Path, state: &std::path::Path, log: &std::path::Path) {
+    let child = common::espgw_in(GW)
+        .args(["run", "--workers", "2"])
         .arg("--config")
         .arg(config)
         .arg("--state-dir")
         .arg(state)
         .arg("--control")
         .arg(log.with_extension("sock"))
-        .env("NO_COLOR", "1")
-        .env_remove("STATE_DIRECTORY")
         .stderr(File::create(log).expect("log file"))
         .spawn()
         .expect("espgw run starts");
-    let started = Instant::now();
-    while !std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .contains("forwarding")
-    {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "espgw run exited ({status}):\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "espgw run did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    lab.children.push(child);
+    common::wait_forwarding(&mut lab.children[0], log);
+}
+
+/// Kills the lab's gateway (SIGKILL: no shutdown, no last write).
+fn kill(lab: &mut Lab) {
+    for mut child in lab.children.drain(..) {
+        let _ = child.kill();
+        let _ = child.wait();
     }
-    child
 }
 
 /// The sequence numbers of the SA's ESP captured on the peer's veth, with
@@ -141,7 +106,7 @@ type Captured = Arc<Mutex<Vec<(u8, u32)>>>;
 fn capture(phase: Arc<AtomicU8>, stop: Arc<AtomicBool>, captured: Captured) -> std::thread::JoinHandle<()> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let handle = std::thread::spawn(move || {
-        testkit::netns::enter(PEER);
+        enter(PEER);
         let protocol = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: a new AF_PACKET socket, owned at once.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(protocol)) };
@@ -211,15 +176,10 @@ fn wait_for(captured: &Captured, phase: u8, n: usize, what: &str, log: &std::pat
 }
 
 fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
-    netns::remove(&[HOST, GW, PEER]);
     let dir = std::env::temp_dir().join(format!("espgw-lc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut lab = Lab::new(&[HOST, GW, PEER], dir.clone());
     let stop = Arc::new(AtomicBool::new(false));
-    let mut lab = Lab {
-        gateway: None,
-        dir: dir.clone(),
-        stop: Arc::clone(&stop),
-    };
+    let _stop_threads = StopOnDrop(Arc::clone(&stop));
     netns::create(&[HOST, GW, PEER]);
     for (left, left_ns, right, right_ns) in [("lch0", HOST, "lcg-in", GW), ("lcg-out", GW, "lcp0", PEER)] {
         netns::veth(left, left_ns, right, right_ns);
@@ -234,12 +194,12 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
     let capturer = capture(Arc::clone(&phase), Arc::clone(&stop), Arc::clone(&captured));
 
     let (log1, log2) = (dir.join("run1.log"), dir.join("run2.log"));
-    lab.gateway = Some(start(&config, &state, &log1));
+    start(&mut lab, &config, &state, &log1);
     phase.store(1, Ordering::Release);
     // hostA sends steadily to a host behind the tunnel until told to stop.
     let sending = Arc::clone(&stop);
     let sender = std::thread::spawn(move || {
-        testkit::netns::enter(HOST);
+        enter(HOST);
         let socket = UdpSocket::bind("192.168.1.10:0").expect("bind at hostA");
         socket.connect("192.168.2.20:9000").expect("connect");
         let mut sent = 0u64;
@@ -254,23 +214,19 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
         sent
     });
     wait_for(&captured, 1, FIRST_RUN, "the first run", &log1);
-    // Killed mid-traffic: no shutdown, no last write.
-    if let Some(mut child) = lab.gateway.take() {
-        // SAFETY: kill(2) on our own child (`ip netns exec` execs espgw).
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        let _ = child.wait();
-    }
+    // Killed mid-traffic.
+    kill(&mut lab);
     // Whatever the first run had on the wire has arrived by now.
     std::thread::sleep(Duration::from_millis(300));
     phase.store(2, Ordering::Release);
-    lab.gateway = Some(start(&config, &state, &log2));
+    start(&mut lab, &config, &state, &log2);
     wait_for(&captured, 2, SECOND_RUN, "the second run", &log2);
     // A reload that changes the tunnel but not its keys: its SAs are
     // replaced, and the new ones go on from the ledger.
     let socket = log2.with_extension("sock");
     phase.store(3, Ordering::Release);
     self::config(&dir, 128);
-    let reload = Command::new(env!("CARGO_BIN_EXE_espgw"))
+    let reload = common::espgw()
         .args(["reload", "--json", "--socket"])
         .arg(&socket)
         .output()
@@ -282,30 +238,23 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
         String::from_utf8_lossy(&reload.stderr)
     );
     wait_for(&captured, 3, AFTER_RELOAD, "after the reload", &log2);
-    let stats = Command::new(env!("CARGO_BIN_EXE_espgw"))
+    let stats = common::espgw()
         .args(["stats", "--json", "--socket"])
         .arg(&socket)
         .output()
         .expect("espgw stats");
     let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats JSON");
     // Killed again, and started once more.
-    if let Some(mut child) = lab.gateway.take() {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        let _ = child.wait();
-    }
+    kill(&mut lab);
     std::thread::sleep(Duration::from_millis(300));
     phase.store(4, Ordering::Release);
     let log3 = dir.join("run3.log");
-    lab.gateway = Some(start(&config, &state, &log3));
+    start(&mut lab, &config, &state, &log3);
     wait_for(&captured, 4, THIRD_RUN, "the third run", &log3);
     // Stopped cleanly this time (SIGTERM, as a service manager stops it):
     // the ledger is settled, and the fourth run goes on right after the
     // last number the third sent instead of after its reservation.
-    if let Some(mut child) = lab.gateway.take() {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let status = child.wait().expect("espgw run exits");
+    for status in lab.stop_all() {
         assert!(
             status.success(),
             "espgw run stopped with {status}:\n{}",
@@ -315,7 +264,7 @@ fn a_gateway_killed_mid_traffic_resumes_above_every_number_it_sent() {
     std::thread::sleep(Duration::from_millis(300));
     phase.store(5, Ordering::Release);
     let log4 = dir.join("run4.log");
-    lab.gateway = Some(start(&config, &state, &log4));
+    start(&mut lab, &config, &state, &log4);
     wait_for(&captured, 5, FOURTH_RUN, "the fourth run", &log4);
     stop.store(true, Ordering::Relaxed);
     let sent = sender.join().expect("the sender");

@@ -18,6 +18,8 @@ use serde_json::Value;
 use testkit::netns::{self, wait_for, Lab};
 use testkit::Prerequisite;
 
+mod common;
+
 static PROMETHEUS: Prerequisite = Prerequisite::new("prometheus", || {
     testkit::root_and_tools(
         "network namespaces",
@@ -43,10 +45,6 @@ const GW_B: &str = "espgw-mx-gwB";
 const HOST_B: &str = "espgw-mx-hostB";
 const METRICS: &str = "127.0.0.1:9464";
 const PROMETHEUS_API: &str = "127.0.0.1:9090";
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 /// An HTTP GET in namespace `ns`, by python3's standard library.
 fn get(ns: &str, url: &str) -> String {
@@ -78,19 +76,12 @@ fn query(expr: &str) -> Option<f64> {
 }
 
 fn stats(socket: &Path) -> Option<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-        .arg("stats")
-        .arg("--socket")
-        .arg(socket)
-        .arg("--json")
-        .output()
-        .ok()?;
-    serde_json::from_slice(&out.stdout).ok()
+    common::ask(socket, &["stats"])
 }
 
 /// The shipped demo configuration of `side`, rekeying every 100 kB.
 fn config(dir: &Path, side: &str) -> PathBuf {
-    let mut text = std::fs::read_to_string(repo(&format!("configs/demo-{side}.toml"))).unwrap();
+    let mut text = std::fs::read_to_string(common::repo(&format!("configs/demo-{side}.toml"))).unwrap();
     // The file ends with its one [[tunnel]]: this table is that tunnel's.
     text.push_str("\n[tunnel.lifetime]\nsoft_bytes = 100000\nhard_bytes = 5000000\n");
     let path = dir.join(format!("demo-{side}.toml"));
@@ -106,16 +97,9 @@ fn a_prometheus_scrape_matches_the_gateways_counts_across_rekeys() {
 
     let sockets = [dir.join("a.sock"), dir.join("b.sock")];
     for (ns, side, socket) in [(GW_A, "a", &sockets[0]), (GW_B, "b", &sockets[1])] {
-        let mut command = Command::new("ip");
+        let mut command = common::espgw_in(ns);
         command
-            .args([
-                "netns",
-                "exec",
-                ns,
-                env!("CARGO_BIN_EXE_espgw"),
-                "run",
-                "--config",
-            ])
+            .args(["run", "--config"])
             .arg(config(&dir, side))
             .arg("--control")
             .arg(socket)

@@ -14,22 +14,15 @@
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
-use testkit::netns::{self, ip};
-use testkit::Prerequisite;
+use testkit::netns::{self, ip, Lab, NETNS_PING};
 
-static NETNS: Prerequisite = Prerequisite::new("netns", || {
-    testkit::root_and_tools(
-        "network namespaces",
-        &[("ip", "iproute2"), ("ping", "iputils-ping")],
-    )
-});
+mod common;
 
 fn main() -> std::process::ExitCode {
     testkit::run([testkit::needs!(
-        &NETNS,
+        &NETNS_PING,
         run_keeps_only_what_it_uses_and_still_forwards_and_reloads
     )])
 }
@@ -44,33 +37,10 @@ const NOBODY: u32 = 65534;
 const CAP_IPC_LOCK: u64 = 1 << 14;
 const CAP_NET_RAW: u64 = 1 << 13;
 
-/// Removes the namespaces and stops the gateways, also when the test fails.
-struct Lab {
-    gateways: Vec<Child>,
-    dir: PathBuf,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for child in &mut self.gateways {
-            // SAFETY: kill(2) on our own child (ip netns exec execs espgw).
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let _ = child.wait();
-        }
-        netns::remove(&[HOST_A, GW_A, GW_B, HOST_B]);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Side `a` or `b`'s configuration; with `second`, a second tunnel to
 /// 192.168.3.0/24 (hostB's second network).
 fn config_text(side: &str, second: bool) -> String {
     let a = side == "a";
-    let (inside, outside) = if a {
-        ("pva-in", "pva-out")
-    } else {
-        ("pvb-in", "pvb-out")
-    };
     let (local, remote) = if a {
         ("10.0.0.1", "10.0.0.2")
     } else {
@@ -84,8 +54,8 @@ fn config_text(side: &str, second: bool) -> String {
     let key = |first: &str| format!("{first}0102030405060708090a0b0c0d0e0f10111213");
     let mut text = format!(
         "[gateway]\nname = \"pv{side}\"\n\n\
-         [[interface]]\nname = \"inside\"\ndevice = \"{inside}\"\naddress = \"{local_net}.1/24\"\n\n\
-         [[interface]]\nname = \"outside\"\ndevice = \"{outside}\"\naddress = \"{local}/24\"\n\n"
+         [[interface]]\nname = \"inside\"\ndevice = \"{side}-in\"\naddress = \"{local_net}.1/24\"\n\n\
+         [[interface]]\nname = \"outside\"\ndevice = \"{side}-out\"\naddress = \"{local}/24\"\n\n"
     );
     if a {
         for net in remote_nets {
@@ -214,36 +184,13 @@ fn ping(from: &str, to: &str) -> bool {
     })
 }
 
-fn espgw(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_espgw"))
-        .args(args)
-        .output()
-        .expect("espgw runs")
-}
-
 fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
-    netns::remove(&[HOST_A, GW_A, GW_B, HOST_B]);
     let dir = std::env::temp_dir().join(format!("espgw-pv-{}", std::process::id()));
-    std::fs::create_dir(&dir).expect("a fresh work dir");
+    let mut lab = Lab::new(&[HOST_A, GW_A, GW_B, HOST_B], dir.clone());
     // nobody reads its configuration at reload, through this directory.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).expect("chmod");
-    let mut lab = Lab {
-        gateways: Vec::new(),
-        dir: dir.clone(),
-    };
-    netns::create(&[HOST_A, GW_A, GW_B, HOST_B]);
-    for (left, left_ns, right, right_ns) in [
-        ("pvha0", HOST_A, "pva-in", GW_A),
-        ("pva-out", GW_A, "pvb-out", GW_B),
-        ("pvb-in", GW_B, "pvhb0", HOST_B),
-    ] {
-        netns::veth(left, left_ns, right, right_ns);
-    }
-    ip(&["-n", HOST_A, "addr", "add", "192.168.1.10/24", "dev", "pvha0"]);
-    ip(&["-n", HOST_A, "route", "add", "default", "via", "192.168.1.1"]);
-    ip(&["-n", HOST_B, "addr", "add", "192.168.2.20/24", "dev", "pvhb0"]);
-    ip(&["-n", HOST_B, "addr", "add", "192.168.3.20/24", "dev", "pvhb0"]);
-    ip(&["-n", HOST_B, "route", "add", "default", "via", "192.168.2.1"]);
+    netns::demo_topology([HOST_A, GW_A, GW_B, HOST_B]);
+    ip(&["-n", HOST_B, "addr", "add", "192.168.3.20/24", "dev", "hb0"]);
 
     let configs = [dir.join("pva.toml"), dir.join("pvb.toml")];
     let sockets = [dir.join("pva.sock"), dir.join("pvb.sock")];
@@ -256,8 +203,8 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
         .into_iter()
         .enumerate()
     {
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_espgw"), "run"])
+        let child = common::espgw_in(ns)
+            .arg("run")
             .args(extra)
             .arg("--config")
             .arg(&configs[i])
@@ -269,29 +216,17 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
             // to nobody, who writes it once root is gone.
             .arg("--state-dir")
             .arg(&state_dirs[i])
-            .env("NO_COLOR", "1")
             .stderr(File::create(&logs[i]).expect("log file"))
             .spawn()
             .expect("espgw run starts");
-        lab.gateways.push(child);
+        lab.children.push(child);
     }
     let log = |i: usize| std::fs::read_to_string(&logs[i]).unwrap_or_default();
-    let started = |i: usize| {
-        let since = Instant::now();
-        while !log(i).contains("forwarding") {
-            assert!(
-                since.elapsed() < Duration::from_secs(20),
-                "gateway {i} did not start:\n{}",
-                log(i)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    let pids = [lab.gateways[0].id(), lab.gateways[1].id()];
-    started(0);
+    let pids = [lab.children[0].id(), lab.children[1].id()];
+    common::wait_forwarding(&mut lab.children[0], &logs[0]);
     let threads_a = check_privileges(pids[0], 0, "gwA");
     assert!(threads_a >= 3, "two workers and the control thread: {threads_a}");
-    started(1);
+    common::wait_forwarding(&mut lab.children[1], &logs[1]);
     check_privileges(pids[1], NOBODY, "gwB (--user nobody)");
     for name in ["", "ledger", "lock"] {
         let path = state_dirs[1].join(name);
@@ -330,12 +265,11 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
     write_config(&configs[0], "a", true, 0);
     write_config(&configs[1], "b", true, NOBODY);
     for socket in &sockets {
-        let out = espgw(&[
-            "reload",
-            "--json",
-            "--socket",
-            socket.to_str().expect("a UTF-8 path"),
-        ]);
+        let out = common::espgw()
+            .args(["reload", "--json", "--socket"])
+            .arg(socket)
+            .output()
+            .expect("espgw reload");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && text.contains("\"t2\""),
@@ -364,12 +298,7 @@ fn run_keeps_only_what_it_uses_and_still_forwards_and_reloads() {
     check_privileges(pids[0], 0, "gwA after the reload");
     check_privileges(pids[1], NOBODY, "gwB after the reload");
 
-    for child in &mut lab.gateways {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let _ = child.wait();
-    }
-    lab.gateways.clear();
+    lab.stop_all();
     for (i, path) in stats.iter().enumerate() {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let json: serde_json::Value = serde_json::from_str(&text)

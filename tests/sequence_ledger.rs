@@ -7,63 +7,25 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Output;
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 
 mod common;
 
-fn espgw() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_espgw"));
-    // Only what a test gives: not a state directory systemd would.
-    command.env_remove("STATE_DIRECTORY");
-    command
-}
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let file = std::fs::File::create(path).unwrap();
-    let header = PcapHeader {
-        datalink: DataLink::ETHERNET,
-        ..PcapHeader::default()
-    };
-    let mut writer = PcapWriter::with_header(file, header).unwrap();
-    for (i, frame) in frames.iter().enumerate() {
-        let stamp = Duration::from_millis(i as u64);
-        writer
-            .write_packet(&PcapPacket::new(stamp, frame.len() as u32, frame))
-            .unwrap();
-    }
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let mut reader = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
-    let mut frames = Vec::new();
-    while let Some(packet) = reader.next_packet() {
-        frames.push(packet.unwrap().data.into_owned());
-    }
-    frames
-}
+use common::{espgw, ethernet, json_file, pcap_command, read_pcap, repo, succeeded, write_pcap};
 
 /// `count` UDP packets from behind site A, as Ethernet frames to site A's
 /// inside; `seed` makes each capture's plaintext its own.
 fn plaintext(count: usize, seed: u8) -> Vec<Vec<u8>> {
     (0..count)
         .map(|i| {
-            let packet = common::udp_packet(
+            ethernet(&common::udp_packet(
                 common::HOST_A,
                 common::HOST_B,
                 100 + i,
                 seed.wrapping_add(i as u8),
-            );
-            let mut frame = vec![0x02, 0, 0, 0, 0x01, 0x01, 0x02, 0, 0, 0, 0x01, 0x10, 0x08, 0x00];
-            frame.extend_from_slice(&packet);
-            frame
+            ))
         })
         .collect()
 }
@@ -92,36 +54,19 @@ fn pcap(
     output: &Path,
     extra: &[&str],
 ) -> Output {
-    let mut command = espgw();
-    command
-        .args(["pcap", "--config"])
-        .arg(config)
-        .args(["--from", from, "--in"])
-        .arg(input)
-        .arg("--out")
-        .arg(output)
-        .args(extra);
+    let mut command = pcap_command(config, from, input, output);
+    command.args(extra);
     if let Some(state) = state {
         command.arg("--state-dir").arg(state);
     }
     command.output().unwrap()
 }
 
-fn ok(out: Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
-    stderr
-}
-
-fn stats(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
 /// Site B's run over `esp` from the outside with `state`, its output and
 /// counters under `dir` named `run`; returns the counters.
 fn receive(site_b: &Path, state: &Path, esp: &Path, dir: &Path, run: &str) -> serde_json::Value {
     let counters = dir.join(format!("{run}.json"));
-    ok(pcap(
+    succeeded(pcap(
         site_b,
         "outside",
         Some(state),
@@ -129,7 +74,7 @@ fn receive(site_b: &Path, state: &Path, esp: &Path, dir: &Path, run: &str) -> se
         &dir.join(format!("{run}.pcap")),
         &["--stats", counters.to_str().unwrap()],
     ));
-    stats(&counters)
+    json_file(&counters)
 }
 
 /// Two runs of one config over different plaintexts, one state directory:
@@ -151,9 +96,9 @@ fn two_runs_of_one_config_never_send_a_sequence_number_twice() {
                 dir.join(format!("in{run}.pcap")),
                 dir.join(format!("esp{run}.pcap")),
             );
-            write_pcap(&input, &plaintext(30, run * 50));
-            ok(pcap(&repo(config), "inside", Some(&state), &input, &esp, &[]));
-            let numbers = esp_numbers(&read_pcap(&esp));
+            write_pcap(&input, DataLink::ETHERNET, &plaintext(30, run * 50));
+            succeeded(pcap(&repo(config), "inside", Some(&state), &input, &esp, &[]));
+            let numbers = esp_numbers(&read_pcap(&esp).1);
             assert_eq!(numbers.len(), 30, "{config} run {run}");
             for pair in &numbers {
                 assert!(
@@ -190,21 +135,21 @@ fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
     );
     let (site_a, site_b) = (repo("configs/site-a.toml"), repo("configs/site-b.toml"));
     let (in1, in2) = (dir.join("in1.pcap"), dir.join("in2.pcap"));
-    write_pcap(&in1, &plaintext(25, 1));
-    write_pcap(&in2, &plaintext(SENT, 101));
+    write_pcap(&in1, DataLink::ETHERNET, &plaintext(25, 1));
+    write_pcap(&in2, DataLink::ETHERNET, &plaintext(SENT, 101));
     let (esp1, esp2) = (dir.join("esp1.pcap"), dir.join("esp2.pcap"));
-    ok(pcap(&site_a, "inside", Some(&state_a), &in1, &esp1, &[]));
+    succeeded(pcap(&site_a, "inside", Some(&state_a), &in1, &esp1, &[]));
     let b1 = receive(&site_b, &state_b, &esp1, &dir, "b1");
     assert_eq!(b1["decapsulated"], 25);
     // Both ends restart; the attacker replays the first capture ahead of
     // the sender's new packets.
-    ok(pcap(&site_a, "inside", Some(&state_a), &in2, &esp2, &[]));
-    let mut replayed = read_pcap(&esp1);
-    replayed.extend(read_pcap(&esp2).split_off(SENT - 25));
+    succeeded(pcap(&site_a, "inside", Some(&state_a), &in2, &esp2, &[]));
+    let mut replayed = read_pcap(&esp1).1;
+    replayed.extend(read_pcap(&esp2).1.split_off(SENT - 25));
     let mixed = dir.join("mixed.pcap");
-    write_pcap(&mixed, &replayed);
+    write_pcap(&mixed, DataLink::ETHERNET, &replayed);
     let (s2, v2) = (dir.join("b2.json"), dir.join("b2.jsonl"));
-    ok(pcap(
+    succeeded(pcap(
         &site_b,
         "outside",
         Some(&state_b),
@@ -234,7 +179,7 @@ fn a_restarted_receiver_refuses_the_old_capture_and_takes_the_new() {
             assert_eq!(line["verdict"], "forwarded", "the sender's new frame {i}: {line}");
         }
     }
-    let b2 = stats(&s2);
+    let b2 = json_file(&s2);
     assert_eq!(b2["decapsulated"], 25, "{b2:#}");
     assert_eq!(b2["drops"]["seq_not_reserved"], 0, "{b2:#}");
     assert!(
@@ -262,19 +207,19 @@ fn a_receiver_restarted_alone_after_a_clean_stop_takes_what_its_sender_sends_nex
     );
     let (site_a, site_b) = (repo("configs/site-a.toml"), repo("configs/site-b.toml"));
     let input = dir.join("in.pcap");
-    write_pcap(&input, &plaintext(50, 1));
+    write_pcap(&input, DataLink::ETHERNET, &plaintext(50, 1));
     let esp = dir.join("esp.pcap");
-    ok(pcap(&site_a, "inside", Some(&state_a), &input, &esp, &[]));
-    let frames = read_pcap(&esp);
+    succeeded(pcap(&site_a, "inside", Some(&state_a), &input, &esp, &[]));
+    let frames = read_pcap(&esp).1;
     assert_eq!(frames.len(), 50);
     let (before, after) = frames.split_at(25);
     let (esp1, esp2) = (dir.join("esp1.pcap"), dir.join("esp2.pcap"));
-    write_pcap(&esp1, before);
+    write_pcap(&esp1, DataLink::ETHERNET, before);
     // The receiver's second run also meets a replay of what it took in
     // its first.
     let mut second: Vec<Vec<u8>> = before[20..].to_vec();
     second.extend_from_slice(after);
-    write_pcap(&esp2, &second);
+    write_pcap(&esp2, DataLink::ETHERNET, &second);
     let b1 = receive(&site_b, &state_b, &esp1, &dir, "b1");
     assert_eq!(b1["decapsulated"], 25);
     let ledger = std::fs::read_to_string(state_b.join("ledger")).unwrap();
@@ -314,7 +259,7 @@ fn without_a_state_directory_aead_static_keys_are_refused() {
     let dir = common::Scratch::new("espgw-ledger", "refused");
     let config = nowhere_config(&dir, "configs/site-a.toml");
     let input = dir.join("in.pcap");
-    write_pcap(&input, &plaintext(3, 7));
+    write_pcap(&input, DataLink::ETHERNET, &plaintext(3, 7));
     let run = espgw()
         .args(["run", "--config"])
         .arg(&config)
@@ -355,11 +300,11 @@ fn without_a_state_directory_aead_static_keys_are_refused() {
         .env("STATE_DIRECTORY", &systemd)
         .output()
         .unwrap();
-    ok(out);
+    succeeded(out);
     assert!(systemd.join("ledger").exists());
     // CBC with HMAC: no nonce to repeat, but replays: a warning.
     let cbc = nowhere_config(&dir, "configs/algorithms/aes128-sha1-a.toml");
-    let err = ok(pcap(&cbc, "inside", None, &input, &dir.join("cbc.pcap"), &[]));
+    let err = succeeded(pcap(&cbc, "inside", None, &input, &dir.join("cbc.pcap"), &[]));
     assert!(
         err.contains("have static keys and there is no state directory") && err.contains("replay windows"),
         "{err}"

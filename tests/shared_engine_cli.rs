@@ -6,37 +6,18 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use accel::shared::{SharedEngine, SharedSpec, Transport};
 use accel::{Algorithm, Descriptor, DescriptorError, Direction, Engine, Job, PacketBuf, SessionSpec, Status};
-
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 
 mod common;
 
-fn espgw() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_espgw"))
-}
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
+use common::{espgw, ethernet, pcap_command, read_pcap, repo, succeeded, write_pcap, Serve};
 
 fn temp_dir(name: &str) -> common::Scratch {
     common::Scratch::new("espgw-shcli", name)
-}
-
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child, by its pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
 }
 
 fn serve(socket: &Path, engine: &str) -> Serve {
@@ -53,17 +34,7 @@ fn serve_with(socket: &Path, engine: &str, extra: &[&str], log: Option<&Path>) -
     if let Some(log) = log {
         command.stderr(std::fs::File::create(log).unwrap());
     }
-    let child = command.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the server did not bind {}",
-            socket.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Serve(child)
+    Serve::start(command, socket)
 }
 
 fn shared_config(from: &str, socket: &Path, transport: &str, dir: &Path) -> PathBuf {
@@ -82,47 +53,16 @@ fn shared_config(from: &str, socket: &Path, transport: &str, dir: &Path) -> Path
     path
 }
 
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let file = std::fs::File::create(path).unwrap();
-    let header = PcapHeader {
-        datalink: DataLink::ETHERNET,
-        ..PcapHeader::default()
-    };
-    let mut writer = PcapWriter::with_header(file, header).unwrap();
-    for (i, frame) in frames.iter().enumerate() {
-        let packet = PcapPacket::new(Duration::from_millis(i as u64), frame.len() as u32, frame);
-        writer.write_packet(&packet).unwrap();
-    }
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let mut reader = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
-    let mut frames = Vec::new();
-    while let Some(packet) = reader.next_packet() {
-        frames.push(packet.unwrap().data.into_owned());
-    }
-    frames
-}
-
 /// `espgw pcap`, with a state directory of its own beside `output`.
 fn pcap(config: &Path, from: &str, input: &Path, output: &Path) {
     let state = output.with_extension("state");
     let _ = std::fs::remove_dir_all(&state);
-    let result = espgw()
-        .args(["pcap", "--config"])
-        .arg(config)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["--from", from, "--in"])
-        .arg(input)
-        .arg("--out")
-        .arg(output)
-        .output()
-        .unwrap();
-    assert!(
-        result.status.success(),
-        "{}",
-        String::from_utf8_lossy(&result.stderr)
+    succeeded(
+        pcap_command(config, from, input, output)
+            .arg("--state-dir")
+            .arg(&state)
+            .output()
+            .unwrap(),
     );
 }
 
@@ -166,14 +106,9 @@ fn pcap_through_the_server_delivers_what_was_sent_over_both_transports() {
         .enumerate()
         .map(|(i, &n)| common::udp_packet(common::HOST_A, common::HOST_B, n, i as u8))
         .collect();
-    let mut frames = Vec::new();
-    for p in &packets {
-        let mut frame = vec![0x02, 0, 0, 0, 0x01, 0x01, 0x02, 0, 0, 0, 0x01, 0x10, 0x08, 0x00];
-        frame.extend_from_slice(p);
-        frames.push(frame);
-    }
+    let frames: Vec<Vec<u8>> = packets.iter().map(|p| ethernet(p)).collect();
     let input = dir.join("in.pcap");
-    write_pcap(&input, &frames);
+    write_pcap(&input, DataLink::ETHERNET, &frames);
     for transport in ["shm", "socket"] {
         let a = shared_config("configs/site-a.toml", &socket, transport, &dir);
         let b = shared_config("configs/site-b.toml", &socket, transport, &dir);
@@ -191,10 +126,10 @@ fn pcap_through_the_server_delivers_what_was_sent_over_both_transports() {
         pcap(&a, "inside", &input, &esp);
         pcap(&b, "outside", &esp, &out);
         assert!(
-            read_pcap(&esp).iter().all(|f| f[14 + 9] == 50),
+            read_pcap(&esp).1.iter().all(|f| f[14 + 9] == 50),
             "{transport}: ESP on the outside"
         );
-        let delivered = read_pcap(&out);
+        let (_, delivered) = read_pcap(&out);
         assert_eq!(delivered.len(), packets.len(), "{transport}");
         for (got, sent) in delivered.iter().zip(&packets) {
             assert_eq!(&got[14..], &common::after_hops(sent, 2)[..], "{transport}");
@@ -294,16 +229,10 @@ fn shared_engine_settings_are_checked_where_they_are_written() {
     .unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let input = dir.join("empty.pcap");
-    write_pcap(&input, &[]);
-    let result = espgw()
-        .args(["pcap", "--config"])
-        .arg(&path)
+    write_pcap(&input, DataLink::ETHERNET, &[]);
+    let result = pcap_command(&path, "inside", &input, &dir.join("out.pcap"))
         .arg("--state-dir")
         .arg(dir.join("state"))
-        .args(["--from", "inside", "--in"])
-        .arg(&input)
-        .arg("--out")
-        .arg(dir.join("out.pcap"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&result.stderr);
@@ -331,11 +260,6 @@ fn collect(t: &mut SharedEngine, clock: Instant, n: usize, within: Duration) -> 
         }
     }
     out
-}
-
-fn signal(server: &Serve, sig: i32) {
-    // SAFETY: signals our own child, by its pid.
-    assert_eq!(unsafe { libc::kill(server.0.id() as i32, sig) }, 0);
 }
 
 /// A server that stops serving while still connected (SIGSTOP): the
@@ -367,7 +291,7 @@ fn a_stopped_server_times_the_tenants_jobs_out_and_it_recovers() {
         assert_eq!(back[0].desc.status, Status::Done, "{transport}: served");
         // Let the server go idle (asleep on its doorbells), then stop it.
         std::thread::sleep(Duration::from_millis(100));
-        signal(&server, libc::SIGSTOP);
+        server.signal(libc::SIGSTOP);
         let submitted = Instant::now();
         let mut queue: VecDeque<Job> = (0..8).map(|i| gcm_job(h, 64, i)).collect();
         assert_eq!(t.submit_burst(clock.elapsed(), &mut queue), 8);
@@ -401,7 +325,7 @@ fn a_stopped_server_times_the_tenants_jobs_out_and_it_recovers() {
         assert!(c.unavailable, "{transport}: {c:?}");
         assert_eq!((c.timed_out, c.refused_unavailable), (8, 4), "{transport}: {c:?}");
         // The server runs again: its late completions bring the engine back.
-        signal(&server, libc::SIGCONT);
+        server.signal(libc::SIGCONT);
         let until = Instant::now() + Duration::from_secs(5);
         while t.unavailable() && Instant::now() < until {
             t.poll_burst(clock.elapsed(), &mut out);

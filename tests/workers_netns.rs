@@ -14,14 +14,11 @@
 use std::fs::File;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use testkit::Prerequisite;
+use testkit::netns::{self, enter, ip, Lab, NETNS};
 
-static NETNS: Prerequisite = Prerequisite::new("netns", || {
-    testkit::root_and_tools("network namespaces", &[("ip", "iproute2")])
-});
+mod common;
 
 fn main() -> std::process::ExitCode {
     testkit::run([testkit::needs!(
@@ -41,11 +38,7 @@ const ROUNDS: usize = 800;
 
 /// A counter of the `Ip:` lines of `/proc/net/snmp` in namespace `ns`.
 fn ip_mib(ns: &str, field: &str) -> u64 {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
-        .output()
-        .expect("ip netns exec cat");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = netns::output(ns, &["cat", "/proc/net/snmp"]);
     let mut lines = text.lines().filter(|l| l.starts_with("Ip:"));
     let (names, values) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
     names
@@ -56,68 +49,19 @@ fn ip_mib(ns: &str, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no Ip {field} in {ns}'s /proc/net/snmp:\n{text}"))
 }
 
-fn ip(args: &[&str]) {
-    let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
-    assert!(ok, "ip {}", args.join(" "));
-}
-
-fn remove_namespaces() {
-    for ns in [HOST_A, GW_A, GW_B, HOST_B] {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// Removes the namespaces and stops the gateways, also when the test fails.
-struct Lab {
-    gateways: Vec<Child>,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for child in &mut self.gateways {
-            // SAFETY: kill(2) on our own child (ip netns exec execs espgw).
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let _ = child.wait();
-        }
-        remove_namespaces();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn config(side: &str, dir: &std::path::Path) -> std::path::PathBuf {
-    let (inside, outside, local, remote, local_net, remote_net, here, there) = if side == "a" {
-        (
-            "w2a-in",
-            "w2a-out",
-            "10.0.0.1",
-            "10.0.0.2",
-            "192.168.1",
-            "192.168.2",
-            "1001",
-            "1002",
-        )
+    // The devices are netns::demo_topology's: a-in, a-out, b-in, b-out.
+    let (local, remote, local_net, remote_net, here, there) = if side == "a" {
+        ("10.0.0.1", "10.0.0.2", "192.168.1", "192.168.2", "1001", "1002")
     } else {
-        (
-            "w2b-in",
-            "w2b-out",
-            "10.0.0.2",
-            "10.0.0.1",
-            "192.168.2",
-            "192.168.1",
-            "1002",
-            "1001",
-        )
+        ("10.0.0.2", "10.0.0.1", "192.168.2", "192.168.1", "1002", "1001")
     };
     let (key_out, key_in) = if side == "a" { ("00", "20") } else { ("20", "00") };
     let key = |first: &str| format!("{first}0102030405060708090a0b0c0d0e0f10111213");
     let text = format!(
         "[gateway]\nname = \"w2{side}\"\n\n\
-         [[interface]]\nname = \"inside\"\ndevice = \"{inside}\"\naddress = \"{local_net}.1/24\"\n\n\
-         [[interface]]\nname = \"outside\"\ndevice = \"{outside}\"\naddress = \"{local}/24\"\n\n\
+         [[interface]]\nname = \"inside\"\ndevice = \"{side}-in\"\naddress = \"{local_net}.1/24\"\n\n\
+         [[interface]]\nname = \"outside\"\ndevice = \"{side}-out\"\naddress = \"{local}/24\"\n\n\
          [[route]]\ndestination = \"{remote_net}.0/24\"\nvia = \"{remote}\"\n\n\
          [[tunnel]]\nname = \"t\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n\
          local_subnet = \"{local_net}.0/24\"\nremote_subnet = \"{remote_net}.0/24\"\n\
@@ -131,88 +75,39 @@ fn config(side: &str, dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-fn stats(path: &std::path::Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("stats JSON")
-}
-
 fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
-    remove_namespaces();
     let dir = std::env::temp_dir().join(format!("espgw-w2-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let mut lab = Lab {
-        gateways: Vec::new(),
-        dir: dir.clone(),
-    };
-    for ns in [HOST_A, GW_A, GW_B, HOST_B] {
-        ip(&["netns", "add", ns]);
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-    }
-    for (left, left_ns, right, right_ns) in [
-        ("w2ha0", HOST_A, "w2a-in", GW_A),
-        ("w2a-out", GW_A, "w2b-out", GW_B),
-        ("w2b-in", GW_B, "w2hb0", HOST_B),
-    ] {
-        ip(&[
-            "link", "add", left, "netns", left_ns, "type", "veth", "peer", "name", right, "netns", right_ns,
-        ]);
-        ip(&["-n", left_ns, "link", "set", left, "up"]);
-        ip(&["-n", right_ns, "link", "set", right, "up"]);
-    }
-    ip(&["-n", HOST_A, "addr", "add", "192.168.1.10/24", "dev", "w2ha0"]);
-    ip(&["-n", HOST_A, "route", "add", "default", "via", "192.168.1.1"]);
-    ip(&["-n", HOST_B, "addr", "add", "192.168.2.20/24", "dev", "w2hb0"]);
-    ip(&["-n", HOST_B, "addr", "add", "192.168.2.21/24", "dev", "w2hb0"]);
-    ip(&["-n", HOST_B, "route", "add", "default", "via", "192.168.2.1"]);
+    let mut lab = Lab::new(&[HOST_A, GW_A, GW_B, HOST_B], dir.clone());
+    netns::demo_topology([HOST_A, GW_A, GW_B, HOST_B]);
+    ip(&["-n", HOST_B, "addr", "add", "192.168.2.21/24", "dev", "hb0"]);
     let mut stats_files = Vec::new();
     for (side, ns) in [("a", GW_A), ("b", GW_B)] {
         let config = config(side, &dir);
         let stats = dir.join(format!("w2{side}.json"));
-        let log = File::create(dir.join(format!("w2{side}.log"))).expect("log file");
-        let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                ns,
-                env!("CARGO_BIN_EXE_espgw"),
-                "run",
-                "--workers",
-                "2",
-            ])
-            .arg("--config")
-            .arg(&config)
-            .arg("--control")
-            .arg(dir.join(format!("w2{side}.sock")))
-            .arg("--state-dir")
-            .arg(dir.join(format!("w2{side}.state")))
-            .arg("--stats")
-            .arg(&stats)
-            .env("NO_COLOR", "1")
-            .stderr(log)
-            .spawn()
-            .expect("espgw run starts");
-        lab.gateways.push(child);
-        stats_files.push(stats);
-    }
-    for side in ["a", "b"] {
         let log = dir.join(format!("w2{side}.log"));
-        let started = Instant::now();
-        while !std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("forwarding")
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "gw{side} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        lab.children.push(
+            common::espgw_in(ns)
+                .args(["run", "--workers", "2"])
+                .arg("--config")
+                .arg(&config)
+                .arg("--control")
+                .arg(dir.join(format!("w2{side}.sock")))
+                .arg("--state-dir")
+                .arg(dir.join(format!("w2{side}.state")))
+                .arg("--stats")
+                .arg(&stats)
+                .stderr(File::create(&log).expect("log file"))
+                .spawn()
+                .expect("espgw run starts"),
+        );
+        common::wait_forwarding(lab.children.last_mut().expect("the gateway"), &log);
+        stats_files.push(stats);
     }
 
     // hostB counts what arrives.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let sink = std::thread::spawn(move || {
-        testkit::netns::enter(HOST_B);
+        enter(HOST_B);
         let socket = UdpSocket::bind("0.0.0.0:9000").expect("bind at hostB");
         // Room for the flood: the sink is not what is measured.
         let size: libc::c_int = 8 << 20;
@@ -243,7 +138,7 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
     // have spread them over gwA's workers; 1460-byte datagrams fragment
     // after encapsulation, 3000-byte ones at hostA and again after.
     let sent = std::thread::spawn(|| {
-        testkit::netns::enter(HOST_A);
+        enter(HOST_A);
         let sockets: Vec<UdpSocket> = (0..16)
             .map(|i| {
                 let s = UdpSocket::bind("192.168.1.10:0").expect("bind at hostA");
@@ -296,13 +191,11 @@ fn two_workers_cost_the_peer_no_replay_or_reassembly_drop() {
     .join()
     .expect("the sender");
     let received = sink.join().expect("the sink");
-    for child in &mut lab.gateways {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let _ = child.wait();
-    }
-    lab.gateways.clear();
-    let (a, b) = (stats(&stats_files[0]), stats(&stats_files[1]));
+    lab.stop_all();
+    let (a, b) = (
+        common::json_file(&stats_files[0]),
+        common::json_file(&stats_files[1]),
+    );
     let drops = |v: &serde_json::Value, name: &str| v["drops"][name].as_u64().unwrap_or(0);
     let logs: String = ["a", "b"]
         .iter()

@@ -13,7 +13,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+use testkit::netns::{self, ip, Lab};
 use testkit::Prerequisite;
+
+mod common;
 
 static XFRM_NETLINK: Prerequisite = Prerequisite::new("xfrm-netlink", testkit::xfrm_netlink);
 
@@ -45,41 +48,9 @@ const NS: &str = "espgw-xfrm-keying";
 const RUN_KEYING: &str = "espgw-xfrm-rk";
 const RUN_GW: &str = "espgw-xfrm-rgw";
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("running ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Removes the namespaces (and stops a gateway), also when the test fails.
-struct Namespace {
-    dir: PathBuf,
-    names: Vec<&'static str>,
-    gateway: Option<std::process::Child>,
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        if let Some(mut gateway) = self.gateway.take() {
-            let _ = gateway.kill();
-            let _ = gateway.wait();
-        }
-        for name in &self.names {
-            let _ = Command::new("ip")
-                .args(["netns", "del", name])
-                .stderr(Stdio::null())
-                .status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A gateway's file with the interfaces every test here uses, keyed only
-/// as the command line says.
+/// A gateway's file with the interfaces every test here uses and no
+/// `[keying]` table (the command line's flags key it, or a table a test
+/// appends); the outside interface is its last table.
 fn write_config(dir: &std::path::Path, name: &str) -> PathBuf {
     let config = dir.join("gw.toml");
     std::fs::write(
@@ -111,15 +82,8 @@ fn start_gateway(
     keying: &str,
     extra: &[&std::ffi::OsStr],
 ) -> std::process::Child {
-    Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            env!("CARGO_BIN_EXE_espgw"),
-            "run",
-            "--config",
-        ])
+    common::espgw_in(ns)
+        .args(["run", "--config"])
         .arg(config)
         .arg("--control")
         .arg(socket)
@@ -131,16 +95,60 @@ fn start_gateway(
         .expect("starting espgw run")
 }
 
-/// `espgw WHAT --socket SOCKET --json`, parsed; `None` until it answers.
-fn ask(socket: &std::path::Path, what: &[&str]) -> Option<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-        .args(what)
-        .arg("--socket")
-        .arg(socket)
-        .arg("--json")
-        .output()
-        .ok()?;
-    serde_json::from_slice(&out.stdout).ok()
+/// In the keying namespace `keying`, an outbound policy from 10.1.0.0/16
+/// to 10.2.0.0/16 through a tunnel from 192.0.2.1 to `remote` (reqid 5)
+/// whose SA does not exist: a trap.
+fn trap(keying: &str, remote: &str) {
+    ip(&[
+        "-n",
+        keying,
+        "xfrm",
+        "policy",
+        "add",
+        "src",
+        "10.1.0.0/16",
+        "dst",
+        "10.2.0.0/16",
+        "dir",
+        "out",
+        "priority",
+        "100",
+        "tmpl",
+        "src",
+        "192.0.2.1",
+        "dst",
+        remote,
+        "proto",
+        "esp",
+        "reqid",
+        "5",
+        "mode",
+        "tunnel",
+    ]);
+}
+
+/// The gateway's stats at `socket` once `ok` holds of them, within 30
+/// seconds; the test fails with `what` and the last stats otherwise.
+fn stats_once(socket: &std::path::Path, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let query = || common::ask(socket, &["stats"]);
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        if let Some(doc) = query().filter(&ok) {
+            return doc;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("{what}: last stats {:#}", query().unwrap_or_default());
+}
+
+/// Stops the lab's gateway as Ctrl-C does (SIGINT), which must end it
+/// cleanly.
+fn interrupt(lab: &mut Lab) {
+    let gateway = lab.children.pop().expect("the gateway");
+    // SAFETY: kill(2) with the child's pid, which has not been reaped.
+    unsafe { libc::kill(gateway.id() as libc::pid_t, libc::SIGINT) };
+    let out = gateway.wait_with_output().expect("espgw run stops");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn policy<'a>(doc: &'a Value, selector: &str) -> Option<&'a Value> {
@@ -151,39 +159,14 @@ fn policy<'a>(doc: &'a Value, selector: &str) -> Option<&'a Value> {
 }
 
 fn policies_added_before_and_while_espgw_follows_are_mirrored() {
-    let _ = Command::new("ip")
-        .args(["netns", "del", NS])
-        .stderr(Stdio::null())
-        .status();
     let dir = std::env::temp_dir().join(format!("espgw-xfrm-netns-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let lab = Namespace {
-        dir: dir.clone(),
-        names: vec![NS],
-        gateway: None,
-    };
-    ip(&["netns", "add", NS]);
-    let config = lab.dir.join("gw.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[gateway]
-name = "xfrm-netns"
-[keying]
-source = "xfrm"
-netns = "{NS}"
-[[interface]]
-name = "inside"
-device = "in0"
-address = "10.1.0.1/16"
-[[interface]]
-name = "outside"
-device = "out0"
-address = "192.0.2.1/24"
-"#
-        ),
-    )
-    .unwrap();
+    let lab = Lab::new(&[NS], dir.clone());
+    netns::create(&[NS]);
+    // Keyed by the file.
+    let config = write_config(&dir, "xfrm-netns");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("[keying]\nsource = \"xfrm\"\nnetns = \"{NS}\"\n"));
+    std::fs::write(&config, text).unwrap();
     // Before espgw starts: what the dump shows.
     let ns = ["-n", NS, "xfrm", "policy", "add"];
     let tunnel = ["proto", "esp", "reqid", "5", "mode", "tunnel"];
@@ -228,7 +211,7 @@ address = "192.0.2.1/24"
         "priority",
         "10",
     ]);
-    let show = Command::new(env!("CARGO_BIN_EXE_espgw"))
+    let show = common::espgw()
         .args(["xfrm", "show", "--config"])
         .arg(&config)
         .args(["--follow", "3"])
@@ -302,76 +285,26 @@ address = "192.0.2.1/24"
 /// after; `espgw stats` shows the mirror's counters and `espgw sa list`
 /// each SA's source.
 fn espgw_run_keyed_by_xfrm_mirrors_and_reports() {
-    for ns in [RUN_KEYING, RUN_GW] {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
-    }
     let dir = std::env::temp_dir().join(format!("espgw-xfrm-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Namespace {
-        dir: dir.clone(),
-        names: vec![RUN_KEYING, RUN_GW],
-        gateway: None,
-    };
-    ip(&["netns", "add", RUN_KEYING]);
-    ip(&["netns", "add", RUN_GW]);
-    for (dev, peer) in [("in0", "in0p"), ("out0", "out0p")] {
-        ip(&[
-            "-n", RUN_GW, "link", "add", dev, "type", "veth", "peer", "name", peer,
-        ]);
-        ip(&["-n", RUN_GW, "link", "set", dev, "up"]);
-        ip(&["-n", RUN_GW, "link", "set", peer, "up"]);
-    }
+    let mut lab = Lab::new(&[RUN_KEYING, RUN_GW], dir.clone());
+    netns::create(&[RUN_KEYING, RUN_GW]);
+    netns::veth("in0", RUN_GW, "in0p", RUN_GW);
+    netns::veth("out0", RUN_GW, "out0p", RUN_GW);
     // The file says nothing of keying: the flags turn it on.
     let config = write_config(&dir, "xfrm-run");
-    ip(&[
-        "-n",
-        RUN_KEYING,
-        "xfrm",
-        "policy",
-        "add",
-        "src",
-        "10.1.0.0/16",
-        "dst",
-        "10.2.0.0/16",
-        "dir",
-        "out",
-        "priority",
-        "100",
-        "tmpl",
-        "src",
-        "192.0.2.1",
-        "dst",
-        "198.51.100.2",
-        "proto",
-        "esp",
-        "reqid",
-        "5",
-        "mode",
-        "tunnel",
-    ]);
+    trap(RUN_KEYING, "198.51.100.2");
     let socket = dir.join("gw.sock");
     let stats = dir.join("final.json");
-    lab.gateway = Some(start_gateway(
+    lab.children.push(start_gateway(
         RUN_GW,
         &config,
         &socket,
         RUN_KEYING,
         &["--stats".as_ref(), stats.as_os_str()],
     ));
-    let query = |what: &[&str]| ask(&socket, what);
-    let started = std::time::Instant::now();
-    let mut doc = None;
-    while started.elapsed() < Duration::from_secs(30) {
-        doc = query(&["stats"]).filter(|d| d["xfrm"]["dumps"] == 2);
-        if doc.is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let doc = doc.expect("espgw run answers with the mirror's counters after its dumps");
+    let doc = stats_once(&socket, "the mirror's counters after its dumps", |d| {
+        d["xfrm"]["dumps"] == 2
+    });
     assert_eq!(doc["xfrm"]["policies_installed"], 1, "{:#}", doc["xfrm"]);
     // After privileges are dropped: notifications still arrive.
     ip(&[
@@ -391,24 +324,14 @@ fn espgw_run_keyed_by_xfrm_mirrors_and_reports() {
         "action",
         "block",
     ]);
-    let mut followed = None;
-    while started.elapsed() < Duration::from_secs(30) {
-        followed = query(&["stats"]).filter(|d| d["xfrm"]["policies_installed"] == 2);
-        if followed.is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let followed = followed.expect("the block added while running is mirrored");
+    let followed = stats_once(&socket, "the block added while running", |d| {
+        d["xfrm"]["policies_installed"] == 2
+    });
     assert_eq!(followed["xfrm"]["policies_held"], 1, "{:#}", followed["xfrm"]);
     assert_eq!(followed["xfrm"]["malformed"], 0);
-    let sas = query(&["sa", "list"]).expect("sa list");
+    let sas = common::ask(&socket, &["sa", "list"]).expect("sa list");
     assert!(sas["sas"].as_array().is_some_and(Vec::is_empty), "{sas:#}");
-    let gateway = lab.gateway.take().expect("the gateway");
-    // SAFETY: kill(2) with the child's pid, which has not been reaped.
-    unsafe { libc::kill(gateway.id() as libc::pid_t, libc::SIGINT) };
-    let out = gateway.wait_with_output().expect("espgw run stops");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    interrupt(&mut lab);
     let last: Value = serde_json::from_slice(&std::fs::read(&stats).expect("the final stats")).unwrap();
     assert_eq!(last["xfrm"]["policies_mirrored"], 2, "{:#}", last["xfrm"]);
     drop(lab);
@@ -455,19 +378,11 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
     const PEER: &str = "espgw-relay-peer";
     const LAN: &str = "espgw-relay-lan";
     let namespaces = [KEYING, GW, PEER, LAN];
-    testkit::netns::create(&namespaces);
     let dir = std::env::temp_dir().join(format!("espgw-xfrm-relay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Namespace {
-        dir: dir.clone(),
-        names: namespaces.to_vec(),
-        gateway: None,
-    };
-    testkit::netns::veth("out0", GW, "peer0", PEER);
-    testkit::netns::veth("in0", GW, "lan0", LAN);
-    for (ns, dev) in [(GW, "out0"), (GW, "in0"), (PEER, "peer0"), (LAN, "lan0")] {
-        ip(&["-n", ns, "link", "set", dev, "up"]);
-    }
+    let mut lab = Lab::new(&namespaces, dir.clone());
+    netns::create(&namespaces);
+    netns::veth("out0", GW, "peer0", PEER);
+    netns::veth("in0", GW, "lan0", LAN);
     ip(&["-n", PEER, "addr", "add", "192.0.2.2/24", "dev", "peer0"]);
     ip(&[
         "-n",
@@ -482,56 +397,22 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
     ip(&["-n", LAN, "addr", "add", "10.1.0.2/16", "dev", "lan0"]);
     ip(&["-n", LAN, "route", "add", "default", "via", "10.1.0.1"]);
     // The daemon's trap: an outbound policy whose SA does not exist yet.
-    ip(&[
-        "-n",
-        KEYING,
-        "xfrm",
-        "policy",
-        "add",
-        "src",
-        "10.1.0.0/16",
-        "dst",
-        "10.2.0.0/16",
-        "dir",
-        "out",
-        "priority",
-        "100",
-        "tmpl",
-        "src",
-        "192.0.2.1",
-        "dst",
-        "192.0.2.2",
-        "proto",
-        "esp",
-        "reqid",
-        "5",
-        "mode",
-        "tunnel",
-    ]);
+    trap(KEYING, "192.0.2.2");
     let config = write_config(&dir, "xfrm-relay");
     // The outside interface is the file's last table.
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("address6 = \"2001:db8:2::1/64\"\n");
     std::fs::write(&config, text).unwrap();
     let socket = dir.join("gw.sock");
-    lab.gateway = Some(start_gateway(GW, &config, &socket, KEYING, &[]));
-    let query = || ask(&socket, &["stats"]);
-    let wait_for = |what: &str, ok: &dyn Fn(&Value) -> bool| -> Value {
-        let started = std::time::Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
-            if let Some(doc) = query().filter(|d| ok(d)) {
-                return doc;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!("{what}: last stats {:#}", query().unwrap_or_default());
-    };
+    lab.children
+        .push(start_gateway(GW, &config, &socket, KEYING, &[]));
+    let wait_for = |what: &str, ok: &dyn Fn(&Value) -> bool| stats_once(&socket, what, ok);
     wait_for("the dumps", &|d| d["xfrm"]["dumps"] == 2);
     // Privileges: the forwarding process (every thread) has no
     // CAP_NET_ADMIN; of its two children, the xfrm broker has that alone
     // and the packet socket broker (`on_device_loss = "wait"`) CAP_NET_RAW
     // alone.
-    let pid = lab.gateway.as_ref().expect("the gateway").id();
+    let pid = lab.children[0].id();
     let status = |path: String, field: &str| -> u64 {
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let line = text
@@ -635,24 +516,20 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
                 )
             })
         };
-        let heard = parse(&heard);
+        // Who sent what was received, and how long it was.
+        let received = |said: &std::process::Output| {
+            let doc = parse(said);
+            let (from, port, len) = (doc["from"].as_str(), doc["port"].as_u64(), doc["len"].as_u64());
+            (from.map(str::to_owned), port, len)
+        };
         assert_eq!(
-            (
-                heard["from"].as_str(),
-                heard["port"].as_u64(),
-                heard["len"].as_u64()
-            ),
-            (Some(peer), Some(500), Some(44)),
+            received(&heard),
+            (Some(peer.to_owned()), Some(500), Some(44)),
             "the daemon's side sees the peer's own address and port"
         );
-        let asked = parse(&asked);
         assert_eq!(
-            (
-                asked["from"].as_str(),
-                asked["port"].as_u64(),
-                asked["len"].as_u64()
-            ),
-            (Some(gateway), Some(500), Some(40)),
+            received(&asked),
+            (Some(gateway.to_owned()), Some(500), Some(40)),
             "the answer leaves from the gateway's address and the daemon's port"
         );
     }
@@ -676,11 +553,7 @@ fn the_ike_relay_carries_a_peers_ike_both_ways_and_a_trap_asks_for_an_sa() {
     assert!(!ping.status.success(), "nothing answers behind a trap");
     let doc = wait_for("an ACQUIRE", &|d| d["xfrm"]["acquire_sent"].as_u64() >= Some(1));
     assert_eq!(doc["xfrm"]["feedback_failed"], 0, "{:#}", doc["xfrm"]);
-    let gateway = lab.gateway.take().expect("the gateway");
-    // SAFETY: kill(2) with the child's pid, which has not been reaped.
-    unsafe { libc::kill(gateway.id() as libc::pid_t, libc::SIGINT) };
-    let out = gateway.wait_with_output().expect("espgw run stops");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    interrupt(&mut lab);
     let acquires = monitor.wait_with_output().expect("the monitor");
     let acquires = String::from_utf8_lossy(&acquires.stdout);
     assert!(

@@ -62,7 +62,7 @@ pub fn build(config: &Config, link: LinkLayer) -> Gateway {
 }
 
 /// The (encryption, integrity) keys site A sends with, which site B
-/// receives with (the same keys as tests/common's).
+/// receives with (the same keys as lib-tests/tests/common's).
 pub fn a_to_b_keys(alg: Algorithm) -> (Vec<u8>, Vec<u8>) {
     (
         pattern_key(alg.enc_key_len(), 7, 1),

@@ -8,7 +8,7 @@
 //! they meant.
 //!
 //! Shared by the gateway fuzz targets (through `common.rs`) and the seed
-//! generator (`tests/fuzz_seeds.rs` includes this file by path), so that
+//! generator (`lib-tests/tests/fuzz_seeds.rs` includes this file by path), so that
 //! the generator's site A encrypts with the keys the targets' site B
 //! decrypts with. Text edits only: no dependencies.
 #![allow(dead_code)]

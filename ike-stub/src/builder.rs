@@ -34,7 +34,7 @@ pub fn pattern_key(len: usize, step: u8, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// One end of the tunnel `t` that the gateway tests (`tests/common`) and
+/// One end of the tunnel `t` that the gateway tests (`lib-tests/tests/common`) and
 /// the fuzz targets share, so that seeds written by one are read by the
 /// other: between 10.0.0.1 (site A, 192.168.1.0/24) and 10.0.0.2 (site B,
 /// 192.168.2.0/24), `a` choosing the end, on a jumbo outside link

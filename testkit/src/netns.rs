@@ -1,14 +1,39 @@
 //! Network namespaces and veth pairs for the tests that build a topology
-//! of their own (root, iproute2): what every such test did by hand.
-//! Owns nothing beyond the `ip` commands it runs; the topology's names are
-//! the caller's, so that tests may run beside each other.
+//! of their own (root, iproute2): what every such test did by hand, from
+//! the prerequisite it names to the lab that cleans up after it.
+//! Owns nothing beyond the `ip` commands it runs and the processes and
+//! directories a [`Lab`] is given; the topology's names are the caller's,
+//! so that tests may run beside each other.
 
-use std::process::{Command, Stdio};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command, ExitStatus, Stdio};
 
-/// Runs `ip ARGS`, failing the test if it fails.
+use crate::{root_and_tools, Prerequisite};
+
+/// `netns`: root and `ip`, for a test that builds namespaces of its own.
+pub static NETNS: Prerequisite = Prerequisite::new("netns", || {
+    root_and_tools("network namespaces", &[("ip", "iproute2")])
+});
+
+/// `netns` for a test that also pings across its namespaces: root, `ip`
+/// and `ping`.
+pub static NETNS_PING: Prerequisite = Prerequisite::new("netns", || {
+    root_and_tools(
+        "network namespaces",
+        &[("ip", "iproute2"), ("ping", "iputils-ping")],
+    )
+});
+
+/// Runs `ip ARGS`, failing the test with what `ip` said if it fails.
 pub fn ip(args: &[&str]) {
-    let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
-    assert!(ok, "ip {}", args.join(" "));
+    let out = Command::new("ip").args(args).output().expect("running ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Deletes `namespaces` (those that exist; what is in them goes too).
@@ -40,12 +65,12 @@ pub fn veth(left: &str, left_ns: &str, right: &str, right_ns: &str) {
     ip(&["-n", right_ns, "link", "set", right, "up"]);
 }
 
-/// Moves the calling thread into namespace `ns` (a network namespace is
-/// per thread: the test's other threads stay where they are).
+/// Moves the calling thread into namespace `ns` (its sockets are then
+/// that namespace's); other threads stay where they are.
 pub fn enter(ns: &str) {
-    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
+    let file = File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
     // SAFETY: setns on a namespace file we opened; affects only this thread.
-    let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
     assert_eq!(r, 0, "setns {ns}: {}", std::io::Error::last_os_error());
 }
 
@@ -80,8 +105,22 @@ pub fn demo_topology([host_a, gw_a, gw_b, host_b]: [&str; 4]) {
     ip(&["-n", host_b, "route", "add", "default", "via", "192.168.2.1"]);
 }
 
+/// Stops `child` as a service manager does, SIGTERM (so that a gateway
+/// writes its counters and settles its ledger), and reaps it.
+pub fn stop(child: &mut Child) -> ExitStatus {
+    sigterm(child);
+    child.wait().expect("reaping a child")
+}
+
+fn sigterm(child: &Child) {
+    // SAFETY: kill(2) on our own child, by its pid (`ip netns exec` execs
+    // the command, so the pid is the command's).
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+}
+
 /// What a namespace test leaves behind, gone when the test ends, passed or
-/// not: its processes (killed), its namespaces and its directory.
+/// not: its processes (killed), its namespaces and its directory (kept
+/// when the test fails, for a look).
 pub struct Lab {
     namespaces: Vec<String>,
     dir: std::path::PathBuf,
@@ -90,14 +129,26 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// Takes charge of `namespaces` and of `dir`, which it creates.
+    /// Takes charge of `namespaces` and of `dir`, which it makes afresh (a
+    /// leftover of an earlier run removed first).
     pub fn new(namespaces: &[&str], dir: std::path::PathBuf) -> Lab {
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("the test's directory");
         Lab {
             namespaces: namespaces.iter().map(|&n| n.to_owned()).collect(),
             dir,
             children: Vec::new(),
         }
+    }
+
+    /// [`stop`]s every child, all signalled before any is waited for, and
+    /// forgets them; their exit statuses in order.
+    pub fn stop_all(&mut self) -> Vec<ExitStatus> {
+        self.children.iter().for_each(sigterm);
+        self.children
+            .drain(..)
+            .map(|mut child| child.wait().expect("reaping a child"))
+            .collect()
     }
 }
 
@@ -109,7 +160,9 @@ impl Drop for Lab {
         }
         let names: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
         remove(&names);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -1,289 +1,182 @@
-//! Shared helpers for the gateway integration tests: two gateways joined
-//! back to back in memory, configured from generated TOML, and a small
-//! packet builder.
+//! Shared helpers for the tests of the `espgw` binary: the binary itself
+//! (in a namespace too, and waiting for its `run` to forward), the
+//! repository's files, captures, server processes, scratch and state
+//! directories; and, re-exported, the in-memory gateway helpers and packet
+//! builder of the library tests (`lib-tests/tests/common`), whose keys and
+//! addresses these tests share.
 #![allow(dead_code)]
 
-use std::net::Ipv4Addr;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
-use accel::{Algorithm, BufferPolicy, EngineKind, EngineSpec, SecConfig, Style};
-use dataplane::{DropReason, Gateway, LinkLayer, PacketBuf, PacketPool, Port, Verdict};
-use ike_stub::builder::{pattern_key, test_site, ConfigBuilder, InterfaceBuilder};
-use ike_stub::Config;
-use smoltcp::wire::{IpProtocol, Ipv4Packet};
-use spd_sad::Mode;
-use testkit::Prerequisite;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
 
-/// The kernel's AF_ALG AEAD sockets, which this host's kernel lacks and the
-/// linux-peer VM's has (`scripts/afalg-in-vm.sh` runs these tests there).
-pub static AFALG: Prerequisite = Prerequisite::new("afalg", || {
-    accel::afalg::probe().map_err(|e| format!("{e}; scripts/afalg-in-vm.sh runs this in the linux-peer VM"))
-});
+#[path = "../../lib-tests/tests/common/mod.rs"]
+mod gateways;
+// Not every test of the binary builds packets or gateways.
+#[allow(unused_imports)]
+pub use gateways::*;
 
-pub const HOST_A: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
-pub const HOST_B: Ipv4Addr = Ipv4Addr::new(192, 168, 2, 20);
-
-/// Deterministic key bytes of `len`, different per `seed`.
-pub fn key(len: usize, seed: u8) -> Vec<u8> {
-    pattern_key(len, 7, seed)
+/// The `espgw` binary under test, with only the state directory a test
+/// gives it (not one systemd would).
+pub fn espgw() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_espgw"));
+    command.env_remove("STATE_DIRECTORY");
+    command
 }
 
-/// [`key`] in hex, as a file writes it.
-pub fn key_hex(len: usize, seed: u8) -> String {
-    key(len, seed).iter().map(|b| format!("{b:02x}")).collect()
+/// [`espgw`] in network namespace `ns` (`ip netns exec` execs it, so the
+/// child's pid is espgw's), its log without colours.
+pub fn espgw_in(ns: &str) -> Command {
+    let mut command = Command::new("ip");
+    command
+        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_espgw")])
+        .env("NO_COLOR", "1")
+        .env_remove("STATE_DIRECTORY");
+    command
 }
 
-/// One end of the shared test tunnel `t` ([`test_site`]) in `mode`
-/// (`"tunnel"` or `"transport"`); `a` is the 192.168.1.0/24 end.
-pub fn tunnel_builder(alg: Algorithm, mode: &str, esn: bool, a: bool) -> ConfigBuilder {
-    let mode: Mode = mode.parse().unwrap_or_else(|_| panic!("mode `{mode}`"));
-    test_site(alg, mode, esn, a)
-}
-
-/// The interface `name` of `config`, for a test to change a setting of it.
-pub fn interface<'a>(config: &'a mut ConfigBuilder, name: &str) -> &'a mut InterfaceBuilder {
-    config
-        .interface_mut(name)
-        .unwrap_or_else(|| panic!("no interface `{name}`"))
-}
-
-/// [`tunnel_builder`]'s text.
-pub fn tunnel_config(alg: Algorithm, mode: &str, esn: bool, a: bool) -> String {
-    tunnel_builder(alg, mode, esn, a).to_toml()
-}
-
-/// [`tunnel_builder`], changed by `edit` (the tunnel is `tunnels[0]`).
-pub fn tunnel_edited(
-    alg: Algorithm,
-    mode: &str,
-    esn: bool,
-    a: bool,
-    edit: impl FnOnce(&mut ConfigBuilder),
-) -> ConfigBuilder {
-    let mut config = tunnel_builder(alg, mode, esn, a);
-    edit(&mut config);
-    config
-}
-
-/// [`tunnel_edited`]'s text.
-pub fn tunnel_config_edited(
-    alg: Algorithm,
-    mode: &str,
-    esn: bool,
-    a: bool,
-    edit: impl FnOnce(&mut ConfigBuilder),
-) -> String {
-    tunnel_edited(alg, mode, esn, a, edit).to_toml()
-}
-
-/// The engine `kind` with `buffers`, everything else at its defaults (the
-/// `sec` model's buffer policy follows).
-pub fn engine_spec(kind: EngineKind, buffers: BufferPolicy) -> EngineSpec {
-    EngineSpec {
-        kind,
-        buffers,
-        sec: SecConfig {
-            buffers,
-            ..SecConfig::default()
-        },
-        ..EngineSpec::default()
-    }
-}
-
-/// Whether engine `kind` can run `alg`: the SEC model has no ChaCha20 or
-/// Poly1305 unit and refuses such sessions (`accel/tests/sec_model.rs`
-/// checks the refusal).
-pub fn engine_runs(kind: accel::EngineKind, alg: accel::Algorithm) -> bool {
-    kind.supports(alg)
-}
-
-/// A gateway on the default (soft) engine from a parsed `config`, with a
-/// `setup` the test may have changed.
-pub fn soft_gateway(config: &Config, setup: dataplane::GatewaySetup) -> Gateway {
-    let engine = accel::build_engine(&EngineSpec::default()).expect("engine builds");
-    Gateway::with_commands(setup, engine, &config.commands(), Duration::ZERO).expect("config installs")
-}
-
-pub fn gateway_from(toml: &str) -> Gateway {
-    gateway_on(toml, &EngineSpec::default(), Style::Async)
-}
-
-/// A gateway from `toml` on the engine `spec` describes, in `style`.
-pub fn gateway_on(toml: &str, spec: &EngineSpec, style: Style) -> Gateway {
-    let config = Config::parse(Path::new("test.toml"), toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
-    let engine = accel::build_engine(spec).expect("engine builds");
-    Gateway::with_commands(
-        config.setup(LinkLayer::RawIp, style),
-        engine,
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .expect("config installs")
-}
-
-/// Runs `plane` beside one gateway (a single worker, as a test has it):
-/// tells it what the gateway's ESP showed, feeds it the gateway's
-/// lifetime events and `received` control datagrams, applies its
-/// commands, and returns what to send, in order. Several workers need
-/// `ControlPlane::take_commands`, `Gateway::apply_first` and the ordering
-/// rule of `Datagram::after_commands` instead (`espgw run`'s daemon).
-pub fn service<'a>(
-    plane: &mut ike_stub::ControlPlane,
-    now: Duration,
-    gateway: &mut Gateway,
-    received: impl IntoIterator<Item = &'a [u8]>,
-) -> Vec<ike_stub::Datagram> {
-    {
-        let gateway: &Gateway = gateway;
-        plane.observe(
-            now,
-            |name| gateway.sa_carried_packets(name),
-            |local, remote, encap| {
-                gateway
-                    .encapsulated_peer(local, remote, encap)
-                    .map(|at| (at.address, at.port))
-            },
+/// Waits until `espgw run` says in `log` that it forwards; fails the test
+/// if `gateway` exits first or 20 seconds pass.
+pub fn wait_forwarding(gateway: &mut Child, log: &Path) {
+    let read = || std::fs::read_to_string(log).unwrap_or_default();
+    let started = Instant::now();
+    while !read().contains("forwarding") {
+        if let Ok(Some(status)) = gateway.try_wait() {
+            panic!("espgw run exited ({status}):\n{}", read());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "espgw run did not start:\n{}",
+            read()
         );
+        std::thread::sleep(Duration::from_millis(20));
     }
-    while let Some(event) = gateway.poll_event() {
-        let id = match event {
-            spd_sad::SaEvent::SoftExpired(id) | spd_sad::SaEvent::HardExpired(id) => id,
-        };
-        if let Some(name) = gateway.sad().get(id).map(|sa| sa.name().to_owned()) {
-            plane.handle_sa_event(now, &name, event);
+}
+
+/// `espgw WHAT --socket SOCKET --json`'s answer, parsed; `None` until the
+/// gateway answers.
+pub fn ask(socket: &Path, what: &[&str]) -> Option<serde_json::Value> {
+    let out = espgw()
+        .args(what)
+        .arg("--socket")
+        .arg(socket)
+        .arg("--json")
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// `path` in the repository (a shipped configuration, a script).
+pub fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// `espgw pcap --config CONFIG --from FROM --in INPUT --out OUTPUT`, for
+/// the caller to add its options to.
+pub fn pcap_command(config: &Path, from: &str, input: &Path, output: &Path) -> Command {
+    let mut command = espgw();
+    command
+        .args(["pcap", "--config"])
+        .arg(config)
+        .args(["--from", from, "--in"])
+        .arg(input)
+        .arg("--out")
+        .arg(output);
+    command
+}
+
+/// The standard error of a command that must have succeeded (the test
+/// fails with it otherwise).
+pub fn succeeded(out: Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{}: {stderr}", out.status);
+    stderr
+}
+
+/// `packet` in an Ethernet frame from the inside host to site A's inside
+/// interface (the MACs the shipped site-a.toml expects).
+pub fn ethernet(packet: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x02, 0, 0, 0, 0x01, 0x01, 0x02, 0, 0, 0, 0x01, 0x10, 0x08, 0x00];
+    frame.extend_from_slice(packet);
+    frame
+}
+
+/// A JSON file's value (a `--stats` file, a report).
+pub fn json_file(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
+}
+
+/// A capture of `frames` with link type `datalink`, a millisecond apart.
+pub fn write_pcap(path: &Path, datalink: DataLink, frames: &[Vec<u8>]) {
+    let stamps: Vec<Duration> = (0..frames.len())
+        .map(|i| Duration::from_millis(i as u64))
+        .collect();
+    write_pcap_at(path, datalink, frames, &stamps);
+}
+
+/// A capture of `frames` with link type `datalink`, each at its stamp.
+pub fn write_pcap_at(path: &Path, datalink: DataLink, frames: &[Vec<u8>], stamps: &[Duration]) {
+    let file = std::fs::File::create(path).unwrap();
+    let header = PcapHeader {
+        datalink,
+        ..PcapHeader::default()
+    };
+    let mut writer = PcapWriter::with_header(file, header).unwrap();
+    for (frame, stamp) in frames.iter().zip(stamps) {
+        let packet = PcapPacket::new(*stamp, frame.len() as u32, frame);
+        writer.write_packet(&packet).unwrap();
+    }
+}
+
+/// A capture's link type and frames.
+pub fn read_pcap(path: &Path) -> (DataLink, Vec<Vec<u8>>) {
+    let mut reader = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let datalink = reader.header().datalink;
+    let mut frames = Vec::new();
+    while let Some(packet) = reader.next_packet() {
+        frames.push(packet.unwrap().data.into_owned());
+    }
+    (datalink, frames)
+}
+
+/// A server process (`espgw engine serve`), stopped with SIGTERM and
+/// reaped when dropped.
+pub struct Serve(pub Child);
+
+impl Serve {
+    /// Spawns `command` and waits, ten seconds at most, for it to bind
+    /// `socket`.
+    pub fn start(mut command: Command, socket: &Path) -> Serve {
+        let server = Serve(command.spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the server did not bind {}",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
         }
-    }
-    for packet in received {
-        plane.handle_datagram(now, packet);
-    }
-    plane.handle_timeout(now);
-    let mut commands = Vec::new();
-    plane.take_commands(&mut commands);
-    for command in &commands {
-        if let Err(e) = gateway.apply(command, now) {
-            ike_stub::plane::log_refused(command, &e);
-        }
-    }
-    let mut datagrams = Vec::new();
-    plane.take_datagrams(&mut datagrams);
-    datagrams
-}
-
-/// Site A and site B of one tunnel, raw-IP framing.
-pub struct Pair {
-    pub a: Gateway,
-    pub b: Gateway,
-    pub pool: PacketPool,
-    pub now: Duration,
-}
-
-impl Pair {
-    pub fn new(alg: Algorithm, mode: &str, esn: bool) -> Pair {
-        Self::edited(alg, mode, esn, |_| {})
+        server
     }
 
-    /// Both ends changed by the same `edit` (the tunnel is `tunnels[0]`).
-    pub fn edited(alg: Algorithm, mode: &str, esn: bool, edit: impl Fn(&mut ConfigBuilder)) -> Pair {
-        Self::edited_on(alg, mode, esn, edit, &EngineSpec::default(), Style::Async)
-    }
-
-    /// On the engine `spec` describes, in `style`.
-    pub fn on(alg: Algorithm, mode: &str, esn: bool, spec: &EngineSpec, style: Style) -> Pair {
-        Self::edited_on(alg, mode, esn, |_| {}, spec, style)
-    }
-
-    /// [`Self::edited`], on the engine `spec` describes, in `style`.
-    pub fn edited_on(
-        alg: Algorithm,
-        mode: &str,
-        esn: bool,
-        edit: impl Fn(&mut ConfigBuilder),
-        spec: &EngineSpec,
-        style: Style,
-    ) -> Pair {
-        let end = |a: bool| {
-            let config = tunnel_edited(alg, mode, esn, a, &edit);
-            gateway_on(&config.to_toml(), spec, style)
-        };
-        Pair {
-            a: end(true),
-            b: end(false),
-            pool: PacketPool::new(8),
-            now: Duration::ZERO,
-        }
-    }
-
-    /// Runs `packet` into A's inside port; returns A's verdict and output.
-    pub fn encapsulate(&mut self, packet: &[u8]) -> (Verdict, Vec<u8>) {
-        run(&mut self.a, &mut self.pool, self.now, Port::Inside, packet)
-    }
-
-    /// Runs `frame` into B's outside port.
-    pub fn decapsulate(&mut self, frame: &[u8]) -> (Verdict, Vec<u8>) {
-        run(&mut self.b, &mut self.pool, self.now, Port::Outside, frame)
+    /// Sends the server `signal`.
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child, by its pid.
+        assert_eq!(unsafe { libc::kill(self.0.id() as libc::pid_t, signal) }, 0);
     }
 }
 
-/// One frame through one gateway.
-pub fn run(
-    gw: &mut Gateway,
-    pool: &mut PacketPool,
-    now: Duration,
-    from: Port,
-    frame: &[u8],
-) -> (Verdict, Vec<u8>) {
-    let mut buf: PacketBuf = pool.alloc().expect("pool has a buffer");
-    assert!(buf.fill(frame));
-    let mut outputs = drivers::drive::handle_frame(gw, now, from, buf, pool);
-    assert_eq!(outputs.len(), 1, "one frame in, one frame out");
-    let (buf, verdict) = outputs.pop().expect("the engine returns every buffer");
-    let out = buf.data().to_vec();
-    pool.free(buf);
-    (verdict, out)
-}
-
-pub fn dropped(verdict: Verdict) -> Option<DropReason> {
-    match verdict {
-        Verdict::Drop(r) => Some(r),
-        _ => None,
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child, by its pid.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.0.wait();
     }
-}
-
-/// An IPv4/UDP packet with `payload_len` bytes of payload.
-pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, seed: u8) -> Vec<u8> {
-    let udp_len = 8 + payload_len;
-    let total = 20 + udp_len;
-    let mut p = vec![0u8; total];
-    {
-        let mut ip = Ipv4Packet::new_unchecked(&mut p[..]);
-        ip.set_version(4);
-        ip.set_header_len(20);
-        ip.set_total_len(total as u16);
-        ip.set_ident(u16::from(seed) * 3 + payload_len as u16);
-        ip.set_dont_frag(true);
-        ip.set_hop_limit(64);
-        ip.set_next_header(IpProtocol::Udp);
-        ip.set_src_addr(src);
-        ip.set_dst_addr(dst);
-        ip.fill_checksum();
-    }
-    p[20..22].copy_from_slice(&4000u16.to_be_bytes());
-    p[22..24].copy_from_slice(&5000u16.to_be_bytes());
-    p[24..26].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    for (i, b) in p[28..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_add(seed);
-    }
-    p
-}
-
-/// `packet` as it looks after `hops` forwarding hops (TTL down, checksum redone).
-pub fn after_hops(packet: &[u8], hops: u8) -> Vec<u8> {
-    let mut p = packet.to_vec();
-    let mut ip = Ipv4Packet::new_unchecked(&mut p[..]);
-    ip.set_hop_limit(ip.hop_limit() - hops);
-    ip.fill_checksum();
-    p
 }
 
 /// A test's scratch directory, removed with everything in it when the
@@ -327,31 +220,4 @@ impl Scratch {
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
     }
-}
-
-/// A bare IPv6 packet carrying `icmp`, its checksum filled, written by
-/// smoltcp's wire types.
-pub fn icmpv6_packet(
-    src: std::net::Ipv6Addr,
-    dst: std::net::Ipv6Addr,
-    hop_limit: u8,
-    icmp: &smoltcp::wire::Icmpv6Repr,
-) -> Vec<u8> {
-    use smoltcp::wire::{Icmpv6Packet, Ipv6Packet, Ipv6Repr};
-    let ip = Ipv6Repr {
-        src_addr: src,
-        dst_addr: dst,
-        next_header: IpProtocol::Icmpv6,
-        payload_len: icmp.buffer_len(),
-        hop_limit,
-    };
-    let mut p = vec![0u8; ip.buffer_len() + icmp.buffer_len()];
-    ip.emit(&mut Ipv6Packet::new_unchecked(&mut p[..40]));
-    icmp.emit(
-        &src,
-        &dst,
-        &mut Icmpv6Packet::new_unchecked(&mut p[40..]),
-        &smoltcp::phy::ChecksumCapabilities::default(),
-    );
-    p
 }

@@ -203,7 +203,7 @@ pub enum RegisterError {
 
 /// Executes jobs.
 ///
-/// The contract, which every engine keeps and `tests/engines.rs` checks:
+/// The contract, which every engine keeps and `lib-tests/tests/engines.rs` checks:
 /// - A session is [`register`](Engine::register)ed once, at SA install;
 ///   the engine keeps its own form of the keys and gives a handle.
 ///   [`release`](Engine::release) wipes them; a job naming a released or

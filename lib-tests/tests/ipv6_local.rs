@@ -8,13 +8,11 @@
 mod common;
 
 use std::net::Ipv6Addr;
-use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, EngineSpec, Style};
+use accel::{Algorithm, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
-use ike_stub::Config;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, Icmpv6Repr, Ipv6Packet, Ipv6Repr,
@@ -31,7 +29,7 @@ fn gateway() -> Gateway {
     let inside = interface(&mut built, "inside");
     inside.mac = Some(GW_MAC);
     inside.address6 = Some("2001:db8:1::1/64".into());
-    let config = Config::parse(Path::new("a.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let config = common::parsed(&built);
     assert_eq!(config.inside.address6.map(|(a, p)| (a, p.len())), Some((GW, 64)));
     let setup = config.setup(LinkLayer::Ethernet, Style::Async);
     common::soft_gateway(&config, setup)
@@ -218,17 +216,11 @@ fn ike_over_ipv6_reaches_the_control_plane_and_its_answers_leave() {
     let outside = interface(&mut built, "outside");
     outside.mac = Some(GW_MAC);
     outside.address6 = Some("2001:db8:2::1/64".into());
-    let config = Config::parse(Path::new("a.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let config = common::parsed(&built);
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     // As `espgw run` has it: unknown neighbours are solicited.
     setup.resolve_neighbors = true;
-    let mut gw = Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap();
+    let mut gw = common::soft_gateway(&config, setup);
     gw.open_encapsulation_port(4500);
     let mut pool = PacketPool::new(8);
     let udp = |dst_port: u16, payload: &[u8]| -> Vec<u8> {

@@ -10,14 +10,12 @@
 mod common;
 
 use std::net::Ipv6Addr;
-use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, EngineSpec, Style};
+use accel::{Algorithm, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
 use ike_stub::builder::{ConfigBuilder, PolicyBuilder};
-use ike_stub::Config;
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv6Packet,
     NdiscNeighborFlags, NdiscRepr, RawHardwareAddress,
@@ -71,16 +69,10 @@ fn end_with(
     }
     if !inner6 {
         edit(&mut built);
-        let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+        let config = common::parsed(&built);
         let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
         setup.resolve_neighbors = resolve;
-        return Gateway::with_commands(
-            setup,
-            accel::build_engine(&EngineSpec::default()).unwrap(),
-            &config.commands(),
-            Duration::ZERO,
-        )
-        .unwrap();
+        return common::soft_gateway(&config, setup);
     }
     let (own, far) = if a { (1, 2) } else { (2, 1) };
     let inside = interface(&mut built, "inside");
@@ -92,7 +84,7 @@ fn end_with(
     built.tunnels[0].local_subnet = Some(net(own).into());
     built.tunnels[0].remote_subnet = Some(net(far).into());
     edit(&mut built);
-    let config = Config::parse(Path::new("six.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let config = common::parsed(&built);
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = resolve;
     common::soft_gateway(&config, setup)
@@ -569,7 +561,7 @@ fn transport_end_with(a: bool, edit: impl FnOnce(&mut ConfigBuilder)) -> Gateway
     built.tunnels[0].remote_subnet = Some(net(far).into());
     let mut built = built.route_via(net(far), far_outer);
     edit(&mut built);
-    let config = Config::parse(Path::new("t6.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let config = common::parsed(&built);
     let setup = config.setup(LinkLayer::Ethernet, Style::Async);
     common::soft_gateway(&config, setup)
 }
@@ -753,17 +745,11 @@ fn a_static_ipv6_neighbour_needs_no_solicitation() {
     built.tunnels[0].local_subnet = Some(net(2).into());
     built.tunnels[0].remote_subnet = Some(net(1).into());
     let built = built.neighbor(HOST_B, HOST_MAC);
-    let config = Config::parse(Path::new("b.toml"), &built.to_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let config = common::parsed(&built);
     assert_eq!(config.neighbors.last(), Some(&(HOST_B.into(), HOST_MAC)));
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = true;
-    let mut b = Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap();
+    let mut b = common::soft_gateway(&config, setup);
     let mut pool = PacketPool::new(8);
     let esp = esp_for_host_b(&mut a, &mut pool);
     let (verdict, out) = send(&mut b, &mut pool, Port::Outside, &esp);

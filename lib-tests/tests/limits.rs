@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use accel::{Algorithm, EngineSpec, Style};
+use accel::{Algorithm, Style};
 use common::{interface, tunnel_builder, tunnel_config, udp_packet, HOST_A, HOST_B};
 use dataplane::{DropReason, Gateway, LinkLayer, Output, PacketPool, Port, Verdict};
 use ike_stub::Config;
@@ -124,17 +124,10 @@ fn the_arp_queue_is_bounded_and_counts_what_it_refuses() {
 fn frames_for_other_hosts_are_not_ours() {
     let mut built = tunnel_builder(Algorithm::Aes128Gcm16, "tunnel", false, true);
     interface(&mut built, "inside").mac = Some(EthernetAddress([0x02, 0, 0, 0, 1, 1]));
-    let text = built.to_toml();
-    let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let config = common::parsed(&built);
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.only_own_mac = true;
-    let mut gw = Gateway::with_commands(
-        setup,
-        accel::build_engine(&EngineSpec::default()).unwrap(),
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .unwrap();
+    let mut gw = common::soft_gateway(&config, setup);
     let mut pool = PacketPool::new(8);
     let ours = ethernet(&udp_packet(HOST_A, HOST_B, 64, 1));
     let mut theirs = ours.clone();

@@ -6,17 +6,13 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::path::Path;
 use std::time::Duration;
 
 use accel::{Algorithm, Style};
 use common::*;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
 use ike_stub::builder::LimitsSection;
-use ike_stub::Config;
-use smoltcp::wire::{
-    ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Cidr, Ipv4Packet,
-};
+use smoltcp::wire::{ArpOperation, ArpPacket, EthernetAddress, EthernetProtocol, Ipv4Cidr, Ipv4Packet};
 
 const GW_INSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x01];
 const GW_OUTSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x00, 0x01];
@@ -33,37 +29,20 @@ fn site(a: bool, limits: LimitsSection, link: LinkLayer) -> Gateway {
     outside.mac = Some(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
     outside.address = Ipv4Cidr::new(outside.address.address(), 8);
     built.limits = limits;
-    let text = built.to_toml();
-    let config = Config::parse(Path::new("flood.toml"), &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let config = common::parsed(&built);
     let mut setup = config.setup(link, Style::Async);
     setup.resolve_neighbors = link == LinkLayer::Ethernet;
     common::soft_gateway(&config, setup)
 }
 
-fn ether(dst: [u8; 6], src: [u8; 6], ethertype: EthernetProtocol, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; 14 + payload.len()];
-    let mut frame = EthernetFrame::new_unchecked(&mut f[..]);
-    frame.set_dst_addr(EthernetAddress(dst));
-    frame.set_src_addr(EthernetAddress(src));
-    frame.set_ethertype(ethertype);
-    f[14..].copy_from_slice(payload);
-    f
-}
-
 /// An ARP request from `sender` for `target`, in an Ethernet broadcast.
 fn arp_request(sender: ([u8; 6], Ipv4Addr), target: Ipv4Addr) -> Vec<u8> {
-    let mut p = vec![0u8; 28];
-    let mut a = ArpPacket::new_unchecked(&mut p[..]);
-    a.set_hardware_type(smoltcp::wire::ArpHardware::Ethernet);
-    a.set_protocol_type(EthernetProtocol::Ipv4);
-    a.set_hardware_len(6);
-    a.set_protocol_len(4);
-    a.set_operation(ArpOperation::Request);
-    a.set_source_hardware_addr(&sender.0);
-    a.set_source_protocol_addr(&sender.1.octets());
-    a.set_target_hardware_addr(&[0; 6]);
-    a.set_target_protocol_addr(&target.octets());
-    ether([0xff; 6], sender.0, EthernetProtocol::Arp, &p)
+    let request = arp(
+        ArpOperation::Request,
+        (sender.0, sender.1.octets()),
+        ([0; 6], target.octets()),
+    );
+    ether([0xff; 6], sender.0, EthernetProtocol::Arp, &request)
 }
 
 /// Hands `frames` to `gw` in batches of 64 and returns every output's

@@ -4,15 +4,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use accel::{Algorithm, Style};
 use common::*;
 use dataplane::gateway::Output;
 use dataplane::{DropReason, Gateway, LinkLayer, PacketPool, Port, Verdict};
-use ike_stub::Config;
-use smoltcp::wire::{ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Packet};
+use smoltcp::wire::{ArpOperation, ArpPacket, EthernetAddress, EthernetProtocol, Ipv4Packet};
 
 const GW_INSIDE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x01];
 const HOST_A_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x10];
@@ -25,36 +23,10 @@ fn site_a(alg: Algorithm, outside_mtu: u16) -> Gateway {
     let outside = interface(&mut built, "outside");
     outside.mac = Some(EthernetAddress([0x02, 0, 0, 0, 0, 1]));
     outside.mtu = Some(outside_mtu);
-    let text = built.to_toml();
-    let config = Config::parse(Path::new("a.toml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let config = common::parsed(&built);
     let mut setup = config.setup(LinkLayer::Ethernet, Style::Async);
     setup.resolve_neighbors = true;
     common::soft_gateway(&config, setup)
-}
-
-fn ether(dst: [u8; 6], src: [u8; 6], ethertype: EthernetProtocol, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; 14 + payload.len()];
-    let mut frame = EthernetFrame::new_unchecked(&mut f[..]);
-    frame.set_dst_addr(EthernetAddress(dst));
-    frame.set_src_addr(EthernetAddress(src));
-    frame.set_ethertype(ethertype);
-    f[14..].copy_from_slice(payload);
-    f
-}
-
-fn arp(op: ArpOperation, sender: ([u8; 6], [u8; 4]), target: ([u8; 6], [u8; 4])) -> Vec<u8> {
-    let mut p = vec![0u8; 28];
-    let mut a = ArpPacket::new_unchecked(&mut p[..]);
-    a.set_hardware_type(smoltcp::wire::ArpHardware::Ethernet);
-    a.set_protocol_type(EthernetProtocol::Ipv4);
-    a.set_hardware_len(6);
-    a.set_protocol_len(4);
-    a.set_operation(op);
-    a.set_source_hardware_addr(&sender.0);
-    a.set_source_protocol_addr(&sender.1);
-    a.set_target_hardware_addr(&target.0);
-    a.set_target_protocol_addr(&target.1);
-    p
 }
 
 fn send(

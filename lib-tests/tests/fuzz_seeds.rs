@@ -4,11 +4,11 @@
 //! The seeds are committed; regenerate them with
 //!
 //! ```text
-//! cargo test --test fuzz_seeds -- --ignored
+//! cargo test -p espgw-lib-tests --test fuzz_seeds -- --ignored
 //! ```
 //!
 //! Seeds added later have generators of their own, which run alone
-//! (`cargo test --test fuzz_seeds write_ipv6_tunnel_seeds -- --ignored`,
+//! (`cargo test -p espgw-lib-tests --test fuzz_seeds write_ipv6_tunnel_seeds -- --ignored`,
 //! `write_keying_seeds` for `rekey_message` and `control_plane`) and leave
 //! the other seeds as they are (some hold random CBC IVs).
 //!
@@ -54,8 +54,16 @@ const TARGETS: [&str; 16] = [
     "xfrm_mirror",
 ];
 
+/// The repository's root (this crate is its `lib-tests/`), where the
+/// seeds, the shipped configurations and the recorded XFRM messages live.
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("lib-tests/ is in the repository")
+}
+
 fn seeds_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds")
+    repo().join("fuzz/seeds")
 }
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
@@ -81,7 +89,7 @@ fn every_fuzz_target_has_seeds() {
 /// `ike-stub/testdata/xfrm/`, in the fuzz target's step form.
 fn xfrm_seeds() -> Vec<(String, Vec<u8>)> {
     use ike_stub::xfrm::fixtures::{encode_steps, parse_fixture};
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ike-stub/testdata/xfrm");
+    let dir = repo().join("ike-stub/testdata/xfrm");
     let mut seeds = Vec::new();
     let mut files: Vec<PathBuf> = fs::read_dir(&dir)
         .expect("the XFRM fixtures")
@@ -191,16 +199,8 @@ fn pcap(datalink: DataLink, frames: &[Vec<u8>]) -> Vec<u8> {
 }
 
 fn shipped_gateway(name: &str, link: LinkLayer) -> dataplane::Gateway {
-    let config = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(name))
-        .expect("shipped config");
-    let engine = accel::build_engine(&accel::EngineSpec::default()).expect("engine");
-    dataplane::Gateway::with_commands(
-        config.setup(link, accel::Style::Async),
-        engine,
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .expect("installs")
+    let config = Config::load(&repo().join("configs").join(name)).expect("shipped config");
+    built(&config, link)
 }
 
 /// Everything `gw` sends out of `port` for `frame` arriving on `from`.
@@ -777,7 +777,7 @@ fn write_fuzz_seeds() {
     write("reassembly", "raw", &raw_ops);
 
     // config: the shipped configurations, and generated ones with secrets.
-    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let configs = repo().join("configs");
     for dir in [configs.clone(), configs.join("algorithms")] {
         for entry in fs::read_dir(&dir).expect("configs") {
             let path = entry.expect("entry").path();
@@ -1300,7 +1300,7 @@ fn write_ipv6_headers_seeds() {
 
 // IPv6 over the IPv4 tunnel (6-in-4): the sites as the gateway targets
 // build them, with `a-b-v6` (fuzz/fuzz_targets/six_in_four.rs, shared).
-#[path = "../fuzz/fuzz_targets/six_in_four.rs"]
+#[path = "../../fuzz/fuzz_targets/six_in_four.rs"]
 mod six_in_four;
 
 /// Site A (`a`) or site B as `gateway_outbound` and `gateway_inbound`
@@ -1308,20 +1308,13 @@ mod six_in_four;
 /// file with [`six_in_four::with_ipv6`].
 fn site6_config(a: bool) -> Config {
     let name = if a { "site-a.toml" } else { "site-b.toml" };
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(name);
+    let path = repo().join("configs").join(name);
     let text = fs::read_to_string(&path).expect("shipped config");
     Config::parse(&path, &six_in_four::with_ipv6(&text, a)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn built(config: &Config, link: LinkLayer) -> dataplane::Gateway {
-    let engine = accel::build_engine(&accel::EngineSpec::default()).expect("engine");
-    dataplane::Gateway::with_commands(
-        config.setup(link, accel::Style::Async),
-        engine,
-        &config.commands(),
-        Duration::ZERO,
-    )
-    .expect("installs")
+    common::soft_gateway(config, config.setup(link, accel::Style::Async))
 }
 
 /// What `gw` does with `frame` arriving on `from`: every output and its
@@ -1802,7 +1795,7 @@ fn deterministic_seeds_are_current() {
         assert!(
             committed == bytes,
             "{} is not what the generator makes now; regenerate with \
-             `cargo test --test fuzz_seeds {generator} -- --ignored`",
+             `cargo test -p espgw-lib-tests --test fuzz_seeds {generator} -- --ignored`",
             path.display()
         );
     }

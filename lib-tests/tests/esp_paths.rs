@@ -662,14 +662,10 @@ fn reloads_keep_inbound_sas_selected() {
     )
     .unwrap();
     let config = ike_stub::Config::load(&path).unwrap();
-    let engine = accel::build_engine(&accel::EngineSpec::default()).unwrap();
-    let mut b = dataplane::Gateway::with_commands(
+    let mut b = soft_gateway(
+        &config,
         config.setup(dataplane::LinkLayer::RawIp, accel::Style::Async),
-        engine,
-        &config.commands(),
-        std::time::Duration::ZERO,
-    )
-    .unwrap();
+    );
     let mut plane = ike_stub::ControlPlane::new(config.clone());
     let mut a = wide_sender(alg);
     let frames = send_from_anywhere(&mut a);

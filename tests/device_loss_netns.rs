@@ -52,6 +52,7 @@ fn main() -> std::process::ExitCode {
         ),
         testkit::needs!(&NETNS, a_deleted_device_comes_back_with_one_worker),
         testkit::needs!(&NETNS, with_on_device_loss_exit_a_deleted_device_ends_the_run),
+        testkit::needs!(&NETNS, a_deleted_tun_inside_ends_the_run_saying_why),
         testkit::needs!(
             &NETNS,
             reopened_sockets_join_a_new_fanout_group_in_worker_order_and_are_steered
@@ -475,6 +476,28 @@ fn with_on_device_loss_exit_a_deleted_device_ends_the_run() {
     assert!(
         lab.log()
             .contains("device `dl-in` of the inside interface was deleted"),
+        "the log names the device:\n{}",
+        lab.log()
+    );
+}
+
+/// A TUN inside is espgw's own device: deleted, it cannot come back by
+/// itself, and making it again needs `CAP_NET_ADMIN`, which the gateway
+/// gave up. Under the default (`wait`) too, the run ends non-zero, naming
+/// the device, rather than on a bare `EBADFD`.
+fn a_deleted_tun_inside_ends_the_run_saying_why() {
+    let tun = config("").replace("device = \"dl-in\"", "kind = \"tun\"\ndevice = \"dl-tun\"");
+    let mut lab = Lab::start("tn", 1, &tun, &[]);
+    ip(&["-n", &lab.gw, "link", "del", "dl-tun"]);
+    let status = lab.wait_for_exit(Duration::from_secs(5));
+    assert!(
+        !status.success(),
+        "a deleted TUN is a failure: {status}\n{}",
+        lab.log()
+    );
+    assert!(
+        lab.log()
+            .contains("TUN device `dl-tun` of the inside interface was deleted"),
         "the log names the device:\n{}",
         lab.log()
     );

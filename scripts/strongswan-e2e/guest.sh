@@ -549,12 +549,18 @@ case_counters() {
 # CHILD_SA rekeys, all started by espgw's side.
 # The sequence ledger's entries (one per key it keeps a mark for).
 ledger_entries() { grep -c -E '^(in|out) ' $D/state/ledger; }
+# espgw's event lines so far: SAs the xfrm source installed (they carry
+# the kernel's reqid), and SAs it removed once the kernel had dropped them
+# after a rekey (reason="xfrm_rekeyed") or otherwise (reason="xfrm_deleted").
+xfrm_installs() { grep 'event="sa_installed"' $D/espgw.log | grep -c 'reqid='; }
+xfrm_removals() { grep 'event="sa_removed"' $D/espgw.log | grep -c -E 'reason="xfrm_(rekeyed|deleted)"'; }
 
 rekey_case() {
 	tunnel_conf
 	why=$(up 40) || { fail "$why"; return; }
 	id0=$(child_id key)
 	l0=$(ledger_entries)
+	i0=$(xfrm_installs) d0=$(xfrm_removals)
 	r=$(stream "$2" 100 400)
 	ok=$?
 	id1=$(child_id key)
@@ -566,7 +572,13 @@ rekey_case() {
 	# whose entries go; the last rekey's old inbound SA may still live.
 	l1=$(ledger_entries)
 	[ $((l1 - l0)) -le 2 ] || { fail "the sequence ledger grew from $l0 to $l1 entries over $n rekeys: the keys they replaced were not forgotten"; return; }
-	pass "$n CHILD_SA rekeys by $1 in $2 s (CHILD_SA #$id0 -> #$id1); $r; sequence ledger $l0 -> $l1 entries ($(xfrm_stat sas_superseded) superseded SAs forgotten)"
+	# The operator's log tells the same story: each rekey one line per new
+	# SA, and a line with its reason per SA the kernel dropped after it
+	# (the last rekey's old inbound SA may still live).
+	i1=$(xfrm_installs) d1=$(xfrm_removals)
+	[ $((i1 - i0)) -ge $((2 * n)) ] || { fail "$((i1 - i0)) sa_installed lines with a reqid over $n rekeys, not $((2 * n))"; return; }
+	[ $((d1 - d0)) -ge $((2 * (n - 1))) ] || { fail "$((d1 - d0)) sa_removed lines with an xfrm reason over $n rekeys, not $((2 * (n - 1)))"; return; }
+	pass "$n CHILD_SA rekeys by $1 in $2 s (CHILD_SA #$id0 -> #$id1); $r; sequence ledger $l0 -> $l1 entries ($(xfrm_stat sas_superseded) superseded SAs forgotten); log: $((i1 - i0)) sa_installed, $((d1 - d0)) sa_removed (xfrm_rekeyed/xfrm_deleted)"
 }
 case_rekey_time() {
 	conf_defaults

@@ -129,16 +129,31 @@ fetch_list() {
 		END {if (p != "") {gsub(":", "%3a", v); print p, p "_" v "_" a ".deb"}}'
 }
 list=$(fetch_list 2>/dev/null) || { apt-get update -qq; list=$(fetch_list); }
-want=
-for p in $pkgs; do
-	f=$(awk -v p="$p" '$1 == p {print $2}' <<<"$list")
-	[ -n "$f" ] || die "apt offers no package $p"
-	[ -s "$debs/$f" ] || want="$want $p"
-done
+# The packages of $list not downloaded yet, in $want.
+missing_debs() {
+	want=
+	for p in $pkgs; do
+		f=$(awk -v p="$p" '$1 == p {print $2}' <<<"$list")
+		[ -n "$f" ] || die "apt offers no package $p"
+		[ -s "$debs/$f" ] || want="$want $p"
+	done
+}
+download() {
+	# shellcheck disable=SC2086
+	(cd "$debs" && apt-get download -q -o APT::Sandbox::User=root $want >/dev/null)
+}
+missing_debs
 if [ -n "$want" ]; then
 	say "downloading$want" | fold -s -w 120
-	# shellcheck disable=SC2086
-	(cd "$debs" && apt-get download -q -o APT::Sandbox::User=root $want >/dev/null) || die "apt-get download failed"
+	# Package lists older than the mirror name versions it no longer has
+	# (an installed library a point release replaced): fresh lists, once.
+	if ! download; then
+		say "apt-get download failed: updating the package lists and trying again"
+		apt-get update -qq || die "apt-get update failed"
+		list=$(fetch_list)
+		missing_debs
+		download || die "apt-get download failed"
+	fi
 fi
 # Older versions that a newer download replaced.
 for f in "$debs"/*.deb; do

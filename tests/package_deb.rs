@@ -14,20 +14,11 @@ use std::process::Command;
 use testkit::Prerequisite;
 
 static DPKG: Prerequisite = Prerequisite::new("dpkg", || {
-    for (tool, package) in [
+    testkit::tools_installed(&[
         ("dpkg-deb", "dpkg"),
         ("objdump", "binutils"),
         ("strip", "binutils"),
-    ] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Err(format!("{tool} is not installed (Debian package `{package}`)"));
-        }
-    }
-    Ok(())
+    ])
 });
 
 fn main() -> std::process::ExitCode {

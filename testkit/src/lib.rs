@@ -39,6 +39,13 @@ pub fn root_and_tools(why_root: &str, tools: &[(&str, &str)]) -> Result<(), Stri
     if unsafe { libc::geteuid() } != 0 {
         return Err(format!("not running as root, which {why_root} need"));
     }
+    tools_installed(tools)
+}
+
+/// The probe of a test that runs other programs: each `(tool, Debian
+/// package)` on the PATH; the error names what is missing and what to
+/// install.
+pub fn tools_installed(tools: &[(&str, &str)]) -> Result<(), String> {
     for (tool, package) in tools {
         let found = std::process::Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])

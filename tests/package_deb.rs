@@ -1,7 +1,8 @@
 //! The Debian package (scripts/package-deb.sh) built from this build's
 //! binary, installed with dpkg into an empty root of its own (its
 //! dependencies forced: that root has no libc6 package) and removed again:
-//! the binary runs from where the package put it, the configuration
+//! the binary runs from where the package put it and accepts the
+//! configurations it installed (`check-config`), the configuration
 //! directory and the files with keys are owner-only and registered as
 //! conffiles (kept on remove), the units are the repository's, and the
 //! manual pages and completions are there. Without dpkg-deb, objdump and
@@ -86,6 +87,11 @@ fn the_package_installs_runs_and_removes() {
             status.contains(&format!("/etc/espgw/{config}")),
             "a conffile: {status}"
         );
+        // The installed binary accepts the installed example as it is.
+        let checked = run(Command::new(root.join("usr/bin/espgw"))
+            .arg("check-config")
+            .arg(&path));
+        assert!(!checked.trim().is_empty(), "check-config says what it checked");
     }
     for unit in ["espgw@.service", "espgw-engine.service"] {
         let installed =

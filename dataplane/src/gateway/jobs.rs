@@ -268,7 +268,13 @@ impl JobMachine {
         // that would not leaves its jobs pending, and they fail when
         // finished rather than being lost.
         self.engine.run_inline(&mut self.inline);
-        done.append(&mut self.inline);
+        // The burst changes hands whole (the caller's empty vector takes
+        // its place) rather than being copied job by job.
+        if done.is_empty() {
+            std::mem::swap(done, &mut self.inline);
+        } else {
+            done.append(&mut self.inline);
+        }
     }
 
     /// Hands queued jobs to the engine and collects what it has completed

@@ -80,7 +80,12 @@ fn the_package_installs_runs_and_removes() {
     assert!(version.starts_with("espgw "), "{version}");
 
     assert_eq!(mode(&root.join("etc/espgw")), 0o700);
-    for config in ["site-a.toml", "site-b.toml"] {
+    for config in [
+        "site-a.toml",
+        "site-b.toml",
+        "site-a.toml.example",
+        "site-b.toml.example",
+    ] {
         let path = root.join("etc/espgw").join(config);
         assert_eq!(mode(&path), 0o600, "{}: it holds keys", path.display());
         assert!(

@@ -143,6 +143,24 @@ pub fn read_pcap(path: &Path) -> (DataLink, Vec<Vec<u8>>) {
     (datalink, frames)
 }
 
+/// Spawns `command`, whose program may be a copy just written: while
+/// another test's thread forks, its child holds the copy's descriptor
+/// open for writing until it execs, and executing the copy meanwhile fails
+/// with `ETXTBSY`. That passes in moments; it is tried again, a second at
+/// most.
+pub fn spawn_fresh_copy(command: &mut Command) -> Child {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        match command.spawn() {
+            Ok(child) => return child,
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("{command:?}: {e}"),
+        }
+    }
+}
+
 /// A server process (`espgw engine serve`), stopped with SIGTERM and
 /// reaped when dropped.
 pub struct Serve(pub Child);
@@ -151,7 +169,7 @@ impl Serve {
     /// Spawns `command` and waits, ten seconds at most, for it to bind
     /// `socket`.
     pub fn start(mut command: Command, socket: &Path) -> Serve {
-        let server = Serve(command.spawn().unwrap());
+        let server = Serve(spawn_fresh_copy(&mut command));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !socket.exists() {
             assert!(

@@ -146,7 +146,7 @@ echo "espgw: $(git -C "$repo" describe --always --dirty 2>/dev/null || echo '?')
 echo
 cat "$work/xfrm-summary.txt" 2>/dev/null || echo "XFRM interop: no summary (the driver failed)"
 echo
-grep -E '^(PASS|FAIL) tests/afalg|^pcap: |^FAIL' "$work/afalg.txt" || true
+grep -E '^(PASS|FAIL) (lib-tests/)?tests/|^pcap: |^FAIL' "$work/afalg.txt" || true
 sed -n '/^AF_ALG \/ soft cost/,/^AF_ALG: /p' "$work/afalg.txt" | sed '$d'
 grep -E '^AF_ALG: ' "$work/afalg.txt" || echo "AF_ALG: no result"
 echo

@@ -493,30 +493,27 @@ pub fn render(workers: &[WorkerCounters], snapshot: &Snapshot) -> Vec<u8> {
     for (reason, n) in stats.drops.iter() {
         drops.with_label_values(&[&reason.to_string()]).inc_by(n);
     }
-    counters(
-        &registry,
-        "espgw_kernel_drops_total",
-        "Frames the kernel dropped at the gateway's sockets before it read them.",
-        &[],
-    )
-    .with_label_values::<&str>(&[])
-    .inc_by(run.kernel_drops);
-    counters(
-        &registry,
-        "espgw_link_downs_total",
-        "Times a device was found down or without carrier.",
-        &[],
-    )
-    .with_label_values::<&str>(&[])
-    .inc_by(run.link_downs);
-    counters(
-        &registry,
-        "espgw_devices_lost_total",
-        "Times a device was deleted under the running gateway.",
-        &[],
-    )
-    .with_label_values::<&str>(&[])
-    .inc_by(run.devices_lost);
+    for (name, help, n) in [
+        (
+            "espgw_kernel_drops_total",
+            "Frames the kernel dropped at the gateway's sockets before it read them.",
+            run.kernel_drops,
+        ),
+        (
+            "espgw_link_downs_total",
+            "Times a device was found down or without carrier.",
+            run.link_downs,
+        ),
+        (
+            "espgw_devices_lost_total",
+            "Times a device was deleted under the running gateway.",
+            run.devices_lost,
+        ),
+    ] {
+        counters(&registry, name, help, &[])
+            .with_label_values::<&str>(&[])
+            .inc_by(n);
+    }
     let device_up = gauges(
         &registry,
         "espgw_device_up",

@@ -29,13 +29,16 @@
 //! `xfrm-netlink`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use testkit::netns::{self, wait_for, Lab};
 use testkit::Prerequisite;
+
+mod common;
+use common::repo;
 
 static NETNS: Prerequisite = Prerequisite::new("netns", || {
     testkit::root_and_tools(
@@ -72,22 +75,6 @@ const STATIC_KEYS: [&str; 4] = [
     "c35e8a1f7b2d904e6a1c3f5b8d7e9a2c4b6d8f01",
     "7a9c1e3b5d7f092b4d6f8a1c3e5b7d9f0a2c4e6b",
 ];
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// `espgw SUBCOMMAND --socket SOCKET --json`'s answer.
-fn ask(subcommand: &str, socket: &Path) -> Option<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_espgw"))
-        .arg(subcommand)
-        .arg("--socket")
-        .arg(socket)
-        .arg("--json")
-        .output()
-        .ok()?;
-    serde_json::from_slice(&out.stdout).ok()
-}
 
 /// The shipped demo configuration of `side`: its tunnel `a-b` rekeying
 /// every `soft_bytes`, and (with `with_static`) a tunnel with static keys
@@ -223,7 +210,7 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
         );
     }
     wait_for("the tunnel's exchange", Duration::from_secs(30), || {
-        ask("stats", &sockets[0]).filter(|s| {
+        common::ask(&sockets[0], &["stats"]).filter(|s| {
             s["tunnels"]
                 .as_array()
                 .is_some_and(|t| t.iter().any(|t| t["name"] == "a-b" && t["sa_out"] != ""))
@@ -250,7 +237,7 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
     let mut rekeys = [0u64; 2];
     let mut encapsulated = 0;
     for i in 0..2 {
-        let stats = ask("stats", &sockets[i]).expect("stats");
+        let stats = common::ask(&sockets[i], &["stats"]).expect("stats");
         if i == 0 {
             encapsulated = stats["encapsulated"].as_u64().expect("encapsulated");
         }
@@ -272,10 +259,10 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
     // A reload that changes `a-b` on gwA (another lifetime) and removes
     // the tunnel with static keys, then one of a broken file.
     write_config(&configs[0], &config_text("a", 400_000, false));
-    let reloaded = ask("reload", &sockets[0]).expect("reload");
+    let reloaded = common::ask(&sockets[0], &["reload"]).expect("reload");
     assert_eq!(reloaded["reloaded"], true, "{reloaded}");
     wait_for("a-b connected again", Duration::from_secs(30), || {
-        ask("stats", &sockets[0]).filter(|s| {
+        common::ask(&sockets[0], &["stats"]).filter(|s| {
             s["tunnels"]
                 .as_array()
                 .is_some_and(|t| t.iter().any(|t| t["name"] == "a-b" && t["sa_out"] != ""))
@@ -478,7 +465,7 @@ fn every_event_is_one_json_line_with_its_fields_and_none_is_per_packet() {
         .spawn()
         .expect("espgw run");
     wait_for("gwA's control socket", Duration::from_secs(20), || {
-        ask("stats", &sockets[0])
+        common::ask(&sockets[0], &["stats"])
     });
     // SAFETY: kill(2) on the child's own process id.
     assert_eq!(
@@ -560,13 +547,13 @@ fn the_xfrm_sources_refusals_are_events_of_their_own() {
             .expect("espgw run"),
     );
     wait_for("the first dumps", Duration::from_secs(30), || {
-        ask("stats", &socket).filter(|s| s["xfrm"]["dumps"] == 2)
+        common::ask(&socket, &["stats"]).filter(|s| s["xfrm"]["dumps"] == 2)
     });
     // While it follows: a refused policy in a notification.
     add_policy("10.4.0.0/16", "ah");
     // (A refused policy still stands in the SPD, discarding.)
     wait_for("the refusals", Duration::from_secs(10), || {
-        ask("stats", &socket).filter(|s| s["xfrm"]["policies_refused"] == 2)
+        common::ask(&socket, &["stats"]).filter(|s| s["xfrm"]["policies_refused"] == 2)
     });
     let child = lab.children.last_mut().expect("the gateway");
     // SAFETY: kill(2) on the child's own process id.

@@ -1,32 +1,32 @@
-//! Egress: the gateway's two ports and what leaves by them. Routes of
-//! both families, the MTU and IPv4 fragmentation (RFC 791; IPv6 is never
-//! fragmented in transit, RFC 8200 §5: too big is reported back for an
-//! error), Ethernet framing, next hops resolved by ARP (RFC 826) or
-//! neighbour solicitation (RFC 4861) and the packets parked meanwhile,
-//! answers to ARP, the next hop each SA's outer packets take, and the
-//! outer IPv4 identifications.
+//! Egress: what leaves by the gateway's two ports. The route and MTU
+//! (read from the [`Addressing`] the front lends), IPv4 fragmentation
+//! (RFC 791; IPv6 is never fragmented in transit, RFC 8200 §5: too big is
+//! reported back for an error), Ethernet framing, next hops resolved by
+//! ARP (RFC 826) or neighbour solicitation (RFC 4861) and the packets
+//! parked meanwhile, answers to ARP, what NDP messages taught (handed on
+//! by the front), and the next hop each SA's outer packets take.
 //!
-//! Owns the interfaces, the routing table, the neighbour table and its
-//! queue, the cached hops and the IP IDs; counts what it transmits or
-//! drops through the [`Sink`] it is handed. Must not classify, look at
-//! policies or SAs (it keys hops by SA id only), or write ICMP errors: a
-//! packet too big for its link is handed back as [`Routed::TooBig`].
+//! Owns the neighbour table and its queue and the cached hops; counts
+//! what it transmits or drops through the [`Sink`] it is handed. Must not
+//! classify, look at policies or SAs (it keys hops by SA id only), or
+//! write ICMP errors: a packet too big for its link is handed back as
+//! [`Routed::TooBig`].
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use smoltcp::wire::{ArpOperation, EthernetAddress, EthernetFrame, EthernetProtocol};
 use spd_sad::SaId;
 
-use super::ipid::IpIds;
-use super::output::{Output, Sink};
+use super::addressing::Addressing;
+use super::output::Sink;
 use super::setup::{GatewaySetup, LinkLayer, LINK_LOCAL};
 use crate::buffer::{PacketBuf, PacketPool};
 use crate::fate::{self, Fate};
 use crate::icmp;
 use crate::icmp6;
 use crate::neighbor::{Learnt, Neighbors, Queued, Sighting, Waiting};
-use crate::route::{Interface, NextHop, Port, Route, Route6, RoutingTable};
+use crate::route::{NextHop, Port};
 use crate::stats::DropReason;
 use crate::wire::{ipv4, ipv6};
 
@@ -61,41 +61,19 @@ pub(super) enum Routed {
     TooBig(u16),
 }
 
-/// The ports, routes and neighbours.
+/// The neighbours and what waits for them, and the SAs' cached hops.
 pub(super) struct Egress {
-    interfaces: [Interface; 2],
-    link: LinkLayer,
-    /// The inside port's framing when it differs from `link`.
-    inside_link: Option<LinkLayer>,
-    routes: RoutingTable,
     neighbors: Neighbors,
     /// Resolve next hops (off for captures: the zero MAC instead).
     resolve_neighbors: bool,
-    /// Answer ARP and neighbour solicitations for our addresses.
-    answer_arp: bool,
     /// Scratch for packets released or expired from the neighbour queue.
     waiting: Vec<Waiting>,
-    /// Packets an NDP advertisement released during classification, for
-    /// the batch's output.
-    released: Vec<Output>,
     /// Each SA's outer next hop, by SA slot.
     hops: Vec<Option<CachedHop>>,
-    ip_ids: IpIds,
 }
 
 impl Egress {
     pub(super) fn new(setup: &GatewaySetup) -> Egress {
-        let mut routes = RoutingTable::new();
-        for iface in [&setup.inside, &setup.outside] {
-            routes.add(Route {
-                destination: iface.network,
-                via: None,
-                port: iface.port,
-            });
-        }
-        for route in &setup.routes {
-            routes.add(*route);
-        }
         let mut neighbors = Neighbors::new(setup.neighbor_limits);
         for (addr, mac) in &setup.neighbors {
             neighbors.insert_static(*addr, *mac);
@@ -107,117 +85,25 @@ impl Egress {
                 // Neighbours solicit and answer from link-local addresses
                 // too (RFC 4861 §7.2.2).
                 neighbors.add_on_link(iface.port, LINK_LOCAL, None);
-                routes.add6(Route6 {
-                    destination: network6,
-                    via: None,
-                    port: iface.port,
-                });
             }
         }
-        for route in &setup.routes6 {
-            routes.add6(*route);
-            if route.via.is_none() {
-                neighbors.add_on_link(route.port, route.destination, None);
-            }
+        for route in setup.routes6.iter().filter(|r| r.via.is_none()) {
+            neighbors.add_on_link(route.port, route.destination, None);
         }
         for route in setup.routes.iter().filter(|r| r.via.is_none()) {
             neighbors.add_on_link(route.port, route.destination, None);
         }
         Egress {
-            interfaces: [setup.inside.clone(), setup.outside.clone()],
-            link: setup.link,
-            inside_link: setup.inside_link,
-            routes,
             neighbors,
             resolve_neighbors: setup.resolve_neighbors,
-            answer_arp: setup.answer_arp,
             waiting: Vec::with_capacity(64),
-            released: Vec::new(),
             hops: Vec::new(),
-            ip_ids: IpIds::new(0, 1),
         }
-    }
-
-    #[inline]
-    pub(super) fn interface(&self, port: Port) -> &Interface {
-        &self.interfaces[port.index()]
-    }
-
-    #[inline]
-    pub(super) fn routes(&self) -> &RoutingTable {
-        &self.routes
     }
 
     #[inline]
     pub(super) fn neighbors(&self) -> &Neighbors {
         &self.neighbors
-    }
-
-    /// The framing of the outside port (and of the inside one unless it
-    /// has its own).
-    #[inline]
-    pub(super) fn link(&self) -> LinkLayer {
-        self.link
-    }
-
-    /// The framing of one port.
-    #[inline]
-    pub(super) fn link_of(&self, port: Port) -> LinkLayer {
-        match port {
-            Port::Inside => self.inside_link.unwrap_or(self.link),
-            Port::Outside => self.link,
-        }
-    }
-
-    /// Whether this gateway answers ARP and neighbour solicitations.
-    #[inline]
-    pub(super) fn answers_neighbors(&self) -> bool {
-        self.answer_arp
-    }
-
-    /// Whether `addr` is one of the gateway's own addresses.
-    #[inline]
-    pub(super) fn is_local(&self, addr: IpAddr) -> bool {
-        self.interfaces.iter().any(|i| match addr {
-            IpAddr::V4(v4) => i.address == v4,
-            IpAddr::V6(v6) => i.address6.is_some_and(|(a, _)| a == v6),
-        })
-    }
-
-    /// The next outer IPv4 identification.
-    #[inline]
-    pub(super) fn next_ip_id(&mut self) -> u16 {
-        self.ip_ids.take()
-    }
-
-    /// IDs from worker `worker`'s residue class of `workers`.
-    pub(super) fn place(&mut self, worker: usize, workers: usize) {
-        self.ip_ids = IpIds::new(worker, workers);
-    }
-
-    /// Our address (IPv4 or IPv6) on the interface a packet to `to` leaves
-    /// by: what the control plane's datagrams are sent from.
-    #[inline]
-    pub(super) fn source_toward(&self, to: IpAddr) -> Option<IpAddr> {
-        match to {
-            IpAddr::V4(to) => {
-                let hop = self.routes.lookup(to)?;
-                Some(self.interfaces[hop.port.index()].address.into())
-            }
-            IpAddr::V6(to) => {
-                let hop = self.routes.lookup6(to)?;
-                self.interfaces[hop.port.index()].address6.map(|(a, _)| a.into())
-            }
-        }
-    }
-
-    /// The port a packet to `dst` leaves by, if any route has it.
-    #[inline]
-    pub(super) fn port_toward(&self, dst: IpAddr) -> Option<Port> {
-        match dst {
-            IpAddr::V4(dst) => self.routes.lookup(dst).map(|hop| hop.port),
-            IpAddr::V6(dst) => self.routes.lookup6(dst).map(|hop| hop.port),
-        }
     }
 
     /// Sends an encapsulated packet of `sa` by the SA's cached next hop
@@ -227,6 +113,7 @@ impl Egress {
     #[inline]
     pub(super) fn send_protected(
         &mut self,
+        addressing: &Addressing,
         sa: SaId,
         mut buf: PacketBuf,
         now: Duration,
@@ -248,21 +135,21 @@ impl Egress {
                     && now < hop.until
                     && buf.len() <= usize::from(hop.mtu) =>
             {
-                if self.frame(&mut buf, hop.mac, hop.port).is_ok() {
+                if self.frame(addressing, &mut buf, hop.mac, hop.port).is_ok() {
                     sink.send(buf, hop.port);
                     return None;
                 }
             }
-            _ => self.remember_hop(sa, dst, now),
+            _ => self.remember_hop(addressing, sa, dst, now),
         }
         Some(buf)
     }
 
-    fn remember_hop(&mut self, sa: SaId, dst: Ipv4Addr, now: Duration) {
-        let Some(hop) = self.routes.lookup(dst) else {
+    fn remember_hop(&mut self, addressing: &Addressing, sa: SaId, dst: Ipv4Addr, now: Duration) {
+        let Some(hop) = addressing.hop(dst) else {
             return;
         };
-        if self.link_of(hop.port) != LinkLayer::Ethernet {
+        if addressing.link_of(hop.port) != LinkLayer::Ethernet {
             return;
         }
         let Some((mac, until)) = self.neighbors.entry(hop.port, hop.address, now) else {
@@ -278,7 +165,7 @@ impl Egress {
             dst,
             port: hop.port,
             mac,
-            mtu: self.interfaces[hop.port.index()].mtu,
+            mtu: addressing.interface(hop.port).mtu,
             neighbors: self.neighbors.version(),
             until,
         });
@@ -288,46 +175,48 @@ impl Egress {
     #[inline]
     pub(super) fn route(
         &mut self,
+        addressing: &Addressing,
         buf: &mut PacketBuf,
         now: Duration,
         pool: &mut PacketPool,
         sink: &mut Sink<'_>,
     ) -> Result<Routed, DropReason> {
         if crate::wire::is_ipv6(buf.data()) {
-            return self.route6(buf, now, pool, sink);
+            return self.route6(addressing, buf, now, pool, sink);
         }
         let ip = ipv4::view(buf.data())?;
         let (dst, dont_frag) = (ip.dst_addr(), ip.dont_frag());
-        let hop = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
-        let mtu = self.interfaces[hop.port.index()].mtu;
+        let hop = addressing.hop(dst).ok_or(DropReason::NoRoute)?;
+        let mtu = addressing.interface(hop.port).mtu;
         if buf.len() > usize::from(mtu) {
             if dont_frag {
                 // RFC 1812 §5.2.7.1 / RFC 1191: fragmentation needed.
                 return Ok(Routed::TooBig(mtu));
             }
             return self
-                .fragment(buf, usize::from(mtu), hop, now, pool, sink)
+                .fragment(addressing, buf, hop, now, pool, sink)
                 .map(|()| Routed::Taken);
         }
-        self.send_to_neighbor(buf, hop.port, hop.address.into(), now, pool, sink)
+        self.send_to_neighbor(addressing, buf, (hop.port, hop.address.into()), now, pool, sink)
     }
 
     /// Routes an IPv6 packet (RFC 8200 §5: never fragmented here).
     #[inline]
     fn route6(
         &mut self,
+        addressing: &Addressing,
         buf: &mut PacketBuf,
         now: Duration,
         pool: &mut PacketPool,
         sink: &mut Sink<'_>,
     ) -> Result<Routed, DropReason> {
         let dst = ipv6::view(buf.data())?.dst_addr();
-        let hop = self.routes.lookup6(dst).ok_or(DropReason::NoRoute)?;
-        let mtu = self.interfaces[hop.port.index()].mtu;
+        let hop = addressing.hop6(dst).ok_or(DropReason::NoRoute)?;
+        let mtu = addressing.interface(hop.port).mtu;
         if buf.len() > usize::from(mtu) {
             return Ok(Routed::TooBig(mtu));
         }
-        self.send_to_neighbor(buf, hop.port, hop.address.into(), now, pool, sink)
+        self.send_to_neighbor(addressing, buf, (hop.port, hop.address.into()), now, pool, sink)
     }
 
     /// Frames a routed packet for `next_hop` on `port`, or parks it while
@@ -335,14 +224,14 @@ impl Egress {
     #[inline]
     fn send_to_neighbor(
         &mut self,
+        addressing: &Addressing,
         buf: &mut PacketBuf,
-        port: Port,
-        next_hop: IpAddr,
+        (port, next_hop): (Port, IpAddr),
         now: Duration,
         pool: &mut PacketPool,
         sink: &mut Sink<'_>,
     ) -> Result<Routed, DropReason> {
-        if self.link_of(port) == LinkLayer::RawIp {
+        if addressing.link_of(port) == LinkLayer::RawIp {
             return Ok(Routed::Send(port));
         }
         let mac = match self.neighbors.lookup(port, next_hop, now) {
@@ -354,7 +243,7 @@ impl Egress {
                 match self.neighbors.park(next_hop, port, parked, now) {
                     Queued::Parked { request } => {
                         if request {
-                            self.send_neighbor_request(next_hop, port, pool, sink);
+                            self.send_neighbor_request(addressing, next_hop, port, pool, sink);
                         }
                         return Ok(Routed::Taken);
                     }
@@ -365,17 +254,17 @@ impl Egress {
                 }
             }
         };
-        self.frame(buf, mac, port)?;
+        self.frame(addressing, buf, mac, port)?;
         Ok(Routed::Send(port))
     }
 
-    /// Splits an IPv4 packet larger than `mtu` into fragments (RFC 791),
-    /// each routed to `hop`; the first stays in `buf`, the others come from
-    /// the driver's pool.
+    /// Splits an IPv4 packet larger than its link's MTU into fragments
+    /// (RFC 791), each routed to `hop`; the first stays in `buf`, the
+    /// others come from the driver's pool.
     fn fragment(
         &mut self,
+        addressing: &Addressing,
         buf: &mut PacketBuf,
-        mtu: usize,
         hop: NextHop,
         now: Duration,
         pool: &mut PacketPool,
@@ -389,6 +278,7 @@ impl Egress {
                 ip.more_frags(),
             )
         };
+        let mtu = usize::from(addressing.interface(hop.port).mtu);
         let chunk = mtu.saturating_sub(header_len) / 8 * 8;
         let payload_len = buf.len() - header_len;
         if chunk == 0 {
@@ -437,7 +327,7 @@ impl Egress {
         ip.set_more_frags(true);
         ip.fill_checksum();
         // Every fragment goes the same way; the first one below, the rest now.
-        let link = self.link_of(hop.port);
+        let link = addressing.link_of(hop.port);
         let mac = match link {
             LinkLayer::RawIp => None,
             LinkLayer::Ethernet => match self.neighbors.lookup(hop.port, hop.address, now) {
@@ -455,14 +345,14 @@ impl Egress {
             let mut piece = piece;
             match (link, mac) {
                 (LinkLayer::RawIp, _) => sink.send(piece, hop.port),
-                (LinkLayer::Ethernet, Some(mac)) => match self.frame(&mut piece, mac, hop.port) {
+                (LinkLayer::Ethernet, Some(mac)) => match self.frame(addressing, &mut piece, mac, hop.port) {
                     Ok(()) => sink.send(piece, hop.port),
                     Err(reason) => sink.drop(piece, reason),
                 },
                 (LinkLayer::Ethernet, None) => match self.neighbors.park(hop.address, hop.port, piece, now) {
                     Queued::Parked { request } => {
                         if request {
-                            self.send_neighbor_request(hop.address.into(), hop.port, pool, sink);
+                            self.send_neighbor_request(addressing, hop.address.into(), hop.port, pool, sink);
                         }
                     }
                     Queued::Full(back) => sink.drop(back, DropReason::NeighborQueueFull),
@@ -473,8 +363,14 @@ impl Egress {
     }
 
     #[inline]
-    fn frame(&self, buf: &mut PacketBuf, dst_mac: EthernetAddress, port: Port) -> Result<(), DropReason> {
-        let src_mac = self.interfaces[port.index()].mac;
+    fn frame(
+        &self,
+        addressing: &Addressing,
+        buf: &mut PacketBuf,
+        dst_mac: EthernetAddress,
+        port: Port,
+    ) -> Result<(), DropReason> {
+        let src_mac = addressing.interface(port).mac;
         let ethertype = match crate::wire::is_ipv6(buf.data()) {
             true => EthernetProtocol::Ipv6,
             false => EthernetProtocol::Ipv4,
@@ -491,12 +387,13 @@ impl Egress {
     /// IPv6 (none without one: the packets waiting for it time out).
     fn send_neighbor_request(
         &mut self,
+        addressing: &Addressing,
         target: IpAddr,
         port: Port,
         pool: &mut PacketPool,
         sink: &mut Sink<'_>,
     ) {
-        let iface = &self.interfaces[port.index()];
+        let iface = addressing.interface(port);
         let Some(mut buf) = pool.alloc() else {
             // No buffer now; the request is repeated from handle_timeout.
             return;
@@ -525,17 +422,20 @@ impl Egress {
     /// is dropped unanswered.
     pub(super) fn handle_arp(
         &mut self,
+        addressing: &Addressing,
         now: Duration,
         from: Port,
         mut buf: PacketBuf,
         arp: icmp::Arp,
         sink: &mut Sink<'_>,
     ) {
-        let iface = &self.interfaces[from.index()];
+        let iface = addressing.interface(from);
         let (our_mac, our_ip) = (iface.mac, iface.address);
         let for_us = arp.target_ip == our_ip;
         match self.neighbors.learn_from(from, &arp, for_us, now) {
-            Learnt::Updated | Learnt::Created => self.release(arp.sender_ip.into(), arp.sender_mac, sink),
+            Learnt::Updated | Learnt::Created => {
+                self.release(addressing, arp.sender_ip.into(), arp.sender_mac, sink)
+            }
             Learnt::OffLink if !(for_us && arp.operation == ArpOperation::Request) => {
                 return sink.drop(buf, DropReason::ArpOffLink);
             }
@@ -546,7 +446,7 @@ impl Egress {
         }
         sink.stats().local_delivered += 1;
         if for_us
-            && self.answer_arp
+            && addressing.answers_neighbors()
             && arp.operation == ArpOperation::Request
             && icmp::arp_reply_in_place(&mut buf, &arp, our_mac)
         {
@@ -559,37 +459,40 @@ impl Egress {
     }
 
     /// Applies the neighbour table's rules to what an NDP message said of
-    /// `sender`. What waited for it is released into the batch's output
-    /// (see [`take_released`](Self::take_released)).
-    pub(super) fn learn6(&mut self, from: Port, seen: Sighting, now: Duration, stats: &mut crate::Stats) {
+    /// `sender` (what ingress saw, handed on by the front), and sends what
+    /// waited for it.
+    pub(super) fn learn6(
+        &mut self,
+        addressing: &Addressing,
+        from: Port,
+        seen: Sighting,
+        now: Duration,
+        sink: &mut Sink<'_>,
+    ) {
         let (sender, mac) = (seen.sender, seen.mac);
         match self.neighbors.learn(from, seen, now) {
-            Learnt::Updated | Learnt::Created => {
-                let mut released = std::mem::take(&mut self.released);
-                self.release(sender, mac, &mut Sink::new(&mut released, stats));
-                self.released = released;
-            }
-            Learnt::TableFull => stats.neighbor_table_full += 1,
-            Learnt::Unsolicited => stats.arp_unsolicited += 1,
+            Learnt::Updated | Learnt::Created => self.release(addressing, sender, mac, sink),
+            Learnt::TableFull => sink.stats().neighbor_table_full += 1,
+            Learnt::Unsolicited => sink.stats().arp_unsolicited += 1,
             Learnt::OffLink | Learnt::Ignored => {}
         }
     }
 
-    /// Packets an NDP advertisement released during classification.
-    #[inline]
-    pub(super) fn take_released(&mut self, out: &mut Vec<Output>) {
-        out.append(&mut self.released);
-    }
-
     /// Sends what waited for `address`, now at `mac`.
-    fn release(&mut self, address: IpAddr, mac: EthernetAddress, sink: &mut Sink<'_>) {
+    fn release(
+        &mut self,
+        addressing: &Addressing,
+        address: IpAddr,
+        mac: EthernetAddress,
+        sink: &mut Sink<'_>,
+    ) {
         if self.neighbors.pending() == 0 || !self.neighbors.is_pending(address) {
             return;
         }
         let mut ready = std::mem::take(&mut self.waiting);
         self.neighbors.release(address, &mut ready);
         for mut w in ready.drain(..) {
-            match self.frame(&mut w.buf, mac, w.port) {
+            match self.frame(addressing, &mut w.buf, mac, w.port) {
                 Ok(()) => sink.send(w.buf, w.port),
                 Err(reason) => sink.drop(w.buf, reason),
             }
@@ -605,7 +508,13 @@ impl Egress {
 
     /// Drops packets whose next hop never answered, and repeats due
     /// requests.
-    pub(super) fn handle_timeout(&mut self, now: Duration, pool: &mut PacketPool, sink: &mut Sink<'_>) {
+    pub(super) fn handle_timeout(
+        &mut self,
+        addressing: &Addressing,
+        now: Duration,
+        pool: &mut PacketPool,
+        sink: &mut Sink<'_>,
+    ) {
         if self.neighbors.pending() == 0 {
             return;
         }
@@ -617,7 +526,7 @@ impl Egress {
         }
         self.waiting = expired;
         for (hop, port) in retry {
-            self.send_neighbor_request(hop, port, pool, sink);
+            self.send_neighbor_request(addressing, hop, port, pool, sink);
         }
     }
 
@@ -629,43 +538,5 @@ impl Egress {
             sink.drop(w.buf, DropReason::NeighborUnreachable);
         }
         self.waiting = parked;
-    }
-
-    /// The source of an ICMP error to `to`: our inside address when
-    /// `tunnelled(inside, to)` says an outbound `protect` policy covers it
-    /// (the error then goes through that tunnel, as a strongSwan host's
-    /// does with the inside `src` it gives its tunnel routes), else our
-    /// address on the interface that `to` is routed out of (the inside
-    /// one without a route).
-    pub(super) fn address_toward(
-        &self,
-        to: Ipv4Addr,
-        tunnelled: impl FnOnce(IpAddr, IpAddr) -> bool,
-    ) -> Ipv4Addr {
-        let inside = self.interfaces[Port::Inside.index()].address;
-        let port = self.routes.lookup(to).map_or(Port::Inside, |hop| hop.port);
-        if port == Port::Inside || tunnelled(inside.into(), to.into()) {
-            return inside;
-        }
-        self.interfaces[port.index()].address
-    }
-
-    /// [`address_toward`](Self::address_toward) for IPv6: our IPv6 address
-    /// on the interface that `to` is routed out of, the inside one for a
-    /// destination behind a tunnel (no IPv6 route, or a `protect` policy
-    /// from it to `to`).
-    pub(super) fn address6_toward(
-        &self,
-        to: Ipv6Addr,
-        tunnelled: impl FnOnce(IpAddr, IpAddr) -> bool,
-    ) -> Option<Ipv6Addr> {
-        let inside = self.interfaces[Port::Inside.index()].address6.map(|(a, _)| a);
-        let port = self.routes.lookup6(to).map_or(Port::Inside, |hop| hop.port);
-        if let Some(inside) = inside {
-            if port == Port::Inside || tunnelled(inside.into(), to.into()) {
-                return Some(inside);
-            }
-        }
-        self.interfaces[port.index()].address6.map(|(a, _)| a)
     }
 }

@@ -27,9 +27,9 @@ use std::time::Duration;
 use accel::{Algorithm, SessionHandle};
 use spd_sad::{SaId, Sad};
 
-use super::egress::Egress;
-use super::local;
+use super::addressing::Addressing;
 use super::output::{IcmpError, Next};
+use super::own_packets;
 use crate::buffer::PacketBuf;
 use crate::esp::SaCrypto;
 use crate::esp::{self, Decapsulated, Inbound, Pending};
@@ -79,7 +79,7 @@ pub(super) enum Prepared {
 /// What finishing reads and counts of the gateway's other state.
 pub(super) struct Lent<'a> {
     pub(super) sad: &'a mut Sad<SaCrypto>,
-    pub(super) egress: &'a Egress,
+    pub(super) addressing: &'a Addressing,
     pub(super) stats: &'a mut Stats,
 }
 
@@ -255,7 +255,7 @@ impl EspIn {
                 let error = if crate::wire::is_ipv6(buf.data()) {
                     IcmpError::v6((icmp6::kind::TIME_EXCEEDED, 0, 0), reason)
                 } else {
-                    let from = lent.egress.interface(Port::Inside).address;
+                    let from = lent.addressing.interface(Port::Inside).address;
                     IcmpError::v4((icmp::kind::TIME_EXCEEDED, 0, 0), from, reason)
                 };
                 Ok(Next::Error(error))
@@ -290,7 +290,7 @@ fn finish_decapsulation(
         sa.counters_mut().count(DropReason::PolicyMismatch);
         return Err(DropReason::PolicyMismatch);
     }
-    let for_us = lent.egress.is_local(flow.dst);
+    let for_us = lent.addressing.is_local(flow.dst);
     if is_ipv6 {
         // The inner packet's headers: ours as its destination, its
         // hop-by-hop options only as a router on its way.
@@ -307,7 +307,7 @@ fn finish_decapsulation(
         lent.stats.local_delivered += 1;
         // An echo request through the SA is answered, and the reply
         // takes the outbound SPD back through it.
-        if local::answer_echo_after_decapsulation(buf, flow.protocol) {
+        if own_packets::answer_echo_after_decapsulation(buf, flow.protocol) {
             lent.stats.generated += 1;
             return Ok(Next::Local);
         }

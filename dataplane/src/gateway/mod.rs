@@ -24,15 +24,21 @@
 //! - `outbound`: ESP out, the MTU rules and *prepare*;
 //! - `jobs`: the engine job machine, from launch to completion;
 //! - `inbound`: ESP in, *prepare*, the packets held or waiting, *finish*;
-//! - `egress`: the ports, routes, neighbours, fragmentation and framing;
+//! - `egress`: next hops and neighbours (ARP, and what ingress saw of
+//!   NDP, handed on by the front), fragmentation and framing;
 //! - `local`: the gateway's own traffic (reassembly, ICMP error limits,
 //!   keepalives, the outbound SPD for its own packets);
 //! - `encap`: the UDP-encapsulated peers and their moves.
 //!
-//! The front owns the SPD and the SAD (lent to the stages that read them),
-//! the counters (stages count through the `Sink` or what they are lent),
-//! and the driver's pool while a call lasts.
+//! The front owns what several stages read: the SPD and the SAD, and the
+//! `addressing` (interfaces and routes, fixed for the gateway's life), each
+//! lent to the stages that read it; the outer IPv4 IDs (`ipid`); the
+//! counters (stages count through the `Sink` or what they are lent); and
+//! the driver's pool while a call lasts. A stage calls no other stage:
+//! whatever one finds for another (an NDP sighting for egress, a job for
+//! the engine) comes back to the front, which hands it on.
 
+mod addressing;
 mod egress;
 mod encap;
 mod inbound;
@@ -42,6 +48,7 @@ mod jobs;
 mod local;
 mod outbound;
 mod output;
+mod own_packets;
 mod setup;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -134,8 +141,13 @@ pub struct Gateway {
     setup: GatewaySetup,
     /// What a received frame is.
     ingress: ingress::Ingress,
-    /// The ports, routes and neighbours: what leaves and how.
+    /// The interfaces and routes, fixed for the gateway's life: lent, read
+    /// only, to the stages.
+    addressing: addressing::Addressing,
+    /// The neighbours and the SAs' cached hops: what leaves and how.
     egress: egress::Egress,
+    /// Outer IPv4 identifications, from this worker's residue class.
+    ip_ids: ipid::IpIds,
     /// The driver's pool, lent for the duration of a call, for frames the
     /// gateway originates (ARP requests, fragments).
     pool: PacketPool,
@@ -178,7 +190,9 @@ impl Gateway {
     pub fn new(setup: GatewaySetup, engine: Box<dyn Engine>) -> Self {
         Gateway {
             ingress: ingress::Ingress::new(setup.control_port, setup.only_own_mac),
+            addressing: addressing::Addressing::new(&setup),
             egress: egress::Egress::new(&setup),
+            ip_ids: ipid::IpIds::new(0, 1),
             pool: PacketPool::default(),
             local: local::Local::new(
                 setup.icmp_limits,
@@ -255,12 +269,12 @@ impl Gateway {
 
     /// The interface of `port`.
     pub fn interface(&self, port: Port) -> &Interface {
-        self.egress.interface(port)
+        self.addressing.interface(port)
     }
 
     /// The routes of both families.
     pub fn routes(&self) -> &RoutingTable {
-        self.egress.routes()
+        self.addressing.routes()
     }
 
     /// The neighbour table (for reports and tests).
@@ -271,12 +285,12 @@ impl Gateway {
     /// The framing of the outside port (and of the inside one unless the
     /// setup gave it its own).
     pub fn link(&self) -> LinkLayer {
-        self.egress.link()
+        self.addressing.link()
     }
 
     /// Whether `addr` is one of the gateway's own addresses.
     fn is_local(&self, addr: IpAddr) -> bool {
-        self.egress.is_local(addr)
+        self.addressing.is_local(addr)
     }
 
     /// How packets' crypto is handed to the engine.
@@ -341,7 +355,7 @@ impl Gateway {
     /// workers' fragments for one tunnel share an ID.
     pub fn place(&mut self, worker: usize, workers: usize) {
         self.sad.place(worker, workers);
-        self.egress.place(worker, workers);
+        self.ip_ids = ipid::IpIds::new(worker, workers);
     }
 
     /// Makes CBC IVs a deterministic function of `seed`. Only for tests and
@@ -528,7 +542,8 @@ impl Gateway {
         self.local
             .handle_timeout(now, &mut Sink::new(out, &mut self.stats));
         let mut sink = Sink::new(out, &mut self.stats);
-        self.egress.handle_timeout(now, &mut self.pool, &mut sink);
+        self.egress
+            .handle_timeout(&self.addressing, now, &mut self.pool, &mut sink);
     }
 
     /// Next SA lifetime event for the control plane.
@@ -587,19 +602,23 @@ impl Gateway {
             for (buf, class) in classified.drain(..) {
                 match class {
                     Classified::Done(result) => gw.emit(buf, result, out),
-                    Classified::Arp(arp) => {
-                        gw.egress
-                            .handle_arp(now, from, buf, arp, &mut Sink::new(out, &mut gw.stats))
-                    }
+                    Classified::Arp(arp) => gw.egress.handle_arp(
+                        &gw.addressing,
+                        now,
+                        from,
+                        buf,
+                        arp,
+                        &mut Sink::new(out, &mut gw.stats),
+                    ),
                     Classified::Fragment => gw.reassemble(now, buf, out),
                     Classified::Encapsulate(sa) => gw.start_encapsulation(now, sa, buf, out),
                     Classified::Decapsulate => gw.start_decapsulation(now, buf, out),
                 }
             }
             gw.classified = classified;
-            // Packets that waited for a neighbour an advertisement in this
-            // batch resolved.
-            gw.egress.take_released(out);
+            // What this batch's NDP messages taught, before any of it is
+            // routed: packets waiting for those neighbours go now.
+            gw.learn_neighbors(now, out);
             gw.pump(now, out);
         });
     }
@@ -697,7 +716,7 @@ impl Gateway {
         pool: &mut PacketPool,
     ) -> Result<(), DatagramError> {
         let mut buf = pool.alloc().ok_or(DatagramError::NoBuffer)?;
-        let Some(from) = self.egress.source_toward(to) else {
+        let Some(from) = self.addressing.source_toward(to) else {
             pool.free(buf);
             return Err(DatagramError::NoRoute(to));
         };
@@ -706,7 +725,7 @@ impl Gateway {
                 &mut buf,
                 (from, ports.0),
                 (to, ports.1),
-                self.egress.next_ip_id(),
+                self.ip_ids.take(),
                 payload,
             ),
             (IpAddr::V6(from), IpAddr::V6(to)) => {
@@ -731,7 +750,10 @@ impl Gateway {
     /// sent, or too big and answered with an ICMP error).
     fn route(&mut self, buf: &mut PacketBuf, out: &mut Vec<Output>) -> Result<Option<Port>, DropReason> {
         let mut sink = Sink::new(out, &mut self.stats);
-        let mtu = match self.egress.route(buf, self.last_now, &mut self.pool, &mut sink)? {
+        let routed = self
+            .egress
+            .route(&self.addressing, buf, self.last_now, &mut self.pool, &mut sink)?;
+        let mtu = match routed {
             egress::Routed::Send(port) => return Ok(Some(port)),
             egress::Routed::Taken => return Ok(None),
             egress::Routed::TooBig(mtu) => u32::from(mtu),
@@ -755,8 +777,20 @@ impl Gateway {
     /// Sends an encapsulated packet of `sa`: by its cached hop, or routed.
     fn emit_protected(&mut self, sa: SaId, buf: PacketBuf, out: &mut Vec<Output>) {
         let mut sink = Sink::new(out, &mut self.stats);
-        if let Some(buf) = self.egress.send_protected(sa, buf, self.last_now, &mut sink) {
+        if let Some(buf) = self
+            .egress
+            .send_protected(&self.addressing, sa, buf, self.last_now, &mut sink)
+        {
             self.emit(buf, Ok(Next::Route), out);
+        }
+    }
+
+    /// Hands what classified NDP messages said of their senders to
+    /// egress's neighbour table; packets that waited for them are sent.
+    fn learn_neighbors(&mut self, now: Duration, out: &mut Vec<Output>) {
+        let mut sink = Sink::new(out, &mut self.stats);
+        for (port, seen) in self.ingress.take_sightings() {
+            self.egress.learn6(&self.addressing, port, seen, now, &mut sink);
         }
     }
 
@@ -765,9 +799,8 @@ impl Gateway {
         let lent = ingress::Lent {
             spd: &mut self.spd,
             sad: &self.sad,
-            egress: &mut self.egress,
+            addressing: &self.addressing,
             stats: &mut self.stats,
-            now: self.last_now,
         };
         (&mut self.ingress, lent)
     }
@@ -785,7 +818,9 @@ impl Gateway {
     /// UDP is classified again now that it is whole.
     fn reassembled(&mut self, now: Duration, mut datagram: PacketBuf, out: &mut Vec<Output>) {
         let (ingress, mut lent) = self.ingress();
-        match ingress.classify_reassembled(&mut lent, &mut datagram) {
+        let class = ingress.classify_reassembled(&mut lent, &mut datagram);
+        self.learn_neighbors(now, out);
+        match class {
             Classified::Decapsulate => self.start_decapsulation(now, datagram, out),
             Classified::Done(result) => self.emit(datagram, result, out),
             // Nothing else comes of a reassembled datagram.
@@ -815,7 +850,7 @@ impl Gateway {
         self.local.keepalives(
             now,
             &self.sad,
-            &mut self.egress,
+            &mut self.ip_ids,
             &mut self.pool,
             &mut self.stats,
             &mut sent,
@@ -828,9 +863,9 @@ impl Gateway {
     /// Sends a packet the gateway wrote into `buf` (bare IPv4 or IPv6) as
     /// the outbound SPD says.
     fn originate(&mut self, mut buf: PacketBuf, out: &mut Vec<Output>) {
-        match local::local_policy(&mut self.spd, &self.egress, buf.data(), None) {
+        match own_packets::local_policy(&mut self.spd, &self.addressing, buf.data(), None) {
             Ok(Some(sa)) => {
-                local::clear_dont_fragment(&mut buf);
+                own_packets::clear_dont_fragment(&mut buf);
                 let now = self.last_now;
                 self.start_encapsulation(now, sa, buf, out);
             }
@@ -880,8 +915,9 @@ impl Gateway {
             .flatten();
         let spd = &mut self.spd;
         let from = to.and_then(|to| {
-            self.egress
-                .address6_toward(to, |src, dst| local::tunnels_from(spd, src, dst, local::ICMPV6))
+            self.addressing.address6_toward(to, |src, dst| {
+                own_packets::tunnels_from(spd, src, dst, own_packets::ICMPV6)
+            })
         });
         let (Some(to), Some(from)) = (to, from) else {
             return Err(reason);
@@ -894,8 +930,8 @@ impl Gateway {
     /// The source of an ICMP error to `to` (see `Egress::address_toward`).
     fn address_toward(&mut self, to: Ipv4Addr) -> Ipv4Addr {
         let spd = &mut self.spd;
-        self.egress.address_toward(to, |src, dst| {
-            local::tunnels_from(spd, src, dst, spd_sad::proto::ICMP)
+        self.addressing.address_toward(to, |src, dst| {
+            own_packets::tunnels_from(spd, src, dst, spd_sad::proto::ICMP)
         })
     }
 
@@ -925,9 +961,9 @@ impl Gateway {
     /// A packet for `sa_id`: prepared and launched, or its result emitted.
     fn start_encapsulation(&mut self, now: Duration, sa_id: SaId, mut buf: PacketBuf, out: &mut Vec<Output>) {
         let path = outbound::Path {
-            ip_id: self.egress.next_ip_id(),
-            mtu: usize::from(self.egress.interface(Port::Outside).mtu),
-            inside: self.egress.interface(Port::Inside).address,
+            ip_id: self.ip_ids.take(),
+            mtu: usize::from(self.addressing.interface(Port::Outside).mtu),
+            inside: self.addressing.interface(Port::Inside).address,
         };
         match self.outbound.prepare(&mut self.sad, sa_id, &mut buf, path, now) {
             Ok(prepared) => self.launch(
@@ -1111,7 +1147,7 @@ impl Gateway {
         }
         let mut lent = inbound::Lent {
             sad: &mut self.sad,
-            egress: &self.egress,
+            addressing: &self.addressing,
             stats: &mut self.stats,
         };
         let (result, arrival) = self.inbound.finish(&mut lent, &mut buf, &pending, now);

@@ -12,7 +12,6 @@
 //! error it wants sent is a [`Next::Error`] for the front.
 
 use std::net::IpAddr;
-use std::time::Duration;
 
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, Ipv4Packet};
 use spd_sad::{proto, Action, FlowKey, PolicyDirection, SaId, Sad, Spd};
@@ -21,13 +20,14 @@ mod v6;
 
 pub(super) use v6::{decrement_hop_limit, refuse_extension_headers};
 
-use super::egress::Egress;
+use super::addressing::Addressing;
 use super::output::{IcmpError, Next};
 use super::setup::LinkLayer;
 use crate::buffer::PacketBuf;
 use crate::esp::SaCrypto;
 use crate::icmp;
 use crate::nat;
+use crate::neighbor::Sighting;
 use crate::route::Port;
 use crate::stats::{DropReason, Stats};
 use crate::wire::{flow_key, ipv4, EspPacket};
@@ -48,9 +48,8 @@ pub(super) enum Classified {
 pub(super) struct Lent<'a> {
     pub(super) spd: &'a mut Spd,
     pub(super) sad: &'a Sad<SaCrypto>,
-    pub(super) egress: &'a mut Egress,
+    pub(super) addressing: &'a Addressing,
     pub(super) stats: &'a mut Stats,
-    pub(super) now: Duration,
 }
 
 /// The classification stage.
@@ -63,6 +62,10 @@ pub(super) struct Ingress {
     nat_ports: Vec<u16>,
     /// The last outbound packets a policy discarded.
     discards: DiscardLog,
+    /// What NDP messages classified since the front last asked said of
+    /// their senders, with the port each came in on: the neighbour table
+    /// is egress's, so the front hands these on.
+    sightings: Vec<(Port, Sighting)>,
 }
 
 /// The flows of the last few outbound packets a policy discarded, with the
@@ -97,6 +100,7 @@ impl Ingress {
             only_own_mac,
             nat_ports: Vec::new(),
             discards: DiscardLog::default(),
+            sightings: Vec::new(),
         }
     }
 
@@ -105,8 +109,15 @@ impl Ingress {
         Ingress {
             nat_ports: self.nat_ports.clone(),
             discards: DiscardLog::default(),
+            sightings: Vec::new(),
             ..*self
         }
+    }
+
+    /// What the NDP messages classified since the last call said of their
+    /// senders, in arrival order, for egress's neighbour table.
+    pub(super) fn take_sightings(&mut self) -> std::vec::Drain<'_, (Port, Sighting)> {
+        self.sightings.drain(..)
     }
 
     /// Our ports that UDP-encapsulated SAs receive on.
@@ -187,7 +198,7 @@ impl Ingress {
         flow.protocol == proto::UDP
             && !is_fragment
             && flow.ports.is_some_and(|(_, dst)| dst == port)
-            && lent.egress.is_local(flow.dst)
+            && lent.addressing.is_local(flow.dst)
     }
 
     /// A datagram for the control plane, counted as delivered here.
@@ -206,7 +217,7 @@ impl Ingress {
         if from != Port::Inside {
             return;
         }
-        let offset = match lent.egress.link_of(from) {
+        let offset = match lent.addressing.link_of(from) {
             LinkLayer::RawIp => 0,
             LinkLayer::Ethernet => EthernetFrame::<&[u8]>::header_len(),
         };
@@ -224,7 +235,7 @@ impl Ingress {
             Ok(c) => c,
             // RFC 1812 §5.3.1: tell the source its packet died here.
             Err(DropReason::TtlExpired) => {
-                let from_addr = lent.egress.interface(from).address;
+                let from_addr = lent.addressing.interface(from).address;
                 let error = (icmp::kind::TIME_EXCEEDED, 0, 0);
                 Classified::Done(Ok(Next::Error(IcmpError::v4(
                     error,
@@ -277,7 +288,7 @@ impl Ingress {
         let is_fragment = ip.more_frags() || ip.frag_offset() != 0;
         match from {
             Port::Inside => {
-                if lent.egress.is_local(flow.dst) {
+                if lent.addressing.is_local(flow.dst) {
                     if let Some(reply) = self.answer_echo(lent, buf, &flow) {
                         return Ok(reply);
                     }
@@ -302,14 +313,14 @@ impl Ingress {
                 }
             }
             Port::Outside => {
-                if flow.protocol == proto::ESP && is_fragment && lent.egress.is_local(flow.dst) {
+                if flow.protocol == proto::ESP && is_fragment && lent.addressing.is_local(flow.dst) {
                     return Ok(Classified::Fragment);
                 }
                 // RFC 3948: UDP to us may be ESP; its port is in the first
                 // fragment only, so every UDP fragment to us is reassembled.
                 if flow.protocol == proto::UDP
                     && self.receives_encapsulated()
-                    && lent.egress.is_local(flow.dst)
+                    && lent.addressing.is_local(flow.dst)
                 {
                     if is_fragment {
                         return Ok(Classified::Fragment);
@@ -332,7 +343,7 @@ impl Ingress {
                     Action::Discard => return Err(no_policy_or_discard(decision)),
                     Action::Bypass => {}
                 }
-                if lent.egress.is_local(flow.dst) {
+                if lent.addressing.is_local(flow.dst) {
                     if let Some(reply) = self.answer_echo(lent, buf, &flow) {
                         return Ok(reply);
                     }
@@ -351,7 +362,7 @@ impl Ingress {
     /// SAs. Other ESP is transit traffic for the SPD.
     #[inline]
     pub(super) fn is_esp_for_us(&self, lent: &Lent<'_>, buf: &PacketBuf, dst: IpAddr) -> bool {
-        if lent.egress.is_local(dst) {
+        if lent.addressing.is_local(dst) {
             return true;
         }
         let data = buf.data();
@@ -374,7 +385,7 @@ impl Ingress {
         from: Port,
         buf: &mut PacketBuf,
     ) -> Result<Link, DropReason> {
-        if lent.egress.link_of(from) == LinkLayer::RawIp {
+        if lent.addressing.link_of(from) == LinkLayer::RawIp {
             return Ok(match buf.data().first() {
                 Some(b) if b >> 4 == 6 => Link::Ipv6,
                 _ => Link::Ipv4,
@@ -382,7 +393,7 @@ impl Ingress {
         }
         let frame = EthernetFrame::new_checked(buf.data()).map_err(|_| DropReason::Malformed)?;
         let dst = frame.dst_addr();
-        if self.only_own_mac && dst.is_unicast() && dst != lent.egress.interface(from).mac {
+        if self.only_own_mac && dst.is_unicast() && dst != lent.addressing.interface(from).mac {
             return Err(DropReason::OtherHost);
         }
         match frame.ethertype() {

@@ -41,13 +41,13 @@ impl Ingress {
         from: Port,
         buf: &mut PacketBuf,
     ) -> Result<Classified, DropReason> {
-        let link = lent.egress.link_of(from) == LinkLayer::Ethernet;
+        let link = lent.addressing.link_of(from) == LinkLayer::Ethernet;
         let l2 = if link {
             EthernetFrame::<&[u8]>::header_len()
         } else {
             0
         };
-        let Some((our, _)) = lent.egress.interface(from).address6 else {
+        let Some((our, _)) = lent.addressing.interface(from).address6 else {
             return Err(DropReason::Unsupported);
         };
         let (dst, total) = {
@@ -63,7 +63,7 @@ impl Ingress {
             // Other groups (MLD, routers') are not ours to join or forward.
             return Err(DropReason::Unsupported);
         }
-        if lent.egress.is_local(dst.into()) {
+        if lent.addressing.is_local(dst.into()) {
             if let Some(result) = refuse_extension_headers(buf, l2, ipv6::Role::Destination) {
                 return Ok(Classified::Done(result));
             }
@@ -250,7 +250,7 @@ impl Ingress {
         our: Ipv6Addr,
     ) -> Result<Classified, DropReason> {
         let link = l2 > 0;
-        let our_mac = lent.egress.interface(from).mac;
+        let our_mac = lent.addressing.interface(from).mac;
         let (dst, src, icmp_type, icmp_at, upper) = {
             let packet = &buf.data()[l2..];
             let ip = ipv6::view(packet)?;
@@ -311,9 +311,9 @@ impl Ingress {
                 // RFC 4861 §7.2.3: the solicitor's link-layer option makes
                 // (or refreshes) its entry; a DAD probe has none.
                 if let Some(mac) = ndp.link_addr.filter(|_| !ndp.source.is_unspecified()) {
-                    self.learn_neighbor6(lent, from, ndp.source, mac, false, true);
+                    self.learn_neighbor6(from, ndp.source, mac, false, true);
                 }
-                if !lent.egress.answers_neighbors() {
+                if !lent.addressing.answers_neighbors() {
                     return consumed;
                 }
                 if !icmp6::neighbor_advert_in_place(buf, &ndp, our_mac, link) {
@@ -330,7 +330,7 @@ impl Ingress {
                 // 4861 §7.2.4); the frame's source is then the sender's.
                 let frame_source = link.then(|| EthernetFrame::new_unchecked(buf.data()).src_addr());
                 if let Some(mac) = ndp.link_addr.or(frame_source) {
-                    self.learn_neighbor6(lent, from, ndp.target, mac, true, solicited && dst == our);
+                    self.learn_neighbor6(from, ndp.target, mac, true, solicited && dst == our);
                 }
                 consumed
             }
@@ -338,7 +338,7 @@ impl Ingress {
             // fixed header (what the rewrite handles); a group's echo is
             // not answered (RFC 4443 §4.2 lets a node stay silent).
             Some(kind::ECHO_REQUEST) if dst == our && icmp_at == ipv6::HEADER_LEN => {
-                if !super::super::local::icmpv6_checksum_ok(&buf.data()[l2 + icmp_at..], src, dst) {
+                if !super::super::own_packets::icmpv6_checksum_ok(&buf.data()[l2 + icmp_at..], src, dst) {
                     return Err(DropReason::Malformed);
                 }
                 let frame_source = link.then(|| EthernetFrame::new_unchecked(buf.data()).src_addr());
@@ -349,9 +349,12 @@ impl Ingress {
                 // The reply takes the outbound SPD (`local::local_policy`): protected by
                 // the SA a policy names, or back where the request came
                 // from in the clear.
-                if let Some(sa) =
-                    super::super::local::local_policy(lent.spd, lent.egress, buf.data(), Some(from))?
-                {
+                if let Some(sa) = super::super::own_packets::local_policy(
+                    lent.spd,
+                    lent.addressing,
+                    buf.data(),
+                    Some(from),
+                )? {
                     lent.stats.local_delivered += 1;
                     lent.stats.generated += 1;
                     crate::fate::mark_replaced(buf, crate::fate::Fate::Consumed);
@@ -366,11 +369,10 @@ impl Ingress {
         }
     }
 
-    /// Applies the neighbour table's rules to what an NDP message said of
-    /// `sender`, and sends what waited for it.
+    /// Notes what an NDP message said of `sender`, for the front to hand
+    /// to egress's neighbour table (see [`Ingress::take_sightings`]).
     fn learn_neighbor6(
         &mut self,
-        lent: &mut Lent<'_>,
         from: Port,
         sender: Ipv6Addr,
         mac: EthernetAddress,
@@ -383,7 +385,7 @@ impl Ingress {
             is_reply,
             for_us,
         };
-        lent.egress.learn6(from, seen, lent.now, lent.stats);
+        self.sightings.push((from, seen));
     }
 
     /// A reply written in place of the frame, sent back where it came from.

@@ -1,7 +1,8 @@
 //! The core's shape, as docs/ARCHITECTURE.md states it, checked from its
 //! sources: the `Gateway` front is the only `impl Gateway` and keeps its
-//! fields private, and no two modules of the crate import each other,
-//! directly or round a circle.
+//! fields private, no stage names another stage (so that every call into
+//! a stage returns to the front), and no two modules of the crate import
+//! each other, directly or round a circle.
 
 mod sources;
 
@@ -254,6 +255,72 @@ fn the_front_is_the_only_impl_gateway_and_keeps_its_fields() {
     assert!(
         public.is_empty(),
         "fields of the front that are not private: {public:?}"
+    );
+}
+
+/// The front's stages: each owns its state, and hands what it found for
+/// another stage back to the front rather than calling it.
+const STAGES: &[&str] = &[
+    "gateway::ingress",
+    "gateway::outbound",
+    "gateway::jobs",
+    "gateway::inbound",
+    "gateway::egress",
+    "gateway::local",
+    "gateway::encap",
+];
+
+/// The stage a module belongs to (`gateway::ingress::v6` is ingress's).
+fn stage_of(module: &[String]) -> Option<&'static str> {
+    let name = module.join("::");
+    STAGES
+        .iter()
+        .copied()
+        .find(|stage| name == *stage || name.starts_with(&format!("{stage}::")))
+}
+
+/// Stage modules that import another stage: calls that would return to a
+/// stage, not to the front.
+fn stage_to_stage(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (from, targets) in graph {
+        let Some(stage) = stage_of(from) else {
+            continue;
+        };
+        for to in targets {
+            if let Some(other) = stage_of(to).filter(|other| *other != stage) {
+                found.push(format!("{} -> {other}", from.join("::")));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_stage_names_another_stage() {
+    let graph = import_graph();
+    for stage in STAGES {
+        let module: Vec<String> = stage.split("::").map(str::to_owned).collect();
+        assert!(
+            graph.contains_key(&module),
+            "the scan must see the stage {stage}'s imports: {graph:?}"
+        );
+    }
+    let found = stage_to_stage(&graph);
+    assert!(
+        found.is_empty(),
+        "stages that name another stage (what one finds for another goes back to the front):\n{}",
+        found.join("\n")
+    );
+    // The check itself sees such an edge.
+    let mut planted = graph.clone();
+    planted
+        .entry(vec!["gateway".to_owned(), "ingress".to_owned(), "v6".to_owned()])
+        .or_default()
+        .insert(vec!["gateway".to_owned(), "egress".to_owned()]);
+    assert_eq!(
+        stage_to_stage(&planted),
+        vec!["gateway::ingress::v6 -> gateway::egress"]
     );
 }
 

@@ -30,6 +30,7 @@ use spd_sad::{SaId, Sad};
 use super::addressing::Addressing;
 use super::output::{IcmpError, Next};
 use super::own_packets;
+use super::transit;
 use crate::buffer::PacketBuf;
 use crate::esp::SaCrypto;
 use crate::esp::{self, Decapsulated, Inbound, Pending};
@@ -50,7 +51,7 @@ pub const HOLD_LIMIT: usize = 256;
 pub const AWAIT_LIMIT: usize = 1024;
 
 /// How long a packet may be held or wait (the job machine's timeout).
-const WAIT_LIMIT: Duration = super::jobs::JOB_TIMEOUT;
+const WAIT_LIMIT: Duration = super::JOB_TIMEOUT;
 
 /// An authentic inbound packet waiting for its SA's durable ceiling to
 /// reach its sequence number.
@@ -298,7 +299,7 @@ fn finish_decapsulation(
             true => crate::wire::ipv6::Role::Destination,
             false => crate::wire::ipv6::Role::Router,
         };
-        if let Some(result) = super::ingress::refuse_extension_headers(buf, 0, role) {
+        if let Some(result) = transit::refuse_extension_headers(buf, 0, role) {
             return result;
         }
     }
@@ -314,9 +315,9 @@ fn finish_decapsulation(
         return Ok(Next::Consume);
     }
     if is_ipv6 {
-        super::ingress::decrement_hop_limit(buf)?;
+        transit::decrement_hop_limit(buf)?;
     } else {
-        super::ingress::decrement_ttl(buf)?;
+        transit::decrement_ttl(buf)?;
     }
     Ok(Next::Route)
 }

@@ -29,13 +29,9 @@ use accel::{
 };
 use spd_sad::SaId;
 
+use super::JOB_TIMEOUT;
 use crate::buffer::PacketBuf;
 use crate::esp::Pending;
-
-/// How long a job may stay with the engine before the gateway gives up on
-/// it (a stalled channel, a lost completion), and how long a packet may be
-/// held for its ESN inference.
-pub const JOB_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Jobs that may wait for room in the engine; beyond this a new packet is
 /// dropped at once as `engine_busy`.

@@ -50,6 +50,7 @@ mod outbound;
 mod output;
 mod own_packets;
 mod setup;
+mod transit;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -70,7 +71,12 @@ use crate::stats::{DropReason, Stats};
 use crate::wire::ipv4;
 pub use inbound::{AWAIT_LIMIT, HOLD_LIMIT};
 use ingress::Classified;
-pub use jobs::{BACKLOG_LIMIT, JOB_TIMEOUT};
+pub use jobs::BACKLOG_LIMIT;
+
+/// How long a job may stay with the engine before the gateway gives up on
+/// it (a stalled channel, a lost completion), and how long a packet may be
+/// held for its ESN inference.
+pub const JOB_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// How often [`Gateway::handle_timeout`] adds up SA usage, re-evaluates
 /// lifetimes and looks for jobs the engine has held too long: the

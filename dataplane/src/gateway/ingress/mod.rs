@@ -18,11 +18,10 @@ use spd_sad::{proto, Action, FlowKey, PolicyDirection, SaId, Sad, Spd};
 
 mod v6;
 
-pub(super) use v6::{decrement_hop_limit, refuse_extension_headers};
-
 use super::addressing::Addressing;
 use super::output::{IcmpError, Next};
 use super::setup::LinkLayer;
+use super::transit::{decrement_ttl, refuse_extension_headers};
 use crate::buffer::PacketBuf;
 use crate::esp::SaCrypto;
 use crate::icmp;
@@ -163,7 +162,7 @@ impl Ingress {
         // whose headers are ours to process now that they are whole.
         if crate::wire::is_ipv6(datagram.data()) {
             let role = crate::wire::ipv6::Role::Destination;
-            return match v6::refuse_extension_headers(datagram, 0, role) {
+            return match refuse_extension_headers(datagram, 0, role) {
                 Some(result) => Classified::Done(result),
                 None => Classified::Decapsulate,
             };
@@ -539,73 +538,9 @@ fn header_checksum_ok(header: &[u8]) -> bool {
     sum == 0xffff
 }
 
-/// RFC 1812 §5.3.1: decrement TTL when forwarding; refuse at zero. The
-/// checksum is updated incrementally (RFC 1624 eqn. 3, as RFC 1812 §5.3.1
-/// allows) instead of being recomputed over the header.
-pub(super) fn decrement_ttl(buf: &mut PacketBuf) -> Result<(), DropReason> {
-    // Raw bytes of the header classification checked (TTL at 8, protocol
-    // at 9, checksum at 10): smoltcp's accessors would turn the protocol
-    // into its enum and back, a large match per packet.
-    let Some(header) = buf.data_mut().get_mut(..12) else {
-        return Err(DropReason::Malformed);
-    };
-    let (ttl, protocol) = (header[8], header[9]);
-    if ttl <= 1 {
-        return Err(DropReason::TtlExpired);
-    }
-    let old_word = u16::from_be_bytes([ttl, protocol]);
-    let new_word = u16::from_be_bytes([ttl - 1, protocol]);
-    header[8] = ttl - 1;
-    let checksum = incremental_checksum(u16::from_be_bytes([header[10], header[11]]), old_word, new_word);
-    header[10..12].copy_from_slice(&checksum.to_be_bytes());
-    Ok(())
-}
-
-fn incremental_checksum(checksum: u16, old_word: u16, new_word: u16) -> u16 {
-    let mut sum = u32::from(!checksum) + u32::from(!old_word) + u32::from(new_word);
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The incremental update gives the checksum a full recomputation gives,
-    /// for every TTL and a spread of headers.
-    #[test]
-    fn incremental_ttl_checksum_matches_a_full_recompute() {
-        let mut pool = crate::buffer::PacketPool::new(1);
-        let mut buf = pool.alloc().expect("a buffer");
-        for ttl in 2..=255u8 {
-            for (protocol, ident) in [(17u8, 0u16), (6, 0xffff), (1, 0x1234), (50, 0x8001)] {
-                let mut header = [0u8; 20];
-                {
-                    let mut ip = Ipv4Packet::new_unchecked(&mut header[..]);
-                    ip.set_version(4);
-                    ip.set_header_len(20);
-                    ip.set_total_len(20);
-                    ip.set_ident(ident);
-                    ip.set_hop_limit(ttl);
-                    ip.set_next_header(protocol.into());
-                    ip.set_src_addr([10, 0, 0, ttl].into());
-                    ip.set_dst_addr([192, 168, ttl, 1].into());
-                    ip.fill_checksum();
-                }
-                assert!(buf.fill(&header));
-                decrement_ttl(&mut buf).expect("ttl above 1");
-                let ip = Ipv4Packet::new_checked(buf.data()).expect("valid");
-                assert_eq!(ip.hop_limit(), ttl - 1);
-                assert!(
-                    ip.verify_checksum(),
-                    "ttl {ttl} protocol {protocol} ident {ident:#x}"
-                );
-            }
-        }
-        pool.free(buf);
-    }
 
     /// The word-wise header check agrees with smoltcp's on valid headers,
     /// on every single-bit corruption of them and on options headers.

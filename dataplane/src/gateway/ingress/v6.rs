@@ -22,6 +22,7 @@ use spd_sad::{proto, Action, PolicyDirection};
 
 use super::super::output::{IcmpError, Next};
 use super::super::setup::LinkLayer;
+use super::super::transit::{decrement_hop_limit, refuse_extension_headers};
 use super::{Classified, Ingress, Lent};
 use crate::buffer::PacketBuf;
 use crate::icmp6::{self, kind, NdpKind};
@@ -396,42 +397,9 @@ impl Ingress {
     }
 }
 
-/// RFC 8200 §4.2 and §4.4 on the IPv6 packet `l2` bytes into `buf`,
-/// for a node in `role`: `None` to go on; otherwise what becomes of
-/// the packet: the ICMPv6 parameter problem the rules ask for, written
-/// in its place (bare IPv6, through the outbound SPD and the error
-/// rate limits), or its drop.
-pub(in crate::gateway) fn refuse_extension_headers(
-    buf: &mut PacketBuf,
-    l2: usize,
-    role: ipv6::Role,
-) -> Option<Result<Next, DropReason>> {
-    let refusal = match ipv6::obey(buf.data().get(l2..).unwrap_or_default(), role) {
-        Ok(()) => return None,
-        Err(refusal) => refusal,
-    };
-    let Some((code, pointer)) = refusal.problem else {
-        return Some(Err(refusal.reason));
-    };
-    buf.trim_front(l2);
-    let error = (kind::PARAM_PROBLEM, code, pointer);
-    Some(Ok(Next::Error(IcmpError::v6(error, refusal.reason))))
-}
-
 /// fe80::/10.
 fn is_link_local(addr: Ipv6Addr) -> bool {
     addr.segments()[0] & 0xffc0 == 0xfe80
-}
-
-/// RFC 8200 §3: a forwarding node decrements the hop limit and discards
-/// the packet when it reaches zero. No checksum covers it.
-pub(in crate::gateway) fn decrement_hop_limit(buf: &mut PacketBuf) -> Result<(), DropReason> {
-    let hop_limit = buf.data_mut().get_mut(7).ok_or(DropReason::Malformed)?;
-    if *hop_limit <= 1 {
-        return Err(DropReason::TtlExpired);
-    }
-    *hop_limit -= 1;
-    Ok(())
 }
 
 /// Puts an Ethernet header for IPv6 in front of the packet in `buf`.

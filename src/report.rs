@@ -416,7 +416,8 @@ pub fn stats_table(doc: &StatsReply) -> String {
     for device in &doc.devices {
         if device.state != crate::status::DeviceState::Up {
             let key = format!("{}_device", <&str>::from(device.interface));
-            let _ = writeln!(out, "{key:<20} {:?}", device.state);
+            // The JSON's word for the state, not the variant's name.
+            let _ = writeln!(out, "{key:<20} {}", <&str>::from(device.state));
         }
     }
     for (key, n) in [
@@ -702,7 +703,7 @@ pub(crate) mod tests {
             "kernel_drops         4\n",
             "link_downs           2\n",
             "devices_lost         1\n",
-            "inside_device        Deleted\n",
+            "inside_device        deleted\n",
             "arp_unsolicited      1\n",
             "drops:\n  auth_failed        2\n  unknown_spi        1\nengine: ",
         ] {

@@ -122,8 +122,9 @@ pub struct PcapStats {
 }
 
 /// Where an interface's device stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum DeviceState {
     /// Up: frames flow.
     Up,
@@ -296,4 +297,18 @@ pub struct XfrmShow {
     pub policies: Vec<MirroredPolicyStatus>,
     pub gateway_policies: usize,
     pub counters: MirrorCounters,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceState;
+
+    /// The text table and the JSON name a device's state with one word.
+    #[test]
+    fn a_device_state_has_one_name_in_text_and_json() {
+        for state in [DeviceState::Up, DeviceState::Down, DeviceState::Deleted] {
+            let json = serde_json::to_value(state).expect("a state serialises");
+            assert_eq!(json.as_str(), Some(<&str>::from(state)), "{state:?}");
+        }
+    }
 }

@@ -395,16 +395,7 @@ impl AfPacket {
         group: u16,
         receive: Receive,
     ) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(
-            device,
-            Options::new(
-                true,
-                ETH_P_IP,
-                Some((group, PACKET_FANOUT_CBPF)),
-                true,
-                receive.ring_slots(),
-            ),
-        )
+        Self::open_worker(device, (group, PACKET_FANOUT_CBPF), receive)
     }
 
     /// Like [`open_worker_steered`](Self::open_worker_steered), for the
@@ -417,16 +408,15 @@ impl AfPacket {
         group: u16,
         receive: Receive,
     ) -> Result<AfPacket, AfPacketError> {
-        Self::open_with(
-            device,
-            Options::new(
-                true,
-                ETH_P_IP,
-                Some((group, PACKET_FANOUT_CBPF | libc::PACKET_FANOUT_FLAG_DEFRAG)),
-                true,
-                receive.ring_slots(),
-            ),
-        )
+        let mode = PACKET_FANOUT_CBPF | libc::PACKET_FANOUT_FLAG_DEFRAG;
+        Self::open_worker(device, (group, mode), receive)
+    }
+
+    /// A worker's IPv4 socket in fanout group `fanout.0`, of mode
+    /// `fanout.1`.
+    fn open_worker(device: &str, fanout: (u16, u32), receive: Receive) -> Result<AfPacket, AfPacketError> {
+        let options = Options::new(true, ETH_P_IP, Some(fanout), true, receive.ring_slots());
+        Self::open_with(device, options)
     }
 
     /// Installs (or replaces) the steering program of this socket's

@@ -224,6 +224,9 @@ impl QueryArgs {
     }
 }
 
+// Its field docs are the CLI's help, where `[gateway]` and `[keying]` name
+// the configuration's tables, not Rust items.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
     /// The gateway configuration (TOML).
@@ -354,6 +357,9 @@ impl From<ReceiveArg> for drivers::afpacket::Receive {
     }
 }
 
+// Its field docs are the CLI's help, where `[gateway]` and `[keying]` name
+// the configuration's tables, not Rust items.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args)]
 struct PcapArgs {
     /// The gateway configuration (TOML).

@@ -608,6 +608,9 @@ pub fn netns_of(config: &ike_stub::Config, flag: Option<&str>) -> Option<String>
 }
 
 /// `espgw xfrm show`'s flags.
+// Its field docs are the CLI's help, where `[gateway]` and `[keying]` name
+// the configuration's tables, not Rust items.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args)]
 pub struct ShowArgs {
     /// The gateway configuration (TOML): its outside addresses tell

@@ -5,7 +5,7 @@
 //! Owns: the shape of a file as typed values ([`ConfigBuilder`] and the
 //! builders of its sections), and its text, serialized with serde and
 //! `toml`, so that it is always well-formed TOML with the parser's key
-//! names ([`crate::raw`] is the other side; the tests below hold the two
+//! names (`crate::raw` is the other side; the tests below hold the two
 //! together). What a file means is not decided here: [`ConfigBuilder::parse`]
 //! hands the text to [`Config::parse`], the one validator, so a builder
 //! can describe a file the gateway refuses (as tests of refusals need).

@@ -1,7 +1,7 @@
 //! Why an SA leaves the gateways: the `reason` (and the `tunnel`) of its
 //! `sa_removed` line. The keying sources (the control plane, the `xfrm`
 //! mirror) know why when they issue the removal, and say so beside the
-//! command ([`Issued`]); the driver that applies the command logs it.
+//! command (`Issued`); the driver that applies the command logs it.
 //!
 //! Owns the reasons and the queue of issued commands with their notes;
 //! must not apply or log anything.

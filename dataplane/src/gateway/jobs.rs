@@ -16,9 +16,9 @@
 //! stages rely on it for the replay window.
 //!
 //! Owns the engine, the backlog, the in-flight table and the inline burst;
-//! hands every job back exactly once, as a [`Finished`]. Must not look
-//! into packets, SAs or policies: what a finished job means is the
-//! caller's.
+//! hands every job back exactly once, settled, beside a [`Done`] saying
+//! what the machine knew of it. Must not look into packets, SAs or
+//! policies: what a finished job means is the caller's.
 
 use std::collections::VecDeque;
 use std::time::Duration;

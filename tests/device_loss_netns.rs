@@ -332,8 +332,10 @@ fn cpu_share(pid: u32, span: Duration) -> f64 {
 /// Most of a core that waiting for a deleted device may add to what the
 /// idle gateway uses anyway (its workers wake every 10 ms to look at the
 /// control plane's commands: under 0.5 % of a core each in a debug build).
-/// Measured over 4 s, a clock tick (10 ms) is 0.25 %.
-const WAITING_SHARE: f64 = 0.01;
+/// A worker that spins takes a whole core; one that waits added 1.0 % on
+/// the 2-core CI host while the other lab tests of this file ran beside it,
+/// so the budget is 3 %. Measured over 4 s, a clock tick (10 ms) is 0.25 %.
+const WAITING_SHARE: f64 = 0.03;
 
 /// The inside device deleted and made again under `on_device_loss`'s
 /// default: the same process forwards again with the same SAs.

@@ -624,7 +624,7 @@ impl Gateway {
             gw.classified = classified;
             // What this batch's NDP messages taught, before any of it is
             // routed: packets waiting for those neighbours go now.
-            gw.learn_neighbors(now, out);
+            gw.learn_neighbors(out);
             gw.pump(now, out);
         });
     }
@@ -793,10 +793,11 @@ impl Gateway {
 
     /// Hands what classified NDP messages said of their senders to
     /// egress's neighbour table; packets that waited for them are sent.
-    fn learn_neighbors(&mut self, now: Duration, out: &mut Vec<Output>) {
+    fn learn_neighbors(&mut self, out: &mut Vec<Output>) {
         let mut sink = Sink::new(out, &mut self.stats);
         for (port, seen) in self.ingress.take_sightings() {
-            self.egress.learn6(&self.addressing, port, seen, now, &mut sink);
+            self.egress
+                .learn6(&self.addressing, port, seen, self.last_now, &mut sink);
         }
     }
 
@@ -825,7 +826,7 @@ impl Gateway {
     fn reassembled(&mut self, now: Duration, mut datagram: PacketBuf, out: &mut Vec<Output>) {
         let (ingress, mut lent) = self.ingress();
         let class = ingress.classify_reassembled(&mut lent, &mut datagram);
-        self.learn_neighbors(now, out);
+        self.learn_neighbors(out);
         match class {
             Classified::Decapsulate => self.start_decapsulation(now, datagram, out),
             Classified::Done(result) => self.emit(datagram, result, out),

@@ -5,11 +5,12 @@
 //! checks that come before any crypto (IPv4 validity, TTL, local delivery,
 //! ESP for us, control traffic, the RFC 4301 §5.2 plaintext rule).
 //!
-//! Owns the control port, the encapsulation ports and the log of
-//! outbound packets a policy discarded; reads the SPD, the SAD and the
-//! ports it is lent ([`Lent`]), and teaches the neighbour table what NDP
-//! says. Must not touch the engine, route, or transmit anything: an ICMP
-//! error it wants sent is a [`Next::Error`] for the front.
+//! Owns the control port, the encapsulation ports, the log of outbound
+//! packets a policy discarded and what NDP messages said of their senders
+//! until the front takes it for egress's neighbour table; reads the SPD,
+//! the SAD and the addressing it is lent ([`Lent`]). Must not touch the
+//! engine, route, or transmit anything: an ICMP error it wants sent is a
+//! [`Next::Error`] for the front.
 
 use std::net::IpAddr;
 

@@ -315,3 +315,60 @@ fn ike_over_ipv6_reaches_the_control_plane_and_its_answers_leave() {
         (500, 500, &ike[..])
     );
 }
+
+/// What a solicitation teaches is known to the rest of its batch: an ICMPv6
+/// error to the solicitor, written for a later frame of the same batch,
+/// goes straight to the MAC the solicitation gave, and no solicitation of
+/// our own goes out for it.
+#[test]
+fn a_solicitation_teaches_the_rest_of_its_batch() {
+    let mut gw = gateway();
+    let mut pool = PacketPool::new(16);
+    // To our address, with a routing header of a type no node knows and a
+    // segment left: a parameter problem back (RFC 8200 §4.4).
+    let routing = [59u8, 0, 253, 1, 0, 0, 0, 0];
+    let mut bytes = vec![0u8; 14 + 40];
+    {
+        let mut f = EthernetFrame::new_unchecked(&mut bytes[..]);
+        f.set_dst_addr(GW_MAC);
+        f.set_src_addr(HOST_MAC);
+        f.set_ethertype(EthernetProtocol::Ipv6);
+        let mut ip = Ipv6Packet::new_unchecked(&mut bytes[14..]);
+        ip.set_version(6);
+        ip.set_payload_len(routing.len() as u16);
+        ip.set_next_header(smoltcp::wire::IpProtocol::Ipv6Route);
+        ip.set_hop_limit(64);
+        ip.set_src_addr(HOST);
+        ip.set_dst_addr(GW);
+    }
+    bytes.extend_from_slice(&routing);
+    let mut bufs = Vec::new();
+    for frame in [solicit(GW), bytes] {
+        let mut buf = pool.alloc().expect("buffer");
+        assert!(buf.fill(&frame));
+        bufs.push(buf);
+    }
+    let mut out = Vec::new();
+    gw.handle_batch(Duration::ZERO, Port::Inside, &mut bufs, &mut out, &mut pool);
+    let mut sent = Vec::new();
+    for (buf, verdict) in out {
+        if verdict == Verdict::Forward(Port::Inside) {
+            sent.push(buf.data().to_vec());
+        }
+        pool.free(buf);
+    }
+    let kinds: Vec<(EthernetAddress, u8)> = sent
+        .iter()
+        .map(|frame| {
+            let (_, icmp) = icmp_of(frame);
+            (
+                EthernetFrame::new_checked(&frame[..]).unwrap().dst_addr(),
+                icmp[0],
+            )
+        })
+        .collect();
+    // The advertisement (136) and the parameter problem (4), both to the
+    // host's MAC; no solicitation (135) of ours.
+    assert_eq!(kinds, vec![(HOST_MAC, 136), (HOST_MAC, 4)], "{kinds:?}");
+    assert_eq!(gw.stats().generated, 2);
+}

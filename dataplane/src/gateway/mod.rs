@@ -27,7 +27,7 @@
 //! - `egress`: next hops and neighbours (ARP, and what ingress saw of
 //!   NDP, handed on by the front), fragmentation and framing;
 //! - `local`: the gateway's own traffic (reassembly, ICMP error limits,
-//!   keepalives, the outbound SPD for its own packets);
+//!   keepalives);
 //! - `encap`: the UDP-encapsulated peers and their moves.
 //!
 //! The front owns what several stages read: the SPD and the SAD, and the
@@ -36,7 +36,11 @@
 //! counters (stages count through the `Sink` or what they are lent); and
 //! the driver's pool while a call lasts. A stage calls no other stage:
 //! whatever one finds for another (an NDP sighting for egress, a job for
-//! the engine) comes back to the front, which hands it on.
+//! the engine) comes back to the front, which hands it on. What the stages
+//! share are leaves that call no stage: `setup` and `output` (vocabulary),
+//! `addressing`, `ipid`, `transit` (the per-hop rules) and `own_packets`
+//! (the outbound SPD's word on the gateway's own packets). The module
+//! lists are `dataplane/tests/structure.rs`'s, which checks all this.
 
 mod addressing;
 mod egress;
@@ -188,6 +192,9 @@ pub struct Gateway {
     /// Scratch for `handle_batch`'s two passes (kept, so not allocated
     /// per batch).
     classified: Vec<(PacketBuf, Classified)>,
+    /// Packets an NDP message released during classification, for the
+    /// end of the batch's output.
+    released: Vec<Output>,
 }
 
 impl Gateway {
@@ -218,6 +225,7 @@ impl Gateway {
             next_housekeeping: Duration::ZERO,
             nat: encap::NatPeers::new(setup.outer_ttl),
             classified: Vec::with_capacity(128),
+            released: Vec::new(),
             setup,
         }
     }
@@ -595,7 +603,13 @@ impl Gateway {
             for mut buf in bufs.drain(..) {
                 gw.stats.rx_packets += 1;
                 let (ingress, mut lent) = gw.ingress();
-                let class = match ingress.classify(&mut lent, from, &mut buf) {
+                let class = ingress.classify(&mut lent, from, &mut buf);
+                // What an NDP message taught is in the neighbour table before
+                // anything of this batch is routed.
+                if gw.ingress.has_sightings() {
+                    gw.learn_neighbors();
+                }
+                let class = match class {
                     // Written now, in arrival order, for the rate limits.
                     Classified::Done(Ok(Next::Error(error))) => Classified::Done(gw.refuse(&mut buf, error)),
                     class => class,
@@ -622,9 +636,9 @@ impl Gateway {
                 }
             }
             gw.classified = classified;
-            // What this batch's NDP messages taught, before any of it is
-            // routed: packets waiting for those neighbours go now.
-            gw.learn_neighbors(out);
+            // Packets that waited for a neighbour an NDP message of this
+            // batch resolved.
+            out.append(&mut gw.released);
             gw.pump(now, out);
         });
     }
@@ -792,9 +806,10 @@ impl Gateway {
     }
 
     /// Hands what classified NDP messages said of their senders to
-    /// egress's neighbour table; packets that waited for them are sent.
-    fn learn_neighbors(&mut self, out: &mut Vec<Output>) {
-        let mut sink = Sink::new(out, &mut self.stats);
+    /// egress's neighbour table; packets that waited for them are sent,
+    /// into `released`, which the batch's output ends with.
+    fn learn_neighbors(&mut self) {
+        let mut sink = Sink::new(&mut self.released, &mut self.stats);
         for (port, seen) in self.ingress.take_sightings() {
             self.egress
                 .learn6(&self.addressing, port, seen, self.last_now, &mut sink);
@@ -825,9 +840,7 @@ impl Gateway {
     /// UDP is classified again now that it is whole.
     fn reassembled(&mut self, now: Duration, mut datagram: PacketBuf, out: &mut Vec<Output>) {
         let (ingress, mut lent) = self.ingress();
-        let class = ingress.classify_reassembled(&mut lent, &mut datagram);
-        self.learn_neighbors(out);
-        match class {
+        match ingress.classify_reassembled(&mut lent, &mut datagram) {
             Classified::Decapsulate => self.start_decapsulation(now, datagram, out),
             Classified::Done(result) => self.emit(datagram, result, out),
             // Nothing else comes of a reassembled datagram.
@@ -934,7 +947,7 @@ impl Gateway {
         })
     }
 
-    /// The source of an ICMP error to `to` (see `Egress::address_toward`).
+    /// The source of an ICMP error to `to` (see `Addressing::address_toward`).
     fn address_toward(&mut self, to: Ipv4Addr) -> Ipv4Addr {
         let spd = &mut self.spd;
         self.addressing.address_toward(to, |src, dst| {

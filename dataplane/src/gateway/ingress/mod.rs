@@ -114,6 +114,14 @@ impl Ingress {
         }
     }
 
+    /// Whether an NDP message classified since the last
+    /// [`take_sightings`](Self::take_sightings) said something of its
+    /// sender.
+    #[inline]
+    pub(super) fn has_sightings(&self) -> bool {
+        !self.sightings.is_empty()
+    }
+
     /// What the NDP messages classified since the last call said of their
     /// senders, in arrival order, for egress's neighbour table.
     pub(super) fn take_sightings(&mut self) -> std::vec::Drain<'_, (Port, Sighting)> {

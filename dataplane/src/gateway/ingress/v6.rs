@@ -347,7 +347,7 @@ impl Ingress {
                 if !icmp6::echo_reply_in_place(buf) {
                     return Err(DropReason::Malformed);
                 }
-                // The reply takes the outbound SPD (`local::local_policy`): protected by
+                // The reply takes the outbound SPD (`own_packets::local_policy`): protected by
                 // the SA a policy names, or back where the request came
                 // from in the clear.
                 if let Some(sa) = super::super::own_packets::local_policy(

@@ -43,13 +43,17 @@ fn frame(
     hop_limit: u8,
     icmp: &Icmpv6Repr,
 ) -> Vec<u8> {
-    let packet = icmpv6_packet(src, dst, hop_limit, icmp);
+    ethernet(dst_mac, &icmpv6_packet(src, dst, hop_limit, icmp))
+}
+
+/// An Ethernet frame from the host to `dst_mac` carrying the IPv6 `packet`.
+fn ethernet(dst_mac: EthernetAddress, packet: &[u8]) -> Vec<u8> {
     let mut bytes = vec![0u8; 14];
     let mut f = EthernetFrame::new_unchecked(&mut bytes[..]);
     f.set_dst_addr(dst_mac);
     f.set_src_addr(HOST_MAC);
     f.set_ethertype(EthernetProtocol::Ipv6);
-    bytes.extend_from_slice(&packet);
+    bytes.extend_from_slice(packet);
     bytes
 }
 
@@ -327,13 +331,9 @@ fn a_solicitation_teaches_the_rest_of_its_batch() {
     // To our address, with a routing header of a type no node knows and a
     // segment left: a parameter problem back (RFC 8200 §4.4).
     let routing = [59u8, 0, 253, 1, 0, 0, 0, 0];
-    let mut bytes = vec![0u8; 14 + 40];
+    let mut packet = vec![0u8; 40];
     {
-        let mut f = EthernetFrame::new_unchecked(&mut bytes[..]);
-        f.set_dst_addr(GW_MAC);
-        f.set_src_addr(HOST_MAC);
-        f.set_ethertype(EthernetProtocol::Ipv6);
-        let mut ip = Ipv6Packet::new_unchecked(&mut bytes[14..]);
+        let mut ip = Ipv6Packet::new_unchecked(&mut packet[..]);
         ip.set_version(6);
         ip.set_payload_len(routing.len() as u16);
         ip.set_next_header(smoltcp::wire::IpProtocol::Ipv6Route);
@@ -341,9 +341,9 @@ fn a_solicitation_teaches_the_rest_of_its_batch() {
         ip.set_src_addr(HOST);
         ip.set_dst_addr(GW);
     }
-    bytes.extend_from_slice(&routing);
+    packet.extend_from_slice(&routing);
     let mut bufs = Vec::new();
-    for frame in [solicit(GW), bytes] {
+    for frame in [solicit(GW), ethernet(GW_MAC, &packet)] {
         let mut buf = pool.alloc().expect("buffer");
         assert!(buf.fill(&frame));
         bufs.push(buf);

@@ -135,7 +135,7 @@ impl Egress {
                     && now < hop.until
                     && buf.len() <= usize::from(hop.mtu) =>
             {
-                if self.frame(addressing, &mut buf, hop.mac, hop.port).is_ok() {
+                if Self::frame(addressing, &mut buf, hop.mac, hop.port).is_ok() {
                     sink.send(buf, hop.port);
                     return None;
                 }
@@ -254,7 +254,7 @@ impl Egress {
                 }
             }
         };
-        self.frame(addressing, buf, mac, port)?;
+        Self::frame(addressing, buf, mac, port)?;
         Ok(Routed::Send(port))
     }
 
@@ -345,10 +345,12 @@ impl Egress {
             let mut piece = piece;
             match (link, mac) {
                 (LinkLayer::RawIp, _) => sink.send(piece, hop.port),
-                (LinkLayer::Ethernet, Some(mac)) => match self.frame(addressing, &mut piece, mac, hop.port) {
-                    Ok(()) => sink.send(piece, hop.port),
-                    Err(reason) => sink.drop(piece, reason),
-                },
+                (LinkLayer::Ethernet, Some(mac)) => {
+                    match Self::frame(addressing, &mut piece, mac, hop.port) {
+                        Ok(()) => sink.send(piece, hop.port),
+                        Err(reason) => sink.drop(piece, reason),
+                    }
+                }
                 (LinkLayer::Ethernet, None) => match self.neighbors.park(hop.address, hop.port, piece, now) {
                     Queued::Parked { request } => {
                         if request {
@@ -362,9 +364,10 @@ impl Egress {
         Ok(())
     }
 
+    /// Puts the Ethernet header from `port`'s MAC to `dst_mac` in front of
+    /// the packet in `buf`.
     #[inline]
     fn frame(
-        &self,
         addressing: &Addressing,
         buf: &mut PacketBuf,
         dst_mac: EthernetAddress,
@@ -492,7 +495,7 @@ impl Egress {
         let mut ready = std::mem::take(&mut self.waiting);
         self.neighbors.release(address, &mut ready);
         for mut w in ready.drain(..) {
-            match self.frame(addressing, &mut w.buf, mac, w.port) {
+            match Self::frame(addressing, &mut w.buf, mac, w.port) {
                 Ok(()) => sink.send(w.buf, w.port),
                 Err(reason) => sink.drop(w.buf, reason),
             }

@@ -372,3 +372,34 @@ fn a_solicitation_teaches_the_rest_of_its_batch() {
     assert_eq!(kinds, vec![(HOST_MAC, 136), (HOST_MAC, 4)], "{kinds:?}");
     assert_eq!(gw.stats().generated, 2);
 }
+
+/// A host on the link that floods advertisements nobody asked for, in one
+/// batch, teaches the table nothing: each is counted `arp_unsolicited`, none
+/// is learnt, and the gateway sends nothing back.
+#[test]
+fn a_batch_of_unsolicited_advertisements_teaches_nothing() {
+    let mut gw = gateway();
+    let mut pool = PacketPool::new(80);
+    let mut bufs = Vec::new();
+    for i in 0..64u16 {
+        let target = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 1, i);
+        let na = Icmpv6Repr::Ndisc(NdiscRepr::NeighborAdvert {
+            flags: NdiscNeighborFlags::SOLICITED | NdiscNeighborFlags::OVERRIDE,
+            target_addr: target,
+            lladdr: Some(RawHardwareAddress::from_bytes(HOST_MAC.as_bytes())),
+        });
+        let mut buf = pool.alloc().expect("buffer");
+        assert!(buf.fill(&frame(GW_MAC, target, GW, 255, &na)));
+        bufs.push(buf);
+    }
+    let mut out = Vec::new();
+    gw.handle_batch(Duration::ZERO, Port::Inside, &mut bufs, &mut out, &mut pool);
+    assert_eq!(out.len(), 64);
+    for (buf, verdict) in out {
+        assert_eq!(verdict, Verdict::Consumed);
+        pool.free(buf);
+    }
+    assert_eq!(gw.stats().arp_unsolicited, 64);
+    assert_eq!(gw.neighbors().learnt(Port::Inside), 0);
+    assert_eq!(gw.stats().generated, 0);
+}
